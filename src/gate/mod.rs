@@ -1,0 +1,5 @@
+//! The pre-trade check: the verdict (sans-I/O), the line protocol of
+//! gate.md (sans-I/O), and the Unix-socket server and client (I/O).
+
+pub mod client;
+pub mod server;

@@ -1,0 +1,16 @@
+//! tickgate: a market-data freshness gate (at-most-once lane) and an
+//! exactly-once fills consumer (reliable lane) for trading hosts.
+//!
+//! Sans-I/O core: `wire`, `feed::{state, clock, channel}`, `gate::{verdict,
+//! protocol}` and `fills::model` take time as an argument and do no I/O.
+//! Sockets, files and clocks live in their own files (`feed::receiver`,
+//! `gate::server`, `fills::store`, `capture::pcap`, `daemon`).
+
+pub mod capture;
+pub mod config;
+pub mod daemon;
+pub mod feed;
+pub mod fills;
+pub mod gate;
+pub mod metrics;
+pub mod wire;

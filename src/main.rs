@@ -1,0 +1,65 @@
+//! The `tickgate` command line: thin dispatch to the modules that own each command.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tickgate",
+    version,
+    about = "Market-data freshness gate and exactly-once fills consumer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon from a config file.
+    Run(tickgate::daemon::RunArgs),
+    /// The daemon on loopback multicast with a built-in simulated provider.
+    Demo(tickgate::daemon::DemoArgs),
+    /// Ask the running daemon's gate socket about one symbol.
+    Check(tickgate::gate::client::CheckArgs),
+    /// A table of feeds and symbols from the running daemon.
+    Status(tickgate::gate::client::StatusArgs),
+    /// Replay a capture through the core (capture time is the clock).
+    Replay(tickgate::capture::replay::ReplayArgs),
+    /// Write a synthetic provider's stream to a capture.
+    Simulate(tickgate::capture::simulate::SimulateArgs),
+    /// Write what a feed's lines receive to a pcap.
+    Record(tickgate::capture::record::RecordArgs),
+    /// The reliable lane's tools.
+    #[command(subcommand)]
+    Fills(FillsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum FillsCommand {
+    /// Apply JSON-lines events from a file or standard input (-).
+    Apply(tickgate::fills::cli::ApplyArgs),
+    /// Send a JSON-lines file to a tickgate HTTP endpoint, retrying safely.
+    Push(tickgate::fills::push::PushArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => tickgate::daemon::run_main(a),
+        Command::Demo(a) => tickgate::daemon::demo_main(a),
+        Command::Check(a) => tickgate::gate::client::check_main(a),
+        Command::Status(a) => tickgate::gate::client::status_main(a),
+        Command::Replay(a) => tickgate::capture::replay::main(a),
+        Command::Simulate(a) => tickgate::capture::simulate::main(a),
+        Command::Record(a) => tickgate::capture::record::main(a),
+        Command::Fills(FillsCommand::Apply(a)) => tickgate::fills::cli::apply_main(a),
+        Command::Fills(FillsCommand::Push(a)) => tickgate::fills::push::main(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("tickgate: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! The feed protocol of `wire.md`: MoldUDP64 packets carrying Quote,
+//! Heartbeat and Snapshot messages. Pure code: zero-copy decoding (a
+//! `Packet` borrows the datagram), no allocation per message, and an
+//! encoder for the simulator and the tests.
+
+use std::fmt;
+
+mod encode;
+pub use encode::PacketBuilder;
+
+/// MoldUDP64 header: session (10), sequence (8), count (2).
+pub const HEADER_LEN: usize = 20;
+/// Quote and Snapshot payload size.
+pub const QUOTE_LEN: usize = 58;
+/// Heartbeat payload size.
+pub const HEARTBEAT_LEN: usize = 26;
+/// `count` of a channel heartbeat.
+pub const COUNT_HEARTBEAT: u16 = 0;
+/// `count` of an end-of-session packet.
+pub const COUNT_END_OF_SESSION: u16 = 0xFFFF;
+
+pub const TYPE_QUOTE: u8 = b'Q';
+pub const TYPE_HEARTBEAT: u8 = b'H';
+pub const TYPE_SNAPSHOT: u8 = b'S';
+
+pub const FLAG_BID: u8 = 1;
+pub const FLAG_ASK: u8 = 2;
+/// Snapshot only: the provider restarted this symbol's sequence.
+pub const FLAG_RESET: u8 = 4;
+
+/// 8 bytes of ASCII, left-aligned, padded with spaces.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Symbol(pub [u8; 8]);
+
+impl Symbol {
+    /// `None` when longer than 8 bytes, empty, or not printable ASCII
+    /// without spaces (such a symbol cannot exist on the wire).
+    pub fn parse(s: &str) -> Option<Symbol> {
+        let b = s.as_bytes();
+        if b.is_empty() || b.len() > 8 || !b.iter().all(|c| c.is_ascii_graphic()) {
+            return None;
+        }
+        let mut out = [b' '; 8];
+        out[..b.len()].copy_from_slice(b);
+        Some(Symbol(out))
+    }
+
+    /// A hash key that costs nothing to compute.
+    pub fn key(&self) -> u64 {
+        u64::from_be_bytes(self.0)
+    }
+
+    pub fn from_key(key: u64) -> Symbol {
+        Symbol(key.to_be_bytes())
+    }
+
+    /// The symbol without its padding (lossy for non-UTF-8 bytes).
+    pub fn as_bytes_trimmed(&self) -> &[u8] {
+        let end = self.0.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
+        &self.0[..end]
+    }
+}
+
+impl fmt::Display for Symbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for &c in self.as_bytes_trimmed() {
+            if c.is_ascii_graphic() {
+                write!(f, "{}", c as char)?;
+            } else {
+                write!(f, "\\x{c:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Symbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Symbol({self})")
+    }
+}
+
+/// The 10-byte ASCII session id naming the provider's sequence space.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SessionId(pub [u8; 10]);
+
+impl SessionId {
+    /// Pads with spaces; `None` when longer than 10 bytes.
+    pub fn parse(s: &str) -> Option<SessionId> {
+        let b = s.as_bytes();
+        if b.len() > 10 {
+            return None;
+        }
+        let mut out = [b' '; 10];
+        out[..b.len()].copy_from_slice(b);
+        Some(SessionId(out))
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for &c in &self.0 {
+            if c.is_ascii_graphic() || c == b' ' {
+                write!(f, "{}", c as char)?;
+            } else {
+                write!(f, "\\x{c:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({self})")
+    }
+}
+
+/// One side of a quote: fixed-point price (x 10^9) and quantity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Side {
+    pub px: i64,
+    pub qty: u64,
+}
+
+/// A Quote (`Q`) or Snapshot (`S`): the same 58-byte layout. Fields are
+/// kept raw so that decoding and encoding round-trip byte for byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Quote {
+    pub flags: u8,
+    pub symbol: Symbol,
+    pub seq: u64,
+    pub source_ts: u64,
+    pub bid_px: i64,
+    pub bid_qty: u64,
+    pub ask_px: i64,
+    pub ask_qty: u64,
+}
+
+impl Quote {
+    pub fn bid(&self) -> Option<Side> {
+        (self.flags & FLAG_BID != 0).then_some(Side {
+            px: self.bid_px,
+            qty: self.bid_qty,
+        })
+    }
+
+    pub fn ask(&self) -> Option<Side> {
+        (self.flags & FLAG_ASK != 0).then_some(Side {
+            px: self.ask_px,
+            qty: self.ask_qty,
+        })
+    }
+
+    /// Snapshot only (bit 2).
+    pub fn reset(&self) -> bool {
+        self.flags & FLAG_RESET != 0
+    }
+
+    /// Builds a quote from optional sides (absent sides are zeros on the wire).
+    pub fn new(
+        symbol: Symbol,
+        seq: u64,
+        source_ts: u64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+    ) -> Quote {
+        let b = bid.unwrap_or_default();
+        let a = ask.unwrap_or_default();
+        Quote {
+            flags: ((bid.is_some() as u8) * FLAG_BID) | ((ask.is_some() as u8) * FLAG_ASK),
+            symbol,
+            seq,
+            source_ts,
+            bid_px: b.px,
+            bid_qty: b.qty,
+            ask_px: a.px,
+            ask_qty: a.qty,
+        }
+    }
+
+    fn decode(p: &[u8]) -> Quote {
+        Quote {
+            flags: p[1],
+            symbol: Symbol(p[2..10].try_into().unwrap()),
+            seq: be_u64(&p[10..]),
+            source_ts: be_u64(&p[18..]),
+            bid_px: be_u64(&p[26..]) as i64,
+            bid_qty: be_u64(&p[34..]),
+            ask_px: be_u64(&p[42..]) as i64,
+            ask_qty: be_u64(&p[50..]),
+        }
+    }
+
+    /// The 58-byte payload with the given type byte (`Q` or `S`).
+    pub fn encode(&self, kind: u8) -> [u8; QUOTE_LEN] {
+        let mut p = [0u8; QUOTE_LEN];
+        p[0] = kind;
+        p[1] = self.flags;
+        p[2..10].copy_from_slice(&self.symbol.0);
+        p[10..18].copy_from_slice(&self.seq.to_be_bytes());
+        p[18..26].copy_from_slice(&self.source_ts.to_be_bytes());
+        p[26..34].copy_from_slice(&self.bid_px.to_be_bytes());
+        p[34..42].copy_from_slice(&self.bid_qty.to_be_bytes());
+        p[42..50].copy_from_slice(&self.ask_px.to_be_bytes());
+        p[50..58].copy_from_slice(&self.ask_qty.to_be_bytes());
+        p
+    }
+}
+
+/// A per-symbol Heartbeat (`H`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Heartbeat {
+    pub flags: u8,
+    pub symbol: Symbol,
+    pub next_seq: u64,
+    pub source_ts: u64,
+}
+
+impl Heartbeat {
+    fn decode(p: &[u8]) -> Heartbeat {
+        Heartbeat {
+            flags: p[1],
+            symbol: Symbol(p[2..10].try_into().unwrap()),
+            next_seq: be_u64(&p[10..]),
+            source_ts: be_u64(&p[18..]),
+        }
+    }
+
+    pub fn encode(&self) -> [u8; HEARTBEAT_LEN] {
+        let mut p = [0u8; HEARTBEAT_LEN];
+        p[0] = TYPE_HEARTBEAT;
+        p[1] = self.flags;
+        p[2..10].copy_from_slice(&self.symbol.0);
+        p[10..18].copy_from_slice(&self.next_seq.to_be_bytes());
+        p[18..26].copy_from_slice(&self.source_ts.to_be_bytes());
+        p
+    }
+}
+
+/// One decoded message block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message<'a> {
+    Quote(Quote),
+    Heartbeat(Heartbeat),
+    Snapshot(Quote),
+    /// A block of a type this protocol does not know: skipped by its length.
+    Unknown {
+        kind: u8,
+        payload: &'a [u8],
+    },
+}
+
+impl Message<'_> {
+    pub fn symbol(&self) -> Option<Symbol> {
+        match self {
+            Message::Quote(q) | Message::Snapshot(q) => Some(q.symbol),
+            Message::Heartbeat(h) => Some(h.symbol),
+            Message::Unknown { .. } => None,
+        }
+    }
+
+    pub fn source_ts(&self) -> Option<u64> {
+        match self {
+            Message::Quote(q) | Message::Snapshot(q) => Some(q.source_ts),
+            Message::Heartbeat(h) => Some(h.source_ts),
+            Message::Unknown { .. } => None,
+        }
+    }
+}
+
+/// Why a datagram is invalid. An invalid datagram is dropped whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Under the 20-byte header.
+    ShortHeader { len: usize },
+    /// Block `block`'s length field or payload runs past the datagram.
+    Truncated { block: u16 },
+    /// Bytes left after the last block (or after a heartbeat/end of session).
+    TrailingBytes { extra: usize },
+    /// A block of length 0 has no type.
+    EmptyBlock { block: u16 },
+    /// A block of a known type shorter than that type's size.
+    ShortBlock { block: u16, kind: u8, len: u16 },
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            WireError::ShortHeader { len } => write!(
+                f,
+                "datagram of {len} bytes is shorter than the 20-byte header"
+            ),
+            WireError::Truncated { block } => {
+                write!(f, "block {block} runs past the end of the datagram")
+            }
+            WireError::TrailingBytes { extra } => write!(f, "{extra} bytes after the last block"),
+            WireError::EmptyBlock { block } => write!(f, "block {block} has length 0"),
+            WireError::ShortBlock { block, kind, len } => {
+                write!(f, "block {block} of type 0x{kind:02x} is {len} bytes, shorter than its type's size")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// What a valid packet is, by its `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketKind {
+    /// `count` message blocks.
+    Data,
+    /// `count = 0`: `sequence` is the next channel sequence number.
+    Heartbeat,
+    /// `count = 0xFFFF`: the session ended.
+    EndOfSession,
+}
+
+/// A validated MoldUDP64 packet borrowing its datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'a> {
+    pub session: SessionId,
+    pub sequence: u64,
+    pub count: u16,
+    blocks: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// Validates the whole datagram (wire.md "valid") before anything can
+    /// be applied: a packet that parses is safe to iterate without checks.
+    pub fn parse(buf: &'a [u8]) -> Result<Packet<'a>, WireError> {
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::ShortHeader { len: buf.len() });
+        }
+        let session = SessionId(buf[0..10].try_into().unwrap());
+        let sequence = be_u64(&buf[10..]);
+        let count = u16::from_be_bytes([buf[18], buf[19]]);
+        let blocks = &buf[HEADER_LEN..];
+        if count == COUNT_HEARTBEAT || count == COUNT_END_OF_SESSION {
+            if !blocks.is_empty() {
+                return Err(WireError::TrailingBytes {
+                    extra: blocks.len(),
+                });
+            }
+        } else {
+            let mut rest = blocks;
+            for block in 0..count {
+                if rest.len() < 2 {
+                    return Err(WireError::Truncated { block });
+                }
+                let len = u16::from_be_bytes([rest[0], rest[1]]);
+                let end = 2 + len as usize;
+                if rest.len() < end {
+                    return Err(WireError::Truncated { block });
+                }
+                if len == 0 {
+                    return Err(WireError::EmptyBlock { block });
+                }
+                let kind = rest[2];
+                let min = match kind {
+                    TYPE_QUOTE | TYPE_SNAPSHOT => QUOTE_LEN,
+                    TYPE_HEARTBEAT => HEARTBEAT_LEN,
+                    _ => 1,
+                };
+                if (len as usize) < min {
+                    return Err(WireError::ShortBlock { block, kind, len });
+                }
+                rest = &rest[end..];
+            }
+            if !rest.is_empty() {
+                return Err(WireError::TrailingBytes { extra: rest.len() });
+            }
+        }
+        Ok(Packet {
+            session,
+            sequence,
+            count,
+            blocks,
+        })
+    }
+
+    pub fn kind(&self) -> PacketKind {
+        match self.count {
+            COUNT_HEARTBEAT => PacketKind::Heartbeat,
+            COUNT_END_OF_SESSION => PacketKind::EndOfSession,
+            _ => PacketKind::Data,
+        }
+    }
+
+    /// Number of message blocks (0 for a heartbeat or end of session).
+    pub fn message_count(&self) -> u16 {
+        match self.kind() {
+            PacketKind::Data => self.count,
+            _ => 0,
+        }
+    }
+
+    /// The message blocks in order; block `i` carries channel sequence
+    /// `sequence + i`.
+    pub fn blocks(&self) -> Blocks<'a> {
+        Blocks {
+            rest: match self.kind() {
+                PacketKind::Data => self.blocks,
+                _ => &[],
+            },
+        }
+    }
+
+    /// The decoded messages in order.
+    pub fn messages(&self) -> impl Iterator<Item = Message<'a>> + 'a {
+        self.blocks().map(decode_block)
+    }
+}
+
+/// Raw block payloads of a validated packet.
+#[derive(Clone, Debug)]
+pub struct Blocks<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Blocks<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.rest.len() < 2 {
+            return None;
+        }
+        let len = u16::from_be_bytes([self.rest[0], self.rest[1]]) as usize;
+        let payload = &self.rest[2..2 + len];
+        self.rest = &self.rest[2 + len..];
+        Some(payload)
+    }
+}
+
+/// Decodes one block payload of a validated packet (its size was checked).
+pub fn decode_block(payload: &[u8]) -> Message<'_> {
+    match payload[0] {
+        TYPE_QUOTE => Message::Quote(Quote::decode(payload)),
+        TYPE_SNAPSHOT => Message::Snapshot(Quote::decode(payload)),
+        TYPE_HEARTBEAT => Message::Heartbeat(Heartbeat::decode(payload)),
+        kind => Message::Unknown { kind, payload },
+    }
+}
+
+#[inline]
+fn be_u64(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().unwrap())
+}
+
+/// Formats a fixed-point price (x 10^9) as gate.md wants it: exact,
+/// no exponent, no trailing zeros (`1.08512`, `100`, `-0.5`). Writes into
+/// any `fmt::Write` without allocating.
+pub fn write_price<W: fmt::Write>(w: &mut W, px: i64) -> fmt::Result {
+    let neg = px < 0;
+    let abs = px.unsigned_abs();
+    let int = abs / 1_000_000_000;
+    let mut frac = abs % 1_000_000_000;
+    if neg {
+        w.write_char('-')?;
+    }
+    write!(w, "{int}")?;
+    if frac != 0 {
+        let mut digits = 9;
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+            digits -= 1;
+        }
+        write!(w, ".{frac:0digits$}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(px: i64) -> String {
+        let mut s = String::new();
+        write_price(&mut s, px).unwrap();
+        s
+    }
+
+    #[test]
+    fn prices_are_exact_decimals() {
+        assert_eq!(price(1_085_120_000), "1.08512");
+        assert_eq!(price(100_000_000_000), "100");
+        assert_eq!(price(-500_000_000), "-0.5");
+        assert_eq!(price(0), "0");
+        assert_eq!(price(1), "0.000000001");
+        assert_eq!(price(-1), "-0.000000001");
+        assert_eq!(price(i64::MIN), "-9223372036.854775808");
+        assert_eq!(price(i64::MAX), "9223372036.854775807");
+    }
+
+    #[test]
+    fn symbol_parse_pads_and_rejects() {
+        assert_eq!(Symbol::parse("EURUSD").unwrap().0, *b"EURUSD  ");
+        assert_eq!(Symbol::parse("EURUSD").unwrap().to_string(), "EURUSD");
+        assert!(Symbol::parse("TOOLONGSYM").is_none());
+        assert!(Symbol::parse("").is_none());
+        assert!(Symbol::parse("A B").is_none());
+    }
+
+    #[test]
+    fn header_and_block_errors() {
+        assert_eq!(
+            Packet::parse(&[0; 19]).unwrap_err(),
+            WireError::ShortHeader { len: 19 }
+        );
+        let mut hb = [b'X'; 20];
+        hb[18] = 0;
+        hb[19] = 0;
+        assert!(Packet::parse(&hb).is_ok());
+        let mut with_body = hb.to_vec();
+        with_body.push(0);
+        assert_eq!(
+            Packet::parse(&with_body).unwrap_err(),
+            WireError::TrailingBytes { extra: 1 }
+        );
+        // count 1, block length 3 but only 2 bytes follow
+        let mut p = hb.to_vec();
+        p[19] = 1;
+        p.extend_from_slice(&[0, 3, b'Z', 0]);
+        assert_eq!(
+            Packet::parse(&p).unwrap_err(),
+            WireError::Truncated { block: 0 }
+        );
+        // a heartbeat block one byte short
+        let mut p = hb.to_vec();
+        p[19] = 1;
+        p.extend_from_slice(&[0, 25]);
+        p.extend_from_slice(&[b'H'; 25]);
+        assert_eq!(
+            Packet::parse(&p).unwrap_err(),
+            WireError::ShortBlock {
+                block: 0,
+                kind: b'H',
+                len: 25
+            }
+        );
+    }
+}
