@@ -1,0 +1,584 @@
+//! `Feed`: one provider feed, sans-I/O. Datagrams go in with their line and
+//! arrival time; the channel rules (`channel`), symbol rules (`state`) and
+//! clock estimator (`clock`) update plain state; observable changes go out
+//! through `Publish`. No allocation, lock or syscall per message: the
+//! symbol table is sized once (`max_symbols`).
+
+use super::channel::{Channel, PacketAction};
+use super::clock::ClockEstimator;
+use super::counters::{FeedCounters, SymbolSummary};
+use super::index::SymbolIndex;
+use super::settings::{ms_to_ns, FeedSettings, Liveness};
+use super::state::{Ctx, SymbolState};
+use super::view::{
+    FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_ENDED,
+    FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL,
+};
+use crate::gate::verdict::{resolve_cause, Thresholds};
+use crate::wire::{decode_block, Message, Packet, SessionId, Symbol, WireError};
+
+/// What one datagram did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatagramOutcome {
+    /// Processed (blocks applied to the symbol rules, or a channel
+    /// heartbeat / end of session taken into account).
+    Applied,
+    /// Invalid per wire.md: dropped whole, counted, no state changed.
+    Invalid(WireError),
+    /// C2: already delivered (by the other line).
+    Duplicate,
+    /// C5/C6: a packet of a replaced or ended session.
+    StaleSession,
+    /// `line` is not one of the feed's lines: ignored, nothing counted.
+    UnknownLine,
+}
+
+pub struct Feed<P: Publish = NoPublish> {
+    settings: FeedSettings,
+    max_jump: u64,
+    channel: Channel,
+    clock: ClockEstimator,
+    index: SymbolIndex,
+    symbols: Vec<SymbolState>,
+    view: FeedView,
+    counters: FeedCounters,
+    publisher: P,
+}
+
+impl Feed<NoPublish> {
+    pub fn new(settings: FeedSettings, lines: usize) -> Feed<NoPublish> {
+        Feed::with_publisher(settings, lines, NoPublish)
+    }
+}
+
+impl<P: Publish> Feed<P> {
+    pub fn with_publisher(settings: FeedSettings, lines: usize, publisher: P) -> Feed<P> {
+        let mut view = FeedView::default();
+        if settings.liveness == Liveness::Channel {
+            view.flags |= FEED_LIVENESS_CHANNEL;
+        }
+        let mut feed = Feed {
+            settings,
+            max_jump: settings.max_seq_jump.max(1),
+            channel: Channel::new(),
+            clock: ClockEstimator::new(settings.clock_offset),
+            index: SymbolIndex::with_capacity(settings.max_symbols),
+            symbols: Vec::with_capacity(settings.max_symbols),
+            view,
+            counters: FeedCounters::new(lines),
+            publisher,
+        };
+        feed.view.offset_ns = feed.clock.offset_ns();
+        feed.publisher.publish_feed(&feed.view);
+        feed
+    }
+
+    pub fn settings(&self) -> &FeedSettings {
+        &self.settings
+    }
+
+    pub fn counters(&self) -> &FeedCounters {
+        &self.counters
+    }
+
+    pub fn feed_view(&self) -> &FeedView {
+        &self.view
+    }
+
+    pub fn publisher(&self) -> &P {
+        &self.publisher
+    }
+
+    pub fn publisher_mut(&mut self) -> &mut P {
+        &mut self.publisher
+    }
+
+    pub fn clock_offset_ns(&self) -> i64 {
+        self.view.offset_ns
+    }
+
+    /// Sessions seen, oldest first (bounded, see `channel::SESSION_HISTORY`).
+    pub fn sessions(&self) -> &[SessionId] {
+        self.channel.sessions()
+    }
+
+    pub fn current_session(&self) -> Option<SessionId> {
+        self.channel.current_session()
+    }
+
+    pub fn session_ended(&self) -> bool {
+        self.channel.ended()
+    }
+
+    /// Number of symbols known (seen or configured).
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// The feed-wide default thresholds.
+    pub fn default_thresholds(&self) -> Thresholds {
+        Thresholds {
+            stale_ns: ms_to_ns(self.settings.stale_ms),
+            source_max_age_ns: ms_to_ns(self.settings.source_max_age_ms),
+        }
+    }
+
+    /// Makes `symbol` known (a check answers `no_data`, not
+    /// `unknown_symbol`) with the feed's default thresholds. Returns its
+    /// slot, or `None` when the table is full.
+    pub fn add_symbol(&mut self, symbol: Symbol) -> Option<u32> {
+        let idx = self.slot(symbol)?;
+        self.symbols[idx as usize].configured = true;
+        Some(idx)
+    }
+
+    /// Per-symbol thresholds from the config (saturated to u32 ms); also
+    /// makes the symbol known. `None` when the table is full.
+    pub fn set_symbol_thresholds(
+        &mut self,
+        symbol: Symbol,
+        stale_ms: u64,
+        source_max_age_ms: u64,
+    ) -> Option<u32> {
+        let idx = self.slot(symbol)?;
+        let st = &mut self.symbols[idx as usize];
+        st.configured = true;
+        st.view.stale_ms = stale_ms.min(u32::MAX as u64) as u32;
+        st.view.source_max_age_ms = source_max_age_ms.min(u32::MAX as u64) as u32;
+        let st = &self.symbols[idx as usize];
+        self.publisher.publish_symbol(idx, st.symbol, &st.view);
+        Some(idx)
+    }
+
+    /// The symbol's slot and view, if known.
+    pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
+        let idx = self.index.get(symbol)?;
+        Some((idx, &self.symbols[idx as usize].view))
+    }
+
+    /// Slot lookup or creation; counts and returns `None` when full.
+    #[inline]
+    fn slot(&mut self, symbol: Symbol) -> Option<u32> {
+        let new_slot = self.symbols.len() as u32;
+        match self.index.get_or_insert(symbol, new_slot) {
+            Ok(idx) => Some(idx),
+            Err(false) => {
+                let st = SymbolState::new(
+                    symbol,
+                    self.view.gap_epoch,
+                    self.view.session_epoch,
+                    self.settings.stale_ms,
+                    self.settings.source_max_age_ms,
+                );
+                self.publisher.publish_symbol(new_slot, symbol, &st.view);
+                self.symbols.push(st);
+                Some(new_slot)
+            }
+            Err(true) => {
+                self.counters.symbols_overflow += 1;
+                None
+            }
+        }
+    }
+
+    /// One datagram received on `line` at `now` (Unix ns). The whole
+    /// datagram is validated before anything is applied.
+    pub fn on_datagram(&mut self, line: usize, datagram: &[u8], now: i64) -> DatagramOutcome {
+        if line >= self.counters.lines.len() {
+            return DatagramOutcome::UnknownLine;
+        }
+        let packet = match Packet::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.invalid_packets += 1;
+                self.counters.lines[line].invalid_packets += 1;
+                return DatagramOutcome::Invalid(e);
+            }
+        };
+        let lc = &mut self.counters.lines[line];
+        lc.packets += 1;
+        lc.messages += packet.message_count() as u64;
+
+        let before = self.view;
+        let (action, ev) = self.channel.on_packet(&packet);
+        match action {
+            PacketAction::Duplicate => {
+                self.counters.lines[line].duplicate_packets += 1;
+                return DatagramOutcome::Duplicate;
+            }
+            PacketAction::StaleSession => {
+                self.counters.stale_session_dropped += 1;
+                return DatagramOutcome::StaleSession;
+            }
+            _ => {}
+        }
+        self.view.flags |= FEED_HAS_SESSION;
+        if ev.session_change {
+            // C5, O(1): symbols catch up lazily (state::catch_up, verdict).
+            self.counters.session_changes += 1;
+            self.view.flags &= !FEED_ENDED;
+            self.view.session_epoch = self.view.session_epoch.wrapping_add(1);
+            if self.view.session_epoch == 0 {
+                self.sweep_session_wrap();
+            }
+        }
+        if ev.lost > 0 {
+            // C3, O(1): every symbol is unverified until S7.
+            self.counters.channel_messages_lost += ev.lost;
+            self.counters.channel_gaps += 1;
+            self.view.gap_epoch = self.view.gap_epoch.wrapping_add(1);
+            if self.view.gap_epoch == 0 {
+                self.sweep_gap_wrap();
+            }
+        }
+        if ev.alive {
+            // C4
+            self.view.channel_alive_at = now;
+            self.view.flags |= FEED_CHANNEL_ALIVE;
+        }
+        if action == PacketAction::EndOfSession {
+            // C6
+            self.counters.sessions_ended += 1;
+            self.view.flags |= FEED_ENDED;
+        }
+        // Feed-level changes first (see `Publish`).
+        if self.view != before {
+            self.publisher.publish_feed(&self.view);
+        }
+        if let PacketAction::Data { skip } = action {
+            let ctx = Ctx {
+                mode: self.settings.mode,
+                max_jump: self.max_jump,
+                gap_epoch: self.view.gap_epoch,
+                session_epoch: self.view.session_epoch,
+                now,
+            };
+            for payload in packet.blocks().skip(skip as usize) {
+                self.on_message(payload, &ctx);
+            }
+            let offset = self.clock.offset_ns();
+            if offset != self.view.offset_ns {
+                self.view.offset_ns = offset;
+                self.publisher.publish_feed(&self.view);
+            }
+        }
+        DatagramOutcome::Applied
+    }
+
+    /// One message block that reached the symbol rules.
+    #[inline]
+    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) {
+        let msg = decode_block(payload);
+        let (symbol, source_ts) = match &msg {
+            Message::Quote(q) | Message::Snapshot(q) => (q.symbol, q.source_ts),
+            Message::Heartbeat(h) => (h.symbol, h.source_ts),
+            Message::Unknown { .. } => {
+                self.counters.unknown_messages += 1;
+                return;
+            }
+        };
+        // Per-symbol sequences start at 1 (a Snapshot may carry 0).
+        let zero = match &msg {
+            Message::Quote(q) => q.seq == 0,
+            Message::Heartbeat(h) => h.next_seq == 0,
+            _ => false,
+        };
+        if zero {
+            self.counters.invalid_messages += 1;
+            return;
+        }
+        // A sample about the provider's clock, whatever the rules decide.
+        self.clock.sample(ctx.now, source_ts);
+        let Some(idx) = self.slot(symbol) else {
+            return;
+        };
+        let st = &mut self.symbols[idx as usize];
+        let changed = match &msg {
+            Message::Quote(q) => st.on_quote(q, ctx, &mut self.counters),
+            Message::Heartbeat(h) => st.on_heartbeat(h, ctx, &mut self.counters),
+            Message::Snapshot(s) => st.on_snapshot(s, ctx, &mut self.counters),
+            Message::Unknown { .. } => false,
+        };
+        if changed {
+            self.publisher.publish_symbol(idx, symbol, &st.view);
+        }
+    }
+
+    /// C5 when `session_epoch` wraps to 0: resolve the session change
+    /// eagerly for every symbol so that an old epoch can never look
+    /// current (once per 65,536 session changes).
+    #[cold]
+    fn sweep_session_wrap(&mut self) {
+        let epoch = self.view.session_epoch;
+        self.publisher.publish_feed(&self.view);
+        for (i, st) in self.symbols.iter_mut().enumerate() {
+            st.forget_session(epoch);
+            self.publisher.publish_symbol(i as u32, st.symbol, &st.view);
+        }
+    }
+
+    /// C3 when `gap_epoch` wraps to 0: jump to epoch 1 with every symbol
+    /// at 0 (unverified), so no stale epoch can ever equal the feed's.
+    #[cold]
+    fn sweep_gap_wrap(&mut self) {
+        self.view.gap_epoch = 1;
+        self.publisher.publish_feed(&self.view);
+        for (i, st) in self.symbols.iter_mut().enumerate() {
+            st.view.verified_epoch = 0;
+            self.publisher.publish_symbol(i as u32, st.symbol, &st.view);
+        }
+    }
+
+    /// Per-symbol summaries, in slot order.
+    pub fn symbols(&self) -> impl Iterator<Item = (Symbol, SymbolSummary)> + '_ {
+        self.symbols
+            .iter()
+            .enumerate()
+            .map(|(i, st)| (st.symbol, self.summary(i as u32, st)))
+    }
+
+    pub fn symbol_summary(&self, symbol: Symbol) -> Option<SymbolSummary> {
+        let idx = self.index.get(symbol)?;
+        Some(self.summary(idx, &self.symbols[idx as usize]))
+    }
+
+    fn summary(&self, index: u32, st: &SymbolState) -> SymbolSummary {
+        let v = &st.view;
+        let session_current = v.session_epoch == self.view.session_epoch;
+        let has_quote = v.has_quote();
+        let cause = resolve_cause(v, &self.view);
+        SymbolSummary {
+            index,
+            last_seq: (session_current && v.has_seq()).then_some(v.seq),
+            shown_seq: (has_quote || v.has_seq()).then_some(v.seq),
+            has_quote,
+            bid: v.bid(),
+            ask: v.ask(),
+            alive_at: has_quote.then_some(v.alive_at),
+            quote_source_ts: has_quote.then_some(v.source_ts),
+            suspect: (cause != SuspectCause::None).then_some(cause),
+            verified: v.verified_epoch == self.view.gap_epoch,
+            ticks_lost: st.ticks_lost,
+            stale_dropped: st.stale_dropped,
+            seq_anomalies: st.seq_anomalies,
+            seq_resyncs: st.seq_resyncs,
+            snapshots_applied: st.snapshots_applied,
+            configured: st.configured,
+            stale_ms: v.stale_ms as u64,
+            source_max_age_ms: v.source_max_age_ms as u64,
+        }
+    }
+
+    /// Symbols currently suspect or unverified (computed: O(symbols)).
+    pub fn symbols_suspect(&self) -> usize {
+        self.symbols
+            .iter()
+            .filter(|st| resolve_cause(&st.view, &self.view) != SuspectCause::None)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::settings::{ClockOffset, Mode};
+    use crate::wire::{PacketBuilder, Quote, Side};
+
+    const T0: i64 = 1_796_025_600_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    fn sym(s: &str) -> Symbol {
+        Symbol::parse(s).unwrap()
+    }
+
+    fn sess(s: &str) -> SessionId {
+        SessionId::parse(s).unwrap()
+    }
+
+    fn q(s: &str, seq: u64, ts: i64) -> Quote {
+        Quote::new(
+            sym(s),
+            seq,
+            ts as u64,
+            Some(Side { px: 1, qty: 1 }),
+            Some(Side { px: 2, qty: 1 }),
+        )
+    }
+
+    fn packet(session: &str, chan: u64, quotes: &[Quote]) -> Vec<u8> {
+        let mut b = PacketBuilder::new();
+        b.start(sess(session), chan);
+        for x in quotes {
+            b.quote(x);
+        }
+        b.bytes().to_vec()
+    }
+
+    #[derive(Default)]
+    struct Recorder {
+        events: Vec<String>,
+    }
+
+    impl Publish for Recorder {
+        fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
+            self.events.push(format!(
+                "sym {index} {symbol} seq={} verified={}",
+                view.seq, view.verified_epoch
+            ));
+        }
+        fn publish_feed(&mut self, view: &FeedView) {
+            self.events.push(format!(
+                "feed gap={} session={}",
+                view.gap_epoch, view.session_epoch
+            ));
+        }
+    }
+
+    #[test]
+    fn clock_offset_survives_a_session_change() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0 - 7 * MS)]), T0);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+        // New session, samples of 9 ms: the 7 ms minimum is still in the window.
+        f.on_datagram(0, &packet("S2", 1, &[q("A", 1, T0 - 9 * MS)]), T0 + MS);
+        assert_eq!(f.counters().session_changes, 1);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+    }
+
+    #[test]
+    fn samples_come_from_dropped_messages_but_not_from_duplicates() {
+        let s = FeedSettings {
+            clock_offset: ClockOffset::Auto,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(s, 2);
+        let p = packet("S1", 1, &[q("A", 5, T0 - 7 * MS)]);
+        f.on_datagram(0, &p, T0);
+        // Same packet on B (C2 duplicate): no sample even though it would lower it.
+        f.on_datagram(1, &p, T0 - 5 * MS);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+        // An old tick (S2) in a new packet still gives a sample.
+        f.on_datagram(0, &packet("S1", 2, &[q("A", 3, T0 - 2 * MS)]), T0 + MS);
+        assert_eq!(f.clock_offset_ns(), 3 * MS);
+        assert_eq!(f.counters().stale_dropped, 1);
+    }
+
+    #[test]
+    fn full_table_counts_and_ignores_new_symbols() {
+        let s = FeedSettings {
+            max_symbols: 2,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(s, 1);
+        let p = packet(
+            "S1",
+            1,
+            &[q("A", 1, T0), q("B", 1, T0), q("C", 1, T0), q("A", 2, T0)],
+        );
+        assert_eq!(f.on_datagram(0, &p, T0), DatagramOutcome::Applied);
+        assert_eq!(f.symbol_count(), 2);
+        assert_eq!(f.counters().symbols_overflow, 1);
+        assert!(f.symbol_view(sym("C")).is_none());
+        assert_eq!(f.symbol_view(sym("A")).unwrap().1.seq, 2);
+        assert!(f.add_symbol(sym("D")).is_none());
+        assert_eq!(f.add_symbol(sym("B")), Some(1));
+    }
+
+    #[test]
+    fn zero_sequences_are_invalid_messages() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 0, T0)]), T0);
+        assert_eq!(f.counters().invalid_messages, 1);
+        assert_eq!(f.symbol_count(), 0);
+        // A Snapshot may carry 0.
+        let mut b = PacketBuilder::new();
+        b.start(sess("S1"), 2).snapshot(&q("A", 0, T0));
+        f.on_datagram(0, b.bytes(), T0);
+        assert_eq!(f.counters().snapshots_applied, 1);
+    }
+
+    #[test]
+    fn feed_is_published_before_symbols_of_a_gap_packet() {
+        let mut f = Feed::with_publisher(FeedSettings::default(), 1, Recorder::default());
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0)]), T0);
+        f.publisher_mut().events.clear();
+        f.on_datagram(0, &packet("S1", 5, &[q("A", 2, T0)]), T0 + MS);
+        let ev = &f.publisher().events;
+        assert_eq!(ev[0], "feed gap=1 session=0");
+        assert_eq!(ev[1], "sym 0 A seq=2 verified=1");
+    }
+
+    #[test]
+    fn session_epoch_wrap_resolves_every_symbol() {
+        let mut f = Feed::new(
+            FeedSettings {
+                mode: Mode::Full,
+                ..FeedSettings::default()
+            },
+            1,
+        );
+        f.on_datagram(0, &packet("X0", 1, &[q("A", 7, T0)]), T0);
+        f.on_datagram(0, &packet("X0", 2, &[q("B", 3, T0)]), T0);
+        // 65,536 session changes bring the epoch back to 0; symbol A then
+        // gets a Quote in the newest session, B stays untouched.
+        for i in 1..=65_536u32 {
+            let id = format!("Y{i:09}");
+            f.on_datagram(0, &PacketBuilder::channel_heartbeat(sess(&id), 1), T0);
+        }
+        assert_eq!(f.feed_view().session_epoch, 0);
+        let b = f.symbol_summary(sym("B")).unwrap();
+        assert_eq!(b.suspect, Some(SuspectCause::SessionChange));
+        assert_eq!(b.last_seq, None);
+        assert_eq!(b.shown_seq, Some(3));
+        assert_eq!(f.sessions().len(), super::super::channel::SESSION_HISTORY);
+    }
+
+    #[test]
+    fn gap_epoch_wrap_unverifies_every_symbol() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0), q("B", 1, T0)]), T0);
+        f.view.gap_epoch = u32::MAX - 1;
+        for st in &mut f.symbols {
+            st.view.verified_epoch = u32::MAX - 1;
+        }
+        // Gap 1: epoch u32::MAX; A verified again by its next Quote.
+        f.on_datagram(0, &packet("S1", 10, &[q("A", 2, T0)]), T0);
+        assert!(f.symbol_summary(sym("A")).unwrap().verified);
+        assert!(!f.symbol_summary(sym("B")).unwrap().verified);
+        // Gap 2 wraps: nobody may look verified by accident.
+        f.on_datagram(0, &PacketBuilder::channel_heartbeat(sess("S1"), 20), T0);
+        assert_eq!(f.feed_view().gap_epoch, 1);
+        for (_, s) in f.symbols() {
+            assert!(!s.verified);
+            assert_eq!(s.suspect, Some(SuspectCause::ChannelGap));
+        }
+        f.on_datagram(0, &packet("S1", 20, &[q("B", 2, T0)]), T0);
+        assert!(f.symbol_summary(sym("B")).unwrap().verified);
+    }
+
+    #[test]
+    fn lagging_session_and_end_of_session_copies() {
+        let mut f = Feed::new(FeedSettings::default(), 2);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0)]), T0);
+        let eos = PacketBuilder::end_of_session(sess("S1"), 2);
+        assert_eq!(f.on_datagram(0, &eos, T0), DatagramOutcome::Applied);
+        assert_eq!(f.on_datagram(1, &eos, T0), DatagramOutcome::Duplicate);
+        assert_eq!(
+            f.on_datagram(1, &packet("S1", 2, &[q("A", 2, T0)]), T0),
+            DatagramOutcome::StaleSession
+        );
+        assert_eq!(
+            f.symbol_summary(sym("A")).unwrap().suspect,
+            Some(SuspectCause::SessionEnded)
+        );
+        f.on_datagram(0, &packet("S2", 1, &[q("B", 1, T0)]), T0);
+        assert!(!f.session_ended());
+        assert_eq!(
+            f.symbol_summary(sym("A")).unwrap().suspect,
+            Some(SuspectCause::SessionChange)
+        );
+        assert_eq!(f.symbol_summary(sym("B")).unwrap().suspect, None);
+        assert_eq!(f.counters().stale_session_dropped, 1);
+        assert_eq!(f.sessions(), &[sess("S1"), sess("S2")]);
+    }
+}
