@@ -1083,7 +1083,7 @@ impl SimulateArgs {
 }
 
 fn seconds_to_ns(s: f64, what: &str) -> anyhow::Result<i64> {
-    if !s.is_finite() || s < 0.0 || s > 1e9 {
+    if !(0.0..=1e9).contains(&s) {
         bail!("{what} must be a number of seconds between 0 and 1e9 (got {s})");
     }
     Ok((s * 1e9).round() as i64)
