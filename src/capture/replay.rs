@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -56,8 +56,8 @@ pub struct ReplayFeed {
     pub name: String,
     pub mode: Mode,
     pub feed: Feed,
-    /// Destination of each line (line index = position).
-    pub lines: Vec<SocketAddrV4>,
+    /// Each line (line index = position).
+    pub lines: Vec<ReplayLine>,
     pub sessions: Vec<SessionInfo>,
     /// Packets dropped as belonging to a replaced or ended session (C5/C6).
     pub stale_session_packets: u64,
@@ -80,44 +80,69 @@ pub struct SessionInfo {
     pub next_sequence: u64,
 }
 
+/// One line of a replayed feed: datagrams sent to `dst` (and, for a
+/// source-specific line, sent from `source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayLine {
+    pub dst: SocketAddrV4,
+    pub source: Option<Ipv4Addr>,
+}
+
+/// A feed to replay into.
+#[derive(Clone, Debug)]
+pub struct FeedSpec {
+    pub name: String,
+    pub settings: FeedSettings,
+    pub lines: Vec<ReplayLine>,
+    /// Symbols known from the start, with `(stale_ms, source_max_age_ms)`.
+    pub symbols: Vec<(Symbol, u64, u64)>,
+}
+
 /// The replay state: feeds, and the route from destination to (feed, line).
 pub struct Replay {
     pub feeds: Vec<ReplayFeed>,
     route: HashMap<SocketAddrV4, (usize, usize)>,
-    /// Datagrams whose destination is no configured line.
+    /// Datagrams whose destination is no line (or whose source is not the
+    /// one a source-specific line accepts).
     pub unmatched: u64,
 }
 
 impl Replay {
     /// One feed in `mode` with default settings; each destination one line.
-    pub fn single_feed(mode: Mode, lines: Vec<SocketAddrV4>) -> Replay {
-        let settings = FeedSettings {
-            mode,
-            ..FeedSettings::default()
-        };
-        Replay::new(vec![("replay".to_string(), settings, lines, Vec::new())])
+    pub fn single_feed(mode: Mode, lines: &[SocketAddrV4]) -> Replay {
+        Replay::new(vec![FeedSpec {
+            name: "replay".to_string(),
+            settings: FeedSettings {
+                mode,
+                ..FeedSettings::default()
+            },
+            lines: lines
+                .iter()
+                .map(|&dst| ReplayLine { dst, source: None })
+                .collect(),
+            symbols: Vec::new(),
+        }])
     }
 
-    /// Feeds given as (name, settings, line destinations, symbol thresholds
-    /// `(symbol, stale_ms, source_max_age_ms)` to pre-configure).
+    /// The given feeds; a destination that two lines share goes to the first.
     pub fn new(feeds: Vec<FeedSpec>) -> Replay {
         let mut route = HashMap::new();
         let feeds = feeds
             .into_iter()
             .enumerate()
-            .map(|(fi, (name, settings, lines, symbols))| {
-                for (li, dst) in lines.iter().enumerate() {
-                    route.entry(*dst).or_insert((fi, li));
+            .map(|(fi, spec)| {
+                for (li, line) in spec.lines.iter().enumerate() {
+                    route.entry(line.dst).or_insert((fi, li));
                 }
-                let mut feed = Feed::new(settings, lines.len());
-                for (sym, stale, source) in symbols {
+                let mut feed = Feed::new(spec.settings, spec.lines.len());
+                for (sym, stale, source) in spec.symbols {
                     feed.set_symbol_thresholds(sym, stale, source);
                 }
                 ReplayFeed {
-                    name,
-                    mode: settings.mode,
+                    name: spec.name,
+                    mode: spec.settings.mode,
                     feed,
-                    lines,
+                    lines: spec.lines,
                     sessions: Vec::new(),
                     stale_session_packets: 0,
                 }
@@ -130,13 +155,17 @@ impl Replay {
         }
     }
 
-    /// One datagram sent to `dst`, stamped `ts` (the clock).
-    pub fn on_datagram(&mut self, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+    /// One datagram from `src` to `dst`, stamped `ts` (the clock).
+    pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
         let Some(&(fi, li)) = self.route.get(&dst) else {
             self.unmatched += 1;
             return;
         };
         let f = &mut self.feeds[fi];
+        if f.lines[li].source.is_some_and(|s| s != *src.ip()) {
+            self.unmatched += 1;
+            return;
+        }
         if let Ok(p) = Packet::parse(payload) {
             note_session(&mut f.sessions, &p, ts);
         }
@@ -155,14 +184,6 @@ impl Replay {
         answer(request, &lookups, now, out);
     }
 }
-
-/// (name, settings, line destinations, symbols with thresholds).
-pub type FeedSpec = (
-    String,
-    FeedSettings,
-    Vec<SocketAddrV4>,
-    Vec<(Symbol, u64, u64)>,
-);
 
 fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
     let i = match sessions.iter().position(|s| s.id == p.session) {
@@ -204,11 +225,29 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
     s.next_sequence = s.next_sequence.max(next);
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    ts: i64,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    start: usize,
+    len: usize,
+}
+
+/// One datagram of a loaded capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayDatagram<'a> {
+    pub ts: i64,
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    pub payload: &'a [u8],
+}
+
 /// A capture in memory: payloads in one arena, records sorted by time.
 pub struct LoadedCapture {
     arena: Vec<u8>,
-    /// (ts, dst, start, len), stably sorted by ts.
-    records: Vec<(i64, SocketAddrV4, usize, usize)>,
+    /// Stably sorted by `ts`.
+    records: Vec<Record>,
     pub stats: CaptureStats,
     /// Datagrams removed by the destination filter.
     pub filtered_out: u64,
@@ -230,12 +269,18 @@ impl LoadedCapture {
                 filtered_out += 1;
                 continue;
             }
-            records.push((d.ts_ns, d.dst, arena.len(), d.payload.len()));
+            records.push(Record {
+                ts: d.ts_ns,
+                src: d.src,
+                dst: d.dst,
+                start: arena.len(),
+                len: d.payload.len(),
+            });
             arena.extend_from_slice(d.payload);
         }
-        let was_sorted = records.windows(2).all(|w| w[0].0 <= w[1].0);
+        let was_sorted = records.windows(2).all(|w| w[0].ts <= w[1].ts);
         if !was_sorted {
-            records.sort_by_key(|r| r.0); // stable: capture order among equal stamps
+            records.sort_by_key(|r| r.ts); // stable: capture order among equal stamps
         }
         Ok(LoadedCapture {
             arena,
@@ -254,29 +299,34 @@ impl LoadedCapture {
         self.records.is_empty()
     }
 
-    /// Datagram `i` in time order: (ts, destination, payload).
-    pub fn get(&self, i: usize) -> (i64, SocketAddrV4, &[u8]) {
-        let (ts, dst, start, len) = self.records[i];
-        (ts, dst, &self.arena[start..start + len])
+    /// Datagram `i` in time order.
+    pub fn get(&self, i: usize) -> ReplayDatagram<'_> {
+        let r = self.records[i];
+        ReplayDatagram {
+            ts: r.ts,
+            src: r.src,
+            dst: r.dst,
+            payload: &self.arena[r.start..r.start + r.len],
+        }
     }
 
     /// Destinations in order of first appearance (in time order).
     pub fn destinations(&self) -> Vec<SocketAddrV4> {
         let mut out: Vec<SocketAddrV4> = Vec::new();
         for r in &self.records {
-            if !out.contains(&r.1) {
-                out.push(r.1);
+            if !out.contains(&r.dst) {
+                out.push(r.dst);
             }
         }
         out
     }
 
     pub fn first_ts(&self) -> Option<i64> {
-        self.records.first().map(|r| r.0)
+        self.records.first().map(|r| r.ts)
     }
 
     pub fn last_ts(&self) -> Option<i64> {
-        self.records.last().map(|r| r.0)
+        self.records.last().map(|r| r.ts)
     }
 }
 
@@ -321,11 +371,11 @@ pub fn run_checks(replay: &mut Replay, cap: &LoadedCapture, checks: &[u8], out: 
             continue;
         }
         while next < cap.len() {
-            let (ts, dst, payload) = cap.get(next);
-            if ts > t {
+            let d = cap.get(next);
+            if d.ts > t {
                 break;
             }
-            replay.on_datagram(dst, payload, ts);
+            replay.on_datagram(d.src, d.dst, d.payload, d.ts);
             next += 1;
         }
         replay.answer(request, t, out);
@@ -363,7 +413,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             } else {
                 args.filter.clone()
             };
-            Replay::single_feed(mode, lines)
+            Replay::single_feed(mode, &lines)
         }
     };
     let stdout = std::io::stdout();
@@ -378,8 +428,8 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     for i in 0..cap.len() {
-        let (ts, dst, payload) = cap.get(i);
-        replay.on_datagram(dst, payload, ts);
+        let d = cap.get(i);
+        replay.on_datagram(d.src, d.dst, d.payload, d.ts);
     }
     if args.json {
         let v = summary_json(&args.capture, &cap, &replay);
@@ -488,9 +538,10 @@ pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
             .lines
             .iter()
             .zip(&c.lines)
-            .map(|(dst, l)| {
+            .map(|(line, l)| {
                 json!({
-                    "dst": dst.to_string(),
+                    "dst": line.dst.to_string(),
+                    "source": line.source.map(|s| s.to_string()),
                     "packets": l.packets,
                     "messages": l.messages,
                     "duplicate_packets": l.duplicate_packets,
@@ -610,11 +661,16 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
             mode_name(f.mode),
             f.lines.len()
         );
-        for (dst, l) in f.lines.iter().zip(&c.lines) {
+        for (line, l) in f.lines.iter().zip(&c.lines) {
             let _ = writeln!(
                 s,
-                "  line {dst}: {} packets, {} messages, {} duplicate, {} invalid",
-                l.packets, l.messages, l.duplicate_packets, l.invalid_packets
+                "  line {}{}: {} packets, {} messages, {} duplicate, {} invalid",
+                line.dst,
+                line.source.map_or(String::new(), |s| format!(" from {s}")),
+                l.packets,
+                l.messages,
+                l.duplicate_packets,
+                l.invalid_packets
             );
         }
         for ss in &f.sessions {
