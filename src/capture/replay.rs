@@ -185,9 +185,14 @@ impl Replay {
     }
 }
 
+/// Sessions described per feed; packets of further ones are still replayed.
+const MAX_SESSIONS_SHOWN: usize = 1000;
+
 fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
-    let i = match sessions.iter().position(|s| s.id == p.session) {
+    // newest first: a new session's packets are the common case
+    let i = match sessions.iter().rposition(|s| s.id == p.session) {
         Some(i) => i,
+        None if sessions.len() >= MAX_SESSIONS_SHOWN => return,
         None => {
             sessions.push(SessionInfo {
                 id: p.session,
@@ -312,9 +317,10 @@ impl LoadedCapture {
 
     /// Destinations in order of first appearance (in time order).
     pub fn destinations(&self) -> Vec<SocketAddrV4> {
+        let mut seen = std::collections::HashSet::new();
         let mut out: Vec<SocketAddrV4> = Vec::new();
         for r in &self.records {
-            if !out.contains(&r.dst) {
+            if seen.insert(r.dst) {
                 out.push(r.dst);
             }
         }
