@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
@@ -131,13 +131,13 @@ pub struct Thresholds {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineConfig {
     pub name: String,
-    /// A multicast group (IPv4 224.0.0.0/4 or IPv6 ff00::/8).
-    pub group: IpAddr,
+    /// An IPv4 multicast group (224.0.0.0/4).
+    pub group: Ipv4Addr,
     pub port: u16,
     /// Where to join; `None` lets the kernel choose by route.
     pub interface: Option<InterfaceSpec>,
     /// Source-specific multicast: only this sender is accepted.
-    pub source: Option<IpAddr>,
+    pub source: Option<Ipv4Addr>,
     /// SO_RCVBUF in bytes (the kernel doubles it and caps it at rmem_max).
     pub rcvbuf: Option<usize>,
 }
@@ -147,7 +147,7 @@ pub enum InterfaceSpec {
     /// An interface name (`eth0`), resolved when the daemon starts.
     Name(String),
     /// The address of a local interface.
-    Addr(IpAddr),
+    Addr(Ipv4Addr),
 }
 
 impl fmt::Display for InterfaceSpec {
@@ -326,7 +326,7 @@ impl Config {
             ));
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
-        let mut endpoints: HashMap<(IpAddr, u16, String), String> = HashMap::new();
+        let mut endpoints: HashMap<(Ipv4Addr, u16, String), String> = HashMap::new();
         let mut symbols: HashMap<Symbol, &str> = HashMap::new();
         for (i, feed) in self.feeds.iter().enumerate() {
             let fkey = format!("feed[{i}]");
@@ -581,16 +581,11 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
         return Err(s.err("name", p));
     }
     let group_text = s.required_str("group")?;
-    let group: IpAddr = group_text.parse().map_err(|_| {
-        s.err(
-            "group",
-            format!("\"{group_text}\" is not an IP address (a multicast group, e.g. 239.1.1.1)"),
-        )
-    })?;
+    let group = parse_ipv4(group_text).map_err(|p| s.err("group", p))?;
     if !group.is_multicast() {
         return Err(s.err(
             "group",
-            format!("{group} is not a multicast address (224.0.0.0/4 or ff00::/8)"),
+            format!("{group} is not a multicast address (224.0.0.0/4)"),
         ));
     }
     let port = s
@@ -600,31 +595,12 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
         None => None,
         Some(text) => Some(parse_interface(text).map_err(|p| s.err("interface", p))?),
     };
-    if let Some(InterfaceSpec::Addr(a)) = &interface {
-        if a.is_ipv4() != group.is_ipv4() {
-            return Err(s.err(
-                "interface",
-                format!("{a} is not of the same address family as the group {group}"),
-            ));
-        }
-    }
     let source = match s.str("source")? {
         None => None,
         Some(text) => {
-            let a: IpAddr = text.parse().map_err(|_| {
-                s.err(
-                    "source",
-                    format!("\"{text}\" is not an IP address (the sender, for SSM)"),
-                )
-            })?;
-            if a.is_multicast() || a.is_unspecified() {
+            let a = parse_ipv4(text).map_err(|p| s.err("source", p))?;
+            if a.is_multicast() || a.is_unspecified() || a.is_broadcast() {
                 return Err(s.err("source", format!("{a} is not a unicast sender address")));
-            }
-            if a.is_ipv4() != group.is_ipv4() {
-                return Err(s.err(
-                    "source",
-                    format!("{a} is not of the same address family as the group {group}"),
-                ));
             }
             Some(a)
         }
@@ -641,9 +617,22 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
     })
 }
 
+/// The receiver joins IPv4 groups only, so addresses are IPv4; an IPv6
+/// address gets its own message rather than "not an IP address".
+fn parse_ipv4(text: &str) -> std::result::Result<Ipv4Addr, String> {
+    match text.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => Ok(a),
+        Ok(IpAddr::V6(a)) => Err(format!("{a} is IPv6; only IPv4 is supported")),
+        Err(_) => Err(format!("\"{text}\" is not an IPv4 address")),
+    }
+}
+
 fn parse_interface(text: &str) -> std::result::Result<InterfaceSpec, String> {
-    if let Ok(a) = text.parse::<IpAddr>() {
-        if a.is_multicast() || a.is_unspecified() {
+    if text.contains(':') {
+        return Err(parse_ipv4(text).err().unwrap_or_default());
+    }
+    if let Ok(a) = text.parse::<Ipv4Addr>() {
+        if a.is_multicast() || a.is_unspecified() || a.is_broadcast() {
             return Err(format!("{a} is not the address of a local interface"));
         }
         return Ok(InterfaceSpec::Addr(a));
@@ -656,7 +645,7 @@ fn parse_interface(text: &str) -> std::result::Result<InterfaceSpec, String> {
             .all(|c| c.is_ascii_graphic() && c != b'/' && c != b':');
     if !valid {
         return Err(format!(
-            "\"{text}\" is neither an IP address nor an interface name"
+            "\"{text}\" is neither an IPv4 address nor an interface name"
         ));
     }
     Ok(InterfaceSpec::Name(text.to_string()))
@@ -1061,7 +1050,7 @@ source = "10.9.9.9"
 rcvbuf = 8388608
 [[feed.line]]
 name = "B"
-group = "ff3e::8000:1"
+group = "239.1.1.2"
 port = 31002
 interface = "eth1"
 [feed.symbols.EURUSD]
@@ -1130,7 +1119,8 @@ enabled = false
                 "feed[0].line[0].group",
                 "not a multicast",
             ),
-            (r#"group = "nope""#, "feed[0].line[0].group", "not an IP"),
+            (r#"group = "nope""#, "feed[0].line[0].group", "not an IPv4"),
+            (r#"group = "ff3e::1""#, "feed[0].line[0].group", "only IPv4"),
             (r#"port = 0"#, "feed[0].line[0].port", "out of range"),
             (r#"port = "x""#, "feed[0].line[0].port", "whole number"),
             (r#"colour = 1"#, "feed[0].line[0].colour", "unknown key"),
@@ -1147,7 +1137,7 @@ enabled = false
             (
                 r#"interface = "::1""#,
                 "feed[0].line[0].interface",
-                "address family",
+                "only IPv4",
             ),
             (
                 r#"source = "239.0.0.9""#,

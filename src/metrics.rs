@@ -99,15 +99,13 @@ stats! {
         unknown_messages: Counter, "tickgate_feed_unknown_messages_total",
             "Messages of an unknown type, skipped.";
         channel_gaps: Counter, "tickgate_feed_channel_gaps_total",
-            "Channel gaps (C3): packets whose sequence was ahead of the next expected on every line.";
+            "Channel gaps (C3): packets ahead of the next expected sequence, after line arbitration.";
         channel_messages_lost: Counter, "tickgate_feed_channel_messages_lost_total",
-            "Channel messages lost (C3): the sum of the channel gaps, after line arbitration.";
+            "Channel messages lost (C3): sequence numbers no line delivered.";
         ticks_lost: Counter, "tickgate_feed_ticks_lost_total",
             "Per-symbol ticks lost (S3, S6), summed over the feed's symbols.";
         stale_dropped: Counter, "tickgate_feed_stale_messages_dropped_total",
-            "Quotes dropped as old or repeated (S2).";
-        old_heartbeats: Counter, "tickgate_feed_old_heartbeats_total",
-            "Heartbeats older than the symbol's sequence, dropped (S6).";
+            "Old or repeated Quotes (S2) and old Heartbeats (S6), dropped.";
         seq_anomalies: Counter, "tickgate_feed_seq_anomalies_total",
             "Messages whose sequence jumped by max_seq_jump or more, not applied (S5).";
         seq_resyncs: Counter, "tickgate_feed_seq_resyncs_total",
@@ -118,37 +116,41 @@ stats! {
             "Snapshots ignored: not newer than a healthy symbol's state (S8).";
         session_changes: Counter, "tickgate_feed_session_changes_total",
             "Provider restarts: packets with a new session id (C5).";
-        session_ends: Counter, "tickgate_feed_session_ends_total",
-            "End-of-session packets (C6).";
-        old_session_packets: Counter, "tickgate_feed_old_session_packets_total",
+        sessions_ended: Counter, "tickgate_feed_sessions_ended_total",
+            "End-of-session packets that ended a session (C6).";
+        stale_session_dropped: Counter, "tickgate_feed_stale_session_packets_total",
             "Packets of a replaced or ended session, dropped (C5, C6).";
+        symbols_overflow: Counter, "tickgate_feed_symbols_overflow_total",
+            "Messages for new symbols ignored because the symbol table was full (max_symbols).";
         symbols: Gauge, "tickgate_feed_symbols",
             "Symbols the feed tracks.";
         symbols_suspect: Gauge, "tickgate_feed_symbols_suspect",
             "Symbols currently suspect or unverified.";
         session_ended: Gauge, "tickgate_feed_session_ended",
             "1 while the feed's session has ended (C6) and no new one has started.";
-        channel_alive_at_ns: TimestampNs, "tickgate_feed_channel_alive_timestamp_seconds",
-            "When the channel last proved alive (C4), Unix seconds; 0 before that.";
     }
 }
 
 stats! {
     /// The counters of one line of a feed (labels: feed, line).
     LineStats, LineStatsCell, LINE_FIELDS {
+        datagrams: Counter, "tickgate_line_datagrams_received_total",
+            "Datagrams read from the line's socket.";
+        bytes: Counter, "tickgate_line_received_bytes_total",
+            "UDP payload bytes read from the line's socket.";
         packets: Counter, "tickgate_line_packets_received_total",
-            "Datagrams received on the line.";
+            "Valid packets received on the line (duplicates included).";
         messages: Counter, "tickgate_line_messages_received_total",
             "Messages in the valid packets received on the line.";
-        bytes: Counter, "tickgate_line_received_bytes_total",
-            "UDP payload bytes received on the line.";
         duplicate_packets: Counter, "tickgate_line_duplicate_packets_total",
             "Packets the other line had already delivered (C2), dropped.";
+        invalid_packets: Counter, "tickgate_line_invalid_packets_total",
+            "Invalid datagrams received on the line.";
         kernel_drops: Counter, "tickgate_line_kernel_drops_total",
             "Datagrams the kernel dropped on the socket for lack of buffer (SO_RXQ_OVFL).";
-        receive_errors: Counter, "tickgate_line_receive_errors_total",
-            "Errors returned by the receive call.";
-        last_packet_ns: TimestampNs, "tickgate_line_last_packet_timestamp_seconds",
+        truncated: Counter, "tickgate_line_truncated_datagrams_total",
+            "Datagrams longer than the receive buffer, dropped.";
+        last_datagram_ns: TimestampNs, "tickgate_line_last_datagram_timestamp_seconds",
             "Arrival time of the line's last datagram, Unix seconds; 0 before any.";
     }
 }

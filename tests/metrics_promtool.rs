@@ -66,14 +66,13 @@ fn populated() -> Arc<Metrics> {
         ticks_lost: 5,
         symbols: 12,
         symbols_suspect: 1,
-        channel_alive_at_ns: 1_764_489_601_123_000_000,
         ..Default::default()
     });
     m.feeds[0].line(0).store(&LineStats {
         packets: 100,
         messages: 250,
         bytes: 14_000,
-        last_packet_ns: 1_764_489_601_123_000_000,
+        last_datagram_ns: 1_764_489_601_123_000_000,
         ..Default::default()
     });
     m.feeds[0]
