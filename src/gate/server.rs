@@ -26,9 +26,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-/// gate.md: a request line longer than this (not counting `\r\n`) is
-/// answered `ERR line too long`.
-pub const MAX_LINE: usize = 1024;
+use super::protocol::{answer_with, write_error, write_i64, write_u64, ProtoError, SymbolLookup};
+use super::verdict::{judge, Thresholds};
+use crate::feed::reader::FeedReader;
+use crate::feed::view::{FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
+use crate::wire::Symbol;
+
+pub use super::protocol::MAX_LINE;
 /// Default socket path (gate.md).
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 /// Default socket file mode (gate.md).
@@ -39,7 +43,6 @@ const IN_CAP: usize = 16 * 1024;
 /// output: a client that pipelines without reading is held back by its
 /// own socket, not by our memory.
 const OUT_HIGH: usize = 64 * 1024;
-const TOO_LONG: &[u8] = b"ERR line too long\n";
 /// The request this server adds (gate.md allows new requests).
 const STATUS: &[u8] = b"STATUS";
 
@@ -76,6 +79,120 @@ impl<B: Backend> Backend for Arc<B> {
     }
     fn status_symbol(&self, feed: usize, slot: u32, now: i64, out: &mut Vec<u8>) {
         (**self).status_symbol(feed, slot, now, out)
+    }
+}
+
+/// The live daemon's backend: the feeds' readers, by config name, in
+/// config order. Read-only and lock-free (`FeedReader`).
+#[derive(Clone, Debug)]
+pub struct Gate {
+    feeds: Vec<(String, FeedReader)>,
+}
+
+impl Gate {
+    pub fn new(feeds: Vec<(String, FeedReader)>) -> Gate {
+        Gate { feeds }
+    }
+
+    pub fn feeds(&self) -> &[(String, FeedReader)] {
+        &self.feeds
+    }
+}
+
+impl SymbolLookup for Gate {
+    /// As `protocol::answer` over several feeds: the first feed (config
+    /// order) where the symbol has a quote, else the first that knows it.
+    #[inline]
+    fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
+        let mut known = None;
+        for (_, f) in &self.feeds {
+            if let Some(found) = f.lookup(symbol) {
+                if found.0.has_quote() {
+                    return Some(found);
+                }
+                if known.is_none() {
+                    known = Some(found);
+                }
+            }
+        }
+        known
+    }
+}
+
+impl Backend for Gate {
+    #[inline]
+    fn answer(&self, line: &[u8], now: i64, out: &mut Vec<u8>) {
+        answer_with(line, |s| self.lookup(s), now, out)
+    }
+
+    fn status_feeds(&self) -> usize {
+        self.feeds.len()
+    }
+
+    /// `FEED <name> symbols=<n> state=<live|session_ended|no_session>
+    /// channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n>
+    /// session_epoch=<n>`
+    fn status_feed(&self, feed: usize, now: i64, out: &mut Vec<u8>) -> u32 {
+        let Some((name, reader)) = self.feeds.get(feed) else {
+            return 0;
+        };
+        let view = reader.feed_view();
+        let n = reader.len();
+        out.extend_from_slice(b"FEED ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b" symbols=");
+        write_u64(out, n as u64);
+        out.extend_from_slice(b" state=");
+        out.extend_from_slice(if view.flags & FEED_HAS_SESSION == 0 {
+            b"no_session"
+        } else if view.ended() {
+            b"session_ended"
+        } else {
+            b"live"
+        });
+        out.extend_from_slice(b" channel_silence_us=");
+        if view.flags & FEED_CHANNEL_ALIVE != 0 {
+            write_i64(out, now.saturating_sub(view.channel_alive_at) / 1000);
+        } else {
+            out.push(b'-');
+        }
+        out.extend_from_slice(b" clock_offset_us=");
+        write_i64(out, view.offset_ns / 1000);
+        out.extend_from_slice(b" gap_epoch=");
+        write_u64(out, view.gap_epoch as u64);
+        out.extend_from_slice(b" session_epoch=");
+        write_u64(out, view.session_epoch as u64);
+        out.push(b'\n');
+        n
+    }
+
+    /// `SYMBOL <feed> ` followed by the verdict line a `CHECK` of the
+    /// symbol would get from this feed with its configured thresholds.
+    fn status_symbol(&self, feed: usize, slot: u32, now: i64, out: &mut Vec<u8>) {
+        let Some((name, reader)) = self.feeds.get(feed) else {
+            return;
+        };
+        let Some((symbol, view)) = reader.slot(slot) else {
+            return;
+        };
+        let fv = reader.feed_view();
+        let verdict = judge(Some(&view), &fv, now, &Thresholds::of(&view));
+        // Wire symbols are 8 arbitrary bytes: keep the listing one token
+        // per symbol and one line per entry.
+        let mut sym = [0u8; 8];
+        let trimmed = symbol.as_bytes_trimmed();
+        for (d, &c) in sym.iter_mut().zip(trimmed) {
+            *d = if c.is_ascii_graphic() { c } else { b'?' };
+        }
+        let sym = if trimmed.is_empty() {
+            &b"?"[..]
+        } else {
+            &sym[..trimmed.len()]
+        };
+        out.extend_from_slice(b"SYMBOL ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
+        super::protocol::write_verdict(out, sym, &verdict);
     }
 }
 
@@ -352,7 +469,7 @@ impl Conn {
                         line = l;
                     }
                     if line.len() > MAX_LINE {
-                        self.out.extend_from_slice(TOO_LONG);
+                        write_error(&mut self.out, ProtoError::LineTooLong);
                         self.counts.err += 1;
                     } else if line == STATUS {
                         self.counts.status += 1;
@@ -376,7 +493,7 @@ impl Conn {
                     } else if pending.len() > MAX_LINE + 1 {
                         // Even a trailing `\r` cannot make this line legal:
                         // answer now, skip the rest up to its newline.
-                        self.out.extend_from_slice(TOO_LONG);
+                        write_error(&mut self.out, ProtoError::LineTooLong);
                         self.counts.err += 1;
                         self.discarding = true;
                         self.start = self.end;
