@@ -168,8 +168,10 @@ pub struct SymbolConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerMode {
-    /// One thread blocks in accept/read: no CPU burnt while idle.
+    /// A thread per connection, blocking in read: no CPU burnt while idle.
     Blocking,
+    /// One thread in a blocking epoll_wait for every connection.
+    Epoll,
     /// A thread spins on non-blocking sockets: lowest latency, one core.
     BusyPoll,
 }
@@ -724,11 +726,12 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
     }
     g.server_mode = match s.str("server_mode")? {
         None | Some("blocking") => ServerMode::Blocking,
+        Some("epoll") => ServerMode::Epoll,
         Some("busy_poll") => ServerMode::BusyPoll,
         Some(other) => {
             return Err(s.err(
                 "server_mode",
-                format!("\"{other}\" is not one of: blocking, busy_poll"),
+                format!("\"{other}\" is not one of: blocking, epoll, busy_poll"),
             ))
         }
     };

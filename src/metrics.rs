@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use hdrhistogram::Histogram;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
-use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
+
+use crate::gate::server::{GateStats, REJECT_REASONS};
 
 /// How a value of a stats struct is exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,10 +161,6 @@ stats! {
 pub const APPLY_LATENCY_BUCKETS: &[f64] = &[
     1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
     0.1, 0.25, 0.5, 1.0,
-];
-/// Bucket upper bounds (seconds) of the check's service time: 100 ns to 10 ms.
-pub const CHECK_TIME_BUCKETS: &[f64] = &[
-    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2,
 ];
 
 /// Values above this (ns) are clamped: a minute is "very late" already.
@@ -359,72 +357,6 @@ impl FeedMetrics {
     }
 }
 
-/// The reasons of `gate.md`, in its order.
-pub const REASONS: [&str; 5] = [
-    "unknown_symbol",
-    "no_data",
-    "stale_quote",
-    "stale_at_source",
-    "suspect",
-];
-/// The suspect causes of `gate.md`.
-pub const CAUSES: [&str; 6] = [
-    "gap",
-    "channel_gap",
-    "seq_anomaly",
-    "session_change",
-    "no_snapshot",
-    "session_ended",
-];
-
-/// The kinds of request the gate answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestKind {
-    CheckOk,
-    CheckReject,
-    Ping,
-    Status,
-    /// Answered `ERR`.
-    Error,
-}
-
-/// The gate server's counters. Each handle is one atomic; the label lookup
-/// is done once here, never per request.
-#[derive(Debug)]
-pub struct GateMetrics {
-    by_kind: [IntCounter; 5],
-    by_reason: [IntCounter; 5],
-    by_cause: [IntCounter; 6],
-    pub connections_open: IntGauge,
-    pub connections_total: IntCounter,
-    /// From a complete request line read to its answer written into the
-    /// output buffer.
-    pub service_time: Arc<SharedHistogram>,
-}
-
-impl GateMetrics {
-    /// Counts one answered request. `reasons` is a bit set over [`REASONS`]
-    /// (bit i = `REASONS[i]`); `cause` indexes [`CAUSES`].
-    pub fn count(&self, kind: RequestKind, reasons: u8, cause: Option<usize>) {
-        let k = match kind {
-            RequestKind::CheckOk => 0,
-            RequestKind::CheckReject => 1,
-            RequestKind::Ping => 2,
-            RequestKind::Status => 3,
-            RequestKind::Error => 4,
-        };
-        self.by_kind[k].inc();
-        for (i, c) in self.by_reason.iter().enumerate() {
-            if reasons & (1 << i) != 0 {
-                c.inc();
-            }
-        }
-        if let Some(c) = cause.and_then(|c| self.by_cause.get(c)) {
-            c.inc();
-        }
-    }
-}
-
 /// Liveness and readiness, as `/healthz` and `/readyz` report them.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -440,7 +372,8 @@ pub struct Health {
 pub struct Metrics {
     pub registry: Registry,
     pub feeds: Vec<Arc<FeedMetrics>>,
-    pub gate: Arc<GateMetrics>,
+    /// The gate server's counters (written by its threads).
+    pub gate: Arc<GateStats>,
     pub health: Arc<Health>,
 }
 
@@ -453,58 +386,14 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// `feeds`: (feed name, its line names), in config order.
-    pub fn new(feeds: &[(&str, Vec<&str>)]) -> prometheus::Result<Metrics> {
+    /// `feeds`: (feed name, its line names), in config order; `gate`: the
+    /// stats the gate server counts into.
+    pub fn new(feeds: &[(&str, Vec<&str>)], gate: Arc<GateStats>) -> prometheus::Result<Metrics> {
         let registry = Registry::new();
         let feeds: Vec<Arc<FeedMetrics>> = feeds
             .iter()
             .map(|(name, lines)| Arc::new(FeedMetrics::new(name, lines)))
             .collect();
-
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "tickgate_gate_requests_total",
-                "Requests answered by the gate socket, by verdict (ok, reject, ping, status, error).",
-            ),
-            &["verdict"],
-        )?;
-        let reasons = IntCounterVec::new(
-            Opts::new(
-                "tickgate_gate_reject_reasons_total",
-                "Reasons given in REJECT answers (one answer may give several).",
-            ),
-            &["reason"],
-        )?;
-        let causes = IntCounterVec::new(
-            Opts::new(
-                "tickgate_gate_suspect_causes_total",
-                "The suspect cause of REJECT answers with reason suspect.",
-            ),
-            &["cause"],
-        )?;
-        let connections_open = IntGauge::new(
-            "tickgate_gate_connections",
-            "Client connections open on the gate socket.",
-        )?;
-        let connections_total = IntCounter::new(
-            "tickgate_gate_connections_accepted_total",
-            "Client connections accepted on the gate socket.",
-        )?;
-        let kinds = ["ok", "reject", "ping", "status", "error"];
-        let gate = Arc::new(GateMetrics {
-            by_kind: kinds.map(|k| requests.with_label_values(&[k])),
-            by_reason: REASONS.map(|r| reasons.with_label_values(&[r])),
-            by_cause: CAUSES.map(|c| causes.with_label_values(&[c])),
-            connections_open: connections_open.clone(),
-            connections_total: connections_total.clone(),
-            service_time: Arc::new(SharedHistogram::default()),
-        });
-        registry.register(Box::new(requests))?;
-        registry.register(Box::new(reasons))?;
-        registry.register(Box::new(causes))?;
-        registry.register(Box::new(connections_open))?;
-        registry.register(Box::new(connections_total))?;
-
         let build = IntGauge::with_opts(
             Opts::new(
                 "tickgate_build_info",
@@ -514,7 +403,6 @@ impl Metrics {
         )?;
         build.set(1);
         registry.register(Box::new(build))?;
-
         let health = Arc::new(Health::default());
         registry.register(Box::new(SnapshotCollector::new(
             feeds.clone(),
@@ -541,7 +429,7 @@ impl Metrics {
 /// Reads the published snapshots at scrape time.
 struct SnapshotCollector {
     feeds: Vec<Arc<FeedMetrics>>,
-    gate: Arc<GateMetrics>,
+    gate: Arc<GateStats>,
     health: Arc<Health>,
     descs: Vec<Desc>,
 }
@@ -550,9 +438,29 @@ const APPLY_LATENCY: (&str, &str) = (
     "tickgate_feed_apply_latency_seconds",
     "From a datagram's arrival (kernel timestamp) to its messages applied to the state.",
 );
-const CHECK_TIME: (&str, &str) = (
-    "tickgate_gate_check_duration_seconds",
-    "Service time of a gate request, from its line read to its answer written.",
+const SERVICE_TIME: (&str, &str) = (
+    "tickgate_gate_service_duration_seconds",
+    "Gate service time per batch of requests read at once (one request unless the client pipelines), from read to answers written.",
+);
+const GATE_REQUESTS: (&str, &str) = (
+    "tickgate_gate_requests_total",
+    "Requests answered on the gate socket, by verdict: ok, reject, error, pong, status, other.",
+);
+const GATE_REASONS: (&str, &str) = (
+    "tickgate_gate_reject_reasons_total",
+    "Reasons given in REJECT answers (one answer may give several).",
+);
+const GATE_ACCEPTED: (&str, &str) = (
+    "tickgate_gate_connections_accepted_total",
+    "Client connections accepted on the gate socket.",
+);
+const GATE_REFUSED: (&str, &str) = (
+    "tickgate_gate_connections_refused_total",
+    "Client connections refused (max_connections reached).",
+);
+const GATE_OPEN: (&str, &str) = (
+    "tickgate_gate_connections",
+    "Client connections open on the gate socket.",
 );
 const CLOCK_OFFSET: (&str, &str) = (
     "tickgate_feed_clock_offset_seconds",
@@ -566,7 +474,7 @@ const READY: (&str, &str) = (
 impl SnapshotCollector {
     fn new(
         feeds: Vec<Arc<FeedMetrics>>,
-        gate: Arc<GateMetrics>,
+        gate: Arc<GateStats>,
         health: Arc<Health>,
     ) -> prometheus::Result<SnapshotCollector> {
         let feed = || vec!["feed".to_string()];
@@ -591,7 +499,16 @@ impl SnapshotCollector {
         for (name, help, labels) in [
             (CLOCK_OFFSET.0, CLOCK_OFFSET.1, feed()),
             (APPLY_LATENCY.0, APPLY_LATENCY.1, feed()),
-            (CHECK_TIME.0, CHECK_TIME.1, vec![]),
+            (SERVICE_TIME.0, SERVICE_TIME.1, vec![]),
+            (
+                GATE_REQUESTS.0,
+                GATE_REQUESTS.1,
+                vec!["verdict".to_string()],
+            ),
+            (GATE_REASONS.0, GATE_REASONS.1, vec!["reason".to_string()]),
+            (GATE_ACCEPTED.0, GATE_ACCEPTED.1, vec![]),
+            (GATE_REFUSED.0, GATE_REFUSED.1, vec![]),
+            (GATE_OPEN.0, GATE_OPEN.1, vec![]),
             (READY.0, READY.1, vec![]),
         ] {
             descs.push(Desc::new(
@@ -738,12 +655,7 @@ impl Collector for SnapshotCollector {
         }
         out.push(offset);
         out.push(latency);
-        let mut check = family(CHECK_TIME.0, CHECK_TIME.1, MetricType::HISTOGRAM);
-        check.mut_metric().push(histogram(
-            vec![],
-            &self.gate.service_time.snapshot(CHECK_TIME_BUCKETS),
-        ));
-        out.push(check);
+        out.extend(gate_families(&self.gate));
         let mut ready = family(READY.0, READY.1, MetricType::GAUGE);
         let is_ready = self.health.ready.load(Ordering::Relaxed)
             && !self.health.stopping.load(Ordering::Relaxed);
@@ -753,6 +665,72 @@ impl Collector for SnapshotCollector {
         out.push(ready);
         out
     }
+}
+
+/// The gate server's counters. Its service-time buckets are powers of two
+/// (bucket 0: below 256 ns; bucket b: [2^(b+7), 2^(b+8)) ns; the last one
+/// open-ended), so they map exactly onto Prometheus buckets `le = 2^(b+8)`
+/// ns (a sample exactly on a bound lands one bucket up: 1 ns of slack).
+fn gate_families(g: &GateStats) -> Vec<MetricFamily> {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = Vec::new();
+    let mut req = family(GATE_REQUESTS.0, GATE_REQUESTS.1, MetricType::COUNTER);
+    for (verdict, n) in [
+        ("ok", load(&g.ok)),
+        ("reject", load(&g.reject)),
+        ("error", load(&g.err)),
+        ("pong", load(&g.pong)),
+        ("status", load(&g.status)),
+        ("other", load(&g.other)),
+    ] {
+        req.mut_metric()
+            .push(sample(vec![label("verdict", verdict)], Kind::Counter, n));
+    }
+    out.push(req);
+    let mut reasons = family(GATE_REASONS.0, GATE_REASONS.1, MetricType::COUNTER);
+    for (reason, n) in REJECT_REASONS.iter().zip(&g.rejects_by_reason) {
+        reasons.mut_metric().push(sample(
+            vec![label("reason", reason)],
+            Kind::Counter,
+            load(n),
+        ));
+    }
+    out.push(reasons);
+    for (meta, kind, v) in [
+        (GATE_ACCEPTED, Kind::Counter, load(&g.connections_accepted)),
+        (GATE_REFUSED, Kind::Counter, load(&g.connections_refused)),
+        (
+            GATE_OPEN,
+            Kind::Gauge,
+            g.connections_open.load(Ordering::Relaxed).max(0) as u64,
+        ),
+    ] {
+        let mut f = family(meta.0, meta.1, metric_type(kind));
+        f.mut_metric().push(sample(vec![], kind, v));
+        out.push(f);
+    }
+    // Read the buckets first and derive the count from them, so that
+    // `+Inf` equals `_count` even while the server keeps counting.
+    let counts: Vec<u64> = g.service_ns.iter().map(load).collect();
+    let (last, bounded) = counts.split_last().expect("buckets");
+    let mut cumulative = Vec::with_capacity(bounded.len());
+    let mut running = 0;
+    for c in bounded {
+        running += c;
+        cumulative.push(running);
+    }
+    let snap = HistogramSnapshot {
+        bounds: (0..bounded.len())
+            .map(|b| (1u64 << (b + 8)) as f64 / 1e9)
+            .collect(),
+        cumulative,
+        count: running + last,
+        sum_seconds: load(&g.service_ns_sum) as f64 / 1e9,
+    };
+    let mut f = family(SERVICE_TIME.0, SERVICE_TIME.1, MetricType::HISTOGRAM);
+    f.mut_metric().push(histogram(vec![], &snap));
+    out.push(f);
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -840,7 +818,11 @@ mod tests {
     use super::*;
 
     fn metrics() -> Metrics {
-        Metrics::new(&[("fx", vec!["A", "B"]), ("eq", vec!["A"])]).unwrap()
+        Metrics::new(
+            &[("fx", vec!["A", "B"]), ("eq", vec!["A"])],
+            Arc::new(GateStats::default()),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -875,18 +857,37 @@ mod tests {
     }
 
     #[test]
-    fn gate_counts_by_verdict_reason_and_cause() {
+    fn gate_stats_by_verdict_reason_and_service_time() {
         let m = metrics();
-        m.gate.count(RequestKind::CheckOk, 0, None);
-        m.gate.count(RequestKind::CheckReject, 0b10100, Some(1));
-        m.gate.count(RequestKind::CheckReject, 0b00100, None);
+        m.gate.ok.store(3, Ordering::Relaxed);
+        m.gate.reject.store(2, Ordering::Relaxed);
+        m.gate.rejects_by_reason[2].store(2, Ordering::Relaxed);
+        m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
+        m.gate.connections_open.store(1, Ordering::Relaxed);
+        // 4 batches under 256 ns, 1 in [512, 1024) ns, 1 beyond every bound.
+        m.gate.service_ns[0].store(4, Ordering::Relaxed);
+        m.gate.service_ns[2].store(1, Ordering::Relaxed);
+        m.gate.service_ns[24].store(1, Ordering::Relaxed);
+        m.gate
+            .service_ns_sum
+            .store(3_000_000_000, Ordering::Relaxed);
         let text = m.render();
-        assert!(text.contains("tickgate_gate_requests_total{verdict=\"ok\"} 1\n"));
-        assert!(text.contains("tickgate_gate_requests_total{verdict=\"reject\"} 2\n"));
-        assert!(text.contains("tickgate_gate_reject_reasons_total{reason=\"stale_quote\"} 2\n"));
-        assert!(text.contains("tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n"));
-        assert!(text.contains("tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n"));
-        assert!(text.contains("tickgate_gate_suspect_causes_total{cause=\"channel_gap\"} 1\n"));
+        for want in [
+            "tickgate_gate_requests_total{verdict=\"ok\"} 3\n",
+            "tickgate_gate_requests_total{verdict=\"reject\"} 2\n",
+            "tickgate_gate_reject_reasons_total{reason=\"stale_quote\"} 2\n",
+            "tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n",
+            "tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n",
+            "tickgate_gate_connections 1\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000256\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000512\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000001024\"} 5\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"+Inf\"} 6\n",
+            "tickgate_gate_service_duration_seconds_count 6\n",
+            "tickgate_gate_service_duration_seconds_sum 3\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tickgate::metrics::{self, FeedStats, LineStats, Metrics, RequestKind};
+use tickgate::gate::server::GateStats;
+use tickgate::metrics::{self, FeedStats, LineStats, Metrics};
 
 /// A minimal HTTP/1.1 GET: (status, body).
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -59,7 +60,11 @@ fn serve(m: Arc<Metrics>) -> (SocketAddr, tokio::runtime::Runtime) {
 }
 
 fn populated() -> Arc<Metrics> {
-    let m = Metrics::new(&[("fx", vec!["A", "B"]), ("eq", vec!["A"])]).unwrap();
+    let m = Metrics::new(
+        &[("fx", vec!["A", "B"]), ("eq", vec!["A"])],
+        Arc::new(GateStats::default()),
+    )
+    .unwrap();
     m.feeds[0].stats.store(&FeedStats {
         channel_gaps: 2,
         channel_messages_lost: 9,
@@ -83,12 +88,11 @@ fn populated() -> Arc<Metrics> {
         rec.record(v, 0);
     }
     rec.flush();
-    let mut rec = m.gate.service_time.recorder();
-    rec.record(450, 0);
-    rec.flush();
-    m.gate.count(RequestKind::CheckOk, 0, None);
-    m.gate.count(RequestKind::CheckReject, 0b10000, Some(0));
-    m.gate.count(RequestKind::Error, 0, None);
+    m.gate.ok.store(1, Ordering::Relaxed);
+    m.gate.reject.store(1, Ordering::Relaxed);
+    m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
+    m.gate.service_ns[1].store(1, Ordering::Relaxed);
+    m.gate.service_ns_sum.store(450, Ordering::Relaxed);
     Arc::new(m)
 }
 
@@ -100,7 +104,7 @@ fn metrics_endpoint_passes_promtool() {
     assert_eq!(status, 200);
     assert!(body.contains("tickgate_feed_channel_messages_lost_total{feed=\"fx\"} 9"));
     assert!(body.contains("tickgate_feed_apply_latency_seconds_count{feed=\"fx\"} 5"));
-    assert!(body.contains("tickgate_gate_check_duration_seconds_count 1"));
+    assert!(body.contains("tickgate_gate_service_duration_seconds_count 1"));
     assert!(!body.contains("symbol="), "no per-symbol labels");
 
     let promtool = std::path::Path::new("/usr/bin/promtool");
