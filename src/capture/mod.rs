@@ -2,6 +2,7 @@
 //! the synthetic provider (simulate) and recording live lines.
 
 pub mod frame;
+pub mod live;
 pub mod pcap;
 pub mod record;
 pub mod replay;
