@@ -369,3 +369,101 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.pcap"));
 }
+
+// ---- --config ----
+
+const CONFIG: &str = r#"
+[[feed]]
+name = "fx"
+mode = "full"
+[[feed.line]]
+name = "A"
+group = "239.255.0.1"
+port = 30001
+[[feed.line]]
+name = "B"
+group = "239.255.0.2"
+port = 30001
+[feed.symbols.EURUSD]
+stale_ms = 200
+[feed.symbols.USDTRY]
+stale_ms = 5000
+
+[[feed]]
+name = "eq"
+mode = "delta"
+[[feed.line]]
+name = "A"
+group = "239.255.0.9"
+port = 30001
+"#;
+
+#[test]
+fn config_maps_feeds_lines_and_symbols() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, t) = simulate(
+        dir.path(),
+        &["--seed", "35", "--duration", "1", "--loss-a", "0.1"],
+    );
+    let cfg = dir.path().join("tickgate.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let v = replay_json(&[p(&cap), "--config", p(&cfg)]);
+    let feeds = v["feeds"].as_array().unwrap();
+    assert_eq!(feeds.len(), 2);
+    assert_eq!(feeds[0]["name"], "fx");
+    assert_eq!(feeds[0]["lines"].as_array().unwrap().len(), 2);
+    assert_eq!(feeds[0]["packets"], t["datagrams"]);
+    assert_eq!(feeds[0]["channel_lost"], 0);
+    assert_eq!(feeds[1]["name"], "eq");
+    assert_eq!(feeds[1]["mode"], "delta");
+    assert_eq!(feeds[1]["packets"], 0);
+    assert_eq!(v["unmatched"], 0);
+    // configured, never quoted: known, without data
+    assert_eq!(v["symbols"]["USDTRY"]["has_quote"], false);
+
+    let checks = dir.path().join("checks.txt");
+    let t_end = t["end_ns"].as_i64().unwrap();
+    std::fs::write(
+        &checks,
+        format!(
+            "{t_end} CHECK USDTRY\n{t_end} CHECK EURUSD stale_ms=300\n{t_end} CHECK EURUSD stale_ms=150\n"
+        ),
+    )
+    .unwrap();
+    let out = tickgate(&[
+        "replay",
+        p(&cap),
+        "--config",
+        p(&cfg),
+        "--checks",
+        p(&checks),
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), 3);
+    assert_eq!(
+        got[0],
+        "REJECT USDTRY no_data seq=- bid=- ask=- silence_us=- source_age_us=-"
+    );
+    // EURUSD's configured stale_ms is 200: 300 would loosen it
+    assert_eq!(got[1], "ERR threshold looser than configured");
+    assert!(
+        got[2].contains(" EURUSD ") && got[2].contains(" seq="),
+        "{}",
+        got[2]
+    );
+
+    // a line taking one source only: everything else on its group is not its
+    let ssm = CONFIG.replacen("port = 30001\n", "port = 30001\nsource = \"10.9.9.9\"\n", 1);
+    std::fs::write(&cfg, ssm).unwrap();
+    let v = replay_json(&[p(&cap), "--config", p(&cfg)]);
+    assert_eq!(v["unmatched"], t["lines"][0]["packets"]);
+    assert_eq!(v["feeds"][0]["lines"][0]["source"], "10.9.9.9");
+
+    // a bad config is refused with its key named
+    std::fs::write(&cfg, "x = 1\n").unwrap();
+    let out = tickgate(&["replay", p(&cap), "--config", p(&cfg)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
+}

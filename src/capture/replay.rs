@@ -14,7 +14,7 @@ use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
@@ -448,11 +448,58 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
-    bail!(
-        "replay --config is not available yet in this build ({}): use --mode and --filter",
-        path.display()
-    )
+/// The config file's feeds: each feed's lines by group:port (and source,
+/// for a source-specific line), its settings and its configured symbols.
+/// Interfaces and the other sections do not matter to a replay.
+pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
+    let cfg = crate::config::Config::load(path)
+        .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
+}
+
+/// The core's settings and the replay lines of one configured feed.
+pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
+    use crate::config::{ClockOffset as C, FeedMode, Liveness as L};
+    use crate::feed::{ClockOffset, Liveness};
+    let settings = FeedSettings {
+        mode: match f.mode {
+            FeedMode::Full => Mode::Full,
+            FeedMode::Delta => Mode::Delta,
+        },
+        liveness: match f.liveness {
+            L::Symbol => Liveness::Symbol,
+            L::Channel => Liveness::Channel,
+        },
+        stale_ms: f.stale_ms,
+        source_max_age_ms: f.source_max_age_ms,
+        max_seq_jump: f.max_seq_jump,
+        clock_offset: match f.clock_offset {
+            C::Auto => ClockOffset::Auto,
+            C::Off => ClockOffset::Off,
+            C::FixedMs(ms) => ClockOffset::FixedNs(ms.saturating_mul(1_000_000)),
+        },
+        max_symbols: f.max_symbols,
+    };
+    FeedSpec {
+        name: f.name.clone(),
+        settings,
+        lines: f
+            .lines
+            .iter()
+            .map(|l| ReplayLine {
+                dst: SocketAddrV4::new(l.group, l.port),
+                source: l.source,
+            })
+            .collect(),
+        symbols: f
+            .symbols
+            .iter()
+            .map(|s| {
+                let t = f.thresholds_for(s.symbol);
+                (s.symbol, t.stale_ms, t.source_max_age_ms)
+            })
+            .collect(),
+    }
 }
 
 fn mode_name(m: Mode) -> &'static str {
