@@ -1,6 +1,15 @@
 //! Captures: pcap/pcapng reading and writing, replay through the core,
 //! the synthetic provider (simulate) and recording live lines.
 
+pub mod frame;
+pub mod live;
+pub mod pcap;
 pub mod record;
 pub mod replay;
 pub mod simulate;
+
+pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};
+pub use pcap::{
+    CaptureError, CaptureFormat, CaptureReader, CaptureStats, CapturedDatagram, DatagramRef,
+    PcapWriter,
+};

@@ -1,1 +1,864 @@
-//! (to be written)
+//! The live receiver of one feed (I/O shell, Linux only).
+//!
+//! One thread per feed reads every line (A, B, ...) of that feed and hands
+//! each datagram to a single handler (the core's `Feed`), so A/B
+//! arbitration runs in one writer thread without locks. Per line: a UDP
+//! socket bound to `group:port` (so the kernel filters by destination), the
+//! group joined on the configured interface (source-specific when a source
+//! is given), a large receive buffer, kernel receive timestamps
+//! (`SO_TIMESTAMPNS`) as the arrival time and the kernel's drop counter
+//! (`SO_RXQ_OVFL`). Datagrams are read in batches with `recvmmsg` into
+//! buffers allocated once: nothing is allocated per packet.
+//!
+//! Blocking mode waits in `epoll_wait` with a 100 ms timeout so that the
+//! stop flag is seen promptly; busy-poll mode spins over the sockets with
+//! non-blocking `recvmmsg` (lowest latency, burns its core: pin it).
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// Where a line is received: an interface name (`lo`, `eth0`), resolved
+/// to its IPv4 address, or the address itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterfaceSpec {
+    Name(String),
+    Addr(Ipv4Addr),
+}
+
+impl InterfaceSpec {
+    /// The interface's IPv4 address (the first one, for a name).
+    pub fn resolve(&self) -> anyhow::Result<Ipv4Addr> {
+        match self {
+            InterfaceSpec::Addr(a) => Ok(*a),
+            InterfaceSpec::Name(name) => interface_ipv4(name)
+                .with_context(|| format!("looking up interface {name:?}"))?
+                .with_context(|| format!("interface {name:?} has no IPv4 address")),
+        }
+    }
+}
+
+impl FromStr for InterfaceSpec {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<InterfaceSpec> {
+        if let Ok(a) = s.parse::<Ipv4Addr>() {
+            return Ok(InterfaceSpec::Addr(a));
+        }
+        // IFNAMSIZ is 16 with the terminating NUL.
+        if s.is_empty() || s.len() > 15 || s.contains(['/', ' ', '\0']) {
+            bail!("{s:?} is neither an IPv4 address nor an interface name");
+        }
+        Ok(InterfaceSpec::Name(s.to_owned()))
+    }
+}
+
+impl std::fmt::Display for InterfaceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InterfaceSpec::Name(n) => f.write_str(n),
+            InterfaceSpec::Addr(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// The first IPv4 address of interface `name`, via `getifaddrs`.
+fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list returned by getifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let ifname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        // SAFETY: ifa_addr points to a sockaddr of at least sa_family.
+        let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+        if family == libc::AF_INET && ifname.to_bytes() == name.as_bytes() {
+            // SAFETY: AF_INET means the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            break;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(found)
+}
+
+/// One line of a feed: a multicast group carrying the feed's packets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineSpec {
+    /// For logs and metrics (`A`, `B`).
+    pub name: String,
+    pub group: Ipv4Addr,
+    pub port: u16,
+    pub interface: InterfaceSpec,
+    /// Source-specific multicast: only this sender (IP_ADD_SOURCE_MEMBERSHIP).
+    pub source: Option<Ipv4Addr>,
+    /// Requested SO_RCVBUF in bytes; `None` leaves the system default.
+    pub rcvbuf: Option<usize>,
+}
+
+impl LineSpec {
+    /// `name` on `group:port` via `interface`, any source, default buffer.
+    pub fn new(name: &str, group: SocketAddrV4, interface: InterfaceSpec) -> LineSpec {
+        LineSpec {
+            name: name.to_owned(),
+            group: *group.ip(),
+            port: group.port(),
+            interface,
+            source: None,
+            rcvbuf: None,
+        }
+    }
+}
+
+/// How the feed thread reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiverOptions {
+    /// Datagrams per `recvmmsg` call.
+    pub batch: usize,
+    /// Largest datagram accepted; a longer one is counted as truncated and
+    /// dropped (it would be invalid anyway). 9216 covers jumbo frames.
+    pub max_datagram: usize,
+    /// Spin on non-blocking reads instead of sleeping in epoll.
+    pub busy_poll: bool,
+    /// Pin the feed thread to this CPU (sched_setaffinity).
+    pub cpu: Option<usize>,
+    /// Longest sleep before the stop flag is checked again.
+    pub poll_timeout: Duration,
+}
+
+impl Default for ReceiverOptions {
+    fn default() -> Self {
+        ReceiverOptions {
+            batch: 64,
+            max_datagram: 9216,
+            busy_poll: false,
+            cpu: None,
+            poll_timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Counters of one line, written by the feed thread only (once per batch)
+/// and read by anyone (metrics).
+#[derive(Debug, Default)]
+pub struct LineStats {
+    datagrams: AtomicU64,
+    bytes: AtomicU64,
+    batches: AtomicU64,
+    /// The socket's drop count as last reported by SO_RXQ_OVFL (the kernel
+    /// reports it only on the datagrams that follow a drop).
+    kernel_drops: AtomicU64,
+    truncated: AtomicU64,
+    /// Datagrams delivered without a kernel timestamp (arrival taken from
+    /// the clock once per batch instead).
+    no_timestamp: AtomicU64,
+}
+
+/// A copy of [`LineStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineStatsSnapshot {
+    pub datagrams: u64,
+    pub bytes: u64,
+    pub batches: u64,
+    pub kernel_drops: u64,
+    pub truncated: u64,
+    pub no_timestamp: u64,
+}
+
+impl LineStats {
+    pub fn snapshot(&self) -> LineStatsSnapshot {
+        LineStatsSnapshot {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            kernel_drops: self.kernel_drops.load(Ordering::Relaxed),
+            truncated: self.truncated.load(Ordering::Relaxed),
+            no_timestamp: self.no_timestamp.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Single writer: a plain load + store is enough and avoids a locked
+    /// read-modify-write on the hot path.
+    fn add(counter: &AtomicU64, n: u64) {
+        if n != 0 {
+            counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the feed thread calls. Implemented for every
+/// `FnMut(line, datagram, arrival_ns)`, so a closure around the core's
+/// `Feed::on_datagram` is enough.
+pub trait DatagramHandler {
+    /// One datagram of line `line` (index into the feed's `LineSpec`s),
+    /// `arrival_ns` = kernel receive time, Unix nanoseconds.
+    fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64);
+
+    /// The same with the sender's address (`tickgate record` needs it).
+    /// The receiver always calls this one.
+    fn on_datagram_from(
+        &mut self,
+        line: usize,
+        _source: SocketAddrV4,
+        datagram: &[u8],
+        arrival_ns: i64,
+    ) {
+        self.on_datagram(line, datagram, arrival_ns)
+    }
+
+    /// After each round of reads that delivered something, and at least
+    /// every `poll_timeout` when idle; `now` = CLOCK_REALTIME, Unix ns.
+    /// For periodic work in the writer thread (publishing, timers).
+    fn on_poll(&mut self, _now: i64) {}
+}
+
+impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
+    fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
+        self(line, datagram, arrival_ns)
+    }
+}
+
+/// CLOCK_REALTIME in Unix nanoseconds.
+pub fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    timespec_ns(&ts)
+}
+
+/// `time_t`/`c_long` are i64 on 64-bit Linux but not everywhere.
+#[allow(clippy::unnecessary_cast)]
+#[inline]
+fn timespec_ns(ts: &libc::timespec) -> i64 {
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to an int of the stated size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens, binds and joins one line's socket (non-blocking).
+pub fn open_line_socket(line: &LineSpec) -> anyhow::Result<Socket> {
+    let ctx = || {
+        format!(
+            "line {} ({}:{} on {})",
+            line.name, line.group, line.port, line.interface
+        )
+    };
+    if !line.group.is_multicast() {
+        bail!("{}: {} is not a multicast group", ctx(), line.group);
+    }
+    let iface = line.interface.resolve().with_context(ctx)?;
+    let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).with_context(ctx)?;
+    // Several processes (the daemon, `tickgate record`) may listen to the
+    // same group: multicast is delivered to every bound socket.
+    sock.set_reuse_address(true).with_context(ctx)?;
+    sock.set_reuse_port(true).with_context(ctx)?;
+    // Bound to the group address, the socket only gets this group's
+    // datagrams; IP_MULTICAST_ALL off also keeps out groups joined by
+    // other sockets of this host on the same port.
+    sock.set_multicast_all_v4(false).with_context(ctx)?;
+    sock.bind(&SockAddr::from(SocketAddrV4::new(line.group, line.port)))
+        .with_context(|| format!("{}: bind", ctx()))?;
+    match line.source {
+        Some(src) => sock
+            .join_ssm_v4(&src, &line.group, &iface)
+            .with_context(|| format!("{}: join source {src} via {iface}", ctx()))?,
+        None => sock
+            .join_multicast_v4(&line.group, &iface)
+            .with_context(|| format!("{}: join via {iface}", ctx()))?,
+    }
+    if let Some(want) = line.rcvbuf {
+        set_rcvbuf(&sock, want, &line.name)?;
+    }
+    let fd = sock.as_raw_fd();
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+        .with_context(|| format!("{}: SO_TIMESTAMPNS", ctx()))?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
+        .with_context(|| format!("{}: SO_RXQ_OVFL", ctx()))?;
+    sock.set_nonblocking(true).with_context(ctx)?;
+    Ok(sock)
+}
+
+/// SO_RCVBUF, then SO_RCVBUFFORCE (root) when net.core.rmem_max capped
+/// it; warns when the kernel still grants less. The kernel doubles the
+/// value set (bookkeeping overhead) and reports the doubled value.
+fn set_rcvbuf(sock: &Socket, want: usize, line: &str) -> anyhow::Result<usize> {
+    sock.set_recv_buffer_size(want)
+        .with_context(|| format!("line {line}: SO_RCVBUF {want}"))?;
+    let mut granted = sock.recv_buffer_size()? / 2;
+    if granted < want {
+        let v = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
+        if setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_ok() {
+            granted = sock.recv_buffer_size()? / 2;
+        }
+    }
+    if granted < want {
+        tracing::warn!(
+            line,
+            requested = want,
+            granted,
+            "kernel granted a smaller receive buffer (raise net.core.rmem_max)"
+        );
+    }
+    Ok(granted)
+}
+
+fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks the index.
+    unsafe {
+        let mut set: libc::cpu_set_t = mem::zeroed();
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Room for SCM_TIMESTAMPNS (a timespec) and SO_RXQ_OVFL (a u32), with
+/// headroom; in u64 words so the buffer is aligned for cmsghdr.
+const CMSG_WORDS: usize = 16;
+
+/// The sockets of one feed and the preallocated `recvmmsg` arrays. Not
+/// thread-safe by design: it lives in the feed thread.
+pub struct Receiver {
+    lines: Vec<LineSpec>,
+    sockets: Vec<Socket>,
+    stats: Arc<[LineStats]>,
+    epoll: OwnedFd,
+    opts: ReceiverOptions,
+    bufs: Vec<u8>,
+    iovecs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_in>,
+    cmsgs: Vec<[u64; CMSG_WORDS]>,
+    hdrs: Vec<libc::mmsghdr>,
+    events: Vec<libc::epoll_event>,
+    /// Lines reported ready by epoll (capacity: one per line).
+    ready: Vec<usize>,
+    /// Last SO_RXQ_OVFL value per line (the kernel's u32 counter).
+    last_ovfl: Vec<Option<u32>>,
+    /// Next line to read first in busy-poll mode (fairness between lines).
+    next_line: usize,
+}
+
+// SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
+// buffers owned by the same Receiver; moving it to another thread moves
+// them together (heap buffers do not move).
+unsafe impl Send for Receiver {}
+
+impl Receiver {
+    /// Opens and joins every line. Errors name the line.
+    pub fn open(lines: &[LineSpec], opts: ReceiverOptions) -> anyhow::Result<Receiver> {
+        if lines.is_empty() {
+            bail!("a feed needs at least one line");
+        }
+        if opts.batch == 0 || opts.max_datagram == 0 {
+            bail!("receiver batch and max_datagram must be positive");
+        }
+        let sockets = lines
+            .iter()
+            .map(open_line_socket)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // SAFETY: plain syscall; the fd is owned right after.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error()).context("epoll_create1");
+        }
+        // SAFETY: `ep` is a fresh fd we own.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        for (i, s) in sockets.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: valid epoll fd, socket fd and event pointer.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) } != 0 {
+                return Err(io::Error::last_os_error()).context("epoll_ctl");
+            }
+        }
+        let n = opts.batch;
+        let mut r = Receiver {
+            lines: lines.to_vec(),
+            stats: (0..lines.len()).map(|_| LineStats::default()).collect(),
+            sockets,
+            epoll,
+            bufs: vec![0u8; n * opts.max_datagram],
+            iovecs: Vec::with_capacity(n),
+            // SAFETY: sockaddr_in and mmsghdr are plain data; all-zero is valid.
+            names: vec![unsafe { mem::zeroed() }; n],
+            cmsgs: vec![[0u64; CMSG_WORDS]; n],
+            hdrs: Vec::with_capacity(n),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; lines.len()],
+            ready: Vec::with_capacity(lines.len()),
+            last_ovfl: vec![None; lines.len()],
+            next_line: 0,
+            opts,
+        };
+        r.wire_headers();
+        Ok(r)
+    }
+
+    /// Points every mmsghdr at its buffer, name and control space. The
+    /// arrays never grow afterwards, so the pointers stay valid.
+    fn wire_headers(&mut self) {
+        let m = self.opts.max_datagram;
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..self.opts.batch {
+            self.iovecs.push(libc::iovec {
+                // SAFETY: i * m is within `bufs` (batch * m bytes).
+                iov_base: unsafe { base.add(i * m) } as *mut libc::c_void,
+                iov_len: m,
+            });
+        }
+        for i in 0..self.opts.batch {
+            // SAFETY: all-zero msghdr is valid; fields are set below.
+            let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
+            h.msg_hdr.msg_iov = &mut self.iovecs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            self.hdrs.push(h);
+        }
+        self.reset_headers(self.opts.batch);
+    }
+
+    /// recvmmsg overwrites namelen/controllen/flags: restore them.
+    #[inline]
+    fn reset_headers(&mut self, n: usize) {
+        for i in 0..n {
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = &mut self.names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+            h.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = CMSG_WORDS * 8;
+            h.msg_flags = 0;
+        }
+    }
+
+    /// The feed's lines, in index order.
+    pub fn lines(&self) -> &[LineSpec] {
+        &self.lines
+    }
+
+    /// Per-line counters (index = line), shareable with a metrics thread.
+    pub fn stats(&self) -> Arc<[LineStats]> {
+        self.stats.clone()
+    }
+
+    /// One non-blocking `recvmmsg` batch from line `line`; returns the
+    /// number of datagrams delivered to `handler` (0: nothing waiting).
+    fn read_batch<H: DatagramHandler + ?Sized>(
+        &mut self,
+        line: usize,
+        handler: &mut H,
+    ) -> io::Result<usize> {
+        let n = self.opts.batch;
+        let fd = self.sockets[line].as_raw_fd();
+        // SAFETY: hdrs holds `n` headers pointing into our own buffers.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let got = got as usize;
+        let mut fallback_now: Option<i64> = None;
+        let (mut bytes, mut truncated, mut no_ts) = (0u64, 0u64, 0u64);
+        let m = self.opts.max_datagram;
+        for i in 0..got {
+            let hdr = &self.hdrs[i];
+            let len = hdr.msg_len as usize;
+            let msg_flags = hdr.msg_hdr.msg_flags;
+            let (ts, ovfl) = parse_cmsgs(&hdr.msg_hdr);
+            if let Some(d) = ovfl {
+                self.note_ovfl(line, d);
+            }
+            if msg_flags & libc::MSG_TRUNC != 0 {
+                truncated += 1;
+                continue;
+            }
+            let arrival = match ts {
+                Some(t) => t,
+                None => {
+                    no_ts += 1;
+                    *fallback_now.get_or_insert_with(realtime_ns)
+                }
+            };
+            let sin = &self.names[i];
+            let src = SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            );
+            bytes += len as u64;
+            handler.on_datagram_from(line, src, &self.bufs[i * m..i * m + len], arrival);
+        }
+        self.reset_headers(got);
+        let st = &self.stats[line];
+        LineStats::add(&st.datagrams, (got as u64) - truncated);
+        LineStats::add(&st.bytes, bytes);
+        LineStats::add(&st.batches, 1);
+        LineStats::add(&st.truncated, truncated);
+        LineStats::add(&st.no_timestamp, no_ts);
+        if truncated > 0 {
+            tracing::warn!(
+                line = self.lines[line].name.as_str(),
+                truncated,
+                max = m,
+                "datagrams longer than max_datagram dropped"
+            );
+        }
+        Ok(got)
+    }
+
+    /// SO_RXQ_OVFL carries the socket's cumulative u32 drop count as of
+    /// the datagram's enqueueing: monotonic, so the wrapping difference is
+    /// the number of new drops.
+    fn note_ovfl(&mut self, line: usize, value: u32) {
+        let delta = value.wrapping_sub(self.last_ovfl[line].unwrap_or(0));
+        LineStats::add(&self.stats[line].kernel_drops, delta as u64);
+        self.last_ovfl[line] = Some(value);
+    }
+
+    /// Reads every line until each is drained or `max_rounds` rounds of
+    /// full batches were taken (so one busy line cannot starve the check
+    /// of the stop flag). Returns datagrams delivered.
+    fn drain<H: DatagramHandler + ?Sized>(
+        &mut self,
+        ready: &[usize],
+        handler: &mut H,
+    ) -> io::Result<usize> {
+        let mut total = 0;
+        for _round in 0..64 {
+            let mut full = false;
+            for &line in ready {
+                let got = self.read_batch(line, handler)?;
+                total += got;
+                full |= got == self.opts.batch;
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Waits up to `timeout` for datagrams, then delivers everything
+    /// waiting on any line. Returns the number delivered (0 on timeout).
+    /// Calls `handler.on_poll` once at the end.
+    pub fn poll<H: DatagramHandler + ?Sized>(
+        &mut self,
+        timeout: Duration,
+        handler: &mut H,
+    ) -> io::Result<usize> {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: events has room for one event per line.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        let mut ready = mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
+        let got = self.drain(&ready, handler);
+        self.ready = ready;
+        let got = got?;
+        handler.on_poll(realtime_ns());
+        Ok(got)
+    }
+
+    /// One busy-poll pass: a non-blocking batch from every line, starting
+    /// with a different line each time. Does not call `on_poll`.
+    pub fn poll_nonblocking<H: DatagramHandler + ?Sized>(
+        &mut self,
+        handler: &mut H,
+    ) -> io::Result<usize> {
+        let k = self.sockets.len();
+        let mut total = 0;
+        for j in 0..k {
+            let line = (self.next_line + j) % k;
+            total += self.read_batch(line, handler)?;
+        }
+        self.next_line = (self.next_line + 1) % k;
+        Ok(total)
+    }
+
+    /// Runs until `stop` is set: the body of a feed thread.
+    pub fn run<H: DatagramHandler + ?Sized>(
+        &mut self,
+        stop: &AtomicBool,
+        handler: &mut H,
+    ) -> io::Result<()> {
+        if self.opts.busy_poll {
+            let mut last_poll = realtime_ns();
+            let period = self.opts.poll_timeout.as_nanos() as i64;
+            let mut idle_spins = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let got = self.poll_nonblocking(handler)?;
+                if got > 0 {
+                    idle_spins = 0;
+                    last_poll = realtime_ns();
+                    handler.on_poll(last_poll);
+                } else {
+                    idle_spins += 1;
+                    std::hint::spin_loop();
+                    // Read the clock only now and then while idle.
+                    if idle_spins.is_multiple_of(1024) {
+                        let now = realtime_ns();
+                        if now - last_poll >= period {
+                            last_poll = now;
+                            handler.on_poll(now);
+                        }
+                    }
+                }
+            }
+        } else {
+            while !stop.load(Ordering::Relaxed) {
+                self.poll(self.opts.poll_timeout, handler)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Kernel receive time (SCM_TIMESTAMPNS) and drop counter (SO_RXQ_OVFL)
+/// of one received message.
+#[inline]
+fn parse_cmsgs(msg: &libc::msghdr) -> (Option<i64>, Option<u32>) {
+    let (mut ts, mut ovfl) = (None, None);
+    // SAFETY: the control buffer was filled by recvmmsg; the CMSG macros
+    // stay within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::SOL_SOCKET {
+                if h.cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    ts = Some(timespec_ns(&t));
+                } else if h.cmsg_type == libc::SO_RXQ_OVFL {
+                    ovfl = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    (ts, ovfl)
+}
+
+/// A running feed thread.
+pub struct FeedThread<H> {
+    name: String,
+    stop: Arc<AtomicBool>,
+    stats: Arc<[LineStats]>,
+    lines: Vec<LineSpec>,
+    thread: Option<JoinHandle<anyhow::Result<H>>>,
+}
+
+impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
+    /// Opens every line (errors are returned here, before any thread
+    /// starts), then starts thread `feed-<name>` calling `handler` for each
+    /// datagram until [`FeedThread::stop`].
+    pub fn spawn(
+        name: &str,
+        lines: &[LineSpec],
+        opts: ReceiverOptions,
+        mut handler: H,
+    ) -> anyhow::Result<FeedThread<H>> {
+        let cpu = opts.cpu;
+        let mut rx =
+            Receiver::open(lines, opts).with_context(|| format!("feed {name}: opening lines"))?;
+        let stats = rx.stats();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let fname = name.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("feed-{name}"))
+            .spawn(move || -> anyhow::Result<H> {
+                if let Some(cpu) = cpu {
+                    if let Err(e) = pin_current_thread(cpu) {
+                        tracing::warn!(feed = fname.as_str(), cpu, error = %e, "could not pin the feed thread");
+                    }
+                }
+                tracing::info!(feed = fname.as_str(), lines = rx.lines().len(), "feed receiver started");
+                rx.run(&stop2, &mut handler)
+                    .with_context(|| format!("feed {fname}: receiving"))?;
+                Ok(handler)
+            })
+            .context("spawning the feed thread")?;
+        Ok(FeedThread {
+            name: name.to_owned(),
+            stop,
+            stats,
+            lines: lines.to_vec(),
+            thread: Some(thread),
+        })
+    }
+
+    /// Per-line counters, index = line.
+    pub fn stats(&self) -> Arc<[LineStats]> {
+        self.stats.clone()
+    }
+
+    pub fn lines(&self) -> &[LineSpec] {
+        &self.lines
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The flag the thread checks (at least every `poll_timeout`).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// True once the thread has ended (stopped or failed).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the thread and gives the handler back (or the error that
+    /// ended the thread).
+    pub fn stop(mut self) -> anyhow::Result<H> {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.thread.take().expect("joined once");
+        match t.join() {
+            Ok(r) => r,
+            Err(_) => bail!("feed {} thread panicked", self.name),
+        }
+    }
+}
+
+impl<H> Drop for FeedThread<H> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_spec_parses_address_or_name() {
+        assert_eq!(
+            "127.0.0.1".parse::<InterfaceSpec>().unwrap(),
+            InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)
+        );
+        assert_eq!(
+            "lo".parse::<InterfaceSpec>().unwrap(),
+            InterfaceSpec::Name("lo".into())
+        );
+        assert!("".parse::<InterfaceSpec>().is_err());
+        assert!("a very long interface name"
+            .parse::<InterfaceSpec>()
+            .is_err());
+    }
+
+    #[test]
+    fn loopback_name_resolves_to_its_address() {
+        let a = InterfaceSpec::Name("lo".into()).resolve().unwrap();
+        assert!(a.is_loopback(), "{a}");
+        assert!(InterfaceSpec::Name("no-such-if0".into()).resolve().is_err());
+    }
+
+    #[test]
+    fn non_multicast_group_is_refused() {
+        let line = LineSpec::new(
+            "A",
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9),
+            InterfaceSpec::Addr(Ipv4Addr::LOCALHOST),
+        );
+        let e = Receiver::open(&[line], ReceiverOptions::default())
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("not a multicast group"), "{e:#}");
+    }
+
+    #[test]
+    fn ovfl_counter_deltas_accumulate() {
+        let line = LineSpec::new(
+            "A",
+            SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 1), 47001),
+            InterfaceSpec::Addr(Ipv4Addr::LOCALHOST),
+        );
+        let mut rx = Receiver::open(&[line], ReceiverOptions::default()).unwrap();
+        rx.note_ovfl(0, 5);
+        rx.note_ovfl(0, 5);
+        rx.note_ovfl(0, 9);
+        assert_eq!(rx.stats()[0].snapshot().kernel_drops, 9);
+        rx.note_ovfl(0, u32::MAX - 1);
+        assert_eq!(rx.stats()[0].snapshot().kernel_drops, u32::MAX as u64 - 1);
+        // The kernel's u32 counter wraps around.
+        rx.note_ovfl(0, 2);
+        assert_eq!(rx.stats()[0].snapshot().kernel_drops, u32::MAX as u64 + 3);
+    }
+}
