@@ -1,0 +1,1 @@
+//! HTTP front of the reliable lane (to be written).
