@@ -10,7 +10,7 @@
 //! I/O.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -68,9 +68,7 @@ impl AnswerCache {
     }
 
     fn shard(&self, key: &CacheKey) -> &Mutex<Shard> {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// The stored answer of `(client, key)`, if cached and not expired.
