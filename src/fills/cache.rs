@@ -18,8 +18,9 @@ use bytes::Bytes;
 /// A committed answer as it was first sent (K4: replayed byte for byte).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedAnswer {
-    /// SHA-256 of the canonical request body the key was first used with (K3).
-    pub request_hash: [u8; 32],
+    /// Hex SHA-256 of the canonical request body the key was first used
+    /// with (K3, `fills::hash`).
+    pub request_hash: String,
     pub status: u16,
     pub body: Bytes,
 }
@@ -146,7 +147,7 @@ mod tests {
 
     fn answer(n: u8) -> CachedAnswer {
         CachedAnswer {
-            request_hash: [n; 32],
+            request_hash: format!("{n:02x}"),
             status: 200,
             body: Bytes::from(vec![n; 3]),
         }
