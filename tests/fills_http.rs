@@ -44,9 +44,13 @@ struct Db {
 
 async fn sqlite_db(opts: StoreOptions) -> Db {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("fills.db"), opts, FillsMetrics::unregistered())
-        .await
-        .unwrap();
+    let store = SqliteStore::open(
+        &dir.path().join("fills.db"),
+        opts,
+        FillsMetrics::unregistered(),
+    )
+    .await
+    .unwrap();
     Db {
         store: Store::Sqlite(store),
         _dir: Some(dir),
@@ -96,7 +100,6 @@ fn unique_schema(test: &str) -> String {
 
 struct Server {
     base: String,
-    state: Arc<HttpState>,
     registry: Registry,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -118,14 +121,18 @@ async fn serve(backend: Arc<dyn FillsBackend>, options: HttpOptions) -> Server {
     });
     Server {
         base: format!("http://{addr}"),
-        state,
         registry,
         _stop: stop,
     }
 }
 
 impl Server {
-    async fn post(&self, token: Option<&str>, key: Option<&str>, body: impl Into<Bytes>) -> HttpResponse {
+    async fn post(
+        &self,
+        token: Option<&str>,
+        key: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> HttpResponse {
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
         if let Some(t) = token {
             headers.push(("authorization".into(), format!("Bearer {t}")));
@@ -174,7 +181,7 @@ impl Server {
                         .any(|l| l.name() == *k && l.value() == *v)
                 });
                 if matches {
-                    total += m.get_counter().value();
+                    total += m.get_counter().get_value();
                 }
             }
         }
@@ -182,7 +189,15 @@ impl Server {
     }
 }
 
-fn fill(id: &str, deal: &str, account: &str, symbol: &str, side: &str, qty: &str, price: &str) -> Value {
+fn fill(
+    id: &str,
+    deal: &str,
+    account: &str,
+    symbol: &str,
+    side: &str,
+    qty: &str,
+    price: &str,
+) -> Value {
     serde_json::json!({"kind":"FILL","event_id":id,"deal_id":deal,"account":account,
         "symbol":symbol,"side":side,"qty":qty,"price":price,
         "exec_time":"2026-11-30T08:00:00.123456Z"})
@@ -205,7 +220,10 @@ fn assert_problem(resp: &HttpResponse, status: u16) -> Value {
         "body: {}",
         String::from_utf8_lossy(&resp.body)
     );
-    assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
     let v = json(resp);
     assert_eq!(v["status"], status);
     assert!(v["type"].as_str().is_some_and(|t| !t.is_empty()));
@@ -244,12 +262,17 @@ impl FillsBackend for Gated {
         Box::pin(async move {
             self.entered.notify_one();
             let _p = self.release.acquire().await.unwrap();
-            self.inner.apply_batch(client, key, request_hash, events).await
+            self.inner
+                .apply_batch(client, key, request_hash, events)
+                .await
         })
     }
 
-    fn positions<'a>(&'a self, account: &'a str) -> BoxFuture<'a, anyhow::Result<Vec<PositionView>>> {
-        self.inner.positions(account)
+    fn positions<'a>(
+        &'a self,
+        account: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<PositionView>>> {
+        FillsBackend::positions(&self.inner, account)
     }
 }
 
@@ -270,9 +293,14 @@ async fn k1_missing_or_invalid_key_is_400() {
     // Nothing was applied by the refused requests.
     assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
     // 255 visible chars is fine.
-    let r = srv.post(Some("token-alice"), Some(&"~".repeat(255)), body).await;
+    let r = srv
+        .post(Some("token-alice"), Some(&"~".repeat(255)), body)
+        .await;
     assert_eq!(r.status, 200);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("1")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("1"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,12 +311,17 @@ async fn unauthenticated_is_401() {
     for token in [None, Some("wrong"), Some("token-alice-x"), Some("")] {
         let r = srv.post(token, Some("k1"), body.clone()).await;
         assert_problem(&r, 401);
-        assert!(r.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+        assert!(r
+            .header("www-authenticate")
+            .is_some_and(|v| v.starts_with("Bearer")));
     }
     let r = srv.get(Some("nope"), "/v1/positions?account=ACC-A").await;
     assert_problem(&r, 401);
     assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
-    assert_eq!(srv.counter("tickgate_fills_http_requests_total", &[("status", "401")]), 5);
+    assert_eq!(
+        srv.counter("tickgate_fills_http_requests_total", &[("status", "401")]),
+        5
+    );
 }
 
 /// K2: keys are per client; neither client sees the other's answer.
@@ -301,11 +334,19 @@ async fn k2_same_key_two_clients() {
         fill("EB1", "DB1", "ACC-B", "USDJPY", "SELL", "5", "150.25"),
         fill("EB2", "DB2", "ACC-B", "USDJPY", "SELL", "5", "150.75"),
     ]);
-    let ra = srv.post(Some("token-alice"), Some("same-key"), a.clone()).await;
-    let rb = srv.post(Some("token-bob"), Some("same-key"), b.clone()).await;
+    let ra = srv
+        .post(Some("token-alice"), Some("same-key"), a.clone())
+        .await;
+    let rb = srv
+        .post(Some("token-bob"), Some("same-key"), b.clone())
+        .await;
     assert_eq!((ra.status, rb.status), (200, 200));
     assert_eq!(ra.header("idempotent-replayed"), None);
-    assert_eq!(rb.header("idempotent-replayed"), None, "bob must not get alice's answer");
+    assert_eq!(
+        rb.header("idempotent-replayed"),
+        None,
+        "bob must not get alice's answer"
+    );
     assert_eq!(json(&ra)["totals"]["applied"], 1);
     assert_eq!(json(&rb)["totals"]["applied"], 2);
     assert_eq!(json(&rb)["results"][0]["event_id"], "EB1");
@@ -316,8 +357,14 @@ async fn k2_same_key_two_clients() {
     assert_eq!(rb2.body, rb.body);
     assert_eq!(ra2.header("idempotent-replayed"), Some("true"));
     assert_eq!(rb2.header("idempotent-replayed"), Some("true"));
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("10")));
-    assert_eq!(position_qty(&db.store, "ACC-B", "USDJPY").await, Some(dec("-10")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("10"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "USDJPY").await,
+        Some(dec("-10"))
+    );
 }
 
 /// K3: same key, different body is 422 (from the store and from the cache);
@@ -342,20 +389,28 @@ async fn k3_same_key_different_body_is_422() {
         let other = batch(&[fill(&id, &id, "ACC-A", "EURUSD", "BUY", "2", "1.1")]);
         let r2 = srv.post(Some("token-alice"), Some(&key), other).await;
         let p = assert_problem(&r2, 422);
-        assert!(p["type"].as_str().unwrap().contains("idempotency-key-reused"));
+        assert!(p["type"]
+            .as_str()
+            .unwrap()
+            .contains("idempotency-key-reused"));
         // Reordered keys and whitespace: the same canonical body, a replay.
         let same = format!(
             "{{ \"events\" : [ {{\"price\":\"1.1\",\"qty\":\"1\",\"side\":\"BUY\",\"symbol\":\"EURUSD\",\
              \"account\":\"ACC-A\",\"deal_id\":\"{id}\",\"event_id\":\"{id}\",\"kind\":\"FILL\",\
              \"exec_time\":\"2026-11-30T08:00:00.123456Z\"}} ]\n}}"
         );
-        let r3 = srv.post(Some("token-alice"), Some(&key), same.into_bytes()).await;
+        let r3 = srv
+            .post(Some("token-alice"), Some(&key), same.into_bytes())
+            .await;
         assert_eq!(r3.status, 200);
         assert_eq!(r3.header("idempotent-replayed"), Some("true"));
         assert_eq!(r3.body, r1.body);
         assert_eq!(srv.counter("tickgate_fills_http_key_reuse_total", &[]), 1);
     }
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("2")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("2"))
+    );
 }
 
 /// K4: a retry gets the first answer byte for byte, marked replayed; from
@@ -370,7 +425,9 @@ async fn k4_retry_replays_byte_for_byte() {
         fill("E2", "D2", "ACC-A", "EURUSD", "SELL", "40000", "1.08600"),
         serde_json::json!({"kind":"TRADE","event_id":"X1"}),
     ]);
-    let first = srv.post(Some("token-alice"), Some("batch-1"), body.clone()).await;
+    let first = srv
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
     assert_eq!(first.status, 200);
     assert_eq!(first.header("idempotent-replayed"), None);
     assert_eq!(first.header("content-type"), Some("application/json"));
@@ -378,30 +435,59 @@ async fn k4_retry_replays_byte_for_byte() {
     assert_eq!(v["totals"]["applied"], 2);
     assert_eq!(v["totals"]["rejected"], 1);
 
-    let again = srv.post(Some("token-alice"), Some("batch-1"), body.clone()).await;
+    let again = srv
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
     assert_eq!(again.status, 200);
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     assert_eq!(again.body, first.body);
-    assert_eq!(srv.counter("tickgate_fills_http_idempotent_replays_total", &[("source", "cache")]), 1);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "cache")]
+        ),
+        1
+    );
 
     // A second instance on the same database: cold cache, the store answers.
     let other = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
-    let cold = other.post(Some("token-alice"), Some("batch-1"), body.clone()).await;
+    let cold = other
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
     assert_eq!(cold.status, 200);
     assert_eq!(cold.header("idempotent-replayed"), Some("true"));
     assert_eq!(cold.body, first.body);
-    assert_eq!(other.counter("tickgate_fills_http_idempotent_replays_total", &[("source", "store")]), 1);
+    assert_eq!(
+        other.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "store")]
+        ),
+        1
+    );
     // And that answer is the stored one.
-    let stored = db.store.get_stored_answer("alice", "batch-1").await.unwrap().unwrap();
+    let stored = db
+        .store
+        .get_stored_answer("alice", "batch-1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.body, first.body.to_vec());
     assert_eq!(stored.status, 200);
     // Applied once: 100000 - 40000.
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("60000")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("60000"))
+    );
     // The same events under a new key are duplicates, not re-applied.
-    let dup = srv.post(Some("token-alice"), Some("batch-1-bis"), body).await;
+    let dup = srv
+        .post(Some("token-alice"), Some("batch-1-bis"), body)
+        .await;
     assert_eq!(dup.header("idempotent-replayed"), None);
     assert_eq!(json(&dup)["totals"]["duplicate"], 2);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("60000")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("60000"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,7 +504,17 @@ async fn oversized_and_malformed_bodies() {
     .await;
     // Over the byte limit.
     let big: Vec<Value> = (0..400)
-        .map(|i| fill(&format!("E{i}"), &format!("D{i}"), "ACC-A", "EURUSD", "BUY", "1", "1.1"))
+        .map(|i| {
+            fill(
+                &format!("E{i}"),
+                &format!("D{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
         .collect();
     let big = batch(&big);
     assert!(big.len() > 64 * 1024);
@@ -426,9 +522,21 @@ async fn oversized_and_malformed_bodies() {
     assert_problem(&r, 413);
     // Over the event limit.
     let many: Vec<Value> = (0..11)
-        .map(|i| fill(&format!("M{i}"), &format!("M{i}"), "ACC-A", "EURUSD", "BUY", "1", "1.1"))
+        .map(|i| {
+            fill(
+                &format!("M{i}"),
+                &format!("M{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
         .collect();
-    let r = srv.post(Some("token-alice"), Some("many"), batch(&many)).await;
+    let r = srv
+        .post(Some("token-alice"), Some("many"), batch(&many))
+        .await;
     assert_problem(&r, 413);
     // Not JSON, not a batch.
     for (key, body) in [
@@ -438,7 +546,9 @@ async fn oversized_and_malformed_bodies() {
         ("m4", b"{\"events\": {}}"),
         ("m5", b""),
     ] {
-        let r = srv.post(Some("token-alice"), Some(key), body.to_vec()).await;
+        let r = srv
+            .post(Some("token-alice"), Some(key), body.to_vec())
+            .await;
         assert_problem(&r, 400);
     }
     // Nothing was stored under the refused keys: a valid retry is fresh.
@@ -446,7 +556,10 @@ async fn oversized_and_malformed_bodies() {
     let r = srv.post(Some("token-alice"), Some("m1"), ok).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("idempotent-replayed"), None);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("3")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("3"))
+    );
 }
 
 /// A bad event is rejected with its reason; the others are applied.
@@ -470,11 +583,20 @@ async fn bad_events_rejected_individually() {
     assert_eq!(v["totals"]["rejected"], 3);
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 5);
-    let status: Vec<&str> = results.iter().map(|x| x["status"].as_str().unwrap()).collect();
-    assert_eq!(status, ["applied", "rejected", "rejected", "rejected", "applied"]);
+    let status: Vec<&str> = results
+        .iter()
+        .map(|x| x["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        ["applied", "rejected", "rejected", "rejected", "applied"]
+    );
     assert!(results[1]["reason"].as_str().unwrap().contains("qty"));
     assert!(results[2]["reason"].as_str().unwrap().contains("kind"));
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("5")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("5"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,8 +608,13 @@ async fn positions_only_for_visible_accounts() {
         fill("E2", "D2", "ACC-A", "EURUSD", "SELL", "40", "2.0"),
         fill("E3", "D3", "ACC-B", "GBPUSD", "BUY", "1", "1.25"),
     ]);
-    assert_eq!(srv.post(Some("token-bob"), Some("p1"), body).await.status, 200);
-    let r = srv.get(Some("token-alice"), "/v1/positions?account=ACC-A").await;
+    assert_eq!(
+        srv.post(Some("token-bob"), Some("p1"), body).await.status,
+        200
+    );
+    let r = srv
+        .get(Some("token-alice"), "/v1/positions?account=ACC-A")
+        .await;
     assert_eq!(r.status, 200);
     let v = json(&r);
     assert_eq!(v["account"], "ACC-A");
@@ -498,8 +625,14 @@ async fn positions_only_for_visible_accounts() {
     assert_eq!(dec(p["realized_pnl"].as_str().unwrap()), dec("20"));
     assert_eq!(v["positions"].as_array().unwrap().len(), 1);
     // alice may not see ACC-B; bob ("*") may.
-    assert_problem(&srv.get(Some("token-alice"), "/v1/positions?account=ACC-B").await, 403);
-    let r = srv.get(Some("token-bob"), "/v1/positions?account=ACC-B").await;
+    assert_problem(
+        &srv.get(Some("token-alice"), "/v1/positions?account=ACC-B")
+            .await,
+        403,
+    );
+    let r = srv
+        .get(Some("token-bob"), "/v1/positions?account=ACC-B")
+        .await;
     assert_eq!(json(&r)["positions"][0]["symbol"], "GBPUSD");
     assert_problem(&srv.get(Some("token-bob"), "/v1/positions").await, 400);
 }
@@ -547,18 +680,32 @@ async fn k6_overload_is_429_with_retry_after() {
     };
     entered.notified().await;
     let body = batch(&[fill("O1", "O1", "ACC-A", "EURUSD", "BUY", "5", "1.1")]);
-    let r = srv.post(Some("token-bob"), Some("over"), body.clone()).await;
+    let r = srv
+        .post(Some("token-bob"), Some("over"), body.clone())
+        .await;
     assert_problem(&r, 429);
     assert_eq!(r.header("retry-after"), Some("1"));
-    assert_eq!(srv.counter("tickgate_fills_http_overload_total", &[("reason", "in_flight")]), 1);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_overload_total",
+            &[("reason", "in_flight")]
+        ),
+        1
+    );
     release.add_permits(10);
     assert_eq!(held.await.unwrap().status, 200);
     // The refused batch was not applied; its retry is.
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("1")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("1"))
+    );
     let r = srv.post(Some("token-bob"), Some("over"), body).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("idempotent-replayed"), None);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("6")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("6"))
+    );
 }
 
 /// The fault switch: committed, then answered 429. The retry with the same
@@ -575,16 +722,27 @@ async fn fault_429_after_commit_then_retry_replays() {
     )
     .await;
     let body = batch(&[fill("F1", "F1", "ACC-A", "EURUSD", "BUY", "9", "1.1")]);
-    let r = srv.post(Some("token-alice"), Some("f1"), body.clone()).await;
+    let r = srv
+        .post(Some("token-alice"), Some("f1"), body.clone())
+        .await;
     assert_problem(&r, 429);
     assert!(r.header("retry-after").is_some());
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("9")));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("9"))
+    );
     let r2 = srv.post(Some("token-alice"), Some("f1"), body).await;
     assert_eq!(r2.status, 200);
     assert_eq!(r2.header("idempotent-replayed"), Some("true"));
     assert_eq!(json(&r2)["totals"]["applied"], 1);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("9")));
-    assert_eq!(srv.counter("tickgate_fills_http_overload_total", &[("reason", "fault")]), 1);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("9"))
+    );
+    assert_eq!(
+        srv.counter("tickgate_fills_http_overload_total", &[("reason", "fault")]),
+        1
+    );
 }
 
 /// The same checks against PostgreSQL.
@@ -606,7 +764,16 @@ async fn k2_k3_k4_on_postgres() {
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     assert_eq!(again.body, ra.body);
     let changed = batch(&[fill("PA", "PA", "ACC-A", "EURUSD", "BUY", "11", "1.1")]);
-    assert_problem(&other.post(Some("token-alice"), Some("k"), changed).await, 422);
-    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, Some(dec("10")));
-    assert_eq!(position_qty(&db.store, "ACC-B", "EURUSD").await, Some(dec("20")));
+    assert_problem(
+        &other.post(Some("token-alice"), Some("k"), changed).await,
+        422,
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("10"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "EURUSD").await,
+        Some(dec("20"))
+    );
 }

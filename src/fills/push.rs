@@ -98,6 +98,8 @@ pub struct Summary {
     pub events_applied: u64,
     pub events_duplicate: u64,
     pub events_rejected: u64,
+    /// BUSTs whose FILL the server has not seen yet (kept, not lost).
+    pub events_held: u64,
     pub unreadable_lines: u64,
     pub retries: u64,
 }
@@ -151,6 +153,7 @@ async fn run(args: PushArgs, url: String, token: String) -> anyhow::Result<i32> 
                 summary.events_applied += answer.applied;
                 summary.events_duplicate += answer.duplicate;
                 summary.events_rejected += answer.rejected;
+                summary.events_held += answer.held;
                 for r in &answer.rejections {
                     if rejected_shown < 20 {
                         progress.line(&format!("rejected in batch {}: {r}", batch.key));
@@ -200,13 +203,14 @@ async fn run(args: PushArgs, url: String, token: String) -> anyhow::Result<i32> 
 impl Summary {
     pub fn render(&self, dead_letter_dir: &Path) -> String {
         let mut s = format!(
-            "push: batches ok {} (replayed {}), failed {}; events applied {}, duplicate {}, rejected {}; retries {}",
+            "push: batches ok {} (replayed {}), failed {}; events applied {}, duplicate {}, rejected {}, held {}; retries {}",
             self.batches_ok,
             self.batches_replayed,
             self.batches_failed,
             self.events_applied,
             self.events_duplicate,
             self.events_rejected,
+            self.events_held,
             self.retries
         );
         if self.unreadable_lines > 0 {
@@ -289,6 +293,7 @@ pub struct BatchAnswer {
     pub applied: u64,
     pub duplicate: u64,
     pub rejected: u64,
+    pub held: u64,
     /// "event_id: reason" of each rejected event.
     pub rejections: Vec<String>,
 }
@@ -304,15 +309,13 @@ pub fn parse_answer(status: u16, replayed: bool, body: &[u8]) -> BatchAnswer {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return a;
     };
-    let totals = v.get("totals").unwrap_or(&v);
+    let totals = &v["totals"];
     let count = |k: &str| totals.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     a.applied = count("applied");
     a.duplicate = count("duplicate");
     a.rejected = count("rejected");
-    let results = v
-        .get("results")
-        .or_else(|| v.get("events"))
-        .and_then(|r| r.as_array());
+    a.held = count("held");
+    let results = v.get("results").and_then(|r| r.as_array());
     for r in results.into_iter().flatten() {
         let outcome = r
             .get("outcome")
@@ -786,11 +789,12 @@ mod tests {
 
     #[test]
     fn answer_totals_and_rejections() {
-        let body = br#"{"results":[{"event_id":"E1","outcome":"applied"},
-            {"event_id":"E2","outcome":"rejected","reason":"qty: not a decimal"}],
-            "totals":{"applied":1,"duplicate":0,"rejected":1}}"#;
+        let body = br#"{"results":[{"event_id":"E1","status":"applied"},
+            {"event_id":"E2","status":"rejected","reason":"qty: not a decimal"},
+            {"event_id":"B1","status":"held","reason":"bust for a deal not seen yet"}],
+            "totals":{"applied":1,"duplicate":0,"rejected":1,"held":1}}"#;
         let a = parse_answer(200, true, body);
-        assert_eq!((a.applied, a.duplicate, a.rejected), (1, 0, 1));
+        assert_eq!((a.applied, a.duplicate, a.rejected, a.held), (1, 0, 1, 1));
         assert!(a.replayed);
         assert_eq!(a.rejections, vec!["E2: qty: not a decimal".to_owned()]);
         let junk = parse_answer(200, false, b"not json");
