@@ -647,6 +647,7 @@ async fn openapi_document_and_unknown_paths() {
     assert_eq!(v["openapi"], "3.1.0");
     assert!(v["paths"]["/v1/fills"]["post"].is_object());
     assert_problem(&srv.get(None, "/nope").await, 404);
+    assert_problem(&srv.get(Some("token-alice"), "/v1/fills").await, 405);
 }
 
 /// K6: with every slot busy, the next batch is 429 with Retry-After at

@@ -79,6 +79,8 @@ impl Default for FillsConfig {
 pub struct HttpConfig {
     pub listen: String,
     pub clients: Vec<ClientConfig>,
+    /// Largest accepted request body; larger is 413 (fills::http).
+    pub max_body_bytes: usize,
 }
 
 impl Default for HttpConfig {
@@ -86,6 +88,7 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: "127.0.0.1:8088".into(),
             clients: Vec::new(),
+            max_body_bytes: 1 << 20,
         }
     }
 }

@@ -131,6 +131,7 @@ impl Default for HttpOptions {
 impl HttpOptions {
     pub fn from_config(cfg: &FillsConfig) -> anyhow::Result<Self> {
         let mut o = HttpOptions {
+            body_limit: cfg.http.max_body_bytes,
             max_batch: cfg.max_batch,
             max_in_flight: cfg.max_in_flight,
             key_ttl: cfg.key_ttl,
@@ -302,6 +303,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/v1/fills", post(post_fills))
         .route("/v1/positions", get(get_positions))
         .route("/openapi.json", get(openapi))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
@@ -399,6 +401,14 @@ fn overloaded(state: &HttpState, reason: &str) -> Response {
 
 async fn not_found() -> Response {
     problem(StatusCode::NOT_FOUND, "", "no such resource")
+}
+
+async fn method_not_allowed() -> Response {
+    problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "",
+        "method not allowed on this resource",
+    )
 }
 
 async fn openapi() -> Response {
@@ -802,6 +812,22 @@ mod tests {
             "content-type",
             b"text/plain"
         )])));
+    }
+
+    #[test]
+    fn options_from_config() {
+        let cfg: FillsConfig = toml::from_str(
+            "max_batch = 7\nmax_in_flight = 3\nkey_ttl = \"1h\"\n[http]\nmax_body_bytes = 1234\n",
+        )
+        .unwrap();
+        let o = HttpOptions::from_config(&cfg).unwrap();
+        assert_eq!((o.body_limit, o.max_batch, o.max_in_flight), (1234, 7, 3));
+        assert_eq!(o.key_ttl, Duration::from_secs(3600));
+        let bad = HttpOptions {
+            fault_429_after_commit: 1.5,
+            ..HttpOptions::default()
+        };
+        assert!(bad.validate().is_err());
     }
 
     #[test]
