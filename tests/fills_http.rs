@@ -778,3 +778,78 @@ async fn k2_k3_k4_on_postgres() {
         Some(dec("20"))
     );
 }
+
+/// K5 without forcing the overlap: many concurrent attempts with one key.
+/// Exactly one runs the batch; every other gets its answer byte for byte
+/// (or a 409 with Retry-After); the events are applied once.
+async fn concurrent_attempts_one_key(db: Db) {
+    let srv = Arc::new(
+        serve(
+            Arc::new(db.store.clone()),
+            HttpOptions {
+                cache_capacity: 0, // every attempt goes to the store
+                ..HttpOptions::default()
+            },
+        )
+        .await,
+    );
+    let events: Vec<Value> = (0..200)
+        .map(|i| {
+            fill(
+                &format!("C{i}"),
+                &format!("C{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
+        .collect();
+    let body = batch(&events);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (srv, body) = (srv.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            srv.post(Some("token-alice"), Some("concurrent"), body)
+                .await
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let fresh: Vec<_> = answers
+        .iter()
+        .filter(|r| r.status == 200 && r.header("idempotent-replayed").is_none())
+        .collect();
+    assert_eq!(fresh.len(), 1, "exactly one attempt runs the batch");
+    for r in &answers {
+        match r.status {
+            200 => assert_eq!(r.body, fresh[0].body),
+            409 => {
+                assert_problem(r, 409);
+                assert!(r.header("retry-after").is_some());
+            }
+            s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&r.body)),
+        }
+    }
+    assert_eq!(json(fresh[0])["totals"]["applied"], 200);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("200"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_concurrent_attempts_sqlite() {
+    concurrent_attempts_one_key(sqlite_db(StoreOptions::default()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_concurrent_attempts_postgres() {
+    let Some(db) = pg_db("k5c", StoreOptions::default()).await else {
+        return;
+    };
+    concurrent_attempts_one_key(db).await;
+}
