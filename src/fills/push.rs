@@ -392,8 +392,7 @@ async fn send_with_retries(
         match policy.decide(attempts, outcome, retry_after, rng.next_u64()) {
             Decision::Retry(wait) => {
                 on_retry(&format!(
-                    "attempt {attempts} of {}: {error}; retrying in {wait:?}",
-                    batch.key
+                    "attempt {attempts} failed: {error}; retrying in {wait:.1?}"
                 ));
                 tokio::time::sleep(wait).await;
             }
@@ -573,7 +572,9 @@ impl Progress {
     fn status(&mut self, text: &str) {
         let mut err = std::io::stderr().lock();
         if self.tty {
-            let _ = write!(err, "\r\x1b[2K{text}");
+            // One screen line, or `\r` cannot take it back.
+            let short: String = text.chars().take(150).collect();
+            let _ = write!(err, "\r\x1b[2K{short}");
             self.dirty = true;
         } else {
             let _ = writeln!(err, "{text}");
@@ -592,10 +593,11 @@ impl Progress {
     }
 
     fn retry(&mut self, n: usize, total: usize, text: &str) {
+        let text = format!("batch {n}/{total}: {text}");
         if self.tty {
-            self.status(&format!("batch {n}/{total}: {text}"));
+            self.status(&text);
         } else {
-            self.line(&format!("batch {n}/{total}: {text}"));
+            self.line(&text);
         }
     }
 
