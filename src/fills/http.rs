@@ -238,6 +238,15 @@ impl HttpState {
         registry: &Registry,
     ) -> anyhow::Result<Arc<Self>> {
         options.validate()?;
+        if clients.is_empty() {
+            tracing::warn!("fills http: no clients configured; every request will be 401");
+        }
+        if options.fault_429_after_commit > 0.0 {
+            tracing::warn!(
+                p = options.fault_429_after_commit,
+                "fills http: FAULT SWITCH ON, committed batches may be answered 429"
+            );
+        }
         let mut by_token = HashMap::new();
         for c in clients {
             anyhow::ensure!(!c.token.is_empty(), "client {}: empty token", c.name);
@@ -261,6 +270,21 @@ impl HttpState {
             started: Instant::now(),
             options,
         }))
+    }
+
+    /// The daemon's usual construction: the store as backend, clients and
+    /// limits from the `[fills]` section.
+    pub fn from_config(
+        store: Store,
+        cfg: &FillsConfig,
+        registry: &Registry,
+    ) -> anyhow::Result<Arc<Self>> {
+        Self::new(
+            Arc::new(store),
+            &cfg.http.clients,
+            HttpOptions::from_config(cfg)?,
+            registry,
+        )
     }
 
     pub fn options(&self) -> &HttpOptions {
