@@ -40,6 +40,37 @@ fn clients() -> Vec<ClientConfig> {
 struct Db {
     store: Store,
     _dir: Option<tempfile::TempDir>,
+    /// PostgreSQL URL and this test's schema.
+    pg: Option<(String, String)>,
+}
+
+/// A plain connection (for setup, locks and monitoring), optionally with
+/// the test's schema as search_path.
+async fn pg_client(url: &str, schema: Option<&str>) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
+    if let Some(s) = schema {
+        client
+            .batch_execute(&format!("SET search_path TO \"{s}\""))
+            .await
+            .unwrap();
+    }
+    client
+}
+
+impl Db {
+    /// Drops the test's PostgreSQL schema (left behind if the test failed,
+    /// for a look).
+    async fn cleanup(self) {
+        if let Some((url, schema)) = &self.pg {
+            let c = pg_client(url, None).await;
+            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
 }
 
 async fn sqlite_db(opts: StoreOptions) -> Db {
@@ -54,6 +85,7 @@ async fn sqlite_db(opts: StoreOptions) -> Db {
     Db {
         store: Store::Sqlite(store),
         _dir: Some(dir),
+        pg: None,
     }
 }
 
@@ -72,15 +104,21 @@ async fn pg_db(test: &str, opts: StoreOptions) -> Option<Db> {
     };
     let schema = unique_schema(test);
     let opts = StoreOptions {
-        pg_schema: Some(schema),
+        pg_schema: Some(schema.clone()),
         ..opts
     };
+    pg_client(&url, None)
+        .await
+        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+        .await
+        .unwrap();
     let store = PgStore::connect(&url, opts, FillsMetrics::unregistered())
         .await
         .unwrap();
     Some(Db {
         store: Store::Postgres(store),
         _dir: None,
+        pg: Some((url, schema)),
     })
 }
 
@@ -782,7 +820,7 @@ async fn k2_k3_k4_on_postgres() {
 /// K5 without forcing the overlap: many concurrent attempts with one key.
 /// Exactly one runs the batch; every other gets its answer byte for byte
 /// (or a 409 with Retry-After); the events are applied once.
-async fn concurrent_attempts_one_key(db: Db) {
+async fn concurrent_attempts_one_key(db: &Db) {
     let srv = Arc::new(
         serve(
             Arc::new(db.store.clone()),
@@ -843,7 +881,7 @@ async fn concurrent_attempts_one_key(db: Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k5_concurrent_attempts_sqlite() {
-    concurrent_attempts_one_key(sqlite_db(StoreOptions::default()).await).await;
+    concurrent_attempts_one_key(&sqlite_db(StoreOptions::default()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -851,5 +889,129 @@ async fn k5_concurrent_attempts_postgres() {
     let Some(db) = pg_db("k5c", StoreOptions::default()).await else {
         return;
     };
-    concurrent_attempts_one_key(db).await;
+    concurrent_attempts_one_key(&db).await;
+    db.cleanup().await;
+}
+
+/// The PID of a backend that `blocker` blocks, once there is one. Polls
+/// pg_stat_activity (a new snapshot per statement outside a transaction);
+/// the bound only turns a hang into a failure.
+async fn wait_blocked_by(monitor: &tokio_postgres::Client, blocker: i32) -> i32 {
+    for _ in 0..3000 {
+        let rows = monitor
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                &[&blocker],
+            )
+            .await
+            .unwrap();
+        if let Some(r) = rows.first() {
+            return r.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no backend blocked by {blocker}");
+}
+
+/// Starts the first attempt of `key` and returns once it is stuck inside
+/// its transaction (key row inserted, uncommitted) behind our table lock.
+async fn first_attempt_in_progress(
+    db: &Db,
+    srv: &Arc<Server>,
+    key: &'static str,
+    body: Vec<u8>,
+) -> (
+    tokio_postgres::Client,
+    tokio::task::JoinHandle<HttpResponse>,
+    i32,
+) {
+    let (url, schema) = db.pg.clone().unwrap();
+    let locker = pg_client(&url, Some(&schema)).await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE processed_events IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let locker_pid: i32 = locker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let monitor = pg_client(&url, None).await;
+    let first = {
+        let srv = srv.clone();
+        tokio::spawn(async move { srv.post(Some("token-alice"), Some(key), body).await })
+    };
+    let first_pid = wait_blocked_by(&monitor, locker_pid).await;
+    (locker, first, first_pid)
+}
+
+/// K5 on PostgreSQL: a retry that arrives while the first attempt is still
+/// in its transaction waits on the key row, then gets the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_retry_waits_for_first_attempt_postgres() {
+    let opts = StoreOptions {
+        key_wait: Duration::from_secs(60),
+        ..StoreOptions::default()
+    };
+    let Some(db) = pg_db("k5wait", opts).await else {
+        return;
+    };
+    let srv = Arc::new(serve(Arc::new(db.store.clone()), HttpOptions::default()).await);
+    let body = batch(&[fill("W1", "W1", "ACC-A", "EURUSD", "BUY", "4", "1.1")]);
+    let (locker, first, first_pid) = first_attempt_in_progress(&db, &srv, "k5", body.clone()).await;
+    let second = {
+        let srv = srv.clone();
+        tokio::spawn(async move { srv.post(Some("token-alice"), Some("k5"), body).await })
+    };
+    // The retry is waiting on the first attempt's key row (the lock, K5).
+    let (url, _) = db.pg.clone().unwrap();
+    let monitor = pg_client(&url, None).await;
+    wait_blocked_by(&monitor, first_pid).await;
+    locker.batch_execute("COMMIT").await.unwrap();
+    let (r1, r2) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!((r1.status, r2.status), (200, 200));
+    assert_eq!(r1.header("idempotent-replayed"), None);
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r2.body, r1.body);
+    assert_eq!(json(&r1)["totals"]["applied"], 1);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("4"))
+    );
+    db.cleanup().await;
+}
+
+/// K5 on PostgreSQL: when the first attempt outlasts key_wait, the retry is
+/// 409 with Retry-After; a later retry gets the committed answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_retry_gets_409_when_wait_runs_out_postgres() {
+    let opts = StoreOptions {
+        key_wait: Duration::from_millis(300),
+        ..StoreOptions::default()
+    };
+    let Some(db) = pg_db("k5409", opts).await else {
+        return;
+    };
+    let srv = Arc::new(serve(Arc::new(db.store.clone()), HttpOptions::default()).await);
+    let body = batch(&[fill("T1", "T1", "ACC-A", "EURUSD", "SELL", "2", "1.1")]);
+    let (locker, first, _) = first_attempt_in_progress(&db, &srv, "k5-409", body.clone()).await;
+    // The first attempt cannot finish while we hold the lock.
+    let r2 = srv
+        .post(Some("token-alice"), Some("k5-409"), body.clone())
+        .await;
+    let p = assert_problem(&r2, 409);
+    assert!(p["type"].as_str().unwrap().contains("request-in-progress"));
+    assert_eq!(r2.header("retry-after"), Some("1"));
+    assert_eq!(srv.counter("tickgate_fills_http_conflicts_total", &[]), 1);
+    locker.batch_execute("COMMIT").await.unwrap();
+    let r1 = first.await.unwrap();
+    assert_eq!(r1.status, 200);
+    let r3 = srv.post(Some("token-alice"), Some("k5-409"), body).await;
+    assert_eq!(r3.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r3.body, r1.body);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("-2"))
+    );
+    db.cleanup().await;
 }

@@ -86,6 +86,37 @@ impl Server {
 struct Db {
     store: Store,
     _dir: Option<tempfile::TempDir>,
+    /// PostgreSQL URL and this test's schema.
+    pg: Option<(String, String)>,
+}
+
+/// A plain connection (for setup, locks and monitoring), optionally with
+/// the test's schema as search_path.
+async fn pg_client(url: &str, schema: Option<&str>) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
+    if let Some(s) = schema {
+        client
+            .batch_execute(&format!("SET search_path TO \"{s}\""))
+            .await
+            .unwrap();
+    }
+    client
+}
+
+impl Db {
+    /// Drops the test's PostgreSQL schema (left behind if the test failed,
+    /// for a look).
+    async fn cleanup(self) {
+        if let Some((url, schema)) = &self.pg {
+            let c = pg_client(url, None).await;
+            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
 }
 
 async fn sqlite_db() -> Db {
@@ -100,6 +131,7 @@ async fn sqlite_db() -> Db {
     Db {
         store: Store::Sqlite(store),
         _dir: Some(dir),
+        pg: None,
     }
 }
 
@@ -127,15 +159,21 @@ async fn pg_db(test: &str) -> Option<Db> {
         N.fetch_add(1, Ordering::Relaxed)
     );
     let opts = StoreOptions {
-        pg_schema: Some(schema),
+        pg_schema: Some(schema.clone()),
         ..StoreOptions::default()
     };
+    pg_client(&url, None)
+        .await
+        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+        .await
+        .unwrap();
     let store = PgStore::connect(&url, opts, FillsMetrics::unregistered())
         .await
         .unwrap();
     Some(Db {
         store: Store::Postgres(store),
         _dir: None,
+        pg: Some((url, schema)),
     })
 }
 
@@ -290,7 +328,7 @@ fn write_lines(path: &Path, lines: &[String]) {
 /// of batches. `push` retries with the same keys; afterwards no event was
 /// applied twice, every stored answer replays byte for byte, and re-running
 /// the whole job changes nothing.
-async fn batch_retry_incident(db: Db) {
+async fn batch_retry_incident(db: &Db) {
     let (lines, expected) = job(600);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("job.jsonl");
@@ -393,7 +431,7 @@ async fn batch_retry_incident(db: Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_retry_incident_sqlite() {
-    batch_retry_incident(sqlite_db().await).await;
+    batch_retry_incident(&sqlite_db().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,7 +439,8 @@ async fn batch_retry_incident_postgres() {
     let Some(db) = pg_db("incident").await else {
         return;
     };
-    batch_retry_incident(db).await;
+    batch_retry_incident(&db).await;
+    db.cleanup().await;
 }
 
 /// A batch the server keeps refusing with 500 is retried up to the budget,
