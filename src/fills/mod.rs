@@ -15,4 +15,5 @@ pub mod model;
 pub mod plan;
 pub mod position;
 pub mod push;
+pub mod retention;
 pub mod store;
