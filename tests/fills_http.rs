@@ -914,7 +914,10 @@ async fn wait_blocked_by(monitor: &tokio_postgres::Client, blocker: i32) -> i32 
 }
 
 /// Starts the first attempt of `key` and returns once it is stuck inside
-/// its transaction (key row inserted, uncommitted) behind our table lock.
+/// its transaction (key row inserted, uncommitted) behind our row lock on
+/// the ACC-A/EURUSD position (created by a warm-up batch: +1). A row lock,
+/// not a table lock, so that other connections can still prepare their
+/// statements.
 async fn first_attempt_in_progress(
     db: &Db,
     srv: &Arc<Server>,
@@ -925,12 +928,24 @@ async fn first_attempt_in_progress(
     tokio::task::JoinHandle<HttpResponse>,
     i32,
 ) {
+    let warm = batch(&[fill("PRE", "PRE", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    assert_eq!(
+        srv.post(Some("token-alice"), Some("warm-up"), warm)
+            .await
+            .status,
+        200
+    );
     let (url, schema) = db.pg.clone().unwrap();
     let locker = pg_client(&url, Some(&schema)).await;
-    locker
-        .batch_execute("BEGIN; LOCK TABLE processed_events IN EXCLUSIVE MODE")
+    locker.batch_execute("BEGIN").await.unwrap();
+    let locked = locker
+        .query(
+            "SELECT qty FROM positions WHERE account = 'ACC-A' AND symbol = 'EURUSD' FOR UPDATE",
+            &[],
+        )
         .await
         .unwrap();
+    assert_eq!(locked.len(), 1);
     let locker_pid: i32 = locker
         .query_one("SELECT pg_backend_pid()", &[])
         .await
@@ -976,7 +991,7 @@ async fn k5_retry_waits_for_first_attempt_postgres() {
     assert_eq!(json(&r1)["totals"]["applied"], 1);
     assert_eq!(
         position_qty(&db.store, "ACC-A", "EURUSD").await,
-        Some(dec("4"))
+        Some(dec("5"))
     );
     db.cleanup().await;
 }
@@ -1011,7 +1026,7 @@ async fn k5_retry_gets_409_when_wait_runs_out_postgres() {
     assert_eq!(r3.body, r1.body);
     assert_eq!(
         position_qty(&db.store, "ACC-A", "EURUSD").await,
-        Some(dec("-2"))
+        Some(dec("-1"))
     );
     db.cleanup().await;
 }
