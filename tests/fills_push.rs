@@ -574,3 +574,54 @@ async fn unreadable_lines_are_reported_not_sent() {
     assert_eq!(summary_number(&run.stdout, "applied"), 10);
     assert_positions(&db.store, &expected).await;
 }
+
+/// A server that accepts and never answers: each attempt times out, is
+/// retried, and the batch ends in the dead-letter folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_are_retried_then_dead_lettered() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock); // never answered, never closed
+        }
+    });
+    let (lines, _) = job(3);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.jsonl");
+    write_lines(&file, &lines);
+    let dead = dir.path().join("dead");
+    let run = push(args(&[
+        file.to_str().unwrap(),
+        "--url",
+        &base,
+        "--token",
+        TOKEN,
+        "--timeout-ms",
+        "200",
+        "--max-attempts",
+        "2",
+        "--backoff-base-ms",
+        "1",
+        "--dead-letter-dir",
+        dead.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(summary_number(&run.stdout, "failed"), 1);
+    assert_eq!(summary_number(&run.stdout, "retries"), 1);
+    let error = std::fs::read_dir(&dead)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_str().unwrap().ends_with(".error.json"))
+        .unwrap();
+    let err: Value = serde_json::from_slice(&std::fs::read(error).unwrap()).unwrap();
+    assert!(
+        err["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within"),
+        "{err}"
+    );
+}

@@ -27,7 +27,7 @@ pub struct PushArgs {
     /// JSON-lines file of events (`-` for standard input). Optional with
     /// `--resend-dead-letters`.
     pub file: Option<PathBuf>,
-    /// Base URL of the tickgate fills endpoint, e.g. `http://127.0.0.1:8089`
+    /// Base URL of the tickgate fills endpoint, e.g. `http://127.0.0.1:8088`
     /// (`/v1/fills` is appended unless the URL already has a path).
     #[arg(long)]
     pub url: String,
@@ -774,12 +774,12 @@ mod tests {
     #[test]
     fn endpoint_url_forms() {
         assert_eq!(
-            endpoint_url("http://127.0.0.1:8089").unwrap(),
-            "http://127.0.0.1:8089/v1/fills"
+            endpoint_url("http://127.0.0.1:8088").unwrap(),
+            "http://127.0.0.1:8088/v1/fills"
         );
         assert_eq!(
-            endpoint_url("http://127.0.0.1:8089/").unwrap(),
-            "http://127.0.0.1:8089/v1/fills"
+            endpoint_url("http://127.0.0.1:8088/").unwrap(),
+            "http://127.0.0.1:8088/v1/fills"
         );
         assert_eq!(
             endpoint_url("http://h:1/custom/fills").unwrap(),
