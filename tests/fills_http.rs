@@ -589,6 +589,21 @@ async fn oversized_and_malformed_bodies() {
             .await;
         assert_problem(&r, 400);
     }
+    // Explicitly not JSON.
+    let r = http_request(
+        "POST",
+        &format!("{}/v1/fills", srv.base),
+        &[
+            ("authorization".into(), "Bearer token-alice".into()),
+            ("idempotency-key".into(), "m6".into()),
+            ("content-type".into(), "text/csv".into()),
+        ],
+        Bytes::from_static(b"a,b"),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_problem(&r, 415);
     // Nothing was stored under the refused keys: a valid retry is fresh.
     let ok = batch(&[fill("OK", "OK", "ACC-A", "EURUSD", "BUY", "3", "1.1")]);
     let r = srv.post(Some("token-alice"), Some("m1"), ok).await;
@@ -1029,4 +1044,87 @@ async fn k5_retry_gets_409_when_wait_runs_out_postgres() {
         Some(dec("-1"))
     );
     db.cleanup().await;
+}
+
+/// A client that hangs up mid-batch: the batch still completes, its slot
+/// stays taken until then (K6 counts real work, not connections), and the
+/// retry gets the committed answer from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hang_up_keeps_the_slot_until_the_store_is_done() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let backend = Gated {
+        inner: db.store.clone(),
+        entered: entered.clone(),
+        release: release.clone(),
+    };
+    let srv = serve(
+        Arc::new(backend),
+        HttpOptions {
+            max_in_flight: 1,
+            ..HttpOptions::default()
+        },
+    )
+    .await;
+    let body = batch(&[fill("G1", "G1", "ACC-A", "EURUSD", "BUY", "3", "1.1")]);
+    let headers = vec![
+        ("authorization".to_owned(), "Bearer token-alice".to_owned()),
+        ("idempotency-key".to_owned(), "hang-up".to_owned()),
+    ];
+    let url = format!("{}/v1/fills", srv.base);
+    let attempt = {
+        let (url, headers, body) = (url.clone(), headers.clone(), body.clone());
+        tokio::spawn(async move {
+            // Gives up long before the gate opens: the batch is held until
+            // this attempt has returned.
+            http_request(
+                "POST",
+                &url,
+                &headers,
+                Bytes::from(body),
+                Duration::from_millis(200),
+            )
+            .await
+        })
+    };
+    entered.notified().await;
+    assert!(matches!(
+        attempt.await.unwrap(),
+        Err(tickgate::fills::push::HttpError::Timeout)
+    ));
+    // The hung-up batch still holds the only slot.
+    let other = batch(&[fill("G2", "G2", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    assert_problem(
+        &srv.post(Some("token-bob"), Some("other"), other).await,
+        429,
+    );
+    release.add_permits(10);
+    // Until the task ends a retry is 429; then the cached answer.
+    let mut r = srv
+        .post(Some("token-alice"), Some("hang-up"), body.clone())
+        .await;
+    for _ in 0..500 {
+        if r.status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        r = srv
+            .post(Some("token-alice"), Some("hang-up"), body.clone())
+            .await;
+    }
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(json(&r)["totals"]["applied"], 1);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "cache")]
+        ),
+        1
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("3"))
+    );
 }

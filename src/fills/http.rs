@@ -535,12 +535,14 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             )
         }
     };
-    let Some(events) = doc.get("events").and_then(Value::as_array) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "not-a-batch",
-            "the body must be an object {\"events\": [...]}",
-        );
+    // K3: the hash of the canonical body (key order, whitespace do not count).
+    let request_hash = super::hash::value_hash(&doc);
+    let events = match doc {
+        Value::Object(mut m) => match m.remove("events") {
+            Some(Value::Array(a)) => a,
+            _ => return not_a_batch(),
+        },
+        _ => return not_a_batch(),
     };
     if events.len() > state.options.max_batch {
         return problem(
@@ -553,8 +555,6 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             ),
         );
     }
-    // K3: the hash of the canonical body (key order, whitespace do not count).
-    let request_hash = super::hash::value_hash(&doc);
     let now = state.now();
 
     // K4 from memory: a completed key's answer, without touching the store.
@@ -567,16 +567,39 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
     }
 
     // K6: bounded work in flight; never an unbounded queue.
-    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
+    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
         return overloaded(&state, "in_flight");
     };
-    let outcome = state
-        .backend
-        .apply_batch(&client.name, &key, &request_hash, events)
-        .await;
+    // The batch runs in a task of its own holding the permit, so a client
+    // that hangs up neither frees its slot before the store is done nor
+    // loses the cache entry of an answer that was committed anyway.
+    let task = {
+        let (state, client, key, hash) = (
+            state.clone(),
+            client.name.clone(),
+            key.clone(),
+            request_hash.clone(),
+        );
+        tokio::spawn(async move {
+            let _permit = permit;
+            let outcome = state
+                .backend
+                .apply_batch(&client, &key, &hash, &events)
+                .await;
+            if let Ok(
+                BatchOutcome::Fresh { status, body } | BatchOutcome::Replayed { status, body },
+            ) = &outcome
+            {
+                remember(&state, &client, &key, &hash, *status, body);
+            }
+            outcome
+        })
+    };
+    let outcome = task
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("batch task failed: {e}")));
     match outcome {
         Ok(BatchOutcome::Fresh { status, body }) => {
-            remember(&state, &client.name, &key, &request_hash, status, &body);
             if state.fault_fires() {
                 // Test fault: committed, yet the client hears "overloaded".
                 tracing::debug!(client = %client.name, %key, "fault switch: 429 after commit");
@@ -585,7 +608,6 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             answer(status, body, false)
         }
         Ok(BatchOutcome::Replayed { status, body }) => {
-            remember(&state, &client.name, &key, &request_hash, status, &body);
             state.metrics.replays.with_label_values(&["store"]).inc();
             answer(status, body, true)
         }
@@ -623,6 +645,14 @@ fn remember(state: &HttpState, client: &str, key: &str, hash: &str, status: u16,
         },
         state.now(),
     );
+}
+
+fn not_a_batch() -> Response {
+    problem(
+        StatusCode::BAD_REQUEST,
+        "not-a-batch",
+        "the body must be an object {\"events\": [...]}",
+    )
 }
 
 fn key_reused(state: &HttpState) -> Response {
