@@ -558,6 +558,13 @@ async fn oversized_and_malformed_bodies() {
     assert!(big.len() > 64 * 1024);
     let r = srv.post(Some("token-alice"), Some("big"), big).await;
     assert_problem(&r, 413);
+    // Default limit (1 MiB), a 3 MiB body: the client still reads the 413.
+    let default_srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let huge = format!("{{\"events\":[\"{}\"]}}", "x".repeat(3 << 20));
+    let r = default_srv
+        .post(Some("token-alice"), Some("huge"), huge.into_bytes())
+        .await;
+    assert_problem(&r, 413);
     // Over the event limit.
     let many: Vec<Value> = (0..11)
         .map(|i| {
