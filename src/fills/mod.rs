@@ -9,6 +9,7 @@ pub mod config;
 pub mod hash;
 pub mod metrics;
 pub mod model;
+pub mod nats;
 pub mod plan;
 pub mod position;
 pub mod push;
