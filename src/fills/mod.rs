@@ -13,4 +13,5 @@ pub mod nats;
 pub mod plan;
 pub mod position;
 pub mod push;
+pub mod retention;
 pub mod store;
