@@ -36,7 +36,11 @@ fn unique(tag: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!("TGT_{tag}_{}_{}", std::process::id(), nanos % 1_000_000_000_000)
+    format!(
+        "TGT_{tag}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000
+    )
 }
 
 /// Small deterministic PRNG (xorshift64*), so failures are reproducible.
@@ -118,7 +122,9 @@ fn make_fills(rng: &mut Rng, prefix: &str, n: usize) -> Vec<TestFill> {
 }
 
 /// Expected signed quantity per (account, symbol) of the fills not busted.
-fn expected_qty<'a>(fills: impl IntoIterator<Item = &'a TestFill>) -> BTreeMap<(String, String), Decimal> {
+fn expected_qty<'a>(
+    fills: impl IntoIterator<Item = &'a TestFill>,
+) -> BTreeMap<(String, String), Decimal> {
     let mut m = BTreeMap::new();
     for f in fills {
         *m.entry((f.account.clone(), f.symbol.clone()))
@@ -260,6 +266,14 @@ async fn sqlite_store(path: &std::path::Path) -> (Store, FillsMetrics) {
 
 /// A PostgreSQL store in a fresh schema of its own.
 async fn pg_store(url: &str, schema: &str) -> (Store, FillsMetrics) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect PostgreSQL");
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .await
+        .unwrap();
     let m = FillsMetrics::unregistered();
     let opts = StoreOptions {
         pg_schema: Some(schema.to_owned()),
@@ -323,7 +337,10 @@ async fn repeats_are_applied_once_and_counted() {
     // Wait until the consumer has created the stream and its durable.
     let t0 = Instant::now();
     while backlog(&js, &n.stream, &n.durable).await.is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "consumer never created its durable");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "consumer never created its durable"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -369,7 +386,11 @@ async fn repeats_are_applied_once_and_counted() {
     let applied = counter_sum(&fm.applied, kinds);
     let held = fm.held.with_label_values(&["nats"]).get();
     let dups = counter_sum(&fm.duplicate_events, kinds) + counter_sum(&fm.duplicate_by_deal, kinds);
-    assert_eq!(applied + held, n_distinct as u64, "each event applied (or held) once");
+    assert_eq!(
+        applied + held,
+        n_distinct as u64,
+        "each event applied (or held) once"
+    );
     // The early BUST (and any the shuffle put before its FILL) was held,
     // then released when its FILL arrived.
     assert!(held >= 1);
@@ -381,8 +402,18 @@ async fn repeats_are_applied_once_and_counted() {
     if nm.redelivered.get() == 0 {
         assert_eq!(dups, repeats);
     }
-    assert!(fm.duplicate_events.with_label_values(&["FILL", "nats"]).get() > 0);
-    assert!(fm.duplicate_events.with_label_values(&["BUST", "nats"]).get() > 0);
+    assert!(
+        fm.duplicate_events
+            .with_label_values(&["FILL", "nats"])
+            .get()
+            > 0
+    );
+    assert!(
+        fm.duplicate_events
+            .with_label_values(&["BUST", "nats"])
+            .get()
+            > 0
+    );
     assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 0);
     // The stream position is stored with the events (same transaction).
     let pos = store
@@ -390,7 +421,8 @@ async fn repeats_are_applied_once_and_counted() {
         .await
         .unwrap()
         .expect("consumer position stored");
-    assert!(pos >= 1 && pos <= stream_last_seq(&js, &n.stream).await);
+    // The highest committed sequence: after draining, the stream's last.
+    assert_eq!(pos, stream_last_seq(&js, &n.stream).await);
     delete_streams(&js, &n).await;
 }
 
@@ -409,7 +441,9 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
 
     let mut rng = Rng(0x5EED_0002);
     let fills = make_fills(&mut rng, "b", 4);
-    let invalid = fills[1].json().replace(&format!(r#""qty":"{}""#, fills[1].qty), r#""qty":5"#);
+    let invalid = fills[1]
+        .json()
+        .replace(&format!(r#""qty":"{}""#, fills[1].qty), r#""qty":5"#);
     assert_ne!(invalid, fills[1].json());
     // Seq 1: the poison message, failed twice by an earlier consumer below.
     publish_all(&js, &n.subject, &[fills[3].json().into_bytes()]).await;
@@ -439,11 +473,11 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
         &js,
         &n.subject,
         &[
-            fills[0].json().into_bytes(),       // seq 2
-            b"\xff\xfe\x00binary".to_vec(),     // seq 3
-            b"{\"kind\":\"FILL\",".to_vec(),    // seq 4
-            invalid.clone().into_bytes(),       // seq 5
-            fills[2].json().into_bytes(),       // seq 6
+            fills[0].json().into_bytes(),    // seq 2
+            b"\xff\xfe\x00binary".to_vec(),  // seq 3
+            b"{\"kind\":\"FILL\",".to_vec(), // seq 4
+            invalid.clone().into_bytes(),    // seq 5
+            fills[2].json().into_bytes(),    // seq 6
         ],
     )
     .await;
@@ -461,9 +495,22 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
         nonzero(expected_qty([&fills[0], &fills[2]]))
     );
     assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 4);
-    assert_eq!(nm.dead_letter_causes.with_label_values(&["undecodable"]).get(), 2);
-    assert_eq!(nm.dead_letter_causes.with_label_values(&["invalid"]).get(), 1);
-    assert_eq!(nm.dead_letter_causes.with_label_values(&["max_deliver"]).get(), 1);
+    assert_eq!(
+        nm.dead_letter_causes
+            .with_label_values(&["undecodable"])
+            .get(),
+        2
+    );
+    assert_eq!(
+        nm.dead_letter_causes.with_label_values(&["invalid"]).get(),
+        1
+    );
+    assert_eq!(
+        nm.dead_letter_causes
+            .with_label_values(&["max_deliver"])
+            .get(),
+        1
+    );
 
     // The dead letters: original payload, reason and origin in headers.
     let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
@@ -471,21 +518,38 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
     let mut by_seq = HashMap::new();
     for seq in 1..=4 {
         let m = dlq.get_raw_message(seq).await.unwrap();
-        let h = |k: &str| m.headers.get(k).map(|v| v.as_str().to_owned()).unwrap_or_default();
+        let h = |k: &str| {
+            m.headers
+                .get(k)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
         assert_eq!(h(src::H_SUBJECT), n.subject);
         assert_eq!(h(src::H_STREAM), n.stream);
         let orig: u64 = h(src::H_STREAM_SEQ).parse().unwrap();
-        by_seq.insert(orig, (h(src::H_REASON), h(src::H_DELIVERIES), m.payload.to_vec()));
+        by_seq.insert(
+            orig,
+            (h(src::H_REASON), h(src::H_DELIVERIES), m.payload.to_vec()),
+        );
     }
     let (reason, deliveries, payload) = &by_seq[&1];
-    assert!(reason.starts_with("max_deliver: delivered 3 times"), "{reason}");
+    assert!(
+        reason.starts_with("max_deliver: delivered 3 times"),
+        "{reason}"
+    );
     assert_eq!(deliveries, "3");
     assert_eq!(payload, fills[3].json().as_bytes());
     let (reason, _, payload) = &by_seq[&3];
-    assert!(reason.starts_with("undecodable:") && reason.contains("UTF-8"), "{reason}");
+    assert!(
+        reason.starts_with("undecodable:") && reason.contains("UTF-8"),
+        "{reason}"
+    );
     assert_eq!(payload, b"\xff\xfe\x00binary");
     let (reason, _, _) = &by_seq[&4];
-    assert!(reason.starts_with("undecodable: malformed JSON"), "{reason}");
+    assert!(
+        reason.starts_with("undecodable: malformed JSON"),
+        "{reason}"
+    );
     let (reason, deliveries, payload) = &by_seq[&5];
     assert!(reason.starts_with("invalid: qty"), "{reason}");
     assert_eq!(deliveries, "1");
@@ -521,6 +585,16 @@ fn spawn_consume(n: &Names, url: &str, db: &str, log: &std::path::Path, rust_log
 /// points at least 20 times and restarted each time. After it drains the
 /// stream, every position is exactly the expected sum.
 async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> Store) {
+    // /work/target is shared: make sure the binary is this crate's.
+    let help = Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .args(["fills", "consume", "--help"])
+        .output()
+        .expect("run tickgate");
+    assert!(
+        help.status.success(),
+        "{} has no `fills consume` (replaced by another build?)",
+        env!("CARGO_BIN_EXE_tickgate")
+    );
     let js = connect(url).await;
     let n = Names::new("CRASH");
     create_streams(&js, &n).await;
@@ -572,7 +646,10 @@ async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> 
         .unwrap_or_default()
         .contains("consuming")
     {
-        assert!(t0.elapsed() < Duration::from_secs(30), "final run never started consuming");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "final run never started consuming"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(120)).await;
@@ -582,9 +659,19 @@ async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> 
     let status = child.wait().unwrap();
     assert!(status.success(), "tickgate exit status {status}");
     println!("crash test: drained after {:?}", start.elapsed());
-    assert!(kills_with_backlog >= 10, "too few kills hit a busy consumer: {kills_with_backlog}");
+    assert!(
+        kills_with_backlog >= 10,
+        "too few kills hit a busy consumer: {kills_with_backlog}"
+    );
 
     let store = check(&n).await;
+    assert_eq!(
+        store
+            .consumer_position(&n.stream, &n.durable)
+            .await
+            .unwrap(),
+        Some(stream_last_seq(&js, &n.stream).await)
+    );
     assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
     assert_eq!(
         store.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
@@ -592,7 +679,11 @@ async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> 
         "each distinct event recorded exactly once"
     );
     let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
-    assert_eq!(dlq.info().await.unwrap().state.messages, 0, "nothing dead-lettered");
+    assert_eq!(
+        dlq.info().await.unwrap().state.messages,
+        0,
+        "nothing dead-lettered"
+    );
     delete_streams(&js, &n).await;
 }
 
@@ -619,16 +710,13 @@ async fn crash_test_postgres_sigkill_20_times() {
     // The process selects its schema through the connection's options.
     let sep = if pg.contains('?') { '&' } else { '?' };
     let db = format!("{pg}{sep}options=-csearch_path%3D{schema}");
-    let (client, conn) = tokio_postgres::connect(&pg, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-        .await
-        .unwrap();
+    // Creates the schema and its tables before the first process runs.
+    drop(pg_store(&pg, &schema).await);
     let (pg2, schema2) = (pg.clone(), schema.clone());
-    crash_test(&url, &db, async move |_n: &Names| pg_store(&pg2, &schema2).await.0).await;
+    crash_test(&url, &db, async move |_n: &Names| {
+        pg_store(&pg2, &schema2).await.0
+    })
+    .await;
     pg_drop_schema(&pg, &schema).await;
 }
 
@@ -678,7 +766,10 @@ async fn two_consumers_on_one_postgres_apply_each_event_once() {
     while backlog(&js, &n.stream, &sa.durable).await.is_none()
         || backlog(&js, &n.stream, &sb.durable).await.is_none()
     {
-        assert!(t0.elapsed() < Duration::from_secs(20), "durables not created");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "durables not created"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     wait_drained(&js, &n.stream, &sa.durable, Duration::from_secs(120)).await;
@@ -693,16 +784,32 @@ async fn two_consumers_on_one_postgres_apply_each_event_once() {
         .map(|(_, f)| f);
     assert_eq!(actual_qty(&store_a).await, nonzero(expected_qty(live)));
     assert_eq!(
-        store_a.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
+        store_a
+            .count_rows(SweepTable::ProcessedEvents)
+            .await
+            .unwrap(),
         distinct.len() as u64
     );
     let kinds: &[&[&str]] = &[&["FILL", "nats"], &["BUST", "nats"]];
-    let applied_a = counter_sum(&fm_a.applied, kinds) + fm_a.held.with_label_values(&["nats"]).get();
-    let applied_b = counter_sum(&fm_b.applied, kinds) + fm_b.held.with_label_values(&["nats"]).get();
-    assert_eq!(applied_a + applied_b, distinct.len() as u64, "each event applied once in total");
-    assert!(applied_a > 0 && applied_b > 0, "both consumers did work: {applied_a} {applied_b}");
+    let applied_a =
+        counter_sum(&fm_a.applied, kinds) + fm_a.held.with_label_values(&["nats"]).get();
+    let applied_b =
+        counter_sum(&fm_b.applied, kinds) + fm_b.held.with_label_values(&["nats"]).get();
+    assert_eq!(
+        applied_a + applied_b,
+        distinct.len() as u64,
+        "each event applied once in total"
+    );
+    assert!(
+        applied_a > 0 && applied_b > 0,
+        "both consumers did work: {applied_a} {applied_b}"
+    );
     for s in [&sa, &sb] {
-        assert!(store_a.consumer_position(&n.stream, &s.durable).await.unwrap().is_some());
+        assert!(store_a
+            .consumer_position(&n.stream, &s.durable)
+            .await
+            .unwrap()
+            .is_some());
     }
     delete_streams(&js, &n).await;
     pg_drop_schema(&pg, &schema).await;

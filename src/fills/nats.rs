@@ -80,7 +80,7 @@ impl NatsSettings {
             dlq_subject: n.dlq_subject.clone(),
             dlq_stream: format!("{}_DLQ", n.stream),
             max_deliver: n.max_deliver,
-            ack_wait: Duration::from_secs(30),
+            ack_wait: n.ack_wait,
             batch: max_batch.clamp(1, 10_000),
         }
     }
@@ -911,14 +911,11 @@ mod tests {
         assert!(subject_matches("fills.in", "fills.in"));
         assert!(!subject_matches("fills.in.>", "fills.in"));
         let mut s = NatsSettings::from_nats_config(&NatsConfig::default(), 500);
-        // The defaults "fills.>" and "fills.dlq" overlap: refused with a reason.
-        assert!(s
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("consumed again"));
-        s.subject = "fills.in.>".into();
         s.validate().unwrap();
+        // A dead-letter subject inside the consumed subjects is refused.
+        s.dlq_subject = "fills.dlq".into();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("consumed again"), "{e}");
     }
 
     #[test]
