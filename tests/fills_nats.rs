@@ -557,6 +557,78 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
     delete_streams(&js, &n).await;
 }
 
+/// A transaction that fails (the database is locked by another writer) is
+/// not acked: the batch is nakked, comes back, and is applied once the
+/// database is free. With max_deliver 1 the same failure dead-letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_transactions_are_nakked_and_redelivered() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    for max_deliver in [5, 1] {
+        let n = Names::new("NAK");
+        create_streams(&js, &n).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        let fm = FillsMetrics::unregistered();
+        let opts = StoreOptions {
+            key_wait: Duration::from_millis(100), // the store's busy timeout
+            ..StoreOptions::default()
+        };
+        let store = Store::Sqlite(SqliteStore::open(&path, opts, fm.clone()).await.unwrap());
+        // Another writer holds the database.
+        let lock = rusqlite::Connection::open(&path).unwrap();
+        lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+        let mut rng = Rng(0x5EED_0005);
+        let fills = make_fills(&mut rng, "e", 30);
+        let payloads: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+        publish_all(&js, &n.subject, &payloads).await;
+        let nm = NatsMetrics::unregistered(fm.clone());
+        let running = start_consumer(n.settings(&url, max_deliver, 50), store.clone(), nm.clone());
+        let t0 = Instant::now();
+        while nm.naks.get() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no nak while locked"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        lock.execute_batch("ROLLBACK").unwrap();
+        wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+        running.stop().await;
+
+        assert!(nm.redelivered.get() > 0);
+        let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
+        let dead = dlq.info().await.unwrap().state.messages;
+        if max_deliver == 5 {
+            // Redelivered after the nak delay and applied, exactly once.
+            assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+            assert_eq!(dead, 0);
+        } else {
+            // Failed its one allowed delivery: dead-lettered, not lost.
+            let failed = nm.naks.get();
+            assert_eq!(dead, failed);
+            assert_eq!(
+                nm.dead_letter_causes
+                    .with_label_values(&["max_deliver"])
+                    .get(),
+                failed
+            );
+            let m = dlq.get_raw_message(1).await.unwrap();
+            let reason = m.headers.get(src::H_REASON).unwrap().as_str().to_owned();
+            assert!(
+                reason.starts_with("max_deliver: delivered 2 times"),
+                "{reason}"
+            );
+            let applied = store.count_rows(SweepTable::ProcessedEvents).await.unwrap();
+            assert_eq!(applied + dead, 30, "every event applied or dead-lettered");
+        }
+        delete_streams(&js, &n).await;
+    }
+}
+
 // ------------------------------------------------------- the crash test
 
 fn spawn_consume(n: &Names, url: &str, db: &str, log: &std::path::Path, rust_log: &str) -> Child {
