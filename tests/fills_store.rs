@@ -1031,3 +1031,41 @@ fn chunk_is_clamped_to_ten_thousand() {
         assert_eq!(r.chunks, 3);
     });
 }
+
+// A FILL and its BUST committed at the same moment by two instances: the
+// unique deal row serialises them, so every bust is applied exactly once
+// (none stranded as "held" next to an applied fill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_fill_and_bust_postgres() {
+    let Some(c) = ctx(Backend::Postgres).await else {
+        return;
+    };
+    let fills = workload(1500);
+    let busts: Vec<Parsed> = fills
+        .iter()
+        .map(|f| {
+            let Ok(Event::Fill(f)) = f else {
+                unreachable!()
+            };
+            bust(&format!("B-{}", f.event_id), &f.deal_id, &f.account)
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for evs in [fills.clone(), busts] {
+        let store = c.another_pg(StoreOptions::default()).await;
+        tasks.push(tokio::spawn(async move {
+            for chunk in evs.chunks(100) {
+                store.apply_events("file", chunk.to_vec()).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(c.store.held_busts().await.unwrap().is_empty());
+    for r in c.store.positions(None).await.unwrap() {
+        assert_eq!(r.position.qty, Decimal::ZERO, "{}/{}", r.account, r.symbol);
+        assert_eq!(r.position.realized_pnl, Decimal::ZERO);
+    }
+    c.drop_schema().await;
+}

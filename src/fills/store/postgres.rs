@@ -30,7 +30,7 @@ use super::{
     PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
-use crate::fills::model::{Event, EventOutcome, Outcome, Parsed, Side};
+use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
 use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
@@ -42,6 +42,8 @@ const MAX_ATTEMPTS: usize = 5;
 struct Stmts {
     ins_processed: Statement,
     ins_deals: Statement,
+    next_seqs: Statement,
+    peek_deals: Statement,
     sel_deals: Statement,
     ins_pos: Statement,
     sel_pos: Statement,
@@ -169,13 +171,22 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                 "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty,
                                     price, exec_ns, bust_event_id, bust_account, bust_ns,
                                     applied_seq, created_ns, updated_ns)
-                 SELECT d, st, fe, a, sy, si, q::numeric, p::numeric, t, be, ba, bt,
-                        CASE WHEN st = 'applied' THEN nextval('fills_applied_seq') END, $13, $13
+                 SELECT d, st, fe, a, sy, si, q::numeric, p::numeric, t, be, ba, bt, sq, $14, $14
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
-                             $11::text[], $12::int8[])
-                      AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt)
+                             $11::text[], $12::int8[], $13::int8[])
+                      AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
                  ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id",
+            )
+            .await?,
+        next_seqs: c
+            .prepare("SELECT nextval('fills_applied_seq') FROM generate_series(1, $1::int)")
+            .await?,
+        peek_deals: c
+            .prepare(
+                "SELECT deal_id, status, fill_event_id, account, symbol, side, qty::text,
+                        price::text, exec_ns, bust_event_id, bust_account, bust_ns
+                 FROM fills WHERE deal_id = ANY($1::text[])",
             )
             .await?,
         sel_deals: c
@@ -691,6 +702,48 @@ fn pos_of(r: &Row, at: usize) -> anyhow::Result<Position> {
     })
 }
 
+fn deal_of(r: &Row) -> anyhow::Result<(String, DealRow)> {
+    let deal_id: String = r.get(0);
+    let row = deal_from_columns(
+        deal_id.clone(),
+        r.get(1),
+        r.get(2),
+        r.get(3),
+        r.get(4),
+        r.get(5),
+        r.get(6),
+        r.get(7),
+        r.get(8),
+        r.get(9),
+        r.get(10),
+        r.get(11),
+    )?;
+    Ok((deal_id, row))
+}
+
+/// Create missing position rows of `keys` and lock them all, in key order.
+async fn lock_positions(
+    tx: &Transaction<'_>,
+    st: &Stmts,
+    mut keys: Vec<PosKey>,
+    now: i64,
+    positions: &mut HashMap<PosKey, Position>,
+    locked: &mut HashSet<PosKey>,
+) -> anyhow::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort();
+    let ka: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+    let ks: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    tx.execute(&st.ins_pos, &[&ka, &ks, &now]).await?;
+    for r in tx.query(&st.sel_pos, &[&ka, &ks]).await? {
+        positions.insert((r.get(0), r.get(1)), pos_of(&r, 2)?);
+    }
+    locked.extend(keys);
+    Ok(())
+}
+
 /// F1-F3 for one batch inside an open transaction, set-based.
 async fn apply_in_tx(
     tx: &Transaction<'_>,
@@ -725,20 +778,76 @@ async fn apply_in_tx(
         }
     }
 
+    // Positions first, locked in key order (a fixed lock order; and the
+    // application sequence below is drawn under these locks, so it orders
+    // fills of one position as they were applied). A missing row cannot be
+    // locked, so rows are created first. A BUST's position is its fill's:
+    // peek at those deals (no lock; re-checked after the deal step).
+    let mut bust_deals: Vec<&str> = new_events
+        .iter()
+        .filter(|(_, e)| e.kind() == Kind::Bust)
+        .map(|(_, e)| e.deal_id())
+        .collect();
+    bust_deals.sort_unstable();
+    bust_deals.dedup();
+    let mut peeked: HashMap<String, Option<DealRow>> = HashMap::new();
+    if !bust_deals.is_empty() {
+        for r in tx.query(&st.peek_deals, &[&bust_deals]).await? {
+            let (id, row) = deal_of(&r)?;
+            peeked.insert(id, Some(row));
+        }
+    }
+    let mut positions: HashMap<PosKey, Position> = HashMap::new();
+    let mut locked: HashSet<PosKey> = HashSet::new();
+    lock_positions(
+        tx,
+        st,
+        plan::position_keys(&new_events, &peeked),
+        now,
+        &mut positions,
+        &mut locked,
+    )
+    .await?;
+
     // Each deal's first new event creates its row; the unique deal_id
-    // decides (F2/F3) and serialises concurrent writers of one deal.
-    let mut firsts: Vec<(String, DealRow)> = Vec::new();
+    // decides (F2/F3) and serialises concurrent writers of one deal. Rows
+    // go in deal_id order (lock order); fills get their application
+    // sequence in event order.
+    let mut firsts: Vec<(String, DealRow, Option<i64>)> = Vec::new();
     let mut seen = HashSet::new();
     for &(_, e) in &new_events {
         if seen.insert(e.deal_id()) {
-            firsts.push((e.deal_id().to_owned(), DealRow::first(e)));
+            firsts.push((e.deal_id().to_owned(), DealRow::first(e), None));
         }
     }
+    let n_fills = firsts
+        .iter()
+        .filter(|f| f.1.status == DealStatus::Applied)
+        .count();
+    if n_fills > 0 {
+        let n = i32::try_from(n_fills).context("batch too large")?;
+        let mut seqs: Vec<i64> = tx
+            .query(&st.next_seqs, &[&n])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        seqs.sort_unstable();
+        let mut it = seqs.into_iter();
+        for f in firsts
+            .iter_mut()
+            .filter(|f| f.1.status == DealStatus::Applied)
+        {
+            f.2 = it.next();
+        }
+    }
+    firsts.sort_by(|a, b| a.0.cmp(&b.0));
     let mut inserted: HashMap<String, DealRow> = HashMap::new();
     let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
     if !firsts.is_empty() {
-        let cols: Vec<DealCols> = firsts.iter().map(|(_, r)| DealCols::of(r)).collect();
-        let d: Vec<&str> = firsts.iter().map(|(d, _)| d.as_str()).collect();
+        let cols: Vec<DealCols> = firsts.iter().map(|(_, r, _)| DealCols::of(r)).collect();
+        let d: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
+        let sq: Vec<Option<i64>> = firsts.iter().map(|f| f.2).collect();
         let stt: Vec<&str> = cols.iter().map(|c| c.status).collect();
         let fe: Vec<Option<&str>> = cols.iter().map(|c| c.fill_event_id.as_deref()).collect();
         let a: Vec<Option<&str>> = cols.iter().map(|c| c.account.as_deref()).collect();
@@ -753,12 +862,14 @@ async fn apply_in_tx(
         let rows = tx
             .query(
                 &st.ins_deals,
-                &[&d, &stt, &fe, &a, &sy, &si, &q, &p, &t, &be, &ba, &bt, &now],
+                &[
+                    &d, &stt, &fe, &a, &sy, &si, &q, &p, &t, &be, &ba, &bt, &sq, &now,
+                ],
             )
             .await?;
         let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         let existing: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
-        for (deal_id, row) in &firsts {
+        for (deal_id, row, _) in &firsts {
             if ins.contains(deal_id) {
                 deals.insert(deal_id.clone(), None);
                 inserted.insert(deal_id.clone(), row.clone());
@@ -766,22 +877,8 @@ async fn apply_in_tx(
         }
         if !existing.is_empty() {
             for r in tx.query(&st.sel_deals, &[&existing]).await? {
-                let deal_id: String = r.get(0);
-                let row = deal_from_columns(
-                    deal_id.clone(),
-                    r.get(1),
-                    r.get(2),
-                    r.get(3),
-                    r.get(4),
-                    r.get(5),
-                    r.get(6),
-                    r.get(7),
-                    r.get(8),
-                    r.get(9),
-                    r.get(10),
-                    r.get(11),
-                )?;
-                deals.insert(deal_id, Some(row));
+                let (id, row) = deal_of(&r)?;
+                deals.insert(id, Some(row));
             }
             if let Some(missing) = existing.iter().find(|x| !deals.contains_key(**x)) {
                 anyhow::bail!("deal {missing} conflicted on insert but cannot be read");
@@ -789,20 +886,12 @@ async fn apply_in_tx(
         }
     }
     let before = deals.clone();
-
-    // Positions: make sure each touched row exists, then lock them in key
-    // order; a missing row cannot be locked and two writers would both
-    // start from flat.
-    let keys = plan::position_keys(&new_events, &deals);
-    let mut positions: HashMap<PosKey, Position> = HashMap::new();
-    if !keys.is_empty() {
-        let ka: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
-        let ks: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
-        tx.execute(&st.ins_pos, &[&ka, &ks, &now]).await?;
-        for r in tx.query(&st.sel_pos, &[&ka, &ks]).await? {
-            positions.insert((r.get(0), r.get(1)), pos_of(&r, 2)?);
-        }
-    }
+    // A deal that changed since the peek (rare) may need one more position.
+    let more: Vec<PosKey> = plan::position_keys(&new_events, &deals)
+        .into_iter()
+        .filter(|k| !locked.contains(k))
+        .collect();
+    lock_positions(tx, st, more, now, &mut positions, &mut locked).await?;
     let rkeys = plan::replay_keys(&new_events, &deals);
     let mut history: HashMap<PosKey, Vec<HistFill>> = HashMap::new();
     if !rkeys.is_empty() {
