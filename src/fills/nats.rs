@@ -28,6 +28,7 @@ use async_nats::jetstream::{self, consumer::pull, AckKind};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use serde::Deserialize as _;
 
 use super::config::{FillsConfig, NatsConfig};
 use super::metrics::FillsMetrics;
@@ -754,10 +755,15 @@ impl ConsumeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                let cfg: crate::config::Config =
+                // Only the [fills] table is read, so the rest of a daemon
+                // config file does not matter here.
+                let mut doc: toml::Table =
                     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-                cfg.fills
-                    .with_context(|| format!("{} has no [fills] section", path.display()))?
+                let table = doc
+                    .remove("fills")
+                    .with_context(|| format!("{} has no [fills] section", path.display()))?;
+                FillsConfig::deserialize(table)
+                    .with_context(|| format!("{}: [fills]", path.display()))?
             }
             None => FillsConfig::default(),
         };
@@ -916,6 +922,66 @@ mod tests {
         s.dlq_subject = "fills.dlq".into();
         let e = s.validate().unwrap_err().to_string();
         assert!(e.contains("consumed again"), "{e}");
+    }
+
+    #[test]
+    fn consume_args_read_the_fills_table_and_flags_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            r#"
+[gate]
+anything = "not read here"
+[fills]
+db = "sqlite:/tmp/x.db"
+max_batch = 200
+[fills.nats]
+url = "nats://127.0.0.1:4222"
+stream = "ORDERS"
+subject = "orders.fills.>"
+dlq_subject = "orders.dead"
+max_deliver = 7
+ack_wait = "45s"
+"#,
+        )
+        .unwrap();
+        let args = ConsumeArgs {
+            config: Some(path.clone()),
+            db: None,
+            nats: None,
+            stream: None,
+            subject: None,
+            durable: Some("other".into()),
+            dlq_subject: None,
+            dlq_stream: None,
+            max_deliver: None,
+            ack_wait: None,
+            batch: Some(20),
+        };
+        let (fills, s) = args.resolve().unwrap();
+        assert_eq!(fills.db, "sqlite:/tmp/x.db");
+        assert_eq!(s.stream, "ORDERS");
+        assert_eq!(s.subject, "orders.fills.>");
+        assert_eq!(s.dlq_subject, "orders.dead");
+        assert_eq!(s.dlq_stream, "ORDERS_DLQ");
+        assert_eq!(s.max_deliver, 7);
+        assert_eq!(s.ack_wait, Duration::from_secs(45));
+        assert_eq!(s.durable, "other");
+        assert_eq!(s.batch, 20);
+        // A dead-letter subject inside the consumed subjects: refused.
+        let bad = ConsumeArgs {
+            dlq_subject: Some("orders.fills.dead".into()),
+            ..args
+        };
+        assert!(bad.resolve().is_err());
+        std::fs::write(&path, "[gate]\nx = 1\n").unwrap();
+        let none = ConsumeArgs {
+            dlq_subject: None,
+            ..bad
+        };
+        let e = format!("{:#}", none.resolve().unwrap_err());
+        assert!(e.contains("no [fills] section"), "{e}");
     }
 
     #[test]
