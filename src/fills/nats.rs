@@ -346,9 +346,14 @@ where
     tokio::pin!(shutdown);
     let mut pause = Duration::from_millis(500);
     loop {
+        let started = Instant::now();
         match session(&settings, &store, &metrics, shutdown.as_mut()).await {
             Ok(()) => return Ok(()),
             Err(e) => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    // It had been working: a new failure starts from short pauses.
+                    pause = Duration::from_millis(500);
+                }
                 metrics.restarts.inc();
                 tracing::warn!(error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64,
                     "fills nats consumer: session failed, restarting");
