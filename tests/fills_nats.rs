@@ -629,6 +629,57 @@ async fn failed_transactions_are_nakked_and_redelivered() {
     }
 }
 
+/// The durable is deleted while the consumer runs: the session restarts,
+/// recreates it, gets every message again, and all of them are duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_durable_is_recreated_and_redelivery_is_harmless() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    let n = Names::new("DEL");
+    create_streams(&js, &n).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fm) = sqlite_store(&dir.path().join("f.db")).await;
+    let nm = NatsMetrics::unregistered(fm.clone());
+    let mut rng = Rng(0x5EED_0006);
+    let fills = make_fills(&mut rng, "f", 200);
+    let payloads: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+    publish_all(&js, &n.subject, &payloads).await;
+    let running = start_consumer(n.settings(&url, 5, 50), store.clone(), nm.clone());
+    let t0 = Instant::now();
+    while backlog(&js, &n.stream, &n.durable).await.is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "durable not created"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+    let stream = js.get_stream(&n.stream).await.unwrap();
+    stream.delete_consumer(&n.durable).await.unwrap();
+    let t0 = Instant::now();
+    while nm.restarts.get() == 0 || backlog(&js, &n.stream, &n.durable).await != Some((0, 0)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "not recreated and drained: restarts {}, backlog {:?}",
+            nm.restarts.get(),
+            backlog(&js, &n.stream, &n.durable).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await;
+    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+    assert_eq!(fm.applied.with_label_values(&["FILL", "nats"]).get(), 200);
+    assert_eq!(
+        fm.duplicate_events
+            .with_label_values(&["FILL", "nats"])
+            .get(),
+        200
+    );
+    delete_streams(&js, &n).await;
+}
+
 // ------------------------------------------------------- the crash test
 
 fn spawn_consume(n: &Names, url: &str, db: &str, log: &std::path::Path, rust_log: &str) -> Child {
