@@ -21,8 +21,9 @@
 //! stream = "FILLS"
 //! subject = "fills.>"
 //! durable = "tickgate"
-//! dlq_subject = "fills.dlq"
+//! dlq_subject = "dlq.fills"   # must not match `subject` (stored by stream FILLS_DLQ)
 //! max_deliver = 5
+//! ack_wait = "30s"
 //!
 //! [fills.retention]
 //! chunk = 10000           # at most 10,000 (F5)
@@ -120,6 +121,9 @@ pub struct NatsConfig {
     pub durable: String,
     pub dlq_subject: String,
     pub max_deliver: i64,
+    /// Server-side redelivery timer of an unacked message.
+    #[serde(deserialize_with = "de_duration")]
+    pub ack_wait: Duration,
 }
 
 impl Default for NatsConfig {
@@ -129,8 +133,10 @@ impl Default for NatsConfig {
             stream: "FILLS".into(),
             subject: "fills.>".into(),
             durable: "tickgate".into(),
-            dlq_subject: "fills.dlq".into(),
+            // Outside `subject`: dead letters must not be consumed again.
+            dlq_subject: "dlq.fills".into(),
             max_deliver: 5,
+            ack_wait: Duration::from_secs(30),
         }
     }
 }

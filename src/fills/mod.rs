@@ -12,6 +12,7 @@ pub mod hash;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod nats;
 pub mod plan;
 pub mod position;
 pub mod push;

@@ -272,7 +272,8 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                 "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
                  VALUES ($1, $2, $3, $4)
                  ON CONFLICT (stream, consumer) DO UPDATE
-                 SET last_seq = EXCLUDED.last_seq, updated_ns = EXCLUDED.updated_ns",
+                 SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
+                     updated_ns = EXCLUDED.updated_ns",
             )
             .await?,
     })

@@ -125,7 +125,8 @@ impl SqliteStore {
                         "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
                          VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT (stream, consumer) DO UPDATE
-                         SET last_seq = excluded.last_seq, updated_ns = excluded.updated_ns",
+                         SET last_seq = MAX(consumer_positions.last_seq, excluded.last_seq),
+                             updated_ns = excluded.updated_ns",
                         params![stream, consumer, *last_seq as i64, now],
                     )?;
                 }
