@@ -36,7 +36,15 @@ fn apply_file_prints_summary_and_rejects_with_line_numbers() {
     let file = dir.path().join("events.jsonl");
     std::fs::write(&file, LINES).unwrap();
     let out = tickgate(
-        &["fills", "apply", file.to_str().unwrap(), "--db", &db, "--batch", "3"],
+        &[
+            "fills",
+            "apply",
+            file.to_str().unwrap(),
+            "--db",
+            &db,
+            "--batch",
+            "3",
+        ],
         None,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
