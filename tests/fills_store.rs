@@ -1069,3 +1069,34 @@ async fn concurrent_fill_and_bust_postgres() {
     }
     c.drop_schema().await;
 }
+
+// A caller that gives up mid-transaction (its task aborted) neither
+// half-applies a transaction nor leaves a broken connection behind: each
+// transaction finishes in its own task, and a retry finds every event a
+// duplicate or applies it, never twice.
+async fn cancelled_caller_loses_and_doubles_nothing(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let events = workload(3000);
+    let store = c.store.clone();
+    let evs = events.clone();
+    let call = tokio::spawn(async move { store.apply_events("file", evs).await });
+    tokio::task::yield_now().await;
+    call.abort();
+    let _ = call.await;
+    let outs = c.store.apply_events("file", events.clone()).await.unwrap();
+    assert!(outs
+        .iter()
+        .all(|o| matches!(o.outcome, Outcome::Applied | Outcome::Duplicate)));
+    assert_eq!(
+        c.store
+            .count_rows(SweepTable::ProcessedEvents)
+            .await
+            .unwrap(),
+        3000
+    );
+    for ((acc, sym), p) in expected_positions(&events) {
+        assert_eq!(position(&c.store, &acc, &sym).await, p, "{acc}/{sym}");
+    }
+    c.drop_schema().await;
+}
+both!(cancelled_caller_loses_and_doubles_nothing);

@@ -350,3 +350,93 @@ fn reverse_fill(
     touched.insert(key);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fills::model::parse_value;
+
+    fn ev(v: serde_json::Value) -> Event {
+        parse_value(&v).unwrap()
+    }
+    fn fill(id: &str, deal: &str, side: &str, qty: &str, px: &str) -> Event {
+        ev(
+            serde_json::json!({"kind":"FILL","event_id":id,"deal_id":deal,"account":"A",
+            "symbol":"S","side":side,"qty":qty,"price":px,"exec_time":"2026-11-30T08:00:00Z"}),
+        )
+    }
+    fn bust(id: &str, deal: &str) -> Event {
+        ev(
+            serde_json::json!({"kind":"BUST","event_id":id,"deal_id":deal,"account":"A",
+            "exec_time":"2026-11-30T08:00:00Z"}),
+        )
+    }
+    fn key() -> PosKey {
+        ("A".into(), "S".into())
+    }
+
+    #[test]
+    fn bust_of_stored_fill_replays_history() {
+        let f1 = fill("F1", "D1", "BUY", "10", "100");
+        let f2 = fill("F2", "D2", "SELL", "4", "110");
+        let b = bust("B2", "D2");
+        let p1 = Position::FLAT
+            .apply(Side::Buy, 10.into(), 100.into())
+            .unwrap();
+        let p2 = p1.apply(Side::Sell, 4.into(), 110.into()).unwrap();
+        let deals = HashMap::from([("D2".to_string(), Some(DealRow::first(&f2)))]);
+        let new = [(0, &b)];
+        assert_eq!(replay_keys(&new, &deals), vec![key()]);
+        let hist = |e: &Event| {
+            let Event::Fill(f) = e else { unreachable!() };
+            HistFill {
+                deal_id: f.deal_id.clone(),
+                side: f.side,
+                qty: f.qty,
+                price: f.price,
+            }
+        };
+        let p = plan(
+            &new,
+            deals,
+            HashMap::from([(key(), p2)]),
+            HashMap::from([(key(), vec![hist(&f1), hist(&f2)])]),
+        );
+        assert_eq!(p.outcomes, vec![(0, Outcome::Applied)]);
+        assert_eq!(p.positions[&key()], p1);
+        assert_eq!(p.deals["D2"].as_ref().unwrap().status, DealStatus::Busted);
+        assert!(p.unprocess.is_empty());
+    }
+
+    #[test]
+    fn held_bust_released_by_fill_in_same_batch() {
+        let b = bust("B1", "D1");
+        let f = fill("F1", "D1", "BUY", "1", "1");
+        let new = [(0, &b), (1, &f)];
+        let deals = HashMap::from([("D1".to_string(), None)]);
+        let p = plan(&new, deals, HashMap::new(), HashMap::new());
+        assert_eq!(p.outcomes, vec![(0, Outcome::Held), (1, Outcome::Applied)]);
+        assert_eq!(p.released, 1);
+        assert!(
+            p.positions.is_empty(),
+            "position untouched: fill and bust cancel"
+        );
+        assert_eq!(p.deals["D1"].as_ref().unwrap().status, DealStatus::Busted);
+        assert!(p.newly_applied.is_empty());
+    }
+
+    #[test]
+    fn overflowing_fill_is_rejected_and_unprocessed() {
+        let f = fill("F1", "D1", "BUY", "79228162514264337593543950335", "2");
+        let new = [(0, &f)];
+        let p = plan(
+            &new,
+            HashMap::from([("D1".to_string(), None)]),
+            HashMap::new(),
+            HashMap::new(),
+        );
+        assert!(matches!(&p.outcomes[0].1, Outcome::Rejected(r) if r.contains("overflow")));
+        assert_eq!(p.unprocess, vec![(Kind::Fill, "F1".to_string())]);
+        assert_eq!(p.deals["D1"], None);
+    }
+}

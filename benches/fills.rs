@@ -1,0 +1,417 @@
+//! Exactly-once apply throughput: tickgate's batched store against the
+//! textbook design (one transaction per event: dedup insert, then the
+//! effect), on the same database with the same durability, side by side.
+//!
+//!     cargo bench --bench fills
+//!     TICKGATE_TEST_PG_URL=postgres://postgres@127.0.0.1:5432/test cargo bench --bench fills
+//!
+//! Optional: FILLS_BENCH_N (events for the batched runs, default 200000),
+//! FILLS_BENCH_TEXTBOOK_N (default 5000), FILLS_BENCH_BATCH (default 1000).
+//! The input has 10% re-deliveries; events/s counts input events
+//! (duplicates included) that were committed.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Instant;
+
+use rust_decimal::Decimal;
+use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::model::{parse_value, Event, Fill, Outcome, Parsed};
+use tickgate::fills::position::Position;
+use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `n` unique fills over 200 accounts x 10 symbols, plus 10% repeats
+/// mixed in shortly after their original.
+fn workload(n: usize, tag: &str) -> Vec<Parsed> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rnd = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut out = Vec::with_capacity(n + n / 10);
+    for i in 0..n {
+        let e = parse_value(&serde_json::json!({
+            "kind": "FILL", "event_id": format!("{tag}-E-{i}"), "deal_id": format!("{tag}-D-{i}"),
+            "account": format!("ACC-{}", rnd(200)), "symbol": format!("SYM{}", rnd(10)),
+            "side": if rnd(2) == 0 { "BUY" } else { "SELL" },
+            "qty": format!("{}", 1 + rnd(100_000)), "price": format!("1.{:05}", rnd(100_000)),
+            "exec_time": "2026-11-30T08:00:00.123456Z"
+        }));
+        out.push(e);
+        if i % 10 == 9 {
+            let back = rnd(10) as usize;
+            out.push(out[out.len() - 1 - back].clone());
+        }
+    }
+    out
+}
+
+struct Row {
+    backend: &'static str,
+    design: String,
+    events: usize,
+    secs: f64,
+}
+
+fn fills_of(events: &[Parsed]) -> impl Iterator<Item = &Fill> {
+    events.iter().filter_map(|e| match e {
+        Ok(Event::Fill(f)) => Some(f),
+        _ => None,
+    })
+}
+
+async fn batched(store: &Store, events: Vec<Parsed>, batch: usize) -> (usize, f64) {
+    let n = events.len();
+    let chunks: Vec<Vec<Parsed>> = events.chunks(batch).map(<[Parsed]>::to_vec).collect();
+    let t = Instant::now();
+    let mut applied = 0;
+    for c in chunks {
+        let outs = store.apply_events("bench", c).await.expect("apply");
+        applied += outs
+            .iter()
+            .filter(|o| o.outcome == Outcome::Applied)
+            .count();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = n;
+    (applied, secs)
+}
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).expect("stored decimal")
+}
+
+/// Textbook on SQLite: per event BEGIN IMMEDIATE; INSERT processed ON
+/// CONFLICT DO NOTHING; if new: INSERT fill, read position, upsert it; COMMIT.
+fn textbook_sqlite(path: &std::path::Path, events: &[Parsed]) -> (usize, f64) {
+    let mut c = rusqlite::Connection::open(path).expect("open");
+    c.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    c.pragma_update(None, "synchronous", "FULL").expect("sync");
+    let t = Instant::now();
+    let mut applied = 0;
+    for f in fills_of(events) {
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        let new = tx
+            .execute(
+                "INSERT INTO processed_events (kind, event_id, created_ns) VALUES ('FILL', ?1, 0)
+                 ON CONFLICT DO NOTHING",
+                [&f.event_id],
+            )
+            .expect("dedup");
+        if new == 1 {
+            tx.execute(
+                "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty,
+                                    price, exec_ns, created_ns, updated_ns)
+                 VALUES (?1, 'applied', ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0)",
+                rusqlite::params![
+                    f.deal_id,
+                    f.event_id,
+                    f.account,
+                    f.symbol,
+                    f.side.as_str(),
+                    f.qty.to_string(),
+                    f.price.to_string(),
+                    f.exec_time
+                ],
+            )
+            .expect("fill");
+            let cur: Option<(String, String, String)> = tx
+                .query_row(
+                    "SELECT qty, avg_price, realized_pnl FROM positions
+                     WHERE account = ?1 AND symbol = ?2",
+                    [&f.account, &f.symbol],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .ok();
+            let p = cur
+                .map(|(q, a, r)| Position {
+                    qty: d(&q),
+                    avg_price: d(&a),
+                    realized_pnl: d(&r),
+                })
+                .unwrap_or_default()
+                .apply(f.side, f.qty, f.price)
+                .expect("arithmetic");
+            tx.execute(
+                "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)
+                 ON CONFLICT (account, symbol) DO UPDATE SET qty = excluded.qty,
+                   avg_price = excluded.avg_price, realized_pnl = excluded.realized_pnl",
+                rusqlite::params![
+                    f.account,
+                    f.symbol,
+                    p.qty.to_string(),
+                    p.avg_price.to_string(),
+                    p.realized_pnl.to_string()
+                ],
+            )
+            .expect("position");
+            applied += 1;
+        }
+        tx.commit().expect("commit");
+    }
+    (applied, t.elapsed().as_secs_f64())
+}
+
+/// Textbook on PostgreSQL, same steps, one transaction per event.
+async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64) {
+    let (mut c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    c.batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .expect("schema");
+    let dedup = c
+        .prepare(
+            "INSERT INTO processed_events (kind, event_id, created_ns) VALUES ('FILL', $1, 0)
+             ON CONFLICT DO NOTHING",
+        )
+        .await
+        .expect("prepare");
+    let ins_fill = c
+        .prepare(
+            "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                                exec_ns, applied_seq, created_ns, updated_ns)
+             VALUES ($1, 'applied', $2, $3, $4, $5, $6::text::numeric, $7::text::numeric, $8,
+                     nextval('fills_applied_seq'), 0, 0)",
+        )
+        .await
+        .expect("prepare");
+    let ins_pos = c
+        .prepare(
+            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+             VALUES ($1, $2, 0, 0, 0, 0) ON CONFLICT DO NOTHING",
+        )
+        .await
+        .expect("prepare");
+    let sel_pos = c
+        .prepare(
+            "SELECT qty::text, avg_price::text, realized_pnl::text FROM positions
+             WHERE account = $1 AND symbol = $2 FOR UPDATE",
+        )
+        .await
+        .expect("prepare");
+    let upd_pos = c
+        .prepare(
+            "UPDATE positions SET qty = $3::text::numeric, avg_price = $4::text::numeric,
+                                  realized_pnl = $5::text::numeric
+             WHERE account = $1 AND symbol = $2",
+        )
+        .await
+        .expect("prepare");
+    let t = Instant::now();
+    let mut applied = 0;
+    for f in fills_of(events) {
+        let tx = c.transaction().await.expect("begin");
+        if tx.execute(&dedup, &[&f.event_id]).await.expect("dedup") == 1 {
+            tx.execute(
+                &ins_fill,
+                &[
+                    &f.deal_id,
+                    &f.event_id,
+                    &f.account,
+                    &f.symbol,
+                    &f.side.as_str(),
+                    &f.qty.to_string(),
+                    &f.price.to_string(),
+                    &f.exec_time,
+                ],
+            )
+            .await
+            .expect("fill");
+            tx.execute(&ins_pos, &[&f.account, &f.symbol])
+                .await
+                .expect("pos");
+            let r = tx
+                .query_one(&sel_pos, &[&f.account, &f.symbol])
+                .await
+                .expect("lock");
+            let p = Position {
+                qty: d(r.get(0)),
+                avg_price: d(r.get(1)),
+                realized_pnl: d(r.get(2)),
+            }
+            .apply(f.side, f.qty, f.price)
+            .expect("arithmetic");
+            tx.execute(
+                &upd_pos,
+                &[
+                    &f.account,
+                    &f.symbol,
+                    &p.qty.to_string(),
+                    &p.avg_price.to_string(),
+                    &p.realized_pnl.to_string(),
+                ],
+            )
+            .await
+            .expect("update");
+            applied += 1;
+        }
+        tx.commit().await.expect("commit");
+    }
+    (applied, t.elapsed().as_secs_f64())
+}
+
+/// The stored positions must equal applying each unique event once.
+async fn check(store: &Store, events: &[Parsed]) {
+    let mut seen = std::collections::HashSet::new();
+    let mut want: HashMap<(String, String), Position> = HashMap::new();
+    for f in fills_of(events) {
+        if seen.insert(&f.event_id) {
+            let p = want
+                .entry((f.account.clone(), f.symbol.clone()))
+                .or_default();
+            *p = p.apply(f.side, f.qty, f.price).expect("arithmetic");
+        }
+    }
+    let got = store.positions(None).await.expect("positions");
+    assert_eq!(got.len(), want.len());
+    for r in got {
+        assert_eq!(r.position, want[&(r.account, r.symbol)], "positions differ");
+    }
+}
+
+fn main() {
+    let n = env_usize("FILLS_BENCH_N", 200_000);
+    let tn = env_usize("FILLS_BENCH_TEXTBOOK_N", 5_000);
+    let batch = env_usize("FILLS_BENCH_BATCH", 1000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+    rt.block_on(async {
+        // SQLite: WAL, synchronous=FULL in both designs.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bench.db");
+        let opts = StoreOptions {
+            max_batch: batch,
+            ..StoreOptions::default()
+        };
+        let store = Store::Sqlite(
+            SqliteStore::open(&path, opts.clone(), FillsMetrics::unregistered())
+                .await
+                .expect("sqlite"),
+        );
+        let tb = workload(tn, "tb");
+        let (a, secs) = textbook_sqlite(&dir.path().join("bench.db"), &tb);
+        assert_eq!(a, tn);
+        rows.push(Row {
+            backend: "sqlite",
+            design: "textbook: 1 tx per event".into(),
+            events: tb.len(),
+            secs,
+        });
+        let dir2 = tempfile::tempdir().expect("tempdir");
+        let store2 = Store::Sqlite(
+            SqliteStore::open(
+                &dir2.path().join("b.db"),
+                opts.clone(),
+                FillsMetrics::unregistered(),
+            )
+            .await
+            .expect("sqlite"),
+        );
+        drop(store);
+        let evs = workload(n, "b");
+        let (a, secs) = batched(&store2, evs.clone(), batch).await;
+        assert_eq!(a, n);
+        check(&store2, &evs).await;
+        rows.push(Row {
+            backend: "sqlite",
+            design: format!("tickgate: {batch} events per tx"),
+            events: evs.len(),
+            secs,
+        });
+
+        match std::env::var("TICKGATE_TEST_PG_URL") {
+            Ok(url) if !url.is_empty() => {
+                let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                tokio::spawn(conn);
+                let sc: String = c
+                    .query_one("SHOW synchronous_commit", &[])
+                    .await
+                    .expect("show")
+                    .get(0);
+                let fs: String = c.query_one("SHOW fsync", &[]).await.expect("show").get(0);
+                println!("postgres: synchronous_commit={sc} fsync={fs}");
+                let mut schemas = Vec::new();
+                for tag in ["tb", "b"] {
+                    let s = format!("bench_{tag}_{}", std::process::id());
+                    c.batch_execute(&format!(
+                        "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s}"
+                    ))
+                    .await
+                    .expect("schema");
+                    schemas.push(s);
+                }
+                let pg = |s: &str| StoreOptions {
+                    pg_schema: Some(s.to_owned()),
+                    pg_pool_size: 1,
+                    ..opts.clone()
+                };
+                // Migrate the textbook schema through the store, then run raw SQL.
+                let tstore = Store::Postgres(
+                    PgStore::connect(&url, pg(&schemas[0]), FillsMetrics::unregistered())
+                        .await
+                        .expect("pg"),
+                );
+                let (a, secs) = textbook_pg(&url, &schemas[0], &tb).await;
+                assert_eq!(a, tn);
+                check(&tstore, &tb).await;
+                rows.push(Row {
+                    backend: "postgres",
+                    design: "textbook: 1 tx per event".into(),
+                    events: tb.len(),
+                    secs,
+                });
+                let bstore = Store::Postgres(
+                    PgStore::connect(&url, pg(&schemas[1]), FillsMetrics::unregistered())
+                        .await
+                        .expect("pg"),
+                );
+                let (a, secs) = batched(&bstore, evs.clone(), batch).await;
+                assert_eq!(a, n);
+                check(&bstore, &evs).await;
+                rows.push(Row {
+                    backend: "postgres",
+                    design: format!("tickgate: {batch} events per tx"),
+                    events: evs.len(),
+                    secs,
+                });
+                for s in schemas {
+                    let _ = c.batch_execute(&format!("DROP SCHEMA {s} CASCADE")).await;
+                }
+            }
+            _ => println!("postgres: skipped (TICKGATE_TEST_PG_URL not set)"),
+        }
+    });
+    println!(
+        "\n| backend | design | events (10% repeats) | seconds | events/s |\n|---|---|---:|---:|---:|"
+    );
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {:.2} | {:.0} |",
+            r.backend,
+            r.design,
+            r.events,
+            r.secs,
+            r.events as f64 / r.secs
+        );
+    }
+}
