@@ -33,10 +33,8 @@ pub struct ApplyArgs {
 pub fn apply_main(args: ApplyArgs) -> anyhow::Result<i32> {
     let mut cfg = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let c: crate::config::Config =
-                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            let c = crate::config::Config::load(path)
+                .with_context(|| format!("loading {}", path.display()))?;
             c.fills.unwrap_or_default()
         }
         None => FillsConfig::default(),
