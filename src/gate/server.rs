@@ -987,6 +987,14 @@ fn epoll_loop<B: Backend>(
             }
             return Err(e);
         }
+        if n == 0 && spin && again.is_empty() {
+            // Idle spin: give the core away for a moment if anything else
+            // is runnable on it (a client woken on this core would
+            // otherwise wait for our whole time slice); returns at once
+            // when nothing is.
+            std::thread::yield_now();
+            continue;
+        }
         std::mem::swap(&mut again, &mut again_now);
         for ev in &events[..n as usize] {
             let token = ev.u64;
