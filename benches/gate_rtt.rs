@@ -67,15 +67,16 @@ fn market(stop: Arc<AtomicBool>) -> (Gate, std::thread::JoinHandle<()>) {
         max_symbols: SYMBOLS as usize + 1,
         ..FeedSettings::default()
     };
-    let (publisher, reader) = feed_table(&settings);
     let before = rss_kib();
+    let (publisher, reader) = feed_table(&settings);
+    let table_kib = rss_kib().saturating_sub(before);
     let mut feed = Feed::with_publisher(settings, 1, publisher);
     for i in 0..SYMBOLS {
         feed.add_symbol(Symbol::parse(&format!("S{i:06}")).unwrap())
             .unwrap();
     }
     eprintln!(
-        "feed + table with {} symbols: RSS grew by {} KiB (process RSS {} KiB)",
+        "{} symbols: RSS grew by {table_kib} KiB for the gate table, {} KiB for table + Feed (process RSS {} KiB)",
         SYMBOLS + 1,
         rss_kib().saturating_sub(before),
         rss_kib()
@@ -419,6 +420,8 @@ fn main() {
         println!(
             "in-process answer() without the clock read: mean {mean_fixed:.0} ns/call; clock read alone: {mean_clock:.0} ns"
         );
+        out.clear();
+        gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
         println!(
             "sample answer: {}",
             String::from_utf8_lossy(&out).trim_end()

@@ -537,11 +537,33 @@ fn stream_status<B: Backend>(backend: &B, c: &mut StatusCursor, out: &mut Vec<u8
 pub struct ServerHandle {
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    stopper: Stopper,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<GateStats>,
+}
+
+/// Stops a server from any thread (a signal-handling thread, say): stops
+/// accepting, wakes the serving threads and closes every connection. The
+/// owner of the `ServerHandle` then joins with `join()` or `stop()`.
+#[derive(Clone)]
+pub struct Stopper {
     stop: Arc<AtomicBool>,
     wake: Arc<OwnedFd>,
-    threads: Vec<JoinHandle<()>>,
     registry: Option<Arc<Registry>>,
-    stats: Arc<GateStats>,
+}
+
+impl Stopper {
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        wake(&self.wake);
+        if let Some(reg) = &self.registry {
+            reg.close_all();
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
 }
 
 impl ServerHandle {
@@ -553,28 +575,28 @@ impl ServerHandle {
         &self.stats
     }
 
-    /// A flag that stops the server when set (for signal handlers); call
-    /// `stop()` afterwards to join.
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
+    /// A cloneable handle that stops the server from another thread.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
     /// Stops accepting, closes every connection, joins the threads and
     /// removes the socket file (if it is still the one we bound).
     pub fn stop(mut self) {
+        self.stopper.stop();
+        self.shutdown();
+    }
+
+    /// Waits until a `Stopper` stops the server, then cleans up as `stop`.
+    pub fn join(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        wake(&self.wake);
-        if let Some(reg) = &self.registry {
-            reg.close_all();
-        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(reg) = self.registry.take() {
+        if let Some(reg) = &self.stopper.registry {
             reg.join_all();
         }
         if let Some(id) = self.identity.take() {
@@ -589,6 +611,7 @@ impl ServerHandle {
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
+        self.stopper.stop();
         self.shutdown();
     }
 }
@@ -731,10 +754,12 @@ pub fn serve_with_stats<B: Backend>(
     Ok(ServerHandle {
         path: config.path.clone(),
         identity,
-        stop,
-        wake: wake_fd,
+        stopper: Stopper {
+            stop,
+            wake: wake_fd,
+            registry,
+        },
         threads,
-        registry,
         stats,
     })
 }
