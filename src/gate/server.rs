@@ -1357,4 +1357,71 @@ mod tests {
         assert_eq!(s.service_ns[1].load(Ordering::Relaxed), 1);
         assert_eq!(s.service_ns[SERVICE_BUCKETS - 1].load(Ordering::Relaxed), 1);
     }
+
+    /// The server's framing answers exactly as `protocol::LineFramer` +
+    /// `answer_frame` would, however the bytes are split into reads.
+    mod framing_equivalence {
+        use super::super::*;
+        use crate::gate::protocol::{answer, answer_frame, LineFramer, SymbolLookup};
+        use proptest::prelude::*;
+
+        struct NoFeeds;
+
+        impl Backend for NoFeeds {
+            fn answer(&self, line: &[u8], now: i64, out: &mut Vec<u8>) {
+                answer(line, &[], now, out)
+            }
+        }
+
+        fn piece() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"PING".to_vec()),
+                Just(b"CHECK EURUSD".to_vec()),
+                Just(b"CHECK A stale_ms=1".to_vec()),
+                Just(b"\r".to_vec()),
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b" ".to_vec()),
+                (1usize..1100).prop_map(|n| vec![b'X'; n]),
+                // Around the limit: 1024 bytes is a request, 1025 is not.
+                (1020usize..1030).prop_map(|n| vec![b'Y'; n]),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn same_answers_as_line_framer(
+                pieces in proptest::collection::vec(piece(), 0..40),
+                // Byte-at-a-time reads hit every boundary.
+                cuts in prop_oneof![
+                    Just(vec![1usize]),
+                    proptest::collection::vec(1usize..3000, 1..20),
+                ],
+            ) {
+                let input: Vec<u8> = pieces.concat();
+                let mut want = Vec::new();
+                let mut framer = LineFramer::new();
+                let feeds: [&dyn SymbolLookup; 0] = [];
+                framer.push(&input, |f| answer_frame(f, &feeds, 0, &mut want));
+
+                let mut conn = Conn::new();
+                let mut got = Vec::new();
+                let mut rest = &input[..];
+                let mut k = 0;
+                while !rest.is_empty() || conn.has_work() {
+                    let space = conn.read_space();
+                    let n = space.len().min(rest.len()).min(cuts[k % cuts.len()]);
+                    k += 1;
+                    space[..n].copy_from_slice(&rest[..n]);
+                    conn.filled(n);
+                    rest = &rest[n..];
+                    conn.process(&NoFeeds, 0);
+                    got.extend_from_slice(conn.pending_out());
+                    let m = conn.pending_out().len();
+                    conn.consumed_out(m);
+                }
+                prop_assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+            }
+        }
+    }
 }
