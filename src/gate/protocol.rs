@@ -288,20 +288,53 @@ fn write_side(out: &mut Vec<u8>, side: Option<Side>) {
     match side {
         None => out.push(b'-'),
         Some(s) => {
-            write_price(&mut VecWriter(out), s.px).expect("writing to a Vec cannot fail");
+            write_price_bytes(out, s.px);
             out.push(b'@');
             write_u64(out, s.qty);
         }
     }
 }
 
-struct VecWriter<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for VecWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
+/// The same text as `wire::write_price` (exact decimal of a fixed-point
+/// price x 10^9, no exponent, no trailing zeros), written without the
+/// formatting machinery: the check's hot path. A property test holds the
+/// two equal.
+#[inline]
+pub fn write_price_bytes(out: &mut Vec<u8>, px: i64) {
+    if px < 0 {
+        out.push(b'-');
     }
+    let abs = px.unsigned_abs();
+    write_u64(out, abs / 1_000_000_000);
+    let mut frac = abs % 1_000_000_000;
+    if frac != 0 {
+        let mut digits = 9;
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+            digits -= 1;
+        }
+        let mut buf = [b'0'; 10];
+        buf[0] = b'.';
+        let mut i = digits;
+        while frac != 0 {
+            buf[i] = b'0' + (frac % 10) as u8;
+            frac /= 10;
+            i -= 1;
+        }
+        out.extend_from_slice(&buf[..=digits]);
+    }
+}
+
+/// `wire::write_price` into a byte buffer (the reference formatter).
+pub fn write_price_fmt(out: &mut Vec<u8>, px: i64) {
+    struct VecWriter<'a>(&'a mut Vec<u8>);
+    impl std::fmt::Write for VecWriter<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.extend_from_slice(s.as_bytes());
+            Ok(())
+        }
+    }
+    write_price(&mut VecWriter(out), px).expect("writing to a Vec cannot fail");
 }
 
 /// Decimal digits of `n`, without the formatting machinery.
@@ -602,6 +635,43 @@ mod tests {
             out,
             b"0 18446744073709551615 -9223372036854775808 -7".to_vec()
         );
+    }
+
+    #[test]
+    fn fast_price_text_equals_wire_write_price() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![
+            0,
+            1,
+            -1,
+            10,
+            100,
+            1_000_000_000,
+            -500_000_000,
+            1_085_120_000,
+            100_000_000_001,
+            i64::MIN,
+            i64::MAX,
+            i64::MIN + 1,
+        ];
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Mix magnitudes and trailing zeros.
+            let shift = seed % 64;
+            let v = (seed as i64) >> shift;
+            values.push(v);
+            values.push(v / 1000 * 1000);
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for v in values {
+            a.clear();
+            b.clear();
+            write_price_bytes(&mut a, v);
+            write_price_fmt(&mut b, v);
+            assert_eq!(a, b, "{v}");
+        }
     }
 
     fn frames(framer: &mut LineFramer, chunks: &[&[u8]]) -> Vec<String> {
