@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use std::hint::black_box;
 use std::time::Duration;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
-use tickgate::gate::protocol::{answer, write_verdict, SymbolLookup};
+use tickgate::gate::protocol::{answer, parse_request, write_verdict, SymbolLookup};
 use tickgate::gate::verdict::judge;
 use tickgate::wire::{Message, Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -182,6 +182,21 @@ fn check<M: Measurement>(c: &mut Criterion<M>, label: &str) {
     g.bench_function("judge", |bench| {
         let (view, fv, t) = feed.lookup(sym).unwrap();
         bench.iter(|| judge(Some(black_box(&view)), black_box(&fv), black_box(now), &t))
+    });
+    g.bench_function("lookup", |bench| {
+        bench.iter(|| feed.lookup(black_box(sym)).unwrap().0.seq)
+    });
+    g.bench_function("parse_request", |bench| {
+        bench.iter(|| parse_request(black_box(b"CHECK S00421 stale_ms=100")).is_ok())
+    });
+    g.bench_function("format verdict line", |bench| {
+        let (view, fv, t) = feed.lookup(sym).unwrap();
+        let v = judge(Some(&view), &fv, now, &t);
+        bench.iter(|| {
+            out.clear();
+            write_verdict(&mut out, b"S00421", black_box(&v));
+            out.len()
+        })
     });
     g.bench_function("lookup+judge+format", |bench| {
         bench.iter(|| {

@@ -89,34 +89,40 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+/// `(before, Some(after))` around the first space, or `(all, None)`.
+#[inline]
+fn split_space(b: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match b.iter().position(|&c| c == b' ') {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    }
+}
+
 /// Parses one request line (without its `\r\n`). Options are fully
 /// checked here, before any symbol lookup.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
-    if line.is_empty() {
+    let (Some(&first), Some(&last)) = (line.first(), line.last()) else {
         return Err(ProtoError::Empty);
-    }
+    };
     if line.len() > MAX_LINE {
         return Err(ProtoError::LineTooLong);
     }
-    let mut tokens = line.split(|&c| c == b' ');
-    let word = tokens.next().unwrap_or_default();
-    // Validate spacing for the whole line first: an empty token means a
-    // leading, trailing or doubled space.
-    if line.split(|&c| c == b' ').any(|t| t.is_empty()) {
+    // Tokens are separated by single spaces: no leading, trailing or
+    // doubled space.
+    if first == b' ' || last == b' ' || line.windows(2).any(|w| w == b"  ") {
         return Err(ProtoError::BadSpacing);
     }
+    let (word, rest) = split_space(line);
     match word {
-        b"PING" => {
-            if tokens.next().is_some() {
-                return Err(ProtoError::UnexpectedArgument);
-            }
-            Ok(Request::Ping)
-        }
+        b"PING" => match rest {
+            None => Ok(Request::Ping),
+            Some(_) => Err(ProtoError::UnexpectedArgument),
+        },
         b"CHECK" => {
-            let symbol = tokens.next().ok_or(ProtoError::MissingSymbol)?;
+            let (symbol, options) = split_space(rest.ok_or(ProtoError::MissingSymbol)?);
             let mut stale_ms = None;
             let mut source_ms = None;
-            for opt in tokens {
+            for opt in options.into_iter().flat_map(|o| o.split(|&c| c == b' ')) {
                 let eq = opt
                     .iter()
                     .position(|&c| c == b'=')
@@ -247,6 +253,9 @@ pub fn write_error(out: &mut Vec<u8>, e: ProtoError) {
 /// An `OK ...` or `REJECT ...` line for `symbol` (the token as asked),
 /// `\n`-terminated (gate.md "Verdict lines").
 pub fn write_verdict(out: &mut Vec<u8>, symbol: &[u8], v: &Verdict) {
+    // The longest line without the symbol is under 200 bytes: one capacity
+    // check instead of one per piece (no allocation once `out` has grown).
+    out.reserve(200 + symbol.len());
     if v.ok() {
         out.extend_from_slice(b"OK ");
         out.extend_from_slice(symbol);
@@ -308,20 +317,22 @@ pub fn write_price_bytes(out: &mut Vec<u8>, px: i64) {
     write_u64(out, abs / 1_000_000_000);
     let mut frac = abs % 1_000_000_000;
     if frac != 0 {
-        let mut digits = 9;
-        while frac.is_multiple_of(10) {
-            frac /= 10;
-            digits -= 1;
-        }
+        // `.` and exactly nine digits, then the trailing zeros cut off.
         let mut buf = [b'0'; 10];
         buf[0] = b'.';
-        let mut i = digits;
-        while frac != 0 {
-            buf[i] = b'0' + (frac % 10) as u8;
-            frac /= 10;
-            i -= 1;
+        let mut i = buf.len();
+        while i > 2 {
+            let r = (frac % 100) as usize * 2;
+            frac /= 100;
+            i -= 2;
+            buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
         }
-        out.extend_from_slice(&buf[..=digits]);
+        buf[1] = b'0' + frac as u8;
+        let mut end = buf.len();
+        while buf[end - 1] == b'0' {
+            end -= 1;
+        }
+        out.extend_from_slice(&buf[..end]);
     }
 }
 
@@ -337,18 +348,32 @@ pub fn write_price_fmt(out: &mut Vec<u8>, px: i64) {
     write_price(&mut VecWriter(out), px).expect("writing to a Vec cannot fail");
 }
 
+/// "00" to "99": two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Decimal digits of `n`, without the formatting machinery.
 #[inline]
 pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while n >= 100 {
+        let r = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    }
+    if n >= 10 {
+        let r = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[i] = b'0' + n as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
@@ -635,6 +660,19 @@ mod tests {
             out,
             b"0 18446744073709551615 -9223372036854775808 -7".to_vec()
         );
+        for n in (0..100_000u64).chain((0..64).map(|s| 1u64 << s)).chain([
+            9,
+            10,
+            99,
+            100,
+            999_999_999_999,
+            10u64.pow(19),
+            u64::MAX - 1,
+        ]) {
+            out.clear();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
     }
 
     #[test]
