@@ -89,34 +89,40 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+/// `(before, Some(after))` around the first space, or `(all, None)`.
+#[inline]
+fn split_space(b: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match b.iter().position(|&c| c == b' ') {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    }
+}
+
 /// Parses one request line (without its `\r\n`). Options are fully
 /// checked here, before any symbol lookup.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
-    if line.is_empty() {
+    let (Some(&first), Some(&last)) = (line.first(), line.last()) else {
         return Err(ProtoError::Empty);
-    }
+    };
     if line.len() > MAX_LINE {
         return Err(ProtoError::LineTooLong);
     }
-    let mut tokens = line.split(|&c| c == b' ');
-    let word = tokens.next().unwrap_or_default();
-    // Validate spacing for the whole line first: an empty token means a
-    // leading, trailing or doubled space.
-    if line.split(|&c| c == b' ').any(|t| t.is_empty()) {
+    // Tokens are separated by single spaces: no leading, trailing or
+    // doubled space.
+    if first == b' ' || last == b' ' || line.windows(2).any(|w| w[0] == b' ' && w[1] == b' ') {
         return Err(ProtoError::BadSpacing);
     }
+    let (word, rest) = split_space(line);
     match word {
-        b"PING" => {
-            if tokens.next().is_some() {
-                return Err(ProtoError::UnexpectedArgument);
-            }
-            Ok(Request::Ping)
-        }
+        b"PING" => match rest {
+            None => Ok(Request::Ping),
+            Some(_) => Err(ProtoError::UnexpectedArgument),
+        },
         b"CHECK" => {
-            let symbol = tokens.next().ok_or(ProtoError::MissingSymbol)?;
+            let (symbol, options) = split_space(rest.ok_or(ProtoError::MissingSymbol)?);
             let mut stale_ms = None;
             let mut source_ms = None;
-            for opt in tokens {
+            for opt in options.into_iter().flat_map(|o| o.split(|&c| c == b' ')) {
                 let eq = opt
                     .iter()
                     .position(|&c| c == b'=')
@@ -247,85 +253,228 @@ pub fn write_error(out: &mut Vec<u8>, e: ProtoError) {
 /// An `OK ...` or `REJECT ...` line for `symbol` (the token as asked),
 /// `\n`-terminated (gate.md "Verdict lines").
 pub fn write_verdict(out: &mut Vec<u8>, symbol: &[u8], v: &Verdict) {
-    if v.ok() {
-        out.extend_from_slice(b"OK ");
-        out.extend_from_slice(symbol);
+    if symbol.len() <= MAX_FAST_SYMBOL {
+        // Hot path: the line is built on the stack without a capacity check
+        // per piece, then copied once.
+        let mut line = StackLine::new();
+        format_verdict(&mut line, symbol, v);
+        out.extend_from_slice(line.as_bytes());
     } else {
-        out.extend_from_slice(b"REJECT ");
-        out.extend_from_slice(symbol);
+        format_verdict(out, symbol, v);
+    }
+}
+
+fn format_verdict<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict) {
+    if v.ok() {
+        out.put(b"OK ");
+        out.put(symbol);
+    } else {
+        out.put(b"REJECT ");
+        out.put(symbol);
         let mut sep = b' ';
         for (bit, name) in REASON_NAMES.iter().enumerate() {
             if v.reasons & (1 << bit) != 0 {
-                out.push(sep);
-                out.extend_from_slice(name.as_bytes());
+                out.put_byte(sep);
+                out.put(name.as_bytes());
                 sep = b',';
             }
         }
     }
     if v.has_quote {
-        out.extend_from_slice(b" seq=");
-        write_u64(out, v.seq);
-        out.extend_from_slice(b" bid=");
-        write_side(out, v.bid);
-        out.extend_from_slice(b" ask=");
-        write_side(out, v.ask);
-        out.extend_from_slice(b" silence_us=");
-        write_i64(out, v.silence_ns / 1000);
-        out.extend_from_slice(b" source_age_us=");
-        write_i64(out, v.source_age_ns / 1000);
+        out.put(b" seq=");
+        out.put_digits(v.seq);
+        out.put(b" bid=");
+        put_side(out, v.bid);
+        out.put(b" ask=");
+        put_side(out, v.ask);
+        out.put(b" silence_us=");
+        put_i64(out, v.silence_ns / 1000);
+        out.put(b" source_age_us=");
+        put_i64(out, v.source_age_ns / 1000);
     } else {
-        out.extend_from_slice(b" seq=- bid=- ask=- silence_us=- source_age_us=-");
+        out.put(b" seq=- bid=- ask=- silence_us=- source_age_us=-");
     }
     if v.reasons & R_SUSPECT != 0 {
-        out.extend_from_slice(b" suspect=");
-        out.extend_from_slice(v.cause.as_str().as_bytes());
+        out.put(b" suspect=");
+        out.put(v.cause.as_str().as_bytes());
     }
-    out.push(b'\n');
+    out.put_byte(b'\n');
 }
 
 /// `<px>@<qty>`, or `-` for an empty side.
-fn write_side(out: &mut Vec<u8>, side: Option<Side>) {
+#[inline]
+fn put_side<S: TextSink>(out: &mut S, side: Option<Side>) {
     match side {
-        None => out.push(b'-'),
+        None => out.put_byte(b'-'),
         Some(s) => {
-            write_price(&mut VecWriter(out), s.px).expect("writing to a Vec cannot fail");
-            out.push(b'@');
-            write_u64(out, s.qty);
+            put_price(out, s.px);
+            out.put_byte(b'@');
+            out.put_digits(s.qty);
         }
     }
 }
 
-struct VecWriter<'a>(&'a mut Vec<u8>);
+/// Where answer text goes: any `Vec`, or a fixed line on the stack.
+trait TextSink {
+    fn put(&mut self, s: &[u8]);
+    fn put_byte(&mut self, b: u8);
+    /// `n` in decimal.
+    fn put_digits(&mut self, n: u64);
+}
 
-impl std::fmt::Write for VecWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
+impl TextSink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, s: &[u8]) {
+        self.extend_from_slice(s);
+    }
+    #[inline]
+    fn put_byte(&mut self, b: u8) {
+        self.push(b);
+    }
+    #[inline]
+    fn put_digits(&mut self, n: u64) {
+        let mut buf = [0u8; 20];
+        let len = decimal_len(n);
+        write_digits(&mut buf[..len], n);
+        self.extend_from_slice(&buf[..len]);
     }
 }
+
+/// Longest symbol token formatted on the stack.
+const MAX_FAST_SYMBOL: usize = 64;
+/// The longest verdict line is under 300 bytes plus the symbol.
+const STACK_LINE: usize = 384;
+
+struct StackLine {
+    buf: [u8; STACK_LINE],
+    len: usize,
+}
+
+impl StackLine {
+    #[inline]
+    fn new() -> StackLine {
+        StackLine {
+            buf: [0; STACK_LINE],
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl TextSink for StackLine {
+    #[inline(always)]
+    fn put(&mut self, s: &[u8]) {
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s);
+        self.len += s.len();
+    }
+    #[inline(always)]
+    fn put_byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+    #[inline]
+    fn put_digits(&mut self, n: u64) {
+        let end = self.len + decimal_len(n);
+        write_digits(&mut self.buf[self.len..end], n);
+        self.len = end;
+    }
+}
+
+#[inline]
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
+/// Fills `out` (exactly `decimal_len(n)` bytes) with the digits of `n`,
+/// two per division.
+#[inline]
+fn write_digits(out: &mut [u8], mut n: u64) {
+    let mut i = out.len();
+    while n >= 100 {
+        let r = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        out[i..i + 2].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    }
+    if n >= 10 {
+        let r = n as usize * 2;
+        out[i - 2..i].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    } else {
+        out[i - 1] = b'0' + n as u8;
+    }
+}
+
+#[inline]
+fn put_i64<S: TextSink>(out: &mut S, n: i64) {
+    if n < 0 {
+        out.put_byte(b'-');
+    }
+    out.put_digits(n.unsigned_abs());
+}
+
+/// The same text as `wire::write_price` (exact decimal of a fixed-point
+/// price x 10^9, no exponent, no trailing zeros), written without the
+/// formatting machinery: the check's hot path. A test holds the two equal.
+#[inline]
+fn put_price<S: TextSink>(out: &mut S, px: i64) {
+    if px < 0 {
+        out.put_byte(b'-');
+    }
+    let abs = px.unsigned_abs();
+    out.put_digits(abs / 1_000_000_000);
+    let frac = abs % 1_000_000_000;
+    if frac != 0 {
+        // `.` and exactly nine digits, then the trailing zeros cut off.
+        let mut buf = [b'0'; 10];
+        buf[0] = b'.';
+        let len = decimal_len(frac);
+        write_digits(&mut buf[10 - len..], frac);
+        let mut end = buf.len();
+        while buf[end - 1] == b'0' {
+            end -= 1;
+        }
+        out.put(&buf[..end]);
+    }
+}
+
+/// `put_price` into a `Vec`.
+pub fn write_price_bytes(out: &mut Vec<u8>, px: i64) {
+    put_price(out, px)
+}
+
+/// `wire::write_price` into a byte buffer (the reference formatter).
+pub fn write_price_fmt(out: &mut Vec<u8>, px: i64) {
+    struct VecWriter<'a>(&'a mut Vec<u8>);
+    impl std::fmt::Write for VecWriter<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.extend_from_slice(s.as_bytes());
+            Ok(())
+        }
+    }
+    write_price(&mut VecWriter(out), px).expect("writing to a Vec cannot fail");
+}
+
+/// "00" to "99": two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 /// Decimal digits of `n`, without the formatting machinery.
 #[inline]
-pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
+pub fn write_u64(out: &mut Vec<u8>, n: u64) {
+    out.put_digits(n);
 }
 
 #[inline]
 pub fn write_i64(out: &mut Vec<u8>, n: i64) {
-    if n < 0 {
-        out.push(b'-');
-    }
-    write_u64(out, n.unsigned_abs());
+    put_i64(out, n);
 }
 
 /// One item of a request stream.
@@ -416,5 +565,335 @@ pub fn answer_frame(frame: Frame<'_>, feeds: &[&dyn SymbolLookup], now: i64, out
     match frame {
         Frame::Line(line) => answer(line, feeds, now, out),
         Frame::TooLong => write_error(out, ProtoError::LineTooLong),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::{Feed, FeedSettings};
+    use crate::wire::{PacketBuilder, Quote, SessionId};
+
+    const T0: i64 = 1_796_025_600_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    fn check(sym: &str, stale: Option<u64>, source: Option<u64>) -> Request<'_> {
+        Request::Check {
+            symbol: sym.as_bytes(),
+            stale_ms: stale,
+            source_ms: source,
+        }
+    }
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse_request(b"PING"), Ok(Request::Ping));
+        assert_eq!(
+            parse_request(b"CHECK EURUSD"),
+            Ok(check("EURUSD", None, None))
+        );
+        assert_eq!(
+            parse_request(b"CHECK EURUSD stale_ms=100 source_ms=200"),
+            Ok(check("EURUSD", Some(100), Some(200)))
+        );
+        assert_eq!(
+            parse_request(b"CHECK EURUSD source_ms=200 stale_ms=007"),
+            Ok(check("EURUSD", Some(7), Some(200)))
+        );
+        // Longer than 8: a valid request for a symbol that cannot exist.
+        assert_eq!(
+            parse_request(b"CHECK TOOLONGSYMBOL"),
+            Ok(check("TOOLONGSYMBOL", None, None))
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        use ProtoError::*;
+        let cases: &[(&[u8], ProtoError)] = &[
+            (b"", Empty),
+            (b"PING x", UnexpectedArgument),
+            (b"ping", UnknownRequest),
+            (b"check EURUSD", UnknownRequest),
+            (b"STATUS", UnknownRequest),
+            (b"CHECK", MissingSymbol),
+            (b"CHECK  EURUSD", BadSpacing),
+            (b"CHECK EURUSD ", BadSpacing),
+            (b" PING", BadSpacing),
+            (b"CHECK EURUSD stale_ms=1 stale_ms=2", RepeatedOption),
+            (b"CHECK EURUSD source_ms=1 source_ms=1", RepeatedOption),
+            (b"CHECK EURUSD STALE_MS=1", UnknownOption),
+            (b"CHECK EURUSD max_ms=1", UnknownOption),
+            (b"CHECK EURUSD stale_ms", UnknownOption),
+            (b"CHECK EURUSD stale_ms=", BadValue),
+            (b"CHECK EURUSD stale_ms=-1", BadValue),
+            (b"CHECK EURUSD stale_ms=+1", BadValue),
+            (b"CHECK EURUSD stale_ms=1.5", BadValue),
+            (b"CHECK EURUSD stale_ms=1e3", BadValue),
+            (b"CHECK EURUSD stale_ms=99999999999999999999", BadValue),
+            (b"CHECK EUR\tUSD", InvalidSymbol),
+            (b"CHECK EUR\xc3\xa9", InvalidSymbol),
+            // Options are checked before the symbol.
+            (b"CHECK EUR\tUSD stale_ms=x", BadValue),
+        ];
+        for (line, err) in cases {
+            assert_eq!(
+                parse_request(line),
+                Err(*err),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert_eq!(parse_request(&[b'A'; MAX_LINE + 1]), Err(LineTooLong));
+    }
+
+    fn feed_with_quote() -> Feed {
+        let settings = FeedSettings {
+            clock_offset: crate::feed::ClockOffset::Off,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(settings, 1);
+        let mut b = PacketBuilder::new();
+        let q = Quote::new(
+            Symbol::parse("EURUSD").unwrap(),
+            4,
+            (T0 - 3 * MS) as u64,
+            Some(Side {
+                px: 1_085_120_000,
+                qty: 10,
+            }),
+            None,
+        );
+        b.start(SessionId::parse("S1").unwrap(), 1).quote(&q);
+        f.on_datagram(0, b.bytes(), T0);
+        f
+    }
+
+    fn ask(feeds: &[&dyn SymbolLookup], line: &str, now: i64) -> String {
+        let mut out = Vec::new();
+        answer(line.as_bytes(), feeds, now, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn answers() {
+        let f = Feed::new(FeedSettings::default(), 1);
+        let mut g = feed_with_quote();
+        let feeds: [&dyn SymbolLookup; 2] = [&f, &g];
+        assert_eq!(ask(&feeds, "PING", T0), "PONG\n");
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD", T0 + 1_500),
+            "OK EURUSD seq=4 bid=1.08512@10 ask=- silence_us=1 source_age_us=3001\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD stale_ms=0", T0 + 1_500),
+            "REJECT EURUSD stale_quote seq=4 bid=1.08512@10 ask=- silence_us=1 source_age_us=3001\n"
+        );
+        // Equal to the configured value is not looser.
+        assert!(ask(&feeds, "CHECK EURUSD stale_ms=500 source_ms=2000", T0).starts_with("OK "));
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD stale_ms=501", T0),
+            "ERR threshold looser than configured\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD source_ms=2001", T0),
+            "ERR threshold looser than configured\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK TOOLONGSYMBOL", T0),
+            "REJECT TOOLONGSYMBOL unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD stale_ms=100000", T0),
+            "REJECT GBPUSD unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(ask(&feeds, "CHECK", T0), "ERR missing symbol\n");
+        // Ages truncate toward zero, also when negative.
+        assert!(ask(&feeds, "CHECK EURUSD", T0 - 1_999)
+            .ends_with(" silence_us=-1 source_age_us=2998\n"));
+
+        // Per-symbol thresholds make a symbol known and bound the request.
+        let gbp = Symbol::parse("GBPUSD").unwrap();
+        g.set_symbol_thresholds(gbp, 100, 300);
+        let feeds: [&dyn SymbolLookup; 2] = [&f, &g];
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD", T0),
+            "REJECT GBPUSD no_data seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD stale_ms=101", T0),
+            "ERR threshold looser than configured\n"
+        );
+    }
+
+    #[test]
+    fn first_feed_with_a_quote_wins() {
+        let mut empty = Feed::new(FeedSettings::default(), 1);
+        empty.add_symbol(Symbol::parse("EURUSD").unwrap());
+        let g = feed_with_quote();
+        let feeds: [&dyn SymbolLookup; 2] = [&empty, &g];
+        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("OK EURUSD seq=4"));
+        let feeds: [&dyn SymbolLookup; 1] = [&empty];
+        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("REJECT EURUSD no_data"));
+    }
+
+    #[test]
+    fn integers() {
+        let mut out = Vec::new();
+        write_u64(&mut out, 0);
+        out.push(b' ');
+        write_u64(&mut out, u64::MAX);
+        out.push(b' ');
+        write_i64(&mut out, i64::MIN);
+        out.push(b' ');
+        write_i64(&mut out, -7);
+        assert_eq!(
+            out,
+            b"0 18446744073709551615 -9223372036854775808 -7".to_vec()
+        );
+        for n in (0..100_000u64).chain((0..64).map(|s| 1u64 << s)).chain([
+            9,
+            10,
+            99,
+            100,
+            999_999_999_999,
+            10u64.pow(19),
+            u64::MAX - 1,
+        ]) {
+            out.clear();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+
+    #[test]
+    fn fast_price_text_equals_wire_write_price() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![
+            0,
+            1,
+            -1,
+            10,
+            100,
+            1_000_000_000,
+            -500_000_000,
+            1_085_120_000,
+            100_000_000_001,
+            i64::MIN,
+            i64::MAX,
+            i64::MIN + 1,
+        ];
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Mix magnitudes and trailing zeros.
+            let shift = seed % 64;
+            let v = (seed as i64) >> shift;
+            values.push(v);
+            values.push(v / 1000 * 1000);
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for v in values {
+            a.clear();
+            b.clear();
+            write_price_bytes(&mut a, v);
+            write_price_fmt(&mut b, v);
+            assert_eq!(a, b, "{v}");
+        }
+    }
+
+    #[test]
+    fn stack_and_vec_lines_are_the_same_text() {
+        use crate::feed::SuspectCause;
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..20_000 {
+            let side = |r: u64, x: u64| {
+                (!r.is_multiple_of(3)).then_some(Side {
+                    px: x as i64 >> (r % 64),
+                    qty: x >> (r % 61),
+                })
+            };
+            let (r1, r2, r3) = (rnd(), rnd(), rnd());
+            let v = Verdict {
+                reasons: (r1 % 32) as u8,
+                cause: SuspectCause::from_u8((r2 % 7) as u8),
+                has_quote: !r3.is_multiple_of(4),
+                seq: rnd() >> (r1 % 64),
+                bid: side(r2, rnd()),
+                ask: side(r3, rnd()),
+                silence_ns: rnd() as i64 >> (r2 % 64),
+                source_age_ns: rnd() as i64 >> (r3 % 64),
+            };
+            let symbol =
+                &b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                    [..i % 70];
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            write_verdict(&mut fast, symbol, &v);
+            format_verdict(&mut slow, symbol, &v);
+            assert_eq!(fast, slow);
+        }
+    }
+
+    fn frames(framer: &mut LineFramer, chunks: &[&[u8]]) -> Vec<String> {
+        let mut got = Vec::new();
+        for c in chunks {
+            framer.push(c, |f| {
+                got.push(match f {
+                    Frame::Line(l) => String::from_utf8_lossy(l).into_owned(),
+                    Frame::TooLong => "<too long>".to_string(),
+                })
+            });
+        }
+        got
+    }
+
+    #[test]
+    fn framer_splits_lines_across_chunks() {
+        let mut f = LineFramer::new();
+        assert_eq!(
+            frames(
+                &mut f,
+                &[b"PI", b"NG\nCHECK A\r", b"\nCHECK B\n\nX\rY\n", b"tail"]
+            ),
+            ["PING", "CHECK A", "CHECK B", "", "X\rY"]
+        );
+        assert_eq!(f.pending(), 4);
+    }
+
+    #[test]
+    fn framer_line_length_limit() {
+        let ok = vec![b'A'; MAX_LINE];
+        let long = vec![b'A'; MAX_LINE + 1];
+        let mut f = LineFramer::new();
+        // Exactly 1024 (+ \r) in one chunk and byte by byte.
+        let mut one = ok.clone();
+        one.extend_from_slice(b"\r\n");
+        assert_eq!(
+            frames(&mut f, &[&one]),
+            [String::from_utf8(ok.clone()).unwrap()]
+        );
+        let bytes: Vec<&[u8]> = one.chunks(1).collect();
+        assert_eq!(frames(&mut f, &bytes).len(), 1);
+        assert_eq!(frames(&mut f, &bytes)[0].len(), MAX_LINE);
+        // 1025 bytes: too long, in one chunk or split.
+        let mut two = long.clone();
+        two.extend_from_slice(b"\nPING\n");
+        assert_eq!(frames(&mut f, &[&two]), ["<too long>", "PING"]);
+        let bytes: Vec<&[u8]> = two.chunks(7).collect();
+        assert_eq!(frames(&mut f, &bytes), ["<too long>", "PING"]);
+        // A huge line is reported once, skipped to its newline, and never
+        // buffered beyond the limit.
+        let huge = vec![b'B'; 100_000];
+        let mut got = frames(&mut f, &[&huge[..50_000], &huge[50_000..]]);
+        assert!(f.pending() <= MAX_LINE + 1);
+        got.extend(frames(&mut f, &[b"xx\r\nPING\n"]));
+        assert_eq!(got, ["<too long>", "PING"]);
     }
 }
