@@ -13,6 +13,19 @@
 //!
 //! Per connection the buffers are allocated once (input 16 KiB, output
 //! grows to ~64 KiB at most); answering a request does not allocate.
+//!
+//! `STATUS` (a request this server adds; gate.md allows it) answers one
+//! line per feed and per symbol, then `END`:
+//!
+//! ```text
+//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n>
+//! SYMBOL <feed> <the verdict line a CHECK of the symbol gets from that feed>
+//! END
+//! ```
+//!
+//! The listing is produced as the client reads it (never more than the
+//! output high-water mark buffered), and pipelined requests after it are
+//! answered after `END`, in order.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
