@@ -1153,6 +1153,11 @@ fn drive<B: Backend>(
     let t0 = Instant::now();
     let mut now = None;
     let mut answered = false;
+    // The last read returned less than it had room for: the socket is
+    // empty, and level-triggered epoll reports it again when it is not, so
+    // the read that would only say EAGAIN is skipped (one syscall less per
+    // request).
+    let mut drained = false;
     for _ in 0..8 {
         // Flush what is pending first.
         while !c.conn.pending_out().is_empty() {
@@ -1189,12 +1194,19 @@ fn drive<B: Backend>(
             answered |= stats.add(&mut c.conn.counts);
             continue;
         }
-        match (&c.stream).read(c.conn.read_space()) {
+        if drained {
+            finish_batch(stats, t0, answered);
+            return Step::Open;
+        }
+        let space = c.conn.read_space();
+        let room = space.len();
+        match (&c.stream).read(space) {
             Ok(0) => {
                 finish_batch(stats, t0, answered);
                 return Step::Close;
             }
             Ok(n) => {
+                drained = n < room;
                 c.conn.filled(n);
                 let t = *now.get_or_insert_with(unix_now);
                 c.conn.process(backend, t);
