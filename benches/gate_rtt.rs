@@ -12,9 +12,13 @@
 //!
 //! Clients are blocking threads (1 and 16), each sending one request and
 //! reading its answer before the next. Percentiles from hdrhistogram.
+//! Each configuration is measured in `GATE_BENCH_ROUNDS` (default 6)
+//! interleaved slices adding up to `GATE_BENCH_SECS` (default 3) seconds,
+//! each after a 100 ms warm-up, so that the noise of a shared machine falls
+//! on every configuration alike; spinning servers run only in their slices.
 //!
-//! `cargo bench --bench gate_rtt` (env `GATE_BENCH_SECS`, default 2, per
-//! configuration; `GATE_BENCH_CPU=<n>` pins the spinning threads, default unpinned).
+//! `cargo bench --bench gate_rtt` (`GATE_BENCH_CPU=<n>` pins the spinning
+//! threads; default unpinned).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -38,7 +42,30 @@ fn secs() -> f64 {
     std::env::var("GATE_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0)
+        .unwrap_or(3.0)
+}
+
+fn rounds() -> usize {
+    std::env::var("GATE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6usize)
+        .max(1)
+}
+
+enum Config {
+    Gate(&'static str, IoMode),
+    Echo(&'static str, bool),
+    Redis,
+}
+
+impl Config {
+    fn name(&self) -> &'static str {
+        match self {
+            Config::Gate(n, _) | Config::Echo(n, _) => n,
+            Config::Redis => "redis GET (unix socket)",
+        }
+    }
 }
 
 fn spin_cpu() -> Option<usize> {
@@ -143,10 +170,15 @@ struct Run {
 
 /// `clients` threads doing request/answer round trips for `secs` after a
 /// short warm-up.
-fn run_clients(path: &Path, request: &[u8], framing: Framing, clients: usize) -> Run {
+fn run_clients(
+    path: &Path,
+    request: &[u8],
+    framing: Framing,
+    clients: usize,
+    measure: Duration,
+) -> Run {
     let barrier = Arc::new(Barrier::new(clients + 1));
-    let warmup = Duration::from_millis(300);
-    let measure = Duration::from_secs_f64(secs());
+    let warmup = Duration::from_millis(100);
     let handles: Vec<_> = (0..clients)
         .map(|_| {
             let path = path.to_path_buf();
@@ -434,67 +466,95 @@ fn main() {
         );
     }
 
-    for (name, io) in [
-        ("gate blocking (thread/conn)", IoMode::Blocking),
-        ("gate epoll", IoMode::Epoll),
-        ("gate busy_poll", IoMode::BusyPoll),
-    ] {
-        let cfg = ServerConfig {
-            path: dir.path().join("gate.sock"),
-            io,
-            cpu: if io == IoMode::BusyPoll { cpu } else { None },
-            ..ServerConfig::default()
-        };
-        let server = serve(&cfg, gate.clone()).unwrap();
-        for clients in [1, 16] {
-            let r = run_clients(server.path(), REQUEST, Framing::Line, clients);
-            rows.push(row(name, clients, &r));
-            eprintln!("{}", rows.last().unwrap());
-        }
-        server.stop();
+    // Every configuration runs in `rounds` short slices, interleaved, so
+    // that the noise of this shared machine falls on all of them alike.
+    // Spinning servers run only during their own slices.
+    let rounds = rounds();
+    let slice = Duration::from_secs_f64(secs() / rounds as f64);
+    let redis = start_redis();
+    let get = resp(&[b"GET", b"quote:EURUSD"]);
+    if let Some(path) = &redis {
+        let mut out = Vec::new();
+        gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
+        let mut s = UnixStream::connect(path).unwrap();
+        let line = &out[..out.len() - 1];
+        assert_eq!(
+            resp_call(&mut s, &[b"SET", b"quote:EURUSD", line]),
+            b"+OK\r\n"
+        );
+    } else {
+        println!("redis-server not available: Redis rows skipped");
     }
-
-    for (name, spin) in [
-        ("echo blocking (thread/conn)", false),
-        ("echo spinning", true),
-    ] {
-        let path = dir.path().join(format!("echo-{spin}.sock"));
-        let stop = Arc::new(AtomicBool::new(false));
-        let t = if spin {
-            echo_spin(&path, stop.clone(), cpu)
-        } else {
-            echo_blocking(&path, stop.clone())
-        };
+    let configs: Vec<Config> = [
+        Config::Gate("gate blocking (thread/conn)", IoMode::Blocking),
+        Config::Gate("gate epoll", IoMode::Epoll),
+        Config::Gate("gate busy_poll", IoMode::BusyPoll),
+        Config::Echo("echo blocking (thread/conn)", false),
+        Config::Echo("echo spinning", true),
+        Config::Redis,
+    ]
+    .into_iter()
+    .filter(|c| !matches!(c, Config::Redis) || redis.is_some())
+    .collect();
+    let mut results: Vec<(String, usize, Option<Run>)> = Vec::new();
+    for c in &configs {
         for clients in [1, 16] {
-            let r = run_clients(&path, REQUEST, Framing::Line, clients);
-            rows.push(row(name, clients, &r));
-            eprintln!("{}", rows.last().unwrap());
+            results.push((c.name().to_string(), clients, None));
         }
-        stop.store(true, Ordering::Relaxed);
-        let _ = UnixStream::connect(&path); // wakes the blocking acceptor
-        t.join().unwrap();
     }
-
-    match start_redis() {
-        Some(path) => {
-            let mut out = Vec::new();
-            gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
-            let line = &out[..out.len() - 1];
-            let mut s = UnixStream::connect(&path).unwrap();
-            assert_eq!(
-                resp_call(&mut s, &[b"SET", b"quote:EURUSD", line]),
-                b"+OK\r\n"
-            );
-            let get = resp(&[b"GET", b"quote:EURUSD"]);
-            for clients in [1, 16] {
-                let r = run_clients(&path, &get, Framing::RespBulk, clients);
-                rows.push(row("redis GET (unix socket)", clients, &r));
-                eprintln!("{}", rows.last().unwrap());
+    for round in 0..rounds {
+        for (ci, c) in configs.iter().enumerate() {
+            for (k, clients) in [1usize, 16].into_iter().enumerate() {
+                let path = dir.path().join(format!("bench-{round}-{ci}-{k}.sock"));
+                let r = match c {
+                    Config::Gate(_, io) => {
+                        let cfg = ServerConfig {
+                            path: path.clone(),
+                            io: *io,
+                            cpu: if *io == IoMode::BusyPoll { cpu } else { None },
+                            ..ServerConfig::default()
+                        };
+                        let server = serve(&cfg, gate.clone()).unwrap();
+                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice);
+                        server.stop();
+                        r
+                    }
+                    Config::Echo(_, spin) => {
+                        let stop = Arc::new(AtomicBool::new(false));
+                        let t = if *spin {
+                            echo_spin(&path, stop.clone(), cpu)
+                        } else {
+                            echo_blocking(&path, stop.clone())
+                        };
+                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice);
+                        stop.store(true, Ordering::Relaxed);
+                        let _ = UnixStream::connect(&path); // wakes the blocking acceptor
+                        t.join().unwrap();
+                        r
+                    }
+                    Config::Redis => {
+                        let p = redis.as_ref().unwrap();
+                        run_clients(p, &get, Framing::RespBulk, clients, slice)
+                    }
+                };
+                let acc = &mut results[ci * 2 + k].2;
+                match acc {
+                    None => *acc = Some(r),
+                    Some(a) => {
+                        a.hist.add(&r.hist).unwrap();
+                        a.requests += r.requests;
+                        a.elapsed += r.elapsed;
+                    }
+                }
             }
-            drop(s);
-            stop_redis(&path);
         }
-        None => println!("redis-server not available: Redis rows skipped"),
+        eprintln!("round {} of {rounds} done", round + 1);
+    }
+    if let Some(p) = &redis {
+        stop_redis(p);
+    }
+    for (name, clients, r) in &results {
+        rows.push(row(name, *clients, r.as_ref().unwrap()));
     }
 
     stop_feed.store(true, Ordering::Relaxed);
