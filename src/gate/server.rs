@@ -219,6 +219,8 @@ pub enum IoMode {
     /// One thread, blocking `epoll_wait`.
     Epoll,
     /// One thread spinning on `epoll_wait(0)`; see [`ServerConfig::cpu`].
+    /// When idle it calls `sched_yield` between polls, so a thread woken
+    /// on its CPU runs at once instead of waiting out its time slice.
     BusyPoll,
 }
 
@@ -779,7 +781,11 @@ pub fn serve_with_stats<B: Backend>(
 
 /// Pins the calling thread to one CPU (a failure is logged, not fatal).
 pub fn pin_to_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks against its size.
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        tracing::warn!(cpu, "cpu number out of range: gate thread not pinned");
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data and `cpu` is within it (checked above).
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
