@@ -262,13 +262,7 @@ impl Default for ServerConfig {
 
 /// Reasons of `REJECT` in gate.md's order; `GateStats::rejects_by_reason`
 /// counts them in this order.
-pub const REJECT_REASONS: [&str; 5] = [
-    "unknown_symbol",
-    "no_data",
-    "stale_quote",
-    "stale_at_source",
-    "suspect",
-];
+pub const REJECT_REASONS: [&str; 5] = super::verdict::REASON_NAMES;
 
 /// Service-time histogram buckets: bucket `i` counts batches that took
 /// less than `2^(i + 8)` ns (256 ns .. ~4.3 s); the last bucket is the rest.
