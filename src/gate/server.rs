@@ -833,6 +833,33 @@ impl Registry {
     }
 }
 
+/// At most one warning a second for a repeating condition (accept
+/// failures, refused connections), with the count of the ones left out.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn warn(&mut self, what: &str, detail: &dyn std::fmt::Display) {
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
+        if due {
+            tracing::warn!(suppressed = self.suppressed, "gate {what}: {detail}");
+            self.last = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// Pause after an accept failure (out of descriptors, memory) so that a
+/// listener that stays readable does not turn the loop hot.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
+
 fn accept_loop<B: Backend>(
     listener: UnixListener,
     backend: Arc<B>,
@@ -854,6 +881,7 @@ fn accept_loop<B: Backend>(
             revents: 0,
         },
     ];
+    let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
     while !stop.load(Ordering::SeqCst) {
         // SAFETY: `fds` is a valid array of two pollfd.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
@@ -873,8 +901,10 @@ fn accept_loop<B: Backend>(
         }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!(error = %e, "gate accept failed");
+                throttle.warn("accept failed", &e);
+                std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
         };
@@ -884,7 +914,10 @@ fn accept_loop<B: Backend>(
         }
         if g.conns.len() >= max {
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(max, "gate connection refused: too many connections");
+            refused.warn(
+                "connection refused",
+                &format_args!("{max} connections open"),
+            );
             continue;
         }
         let Ok(clone) = stream.try_clone() else {
@@ -1014,8 +1047,16 @@ fn epoll_loop<B: Backend>(
     let mut again: Vec<usize> = Vec::new();
     let mut again_now: Vec<usize> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
+    let mut resume_accept: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        let timeout = if spin || !again.is_empty() { 0 } else { -1 };
+        let timeout = if spin || !again.is_empty() {
+            0
+        } else if let Some(t) = resume_accept {
+            t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
+        } else {
+            -1
+        };
         // SAFETY: `events` is a valid buffer of 64 entries.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 64, timeout) };
         if n < 0 {
@@ -1024,6 +1065,13 @@ fn epoll_loop<B: Backend>(
                 continue;
             }
             return Err(e);
+        }
+        if let Some(t) = resume_accept {
+            if Instant::now() >= t {
+                let fd = listener.as_raw_fd();
+                epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, LISTENER)?;
+                resume_accept = None;
+            }
         }
         if n == 0 && spin && again.is_empty() {
             // Idle spin: give the core away for a moment if anything else
@@ -1045,9 +1093,9 @@ fn epoll_loop<B: Backend>(
                         Ok((s, _)) => {
                             if open >= max {
                                 stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!(
-                                    max,
-                                    "gate connection refused: too many connections"
+                                refused.warn(
+                                    "connection refused",
+                                    &format_args!("{max} connections open"),
                                 );
                                 continue;
                             }
@@ -1076,7 +1124,13 @@ fn epoll_loop<B: Backend>(
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => {
-                            tracing::warn!(error = %e, "gate accept failed");
+                            throttle.warn("accept failed", &e);
+                            // Stop listening for a moment (the listener
+                            // stays readable while descriptors are short).
+                            let fd = listener.as_raw_fd();
+                            if epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, 0, LISTENER).is_ok() {
+                                resume_accept = Some(Instant::now() + ACCEPT_BACKOFF);
+                            }
                             break;
                         }
                     }
