@@ -1,5 +1,6 @@
 //! Core benchmarks: wire decode per message, decode + apply per message over
-//! a realistic stream (1,000 symbols, 20 quotes per packet, full feed), the
+//! a realistic stream (1,000 symbols, 20 quotes per packet, full feed, one
+//! long-lived feed, packets hot in cache as after the kernel's copy), the
 //! same stream on lines A and B, and the in-process check.
 //!
 //! `cargo bench --bench core -- --warm-up-time 1 --measurement-time 3`
@@ -11,7 +12,7 @@
 //! other processes still shows in it).
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
@@ -30,30 +31,48 @@ fn symbols() -> Vec<Symbol> {
         .collect()
 }
 
-/// A provider stream: packets of 20 full quotes over 1,000 symbols picked
-/// pseudo-randomly, per-symbol and channel sequences in order, 1 us apart.
-fn stream() -> Vec<(Vec<u8>, i64)> {
-    let syms = symbols();
-    let mut seqs = vec![0u64; SYMBOLS];
-    let mut b = PacketBuilder::new();
-    let session = SessionId::parse("20261201A1").unwrap();
-    let mut chan = 1;
-    let mut x = 0x9E37_79B9u64;
-    let mut out = Vec::with_capacity(PACKETS);
-    for p in 0..PACKETS {
-        let now = T0 + p as i64 * 1_000;
-        b.start(session, chan);
+/// An endless provider stream: packets of 20 full quotes over 1,000
+/// symbols picked pseudo-randomly, per-symbol and channel sequences in
+/// order, 1 us apart.
+struct Provider {
+    syms: Vec<Symbol>,
+    seqs: Vec<u64>,
+    session: SessionId,
+    chan: u64,
+    now: i64,
+    x: u64,
+    builder: PacketBuilder,
+}
+
+impl Provider {
+    fn new() -> Provider {
+        Provider {
+            syms: symbols(),
+            seqs: vec![0; SYMBOLS],
+            session: SessionId::parse("20261201A1").unwrap(),
+            chan: 1,
+            now: T0,
+            x: 0x9E37_79B9,
+            builder: PacketBuilder::new(),
+        }
+    }
+
+    /// The next packet, written over `out` (buffers are reused).
+    fn next_into(&mut self, out: &mut (Vec<u8>, i64)) {
+        self.now += 1_000;
+        let b = &mut self.builder;
+        b.start(self.session, self.chan);
         for _ in 0..PER_PACKET {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let s = (x % SYMBOLS as u64) as usize;
-            seqs[s] += 1;
-            let px = 1_085_120_000 + (x % 1000) as i64 * 10_000;
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            let s = (self.x % SYMBOLS as u64) as usize;
+            self.seqs[s] += 1;
+            let px = 1_085_120_000 + (self.x % 1000) as i64 * 10_000;
             b.quote(&Quote::new(
-                syms[s],
-                seqs[s],
-                (now - 300_000) as u64,
+                self.syms[s],
+                self.seqs[s],
+                (self.now - 300_000) as u64,
                 Some(Side { px, qty: 1_000_000 }),
                 Some(Side {
                     px: px + 30_000,
@@ -61,10 +80,56 @@ fn stream() -> Vec<(Vec<u8>, i64)> {
                 }),
             ));
         }
-        chan += PER_PACKET as u64;
-        out.push((b.bytes().to_vec(), now));
+        self.chan += PER_PACKET as u64;
+        out.0.clear();
+        out.0.extend_from_slice(b.bytes());
+        out.1 = self.now;
     }
+
+    /// The next `CHUNK` packets into `chunk`.
+    fn fill(&mut self, chunk: &mut [(Vec<u8>, i64)]) {
+        for p in chunk {
+            self.next_into(p);
+        }
+    }
+}
+
+/// Packets generated (untimed) between timed runs: small enough to stay in
+/// cache, as a datagram the kernel just copied to the receiver is.
+const CHUNK: usize = 64;
+
+fn stream() -> Vec<(Vec<u8>, i64)> {
+    let mut p = Provider::new();
+    let mut out = vec![(Vec::new(), 0); PACKETS];
+    p.fill(&mut out);
     out
+}
+
+/// Runs `work` over `iters` packets of a fresh provider stream, in chunks
+/// of `CHUNK`; only `work` is timed (with `clock`).
+fn timed_packets(
+    iters: u64,
+    clock: fn() -> Duration,
+    mut work: impl FnMut(&[(Vec<u8>, i64)]),
+    provider: &mut Provider,
+) -> Duration {
+    let mut chunk = vec![(Vec::with_capacity(1500), 0); CHUNK];
+    let mut total = Duration::ZERO;
+    let mut left = iters as usize;
+    while left > 0 {
+        let n = left.min(CHUNK);
+        provider.fill(&mut chunk[..n]);
+        let start = clock();
+        work(&chunk[..n]);
+        total += clock().saturating_sub(start);
+        left -= n;
+    }
+    total
+}
+
+fn wall_now() -> Duration {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
 }
 
 fn settings() -> FeedSettings {
@@ -116,53 +181,83 @@ impl Measurement for ThreadCpu {
     }
 }
 
-fn decode<M: Measurement>(c: &mut Criterion<M>, label: &str) {
-    let packets = stream();
+fn decode<M: Measurement<Value = Duration>>(
+    c: &mut Criterion<M>,
+    label: &str,
+    clock: fn() -> Duration,
+) {
     let mut g = c.benchmark_group(format!("decode ({label})"));
-    g.throughput(Throughput::Elements((PACKETS * PER_PACKET) as u64));
+    // One iteration is one packet of 20 messages.
+    g.throughput(Throughput::Elements(PER_PACKET as u64));
     g.bench_function("parse+decode per message", |bench| {
-        bench.iter(|| {
-            let mut sum = 0u64;
-            for (p, _) in &packets {
-                let p = Packet::parse(black_box(p)).unwrap();
-                for m in p.messages() {
-                    if let Message::Quote(q) = m {
-                        sum = sum.wrapping_add(q.seq ^ q.bid_px as u64);
+        let mut provider = Provider::new();
+        let mut sum = 0u64;
+        bench.iter_custom(|iters| {
+            timed_packets(
+                iters,
+                clock,
+                |chunk| {
+                    for (p, _) in chunk {
+                        let p = Packet::parse(black_box(p)).unwrap();
+                        for m in p.messages() {
+                            if let Message::Quote(q) = m {
+                                sum = sum.wrapping_add(q.seq ^ q.bid_px as u64);
+                            }
+                        }
                     }
-                }
-            }
-            sum
-        })
+                },
+                &mut provider,
+            )
+        });
+        black_box(sum);
     });
     g.finish();
 }
 
-fn apply<M: Measurement>(c: &mut Criterion<M>, label: &str) {
-    let packets = stream();
+fn apply<M: Measurement<Value = Duration>>(
+    c: &mut Criterion<M>,
+    label: &str,
+    clock: fn() -> Duration,
+) {
     let mut g = c.benchmark_group(format!("feed ({label})"));
-    g.throughput(Throughput::Elements((PACKETS * PER_PACKET) as u64));
+    g.throughput(Throughput::Elements(PER_PACKET as u64));
     g.bench_function("decode+apply per message (full, 1000 symbols)", |bench| {
-        bench.iter_batched_ref(
-            || Feed::new(settings(), 2),
-            |feed| {
-                for (p, now) in &packets {
-                    feed.on_datagram(0, black_box(p), *now);
-                }
-            },
-            BatchSize::LargeInput,
-        )
+        let mut provider = Provider::new();
+        let mut feed = Feed::new(settings(), 2);
+        bench.iter_custom(|iters| {
+            timed_packets(
+                iters,
+                clock,
+                |chunk| {
+                    for (p, now) in chunk {
+                        feed.on_datagram(0, black_box(p), *now);
+                    }
+                },
+                &mut provider,
+            )
+        });
+        assert_eq!(feed.counters().ticks_lost, 0);
     });
     g.bench_function("lines A+B per message (second copy duplicate)", |bench| {
-        bench.iter_batched_ref(
-            || Feed::new(settings(), 2),
-            |feed| {
-                for (p, now) in &packets {
-                    feed.on_datagram(0, black_box(p), *now);
-                    feed.on_datagram(1, black_box(p), *now);
-                }
-            },
-            BatchSize::LargeInput,
-        )
+        let mut provider = Provider::new();
+        let mut feed = Feed::new(settings(), 2);
+        bench.iter_custom(|iters| {
+            timed_packets(
+                iters,
+                clock,
+                |chunk| {
+                    for (p, now) in chunk {
+                        feed.on_datagram(0, black_box(p), *now);
+                        feed.on_datagram(1, black_box(p), *now);
+                    }
+                },
+                &mut provider,
+            )
+        });
+        assert_eq!(
+            feed.counters().lines[1].duplicate_packets,
+            feed.counters().lines[0].packets
+        );
     });
     g.finish();
 }
@@ -226,14 +321,14 @@ fn check<M: Measurement>(c: &mut Criterion<M>, label: &str) {
 }
 
 fn wall(c: &mut Criterion) {
-    decode(c, "wall");
-    apply(c, "wall");
+    decode(c, "wall", wall_now);
+    apply(c, "wall", wall_now);
     check(c, "wall");
 }
 
 fn cpu(c: &mut Criterion<ThreadCpu>) {
-    decode(c, "thread cpu");
-    apply(c, "thread cpu");
+    decode(c, "thread cpu", thread_cpu_now);
+    apply(c, "thread cpu", thread_cpu_now);
     check(c, "thread cpu");
 }
 

@@ -7,7 +7,7 @@
 use super::channel::{Channel, PacketAction};
 use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
-use super::index::SymbolIndex;
+use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState};
 use super::view::{
@@ -152,7 +152,9 @@ impl<P: Publish> Feed<P> {
 
     /// The symbol's slot and view, if known.
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
-        let idx = self.index.get(symbol)?;
+        let idx = self
+            .index
+            .get(symbol, |i| self.symbols[i as usize].symbol)?;
         Some((idx, &self.symbols[idx as usize].view))
     }
 
@@ -160,9 +162,13 @@ impl<P: Publish> Feed<P> {
     #[inline]
     fn slot(&mut self, symbol: Symbol) -> Option<u32> {
         let new_slot = self.symbols.len() as u32;
-        match self.index.get_or_insert(symbol, new_slot) {
-            Ok(idx) => Some(idx),
-            Err(false) => {
+        let symbols = &self.symbols;
+        match self
+            .index
+            .find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol)
+        {
+            Slot::Found(idx) => Some(idx),
+            Slot::Inserted => {
                 let st = SymbolState::new(
                     symbol,
                     self.view.gap_epoch,
@@ -174,7 +180,7 @@ impl<P: Publish> Feed<P> {
                 self.symbols.push(st);
                 Some(new_slot)
             }
-            Err(true) => {
+            Slot::Full => {
                 self.counters.symbols_overflow += 1;
                 None
             }
@@ -348,7 +354,7 @@ impl<P: Publish> Feed<P> {
     }
 
     pub fn symbol_summary(&self, symbol: Symbol) -> Option<SymbolSummary> {
-        let idx = self.index.get(symbol)?;
+        let (idx, _) = self.symbol_view(symbol)?;
         Some(self.summary(idx, &self.symbols[idx as usize]))
     }
 
