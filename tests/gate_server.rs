@@ -579,3 +579,40 @@ fn connections_beyond_the_limit_are_closed() {
         server.stop();
     }
 }
+
+#[test]
+fn a_flooding_client_does_not_stop_the_others() {
+    for io in MODES {
+        let (_dir, feed, server) = start(io);
+        let expected = requests(&feed);
+        let flood = connect(server.path());
+        let n = 200_000usize;
+        let w = flood.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let chunk = "PING\n".repeat(1000);
+            for _ in 0..n / 1000 {
+                (&w).write_all(chunk.as_bytes()).unwrap();
+            }
+        });
+        let reader = std::thread::spawn(move || {
+            let mut r = BufReader::with_capacity(1 << 16, flood);
+            let mut l = String::new();
+            for i in 0..n {
+                l.clear();
+                assert!(r.read_line(&mut l).unwrap() > 0, "closed after {i}");
+                assert_eq!(l, "PONG\n");
+            }
+        });
+        // Meanwhile another client is answered, in order, every time.
+        let s = connect(server.path());
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        for k in 0..50 {
+            let (req, want) = &expected[k % expected.len()];
+            (&s).write_all(format!("{req}\n").as_bytes()).unwrap();
+            assert_eq!(&read_lines(&mut r, 1)[0], want, "{io:?}");
+        }
+        writer.join().unwrap();
+        reader.join().unwrap();
+        server.stop();
+    }
+}

@@ -996,6 +996,8 @@ struct EpollConn {
     conn: Conn,
     /// Registered for EPOLLOUT (output blocked) instead of EPOLLIN.
     want_out: bool,
+    /// In the `again` list (at most once).
+    queued: bool,
 }
 
 fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
@@ -1116,6 +1118,7 @@ fn epoll_loop<B: Backend>(
                                 stream: s,
                                 conn: Conn::new(),
                                 want_out: false,
+                                queued: false,
                             });
                             open += 1;
                             stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
@@ -1143,6 +1146,9 @@ fn epoll_loop<B: Backend>(
             );
         }
         for idx in again_now.drain(..) {
+            if let Some(Some(c)) = conns.get_mut(idx) {
+                c.queued = false;
+            }
             service_epoll(
                 ep, &mut conns, &mut free, &mut open, idx, backend, stats, &mut again,
             );
@@ -1276,7 +1282,10 @@ fn drive<B: Backend>(
     }
     // Turn used up with work left: come back after the others.
     finish_batch(stats, t0, answered);
-    again.push(idx);
+    if !c.queued {
+        c.queued = true;
+        again.push(idx);
+    }
     Step::Open
 }
 
