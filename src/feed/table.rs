@@ -11,6 +11,9 @@
 //!   probe with Acquire. Nothing is ever removed, so a probe stops at the
 //!   first empty bucket.
 //! - Capacity is fixed at construction; nothing allocates afterwards.
+//! - The writer never waits for anyone. A reader retries while a write is
+//!   in progress (a few nanoseconds, unless the writer is descheduled in
+//!   the middle of one; then the reader yields its CPU every 1024 tries).
 //!
 //! Capabilities are split by type: [`TableWriter`] (one, not `Clone`) and
 //! [`TableReader`] (`Clone + Send + Sync`). [`seq_cell`] is the same
