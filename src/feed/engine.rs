@@ -5,9 +5,9 @@
 //! symbol table is sized once (`max_symbols`).
 
 use super::channel::{Channel, PacketAction};
-use super::clock::ClockEstimator;
+use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
-use super::index::SymbolIndex;
+use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState};
 use super::view::{
@@ -152,7 +152,9 @@ impl<P: Publish> Feed<P> {
 
     /// The symbol's slot and view, if known.
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
-        let idx = self.index.get(symbol)?;
+        let idx = self
+            .index
+            .get(symbol, |i| self.symbols[i as usize].symbol)?;
         Some((idx, &self.symbols[idx as usize].view))
     }
 
@@ -160,9 +162,13 @@ impl<P: Publish> Feed<P> {
     #[inline]
     fn slot(&mut self, symbol: Symbol) -> Option<u32> {
         let new_slot = self.symbols.len() as u32;
-        match self.index.get_or_insert(symbol, new_slot) {
-            Ok(idx) => Some(idx),
-            Err(false) => {
+        let symbols = &self.symbols;
+        match self
+            .index
+            .find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol)
+        {
+            Slot::Found(idx) => Some(idx),
+            Slot::Inserted => {
                 let st = SymbolState::new(
                     symbol,
                     self.view.gap_epoch,
@@ -174,7 +180,7 @@ impl<P: Publish> Feed<P> {
                 self.symbols.push(st);
                 Some(new_slot)
             }
-            Err(true) => {
+            Slot::Full => {
                 self.counters.symbols_overflow += 1;
                 None
             }
@@ -253,9 +259,17 @@ impl<P: Publish> Feed<P> {
                 session_epoch: self.view.session_epoch,
                 now,
             };
+            // Clock samples of one packet share `now`: only the smallest
+            // matters (`ClockEstimator::sample_delays`).
+            let mut min_delay = i64::MAX;
+            let mut samples = 0;
             for payload in packet.blocks().skip(skip as usize) {
-                self.on_message(payload, &ctx);
+                if let Some(delay) = self.on_message(payload, &ctx) {
+                    min_delay = min_delay.min(delay);
+                    samples += 1;
+                }
             }
+            self.clock.sample_delays(now, min_delay, samples);
             let offset = self.clock.offset_ns();
             if offset != self.view.offset_ns {
                 self.view.offset_ns = offset;
@@ -265,16 +279,17 @@ impl<P: Publish> Feed<P> {
         DatagramOutcome::Applied
     }
 
-    /// One message block that reached the symbol rules.
+    /// One message block that reached the symbol rules. Returns its clock
+    /// sample (`now - source_ts`), if it gives one.
     #[inline]
-    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) {
+    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) -> Option<i64> {
         let msg = decode_block(payload);
         let (symbol, source_ts) = match &msg {
             Message::Quote(q) | Message::Snapshot(q) => (q.symbol, q.source_ts),
             Message::Heartbeat(h) => (h.symbol, h.source_ts),
             Message::Unknown { .. } => {
                 self.counters.unknown_messages += 1;
-                return;
+                return None;
             }
         };
         // Per-symbol sequences start at 1 (a Snapshot may carry 0).
@@ -285,12 +300,12 @@ impl<P: Publish> Feed<P> {
         };
         if zero {
             self.counters.invalid_messages += 1;
-            return;
+            return None;
         }
         // A sample about the provider's clock, whatever the rules decide.
-        self.clock.sample(ctx.now, source_ts);
+        let delay = delay_ns(ctx.now, source_ts);
         let Some(idx) = self.slot(symbol) else {
-            return;
+            return Some(delay);
         };
         let st = &mut self.symbols[idx as usize];
         let changed = match &msg {
@@ -302,6 +317,7 @@ impl<P: Publish> Feed<P> {
         if changed {
             self.publisher.publish_symbol(idx, symbol, &st.view);
         }
+        Some(delay)
     }
 
     /// C5 when `session_epoch` wraps to 0: resolve the session change
@@ -338,7 +354,7 @@ impl<P: Publish> Feed<P> {
     }
 
     pub fn symbol_summary(&self, symbol: Symbol) -> Option<SymbolSummary> {
-        let idx = self.index.get(symbol)?;
+        let (idx, _) = self.symbol_view(symbol)?;
         Some(self.summary(idx, &self.symbols[idx as usize]))
     }
 

@@ -1,14 +1,25 @@
 //! Symbol -> dense slot index: open addressing with linear probing over a
 //! table sized once (>= 2x capacity), so lookups and inserts never allocate
-//! or rehash on the hot path. Keys are the 8 symbol bytes as a u64.
+//! or rehash on the hot path. The table holds only u32 slots (1 MB for
+//! 100,000 symbols); the key is compared in the slot's own state, which the
+//! caller touches next anyway, so a lookup costs one table access.
 
 use crate::wire::Symbol;
 
 const EMPTY: u32 = u32::MAX;
 
+/// Outcome of `SymbolIndex::find_or_insert`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Found(u32),
+    /// Not present; `new_slot` was recorded for it.
+    Inserted,
+    /// Not present and the index is full.
+    Full,
+}
+
 #[derive(Clone, Debug)]
 pub struct SymbolIndex {
-    keys: Box<[u64]>,
     slots: Box<[u32]>,
     mask: usize,
     shift: u32,
@@ -22,7 +33,6 @@ impl SymbolIndex {
         let capacity = capacity.min(u32::MAX as usize - 1);
         let size = (capacity.max(4) * 2).next_power_of_two();
         SymbolIndex {
-            keys: vec![0; size].into_boxed_slice(),
             slots: vec![EMPTY; size].into_boxed_slice(),
             mask: size - 1,
             shift: 64 - size.trailing_zeros(),
@@ -50,41 +60,44 @@ impl SymbolIndex {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
+    /// The slot of `symbol`; `key_of(slot)` gives the symbol stored there.
     #[inline]
-    pub fn get(&self, symbol: Symbol) -> Option<u32> {
-        let key = symbol.key();
-        let mut i = self.home(key);
+    pub fn get(&self, symbol: Symbol, key_of: impl Fn(u32) -> Symbol) -> Option<u32> {
+        let mut i = self.home(symbol.key());
         loop {
             let slot = self.slots[i];
             if slot == EMPTY {
                 return None;
             }
-            if self.keys[i] == key {
+            if key_of(slot) == symbol {
                 return Some(slot);
             }
             i = (i + 1) & self.mask;
         }
     }
 
-    /// The symbol's slot, or `Err(true)` when absent and the table is full;
-    /// `Err(false)` when absent and `new_slot` was inserted.
+    /// The slot of `symbol`, or records `new_slot` for it when absent and
+    /// there is room.
     #[inline]
-    pub fn get_or_insert(&mut self, symbol: Symbol, new_slot: u32) -> Result<u32, bool> {
-        let key = symbol.key();
-        let mut i = self.home(key);
+    pub fn find_or_insert(
+        &mut self,
+        symbol: Symbol,
+        new_slot: u32,
+        key_of: impl Fn(u32) -> Symbol,
+    ) -> Slot {
+        let mut i = self.home(symbol.key());
         loop {
             let slot = self.slots[i];
             if slot == EMPTY {
                 if self.len >= self.capacity {
-                    return Err(true);
+                    return Slot::Full;
                 }
-                self.keys[i] = key;
                 self.slots[i] = new_slot;
                 self.len += 1;
-                return Err(false);
+                return Slot::Inserted;
             }
-            if self.keys[i] == key {
-                return Ok(slot);
+            if key_of(slot) == symbol {
+                return Slot::Found(slot);
             }
             i = (i + 1) & self.mask;
         }
@@ -98,29 +111,41 @@ mod tests {
     #[test]
     fn insert_get_and_full() {
         let mut ix = SymbolIndex::with_capacity(3);
+        let mut keys: Vec<Symbol> = Vec::new();
         let s = |n: &str| Symbol::parse(n).unwrap();
-        assert_eq!(ix.get(s("A")), None);
-        assert_eq!(ix.get_or_insert(s("A"), 0), Err(false));
-        assert_eq!(ix.get_or_insert(s("B"), 1), Err(false));
-        assert_eq!(ix.get_or_insert(s("A"), 7), Ok(0));
-        assert_eq!(ix.get_or_insert(Symbol([0; 8]), 2), Err(false));
-        assert_eq!(ix.get_or_insert(s("C"), 3), Err(true));
-        assert_eq!(ix.get(Symbol([0; 8])), Some(2));
-        assert_eq!(ix.get(s("B")), Some(1));
-        assert_eq!(ix.get(s("C")), None);
+        let add = |ix: &mut SymbolIndex, keys: &mut Vec<Symbol>, sym: Symbol| {
+            let r = ix.find_or_insert(sym, keys.len() as u32, |i| keys[i as usize]);
+            if r == Slot::Inserted {
+                keys.push(sym);
+            }
+            r
+        };
+        assert_eq!(add(&mut ix, &mut keys, s("A")), Slot::Inserted);
+        assert_eq!(add(&mut ix, &mut keys, s("B")), Slot::Inserted);
+        assert_eq!(add(&mut ix, &mut keys, s("A")), Slot::Found(0));
+        assert_eq!(add(&mut ix, &mut keys, Symbol([0; 8])), Slot::Inserted);
+        assert_eq!(add(&mut ix, &mut keys, s("C")), Slot::Full);
+        assert_eq!(ix.get(Symbol([0; 8]), |i| keys[i as usize]), Some(2));
+        assert_eq!(ix.get(s("B"), |i| keys[i as usize]), Some(1));
+        assert_eq!(ix.get(s("C"), |i| keys[i as usize]), None);
         assert_eq!(ix.len(), 3);
     }
 
     #[test]
-    fn many_keys() {
-        let mut ix = SymbolIndex::with_capacity(10_000);
-        for i in 0..10_000u32 {
-            let sym = Symbol::parse(&format!("S{i}")).unwrap();
-            assert_eq!(ix.get_or_insert(sym, i), Err(false));
+    fn many_keys_including_first_byte_only_differences() {
+        let mut ix = SymbolIndex::with_capacity(20_000);
+        let mut keys: Vec<Symbol> = Vec::new();
+        let names = (0..10_000u32).map(|i| format!("S{i}")).chain(
+            (0..10_000u32).map(|i| format!("{}{}XYZ", (b'A' + (i % 26) as u8) as char, i / 26)),
+        );
+        for n in names {
+            let sym = Symbol::parse(&n).unwrap();
+            let r = ix.find_or_insert(sym, keys.len() as u32, |i| keys[i as usize]);
+            assert_eq!(r, Slot::Inserted, "{n}");
+            keys.push(sym);
         }
-        for i in 0..10_000u32 {
-            let sym = Symbol::parse(&format!("S{i}")).unwrap();
-            assert_eq!(ix.get(sym), Some(i));
+        for (i, sym) in keys.iter().enumerate() {
+            assert_eq!(ix.get(*sym, |j| keys[j as usize]), Some(i as u32));
         }
     }
 }

@@ -13,6 +13,19 @@
 //!
 //! Per connection the buffers are allocated once (input 16 KiB, output
 //! grows to ~64 KiB at most); answering a request does not allocate.
+//!
+//! `STATUS` (a request this server adds; gate.md allows it) answers one
+//! line per feed and per symbol, then `END`:
+//!
+//! ```text
+//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n>
+//! SYMBOL <feed> <the verdict line a CHECK of the symbol gets from that feed>
+//! END
+//! ```
+//!
+//! The listing is produced as the client reads it (never more than the
+//! output high-water mark buffered), and pipelined requests after it are
+//! answered after `END`, in order.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -206,6 +219,8 @@ pub enum IoMode {
     /// One thread, blocking `epoll_wait`.
     Epoll,
     /// One thread spinning on `epoll_wait(0)`; see [`ServerConfig::cpu`].
+    /// When idle it calls `sched_yield` between polls, so a thread woken
+    /// on its CPU runs at once instead of waiting out its time slice.
     BusyPoll,
 }
 
@@ -247,13 +262,7 @@ impl Default for ServerConfig {
 
 /// Reasons of `REJECT` in gate.md's order; `GateStats::rejects_by_reason`
 /// counts them in this order.
-pub const REJECT_REASONS: [&str; 5] = [
-    "unknown_symbol",
-    "no_data",
-    "stale_quote",
-    "stale_at_source",
-    "suspect",
-];
+pub const REJECT_REASONS: [&str; 5] = super::verdict::REASON_NAMES;
 
 /// Service-time histogram buckets: bucket `i` counts batches that took
 /// less than `2^(i + 8)` ns (256 ns .. ~4.3 s); the last bucket is the rest.
@@ -292,7 +301,11 @@ impl GateStats {
             + self.other.load(Ordering::Relaxed)
     }
 
-    fn add(&self, c: &mut BatchCounts) {
+    /// Adds and clears a connection's counts; true if there were any.
+    fn add(&self, c: &mut BatchCounts) -> bool {
+        if !c.any() {
+            return false;
+        }
         fn bump(a: &AtomicU64, n: &mut u64) {
             if *n != 0 {
                 a.fetch_add(*n, Ordering::Relaxed);
@@ -308,6 +321,7 @@ impl GateStats {
         bump(&self.pong, &mut c.pong);
         bump(&self.status, &mut c.status);
         bump(&self.other, &mut c.other);
+        true
     }
 
     fn record_service(&self, ns: u64) {
@@ -532,11 +546,33 @@ fn stream_status<B: Backend>(backend: &B, c: &mut StatusCursor, out: &mut Vec<u8
 pub struct ServerHandle {
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    stopper: Stopper,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<GateStats>,
+}
+
+/// Stops a server from any thread (a signal-handling thread, say): stops
+/// accepting, wakes the serving threads and closes every connection. The
+/// owner of the `ServerHandle` then joins with `join()` or `stop()`.
+#[derive(Clone)]
+pub struct Stopper {
     stop: Arc<AtomicBool>,
     wake: Arc<OwnedFd>,
-    threads: Vec<JoinHandle<()>>,
     registry: Option<Arc<Registry>>,
-    stats: Arc<GateStats>,
+}
+
+impl Stopper {
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        wake(&self.wake);
+        if let Some(reg) = &self.registry {
+            reg.close_all();
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
 }
 
 impl ServerHandle {
@@ -548,28 +584,28 @@ impl ServerHandle {
         &self.stats
     }
 
-    /// A flag that stops the server when set (for signal handlers); call
-    /// `stop()` afterwards to join.
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
+    /// A cloneable handle that stops the server from another thread.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
     /// Stops accepting, closes every connection, joins the threads and
     /// removes the socket file (if it is still the one we bound).
     pub fn stop(mut self) {
+        self.stopper.stop();
+        self.shutdown();
+    }
+
+    /// Waits until a `Stopper` stops the server, then cleans up as `stop`.
+    pub fn join(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        wake(&self.wake);
-        if let Some(reg) = &self.registry {
-            reg.close_all();
-        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(reg) = self.registry.take() {
+        if let Some(reg) = &self.stopper.registry {
             reg.join_all();
         }
         if let Some(id) = self.identity.take() {
@@ -584,6 +620,7 @@ impl ServerHandle {
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
+        self.stopper.stop();
         self.shutdown();
     }
 }
@@ -726,17 +763,23 @@ pub fn serve_with_stats<B: Backend>(
     Ok(ServerHandle {
         path: config.path.clone(),
         identity,
-        stop,
-        wake: wake_fd,
+        stopper: Stopper {
+            stop,
+            wake: wake_fd,
+            registry,
+        },
         threads,
-        registry,
         stats,
     })
 }
 
 /// Pins the calling thread to one CPU (a failure is logged, not fatal).
 pub fn pin_to_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks against its size.
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        tracing::warn!(cpu, "cpu number out of range: gate thread not pinned");
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data and `cpu` is within it (checked above).
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
@@ -790,6 +833,33 @@ impl Registry {
     }
 }
 
+/// At most one warning a second for a repeating condition (accept
+/// failures, refused connections), with the count of the ones left out.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn warn(&mut self, what: &str, detail: &dyn std::fmt::Display) {
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
+        if due {
+            tracing::warn!(suppressed = self.suppressed, "gate {what}: {detail}");
+            self.last = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// Pause after an accept failure (out of descriptors, memory) so that a
+/// listener that stays readable does not turn the loop hot.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
+
 fn accept_loop<B: Backend>(
     listener: UnixListener,
     backend: Arc<B>,
@@ -811,6 +881,7 @@ fn accept_loop<B: Backend>(
             revents: 0,
         },
     ];
+    let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
     while !stop.load(Ordering::SeqCst) {
         // SAFETY: `fds` is a valid array of two pollfd.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
@@ -830,8 +901,10 @@ fn accept_loop<B: Backend>(
         }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!(error = %e, "gate accept failed");
+                throttle.warn("accept failed", &e);
+                std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
         };
@@ -841,7 +914,10 @@ fn accept_loop<B: Backend>(
         }
         if g.conns.len() >= max {
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(max, "gate connection refused: too many connections");
+            refused.warn(
+                "connection refused",
+                &format_args!("{max} connections open"),
+            );
             continue;
         }
         let Ok(clone) = stream.try_clone() else {
@@ -889,8 +965,12 @@ fn serve_blocking<B: Backend>(
         let t0 = Instant::now();
         conn.filled(n);
         let now = unix_now();
+        let mut answered = false;
         loop {
             conn.process(backend, now);
+            // Counted before the answers leave, so that a client that has
+            // its answer also sees it counted.
+            answered |= stats.add(&mut conn.counts);
             while !conn.pending_out().is_empty() {
                 let w = stream.write(conn.pending_out())?;
                 if w == 0 {
@@ -902,8 +982,7 @@ fn serve_blocking<B: Backend>(
                 break;
             }
         }
-        if conn.counts.any() {
-            stats.add(&mut conn.counts);
+        if answered {
             stats.record_service(t0.elapsed().as_nanos() as u64);
         }
     }
@@ -917,6 +996,8 @@ struct EpollConn {
     conn: Conn,
     /// Registered for EPOLLOUT (output blocked) instead of EPOLLIN.
     want_out: bool,
+    /// In the `again` list (at most once).
+    queued: bool,
 }
 
 fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
@@ -968,8 +1049,16 @@ fn epoll_loop<B: Backend>(
     let mut again: Vec<usize> = Vec::new();
     let mut again_now: Vec<usize> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
+    let mut resume_accept: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        let timeout = if spin || !again.is_empty() { 0 } else { -1 };
+        let timeout = if spin || !again.is_empty() {
+            0
+        } else if let Some(t) = resume_accept {
+            t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
+        } else {
+            -1
+        };
         // SAFETY: `events` is a valid buffer of 64 entries.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 64, timeout) };
         if n < 0 {
@@ -978,6 +1067,21 @@ fn epoll_loop<B: Backend>(
                 continue;
             }
             return Err(e);
+        }
+        if let Some(t) = resume_accept {
+            if Instant::now() >= t {
+                let fd = listener.as_raw_fd();
+                epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, LISTENER)?;
+                resume_accept = None;
+            }
+        }
+        if n == 0 && spin && again.is_empty() {
+            // Idle spin: give the core away for a moment if anything else
+            // is runnable on it (a client woken on this core would
+            // otherwise wait for our whole time slice); returns at once
+            // when nothing is.
+            std::thread::yield_now();
+            continue;
         }
         std::mem::swap(&mut again, &mut again_now);
         for ev in &events[..n as usize] {
@@ -991,9 +1095,9 @@ fn epoll_loop<B: Backend>(
                         Ok((s, _)) => {
                             if open >= max {
                                 stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!(
-                                    max,
-                                    "gate connection refused: too many connections"
+                                refused.warn(
+                                    "connection refused",
+                                    &format_args!("{max} connections open"),
                                 );
                                 continue;
                             }
@@ -1014,6 +1118,7 @@ fn epoll_loop<B: Backend>(
                                 stream: s,
                                 conn: Conn::new(),
                                 want_out: false,
+                                queued: false,
                             });
                             open += 1;
                             stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
@@ -1022,7 +1127,13 @@ fn epoll_loop<B: Backend>(
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => {
-                            tracing::warn!(error = %e, "gate accept failed");
+                            throttle.warn("accept failed", &e);
+                            // Stop listening for a moment (the listener
+                            // stays readable while descriptors are short).
+                            let fd = listener.as_raw_fd();
+                            if epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, 0, LISTENER).is_ok() {
+                                resume_accept = Some(Instant::now() + ACCEPT_BACKOFF);
+                            }
                             break;
                         }
                     }
@@ -1035,6 +1146,9 @@ fn epoll_loop<B: Backend>(
             );
         }
         for idx in again_now.drain(..) {
+            if let Some(Some(c)) = conns.get_mut(idx) {
+                c.queued = false;
+            }
             service_epoll(
                 ep, &mut conns, &mut free, &mut open, idx, backend, stats, &mut again,
             );
@@ -1098,6 +1212,12 @@ fn drive<B: Backend>(
 ) -> Step {
     let t0 = Instant::now();
     let mut now = None;
+    let mut answered = false;
+    // The last read returned less than it had room for: the socket is
+    // empty, and level-triggered epoll reports it again when it is not, so
+    // the read that would only say EAGAIN is skipped (one syscall less per
+    // request).
+    let mut drained = false;
     for _ in 0..8 {
         // Flush what is pending first.
         while !c.conn.pending_out().is_empty() {
@@ -1114,7 +1234,7 @@ fn drive<B: Backend>(
                         }
                         c.want_out = true;
                     }
-                    finish_batch(c, stats, t0);
+                    finish_batch(stats, t0, answered);
                     return Step::Open;
                 }
                 Err(_) => return Step::Close,
@@ -1131,32 +1251,46 @@ fn drive<B: Backend>(
         if c.conn.has_work() {
             let now = *now.get_or_insert_with(unix_now);
             c.conn.process(backend, now);
+            answered |= stats.add(&mut c.conn.counts);
             continue;
         }
-        match (&c.stream).read(c.conn.read_space()) {
-            Ok(0) => return Step::Close,
+        if drained {
+            finish_batch(stats, t0, answered);
+            return Step::Open;
+        }
+        let space = c.conn.read_space();
+        let room = space.len();
+        match (&c.stream).read(space) {
+            Ok(0) => {
+                finish_batch(stats, t0, answered);
+                return Step::Close;
+            }
             Ok(n) => {
+                drained = n < room;
                 c.conn.filled(n);
                 let t = *now.get_or_insert_with(unix_now);
                 c.conn.process(backend, t);
+                answered |= stats.add(&mut c.conn.counts);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                finish_batch(c, stats, t0);
+                finish_batch(stats, t0, answered);
                 return Step::Open;
             }
             Err(_) => return Step::Close,
         }
     }
     // Turn used up with work left: come back after the others.
-    finish_batch(c, stats, t0);
-    again.push(idx);
+    finish_batch(stats, t0, answered);
+    if !c.queued {
+        c.queued = true;
+        again.push(idx);
+    }
     Step::Open
 }
 
-fn finish_batch(c: &mut EpollConn, stats: &GateStats, t0: Instant) {
-    if c.conn.counts.any() {
-        stats.add(&mut c.conn.counts);
+fn finish_batch(stats: &GateStats, t0: Instant, answered: bool) {
+    if answered {
         stats.record_service(t0.elapsed().as_nanos() as u64);
     }
 }
@@ -1310,5 +1444,72 @@ mod tests {
         assert_eq!(s.service_ns[0].load(Ordering::Relaxed), 1);
         assert_eq!(s.service_ns[1].load(Ordering::Relaxed), 1);
         assert_eq!(s.service_ns[SERVICE_BUCKETS - 1].load(Ordering::Relaxed), 1);
+    }
+
+    /// The server's framing answers exactly as `protocol::LineFramer` +
+    /// `answer_frame` would, however the bytes are split into reads.
+    mod framing_equivalence {
+        use super::super::*;
+        use crate::gate::protocol::{answer, answer_frame, LineFramer, SymbolLookup};
+        use proptest::prelude::*;
+
+        struct NoFeeds;
+
+        impl Backend for NoFeeds {
+            fn answer(&self, line: &[u8], now: i64, out: &mut Vec<u8>) {
+                answer(line, &[], now, out)
+            }
+        }
+
+        fn piece() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"PING".to_vec()),
+                Just(b"CHECK EURUSD".to_vec()),
+                Just(b"CHECK A stale_ms=1".to_vec()),
+                Just(b"\r".to_vec()),
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b" ".to_vec()),
+                (1usize..1100).prop_map(|n| vec![b'X'; n]),
+                // Around the limit: 1024 bytes is a request, 1025 is not.
+                (1020usize..1030).prop_map(|n| vec![b'Y'; n]),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn same_answers_as_line_framer(
+                pieces in proptest::collection::vec(piece(), 0..40),
+                // Byte-at-a-time reads hit every boundary.
+                cuts in prop_oneof![
+                    Just(vec![1usize]),
+                    proptest::collection::vec(1usize..3000, 1..20),
+                ],
+            ) {
+                let input: Vec<u8> = pieces.concat();
+                let mut want = Vec::new();
+                let mut framer = LineFramer::new();
+                let feeds: [&dyn SymbolLookup; 0] = [];
+                framer.push(&input, |f| answer_frame(f, &feeds, 0, &mut want));
+
+                let mut conn = Conn::new();
+                let mut got = Vec::new();
+                let mut rest = &input[..];
+                let mut k = 0;
+                while !rest.is_empty() || conn.has_work() {
+                    let space = conn.read_space();
+                    let n = space.len().min(rest.len()).min(cuts[k % cuts.len()]);
+                    k += 1;
+                    space[..n].copy_from_slice(&rest[..n]);
+                    conn.filled(n);
+                    rest = &rest[n..];
+                    conn.process(&NoFeeds, 0);
+                    got.extend_from_slice(conn.pending_out());
+                    let m = conn.pending_out().len();
+                    conn.consumed_out(m);
+                }
+                prop_assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+            }
+        }
     }
 }
