@@ -251,20 +251,33 @@ proptest! {
 
 // ------------------------------------------------------------ any datagram
 
+/// Sequence numbers: mostly small, sometimes anywhere in u64 (forged or
+/// corrupt values must not overflow anything).
+fn seq_value() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 0u64..30, 1 => any::<u64>(), 1 => (u64::MAX - 30)..=u64::MAX]
+}
+
 fn valid_packet() -> impl Strategy<Value = Vec<u8>> {
     let msg = prop_oneof![
-        (0u8..3, 0u64..20, 0u8..8).prop_map(|(s, q, f)| {
-            let mut b = Vec::new();
-            b.extend_from_slice(&quote(sym(s), q, T0, f).encode(b'Q'));
-            b
+        (0u8..3, seq_value(), 0u8..8, any::<u64>()).prop_map(|(s, q, f, ts)| {
+            let mut m = quote(sym(s), q, T0, f);
+            if ts % 4 == 0 {
+                m.source_ts = ts;
+            }
+            m.encode(b'Q').to_vec()
         }),
-        (0u8..3, 0u64..20, 0u8..8)
+        (0u8..3, seq_value(), 0u8..8)
             .prop_map(|(s, q, f)| quote(sym(s), q, T0, f).encode(b'S').to_vec()),
-        (0u8..3, 0u64..20).prop_map(|(s, n)| hb(sym(s), n, T0).encode().to_vec()),
+        (0u8..3, seq_value()).prop_map(|(s, n)| hb(sym(s), n, T0).encode().to_vec()),
         prop::collection::vec(any::<u8>(), 1..10),
     ];
-    (0u8..3, 0u64..30, prop::collection::vec(msg, 0..5), 0u8..10).prop_map(
-        |(sess, seq, msgs, kind)| {
+    (
+        0u8..3,
+        seq_value(),
+        prop::collection::vec(msg, 0..5),
+        0u8..10,
+    )
+        .prop_map(|(sess, seq, msgs, kind)| {
             if kind == 0 {
                 return PacketBuilder::end_of_session(session(sess), seq).to_vec();
             }
@@ -274,8 +287,7 @@ fn valid_packet() -> impl Strategy<Value = Vec<u8>> {
                 b.push_raw(m);
             }
             b.bytes().to_vec()
-        },
-    )
+        })
 }
 
 fn datagram() -> impl Strategy<Value = Vec<u8>> {
@@ -302,15 +314,16 @@ proptest! {
     #[test]
     fn any_datagram_is_safe_and_an_invalid_one_changes_nothing(
         warmup in prop::collection::vec(valid_packet(), 0..6),
-        datagrams in prop::collection::vec((datagram(), 0usize..3, -5i64..5), 1..30),
+        datagrams in prop::collection::vec((datagram(), 0usize..3, prop_oneof![-5i64..5, any::<i64>()]), 1..30),
         mode in prop_oneof![Just(Mode::Full), Just(Mode::Delta)],
+        max_seq_jump in prop_oneof![Just(1_000_000u64), Just(u64::MAX), Just(0), 1u64..5],
     ) {
-        let mut feed = Feed::new(FeedSettings { mode, max_symbols: 2, ..FeedSettings::default() }, 2);
+        let mut feed = Feed::new(FeedSettings { mode, max_symbols: 2, max_seq_jump, ..FeedSettings::default() }, 2);
         for (i, p) in warmup.iter().enumerate() {
             feed.on_datagram(i % 2, p, T0 + i as i64);
         }
         for (i, (d, line, dt)) in datagrams.iter().enumerate() {
-            let now = T0 + (i as i64 + 10) * MS + dt;
+            let now = (T0 + (i as i64 + 10) * MS).saturating_add(*dt);
             let before = observable(&feed);
             let invalid_before = feed.counters().invalid_packets;
             let out = feed.on_datagram(*line, d, now);
