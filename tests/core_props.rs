@@ -5,7 +5,8 @@
 //!   only through a Snapshot;
 //! - arbitrary datagrams never panic, and an invalid one changes no state;
 //! - every packet on both lines A and B gives the same symbol state as line
-//!   A alone, the second copies counted as duplicates.
+//!   A alone, the second copies counted as duplicates;
+//! - request framing does not depend on how the byte stream is chunked.
 
 use proptest::prelude::*;
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SuspectCause, SymbolSummary};
@@ -450,5 +451,67 @@ proptest! {
         prop_assert_eq!(cab.snapshots_applied, ca.snapshots_applied);
         prop_assert!(cab.duplicate_packets() >= ca.duplicate_packets());
         prop_assert_eq!(a.sessions(), ab.sessions());
+    }
+}
+
+// ------------------------------------------------------------ line framing
+
+use tickgate::gate::protocol::{Frame, LineFramer, MAX_LINE};
+
+/// What the framer must yield for a whole stream, by the contract's words:
+/// lines end with `\n`, one `\r` before it is dropped, a line over
+/// `MAX_LINE` bytes is one `TooLong`. An unterminated tail is no request,
+/// except that one already longer than `MAX_LINE + 1` bytes (too long even
+/// if a `\r\n` came next) is reported `TooLong` at once.
+fn expected_frames(stream: &[u8]) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut parts: Vec<&[u8]> = stream.split(|&c| c == b'\n').collect();
+    let tail = parts.pop().unwrap_or_default(); // "" after a final newline
+    for p in parts {
+        let p = p.strip_suffix(b"\r").unwrap_or(p);
+        out.push((p.len() <= MAX_LINE).then(|| p.to_vec()));
+    }
+    if tail.len() > MAX_LINE + 1 {
+        out.push(None);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn framing_does_not_depend_on_chunking(
+        lines in prop::collection::vec(
+            (prop_oneof![0usize..20, 1020usize..1030, 2000usize..3000], any::<bool>(), any::<u8>()),
+            0..12,
+        ),
+        tail in 0usize..1500,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let mut stream = Vec::new();
+        for (len, cr, fill) in &lines {
+            // Printable filler with an occasional lone `\r` inside.
+            stream.extend((0..*len).map(|i| if i % 97 == 5 { b'\r' } else { b'A' + (fill.wrapping_add(i as u8) % 26) }));
+            if *cr {
+                stream.push(b'\r');
+            }
+            stream.push(b'\n');
+        }
+        stream.extend(std::iter::repeat_n(b'Z', tail));
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut framer = LineFramer::new();
+        let mut got = Vec::new();
+        let mut start = 0;
+        for end in cuts.into_iter().chain([stream.len()]) {
+            framer.push(&stream[start..end], |f| got.push(match f {
+                Frame::Line(l) => Some(l.to_vec()),
+                Frame::TooLong => None,
+            }));
+            start = end;
+            prop_assert!(framer.pending() <= MAX_LINE + 1);
+        }
+        prop_assert_eq!(got, expected_frames(&stream));
     }
 }

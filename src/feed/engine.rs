@@ -73,6 +73,11 @@ impl<P: Publish> Feed<P> {
         feed
     }
 
+    /// Number of lines (valid `line` arguments are `0..lines`).
+    pub fn lines(&self) -> usize {
+        self.counters.lines.len()
+    }
+
     pub fn settings(&self) -> &FeedSettings {
         &self.settings
     }
