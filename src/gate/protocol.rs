@@ -896,7 +896,7 @@ mod tests {
             b"stale_ms=99999999999999999999",
             b"",
         ];
-        let mut seed = 0x0dd_b1a5_e5u64;
+        let mut seed = 0x0000_ddb1_a5e5_u64;
         let mut rnd = move |n: usize| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
