@@ -5,7 +5,8 @@
 //!   only through a Snapshot;
 //! - arbitrary datagrams never panic, and an invalid one changes no state;
 //! - every packet on both lines A and B gives the same symbol state as line
-//!   A alone, the second copies counted as duplicates.
+//!   A alone, the second copies counted as duplicates;
+//! - request framing does not depend on how the byte stream is chunked.
 
 use proptest::prelude::*;
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SuspectCause, SymbolSummary};
@@ -251,20 +252,33 @@ proptest! {
 
 // ------------------------------------------------------------ any datagram
 
+/// Sequence numbers: mostly small, sometimes anywhere in u64 (forged or
+/// corrupt values must not overflow anything).
+fn seq_value() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 0u64..30, 1 => any::<u64>(), 1 => (u64::MAX - 30)..=u64::MAX]
+}
+
 fn valid_packet() -> impl Strategy<Value = Vec<u8>> {
     let msg = prop_oneof![
-        (0u8..3, 0u64..20, 0u8..8).prop_map(|(s, q, f)| {
-            let mut b = Vec::new();
-            b.extend_from_slice(&quote(sym(s), q, T0, f).encode(b'Q'));
-            b
+        (0u8..3, seq_value(), 0u8..8, any::<u64>()).prop_map(|(s, q, f, ts)| {
+            let mut m = quote(sym(s), q, T0, f);
+            if ts % 4 == 0 {
+                m.source_ts = ts;
+            }
+            m.encode(b'Q').to_vec()
         }),
-        (0u8..3, 0u64..20, 0u8..8)
+        (0u8..3, seq_value(), 0u8..8)
             .prop_map(|(s, q, f)| quote(sym(s), q, T0, f).encode(b'S').to_vec()),
-        (0u8..3, 0u64..20).prop_map(|(s, n)| hb(sym(s), n, T0).encode().to_vec()),
+        (0u8..3, seq_value()).prop_map(|(s, n)| hb(sym(s), n, T0).encode().to_vec()),
         prop::collection::vec(any::<u8>(), 1..10),
     ];
-    (0u8..3, 0u64..30, prop::collection::vec(msg, 0..5), 0u8..10).prop_map(
-        |(sess, seq, msgs, kind)| {
+    (
+        0u8..3,
+        seq_value(),
+        prop::collection::vec(msg, 0..5),
+        0u8..10,
+    )
+        .prop_map(|(sess, seq, msgs, kind)| {
             if kind == 0 {
                 return PacketBuilder::end_of_session(session(sess), seq).to_vec();
             }
@@ -274,8 +288,7 @@ fn valid_packet() -> impl Strategy<Value = Vec<u8>> {
                 b.push_raw(m);
             }
             b.bytes().to_vec()
-        },
-    )
+        })
 }
 
 fn datagram() -> impl Strategy<Value = Vec<u8>> {
@@ -302,15 +315,16 @@ proptest! {
     #[test]
     fn any_datagram_is_safe_and_an_invalid_one_changes_nothing(
         warmup in prop::collection::vec(valid_packet(), 0..6),
-        datagrams in prop::collection::vec((datagram(), 0usize..3, -5i64..5), 1..30),
+        datagrams in prop::collection::vec((datagram(), 0usize..3, prop_oneof![-5i64..5, any::<i64>()]), 1..30),
         mode in prop_oneof![Just(Mode::Full), Just(Mode::Delta)],
+        max_seq_jump in prop_oneof![Just(1_000_000u64), Just(u64::MAX), Just(0), 1u64..5],
     ) {
-        let mut feed = Feed::new(FeedSettings { mode, max_symbols: 2, ..FeedSettings::default() }, 2);
+        let mut feed = Feed::new(FeedSettings { mode, max_symbols: 2, max_seq_jump, ..FeedSettings::default() }, 2);
         for (i, p) in warmup.iter().enumerate() {
             feed.on_datagram(i % 2, p, T0 + i as i64);
         }
         for (i, (d, line, dt)) in datagrams.iter().enumerate() {
-            let now = T0 + (i as i64 + 10) * MS + dt;
+            let now = (T0 + (i as i64 + 10) * MS).saturating_add(*dt);
             let before = observable(&feed);
             let invalid_before = feed.counters().invalid_packets;
             let out = feed.on_datagram(*line, d, now);
@@ -437,5 +451,67 @@ proptest! {
         prop_assert_eq!(cab.snapshots_applied, ca.snapshots_applied);
         prop_assert!(cab.duplicate_packets() >= ca.duplicate_packets());
         prop_assert_eq!(a.sessions(), ab.sessions());
+    }
+}
+
+// ------------------------------------------------------------ line framing
+
+use tickgate::gate::protocol::{Frame, LineFramer, MAX_LINE};
+
+/// What the framer must yield for a whole stream, by the contract's words:
+/// lines end with `\n`, one `\r` before it is dropped, a line over
+/// `MAX_LINE` bytes is one `TooLong`. An unterminated tail is no request,
+/// except that one already longer than `MAX_LINE + 1` bytes (too long even
+/// if a `\r\n` came next) is reported `TooLong` at once.
+fn expected_frames(stream: &[u8]) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut parts: Vec<&[u8]> = stream.split(|&c| c == b'\n').collect();
+    let tail = parts.pop().unwrap_or_default(); // "" after a final newline
+    for p in parts {
+        let p = p.strip_suffix(b"\r").unwrap_or(p);
+        out.push((p.len() <= MAX_LINE).then(|| p.to_vec()));
+    }
+    if tail.len() > MAX_LINE + 1 {
+        out.push(None);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn framing_does_not_depend_on_chunking(
+        lines in prop::collection::vec(
+            (prop_oneof![0usize..20, 1020usize..1030, 2000usize..3000], any::<bool>(), any::<u8>()),
+            0..12,
+        ),
+        tail in 0usize..1500,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let mut stream = Vec::new();
+        for (len, cr, fill) in &lines {
+            // Printable filler with an occasional lone `\r` inside.
+            stream.extend((0..*len).map(|i| if i % 97 == 5 { b'\r' } else { b'A' + (fill.wrapping_add(i as u8) % 26) }));
+            if *cr {
+                stream.push(b'\r');
+            }
+            stream.push(b'\n');
+        }
+        stream.extend(std::iter::repeat_n(b'Z', tail));
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut framer = LineFramer::new();
+        let mut got = Vec::new();
+        let mut start = 0;
+        for end in cuts.into_iter().chain([stream.len()]) {
+            framer.push(&stream[start..end], |f| got.push(match f {
+                Frame::Line(l) => Some(l.to_vec()),
+                Frame::TooLong => None,
+            }));
+            start = end;
+            prop_assert!(framer.pending() <= MAX_LINE + 1);
+        }
+        prop_assert_eq!(got, expected_frames(&stream));
     }
 }

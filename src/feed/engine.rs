@@ -73,6 +73,11 @@ impl<P: Publish> Feed<P> {
         feed
     }
 
+    /// Number of lines (valid `line` arguments are `0..lines`).
+    pub fn lines(&self) -> usize {
+        self.counters.lines.len()
+    }
+
     pub fn settings(&self) -> &FeedSettings {
         &self.settings
     }
@@ -230,7 +235,9 @@ impl<P: Publish> Feed<P> {
         }
         if ev.lost > 0 {
             // C3, O(1): every symbol is unverified until S7.
-            self.counters.channel_messages_lost += ev.lost;
+            // Saturating: a forged sequence near u64::MAX must not wrap it.
+            self.counters.channel_messages_lost =
+                self.counters.channel_messages_lost.saturating_add(ev.lost);
             self.counters.channel_gaps += 1;
             self.view.gap_epoch = self.view.gap_epoch.wrapping_add(1);
             if self.view.gap_epoch == 0 {

@@ -229,8 +229,8 @@ impl SymbolState {
         if q.seq > expected {
             // S3: forward gap, counted once (last_seq moves past it).
             let lost = q.seq - expected;
-            self.ticks_lost += lost;
-            c.ticks_lost += lost;
+            self.ticks_lost = self.ticks_lost.saturating_add(lost);
+            c.ticks_lost = c.ticks_lost.saturating_add(lost);
             self.apply_quote(q, ctx);
             match ctx.mode {
                 // The Quote is the new whole price (S7: applied full Quote).
@@ -279,8 +279,8 @@ impl SymbolState {
         if h.next_seq > expected {
             // S6 e > 0: count once, move last_seq, suspect gap, no liveness.
             let lost = h.next_seq - expected;
-            self.ticks_lost += lost;
-            c.ticks_lost += lost;
+            self.ticks_lost = self.ticks_lost.saturating_add(lost);
+            c.ticks_lost = c.ticks_lost.saturating_add(lost);
             self.view.seq = h.next_seq - 1;
             self.set_cause(SuspectCause::Gap);
             true

@@ -89,40 +89,64 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
-/// `(before, Some(after))` around the first space, or `(all, None)`.
-#[inline]
-fn split_space(b: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match b.iter().position(|&c| c == b' ') {
-        Some(i) => (&b[..i], Some(&b[i + 1..])),
-        None => (b, None),
-    }
-}
+/// Most tokens a request can usefully have (`CHECK <SYM> <opt> <opt>`,
+/// plus one to tell "too many").
+const MAX_TOKENS: usize = 5;
 
 /// Parses one request line (without its `\r\n`). Options are fully
-/// checked here, before any symbol lookup.
+/// checked here, before any symbol lookup. One pass splits the line into
+/// tokens (single spaces only) and notes which contain bytes other than
+/// printable ASCII.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
-    let (Some(&first), Some(&last)) = (line.first(), line.last()) else {
+    if line.is_empty() {
         return Err(ProtoError::Empty);
-    };
+    }
     if line.len() > MAX_LINE {
         return Err(ProtoError::LineTooLong);
     }
-    // Tokens are separated by single spaces: no leading, trailing or
-    // doubled space.
-    if first == b' ' || last == b' ' || line.windows(2).any(|w| w[0] == b' ' && w[1] == b' ') {
+    let mut tokens = [(0usize, 0usize); MAX_TOKENS];
+    let mut count = 0;
+    let mut start = 0;
+    let mut unprintable = 0u32; // bit i: token i has a byte outside 0x21..=0x7e
+    for (i, &c) in line.iter().enumerate() {
+        if c == b' ' {
+            if i == start {
+                // Leading or doubled space.
+                return Err(ProtoError::BadSpacing);
+            }
+            if count < MAX_TOKENS {
+                tokens[count] = (start, i);
+            }
+            count += 1;
+            start = i + 1;
+        } else if !c.is_ascii_graphic() {
+            unprintable |= 1 << count.min(31);
+        }
+    }
+    if start == line.len() {
+        // Trailing space.
         return Err(ProtoError::BadSpacing);
     }
-    let (word, rest) = split_space(line);
-    match word {
-        b"PING" => match rest {
-            None => Ok(Request::Ping),
-            Some(_) => Err(ProtoError::UnexpectedArgument),
+    if count < MAX_TOKENS {
+        tokens[count] = (start, line.len());
+    }
+    count += 1;
+    let token = |i: usize| &line[tokens[i].0..tokens[i].1];
+    match token(0) {
+        b"PING" => match count {
+            1 => Ok(Request::Ping),
+            _ => Err(ProtoError::UnexpectedArgument),
         },
         b"CHECK" => {
-            let (symbol, options) = split_space(rest.ok_or(ProtoError::MissingSymbol)?);
+            if count < 2 {
+                return Err(ProtoError::MissingSymbol);
+            }
             let mut stale_ms = None;
             let mut source_ms = None;
-            for opt in options.into_iter().flat_map(|o| o.split(|&c| c == b' ')) {
+            // At most two options can be valid: a third is repeated or
+            // unknown, so looking at MAX_TOKENS tokens always finds the error.
+            for i in 2..count.min(MAX_TOKENS) {
+                let opt = token(i);
                 let eq = opt
                     .iter()
                     .position(|&c| c == b'=')
@@ -138,11 +162,11 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
                 }
                 *slot = Some(parse_whole(value).ok_or(ProtoError::BadValue)?);
             }
-            if !symbol.iter().all(|c| c.is_ascii_graphic()) {
+            if unprintable & 2 != 0 {
                 return Err(ProtoError::InvalidSymbol);
             }
             Ok(Request::Check {
-                symbol,
+                symbol: token(1),
                 stale_ms,
                 source_ms,
             })
@@ -800,6 +824,104 @@ mod tests {
             write_price_bytes(&mut a, v);
             write_price_fmt(&mut b, v);
             assert_eq!(a, b, "{v}");
+        }
+    }
+
+    /// The grammar as gate.md words it, written plainly (several passes).
+    fn reference_parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
+        use ProtoError::*;
+        if line.is_empty() {
+            return Err(Empty);
+        }
+        if line.len() > MAX_LINE {
+            return Err(LineTooLong);
+        }
+        let tokens: Vec<&[u8]> = line.split(|&c| c == b' ').collect();
+        if tokens.iter().any(|t| t.is_empty()) {
+            return Err(BadSpacing);
+        }
+        match tokens[0] {
+            b"PING" if tokens.len() == 1 => Ok(Request::Ping),
+            b"PING" => Err(UnexpectedArgument),
+            b"CHECK" => {
+                let symbol = *tokens.get(1).ok_or(MissingSymbol)?;
+                let (mut stale_ms, mut source_ms) = (None, None);
+                for opt in &tokens[2..] {
+                    let text = std::str::from_utf8(opt).map_err(|_| UnknownOption)?;
+                    let (name, value) = text.split_once('=').ok_or(UnknownOption)?;
+                    let slot = match name {
+                        "stale_ms" => &mut stale_ms,
+                        "source_ms" => &mut source_ms,
+                        _ => return Err(UnknownOption),
+                    };
+                    if slot.is_some() {
+                        return Err(RepeatedOption);
+                    }
+                    if value.is_empty() || !value.bytes().all(|c| c.is_ascii_digit()) {
+                        return Err(BadValue);
+                    }
+                    *slot = Some(value.parse::<u64>().map_err(|_| BadValue)?);
+                }
+                if !symbol.iter().all(|c| c.is_ascii_graphic()) {
+                    return Err(InvalidSymbol);
+                }
+                Ok(Request::Check {
+                    symbol,
+                    stale_ms,
+                    source_ms,
+                })
+            }
+            _ => Err(UnknownRequest),
+        }
+    }
+
+    #[test]
+    fn parser_matches_the_plain_reference() {
+        let words: &[&[u8]] = &[
+            b"CHECK",
+            b"PING",
+            b"check",
+            b"EURUSD",
+            b"TOOLONGSYMBOL",
+            b"stale_ms=5",
+            b"stale_ms=05",
+            b"source_ms=7",
+            b"stale_ms=",
+            b"stale_ms=x",
+            b"source_ms",
+            b"x=1",
+            b"=",
+            b"A\tB",
+            b"\xff",
+            b"stale_ms=99999999999999999999",
+            b"",
+        ];
+        let mut seed = 0x0000_ddb1_a5e5_u64;
+        let mut rnd = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut line = Vec::new();
+        for _ in 0..200_000 {
+            line.clear();
+            let n = 1 + rnd(7);
+            for i in 0..n {
+                if i > 0 {
+                    line.extend_from_slice(if rnd(10) == 0 { b"  " } else { b" " });
+                }
+                line.extend_from_slice(words[rnd(words.len())]);
+            }
+            if rnd(20) == 0 {
+                line.push(b' ');
+            }
+            assert_eq!(
+                parse_request(&line),
+                reference_parse(&line),
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
         }
     }
 
