@@ -758,25 +758,27 @@ fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
 }
 
 fn parse_log(mut s: Section<'_>) -> Result<LogConfig> {
-    let mut l = LogConfig::default();
-    l.format = match s.str("format")? {
+    let format = match s.str("format")? {
         None | Some("human") => LogFormat::Human,
         Some("json") => LogFormat::Json,
         Some(other) => {
             return Err(s.err("format", format!("\"{other}\" is not one of: human, json")))
         }
     };
-    if let Some(level) = s.str("level")? {
-        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
-            return Err(s.err(
-                "level",
-                format!("\"{level}\" is not a log filter (e.g. \"info\" or \"tickgate=debug,warn\"): {e}"),
-            ));
+    let level = match s.str("level")? {
+        None => LogConfig::default().level,
+        Some(level) => {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
+                return Err(s.err(
+                    "level",
+                    format!("\"{level}\" is not a log filter (e.g. \"info\" or \"tickgate=debug,warn\"): {e}"),
+                ));
+            }
+            level.to_string()
         }
-        l.level = level.to_string();
-    }
+    };
     s.finish()?;
-    Ok(l)
+    Ok(LogConfig { format, level })
 }
 
 fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
@@ -1227,12 +1229,7 @@ enabled = false
         let two = format!("{MINIMAL}{MINIMAL}");
         let e = err_of(&two);
         assert_eq!(e.key(), Some("feed[1].name"));
-        let e = err_of(&format!(
-            "{MINIMAL}{}",
-            MINIMAL
-                .replace("\"fx\"", "\"fy\"")
-                .replace("31001", "31001")
-        ));
+        let e = err_of(&format!("{MINIMAL}{}", MINIMAL.replace("\"fx\"", "\"fy\"")));
         assert_eq!(e.key(), Some("feed[1].line[0]"), "{e}");
         assert!(e.to_string().contains("already used by feed[0].line[0]"));
         let dup_line =

@@ -18,13 +18,14 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hdrhistogram::Histogram;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 
+use crate::feed::receiver::LineStats as SocketStats;
 use crate::gate::server::{GateStats, REJECT_REASONS};
 
 /// How a value of a stats struct is exported.
@@ -336,6 +337,9 @@ pub struct FeedMetrics {
     pub lines: Vec<(String, LineStatsCell)>,
     /// Arrival (kernel timestamp) to state applied, per datagram.
     pub apply_latency: Arc<SharedHistogram>,
+    /// The receiver's socket counters per line (datagrams, bytes, kernel
+    /// drops), atomics it maintains itself; set once the lines are open.
+    pub sockets: OnceLock<Arc<[SocketStats]>>,
 }
 
 impl FeedMetrics {
@@ -349,7 +353,22 @@ impl FeedMetrics {
                 .map(|l| (l.to_string(), LineStatsCell::default()))
                 .collect(),
             apply_latency: Arc::new(SharedHistogram::default()),
+            sockets: OnceLock::new(),
         }
+    }
+
+    /// A line's counters: the writer's published ones, with the socket
+    /// fields from the receiver.
+    pub fn line_stats(&self, index: usize) -> LineStats {
+        let mut s = self.lines[index].1.load();
+        if let Some(sock) = self.sockets.get().and_then(|v| v.get(index)) {
+            let snap = sock.snapshot();
+            s.datagrams = snap.datagrams;
+            s.bytes = snap.bytes;
+            s.kernel_drops = snap.kernel_drops;
+            s.truncated = snap.truncated;
+        }
+        s
     }
 
     pub fn line(&self, index: usize) -> &LineStatsCell {
@@ -626,7 +645,8 @@ impl Collector for SnapshotCollector {
             .map(|f| {
                 f.lines
                     .iter()
-                    .map(|(l, cell)| (f.name.as_str(), l.as_str(), cell.load().values()))
+                    .enumerate()
+                    .map(|(i, (l, _))| (f.name.as_str(), l.as_str(), f.line_stats(i).values()))
                     .collect()
             })
             .collect();
