@@ -350,8 +350,11 @@ impl Daemon {
                                 Ok(()) => {
                                     self.metrics.health.stalled.store(false, Ordering::Relaxed);
                                     stalled_logged = false;
-                                    if let Err(e) = self.notifier.watchdog() {
-                                        tracing::warn!(error = %e, "sd_notify WATCHDOG failed");
+                                    // Pings only when systemd asked for them.
+                                    if wd_timeout.is_some() {
+                                        if let Err(e) = self.notifier.watchdog() {
+                                            tracing::warn!(error = %e, "sd_notify WATCHDOG failed");
+                                        }
                                     }
                                 }
                                 Err(names) => {

@@ -69,6 +69,12 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
                 None => receiver::InterfaceSpec::Addr(std::net::Ipv4Addr::UNSPECIFIED),
                 Some(InterfaceSpec::Addr(a)) => receiver::InterfaceSpec::Addr(*a),
                 Some(InterfaceSpec::Name(n)) => {
+                    if !interface_exists(n) {
+                        return Err(config::ConfigError::Invalid {
+                            key: format!("feed[{feed_index}].line[{k}].interface"),
+                            problem: format!("no network interface named \"{n}\" on this host"),
+                        });
+                    }
                     let spec = receiver::InterfaceSpec::Name(n.clone());
                     match spec.resolve() {
                         Ok(a) => receiver::InterfaceSpec::Addr(a),
@@ -91,6 +97,14 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
             })
         })
         .collect()
+}
+
+fn interface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
 }
 
 /// A feed's writer half and the gate's reader half, with the configured
