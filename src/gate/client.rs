@@ -1,15 +1,328 @@
 //! Gate socket client: `tickgate check` and `tickgate status` (I/O).
+//!
+//! The socket is `--socket`, else `$TICKGATE_SOCKET`, else
+//! `/run/tickgate/gate.sock` (gate.md).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use super::server::DEFAULT_SOCKET;
+
+/// Environment variable overriding the default socket path.
+pub const SOCKET_ENV: &str = "TICKGATE_SOCKET";
 
 #[derive(Debug, clap::Args)]
-pub struct CheckArgs {}
-
-pub fn check_main(_args: CheckArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+pub struct CheckArgs {
+    /// The symbol to check (case-sensitive).
+    pub symbol: String,
+    /// Gate socket [default: $TICKGATE_SOCKET, else /run/tickgate/gate.sock].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Tighten the staleness threshold for this check (ms).
+    #[arg(long)]
+    pub stale_ms: Option<u64>,
+    /// Tighten the source-age threshold for this check (ms).
+    #[arg(long)]
+    pub source_ms: Option<u64>,
+    /// Give up waiting for the answer after this many ms.
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct StatusArgs {}
+pub struct StatusArgs {
+    /// Gate socket [default: $TICKGATE_SOCKET, else /run/tickgate/gate.sock].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Print the server's lines as they come instead of a table.
+    #[arg(long)]
+    pub raw: bool,
+    /// Give up waiting for the listing after this many ms.
+    #[arg(long, default_value_t = 10000)]
+    pub timeout_ms: u64,
+}
 
-pub fn status_main(_args: StatusArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+/// `--socket`, else `$TICKGATE_SOCKET`, else the default path.
+pub fn socket_path(arg: Option<&Path>) -> PathBuf {
+    if let Some(p) = arg {
+        return p.to_path_buf();
+    }
+    match std::env::var_os(SOCKET_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_SOCKET),
+    }
+}
+
+fn connect(path: &Path, timeout_ms: u64) -> anyhow::Result<UnixStream> {
+    let s = UnixStream::connect(path).with_context(|| {
+        format!(
+            "cannot connect to the gate socket {} (is tickgate running? --socket or ${SOCKET_ENV} select another)",
+            path.display()
+        )
+    })?;
+    let t = Some(Duration::from_millis(timeout_ms.max(1)));
+    s.set_read_timeout(t)?;
+    s.set_write_timeout(t)?;
+    Ok(s)
+}
+
+/// The request line of a check (gate.md "Requests").
+pub fn check_request(
+    symbol: &str,
+    stale_ms: Option<u64>,
+    source_ms: Option<u64>,
+) -> anyhow::Result<String> {
+    // A space or a control byte cannot be sent inside one request token.
+    if symbol.is_empty() || !symbol.bytes().all(|c| c.is_ascii_graphic()) {
+        bail!("invalid symbol {symbol:?}: printable ASCII without spaces expected");
+    }
+    let mut line = format!("CHECK {symbol}");
+    if let Some(ms) = stale_ms {
+        line += &format!(" stale_ms={ms}");
+    }
+    if let Some(ms) = source_ms {
+        line += &format!(" source_ms={ms}");
+    }
+    line.push('\n');
+    Ok(line)
+}
+
+/// Exit code of an answer line: 0 OK, 1 REJECT, 2 anything else.
+pub fn exit_code(answer: &str) -> i32 {
+    if answer.starts_with("OK ") {
+        0
+    } else if answer.starts_with("REJECT ") {
+        1
+    } else {
+        2
+    }
+}
+
+/// `tickgate check`: prints the answer line; exit 0 OK, 1 REJECT, 2 error.
+pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
+    let path = socket_path(args.socket.as_deref());
+    let request = check_request(&args.symbol, args.stale_ms, args.source_ms)?;
+    let mut stream = connect(&path, args.timeout_ms)?;
+    stream
+        .write_all(request.as_bytes())
+        .with_context(|| format!("sending the check to {}", path.display()))?;
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut answer)
+        .with_context(|| format!("reading the answer from {}", path.display()))?;
+    if !answer.ends_with('\n') {
+        bail!("the gate closed the connection without answering");
+    }
+    let answer = answer.trim_end_matches(['\r', '\n']);
+    println!("{answer}");
+    Ok(exit_code(answer))
+}
+
+/// `tickgate status`: the `STATUS` listing as a table.
+pub fn status_main(args: StatusArgs) -> anyhow::Result<i32> {
+    let path = socket_path(args.socket.as_deref());
+    let mut stream = connect(&path, args.timeout_ms)?;
+    stream
+        .write_all(b"STATUS\n")
+        .with_context(|| format!("sending STATUS to {}", path.display()))?;
+    let reader = BufReader::new(&stream);
+    let mut lines = Vec::new();
+    let mut ended = false;
+    for line in reader.lines() {
+        let line = line.with_context(|| format!("reading the listing from {}", path.display()))?;
+        if line == "END" {
+            ended = true;
+            break;
+        }
+        if line.starts_with("ERR") {
+            bail!("the gate answered {line}");
+        }
+        if args.raw {
+            println!("{line}");
+        } else {
+            lines.push(line);
+        }
+    }
+    if !ended {
+        bail!("the listing was cut short (no END)");
+    }
+    if !args.raw {
+        print!("{}", format_status(&lines));
+    }
+    Ok(0)
+}
+
+/// `key=value` fields of a listing line.
+fn field<'a>(tokens: &[&'a str], key: &str) -> &'a str {
+    tokens
+        .iter()
+        .find_map(|t| t.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or("")
+}
+
+/// Renders `FEED` / `SYMBOL` lines of `STATUS` as aligned tables.
+pub fn format_status(lines: &[String]) -> String {
+    let mut out = String::new();
+    let header = [
+        "FEED",
+        "SYMBOL",
+        "VERDICT",
+        "REASONS",
+        "SEQ",
+        "BID",
+        "ASK",
+        "SILENCE_US",
+        "SRC_AGE_US",
+        "SUSPECT",
+    ];
+    let mut feeds = Vec::new();
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for line in lines {
+        let tokens: Vec<&str> = line.split(' ').collect();
+        match tokens.first() {
+            Some(&"FEED") if tokens.len() >= 2 => feeds.push(format!(
+                "feed {}: {} symbols, {}, channel silence {} us, clock offset {} us",
+                tokens[1],
+                field(&tokens, "symbols"),
+                field(&tokens, "state"),
+                field(&tokens, "channel_silence_us"),
+                field(&tokens, "clock_offset_us"),
+            )),
+            // SYMBOL <feed> OK <sym> seq=... | SYMBOL <feed> REJECT <sym> <reasons> seq=...
+            Some(&"SYMBOL") if tokens.len() >= 4 => {
+                let verdict = tokens[2];
+                let reasons = if verdict == "REJECT" {
+                    tokens.get(4).copied().unwrap_or("")
+                } else {
+                    ""
+                };
+                rows.push(vec![
+                    tokens[1].to_string(),
+                    tokens[3].to_string(),
+                    verdict.to_string(),
+                    if reasons.is_empty() { "-" } else { reasons }.to_string(),
+                    field(&tokens, "seq").to_string(),
+                    field(&tokens, "bid").to_string(),
+                    field(&tokens, "ask").to_string(),
+                    field(&tokens, "silence_us").to_string(),
+                    field(&tokens, "source_age_us").to_string(),
+                    match field(&tokens, "suspect") {
+                        "" => "-".to_string(),
+                        c => c.to_string(),
+                    },
+                ]);
+            }
+            _ => feeds.push(line.clone()),
+        }
+    }
+    for f in &feeds {
+        out += f;
+        out.push('\n');
+    }
+    if rows.len() > 1 {
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        for r in &rows {
+            let mut l = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c + 1 == r.len() {
+                    l += cell;
+                } else {
+                    l += &format!("{cell:<w$}  ", w = widths[c]);
+                }
+            }
+            out += l.trim_end();
+            out.push('\n');
+        }
+    } else {
+        out += "(no symbols)\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines() {
+        assert_eq!(
+            check_request("EURUSD", None, None).unwrap(),
+            "CHECK EURUSD\n"
+        );
+        assert_eq!(
+            check_request("EURUSD", Some(100), Some(5)).unwrap(),
+            "CHECK EURUSD stale_ms=100 source_ms=5\n"
+        );
+        assert!(check_request("EUR USD", None, None).is_err());
+        assert!(check_request("EUR\nPING", None, None).is_err());
+        assert!(check_request("", None, None).is_err());
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(
+            exit_code("OK EURUSD seq=1 bid=- ask=- silence_us=0 source_age_us=0"),
+            0
+        );
+        assert_eq!(
+            exit_code("REJECT X unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-"),
+            1
+        );
+        assert_eq!(exit_code("ERR unknown option"), 2);
+        assert_eq!(exit_code(""), 2);
+    }
+
+    #[test]
+    fn socket_path_precedence() {
+        assert_eq!(
+            socket_path(Some(Path::new("/tmp/x.sock"))),
+            PathBuf::from("/tmp/x.sock")
+        );
+    }
+
+    #[test]
+    fn status_table() {
+        let lines: Vec<String> = [
+            "FEED md1 symbols=2 state=live channel_silence_us=12 clock_offset_us=-3 gap_epoch=0 session_epoch=1",
+            "SYMBOL md1 OK EURUSD seq=7 bid=1.085@5 ask=1.086@5 silence_us=10 source_age_us=20",
+            "SYMBOL md1 REJECT GBPUSD stale_quote,suspect seq=3 bid=- ask=1.2@1 silence_us=900000 source_age_us=5 suspect=gap",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let t = format_status(&lines);
+        let rows: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            rows[0],
+            "feed md1: 2 symbols, live, channel silence 12 us, clock offset -3 us"
+        );
+        assert!(rows[1].starts_with("FEED  SYMBOL  VERDICT  REASONS"));
+        let eur: Vec<&str> = rows[2].split_whitespace().collect();
+        assert_eq!(
+            eur,
+            ["md1", "EURUSD", "OK", "-", "7", "1.085@5", "1.086@5", "10", "20", "-"]
+        );
+        let gbp: Vec<&str> = rows[3].split_whitespace().collect();
+        assert_eq!(
+            gbp,
+            [
+                "md1",
+                "GBPUSD",
+                "REJECT",
+                "stale_quote,suspect",
+                "3",
+                "-",
+                "1.2@1",
+                "900000",
+                "5",
+                "gap"
+            ]
+        );
+    }
 }

@@ -292,7 +292,11 @@ impl GateStats {
             + self.other.load(Ordering::Relaxed)
     }
 
-    fn add(&self, c: &mut BatchCounts) {
+    /// Adds and clears a connection's counts; true if there were any.
+    fn add(&self, c: &mut BatchCounts) -> bool {
+        if !c.any() {
+            return false;
+        }
         fn bump(a: &AtomicU64, n: &mut u64) {
             if *n != 0 {
                 a.fetch_add(*n, Ordering::Relaxed);
@@ -308,6 +312,7 @@ impl GateStats {
         bump(&self.pong, &mut c.pong);
         bump(&self.status, &mut c.status);
         bump(&self.other, &mut c.other);
+        true
     }
 
     fn record_service(&self, ns: u64) {
@@ -889,8 +894,12 @@ fn serve_blocking<B: Backend>(
         let t0 = Instant::now();
         conn.filled(n);
         let now = unix_now();
+        let mut answered = false;
         loop {
             conn.process(backend, now);
+            // Counted before the answers leave, so that a client that has
+            // its answer also sees it counted.
+            answered |= stats.add(&mut conn.counts);
             while !conn.pending_out().is_empty() {
                 let w = stream.write(conn.pending_out())?;
                 if w == 0 {
@@ -902,8 +911,7 @@ fn serve_blocking<B: Backend>(
                 break;
             }
         }
-        if conn.counts.any() {
-            stats.add(&mut conn.counts);
+        if answered {
             stats.record_service(t0.elapsed().as_nanos() as u64);
         }
     }
@@ -1098,6 +1106,7 @@ fn drive<B: Backend>(
 ) -> Step {
     let t0 = Instant::now();
     let mut now = None;
+    let mut answered = false;
     for _ in 0..8 {
         // Flush what is pending first.
         while !c.conn.pending_out().is_empty() {
@@ -1114,7 +1123,7 @@ fn drive<B: Backend>(
                         }
                         c.want_out = true;
                     }
-                    finish_batch(c, stats, t0);
+                    finish_batch(stats, t0, answered);
                     return Step::Open;
                 }
                 Err(_) => return Step::Close,
@@ -1131,32 +1140,36 @@ fn drive<B: Backend>(
         if c.conn.has_work() {
             let now = *now.get_or_insert_with(unix_now);
             c.conn.process(backend, now);
+            answered |= stats.add(&mut c.conn.counts);
             continue;
         }
         match (&c.stream).read(c.conn.read_space()) {
-            Ok(0) => return Step::Close,
+            Ok(0) => {
+                finish_batch(stats, t0, answered);
+                return Step::Close;
+            }
             Ok(n) => {
                 c.conn.filled(n);
                 let t = *now.get_or_insert_with(unix_now);
                 c.conn.process(backend, t);
+                answered |= stats.add(&mut c.conn.counts);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                finish_batch(c, stats, t0);
+                finish_batch(stats, t0, answered);
                 return Step::Open;
             }
             Err(_) => return Step::Close,
         }
     }
     // Turn used up with work left: come back after the others.
-    finish_batch(c, stats, t0);
+    finish_batch(stats, t0, answered);
     again.push(idx);
     Step::Open
 }
 
-fn finish_batch(c: &mut EpollConn, stats: &GateStats, t0: Instant) {
-    if c.conn.counts.any() {
-        stats.add(&mut c.conn.counts);
+fn finish_batch(stats: &GateStats, t0: Instant, answered: bool) {
+    if answered {
         stats.record_service(t0.elapsed().as_nanos() as u64);
     }
 }

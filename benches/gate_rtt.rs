@@ -1,0 +1,484 @@
+//! Gate socket round trip, side by side with the floor of this machine and
+//! with Redis, in one run of one harness:
+//!
+//! - `gate/<mode>`: `CHECK EURUSD` against the gate server (blocking thread
+//!   per connection, epoll, busy-poll) over a table of 100,000 symbols
+//!   while a feed thread publishes a fresh EURUSD quote every millisecond;
+//! - `echo/<mode>`: a bare line echo server over the same kind of socket,
+//!   blocking (thread per connection) and spinning (epoll_wait(0));
+//! - `redis/GET`: GET of the same answer line from a private redis-server
+//!   on a Unix socket (skipped if `redis-server` is not installed);
+//! - in-process: `Gate::answer` over the table, per call.
+//!
+//! Clients are blocking threads (1 and 16), each sending one request and
+//! reading its answer before the next. Percentiles from hdrhistogram.
+//!
+//! `cargo bench --bench gate_rtt` (env `GATE_BENCH_SECS`, default 2, per
+//! configuration; `GATE_BENCH_CPU` pins the busy-poll threads, default 1).
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tickgate::feed::reader::feed_table;
+use tickgate::feed::{ClockOffset, Feed, FeedSettings};
+use tickgate::gate::server::{serve, unix_now, Backend, Gate, IoMode, ServerConfig};
+use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+
+const REQUEST: &[u8] = b"CHECK EURUSD\n";
+const SYMBOLS: u32 = 100_000;
+const REDIS_SOCK: &str = "/tmp/tickgate-bench-redis.sock";
+
+fn secs() -> f64 {
+    std::env::var("GATE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0)
+}
+
+fn spin_cpu() -> Option<usize> {
+    match std::env::var("GATE_BENCH_CPU") {
+        Ok(s) if s == "none" => None,
+        Ok(s) => s.parse().ok(),
+        Err(_) => Some(1),
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A feed of 100k symbols plus EURUSD, and a thread keeping EURUSD fresh.
+fn market(stop: Arc<AtomicBool>) -> (Gate, std::thread::JoinHandle<()>) {
+    let settings = FeedSettings {
+        clock_offset: ClockOffset::Off,
+        max_symbols: SYMBOLS as usize + 1,
+        ..FeedSettings::default()
+    };
+    let (publisher, reader) = feed_table(&settings);
+    let before = rss_kib();
+    let mut feed = Feed::with_publisher(settings, 1, publisher);
+    for i in 0..SYMBOLS {
+        feed.add_symbol(Symbol::parse(&format!("S{i:06}")).unwrap())
+            .unwrap();
+    }
+    eprintln!(
+        "feed + table with {} symbols: RSS grew by {} KiB (process RSS {} KiB)",
+        SYMBOLS + 1,
+        rss_kib().saturating_sub(before),
+        rss_kib()
+    );
+    let eur = Symbol::parse("EURUSD").unwrap();
+    let session = SessionId::parse("BENCH").unwrap();
+    let feeder = std::thread::spawn(move || {
+        let mut seq = 0u64;
+        let mut b = PacketBuilder::new();
+        while !stop.load(Ordering::Relaxed) {
+            seq += 1;
+            let now = unix_now();
+            let px = 1_085_120_000 + (seq % 100) as i64 * 10_000;
+            let q = Quote::new(
+                eur,
+                seq,
+                now as u64,
+                Some(Side { px, qty: 1_000_000 }),
+                Some(Side {
+                    px: px + 30_000,
+                    qty: 2_000_000,
+                }),
+            );
+            b.start(session, seq).quote(&q);
+            feed.on_datagram(0, b.bytes(), now);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    (Gate::new(vec![("md1".into(), reader)]), feeder)
+}
+
+/// How a client knows its answer is complete.
+#[derive(Clone, Copy)]
+enum Framing {
+    Line,
+    /// A RESP bulk string `$<n>\r\n<n bytes>\r\n`.
+    RespBulk,
+}
+
+fn complete(buf: &[u8], f: Framing) -> bool {
+    match f {
+        Framing::Line => buf.last() == Some(&b'\n'),
+        Framing::RespBulk => {
+            let Some(hdr) = buf.windows(2).position(|w| w == b"\r\n") else {
+                return false;
+            };
+            if buf[0] != b'$' {
+                return true; // an error or nil: complete at its CRLF
+            }
+            let n: i64 = std::str::from_utf8(&buf[1..hdr])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(-1);
+            n < 0 || buf.len() >= hdr + 2 + n as usize + 2
+        }
+    }
+}
+
+struct Run {
+    hist: Histogram<u64>,
+    requests: u64,
+    elapsed: Duration,
+}
+
+/// `clients` threads doing request/answer round trips for `secs` after a
+/// short warm-up.
+fn run_clients(path: &Path, request: &[u8], framing: Framing, clients: usize) -> Run {
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let warmup = Duration::from_millis(300);
+    let measure = Duration::from_secs_f64(secs());
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let path = path.to_path_buf();
+            let request = request.to_vec();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut s = UnixStream::connect(&path).expect("connect");
+                let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+                let mut buf = vec![0u8; 4096];
+                barrier.wait();
+                let start = Instant::now();
+                let (warm_end, end) = (start + warmup, start + warmup + measure);
+                let mut n = 0u64;
+                loop {
+                    let t0 = Instant::now();
+                    if t0 >= end {
+                        break;
+                    }
+                    s.write_all(&request).expect("write");
+                    let mut got = 0;
+                    loop {
+                        let r = s.read(&mut buf[got..]).expect("read");
+                        assert!(r > 0, "server closed");
+                        got += r;
+                        if complete(&buf[..got], framing) {
+                            break;
+                        }
+                    }
+                    if t0 >= warm_end {
+                        h.record(t0.elapsed().as_nanos() as u64).unwrap();
+                        n += 1;
+                    }
+                }
+                (h, n)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+    let mut requests = 0;
+    for h in handles {
+        let (h, n) = h.join().expect("client");
+        hist.add(&h).unwrap();
+        requests += n;
+    }
+    Run {
+        hist,
+        requests,
+        elapsed: measure,
+    }
+}
+
+fn row(name: &str, clients: usize, r: &Run) -> String {
+    let us = |q: f64| r.hist.value_at_quantile(q) as f64 / 1000.0;
+    format!(
+        "| {name} | {clients} | {:.1} | {:.1} | {:.1} | {:.0} |",
+        us(0.5),
+        us(0.99),
+        us(0.999),
+        r.requests as f64 / r.elapsed.as_secs_f64()
+    )
+}
+
+// ---------------------------------------------------------------- echo
+
+/// The floor: echo every byte back. Blocking: a thread per connection.
+fn echo_blocking(path: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let listener = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// The floor with a spinning server: one thread, `epoll_wait(0)` in a loop.
+fn echo_spin(
+    path: &Path,
+    stop: Arc<AtomicBool>,
+    cpu: Option<usize>,
+) -> std::thread::JoinHandle<()> {
+    let listener = UnixListener::bind(path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            tickgate::gate::server::pin_to_cpu(cpu);
+        }
+        // SAFETY: plain epoll syscalls on descriptors owned here.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: u64::MAX,
+        };
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, listener.as_raw_fd(), &mut ev) };
+        let mut conns: Vec<Option<UnixStream>> = Vec::new();
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut buf = [0u8; 4096];
+        while !stop.load(Ordering::Relaxed) {
+            let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 64, 0) };
+            for e in &events[..n.max(0) as usize] {
+                if e.u64 == u64::MAX {
+                    while let Ok((s, _)) = listener.accept() {
+                        s.set_nonblocking(true).unwrap();
+                        let mut ev = libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: conns.len() as u64,
+                        };
+                        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) };
+                        conns.push(Some(s));
+                    }
+                    continue;
+                }
+                let i = e.u64 as usize;
+                let Some(s) = conns[i].as_mut() else { continue };
+                match s.read(&mut buf) {
+                    Ok(0) => {
+                        unsafe {
+                            libc::epoll_ctl(
+                                ep,
+                                libc::EPOLL_CTL_DEL,
+                                s.as_raw_fd(),
+                                std::ptr::null_mut(),
+                            )
+                        };
+                        conns[i] = None;
+                    }
+                    Ok(n) => {
+                        // Small answers to a blocking client: the socket
+                        // buffer has room; spin on the rare short write.
+                        let mut off = 0;
+                        while off < n {
+                            match s.write(&buf[off..n]) {
+                                Ok(w) => off += w,
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        unsafe { libc::close(ep) };
+    })
+}
+
+// ---------------------------------------------------------------- redis
+
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+fn resp_call(s: &mut UnixStream, args: &[&[u8]]) -> Vec<u8> {
+    s.write_all(&resp(args)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = 0;
+    loop {
+        let n = s.read(&mut buf[got..]).unwrap();
+        assert!(n > 0);
+        got += n;
+        if complete(&buf[..got], Framing::RespBulk)
+            || buf[0] != b'$' && buf[..got].ends_with(b"\r\n")
+        {
+            buf.truncate(got);
+            return buf;
+        }
+    }
+}
+
+/// Starts a private redis-server on a Unix socket; `None` if unavailable.
+fn start_redis() -> Option<PathBuf> {
+    let _ = std::fs::remove_file(REDIS_SOCK);
+    let status = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--unixsocket",
+            REDIS_SOCK,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+        ])
+        .status()
+        .ok()?;
+    if !status.success() {
+        return None;
+    }
+    for _ in 0..100 {
+        if UnixStream::connect(REDIS_SOCK).is_ok() {
+            return Some(PathBuf::from(REDIS_SOCK));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn stop_redis(path: &Path) {
+    if let Ok(mut s) = UnixStream::connect(path) {
+        let _ = s.write_all(&resp(&[b"SHUTDOWN", b"NOSAVE"]));
+        let mut b = [0u8; 64];
+        let _ = s.read(&mut b);
+    }
+}
+
+// ---------------------------------------------------------------- main
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let stop_feed = Arc::new(AtomicBool::new(false));
+    let (gate, feeder) = market(stop_feed.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = spin_cpu();
+    let mut rows = Vec::new();
+
+    // In-process: the check itself, per call, over the table.
+    {
+        let mut out = Vec::with_capacity(256);
+        let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+        let n = 2_000_000u64;
+        let start = Instant::now();
+        for _ in 0..n {
+            out.clear();
+            gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
+        }
+        let mean = start.elapsed().as_nanos() as f64 / n as f64;
+        for _ in 0..200_000 {
+            out.clear();
+            let t0 = Instant::now();
+            gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
+            h.record(t0.elapsed().as_nanos() as u64).unwrap();
+        }
+        println!(
+            "sample answer: {}",
+            String::from_utf8_lossy(&out).trim_end()
+        );
+        println!(
+            "in-process answer() incl. clock read: mean {mean:.0} ns/call, p50 {} ns, p99 {} ns, p99.9 {} ns",
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999)
+        );
+    }
+
+    for (name, io) in [
+        ("gate blocking (thread/conn)", IoMode::Blocking),
+        ("gate epoll", IoMode::Epoll),
+        ("gate busy_poll", IoMode::BusyPoll),
+    ] {
+        let cfg = ServerConfig {
+            path: dir.path().join("gate.sock"),
+            io,
+            cpu: if io == IoMode::BusyPoll { cpu } else { None },
+            ..ServerConfig::default()
+        };
+        let server = serve(&cfg, gate.clone()).unwrap();
+        for clients in [1, 16] {
+            let r = run_clients(server.path(), REQUEST, Framing::Line, clients);
+            rows.push(row(name, clients, &r));
+            eprintln!("{}", rows.last().unwrap());
+        }
+        server.stop();
+    }
+
+    for (name, spin) in [
+        ("echo blocking (thread/conn)", false),
+        ("echo spinning", true),
+    ] {
+        let path = dir.path().join(format!("echo-{spin}.sock"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = if spin {
+            echo_spin(&path, stop.clone(), cpu)
+        } else {
+            echo_blocking(&path, stop.clone())
+        };
+        for clients in [1, 16] {
+            let r = run_clients(&path, REQUEST, Framing::Line, clients);
+            rows.push(row(name, clients, &r));
+            eprintln!("{}", rows.last().unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let _ = UnixStream::connect(&path); // wakes the blocking acceptor
+        t.join().unwrap();
+    }
+
+    match start_redis() {
+        Some(path) => {
+            let mut out = Vec::new();
+            gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
+            let line = &out[..out.len() - 1];
+            let mut s = UnixStream::connect(&path).unwrap();
+            assert_eq!(
+                resp_call(&mut s, &[b"SET", b"quote:EURUSD", line]),
+                b"+OK\r\n"
+            );
+            let get = resp(&[b"GET", b"quote:EURUSD"]);
+            for clients in [1, 16] {
+                let r = run_clients(&path, &get, Framing::RespBulk, clients);
+                rows.push(row("redis GET (unix socket)", clients, &r));
+                eprintln!("{}", rows.last().unwrap());
+            }
+            drop(s);
+            stop_redis(&path);
+        }
+        None => println!("redis-server not available: Redis rows skipped"),
+    }
+
+    stop_feed.store(true, Ordering::Relaxed);
+    feeder.join().unwrap();
+
+    println!();
+    println!("| server | clients | p50 µs | p99 µs | p99.9 µs | req/s |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!("{r}");
+    }
+}
