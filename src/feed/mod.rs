@@ -2,5 +2,18 @@
 //! clock-offset estimator, the lock-free state table and the receiver.
 //! Everything here but `receiver` is sans-I/O.
 
+pub mod channel;
+pub mod clock;
+pub mod counters;
+pub mod engine;
+pub mod index;
 pub mod receiver;
+pub mod settings;
+pub mod state;
 pub mod table;
+pub mod view;
+
+pub use counters::{FeedCounters, LineCounters, SymbolSummary};
+pub use engine::{DatagramOutcome, Feed};
+pub use settings::{ClockOffset, FeedSettings, Liveness, Mode};
+pub use view::{FeedView, NoPublish, Publish, SuspectCause, SymbolView};

@@ -2,4 +2,6 @@
 //! gate.md (sans-I/O), and the Unix-socket server and client (I/O).
 
 pub mod client;
+pub mod protocol;
 pub mod server;
+pub mod verdict;

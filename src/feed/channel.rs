@@ -1,0 +1,183 @@
+//! Channel rules C1-C6 of `semantics.md`: the packet-level sequence of one
+//! feed, shared by all its lines (A/B arbitration is C2: whichever line
+//! delivers a block first wins, the other copy is a duplicate).
+//!
+//! This module decides what a valid packet means for the channel; the feed
+//! (`engine`) applies the consequences to symbols, in O(1) per packet:
+//! C3/C5 become epoch increments, C6 a flag (see `view`).
+
+use crate::wire::{Packet, PacketKind, SessionId};
+
+/// How many sessions are remembered to recognise packets of a replaced
+/// session (C5) and to list sessions in order. Older ones are forgotten:
+/// a packet of a session replaced more than this many sessions ago would
+/// be taken as a new session.
+pub const SESSION_HISTORY: usize = 64;
+
+/// What to do with a valid packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketAction {
+    /// C2: every block already delivered (or a lagging channel heartbeat,
+    /// or another copy of the end of session): dropped, counted per line.
+    Duplicate,
+    /// C5/C6: a packet of a replaced or ended session: dropped, counted.
+    StaleSession,
+    /// Apply message blocks `skip..count` (C2: blocks before `next` are
+    /// skipped).
+    Data { skip: u16 },
+    /// A channel heartbeat (count 0) that was not a lagging copy.
+    Heartbeat,
+    /// C6: the current session ended.
+    EndOfSession,
+}
+
+/// Side effects of a packet on the channel, for the feed to apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelEvents {
+    /// C5: a new session replaced the current one (not set for the first).
+    pub session_change: bool,
+    /// C1: the first packet of a session set the baseline.
+    pub baseline: bool,
+    /// C3: messages lost before this packet (> 0: a channel gap).
+    pub lost: u64,
+    /// C4: processed without a gap: the channel is alive now.
+    pub alive: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Channel {
+    /// Sessions in order of appearance (bounded); the last is the current.
+    sessions: Vec<SessionId>,
+    /// C6: the current session ended.
+    ended: bool,
+    /// The next expected channel sequence number.
+    next: u64,
+    /// Total sessions seen (the list above is bounded).
+    sessions_total: u64,
+}
+
+impl Channel {
+    pub fn new() -> Channel {
+        Channel {
+            sessions: Vec::with_capacity(SESSION_HISTORY),
+            ..Channel::default()
+        }
+    }
+
+    pub fn current_session(&self) -> Option<SessionId> {
+        self.sessions.last().copied()
+    }
+
+    /// Sessions seen, oldest first (the last `SESSION_HISTORY`).
+    pub fn sessions(&self) -> &[SessionId] {
+        &self.sessions
+    }
+
+    pub fn sessions_total(&self) -> u64 {
+        self.sessions_total
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The next expected channel sequence number (meaningful once a session
+    /// is known).
+    pub fn next_sequence(&self) -> u64 {
+        self.next
+    }
+
+    fn start_session(&mut self, session: SessionId, sequence: u64) {
+        if self.sessions.len() == SESSION_HISTORY {
+            self.sessions.remove(0);
+        }
+        self.sessions.push(session);
+        self.sessions_total += 1;
+        self.ended = false;
+        // C1: late join is not loss.
+        self.next = sequence;
+    }
+
+    /// Classifies a valid packet and advances the channel.
+    pub fn on_packet(&mut self, p: &Packet<'_>) -> (PacketAction, ChannelEvents) {
+        let mut ev = ChannelEvents::default();
+        let kind = p.kind();
+        match self.sessions.last() {
+            None => {
+                // C1
+                self.start_session(p.session, p.sequence);
+                ev.baseline = true;
+            }
+            Some(&current) if current == p.session => {
+                if self.ended {
+                    // C6: later packets of the ended session are dropped;
+                    // the other line's copy of the end is a duplicate.
+                    let action = if kind == PacketKind::EndOfSession {
+                        PacketAction::Duplicate
+                    } else {
+                        PacketAction::StaleSession
+                    };
+                    return (action, ev);
+                }
+            }
+            Some(_) => {
+                if self.sessions.contains(&p.session) {
+                    // C5: a session already replaced (a lagging line)
+                    // cannot flip the feed back.
+                    return (PacketAction::StaleSession, ev);
+                }
+                // C5: provider restart; the channel re-baselines (C1).
+                self.start_session(p.session, p.sequence);
+                ev.session_change = true;
+                ev.baseline = true;
+            }
+        }
+        let seq = p.sequence;
+        match kind {
+            PacketKind::Heartbeat => {
+                if seq > self.next {
+                    // C3: the heartbeat reveals a gap; refreshes nothing.
+                    ev.lost = seq - self.next;
+                    self.next = seq;
+                } else if seq == self.next {
+                    // C4
+                    ev.alive = true;
+                } else {
+                    // C4: a lagging line's copy changes nothing.
+                    return (PacketAction::Duplicate, ev);
+                }
+                (PacketAction::Heartbeat, ev)
+            }
+            PacketKind::EndOfSession => {
+                // Its sequence is the next the provider would have sent:
+                // anything before it that never arrived is lost (C3).
+                if seq > self.next {
+                    ev.lost = seq - self.next;
+                    self.next = seq;
+                }
+                // C6
+                self.ended = true;
+                (PacketAction::EndOfSession, ev)
+            }
+            PacketKind::Data => {
+                let end = seq.saturating_add(p.count as u64);
+                if end <= self.next {
+                    // C2: all blocks precede `next`.
+                    return (PacketAction::Duplicate, ev);
+                }
+                let skip = if seq > self.next {
+                    // C3: channel gap; `next` moves past the packet.
+                    ev.lost = seq - self.next;
+                    0
+                } else {
+                    // C4: processed without a gap. C2: skip what the other
+                    // line already delivered (< count since end > next).
+                    ev.alive = true;
+                    (self.next - seq) as u16
+                };
+                self.next = end;
+                (PacketAction::Data { skip }, ev)
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Counters every feed exports (semantics.md "Counters every feed exports"),
+//! and the per-symbol summary for replay and metrics. Plain integers,
+//! updated in place on the hot path.
+
+use super::view::SuspectCause;
+use crate::wire::Side;
+
+/// Per line (multicast group) of a feed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineCounters {
+    /// Valid packets received on the line (duplicates included).
+    pub packets: u64,
+    /// Message blocks in those packets.
+    pub messages: u64,
+    /// C2: packets whose every block was already delivered (by the other
+    /// line), plus lagging channel heartbeats and end-of-session copies.
+    pub duplicate_packets: u64,
+    /// Invalid datagrams received on the line.
+    pub invalid_packets: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeedCounters {
+    pub lines: Vec<LineCounters>,
+    /// Invalid datagrams, all lines (wire.md "valid").
+    pub invalid_packets: u64,
+    /// Blocks of an unknown type, skipped by their length.
+    pub unknown_messages: u64,
+    /// Quotes with `seq = 0` and Heartbeats with `next_seq = 0` (ignored).
+    pub invalid_messages: u64,
+    /// C3: channel sequence numbers never received.
+    pub channel_messages_lost: u64,
+    /// C3: number of channel gaps.
+    pub channel_gaps: u64,
+    /// S3 + S6: ticks lost, summed over symbols (`tick_loss_total`).
+    pub ticks_lost: u64,
+    /// S2 + S6 e<0: old or repeated Quotes and old Heartbeats.
+    pub stale_dropped: u64,
+    /// S5: messages rejected as unbelievable jumps.
+    pub seq_anomalies: u64,
+    /// S5r: new baselines after three consecutive rejected Quotes.
+    pub seq_resyncs: u64,
+    /// S8.
+    pub snapshots_applied: u64,
+    pub snapshots_ignored: u64,
+    /// C5: provider restarts seen (the first session is not a change).
+    pub session_changes: u64,
+    /// C5/C6: packets of a replaced or ended session, dropped.
+    pub stale_session_dropped: u64,
+    /// C6: end-of-session packets that ended a session.
+    pub sessions_ended: u64,
+    /// Messages for new symbols ignored because the table was full.
+    pub symbols_overflow: u64,
+}
+
+impl FeedCounters {
+    pub fn new(lines: usize) -> FeedCounters {
+        FeedCounters {
+            lines: vec![LineCounters::default(); lines],
+            ..FeedCounters::default()
+        }
+    }
+
+    /// Packets received, all lines (valid ones).
+    pub fn packets(&self) -> u64 {
+        self.lines.iter().map(|l| l.packets).sum()
+    }
+
+    /// Messages received, all lines.
+    pub fn messages(&self) -> u64 {
+        self.lines.iter().map(|l| l.messages).sum()
+    }
+
+    pub fn duplicate_packets(&self) -> u64 {
+        self.lines.iter().map(|l| l.duplicate_packets).sum()
+    }
+}
+
+/// One symbol as replay and metrics see it. `suspect` is resolved against
+/// the feed exactly as the verdict does (C5 lazily, C3 by epochs, C6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymbolSummary {
+    /// Dense slot index (stable for the feed's lifetime).
+    pub index: u32,
+    /// Current `last_seq` (`None`: none yet, or forgotten by C5).
+    pub last_seq: Option<u64>,
+    /// `last_seq` as last set (what gate.md shows as `seq=`).
+    pub shown_seq: Option<u64>,
+    pub has_quote: bool,
+    pub bid: Option<Side>,
+    pub ask: Option<Side>,
+    /// `None` before the symbol was ever alive.
+    pub alive_at: Option<i64>,
+    pub quote_source_ts: Option<i64>,
+    /// Suspect or unverified, with the cause the check would report.
+    pub suspect: Option<SuspectCause>,
+    /// S7: verified since the last channel gap.
+    pub verified: bool,
+    pub ticks_lost: u64,
+    pub stale_dropped: u64,
+    pub seq_anomalies: u64,
+    pub seq_resyncs: u64,
+    pub snapshots_applied: u64,
+    /// Configured (by name or thresholds) before any message.
+    pub configured: bool,
+    pub stale_ms: u64,
+    pub source_max_age_ms: u64,
+}

@@ -1,0 +1,72 @@
+//! Per-feed settings of `semantics.md` (scenario feeds and the config file
+//! both map onto this). Plain data; validation of user input is the config
+//! module's job, the core only clamps values it cannot work with.
+
+/// `full`: every Quote is the whole quote. `delta`: a Quote changes only
+/// the sides it flags (wire.md "Quote").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Full,
+    Delta,
+}
+
+/// C4: what keeps a symbol alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Liveness {
+    /// Only the symbol's own Quotes and gap-free Heartbeats (default).
+    #[default]
+    Symbol,
+    /// Also the channel's `alive_at` for verified, non-suspect symbols
+    /// (providers without per-symbol heartbeats).
+    Channel,
+}
+
+/// "Clock offset (per feed)".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClockOffset {
+    /// Always 0.
+    Off,
+    /// Windowed minimum of `arrival - source_ts`, rising at most 1 ms/s.
+    #[default]
+    Auto,
+    /// Fixed by the operator (PTP/NTP measurement), in nanoseconds.
+    FixedNs(i64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedSettings {
+    pub mode: Mode,
+    pub liveness: Liveness,
+    /// Default `stale_quote` threshold of the feed's symbols.
+    pub stale_ms: u64,
+    /// Default `stale_at_source` threshold of the feed's symbols.
+    pub source_max_age_ms: u64,
+    /// S5: a per-symbol sequence difference this large is not believed.
+    /// Values below 1 are treated as 1.
+    pub max_seq_jump: u64,
+    pub clock_offset: ClockOffset,
+    /// Capacity of the symbol table, allocated up front. Symbols beyond it
+    /// are counted (`symbols_overflow`) and ignored.
+    pub max_symbols: usize,
+}
+
+impl Default for FeedSettings {
+    fn default() -> Self {
+        FeedSettings {
+            mode: Mode::Full,
+            liveness: Liveness::Symbol,
+            stale_ms: 500,
+            source_max_age_ms: 2000,
+            max_seq_jump: 1_000_000,
+            clock_offset: ClockOffset::Auto,
+            max_symbols: 100_000,
+        }
+    }
+}
+
+/// Milliseconds to nanoseconds for thresholds, saturating (a huge threshold
+/// means "never", not an overflow).
+pub fn ms_to_ns(ms: u64) -> i64 {
+    ms.saturating_mul(1_000_000).min(i64::MAX as u64) as i64
+}

@@ -1,0 +1,339 @@
+//! Symbol rules S1-S8 of `semantics.md`: one symbol's state and what a
+//! Quote, Heartbeat or Snapshot does to it. Pure: time is `ctx.now`.
+//!
+//! C5 is applied lazily here (`catch_up`): a session change only bumps the
+//! feed's `session_epoch`; each symbol forgets its sequence when its next
+//! message arrives (and the verdict resolves it meanwhile). C3 needs no
+//! catching up: verified means `verified_epoch == ctx.gap_epoch` (S7).
+
+use super::counters::FeedCounters;
+use super::settings::Mode;
+use super::view::{SuspectCause, SymbolView, SYM_ASK, SYM_BID, SYM_HAS_QUOTE, SYM_HAS_SEQ};
+use crate::feed::clock::ts_i64;
+use crate::wire::{Heartbeat, Quote, Symbol, FLAG_ASK, FLAG_BID};
+
+/// What the symbol rules need to know about the feed, per message.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub mode: Mode,
+    /// S5 `max_seq_jump` (>= 1).
+    pub max_jump: u64,
+    pub gap_epoch: u32,
+    pub session_epoch: u16,
+    pub now: i64,
+}
+
+/// One symbol of a feed: the published view plus writer-only bookkeeping.
+#[derive(Clone, Debug)]
+pub struct SymbolState {
+    pub symbol: Symbol,
+    pub view: SymbolView,
+    /// S5r: length of the current run of S5-rejected Quotes (0: none) and
+    /// the seq that would extend it.
+    pub run_len: u8,
+    pub run_next: u64,
+    pub configured: bool,
+    pub ticks_lost: u64,
+    pub stale_dropped: u64,
+    pub seq_anomalies: u64,
+    pub seq_resyncs: u64,
+    pub snapshots_applied: u64,
+}
+
+/// S5: `seq` differs from `expected` (= last_seq + 1) by `max_jump` or more,
+/// either way.
+#[inline]
+fn unbelievable(seq: u64, expected: u64, max_jump: u64) -> bool {
+    seq.abs_diff(expected) >= max_jump
+}
+
+impl SymbolState {
+    pub fn new(
+        symbol: Symbol,
+        gap_epoch: u32,
+        session_epoch: u16,
+        stale_ms: u64,
+        source_max_age_ms: u64,
+    ) -> SymbolState {
+        SymbolState {
+            symbol,
+            view: SymbolView {
+                // A new symbol has nothing to verify: it did not exist
+                // when earlier gaps happened.
+                verified_epoch: gap_epoch,
+                session_epoch,
+                stale_ms: stale_ms.min(u32::MAX as u64) as u32,
+                source_max_age_ms: source_max_age_ms.min(u32::MAX as u64) as u32,
+                ..SymbolView::default()
+            },
+            run_len: 0,
+            run_next: 0,
+            configured: false,
+            ticks_lost: 0,
+            stale_dropped: 0,
+            seq_anomalies: 0,
+            seq_resyncs: 0,
+            snapshots_applied: 0,
+        }
+    }
+
+    #[inline]
+    fn cause(&self) -> SuspectCause {
+        SuspectCause::from_u8(self.view.cause)
+    }
+
+    #[inline]
+    fn set_cause(&mut self, cause: SuspectCause) {
+        self.view.cause = cause as u8;
+    }
+
+    #[inline]
+    fn verified(&self, ctx: &Ctx) -> bool {
+        self.view.verified_epoch == ctx.gap_epoch
+    }
+
+    /// S7: verified again (clears only the channel gap).
+    #[inline]
+    fn verify(&mut self, ctx: &Ctx) {
+        self.view.verified_epoch = ctx.gap_epoch;
+    }
+
+    /// "healthy": a quote and a `last_seq`, not suspect, verified.
+    #[inline]
+    fn healthy(&self, ctx: &Ctx) -> bool {
+        self.view.flags & (SYM_HAS_QUOTE | SYM_HAS_SEQ) == SYM_HAS_QUOTE | SYM_HAS_SEQ
+            && self.view.cause == SuspectCause::None as u8
+            && self.verified(ctx)
+    }
+
+    /// C5, applied when this symbol first meets the new session.
+    #[inline]
+    fn catch_up(&mut self, ctx: &Ctx) -> bool {
+        if self.view.session_epoch == ctx.session_epoch {
+            return false;
+        }
+        self.forget_session(ctx.session_epoch);
+        true
+    }
+
+    /// C5: forget the sequence (the number shown stays), a quoted symbol
+    /// becomes suspect `session_change`, one without a quote loses any
+    /// cause; a pending S5r run ends.
+    pub fn forget_session(&mut self, session_epoch: u16) {
+        self.view.flags &= !SYM_HAS_SEQ;
+        self.set_cause(if self.view.has_quote() {
+            SuspectCause::SessionChange
+        } else {
+            SuspectCause::None
+        });
+        self.run_len = 0;
+        self.view.session_epoch = session_epoch;
+    }
+
+    /// S4 (and S1's apply): sides, `last_seq`, `alive_at`, `quote_source_ts`.
+    #[inline]
+    fn apply_quote(&mut self, q: &Quote, ctx: &Ctx) {
+        let v = &mut self.view;
+        match ctx.mode {
+            // Full: the Quote is the whole quote; an unflagged side is empty.
+            Mode::Full => {
+                v.bid_px = q.bid_px;
+                v.bid_qty = q.bid_qty;
+                v.ask_px = q.ask_px;
+                v.ask_qty = q.ask_qty;
+                v.flags = (v.flags & !(SYM_BID | SYM_ASK))
+                    | if q.flags & FLAG_BID != 0 { SYM_BID } else { 0 }
+                    | if q.flags & FLAG_ASK != 0 { SYM_ASK } else { 0 };
+            }
+            // Delta: only the flagged sides change.
+            Mode::Delta => {
+                if q.flags & FLAG_BID != 0 {
+                    v.bid_px = q.bid_px;
+                    v.bid_qty = q.bid_qty;
+                    v.flags |= SYM_BID;
+                }
+                if q.flags & FLAG_ASK != 0 {
+                    v.ask_px = q.ask_px;
+                    v.ask_qty = q.ask_qty;
+                    v.flags |= SYM_ASK;
+                }
+            }
+        }
+        v.flags |= SYM_HAS_QUOTE | SYM_HAS_SEQ;
+        v.seq = q.seq;
+        v.alive_at = ctx.now;
+        v.source_ts = ts_i64(q.source_ts);
+    }
+
+    /// S1: a new baseline from a Quote (no `last_seq`, or S5r).
+    fn baseline(&mut self, q: &Quote, ctx: &Ctx) {
+        self.apply_quote(q, ctx);
+        self.run_len = 0;
+        match ctx.mode {
+            // Full: trustworthy from this Quote on (S7: an applied full Quote).
+            Mode::Full => {
+                self.set_cause(SuspectCause::None);
+                self.verify(ctx);
+            }
+            // Delta: unknown sides; keep the cause it had, else no_snapshot.
+            Mode::Delta => {
+                if self.cause() == SuspectCause::None {
+                    self.set_cause(SuspectCause::NoSnapshot);
+                }
+            }
+        }
+    }
+
+    /// A Quote (`seq >= 1`) reaching the symbol. Returns whether the view
+    /// changed.
+    pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+        let caught_up = self.catch_up(ctx);
+        if !self.view.has_seq() {
+            // S1
+            self.baseline(q, ctx);
+            return true;
+        }
+        let last = self.view.seq;
+        let expected = last.saturating_add(1);
+        if unbelievable(q.seq, expected, ctx.max_jump) {
+            // S5r: a run of rejected Quotes with consecutive seqs.
+            if self.run_len > 0 && q.seq == self.run_next {
+                self.run_len += 1;
+            } else {
+                self.run_len = 1;
+            }
+            self.run_next = q.seq.wrapping_add(1);
+            if self.run_len >= 3 {
+                // The third is a new baseline, not a rejection.
+                c.seq_resyncs += 1;
+                self.seq_resyncs += 1;
+                self.baseline(q, ctx);
+                return true;
+            }
+            // S5: not applied, `last_seq` unchanged, liveness unchanged.
+            c.seq_anomalies += 1;
+            self.seq_anomalies += 1;
+            let changed = self.cause() != SuspectCause::SeqAnomaly;
+            self.set_cause(SuspectCause::SeqAnomaly);
+            return changed || caught_up;
+        }
+        // Any Quote not rejected by S5 ends an S5r run.
+        self.run_len = 0;
+        if q.seq <= last {
+            // S2: old or repeated, changes nothing.
+            c.stale_dropped += 1;
+            self.stale_dropped += 1;
+            return caught_up;
+        }
+        let had_quote = self.view.has_quote();
+        if q.seq > expected {
+            // S3: forward gap, counted once (last_seq moves past it).
+            let lost = q.seq - expected;
+            self.ticks_lost += lost;
+            c.ticks_lost += lost;
+            self.apply_quote(q, ctx);
+            match ctx.mode {
+                // The Quote is the new whole price (S7: applied full Quote).
+                Mode::Full => {
+                    self.set_cause(SuspectCause::None);
+                    self.verify(ctx);
+                }
+                Mode::Delta => self.set_cause(SuspectCause::Gap),
+            }
+        } else {
+            // S4 in sequence; S7: `seq = last_seq + 1` verifies.
+            self.apply_quote(q, ctx);
+            self.verify(ctx);
+            match ctx.mode {
+                Mode::Full => self.set_cause(SuspectCause::None),
+                // A delta symbol's first Quote (after a Heartbeat baseline)
+                // leaves it without a whole quote: no_snapshot (S1).
+                Mode::Delta => {
+                    if !had_quote && self.cause() == SuspectCause::None {
+                        self.set_cause(SuspectCause::NoSnapshot);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// A Heartbeat (`next_seq >= 1`) reaching the symbol (S1, S5, S6).
+    pub fn on_heartbeat(&mut self, h: &Heartbeat, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+        let caught_up = self.catch_up(ctx);
+        if !self.view.has_seq() {
+            // S1: sets last_seq = next_seq - 1 and nothing else.
+            self.view.seq = h.next_seq - 1;
+            self.view.flags |= SYM_HAS_SEQ;
+            return true;
+        }
+        let expected = self.view.seq.saturating_add(1);
+        if unbelievable(h.next_seq, expected, ctx.max_jump) {
+            // S5 (Heartbeats neither extend nor end an S5r run).
+            c.seq_anomalies += 1;
+            self.seq_anomalies += 1;
+            let changed = self.cause() != SuspectCause::SeqAnomaly;
+            self.set_cause(SuspectCause::SeqAnomaly);
+            return changed || caught_up;
+        }
+        if h.next_seq > expected {
+            // S6 e > 0: count once, move last_seq, suspect gap, no liveness.
+            let lost = h.next_seq - expected;
+            self.ticks_lost += lost;
+            c.ticks_lost += lost;
+            self.view.seq = h.next_seq - 1;
+            self.set_cause(SuspectCause::Gap);
+            true
+        } else if h.next_seq == expected {
+            // S6 e = 0: alive, and verified (S7).
+            self.view.alive_at = ctx.now;
+            self.verify(ctx);
+            true
+        } else {
+            // S6 e < 0: old heartbeat, dropped and counted.
+            c.stale_dropped += 1;
+            self.stale_dropped += 1;
+            caught_up
+        }
+    }
+
+    /// A Snapshot reaching the symbol (S5, S8).
+    pub fn on_snapshot(&mut self, s: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+        let caught_up = self.catch_up(ctx);
+        let healthy = self.healthy(ctx);
+        if healthy
+            && !s.reset()
+            && unbelievable(s.seq, self.view.seq.saturating_add(1), ctx.max_jump)
+        {
+            // S5: a Snapshot without RESET reaching a healthy symbol.
+            c.seq_anomalies += 1;
+            self.seq_anomalies += 1;
+            self.set_cause(SuspectCause::SeqAnomaly);
+            return true;
+        }
+        // S8: applied when suspect/unverified/no quote/no seq (= not
+        // healthy), or newer, or RESET.
+        if !healthy || s.seq > self.view.seq || s.reset() {
+            let v = &mut self.view;
+            v.bid_px = s.bid_px;
+            v.bid_qty = s.bid_qty;
+            v.ask_px = s.ask_px;
+            v.ask_qty = s.ask_qty;
+            v.flags = SYM_HAS_QUOTE
+                | SYM_HAS_SEQ
+                | if s.flags & FLAG_BID != 0 { SYM_BID } else { 0 }
+                | if s.flags & FLAG_ASK != 0 { SYM_ASK } else { 0 };
+            v.seq = s.seq;
+            v.alive_at = ctx.now;
+            v.source_ts = ts_i64(s.source_ts);
+            v.cause = SuspectCause::None as u8;
+            self.verify(ctx);
+            c.snapshots_applied += 1;
+            self.snapshots_applied += 1;
+            return true;
+        }
+        // A duplicate or a late copy: never roll a healthy symbol back.
+        c.snapshots_ignored += 1;
+        caught_up
+    }
+}

@@ -1,0 +1,191 @@
+//! The plain-data views the check reads, and the seam through which a feed
+//! publishes them (`Publish`). Views are integers only (no pointers), sizes
+//! are multiples of 8 bytes, so a concurrent table can store them as u64
+//! words in seqlock slots.
+//!
+//! C3 (channel gap), C5 (session change) and C6 (end of session) touch every
+//! symbol of a feed. To keep them O(1) per packet they are epochs in
+//! `FeedView` compared with the symbol's own epochs in `SymbolView`:
+//! - a symbol is verified (S7) iff `verified_epoch == feed.gap_epoch`;
+//! - a symbol whose `session_epoch != feed.session_epoch` has not yet seen
+//!   the session change: it is resolved lazily (by the symbol rules when its
+//!   next message arrives, and by the verdict meanwhile);
+//! - `FEED_ENDED` in `FeedView` is C6.
+
+use crate::wire::{Side, Symbol};
+
+/// One suspect cause (semantics.md "one cause"). `ChannelGap` and
+/// `SessionEnded` are only ever reported (they come from feed epochs and
+/// flags); a symbol's own stored cause is one of the others or `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum SuspectCause {
+    #[default]
+    None = 0,
+    Gap = 1,
+    ChannelGap = 2,
+    SeqAnomaly = 3,
+    SessionChange = 4,
+    NoSnapshot = 5,
+    SessionEnded = 6,
+}
+
+impl SuspectCause {
+    pub fn from_u8(v: u8) -> SuspectCause {
+        match v {
+            1 => SuspectCause::Gap,
+            2 => SuspectCause::ChannelGap,
+            3 => SuspectCause::SeqAnomaly,
+            4 => SuspectCause::SessionChange,
+            5 => SuspectCause::NoSnapshot,
+            6 => SuspectCause::SessionEnded,
+            _ => SuspectCause::None,
+        }
+    }
+
+    /// The name gate.md uses (`suspect=<cause>`); "" for `None`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuspectCause::None => "",
+            SuspectCause::Gap => "gap",
+            SuspectCause::ChannelGap => "channel_gap",
+            SuspectCause::SeqAnomaly => "seq_anomaly",
+            SuspectCause::SessionChange => "session_change",
+            SuspectCause::NoSnapshot => "no_snapshot",
+            SuspectCause::SessionEnded => "session_ended",
+        }
+    }
+}
+
+/// `SymbolView::flags`: the symbol has a quote (a full Quote with neither
+/// side is a quote too: an empty book).
+pub const SYM_HAS_QUOTE: u8 = 1;
+/// Bid side present.
+pub const SYM_BID: u8 = 2;
+/// Ask side present.
+pub const SYM_ASK: u8 = 4;
+/// `seq` is the current `last_seq` (clear: none yet, or forgotten by a
+/// session change while `seq` still shows the number last set).
+pub const SYM_HAS_SEQ: u8 = 8;
+
+/// Everything the verdict needs about one symbol. 72 bytes (9 words).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct SymbolView {
+    /// `last_seq` as last set (gate.md `seq=`), meaningful with a quote.
+    pub seq: u64,
+    pub bid_px: i64,
+    pub bid_qty: u64,
+    pub ask_px: i64,
+    pub ask_qty: u64,
+    /// Last time the symbol was alive (S4, S6 e=0, S8), Unix ns.
+    pub alive_at: i64,
+    /// `quote_source_ts` of the quote shown (provider clock, Unix ns).
+    pub source_ts: i64,
+    /// The feed `gap_epoch` at which the symbol was last verified (S7).
+    pub verified_epoch: u32,
+    /// The feed `session_epoch` the symbol has caught up with (C5).
+    pub session_epoch: u16,
+    /// `SuspectCause` as u8: the symbol's own cause.
+    pub cause: u8,
+    /// `SYM_*` bits.
+    pub flags: u8,
+    /// Per-symbol `stale_ms` threshold (saturated to u32).
+    pub stale_ms: u32,
+    /// Per-symbol `source_max_age_ms` threshold (saturated to u32).
+    pub source_max_age_ms: u32,
+}
+
+impl SymbolView {
+    #[inline]
+    pub fn has_quote(&self) -> bool {
+        self.flags & SYM_HAS_QUOTE != 0
+    }
+
+    #[inline]
+    pub fn has_seq(&self) -> bool {
+        self.flags & SYM_HAS_SEQ != 0
+    }
+
+    #[inline]
+    pub fn bid(&self) -> Option<Side> {
+        (self.flags & SYM_BID != 0).then_some(Side {
+            px: self.bid_px,
+            qty: self.bid_qty,
+        })
+    }
+
+    #[inline]
+    pub fn ask(&self) -> Option<Side> {
+        (self.flags & SYM_ASK != 0).then_some(Side {
+            px: self.ask_px,
+            qty: self.ask_qty,
+        })
+    }
+
+    /// The symbol's own cause as stored (not resolved against the feed).
+    #[inline]
+    pub fn own_cause(&self) -> SuspectCause {
+        SuspectCause::from_u8(self.cause)
+    }
+}
+
+/// `FeedView::flags`: the current session ended (C6).
+pub const FEED_ENDED: u8 = 1;
+/// `liveness = "channel"` (C4).
+pub const FEED_LIVENESS_CHANNEL: u8 = 2;
+/// `channel_alive_at` has been set at least once.
+pub const FEED_CHANNEL_ALIVE: u8 = 4;
+/// A session has been seen (C1).
+pub const FEED_HAS_SESSION: u8 = 8;
+
+/// Feed-level state the verdict needs. 24 bytes (3 words).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct FeedView {
+    /// C4: last gap-free packet or in-sequence channel heartbeat, Unix ns.
+    pub channel_alive_at: i64,
+    /// Clock offset as of the latest sample, ns (see `feed::clock`).
+    pub offset_ns: i64,
+    /// Incremented by every channel gap (C3).
+    pub gap_epoch: u32,
+    /// Incremented by every session change (C5).
+    pub session_epoch: u16,
+    /// `FEED_*` bits.
+    pub flags: u8,
+    pub _reserved: u8,
+}
+
+impl FeedView {
+    #[inline]
+    pub fn ended(&self) -> bool {
+        self.flags & FEED_ENDED != 0
+    }
+}
+
+/// The concurrency seam: a feed calls these whenever observable state
+/// changes (after the change is complete). `index` is the symbol's stable
+/// dense slot, assigned when the symbol is created (0..max_symbols).
+///
+/// Order guarantee: when a packet changes a feed epoch (C3, C5) or C6,
+/// `publish_feed` is called before any `publish_symbol` of that packet, so
+/// a reader that sees a newer symbol view with an older feed view can only
+/// err on the suspect side (epoch mismatch).
+pub trait Publish {
+    fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView);
+    fn publish_feed(&mut self, view: &FeedView);
+}
+
+/// Publishes nothing (replay, tests, single-threaded use).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPublish;
+
+impl Publish for NoPublish {
+    #[inline(always)]
+    fn publish_symbol(&mut self, _: u32, _: Symbol, _: &SymbolView) {}
+    #[inline(always)]
+    fn publish_feed(&mut self, _: &FeedView) {}
+}
+
+const _: () = assert!(std::mem::size_of::<SymbolView>() == 72);
+const _: () = assert!(std::mem::size_of::<FeedView>() == 24);

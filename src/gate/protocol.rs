@@ -1,0 +1,420 @@
+//! The line protocol of gate.md, sans-I/O: framing a byte stream into
+//! request lines (`LineFramer`), parsing a request (`parse_request`), and
+//! formatting the answer (`answer`) into a reused buffer without any other
+//! allocation. The Unix-socket server and `replay --checks` both use it.
+
+use super::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
+use crate::feed::settings::ms_to_ns;
+use crate::feed::view::{FeedView, SymbolView};
+use crate::feed::{Feed, Publish};
+use crate::wire::{write_price, Side, Symbol};
+
+/// Longest request line, not counting `\r\n`.
+pub const MAX_LINE: usize = 1024;
+
+/// A parsed request line (gate.md "Requests").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `CHECK <SYMBOL> [stale_ms=<n>] [source_ms=<n>]`. `symbol` is the
+    /// token as sent (printable ASCII; it may be longer than 8 bytes, which
+    /// no feed can know: `unknown_symbol`).
+    Check {
+        symbol: &'a [u8],
+        stale_ms: Option<u64>,
+        source_ms: Option<u64>,
+    },
+    Ping,
+}
+
+/// Why a request is answered `ERR <reason>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtoError {
+    LineTooLong,
+    Empty,
+    /// Tokens must be separated by single spaces (no leading, trailing or
+    /// doubled space).
+    BadSpacing,
+    UnknownRequest,
+    MissingSymbol,
+    /// A symbol with bytes other than printable ASCII.
+    InvalidSymbol,
+    UnknownOption,
+    RepeatedOption,
+    /// An option value that is not a whole number (or overflows u64).
+    BadValue,
+    /// A threshold looser than the symbol's configured one.
+    LooserThanConfigured,
+    /// `PING` takes no argument.
+    UnexpectedArgument,
+}
+
+impl ProtoError {
+    pub fn reason(self) -> &'static str {
+        match self {
+            ProtoError::LineTooLong => "line too long",
+            ProtoError::Empty => "empty request",
+            ProtoError::BadSpacing => "tokens must be separated by single spaces",
+            ProtoError::UnknownRequest => "unknown request",
+            ProtoError::MissingSymbol => "missing symbol",
+            ProtoError::InvalidSymbol => "invalid symbol",
+            ProtoError::UnknownOption => "unknown option",
+            ProtoError::RepeatedOption => "repeated option",
+            ProtoError::BadValue => "option value is not a whole number",
+            ProtoError::LooserThanConfigured => "threshold looser than configured",
+            ProtoError::UnexpectedArgument => "unexpected argument",
+        }
+    }
+}
+
+impl std::fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for ProtoError {}
+
+/// A whole number: ASCII digits only, fits u64.
+fn parse_whole(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &c in v {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    Some(n)
+}
+
+/// Parses one request line (without its `\r\n`). Options are fully
+/// checked here, before any symbol lookup.
+pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
+    if line.is_empty() {
+        return Err(ProtoError::Empty);
+    }
+    if line.len() > MAX_LINE {
+        return Err(ProtoError::LineTooLong);
+    }
+    let mut tokens = line.split(|&c| c == b' ');
+    let word = tokens.next().unwrap_or_default();
+    // Validate spacing for the whole line first: an empty token means a
+    // leading, trailing or doubled space.
+    if line.split(|&c| c == b' ').any(|t| t.is_empty()) {
+        return Err(ProtoError::BadSpacing);
+    }
+    match word {
+        b"PING" => {
+            if tokens.next().is_some() {
+                return Err(ProtoError::UnexpectedArgument);
+            }
+            Ok(Request::Ping)
+        }
+        b"CHECK" => {
+            let symbol = tokens.next().ok_or(ProtoError::MissingSymbol)?;
+            let mut stale_ms = None;
+            let mut source_ms = None;
+            for opt in tokens {
+                let eq = opt
+                    .iter()
+                    .position(|&c| c == b'=')
+                    .ok_or(ProtoError::UnknownOption)?;
+                let (name, value) = (&opt[..eq], &opt[eq + 1..]);
+                let slot = match name {
+                    b"stale_ms" => &mut stale_ms,
+                    b"source_ms" => &mut source_ms,
+                    _ => return Err(ProtoError::UnknownOption),
+                };
+                if slot.is_some() {
+                    return Err(ProtoError::RepeatedOption);
+                }
+                *slot = Some(parse_whole(value).ok_or(ProtoError::BadValue)?);
+            }
+            if !symbol.iter().all(|c| c.is_ascii_graphic()) {
+                return Err(ProtoError::InvalidSymbol);
+            }
+            Ok(Request::Check {
+                symbol,
+                stale_ms,
+                source_ms,
+            })
+        }
+        _ => Err(ProtoError::UnknownRequest),
+    }
+}
+
+/// Where a check finds a symbol: a feed (single-threaded use: `Feed`), or
+/// the daemon's concurrent table. Returns the symbol's view, its feed's
+/// view and the symbol's configured thresholds.
+pub trait SymbolLookup {
+    fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)>;
+}
+
+impl<P: Publish> SymbolLookup for Feed<P> {
+    fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
+        let (_, view) = self.symbol_view(symbol)?;
+        Some((*view, *self.feed_view(), Thresholds::of(view)))
+    }
+}
+
+/// The token as a wire symbol: `None` when longer than 8 bytes (such a
+/// symbol cannot exist).
+#[inline]
+fn to_symbol(token: &[u8]) -> Option<Symbol> {
+    if token.len() > 8 {
+        return None;
+    }
+    let mut b = [b' '; 8];
+    b[..token.len()].copy_from_slice(token);
+    Some(Symbol(b))
+}
+
+/// Several feeds may know a symbol: the first (in the given order) where
+/// it has a quote wins, else the first that knows it.
+fn lookup_in(
+    feeds: &[&dyn SymbolLookup],
+    symbol: Symbol,
+) -> Option<(SymbolView, FeedView, Thresholds)> {
+    let mut known = None;
+    for f in feeds {
+        if let Some(found) = f.lookup(symbol) {
+            if found.0.has_quote() {
+                return Some(found);
+            }
+            if known.is_none() {
+                known = Some(found);
+            }
+        }
+    }
+    known
+}
+
+/// Answers one request line (without `\r\n`) at `now`: appends exactly one
+/// answer line, `\n`-terminated, to `out`.
+pub fn answer(line: &[u8], feeds: &[&dyn SymbolLookup], now: i64, out: &mut Vec<u8>) {
+    answer_with(line, |s| lookup_in(feeds, s), now, out)
+}
+
+/// `answer` with any lookup function (the daemon's table).
+pub fn answer_with<F>(line: &[u8], lookup: F, now: i64, out: &mut Vec<u8>)
+where
+    F: FnOnce(Symbol) -> Option<(SymbolView, FeedView, Thresholds)>,
+{
+    match parse_request(line) {
+        Err(e) => write_error(out, e),
+        Ok(Request::Ping) => out.extend_from_slice(b"PONG\n"),
+        Ok(Request::Check {
+            symbol,
+            stale_ms,
+            source_ms,
+        }) => {
+            let found = to_symbol(symbol).and_then(lookup);
+            let verdict = match found {
+                None => judge(None, &FeedView::default(), now, &Thresholds::default()),
+                Some((view, feed, mut t)) => {
+                    // A request may only tighten its thresholds.
+                    if let Some(ms) = stale_ms {
+                        let ns = ms_to_ns(ms);
+                        if ns > t.stale_ns {
+                            return write_error(out, ProtoError::LooserThanConfigured);
+                        }
+                        t.stale_ns = ns;
+                    }
+                    if let Some(ms) = source_ms {
+                        let ns = ms_to_ns(ms);
+                        if ns > t.source_max_age_ns {
+                            return write_error(out, ProtoError::LooserThanConfigured);
+                        }
+                        t.source_max_age_ns = ns;
+                    }
+                    judge(Some(&view), &feed, now, &t)
+                }
+            };
+            write_verdict(out, symbol, &verdict);
+        }
+    }
+}
+
+/// `ERR <reason>\n`.
+pub fn write_error(out: &mut Vec<u8>, e: ProtoError) {
+    out.extend_from_slice(b"ERR ");
+    out.extend_from_slice(e.reason().as_bytes());
+    out.push(b'\n');
+}
+
+/// An `OK ...` or `REJECT ...` line for `symbol` (the token as asked),
+/// `\n`-terminated (gate.md "Verdict lines").
+pub fn write_verdict(out: &mut Vec<u8>, symbol: &[u8], v: &Verdict) {
+    if v.ok() {
+        out.extend_from_slice(b"OK ");
+        out.extend_from_slice(symbol);
+    } else {
+        out.extend_from_slice(b"REJECT ");
+        out.extend_from_slice(symbol);
+        let mut sep = b' ';
+        for (bit, name) in REASON_NAMES.iter().enumerate() {
+            if v.reasons & (1 << bit) != 0 {
+                out.push(sep);
+                out.extend_from_slice(name.as_bytes());
+                sep = b',';
+            }
+        }
+    }
+    if v.has_quote {
+        out.extend_from_slice(b" seq=");
+        write_u64(out, v.seq);
+        out.extend_from_slice(b" bid=");
+        write_side(out, v.bid);
+        out.extend_from_slice(b" ask=");
+        write_side(out, v.ask);
+        out.extend_from_slice(b" silence_us=");
+        write_i64(out, v.silence_ns / 1000);
+        out.extend_from_slice(b" source_age_us=");
+        write_i64(out, v.source_age_ns / 1000);
+    } else {
+        out.extend_from_slice(b" seq=- bid=- ask=- silence_us=- source_age_us=-");
+    }
+    if v.reasons & R_SUSPECT != 0 {
+        out.extend_from_slice(b" suspect=");
+        out.extend_from_slice(v.cause.as_str().as_bytes());
+    }
+    out.push(b'\n');
+}
+
+/// `<px>@<qty>`, or `-` for an empty side.
+fn write_side(out: &mut Vec<u8>, side: Option<Side>) {
+    match side {
+        None => out.push(b'-'),
+        Some(s) => {
+            write_price(&mut VecWriter(out), s.px).expect("writing to a Vec cannot fail");
+            out.push(b'@');
+            write_u64(out, s.qty);
+        }
+    }
+}
+
+struct VecWriter<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for VecWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Decimal digits of `n`, without the formatting machinery.
+#[inline]
+pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+#[inline]
+pub fn write_i64(out: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    write_u64(out, n.unsigned_abs());
+}
+
+/// One item of a request stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A request line without its `\n` (and without a `\r` before it).
+    Line(&'a [u8]),
+    /// A line longer than `MAX_LINE`: answer `ERR line too long`; the rest
+    /// of it, up to its newline, is skipped.
+    TooLong,
+}
+
+/// Splits a byte stream into request lines, buffering at most
+/// `MAX_LINE + 1` bytes of an incomplete line. An unterminated line at the
+/// end of the stream is not a request.
+#[derive(Clone, Debug)]
+pub struct LineFramer {
+    buf: Vec<u8>,
+    /// Skipping the rest of an over-long line up to its newline.
+    discarding: bool,
+}
+
+impl Default for LineFramer {
+    fn default() -> Self {
+        LineFramer::new()
+    }
+}
+
+impl LineFramer {
+    pub fn new() -> LineFramer {
+        LineFramer {
+            buf: Vec::with_capacity(MAX_LINE + 1),
+            discarding: false,
+        }
+    }
+
+    /// Bytes of an incomplete line held.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Feeds received bytes; calls `f` for each complete frame, in order.
+    /// Lines wholly inside `data` are passed without copying.
+    pub fn push(&mut self, mut data: &[u8], mut f: impl FnMut(Frame<'_>)) {
+        while !data.is_empty() {
+            let Some(pos) = data.iter().position(|&c| c == b'\n') else {
+                if !self.discarding {
+                    // `MAX_LINE` bytes plus a possible `\r` may still be fine.
+                    if self.buf.len() + data.len() > MAX_LINE + 1 {
+                        self.buf.clear();
+                        self.discarding = true;
+                        f(Frame::TooLong);
+                    } else {
+                        self.buf.extend_from_slice(data);
+                    }
+                }
+                return;
+            };
+            let chunk = &data[..pos];
+            data = &data[pos + 1..];
+            if self.discarding {
+                self.discarding = false;
+                continue;
+            }
+            let line: &[u8] = if self.buf.is_empty() {
+                chunk
+            } else if self.buf.len() + chunk.len() > MAX_LINE + 1 {
+                self.buf.clear();
+                f(Frame::TooLong);
+                continue;
+            } else {
+                self.buf.extend_from_slice(chunk);
+                &self.buf
+            };
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.len() > MAX_LINE {
+                f(Frame::TooLong);
+            } else {
+                f(Frame::Line(line));
+            }
+            self.buf.clear();
+        }
+    }
+}
+
+/// Answers one frame: a line as `answer`, `TooLong` as `ERR line too long`.
+pub fn answer_frame(frame: Frame<'_>, feeds: &[&dyn SymbolLookup], now: i64, out: &mut Vec<u8>) {
+    match frame {
+        Frame::Line(line) => answer(line, feeds, now, out),
+        Frame::TooLong => write_error(out, ProtoError::LineTooLong),
+    }
+}

@@ -1,0 +1,115 @@
+//! Every scenario of `shared/spec/scenarios.json`: packets fed at time `t`
+//! on line A (0) or B (1), checks answered through the public
+//! `gate::protocol::answer` and compared whole (`expect`) or by prefix
+//! (`expect_prefix`). All failures are collected and reported at once.
+
+use serde_json::Value;
+use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode};
+use tickgate::gate::protocol::{answer, SymbolLookup};
+
+fn spec_path(file: &str) -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/").to_string() + file
+}
+
+fn settings(feed: &Value) -> FeedSettings {
+    let d = FeedSettings::default();
+    FeedSettings {
+        mode: match feed["mode"].as_str() {
+            Some("delta") => Mode::Delta,
+            Some("full") | None => Mode::Full,
+            Some(m) => panic!("unknown mode {m}"),
+        },
+        liveness: match feed["liveness"].as_str() {
+            Some("channel") => Liveness::Channel,
+            Some("symbol") | None => Liveness::Symbol,
+            Some(l) => panic!("unknown liveness {l}"),
+        },
+        stale_ms: feed["stale_ms"].as_u64().unwrap_or(d.stale_ms),
+        source_max_age_ms: feed["source_max_age_ms"]
+            .as_u64()
+            .unwrap_or(d.source_max_age_ms),
+        max_seq_jump: feed["max_seq_jump"].as_u64().unwrap_or(d.max_seq_jump),
+        clock_offset: match &feed["clock_offset"] {
+            Value::String(s) if s == "off" => ClockOffset::Off,
+            Value::String(s) if s == "auto" => ClockOffset::Auto,
+            Value::Null => ClockOffset::Auto,
+            v => ClockOffset::FixedNs(
+                v.as_i64().unwrap_or_else(|| panic!("bad clock_offset {v}")) * 1_000_000,
+            ),
+        },
+        ..d
+    }
+}
+
+/// Runs one scenario; returns its failures.
+fn run(sc: &Value) -> Vec<String> {
+    let name = sc["name"].as_str().unwrap();
+    let mut feed = Feed::new(settings(&sc["feed"]), 2);
+    let mut failures = Vec::new();
+    let mut out = Vec::new();
+    for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
+        let t = step["t"].as_i64().unwrap();
+        if let Some(hex) = step["hex"].as_str() {
+            let line = match step["line"].as_str() {
+                Some("A") | None => 0,
+                Some("B") => 1,
+                Some(l) => panic!("{name}: unknown line {l}"),
+            };
+            let bytes = hex::decode(hex).unwrap();
+            feed.on_datagram(line, &bytes, t);
+        } else if let Some(check) = step["check"].as_str() {
+            out.clear();
+            let feeds: [&dyn SymbolLookup; 1] = [&feed];
+            answer(check.as_bytes(), &feeds, t, &mut out);
+            let got = std::str::from_utf8(&out).unwrap();
+            let got = got
+                .strip_suffix('\n')
+                .unwrap_or_else(|| panic!("{name}: answer without newline: {got:?}"));
+            assert!(!got.contains('\n'), "{name}: one line per answer");
+            if let Some(expect) = step["expect"].as_str() {
+                if got != expect {
+                    failures.push(format!(
+                        "{name} step {i} `{check}`:\n   expected {expect}\n   got      {got}"
+                    ));
+                }
+            } else if let Some(prefix) = step["expect_prefix"].as_str() {
+                if !got.starts_with(prefix) {
+                    failures.push(format!(
+                        "{name} step {i} `{check}`:\n   expected prefix {prefix:?}\n   got {got}"
+                    ));
+                }
+            } else {
+                panic!("{name} step {i}: check without expectation");
+            }
+        } else {
+            panic!("{name} step {i}: neither packet nor check");
+        }
+    }
+    failures
+}
+
+#[test]
+fn every_scenario_answers_as_specified() {
+    let text = std::fs::read_to_string(spec_path("scenarios.json")).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let scenarios = doc["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 30, "the contract has 30 scenarios");
+    let mut failures = Vec::new();
+    let mut checks = 0;
+    for sc in scenarios {
+        checks += sc["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s.get("check").is_some())
+            .count();
+        failures.extend(run(sc));
+    }
+    assert!(checks > 30);
+    assert!(
+        failures.is_empty(),
+        "{} of {checks} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
