@@ -1,8 +1,1170 @@
 //! `tickgate simulate`: a seeded synthetic provider writing a capture.
+//!
+//! [`Simulator`] is sans-I/O: an iterator-like generator yielding
+//! `(time, line, datagram)` in time order, into a buffer the caller reuses,
+//! with no allocation per message once warm. The same stream can be written
+//! to a pcap (here) or published live. Everything random comes from a
+//! small local PRNG (splitmix64), so a seed gives the same bytes on every
+//! platform and with every crate version; integer arithmetic only, except
+//! for comparing fault probabilities.
+//!
+//! The provider: `symbols` instruments quoted at `rate` messages/s in
+//! packets of `batch` messages, per-symbol heartbeats and snapshot rounds,
+//! channel heartbeats when idle, sent on lines A and B (B a little later).
+//! Faults are injected per line (loss, duplicate, reorder) and per provider
+//! (session change, one unbelievable sequence number, end of session).
+//! [`SimTruth`] counts exactly what was injected, and what a receiver that
+//! follows the channel rules (semantics.md C1-C3, C5) must report.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use super::pcap::PcapWriter;
+use crate::wire::{
+    Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
+    FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
+};
+
+/// Datagram budget: fits a 1500-byte Ethernet MTU with room to spare.
+pub const MAX_DATAGRAM: usize = 1400;
+/// Quotes (or snapshots) per packet at most.
+pub const MAX_BATCH: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + QUOTE_LEN);
+const MAX_HEARTBEATS_PER_PACKET: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + HEARTBEAT_LEN);
+/// How far the injected bad sequence number is ahead of the real one: far
+/// beyond any sane `max_seq_jump` (default 1,000,000).
+pub const BAD_SEQ_JUMP: u64 = 1_000_000_000_000;
+/// Provider packets are at least this far apart (ns).
+const MIN_SPACING_NS: i64 = 100;
+/// 2026-11-30T09:00:00Z.
+pub const DEFAULT_START_NS: i64 = 1_796_029_200_000_000_000;
+
+/// splitmix64: tiny, fast, and fixed forever (unlike a crate's PRNG).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// True with probability `p` (exact: 53-bit uniform, no libm).
+    pub fn chance(&mut self, p: f64) -> bool {
+        let u = (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        u < p
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SimMode {
+    /// Every Quote carries the whole quote.
+    Full,
+    /// Quotes change only the sides they flag; snapshots give the whole quote.
+    Delta,
+}
+
+/// One line (multicast group) the provider sends on.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimLine {
+    pub name: String,
+    #[serde(serialize_with = "ser_display")]
+    pub src: SocketAddrV4,
+    #[serde(serialize_with = "ser_display")]
+    pub dst: SocketAddrV4,
+    /// Added to the provider's send time (line skew).
+    pub delay_ns: i64,
+    /// Probability that a packet is lost on this line.
+    pub loss: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub symbols: usize,
+    /// Messages per second (quotes; heartbeats and snapshots come on top).
+    pub rate: u64,
+    pub start_ns: i64,
+    pub duration_ns: i64,
+    pub mode: SimMode,
+    /// Per-symbol heartbeat round every so many ms (0: none).
+    pub heartbeat_ms: u64,
+    /// Snapshot round every so many ms (0: only at session start on a delta feed).
+    pub snapshot_ms: u64,
+    /// Channel heartbeat after this long without a packet (0: none).
+    pub channel_heartbeat_ms: u64,
+    /// Quotes per data packet.
+    pub batch: usize,
+    pub lines: Vec<SimLine>,
+    /// Per line and packet: probability of a second copy on the same line.
+    pub dup: f64,
+    /// Per line and packet: probability of swapping with the line's next packet.
+    pub reorder: f64,
+    /// Offset from start (ns) of a provider restart: new session, sequences restart at 1.
+    pub session_change_at_ns: Option<i64>,
+    /// Offset from start (ns) of one Quote with an unbelievable sequence number.
+    pub bad_seq_at_ns: Option<i64>,
+    /// Send an end-of-session packet at the end.
+    pub end_session: bool,
+}
+
+impl SimConfig {
+    /// A small, fault-free default: 10 FX symbols, 1000 msg/s for 1 s on A and B.
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            symbols: 10,
+            rate: 1000,
+            start_ns: DEFAULT_START_NS,
+            duration_ns: 1_000_000_000,
+            mode: SimMode::Full,
+            heartbeat_ms: 250,
+            snapshot_ms: 0,
+            channel_heartbeat_ms: 1000,
+            batch: 1,
+            lines: default_lines(&["A", "B"], Ipv4Addr::LOCALHOST, 40000, 10_000),
+            dup: 0.0,
+            reorder: 0.0,
+            session_change_at_ns: None,
+            bad_seq_at_ns: None,
+            end_session: false,
+        }
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.batch == 0 || self.batch > MAX_BATCH {
+            bail!("--batch must be 1..={MAX_BATCH} (a packet must fit {MAX_DATAGRAM} bytes)");
+        }
+        if self.symbols == 0 || self.symbols > 99_999 + FX.len() {
+            bail!("--symbols must be 1..={}", 99_999 + FX.len());
+        }
+        if self.lines.is_empty() {
+            bail!("at least one line is needed");
+        }
+        if self.duration_ns < 0 || self.start_ns < 0 {
+            bail!("start and duration must not be negative");
+        }
+        let probs = self
+            .lines
+            .iter()
+            .map(|l| l.loss)
+            .chain([self.dup, self.reorder]);
+        for p in probs {
+            if !(0.0..=1.0).contains(&p) {
+                bail!("probabilities must be between 0 and 1 (got {p})");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lines named `names`, line `i` on group 239.255.0.(i+1):30001, each one
+/// `skew_ns` later than the previous.
+pub fn default_lines(names: &[&str], src: Ipv4Addr, src_port: u16, skew_ns: i64) -> Vec<SimLine> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| SimLine {
+            name: n.to_string(),
+            src: SocketAddrV4::new(src, src_port),
+            dst: SocketAddrV4::new(Ipv4Addr::new(239, 255, 0, (i + 1) as u8), 30001),
+            delay_ns: skew_ns * i as i64,
+            loss: 0.0,
+        })
+        .collect()
+}
+
+/// One datagram of the stream; its bytes are in the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimEvent {
+    /// When it is on the wire (Unix ns).
+    pub t_ns: i64,
+    /// Index into [`SimConfig::lines`].
+    pub line: usize,
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+}
+
+/// Per line: what was sent and injected.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LineTruth {
+    pub name: String,
+    pub dst: String,
+    /// Datagrams put on this line (duplicates included).
+    pub packets: u64,
+    /// Provider packets lost on this line.
+    pub dropped: u64,
+    /// Extra copies injected on this line.
+    pub duplicates: u64,
+    /// Adjacent pairs swapped on this line.
+    pub reordered: u64,
+    /// Duplicate packets a receiver must count on this line (C2).
+    pub expected_duplicate_packets: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BadSeqTruth {
+    pub t_ns: i64,
+    pub symbol: String,
+    pub seq: u64,
+    /// Whether at least one line delivered it.
+    pub delivered: bool,
+}
+
+/// What the simulator did, exactly. Complete once the stream has ended.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SimTruth {
+    pub seed: u64,
+    pub mode: String,
+    pub symbols: usize,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Session ids in order (a session change adds one).
+    pub sessions: Vec<String>,
+    pub session_change_ns: Option<i64>,
+    /// Packets the provider produced (before line faults).
+    pub provider_packets: u64,
+    pub data_packets: u64,
+    pub channel_heartbeats: u64,
+    pub end_of_session_packets: u64,
+    pub quotes: u64,
+    pub heartbeats: u64,
+    pub snapshots: u64,
+    /// Message blocks in all data packets (quotes + heartbeats + snapshots).
+    pub messages: u64,
+    pub lines: Vec<LineTruth>,
+    /// Provider packets lost on every line.
+    pub packets_lost_all_lines: u64,
+    /// Messages in those packets: what A/B arbitration cannot recover.
+    pub messages_lost_all_lines: u64,
+    /// Channel messages a receiver following C1-C3/C5 counts as lost, given
+    /// the order datagrams arrive in (equals `messages_lost_all_lines`
+    /// unless reordering or a skew larger than the packet spacing makes
+    /// one line's later packet arrive before the other's earlier one).
+    pub expected_channel_lost: u64,
+    /// Sum of the lines' `expected_duplicate_packets`.
+    pub expected_duplicate_packets: u64,
+    pub bad_seq: Option<BadSeqTruth>,
+    pub datagrams: u64,
+}
+
+const FX: [(&str, i64, i64); 10] = [
+    // name, initial price (x 10^9), tick (x 10^9)
+    ("EURUSD", 1_085_000_000, 10_000),
+    ("GBPUSD", 1_270_000_000, 10_000),
+    ("USDJPY", 150_000_000_000, 1_000_000),
+    ("USDCHF", 880_000_000, 10_000),
+    ("AUDUSD", 660_000_000, 10_000),
+    ("USDCAD", 1_360_000_000, 10_000),
+    ("NZDUSD", 610_000_000, 10_000),
+    ("EURGBP", 855_000_000, 10_000),
+    ("EURJPY", 162_000_000_000, 1_000_000),
+    ("GBPJPY", 190_000_000_000, 1_000_000),
+];
+
+/// The `i`-th symbol's name: the FX majors first, then S00001, S00002, ...
+pub fn symbol_name(i: usize) -> String {
+    match FX.get(i) {
+        Some((n, _, _)) => n.to_string(),
+        None => format!("S{:05}", i - FX.len() + 1),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct SymState {
+    symbol: Symbol,
+    /// Per-symbol sequence of the last Quote sent (0: none this session).
+    seq: u64,
+    tick: i64,
+    /// Bid in ticks; ask is `bid + spread`.
+    bid: i64,
+    spread: i64,
+    bid_qty: u64,
+    ask_qty: u64,
+}
+
+/// A provider packet waiting on a line.
+#[derive(Debug, Default)]
+struct Pending {
+    line: usize,
+    session: u32,
+    sequence: u64,
+    count: u16,
+    buf: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    slot_t: i64,
+    pending: usize,
+    dup: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    None,
+    /// Next symbol index of a heartbeat round.
+    Heartbeats(usize),
+    /// Next symbol index of a snapshot round, and whether it carries RESET.
+    Snapshots(usize, bool),
+}
+
+/// The seeded provider and its lines. Call [`Simulator::next_into`] until
+/// it returns `None`; then [`Simulator::truth`] is complete.
+pub struct Simulator {
+    cfg: SimConfig,
+    market: SplitMix64,
+    faults: SplitMix64,
+    syms: Vec<SymState>,
+    builder: PacketBuilder,
+    // provider clock and schedule
+    end_t: i64,
+    last_t: i64,
+    next_data_t: i64,
+    next_hb_t: i64,
+    next_snap_t: i64,
+    round: Round,
+    round_t: i64,
+    session_change_t: Option<i64>,
+    bad_seq_t: Option<i64>,
+    session_idx: u32,
+    session: SessionId,
+    next_chan_seq: u64,
+    provider_done: bool,
+    data_interval: i64,
+    // lines
+    pool: Vec<Pending>,
+    free: Vec<usize>,
+    heap: BinaryHeap<Reverse<(i64, u64, usize)>>,
+    order: u64,
+    held: Vec<Option<Held>>,
+    min_delay: i64,
+    // a receiver model for the expected counts (C1-C3, C5)
+    rx_session: Option<u32>,
+    rx_next: u64,
+    rx_ended: bool,
+    bad_seq_packet: Option<(u32, u64)>,
+    truth: SimTruth,
+}
+
+impl Simulator {
+    pub fn new(cfg: SimConfig) -> anyhow::Result<Simulator> {
+        cfg.validate()?;
+        let mut market = SplitMix64::new(cfg.seed);
+        let faults = SplitMix64::new(cfg.seed ^ 0x5EED_FA17_5EED_FA17);
+        let syms = (0..cfg.symbols)
+            .map(|i| {
+                let (px, tick) = FX
+                    .get(i)
+                    .map_or((100_000_000_000, 10_000_000), |f| (f.1, f.2));
+                SymState {
+                    symbol: Symbol::parse(&symbol_name(i)).expect("valid generated symbol"),
+                    seq: 0,
+                    tick,
+                    bid: px / tick,
+                    spread: 1 + market.below(3) as i64,
+                    bid_qty: lot(&mut market),
+                    ask_qty: lot(&mut market),
+                }
+            })
+            .collect();
+        let start = cfg.start_ns;
+        let data_interval = if cfg.rate == 0 {
+            i64::MAX
+        } else {
+            ((cfg.batch as u128 * 1_000_000_000) / cfg.rate as u128).clamp(1, i64::MAX as u128)
+                as i64
+        };
+        let min_delay = cfg.lines.iter().map(|l| l.delay_ns).min().unwrap_or(0);
+        let truth = SimTruth {
+            seed: cfg.seed,
+            mode: format!("{:?}", cfg.mode).to_lowercase(),
+            symbols: cfg.symbols,
+            start_ns: start,
+            end_ns: start.saturating_add(cfg.duration_ns),
+            lines: cfg
+                .lines
+                .iter()
+                .map(|l| LineTruth {
+                    name: l.name.clone(),
+                    dst: l.dst.to_string(),
+                    ..LineTruth::default()
+                })
+                .collect(),
+            ..SimTruth::default()
+        };
+        let snapshots_at_start = cfg.mode == SimMode::Delta || cfg.snapshot_ms > 0;
+        let mut sim = Simulator {
+            end_t: start.saturating_add(cfg.duration_ns),
+            last_t: start - MIN_SPACING_NS,
+            next_data_t: start,
+            next_hb_t: interval_after(start, cfg.heartbeat_ms),
+            next_snap_t: interval_after(start, cfg.snapshot_ms),
+            round: if snapshots_at_start {
+                Round::Snapshots(0, true)
+            } else {
+                Round::None
+            },
+            round_t: start,
+            session_change_t: cfg.session_change_at_ns.map(|d| start.saturating_add(d)),
+            bad_seq_t: cfg.bad_seq_at_ns.map(|d| start.saturating_add(d)),
+            session_idx: 0,
+            session: SessionId::default(),
+            next_chan_seq: 1,
+            provider_done: false,
+            data_interval,
+            pool: Vec::new(),
+            free: Vec::new(),
+            heap: BinaryHeap::new(),
+            order: 0,
+            held: vec![None; cfg.lines.len()],
+            min_delay,
+            rx_session: None,
+            rx_next: 0,
+            rx_ended: false,
+            bad_seq_packet: None,
+            truth,
+            market,
+            faults,
+            syms,
+            builder: PacketBuilder::new(),
+            cfg,
+        };
+        sim.session = sim.session_id(0);
+        sim.truth.sessions.push(sim.session.to_string());
+        sim.next_data_t = start.saturating_add(sim.jitter());
+        Ok(sim)
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    pub fn lines(&self) -> &[SimLine] {
+        &self.cfg.lines
+    }
+
+    /// What was injected and what a receiver must report; complete after
+    /// `next_into` returned `None`.
+    pub fn truth(&self) -> &SimTruth {
+        &self.truth
+    }
+
+    /// The next datagram in time order: its bytes replace `out`'s content.
+    pub fn next_into(&mut self, out: &mut Vec<u8>) -> Option<SimEvent> {
+        loop {
+            let horizon = self.horizon();
+            if let Some(&Reverse((t, _, idx))) = self.heap.peek() {
+                if t <= horizon {
+                    self.heap.pop();
+                    return Some(self.emit(t, idx, out));
+                }
+            }
+            if self.provider_done {
+                // release held packets at their own slots, then drain
+                let mut any = false;
+                for line in 0..self.held.len() {
+                    if let Some(h) = self.held[line].take() {
+                        self.schedule(h.slot_t, h.pending, h.dup);
+                        any = true;
+                    }
+                }
+                if !any && self.heap.is_empty() {
+                    return None;
+                }
+                continue;
+            }
+            self.provider_step();
+        }
+    }
+
+    /// Nothing the provider or a held packet can still produce is earlier
+    /// than this.
+    fn horizon(&self) -> i64 {
+        if self.provider_done && self.held.iter().all(Option::is_none) {
+            return i64::MAX;
+        }
+        let mut h = if self.provider_done {
+            i64::MAX
+        } else {
+            self.last_t.saturating_add(MIN_SPACING_NS + self.min_delay)
+        };
+        for held in self.held.iter().flatten() {
+            h = h.min(held.slot_t);
+        }
+        h - 1
+    }
+
+    fn emit(&mut self, t: i64, idx: usize, out: &mut Vec<u8>) -> SimEvent {
+        let (line, session, sequence, count) = {
+            let p = &mut self.pool[idx];
+            std::mem::swap(out, &mut p.buf);
+            (p.line, p.session, p.sequence, p.count)
+        };
+        self.free.push(idx);
+        self.truth.datagrams += 1;
+        self.truth.lines[line].packets += 1;
+        if self.bad_seq_packet == Some((session, sequence)) {
+            if let Some(b) = self.truth.bad_seq.as_mut() {
+                b.delivered = true;
+            }
+        }
+        self.receiver_model(line, session, sequence, count);
+        let l = &self.cfg.lines[line];
+        SimEvent {
+            t_ns: t,
+            line,
+            src: l.src,
+            dst: l.dst,
+        }
+    }
+
+    /// C1-C3 and C5 over the arriving datagrams: the expected counts.
+    fn receiver_model(&mut self, line: usize, session: u32, sequence: u64, count: u16) {
+        match self.rx_session {
+            Some(s) if session < s => return, // a replaced session's lagging copy
+            Some(s) if session == s => {}
+            _ => {
+                self.rx_session = Some(session);
+                self.rx_next = sequence;
+                self.rx_ended = false;
+            }
+        }
+        if self.rx_ended {
+            return;
+        }
+        match count {
+            COUNT_END_OF_SESSION => self.rx_ended = true,
+            0 => {
+                if sequence > self.rx_next {
+                    self.truth.expected_channel_lost += sequence - self.rx_next;
+                    self.rx_next = sequence;
+                }
+            }
+            n => {
+                let end = sequence + n as u64;
+                if end <= self.rx_next {
+                    self.truth.lines[line].expected_duplicate_packets += 1;
+                    self.truth.expected_duplicate_packets += 1;
+                } else {
+                    if sequence > self.rx_next {
+                        self.truth.expected_channel_lost += sequence - self.rx_next;
+                    }
+                    self.rx_next = end;
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, t: i64, pending: usize, dup: bool) {
+        self.heap.push(Reverse((t, self.order, pending)));
+        self.order += 1;
+        if dup {
+            let copy = self.alloc();
+            let (src, dst) = if copy < pending {
+                let (a, b) = self.pool.split_at_mut(pending);
+                (&b[0], &mut a[copy])
+            } else {
+                let (a, b) = self.pool.split_at_mut(copy);
+                (&a[pending], &mut b[0])
+            };
+            dst.line = src.line;
+            dst.session = src.session;
+            dst.sequence = src.sequence;
+            dst.count = src.count;
+            dst.buf.clear();
+            dst.buf.extend_from_slice(&src.buf);
+            self.heap.push(Reverse((t + 1, self.order, copy)));
+            self.order += 1;
+        }
+    }
+
+    fn alloc(&mut self) -> usize {
+        match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.pool.push(Pending {
+                    buf: Vec::with_capacity(MAX_DATAGRAM),
+                    ..Pending::default()
+                });
+                self.pool.len() - 1
+            }
+        }
+    }
+
+    /// Produces one provider packet (or none, at the end) and hands it to the lines.
+    fn provider_step(&mut self) {
+        loop {
+            // earliest event; ties: restart, end, rounds, bad seq, data, channel heartbeat
+            let round_due = (self.round != Round::None).then_some(self.round_t);
+            let chb = (self.cfg.channel_heartbeat_ms > 0).then(|| {
+                self.last_t
+                    .saturating_add(self.cfg.channel_heartbeat_ms as i64 * 1_000_000)
+            });
+            let t_restart = self.session_change_t.unwrap_or(i64::MAX);
+            let t_round = round_due.unwrap_or(i64::MAX);
+            let t_hb = if self.cfg.heartbeat_ms > 0 {
+                self.next_hb_t
+            } else {
+                i64::MAX
+            };
+            let t_snap = if self.cfg.snapshot_ms > 0 {
+                self.next_snap_t
+            } else {
+                i64::MAX
+            };
+            let t_bad = self.bad_seq_t.unwrap_or(i64::MAX);
+            let t_data = self.next_data_t;
+            let t_chb = chb.unwrap_or(i64::MAX);
+            let earliest = t_restart
+                .min(t_round)
+                .min(t_hb)
+                .min(t_snap)
+                .min(t_bad)
+                .min(t_data)
+                .min(t_chb);
+            if earliest > self.end_t || earliest == i64::MAX {
+                if self.cfg.end_session {
+                    let t = self.send_time(self.end_t);
+                    let eos = PacketBuilder::end_of_session(self.session, self.next_chan_seq);
+                    self.truth.end_of_session_packets += 1;
+                    self.distribute(t, &eos, COUNT_END_OF_SESSION, self.next_chan_seq);
+                }
+                self.provider_done = true;
+                return;
+            }
+            if t_restart == earliest {
+                self.session_change_t = None;
+                self.restart(earliest);
+                continue;
+            }
+            if t_round == earliest {
+                self.round_packet();
+                return;
+            }
+            if t_hb == earliest {
+                self.next_hb_t = earliest + self.cfg.heartbeat_ms as i64 * 1_000_000;
+                if self.round == Round::None {
+                    self.round = Round::Heartbeats(0);
+                    self.round_t = earliest;
+                }
+                continue;
+            }
+            if t_snap == earliest {
+                self.next_snap_t = earliest + self.cfg.snapshot_ms as i64 * 1_000_000;
+                if self.round == Round::None {
+                    self.round = Round::Snapshots(0, false);
+                    self.round_t = earliest;
+                }
+                continue;
+            }
+            if t_bad == earliest {
+                self.bad_seq_t = None;
+                self.bad_seq_packet_at(earliest);
+                return;
+            }
+            if t_data == earliest {
+                self.next_data_t = earliest.saturating_add(self.jitter());
+                self.data_packet(earliest);
+                return;
+            }
+            // channel heartbeat: the next sequence number
+            let t = self.send_time(earliest);
+            let hb = PacketBuilder::channel_heartbeat(self.session, self.next_chan_seq);
+            self.truth.channel_heartbeats += 1;
+            self.distribute(t, &hb, 0, self.next_chan_seq);
+            return;
+        }
+    }
+
+    fn restart(&mut self, t: i64) {
+        self.session_idx += 1;
+        self.session = self.session_id(self.session_idx);
+        self.truth.sessions.push(self.session.to_string());
+        self.truth.session_change_ns = Some(t);
+        self.next_chan_seq = 1;
+        for s in &mut self.syms {
+            s.seq = 0;
+        }
+        if self.cfg.mode == SimMode::Delta || self.cfg.snapshot_ms > 0 {
+            self.round = Round::Snapshots(0, true);
+            self.round_t = t;
+        } else {
+            self.round = Round::None;
+        }
+    }
+
+    fn session_id(&self, idx: u32) -> SessionId {
+        let date = time::OffsetDateTime::from_unix_timestamp(self.cfg.start_ns / 1_000_000_000)
+            .map(|d| {
+                format!(
+                    "{:02}{:02}{:02}",
+                    d.year().rem_euclid(100),
+                    d.month() as u8,
+                    d.day()
+                )
+            })
+            .unwrap_or_else(|_| "000000".into());
+        SessionId::parse(&format!("{date}S{:03}", idx % 1000)).expect("10-byte session id")
+    }
+
+    fn send_time(&mut self, t: i64) -> i64 {
+        let t = t.max(self.last_t + MIN_SPACING_NS);
+        self.last_t = t;
+        t
+    }
+
+    fn jitter(&mut self) -> i64 {
+        if self.data_interval == i64::MAX {
+            return i64::MAX;
+        }
+        // uniform in [interval/2, 3*interval/2): the mean is the configured rate
+        let i = self.data_interval;
+        i / 2 + self.market.below(i.max(1) as u64) as i64
+    }
+
+    fn data_packet(&mut self, t: i64) {
+        let t = self.send_time(t);
+        self.builder.start(self.session, self.next_chan_seq);
+        for _ in 0..self.cfg.batch {
+            let i = self.market.below(self.syms.len() as u64) as usize;
+            let q = self.next_quote(i, t);
+            self.builder.quote(&q);
+            self.truth.quotes += 1;
+        }
+        self.finish_data_packet(t);
+    }
+
+    fn bad_seq_packet_at(&mut self, t: i64) {
+        let t = self.send_time(t);
+        let i = self.market.below(self.syms.len() as u64) as usize;
+        let mut q = self.next_quote(i, t);
+        // the provider's own sequence is not advanced: the corrupt number is a one-off
+        self.syms[i].seq -= 1;
+        q.seq = self.syms[i].seq + 1 + BAD_SEQ_JUMP;
+        self.truth.bad_seq = Some(BadSeqTruth {
+            t_ns: t,
+            symbol: q.symbol.to_string(),
+            seq: q.seq,
+            delivered: false,
+        });
+        self.bad_seq_packet = Some((self.session_idx, self.next_chan_seq));
+        self.builder
+            .start(self.session, self.next_chan_seq)
+            .quote(&q);
+        self.truth.quotes += 1;
+        self.finish_data_packet(t);
+    }
+
+    fn round_packet(&mut self) {
+        let t = self.send_time(self.round_t);
+        self.round_t = t;
+        self.builder.start(self.session, self.next_chan_seq);
+        let n = self.syms.len();
+        match self.round {
+            Round::Heartbeats(mut i) => {
+                let end = (i + MAX_HEARTBEATS_PER_PACKET).min(n);
+                while i < end {
+                    let s = &self.syms[i];
+                    let hb = Heartbeat {
+                        flags: 0,
+                        symbol: s.symbol,
+                        next_seq: s.seq + 1,
+                        source_ts: self.source_ts(t),
+                    };
+                    self.builder.heartbeat(&hb);
+                    self.truth.heartbeats += 1;
+                    i += 1;
+                }
+                self.round = if i < n {
+                    Round::Heartbeats(i)
+                } else {
+                    Round::None
+                };
+            }
+            Round::Snapshots(mut i, reset) => {
+                let end = (i + MAX_BATCH).min(n);
+                while i < end {
+                    let mut q = self.current_quote(i, t);
+                    q.seq = self.syms[i].seq;
+                    if reset {
+                        q.flags |= FLAG_RESET;
+                    }
+                    self.builder.snapshot(&q);
+                    self.truth.snapshots += 1;
+                    i += 1;
+                }
+                self.round = if i < n {
+                    Round::Snapshots(i, reset)
+                } else {
+                    Round::None
+                };
+            }
+            Round::None => unreachable!("round_packet without a round"),
+        }
+        self.finish_data_packet(t);
+    }
+
+    fn finish_data_packet(&mut self, t: i64) {
+        let count = self.builder.count();
+        let sequence = self.next_chan_seq;
+        self.next_chan_seq += count as u64;
+        self.truth.data_packets += 1;
+        self.truth.messages += count as u64;
+        let bytes = std::mem::take(&mut self.builder);
+        self.distribute(t, bytes.bytes(), count, sequence);
+        self.builder = bytes;
+    }
+
+    fn source_ts(&mut self, t: i64) -> u64 {
+        // created up to 20 us before it is sent
+        (t - self.market.below(20_000) as i64).max(0) as u64
+    }
+
+    /// Moves symbol `i` and returns its next Quote (full: both sides;
+    /// delta: the sides that changed).
+    fn next_quote(&mut self, i: usize, t: i64) -> Quote {
+        let m = &mut self.market;
+        let r = m.below(8);
+        let s = &mut self.syms[i];
+        match r {
+            0 => s.bid -= 1,
+            1 => s.bid += 1,
+            _ => {}
+        }
+        s.bid = s.bid.max(10);
+        let which = if self.cfg.mode == SimMode::Delta {
+            1 + m.below(3) as u8 // bid, ask or both
+        } else {
+            FLAG_BID | FLAG_ASK
+        };
+        if which & FLAG_BID != 0 {
+            s.bid_qty = lot(m);
+        }
+        if which & FLAG_ASK != 0 {
+            s.ask_qty = lot(m);
+        }
+        s.seq += 1;
+        let mut q = self.current_quote(i, t);
+        q.flags = which;
+        q
+    }
+
+    fn current_quote(&mut self, i: usize, t: i64) -> Quote {
+        let source_ts = self.source_ts(t);
+        let s = &self.syms[i];
+        Quote::new(
+            s.symbol,
+            s.seq,
+            source_ts,
+            Some(Side {
+                px: s.bid * s.tick,
+                qty: s.bid_qty,
+            }),
+            Some(Side {
+                px: (s.bid + s.spread) * s.tick,
+                qty: s.ask_qty,
+            }),
+        )
+    }
+
+    /// Line fates of one provider packet: loss, duplicate, reorder.
+    fn distribute(&mut self, t: i64, bytes: &[u8], count: u16, sequence: u64) {
+        self.truth.provider_packets += 1;
+        let mut delivered = false;
+        for line in 0..self.cfg.lines.len() {
+            // always draw all three so one fault's pattern does not depend on the others' settings
+            let lost = self.faults.chance(self.cfg.lines[line].loss);
+            let dup = self.faults.chance(self.cfg.dup);
+            let reorder = self.faults.chance(self.cfg.reorder);
+            if lost {
+                self.truth.lines[line].dropped += 1;
+                continue;
+            }
+            delivered = true;
+            let slot_t = t + self.cfg.lines[line].delay_ns;
+            let idx = self.alloc();
+            {
+                let p = &mut self.pool[idx];
+                p.line = line;
+                p.session = self.session_idx;
+                p.sequence = sequence;
+                p.count = count;
+                p.buf.clear();
+                p.buf.extend_from_slice(bytes);
+            }
+            if dup {
+                self.truth.lines[line].duplicates += 1;
+            }
+            match self.held[line].take() {
+                Some(h) => {
+                    // this packet takes the held one's slot, and the held one this slot
+                    self.truth.lines[line].reordered += 1;
+                    self.schedule(h.slot_t, idx, dup);
+                    self.schedule(slot_t, h.pending, h.dup);
+                }
+                None if reorder => {
+                    self.held[line] = Some(Held {
+                        slot_t,
+                        pending: idx,
+                        dup,
+                    })
+                }
+                None => self.schedule(slot_t, idx, dup),
+            }
+        }
+        if !delivered {
+            self.truth.packets_lost_all_lines += 1;
+            if count != COUNT_END_OF_SESSION {
+                self.truth.messages_lost_all_lines += count as u64;
+            }
+        }
+    }
+}
+
+fn lot(m: &mut SplitMix64) -> u64 {
+    (1 + m.below(10)) * 100_000
+}
+
+fn interval_after(start: i64, ms: u64) -> i64 {
+    if ms == 0 {
+        i64::MAX
+    } else {
+        start.saturating_add(ms as i64 * 1_000_000)
+    }
+}
+
+fn ser_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+// ---------------------------------------------------------------- CLI
 
 #[derive(Debug, clap::Args)]
-pub struct SimulateArgs {}
+pub struct SimulateArgs {
+    /// The capture to write (nanosecond pcap).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Write what was injected (JSON) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub truth: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Number of symbols: EURUSD, GBPUSD, USDJPY, ... then S00001, S00002, ...
+    #[arg(long, default_value_t = 10)]
+    pub symbols: usize,
+    /// Quotes per second.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
+    /// Seconds of stream.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Start time, Unix ns (default 2026-11-30T09:00:00Z).
+    #[arg(long, default_value_t = DEFAULT_START_NS)]
+    pub start: i64,
+    #[arg(long, value_enum, default_value_t = SimMode::Full)]
+    pub mode: SimMode,
+    /// Per-symbol heartbeat every so many ms (0: none).
+    #[arg(long, default_value_t = 250)]
+    pub heartbeat_ms: u64,
+    /// Snapshot round every so many ms (0: only at session start on a delta feed).
+    #[arg(long, default_value_t = 0)]
+    pub snapshot_ms: u64,
+    /// Channel heartbeat after so many ms without a packet (0: none).
+    #[arg(long, default_value_t = 1000)]
+    pub channel_heartbeat_ms: u64,
+    /// Quotes per packet.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Lines to send on: A, B or A,B.
+    #[arg(long, value_delimiter = ',', default_value = "A,B")]
+    pub lines: Vec<String>,
+    /// Destination of line A.
+    #[arg(long, default_value = "239.255.0.1:30001")]
+    pub group_a: SocketAddrV4,
+    /// Destination of line B.
+    #[arg(long, default_value = "239.255.0.2:30001")]
+    pub group_b: SocketAddrV4,
+    /// Source address of both lines.
+    #[arg(long, default_value = "127.0.0.1:40000")]
+    pub source: SocketAddrV4,
+    /// Line B is this many microseconds behind line A.
+    #[arg(long, default_value_t = 10)]
+    pub skew_us: i64,
+    /// Probability that a packet is lost on line A.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss_a: f64,
+    /// Probability that a packet is lost on line B.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss_b: f64,
+    /// Probability that a packet is duplicated on its line.
+    #[arg(long, default_value_t = 0.0)]
+    pub dup: f64,
+    /// Probability that a packet is swapped with its line's next packet.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Provider restart (new session, sequences from 1) this many seconds in.
+    #[arg(long, value_name = "SECONDS")]
+    pub session_change_at: Option<f64>,
+    /// One Quote with an unbelievable per-symbol sequence this many seconds in.
+    #[arg(long, value_name = "SECONDS")]
+    pub bad_seq_at: Option<f64>,
+    /// End-of-session packet at the end.
+    #[arg(long)]
+    pub end_session: bool,
+}
 
-pub fn main(_args: SimulateArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("simulate is not implemented yet")
+impl SimulateArgs {
+    /// The generator's configuration from the command line.
+    pub fn to_config(&self) -> anyhow::Result<SimConfig> {
+        let mut lines = Vec::new();
+        for name in &self.lines {
+            let (dst, loss, delay) = match name.trim() {
+                "A" | "a" => (self.group_a, self.loss_a, 0),
+                "B" | "b" => (self.group_b, self.loss_b, self.skew_us * 1000),
+                other => bail!("unknown line {other:?}: lines are A and B"),
+            };
+            if lines.iter().any(|l: &SimLine| l.dst == dst) {
+                bail!("two lines send to {dst}");
+            }
+            lines.push(SimLine {
+                name: name.trim().to_uppercase(),
+                src: self.source,
+                dst,
+                delay_ns: delay,
+                loss,
+            });
+        }
+        if self.skew_us < 0 {
+            bail!("--skew-us must not be negative");
+        }
+        let mut cfg = SimConfig::new(self.seed);
+        cfg.symbols = self.symbols;
+        cfg.rate = self.rate;
+        cfg.start_ns = self.start;
+        cfg.duration_ns = seconds_to_ns(self.duration, "--duration")?;
+        cfg.mode = self.mode;
+        cfg.heartbeat_ms = self.heartbeat_ms;
+        cfg.snapshot_ms = self.snapshot_ms;
+        cfg.channel_heartbeat_ms = self.channel_heartbeat_ms;
+        cfg.batch = self.batch;
+        cfg.lines = lines;
+        cfg.dup = self.dup;
+        cfg.reorder = self.reorder;
+        cfg.session_change_at_ns = self
+            .session_change_at
+            .map(|s| seconds_to_ns(s, "--session-change-at"))
+            .transpose()?;
+        cfg.bad_seq_at_ns = self
+            .bad_seq_at
+            .map(|s| seconds_to_ns(s, "--bad-seq-at"))
+            .transpose()?;
+        cfg.end_session = self.end_session;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn seconds_to_ns(s: f64, what: &str) -> anyhow::Result<i64> {
+    if !(0.0..=1e9).contains(&s) {
+        bail!("{what} must be a number of seconds between 0 and 1e9 (got {s})");
+    }
+    Ok((s * 1e9).round() as i64)
+}
+
+pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
+    let cfg = args.to_config()?;
+    let Some(out_path) = args.out.as_ref() else {
+        bail!("--out FILE is required");
+    };
+    let mut sim = Simulator::new(cfg)?;
+    let mut w =
+        PcapWriter::create(out_path).with_context(|| format!("creating {}", out_path.display()))?;
+    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
+    while let Some(ev) = sim.next_into(&mut buf) {
+        w.write_udp(ev.t_ns, ev.src, ev.dst, &buf)
+            .with_context(|| format!("writing {}", out_path.display()))?;
+    }
+    w.into_inner()
+        .with_context(|| format!("writing {}", out_path.display()))?;
+    let truth = sim.truth();
+    eprint!("{}", summary(truth));
+    if let Some(p) = &args.truth {
+        let json = serde_json::to_string_pretty(truth)?;
+        std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(0)
+}
+
+/// The human summary printed on stderr.
+pub fn summary(t: &SimTruth) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "simulated {} symbols ({}), seed {}, sessions {}: {} provider packets ({} data, {} channel heartbeats, {} end of session), {} messages ({} quotes, {} heartbeats, {} snapshots), {} datagrams written",
+        t.symbols,
+        t.mode,
+        t.seed,
+        t.sessions.join(","),
+        t.provider_packets,
+        t.data_packets,
+        t.channel_heartbeats,
+        t.end_of_session_packets,
+        t.messages,
+        t.quotes,
+        t.heartbeats,
+        t.snapshots,
+        t.datagrams
+    );
+    for l in &t.lines {
+        let _ = writeln!(
+            s,
+            "  line {} {}: {} packets, {} dropped, {} duplicated, {} reordered pairs",
+            l.name, l.dst, l.packets, l.dropped, l.duplicates, l.reordered
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  lost on every line: {} packets, {} messages; expected channel_lost {}, duplicate packets {}",
+        t.packets_lost_all_lines,
+        t.messages_lost_all_lines,
+        t.expected_channel_lost,
+        t.expected_duplicate_packets
+    );
+    if let Some(ns) = t.session_change_ns {
+        let _ = writeln!(s, "  session change at {ns}");
+    }
+    if let Some(b) = &t.bad_seq {
+        let _ = writeln!(
+            s,
+            "  bad sequence {} for {} at {} ({})",
+            b.seq,
+            b.symbol,
+            b.t_ns,
+            if b.delivered {
+                "delivered"
+            } else {
+                "lost on every line"
+            }
+        );
+    }
+    s
 }
