@@ -239,6 +239,15 @@ impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
     }
 }
 
+/// The core's feed is a handler as it is: the feed thread owns it.
+impl<P: super::Publish> DatagramHandler for super::Feed<P> {
+    #[inline]
+    fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
+        // The outcome is counted inside the Feed.
+        super::Feed::on_datagram(self, line, datagram, arrival_ns);
+    }
+}
+
 /// CLOCK_REALTIME in Unix nanoseconds.
 pub fn realtime_ns() -> i64 {
     let mut ts = libc::timespec {
