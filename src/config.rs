@@ -1,11 +1,1354 @@
 //! The TOML config file (`config/tickgate.toml` is the commented example).
-//! Parsing and validation only: no sockets are opened here.
+//!
+//! Parsing and validation only: no sockets are opened and no names are
+//! resolved here, so a bad file is refused before anything starts. Every
+//! error names the key path it is about (`feed[0].line[1].group: 10.0.0.1
+//! is not a multicast address`), which is why the file is walked by hand
+//! over a `toml::Table` rather than deserialized by serde: serde's errors
+//! carry a line number but not the key, and lose the array index.
 
-use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+use toml::{Table, Value};
+
+use crate::fills::config::FillsConfig;
+use crate::wire::Symbol;
+
+/// Defaults of `semantics.md`.
+pub const DEFAULT_STALE_MS: u64 = 500;
+pub const DEFAULT_SOURCE_MAX_AGE_MS: u64 = 2000;
+pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1_000_000;
+/// Default bound on the symbols one feed tracks (the table is preallocated).
+pub const DEFAULT_MAX_SYMBOLS: usize = 4096;
+/// gate.md: default socket path and mode.
+pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
+pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9477";
+
+/// Largest threshold accepted: a day. Anything larger is a typo (seconds
+/// vs milliseconds), not a policy.
+const MAX_THRESHOLD_MS: u64 = 86_400_000;
+/// Hard upper bound on `max_symbols`, to catch typos that would preallocate gigabytes.
+const MAX_MAX_SYMBOLS: u64 = 1 << 20;
+/// `sun_path` holds 108 bytes including the terminating NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// The whole validated config.
+#[derive(Debug, Clone)]
 pub struct Config {
-    /// The reliable lane; absent means switched off.
-    pub fills: Option<crate::fills::config::FillsConfig>,
+    pub feeds: Vec<FeedConfig>,
+    pub gate: GateConfig,
+    pub metrics: MetricsConfig,
+    pub log: LogConfig,
+    /// The reliable lane: `Some` when a `[fills]` section is present and
+    /// its `enabled` switch (default true) is on.
+    pub fills: Option<FillsConfig>,
+    /// The `[fills]` section as written, to tell whether a reload changed it.
+    pub fills_section: Option<Table>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedMode {
+    Full,
+    Delta,
+}
+
+/// C4: whether the channel's liveness counts for verified symbols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Symbol,
+    Channel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockOffset {
+    /// Estimated from `arrival - source_ts` samples (semantics.md).
+    Auto,
+    /// Zero.
+    Off,
+    /// Fixed by the operator, in milliseconds (may be negative).
+    FixedMs(i64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedConfig {
+    pub name: String,
+    pub mode: FeedMode,
+    pub liveness: Liveness,
+    pub stale_ms: u64,
+    pub source_max_age_ms: u64,
+    pub max_seq_jump: u64,
+    pub clock_offset: ClockOffset,
+    pub max_symbols: usize,
+    pub lines: Vec<LineConfig>,
+    /// Per-symbol threshold overrides (and symbols that exist from the
+    /// start because the config names them), sorted by symbol.
+    pub symbols: Vec<SymbolConfig>,
+}
+
+impl FeedConfig {
+    /// A feed with the defaults of `semantics.md` and no lines.
+    pub fn new(name: &str, mode: FeedMode) -> FeedConfig {
+        FeedConfig {
+            name: name.to_string(),
+            mode,
+            liveness: Liveness::Symbol,
+            stale_ms: DEFAULT_STALE_MS,
+            source_max_age_ms: DEFAULT_SOURCE_MAX_AGE_MS,
+            max_seq_jump: DEFAULT_MAX_SEQ_JUMP,
+            clock_offset: ClockOffset::Auto,
+            max_symbols: DEFAULT_MAX_SYMBOLS,
+            lines: Vec::new(),
+            symbols: Vec::new(),
+        }
+    }
+
+    /// The thresholds in force for `symbol` (override, else the feed's).
+    pub fn thresholds_for(&self, symbol: Symbol) -> Thresholds {
+        let base = Thresholds {
+            stale_ms: self.stale_ms,
+            source_max_age_ms: self.source_max_age_ms,
+        };
+        match self.symbols.iter().find(|s| s.symbol == symbol) {
+            Some(s) => Thresholds {
+                stale_ms: s.stale_ms.unwrap_or(base.stale_ms),
+                source_max_age_ms: s.source_max_age_ms.unwrap_or(base.source_max_age_ms),
+            },
+            None => base,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    pub stale_ms: u64,
+    pub source_max_age_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineConfig {
+    pub name: String,
+    /// An IPv4 multicast group (224.0.0.0/4).
+    pub group: Ipv4Addr,
+    pub port: u16,
+    /// Where to join; `None` lets the kernel choose by route.
+    pub interface: Option<InterfaceSpec>,
+    /// Source-specific multicast: only this sender is accepted.
+    pub source: Option<Ipv4Addr>,
+    /// SO_RCVBUF in bytes (the kernel doubles it and caps it at rmem_max).
+    pub rcvbuf: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterfaceSpec {
+    /// An interface name (`eth0`), resolved when the daemon starts.
+    Name(String),
+    /// The address of a local interface.
+    Addr(Ipv4Addr),
+}
+
+impl fmt::Display for InterfaceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InterfaceSpec::Name(n) => f.write_str(n),
+            InterfaceSpec::Addr(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolConfig {
+    pub symbol: Symbol,
+    pub stale_ms: Option<u64>,
+    pub source_max_age_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerMode {
+    /// A thread per connection, blocking in read: no CPU burnt while idle.
+    Blocking,
+    /// One thread in a blocking epoll_wait for every connection.
+    Epoll,
+    /// A thread spins on non-blocking sockets: lowest latency, one core.
+    BusyPoll,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateConfig {
+    pub socket: PathBuf,
+    /// File mode of the socket (who may ask).
+    pub socket_mode: u32,
+    pub server_mode: ServerMode,
+    /// Pin the server thread to this CPU.
+    pub cpu: Option<usize>,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            socket_mode: DEFAULT_SOCKET_MODE,
+            server_mode: ServerMode::Blocking,
+            cpu: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsConfig {
+    /// `None` when `[metrics] enabled = false`.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: Some(DEFAULT_METRICS_LISTEN.parse().expect("valid default")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// An `EnvFilter` directive (`info`, `tickgate=debug,warn`); `RUST_LOG`
+    /// overrides it when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Human,
+            level: "info".to_string(),
+        }
+    }
+}
+
+/// A config that cannot be used. `Display` is the one line shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {message}")]
+    Read { path: String, message: String },
+    #[error("{message}")]
+    Syntax { message: String },
+    /// `key` is the key path (`feed[0].line[1].group`).
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// The key path this error is about, when it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates config text.
+    pub fn parse(text: &str) -> Result<Config> {
+        let table: Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            // toml's message spans several lines (a snippet with a caret);
+            // keep it, it names the line and column.
+            message: format!("TOML syntax: {}", e.to_string().trim_end()),
+        })?;
+        let mut root = Section::root(&table);
+        let feeds = root
+            .array_of_tables("feed")?
+            .into_iter()
+            .map(parse_feed)
+            .collect::<Result<Vec<_>>>()?;
+        let gate = match root.table("gate")? {
+            Some(s) => parse_gate(s)?,
+            None => GateConfig::default(),
+        };
+        let metrics = match root.table("metrics")? {
+            Some(s) => parse_metrics(s)?,
+            None => MetricsConfig::default(),
+        };
+        let log = match root.table("log")? {
+            Some(s) => parse_log(s)?,
+            None => LogConfig::default(),
+        };
+        let fills_section = root.table("fills")?.map(|s| s.table.clone());
+        let fills = match root.table("fills")? {
+            Some(s) => parse_fills(s)?,
+            None => None,
+        };
+        root.finish()?;
+        let config = Config {
+            feeds,
+            gate,
+            metrics,
+            log,
+            fills,
+            fills_section,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rules that span several sections. Also run on configs built in code
+    /// (the demo), so they hold for every config the daemon starts with.
+    pub fn validate(&self) -> Result<()> {
+        if self.feeds.is_empty() {
+            return Err(ConfigError::invalid(
+                "feed",
+                "no feed configured (add at least one [[feed]] table)",
+            ));
+        }
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut endpoints: HashMap<(Ipv4Addr, u16, String), String> = HashMap::new();
+        let mut symbols: HashMap<Symbol, &str> = HashMap::new();
+        for (i, feed) in self.feeds.iter().enumerate() {
+            let fkey = format!("feed[{i}]");
+            if let Some(j) = names.insert(&feed.name, i) {
+                return Err(ConfigError::invalid(
+                    format!("{fkey}.name"),
+                    format!("\"{}\" is already the name of feed[{j}]", feed.name),
+                ));
+            }
+            if feed.lines.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("{fkey}.line"),
+                    "a feed needs at least one [[feed.line]]",
+                ));
+            }
+            let mut line_names = HashSet::new();
+            for (k, line) in feed.lines.iter().enumerate() {
+                let lkey = format!("{fkey}.line[{k}]");
+                if !line_names.insert(line.name.as_str()) {
+                    return Err(ConfigError::invalid(
+                        format!("{lkey}.name"),
+                        format!("\"{}\" is already a line of this feed", line.name),
+                    ));
+                }
+                // Two lines on one group, port and interface would receive
+                // each other's packets: every packet would arrive twice.
+                let iface = line
+                    .interface
+                    .as_ref()
+                    .map(|i| i.to_string())
+                    .unwrap_or_default();
+                let ep = (line.group, line.port, iface);
+                let here = format!("{fkey}.line[{k}]");
+                if let Some(other) = endpoints.insert(ep, here) {
+                    return Err(ConfigError::invalid(
+                        lkey,
+                        format!(
+                            "{}:{} on this interface is already used by {other}",
+                            line.group, line.port
+                        ),
+                    ));
+                }
+            }
+            if feed.symbols.len() > feed.max_symbols {
+                return Err(ConfigError::invalid(
+                    format!("{fkey}.max_symbols"),
+                    format!(
+                        "{} is fewer than the {} symbols configured in feed.symbols",
+                        feed.max_symbols,
+                        feed.symbols.len()
+                    ),
+                ));
+            }
+            for s in &feed.symbols {
+                // The gate looks a symbol up across feeds: it must have one home.
+                if let Some(other) = symbols.insert(s.symbol, &feed.name) {
+                    return Err(ConfigError::invalid(
+                        format!("{fkey}.symbols.{}", s.symbol),
+                        format!("also configured in feed \"{other}\""),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What a reload (SIGHUP) may apply without dropping state: thresholds.
+    /// Anything else that changed is listed in `needs_restart` (key paths)
+    /// and is not applied.
+    pub fn reload_plan(&self, new: &Config) -> ReloadPlan {
+        let mut plan = ReloadPlan::default();
+        let old_names: Vec<&str> = self.feeds.iter().map(|f| f.name.as_str()).collect();
+        let new_names: Vec<&str> = new.feeds.iter().map(|f| f.name.as_str()).collect();
+        if old_names != new_names {
+            plan.needs_restart
+                .push("feed (feeds added, removed or renamed)".into());
+        }
+        for (i, (old, newf)) in self.feeds.iter().zip(&new.feeds).enumerate() {
+            if old.name != newf.name {
+                continue;
+            }
+            let k = format!("feed[{i}]");
+            if old.mode != newf.mode {
+                plan.needs_restart.push(format!("{k}.mode"));
+            }
+            if old.liveness != newf.liveness {
+                plan.needs_restart.push(format!("{k}.liveness"));
+            }
+            if old.max_seq_jump != newf.max_seq_jump {
+                plan.needs_restart.push(format!("{k}.max_seq_jump"));
+            }
+            if old.clock_offset != newf.clock_offset {
+                plan.needs_restart.push(format!("{k}.clock_offset"));
+            }
+            if old.max_symbols != newf.max_symbols {
+                plan.needs_restart.push(format!("{k}.max_symbols"));
+            }
+            if old.lines != newf.lines {
+                plan.needs_restart.push(format!("{k}.line"));
+            }
+            let old_syms: HashSet<Symbol> = old.symbols.iter().map(|s| s.symbol).collect();
+            let added: Vec<String> = newf
+                .symbols
+                .iter()
+                .filter(|s| !old_syms.contains(&s.symbol))
+                .map(|s| s.symbol.to_string())
+                .collect();
+            if old.stale_ms != newf.stale_ms
+                || old.source_max_age_ms != newf.source_max_age_ms
+                || old.symbols != newf.symbols
+            {
+                plan.thresholds.push(FeedThresholds::of(i, newf));
+            }
+            if !added.is_empty() {
+                plan.added_symbols.push((i, added));
+            }
+        }
+        if self.gate != new.gate {
+            plan.needs_restart.push("gate".into());
+        }
+        if self.metrics != new.metrics {
+            plan.needs_restart.push("metrics".into());
+        }
+        if self.log != new.log {
+            plan.needs_restart.push("log".into());
+        }
+        if self.fills_section != new.fills_section {
+            plan.needs_restart.push("fills".into());
+        }
+        plan
+    }
+}
+
+/// The thresholds of one feed, as a reload applies them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedThresholds {
+    /// Index into `Config::feeds`.
+    pub feed: usize,
+    pub stale_ms: u64,
+    pub source_max_age_ms: u64,
+    /// Every override in the new config; symbols not listed fall back to
+    /// the feed's thresholds.
+    pub symbols: Vec<SymbolConfig>,
+}
+
+impl FeedThresholds {
+    pub fn of(index: usize, feed: &FeedConfig) -> FeedThresholds {
+        FeedThresholds {
+            feed: index,
+            stale_ms: feed.stale_ms,
+            source_max_age_ms: feed.source_max_age_ms,
+            symbols: feed.symbols.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReloadPlan {
+    pub thresholds: Vec<FeedThresholds>,
+    /// Symbols newly named by the config, per feed index (they exist from now on).
+    pub added_symbols: Vec<(usize, Vec<String>)>,
+    /// Key paths whose change is ignored until a restart.
+    pub needs_restart: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------
+// Sections
+
+fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
+    let name = s.required_str("name")?;
+    if let Err(p) = check_name(name) {
+        return Err(s.err("name", p));
+    }
+    let mode = match s.required_str("mode")? {
+        "full" => FeedMode::Full,
+        "delta" => FeedMode::Delta,
+        other => return Err(s.err("mode", format!("\"{other}\" is not one of: full, delta"))),
+    };
+    let liveness = match s.str("liveness")? {
+        None | Some("symbol") => Liveness::Symbol,
+        Some("channel") => Liveness::Channel,
+        Some(other) => {
+            return Err(s.err(
+                "liveness",
+                format!("\"{other}\" is not one of: symbol, channel"),
+            ))
+        }
+    };
+    let stale_ms = s
+        .uint("stale_ms", 1, MAX_THRESHOLD_MS)?
+        .unwrap_or(DEFAULT_STALE_MS);
+    let source_max_age_ms = s
+        .uint("source_max_age_ms", 1, MAX_THRESHOLD_MS)?
+        .unwrap_or(DEFAULT_SOURCE_MAX_AGE_MS);
+    let max_seq_jump = s
+        .uint("max_seq_jump", 2, u64::MAX >> 1)?
+        .unwrap_or(DEFAULT_MAX_SEQ_JUMP);
+    let clock_offset = match s.get("clock_offset") {
+        None => ClockOffset::Auto,
+        Some(Value::String(v)) if v == "auto" => ClockOffset::Auto,
+        Some(Value::String(v)) if v == "off" => ClockOffset::Off,
+        Some(Value::Integer(ms)) => {
+            let ms = *ms;
+            if ms.unsigned_abs() > MAX_THRESHOLD_MS {
+                return Err(s.err(
+                    "clock_offset",
+                    format!("{ms} ms is more than a day: milliseconds were meant"),
+                ));
+            }
+            ClockOffset::FixedMs(ms)
+        }
+        Some(other) => {
+            return Err(s.err(
+                "clock_offset",
+                format!(
+                    "{} is not \"auto\", \"off\" or a whole number of milliseconds",
+                    show(other)
+                ),
+            ))
+        }
+    };
+    let max_symbols = s
+        .uint("max_symbols", 1, MAX_MAX_SYMBOLS)?
+        .map_or(DEFAULT_MAX_SYMBOLS, |n| n as usize);
+    let lines = s
+        .array_of_tables("line")?
+        .into_iter()
+        .map(parse_line)
+        .collect::<Result<Vec<_>>>()?;
+    let symbols = match s.table("symbols")? {
+        None => Vec::new(),
+        Some(syms) => parse_symbols(syms)?,
+    };
+    s.finish()?;
+    Ok(FeedConfig {
+        name: name.to_string(),
+        mode,
+        liveness,
+        stale_ms,
+        source_max_age_ms,
+        max_seq_jump,
+        clock_offset,
+        max_symbols,
+        lines,
+        symbols,
+    })
+}
+
+fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
+    let name = s.required_str("name")?;
+    if let Err(p) = check_name(name) {
+        return Err(s.err("name", p));
+    }
+    let group_text = s.required_str("group")?;
+    let group = parse_ipv4(group_text).map_err(|p| s.err("group", p))?;
+    if !group.is_multicast() {
+        return Err(s.err(
+            "group",
+            format!("{group} is not a multicast address (224.0.0.0/4)"),
+        ));
+    }
+    let port = s
+        .uint("port", 1, u16::MAX as u64)?
+        .ok_or_else(|| s.err("port", "missing (the UDP port of the group)"))? as u16;
+    let interface = match s.str("interface")? {
+        None => None,
+        Some(text) => Some(parse_interface(text).map_err(|p| s.err("interface", p))?),
+    };
+    let source = match s.str("source")? {
+        None => None,
+        Some(text) => {
+            let a = parse_ipv4(text).map_err(|p| s.err("source", p))?;
+            if a.is_multicast() || a.is_unspecified() || a.is_broadcast() {
+                return Err(s.err("source", format!("{a} is not a unicast sender address")));
+            }
+            Some(a)
+        }
+    };
+    let rcvbuf = s.uint("rcvbuf", 4096, i32::MAX as u64)?.map(|n| n as usize);
+    s.finish()?;
+    Ok(LineConfig {
+        name: name.to_string(),
+        group,
+        port,
+        interface,
+        source,
+        rcvbuf,
+    })
+}
+
+/// The receiver joins IPv4 groups only, so addresses are IPv4; an IPv6
+/// address gets its own message rather than "not an IP address".
+fn parse_ipv4(text: &str) -> std::result::Result<Ipv4Addr, String> {
+    match text.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => Ok(a),
+        Ok(IpAddr::V6(a)) => Err(format!("{a} is IPv6; only IPv4 is supported")),
+        Err(_) => Err(format!("\"{text}\" is not an IPv4 address")),
+    }
+}
+
+fn parse_interface(text: &str) -> std::result::Result<InterfaceSpec, String> {
+    if text.contains(':') {
+        return Err(parse_ipv4(text).err().unwrap_or_default());
+    }
+    if let Ok(a) = text.parse::<Ipv4Addr>() {
+        if a.is_multicast() || a.is_unspecified() || a.is_broadcast() {
+            return Err(format!("{a} is not the address of a local interface"));
+        }
+        return Ok(InterfaceSpec::Addr(a));
+    }
+    // IFNAMSIZ is 16 including the NUL.
+    let valid = !text.is_empty()
+        && text.len() <= 15
+        && text
+            .bytes()
+            .all(|c| c.is_ascii_graphic() && c != b'/' && c != b':');
+    if !valid {
+        return Err(format!(
+            "\"{text}\" is neither an IPv4 address nor an interface name"
+        ));
+    }
+    Ok(InterfaceSpec::Name(text.to_string()))
+}
+
+fn parse_symbols(syms: Section<'_>) -> Result<Vec<SymbolConfig>> {
+    let mut out = Vec::new();
+    for (name, mut s) in syms.into_tables()? {
+        let symbol = Symbol::parse(&name).ok_or_else(|| {
+            ConfigError::invalid(
+                s.path.clone(),
+                format!("\"{name}\" is not a symbol (1 to 8 printable ASCII characters)"),
+            )
+        })?;
+        let stale_ms = s.uint("stale_ms", 1, MAX_THRESHOLD_MS)?;
+        let source_max_age_ms = s.uint("source_max_age_ms", 1, MAX_THRESHOLD_MS)?;
+        s.finish()?;
+        out.push(SymbolConfig {
+            symbol,
+            stale_ms,
+            source_max_age_ms,
+        });
+    }
+    out.sort_by_key(|s| s.symbol);
+    Ok(out)
+}
+
+fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
+    let mut g = GateConfig::default();
+    if let Some(p) = s.str("socket")? {
+        if p.is_empty() {
+            return Err(s.err("socket", "empty path"));
+        }
+        if p.len() > MAX_SOCKET_PATH {
+            return Err(s.err(
+                "socket",
+                format!(
+                    "path is {} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}",
+                    p.len()
+                ),
+            ));
+        }
+        g.socket = PathBuf::from(p);
+    }
+    match s.get("socket_mode") {
+        None => {}
+        Some(Value::String(text)) => {
+            let digits = text.strip_prefix("0o").unwrap_or(text);
+            match u32::from_str_radix(digits, 8) {
+                Ok(m) if m <= 0o777 && !digits.is_empty() => g.socket_mode = m,
+                _ => {
+                    return Err(s.err(
+                        "socket_mode",
+                        format!("\"{text}\" is not an octal file mode such as \"0660\""),
+                    ))
+                }
+            }
+        }
+        // TOML's own octal literal (0o660).
+        Some(Value::Integer(m)) if (0..=0o777).contains(m) => g.socket_mode = *m as u32,
+        Some(other) => {
+            return Err(s.err(
+                "socket_mode",
+                format!("{} is not an octal file mode such as \"0660\"", show(other)),
+            ))
+        }
+    }
+    if g.socket_mode & 0o600 != 0o600 {
+        return Err(s.err(
+            "socket_mode",
+            format!(
+                "{:04o} does not let the owner read and write the socket",
+                g.socket_mode
+            ),
+        ));
+    }
+    g.server_mode = match s.str("server_mode")? {
+        None | Some("blocking") => ServerMode::Blocking,
+        Some("epoll") => ServerMode::Epoll,
+        Some("busy_poll") => ServerMode::BusyPoll,
+        Some(other) => {
+            return Err(s.err(
+                "server_mode",
+                format!("\"{other}\" is not one of: blocking, epoll, busy_poll"),
+            ))
+        }
+    };
+    g.cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
+    s.finish()?;
+    Ok(g)
+}
+
+fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
+    let enabled = s.boolean("enabled")?.unwrap_or(true);
+    let listen = match s.str("listen")? {
+        None => DEFAULT_METRICS_LISTEN.parse().expect("valid default"),
+        Some(text) => text.parse::<SocketAddr>().map_err(|_| {
+            s.err(
+                "listen",
+                format!("\"{text}\" is not an address:port such as \"127.0.0.1:9477\""),
+            )
+        })?,
+    };
+    s.finish()?;
+    Ok(MetricsConfig {
+        listen: enabled.then_some(listen),
+    })
+}
+
+fn parse_log(mut s: Section<'_>) -> Result<LogConfig> {
+    let mut l = LogConfig::default();
+    l.format = match s.str("format")? {
+        None | Some("human") => LogFormat::Human,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            return Err(s.err("format", format!("\"{other}\" is not one of: human, json")))
+        }
+    };
+    if let Some(level) = s.str("level")? {
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
+            return Err(s.err(
+                "level",
+                format!("\"{level}\" is not a log filter (e.g. \"info\" or \"tickgate=debug,warn\"): {e}"),
+            ));
+        }
+        l.level = level.to_string();
+    }
+    s.finish()?;
+    Ok(l)
+}
+
+fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
+    let enabled = s.boolean("enabled")?.unwrap_or(true);
+    // The rest of the section belongs to the fills lane's own schema.
+    let mut rest = s.table.clone();
+    rest.remove("enabled");
+    let fills: FillsConfig = Value::Table(rest)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::invalid("fills", e.message().to_string()))?;
+    Ok(enabled.then_some(fills))
+}
+
+/// Feed and line names appear in metric labels and log lines.
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > 32 {
+        return Err(format!("\"{name}\" must be 1 to 32 characters"));
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        return Err(format!(
+            "\"{name}\" may contain only letters, digits, '_', '-' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{s}\""),
+        Value::Integer(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => d.to_string(),
+        Value::Array(_) => "an array".to_string(),
+        Value::Table(_) => "a table".to_string(),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date-time",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+/// One table of the file being read: remembers its key path and which keys
+/// were asked for, so that `finish` can refuse the ones nobody asked for (a
+/// misspelt key must not silently fall back to a default).
+struct Section<'a> {
+    path: String,
+    table: &'a Table,
+    asked: Vec<&'static str>,
+}
+
+impl<'a> Section<'a> {
+    fn root(table: &'a Table) -> Section<'a> {
+        Section {
+            path: String::new(),
+            table,
+            asked: Vec::new(),
+        }
+    }
+
+    fn key(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn err(&self, key: &str, problem: impl Into<String>) -> ConfigError {
+        ConfigError::invalid(self.key(key), problem)
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.asked.push(key);
+        self.table.get(key)
+    }
+
+    fn str(&mut self, key: &'static str) -> Result<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(self.err(key, format!("expected a string, found {}", type_name(v)))),
+        }
+    }
+
+    fn required_str(&mut self, key: &'static str) -> Result<&'a str> {
+        self.str(key)?.ok_or_else(|| self.err(key, "missing"))
+    }
+
+    fn boolean(&mut self, key: &'static str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.err(
+                key,
+                format!("expected true or false, found {}", type_name(v)),
+            )),
+        }
+    }
+
+    fn uint(&mut self, key: &'static str, min: u64, max: u64) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Integer(i)) => {
+                if *i < 0 || (*i as u64) < min || (*i as u64) > max {
+                    Err(self.err(key, format!("{i} is out of range {min}..={max}")))
+                } else {
+                    Ok(Some(*i as u64))
+                }
+            }
+            Some(v) => Err(self.err(
+                key,
+                format!("expected a whole number, found {}", type_name(v)),
+            )),
+        }
+    }
+
+    fn table(&mut self, key: &'static str) -> Result<Option<Section<'a>>> {
+        let path = self.key(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Table(t)) => Ok(Some(Section {
+                path,
+                table: t,
+                asked: Vec::new(),
+            })),
+            Some(v) => Err(ConfigError::invalid(
+                path,
+                format!("expected a table ([{key}]), found {}", type_name(v)),
+            )),
+        }
+    }
+
+    /// `[[key]]`: an array of tables, each with path `key[i]`.
+    fn array_of_tables(&mut self, key: &'static str) -> Result<Vec<Section<'a>>> {
+        let path = self.key(key);
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Table(t) => Ok(Section {
+                        path: format!("{path}[{i}]"),
+                        table: t,
+                        asked: Vec::new(),
+                    }),
+                    other => Err(ConfigError::invalid(
+                        format!("{path}[{i}]"),
+                        format!("expected a table, found {}", type_name(other)),
+                    )),
+                })
+                .collect(),
+            Some(v) => Err(ConfigError::invalid(
+                path.clone(),
+                format!(
+                    "expected an array of tables ([[{path}]]), found {}",
+                    type_name(v)
+                ),
+            )),
+        }
+    }
+
+    /// Every entry of this table as a sub-table keyed by its name (used
+    /// where the keys are data, such as symbols, so none is unknown).
+    fn into_tables(self) -> Result<BTreeMap<String, Section<'a>>> {
+        let mut out = BTreeMap::new();
+        for (k, v) in self.table.iter() {
+            let path = self.key(k);
+            match v {
+                Value::Table(t) => {
+                    out.insert(
+                        k.clone(),
+                        Section {
+                            path,
+                            table: t,
+                            asked: Vec::new(),
+                        },
+                    );
+                }
+                other => {
+                    return Err(ConfigError::invalid(
+                        path,
+                        format!("expected a table of thresholds, found {}", type_name(other)),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Refuses keys that no parser asked for.
+    fn finish(self) -> Result<()> {
+        for k in self.table.keys() {
+            if !self.asked.contains(&k.as_str()) {
+                let mut expected: Vec<&str> = self.asked.clone();
+                expected.sort_unstable();
+                expected.dedup();
+                return Err(ConfigError::invalid(
+                    self.key(k),
+                    format!("unknown key (expected one of: {})", expected.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[[feed]]
+name = "fx"
+mode = "full"
+[[feed.line]]
+name = "A"
+group = "239.1.1.1"
+port = 31001
+"#;
+
+    fn err_of(text: &str) -> ConfigError {
+        Config::parse(text).expect_err("config should be refused")
+    }
+
+    #[test]
+    fn minimal_config_gets_the_spec_defaults() {
+        let c = Config::parse(MINIMAL).unwrap();
+        let f = &c.feeds[0];
+        assert_eq!(f.mode, FeedMode::Full);
+        assert_eq!(f.liveness, Liveness::Symbol);
+        assert_eq!((f.stale_ms, f.source_max_age_ms), (500, 2000));
+        assert_eq!(f.max_seq_jump, 1_000_000);
+        assert_eq!(f.clock_offset, ClockOffset::Auto);
+        assert_eq!(f.lines[0].interface, None);
+        assert_eq!(c.gate.socket, PathBuf::from("/run/tickgate/gate.sock"));
+        assert_eq!(c.gate.socket_mode, 0o660);
+        assert_eq!(c.gate.server_mode, ServerMode::Blocking);
+        assert_eq!(c.log.format, LogFormat::Human);
+        assert!(c.metrics.listen.is_some());
+        assert!(c.fills.is_none());
+    }
+
+    #[test]
+    fn full_config_parses_every_key() {
+        let text = r#"
+[[feed]]
+name = "fx"
+mode = "delta"
+liveness = "channel"
+stale_ms = 250
+source_max_age_ms = 1500
+max_seq_jump = 5000
+clock_offset = -3
+max_symbols = 100
+[[feed.line]]
+name = "A"
+group = "232.1.1.1"
+port = 31001
+interface = "10.0.0.5"
+source = "10.9.9.9"
+rcvbuf = 8388608
+[[feed.line]]
+name = "B"
+group = "239.1.1.2"
+port = 31002
+interface = "eth1"
+[feed.symbols.EURUSD]
+stale_ms = 100
+[feed.symbols.USDJPY]
+
+[[feed]]
+name = "eq"
+mode = "full"
+clock_offset = "off"
+[[feed.line]]
+name = "A"
+group = "239.2.2.2"
+port = 31001
+
+[gate]
+socket = "/tmp/x/gate.sock"
+socket_mode = "0600"
+server_mode = "busy_poll"
+cpu = 3
+
+[metrics]
+listen = "[::1]:9100"
+
+[log]
+format = "json"
+level = "tickgate=debug,warn"
+
+[fills]
+enabled = false
+"#;
+        let c = Config::parse(text).unwrap();
+        let f = &c.feeds[0];
+        assert_eq!(f.mode, FeedMode::Delta);
+        assert_eq!(f.liveness, Liveness::Channel);
+        assert_eq!(f.clock_offset, ClockOffset::FixedMs(-3));
+        assert_eq!(f.lines[0].source, Some("10.9.9.9".parse().unwrap()));
+        assert_eq!(f.lines[0].rcvbuf, Some(8388608));
+        assert_eq!(
+            f.lines[1].interface,
+            Some(InterfaceSpec::Name("eth1".into()))
+        );
+        assert_eq!(f.symbols.len(), 2);
+        let eur = Symbol::parse("EURUSD").unwrap();
+        assert_eq!(
+            f.thresholds_for(eur),
+            Thresholds {
+                stale_ms: 100,
+                source_max_age_ms: 1500
+            }
+        );
+        assert_eq!(c.feeds[1].clock_offset, ClockOffset::Off);
+        assert_eq!(c.gate.socket_mode, 0o600);
+        assert_eq!(c.gate.server_mode, ServerMode::BusyPoll);
+        assert_eq!(c.gate.cpu, Some(3));
+        assert_eq!(c.metrics.listen, Some("[::1]:9100".parse().unwrap()));
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert!(c.fills.is_none(), "enabled = false switches the lane off");
+    }
+
+    #[test]
+    fn errors_name_the_key_path() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                r#"group = "10.0.0.1""#,
+                "feed[0].line[0].group",
+                "not a multicast",
+            ),
+            (r#"group = "nope""#, "feed[0].line[0].group", "not an IPv4"),
+            (r#"group = "ff3e::1""#, "feed[0].line[0].group", "only IPv4"),
+            (r#"port = 0"#, "feed[0].line[0].port", "out of range"),
+            (r#"port = "x""#, "feed[0].line[0].port", "whole number"),
+            (r#"colour = 1"#, "feed[0].line[0].colour", "unknown key"),
+            (
+                r#"interface = "224.0.0.1""#,
+                "feed[0].line[0].interface",
+                "local interface",
+            ),
+            (
+                r#"interface = "a/b""#,
+                "feed[0].line[0].interface",
+                "interface name",
+            ),
+            (
+                r#"interface = "::1""#,
+                "feed[0].line[0].interface",
+                "only IPv4",
+            ),
+            (
+                r#"source = "239.0.0.9""#,
+                "feed[0].line[0].source",
+                "unicast",
+            ),
+            (r#"rcvbuf = -1"#, "feed[0].line[0].rcvbuf", "out of range"),
+        ];
+        for (line_key, key, needle) in cases {
+            // Replace or add the key in the line table.
+            let mut text = String::from(
+                "[[feed]]\nname = \"fx\"\nmode = \"full\"\n[[feed.line]]\nname = \"A\"\n",
+            );
+            let k = line_key.split(' ').next().unwrap();
+            if k != "group" {
+                text.push_str("group = \"239.1.1.1\"\n");
+            }
+            if k != "port" {
+                text.push_str("port = 31001\n");
+            }
+            text.push_str(line_key);
+            text.push('\n');
+            let e = err_of(&text);
+            assert_eq!(e.key(), Some(*key), "{line_key}: {e}");
+            assert!(e.to_string().contains(needle), "{line_key}: {e}");
+        }
+    }
+
+    #[test]
+    fn feed_level_errors() {
+        let with = |extra: &str| {
+            MINIMAL.replace("mode = \"full\"\n", &format!("mode = \"full\"\n{extra}\n"))
+        };
+        let cases: &[(&str, &str, &str)] = &[
+            ("stale_ms = 0", "feed[0].stale_ms", "out of range"),
+            ("stale_ms = 1.5", "feed[0].stale_ms", "whole number"),
+            ("liveness = \"both\"", "feed[0].liveness", "symbol, channel"),
+            (
+                "clock_offset = \"sometimes\"",
+                "feed[0].clock_offset",
+                "\"auto\"",
+            ),
+            (
+                "clock_offset = 90000000",
+                "feed[0].clock_offset",
+                "more than a day",
+            ),
+            ("max_symbols = 0", "feed[0].max_symbols", "out of range"),
+            ("max_seq_jump = 1", "feed[0].max_seq_jump", "out of range"),
+            ("name2 = 1", "feed[0].name2", "unknown key"),
+            (
+                "[feed.symbols.TOOLONGSYM]",
+                "feed[0].symbols.TOOLONGSYM",
+                "not a symbol",
+            ),
+            (
+                "[feed.symbols.EURUSD]\nstale = 3",
+                "feed[0].symbols.EURUSD.stale",
+                "unknown key",
+            ),
+            (
+                "[feed.symbols]\nEURUSD = 3",
+                "feed[0].symbols.EURUSD",
+                "table of thresholds",
+            ),
+        ];
+        for (extra, key, needle) in cases {
+            let e = err_of(&with(extra));
+            assert_eq!(e.key(), Some(*key), "{extra}: {e}");
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        let e = err_of(&MINIMAL.replace("mode = \"full\"", "mode = \"fast\""));
+        assert_eq!(e.key(), Some("feed[0].mode"));
+        let e = err_of(&MINIMAL.replace("mode = \"full\"\n", ""));
+        assert_eq!(e.to_string(), "feed[0].mode: missing");
+        let e = err_of(&MINIMAL.replace("name = \"fx\"", "name = \"f x\""));
+        assert_eq!(e.key(), Some("feed[0].name"));
+    }
+
+    #[test]
+    fn cross_section_errors() {
+        let e = err_of("[gate]\n");
+        assert_eq!(e.key(), Some("feed"));
+        let two = format!("{MINIMAL}{MINIMAL}");
+        let e = err_of(&two);
+        assert_eq!(e.key(), Some("feed[1].name"));
+        let e = err_of(&format!(
+            "{MINIMAL}{}",
+            MINIMAL
+                .replace("\"fx\"", "\"fy\"")
+                .replace("31001", "31001")
+        ));
+        assert_eq!(e.key(), Some("feed[1].line[0]"), "{e}");
+        assert!(e.to_string().contains("already used by feed[0].line[0]"));
+        let dup_line =
+            format!("{MINIMAL}[[feed.line]]\nname = \"A\"\ngroup = \"239.1.1.2\"\nport = 1\n");
+        assert_eq!(err_of(&dup_line).key(), Some("feed[0].line[1].name"));
+        let no_lines = "[[feed]]\nname = \"fx\"\nmode = \"full\"\n";
+        assert_eq!(err_of(no_lines).key(), Some("feed[0].line"));
+        let sym_twice = format!(
+            "{MINIMAL}[feed.symbols.EURUSD]\n{}[feed.symbols.EURUSD]\n",
+            MINIMAL
+                .replace("\"fx\"", "\"fy\"")
+                .replace("239.1.1.1", "239.1.1.9")
+        );
+        let e = err_of(&sym_twice);
+        assert_eq!(e.key(), Some("feed[1].symbols.EURUSD"), "{e}");
+        let too_many = MINIMAL.replace("mode = \"full\"", "mode = \"full\"\nmax_symbols = 1")
+            + "[feed.symbols.A]\n[feed.symbols.B]\n";
+        assert_eq!(err_of(&too_many).key(), Some("feed[0].max_symbols"));
+    }
+
+    #[test]
+    fn other_sections() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "[gate]\nsocket_mode = \"0999\"",
+                "gate.socket_mode",
+                "octal",
+            ),
+            (
+                "[gate]\nsocket_mode = \"1777\"",
+                "gate.socket_mode",
+                "octal",
+            ),
+            (
+                "[gate]\nsocket_mode = \"0440\"",
+                "gate.socket_mode",
+                "owner",
+            ),
+            (
+                "[gate]\nserver_mode = \"spin\"",
+                "gate.server_mode",
+                "busy_poll",
+            ),
+            ("[gate]\nsocket = \"\"", "gate.socket", "empty"),
+            (
+                "[metrics]\nlisten = \"localhost\"",
+                "metrics.listen",
+                "address:port",
+            ),
+            (
+                "[metrics]\nenabled = \"yes\"",
+                "metrics.enabled",
+                "true or false",
+            ),
+            ("[log]\nformat = \"xml\"", "log.format", "human, json"),
+            ("[log]\nlevel = \"=\"", "log.level", "log filter"),
+            ("[logging]\n", "logging", "unknown key"),
+            ("gate = 1", "gate", "expected a table"),
+        ];
+        for (extra, key, needle) in cases {
+            // Top-level keys must come before the [[feed]] tables.
+            let text = if extra.starts_with('[') {
+                format!("{MINIMAL}{extra}\n")
+            } else {
+                format!("{extra}\n{MINIMAL}")
+            };
+            let e = err_of(&text);
+            assert_eq!(e.key(), Some(*key), "{extra}: {e}");
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        let e = err_of("feed = 1\n");
+        assert_eq!(e.key(), Some("feed"));
+        assert!(e.to_string().contains("array of tables"), "{e}");
+        let long = format!("[gate]\nsocket = \"/{}\"\n", "x".repeat(120));
+        assert_eq!(
+            err_of(&format!("{MINIMAL}{long}")).key(),
+            Some("gate.socket")
+        );
+        let octal_literal =
+            Config::parse(&format!("{MINIMAL}[gate]\nsocket_mode = 0o640\n")).unwrap();
+        assert_eq!(octal_literal.gate.socket_mode, 0o640);
+        let off = Config::parse(&format!("{MINIMAL}[metrics]\nenabled = false\n")).unwrap();
+        assert_eq!(off.metrics.listen, None);
+    }
+
+    #[test]
+    fn syntax_errors_give_the_line() {
+        let e = err_of("[[feed]\nname = 1\n");
+        assert!(matches!(e, ConfigError::Syntax { .. }));
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn fills_section_switch() {
+        let c = Config::parse(&format!("{MINIMAL}[fills]\n")).unwrap();
+        assert!(c.fills.is_some());
+    }
+
+    #[test]
+    fn reload_applies_thresholds_and_lists_the_rest() {
+        let old = Config::parse(MINIMAL).unwrap();
+        let new_text = MINIMAL.replace(
+            "mode = \"full\"",
+            "mode = \"full\"\nstale_ms = 50\nmax_seq_jump = 10",
+        )
+            + "[feed.symbols.EURUSD]\nsource_max_age_ms = 10\n[gate]\nsocket = \"/tmp/g.sock\"\n";
+        let new = Config::parse(&new_text).unwrap();
+        let plan = old.reload_plan(&new);
+        assert_eq!(plan.thresholds.len(), 1);
+        assert_eq!(plan.thresholds[0].stale_ms, 50);
+        assert_eq!(plan.thresholds[0].symbols.len(), 1);
+        assert_eq!(plan.added_symbols, vec![(0, vec!["EURUSD".to_string()])]);
+        assert_eq!(
+            plan.needs_restart,
+            vec!["feed[0].max_seq_jump".to_string(), "gate".to_string()]
+        );
+        assert_eq!(old.reload_plan(&old), ReloadPlan::default());
+    }
 }

@@ -1,1 +1,950 @@
-//! (to be written)
+//! Metrics: the Prometheus registry, and the HTTP endpoint serving
+//! `/metrics`, `/healthz` and `/readyz` (I/O at the bottom of the file).
+//!
+//! Ownership: a feed's state and counters belong to its writer thread and
+//! are never locked. The writer *publishes* a snapshot of its counters to a
+//! [`FeedStatsCell`] (one relaxed atomic store per counter, no lock, no
+//! allocation) whenever it likes, and the scrape reads the cell. Counters
+//! are read one by one, so two counters of one scrape may come from two
+//! publishes; each one is still monotonic, which is all Prometheus needs.
+//!
+//! Latencies are recorded by the thread that measures them into a private
+//! HDR histogram ([`LatencyRecorder`]), which is merged into a shared one
+//! ([`SharedHistogram`]) with `try_lock` now and then, so a scrape never
+//! makes a writer wait. They are exported as Prometheus histograms with
+//! fixed bucket bounds; `_sum` is exact (kept beside the HDR counts).
+//!
+//! Labels are feed and line names only: never symbols (cardinality).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
+
+use crate::gate::server::{GateStats, REJECT_REASONS};
+
+/// How a value of a stats struct is exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// A Unix time in nanoseconds, exported in seconds (0 = never).
+    TimestampNs,
+}
+
+/// One exported value of a stats struct.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub metric: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+}
+
+/// Defines a plain stats struct (what the writer fills in), its atomic
+/// mirror (what the scrape reads) and the table of metric names, from one
+/// list, so the three cannot drift apart.
+macro_rules! stats {
+    (
+        $(#[$doc:meta])* $stats:ident, $cell:ident, $fields:ident {
+            $( $(#[$fdoc:meta])* $field:ident: $kind:ident, $metric:literal, $help:literal; )*
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $stats {
+            $( $(#[$fdoc])* pub $field: u64, )*
+        }
+
+        /// The atomic mirror of the stats struct of the same name.
+        #[derive(Debug, Default)]
+        pub struct $cell {
+            $( $field: AtomicU64, )*
+        }
+
+        impl $cell {
+            /// Publishes a snapshot (writer side): relaxed stores only.
+            pub fn store(&self, s: &$stats) {
+                $( self.$field.store(s.$field, Ordering::Relaxed); )*
+            }
+
+            /// Reads the last published values (scrape side).
+            pub fn load(&self) -> $stats {
+                $stats { $( $field: self.$field.load(Ordering::Relaxed), )* }
+            }
+        }
+
+        impl $stats {
+            /// The values in the order of the field table.
+            pub fn values(&self) -> Vec<u64> {
+                vec![ $( self.$field, )* ]
+            }
+        }
+
+        /// Metric name, help and kind of every field, in declaration order.
+        pub const $fields: &[Field] = &[
+            $( Field { metric: $metric, help: $help, kind: Kind::$kind }, )*
+        ];
+    };
+}
+
+stats! {
+    /// The counters `semantics.md` asks of every feed, as a whole (labels: feed).
+    FeedStats, FeedStatsCell, FEED_FIELDS {
+        invalid_packets: Counter, "tickgate_feed_invalid_packets_total",
+            "Datagrams that are not a valid packet (wire.md), dropped.";
+        invalid_messages: Counter, "tickgate_feed_invalid_messages_total",
+            "Messages ignored as invalid (a Quote with seq 0, a Heartbeat with next_seq 0).";
+        unknown_messages: Counter, "tickgate_feed_unknown_messages_total",
+            "Messages of an unknown type, skipped.";
+        channel_gaps: Counter, "tickgate_feed_channel_gaps_total",
+            "Channel gaps (C3): packets ahead of the next expected sequence, after line arbitration.";
+        channel_messages_lost: Counter, "tickgate_feed_channel_messages_lost_total",
+            "Channel messages lost (C3): sequence numbers no line delivered.";
+        ticks_lost: Counter, "tickgate_feed_ticks_lost_total",
+            "Per-symbol ticks lost (S3, S6), summed over the feed's symbols.";
+        stale_dropped: Counter, "tickgate_feed_stale_messages_dropped_total",
+            "Old or repeated Quotes (S2) and old Heartbeats (S6), dropped.";
+        seq_anomalies: Counter, "tickgate_feed_seq_anomalies_total",
+            "Messages whose sequence jumped by max_seq_jump or more, not applied (S5).";
+        seq_resyncs: Counter, "tickgate_feed_seq_resyncs_total",
+            "Symbols re-baselined after three consecutive unbelievable Quotes (S5r).";
+        snapshots_applied: Counter, "tickgate_feed_snapshots_applied_total",
+            "Snapshots applied (S8).";
+        snapshots_ignored: Counter, "tickgate_feed_snapshots_ignored_total",
+            "Snapshots ignored: not newer than a healthy symbol's state (S8).";
+        session_changes: Counter, "tickgate_feed_session_changes_total",
+            "Provider restarts: packets with a new session id (C5).";
+        sessions_ended: Counter, "tickgate_feed_sessions_ended_total",
+            "End-of-session packets that ended a session (C6).";
+        stale_session_dropped: Counter, "tickgate_feed_stale_session_packets_total",
+            "Packets of a replaced or ended session, dropped (C5, C6).";
+        symbols_overflow: Counter, "tickgate_feed_symbols_overflow_total",
+            "Messages for new symbols ignored because the symbol table was full (max_symbols).";
+        symbols: Gauge, "tickgate_feed_symbols",
+            "Symbols the feed tracks.";
+        symbols_suspect: Gauge, "tickgate_feed_symbols_suspect",
+            "Symbols currently suspect or unverified.";
+        session_ended: Gauge, "tickgate_feed_session_ended",
+            "1 while the feed's session has ended (C6) and no new one has started.";
+    }
+}
+
+stats! {
+    /// The counters of one line of a feed (labels: feed, line).
+    LineStats, LineStatsCell, LINE_FIELDS {
+        datagrams: Counter, "tickgate_line_datagrams_received_total",
+            "Datagrams read from the line's socket.";
+        bytes: Counter, "tickgate_line_received_bytes_total",
+            "UDP payload bytes read from the line's socket.";
+        packets: Counter, "tickgate_line_packets_received_total",
+            "Valid packets received on the line (duplicates included).";
+        messages: Counter, "tickgate_line_messages_received_total",
+            "Messages in the valid packets received on the line.";
+        duplicate_packets: Counter, "tickgate_line_duplicate_packets_total",
+            "Packets the other line had already delivered (C2), dropped.";
+        invalid_packets: Counter, "tickgate_line_invalid_packets_total",
+            "Invalid datagrams received on the line.";
+        kernel_drops: Counter, "tickgate_line_kernel_drops_total",
+            "Datagrams the kernel dropped on the socket for lack of buffer (SO_RXQ_OVFL).";
+        truncated: Counter, "tickgate_line_truncated_datagrams_total",
+            "Datagrams longer than the receive buffer, dropped.";
+        last_datagram_ns: TimestampNs, "tickgate_line_last_datagram_timestamp_seconds",
+            "Arrival time of the line's last datagram, Unix seconds; 0 before any.";
+    }
+}
+
+/// Bucket upper bounds (seconds) of arrival-to-applied latency: 1 us to 1 s.
+pub const APPLY_LATENCY_BUCKETS: &[f64] = &[
+    1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+    0.1, 0.25, 0.5, 1.0,
+];
+
+/// Values above this (ns) are clamped: a minute is "very late" already.
+const HDR_MAX_NS: u64 = 60_000_000_000;
+/// Samples a recorder keeps before it tries to merge them.
+const FLUSH_EVERY: u32 = 256;
+/// Or this long after the last merge (ns).
+const FLUSH_AFTER_NS: i64 = 100_000_000;
+
+fn new_hdr() -> Histogram<u64> {
+    // 3 significant digits: a bucket is at most 0.1% wide.
+    Histogram::new_with_bounds(1, HDR_MAX_NS, 3).expect("valid HDR bounds")
+}
+
+/// The merged histogram of one latency, read by the scrape.
+#[derive(Debug)]
+pub struct SharedHistogram {
+    inner: Mutex<HistogramData>,
+}
+
+#[derive(Debug)]
+struct HistogramData {
+    hdr: Histogram<u64>,
+    /// Exact sum of the recorded values in ns (HDR keeps only buckets).
+    sum_ns: u128,
+}
+
+impl Default for SharedHistogram {
+    fn default() -> Self {
+        SharedHistogram {
+            inner: Mutex::new(HistogramData {
+                hdr: new_hdr(),
+                sum_ns: 0,
+            }),
+        }
+    }
+}
+
+impl SharedHistogram {
+    /// A recorder for the one thread that measures this latency.
+    pub fn recorder(self: &Arc<Self>) -> LatencyRecorder {
+        LatencyRecorder {
+            shared: Arc::clone(self),
+            local: new_hdr(),
+            local_sum_ns: 0,
+            pending: 0,
+            last_flush_ns: i64::MIN,
+        }
+    }
+
+    /// Cumulative counts at `bounds` (seconds), total count and sum (seconds).
+    pub fn snapshot(&self, bounds: &[f64]) -> HistogramSnapshot {
+        let data = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let bounds_ns: Vec<u64> = bounds.iter().map(|b| (b * 1e9).round() as u64).collect();
+        let mut cumulative = vec![0u64; bounds.len()];
+        for v in data.hdr.iter_recorded() {
+            // A recorded value stands for its HDR bucket; comparing the
+            // bucket's top with the bound never reports a value as faster
+            // than it was.
+            let top = data.hdr.highest_equivalent(v.value_iterated_to());
+            if let Some(first) = bounds_ns.iter().position(|&b| top <= b) {
+                cumulative[first] += v.count_at_value();
+            }
+        }
+        let mut running = 0;
+        for c in cumulative.iter_mut() {
+            running += *c;
+            *c = running;
+        }
+        HistogramSnapshot {
+            bounds: bounds.to_vec(),
+            cumulative,
+            count: data.hdr.len(),
+            sum_seconds: data.sum_ns as f64 / 1e9,
+        }
+    }
+
+    /// A quantile in ns (0 when empty), for the demo's status line.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let data = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if data.hdr.is_empty() {
+            0
+        } else {
+            data.hdr.value_at_quantile(q)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    pub bounds: Vec<f64>,
+    /// Samples `<=` each bound.
+    pub cumulative: Vec<u64>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+/// The measuring thread's side of a [`SharedHistogram`]. Recording never
+/// blocks and never allocates; merges use `try_lock` and simply retry
+/// later when a scrape holds the lock.
+#[derive(Debug)]
+pub struct LatencyRecorder {
+    shared: Arc<SharedHistogram>,
+    local: Histogram<u64>,
+    local_sum_ns: u128,
+    pending: u32,
+    last_flush_ns: i64,
+}
+
+impl LatencyRecorder {
+    /// Records one latency (ns; negative values, from clocks that
+    /// disagree, count as 0). `now` (ns) paces the merges.
+    pub fn record(&mut self, value_ns: i64, now: i64) {
+        let v = value_ns.max(0) as u64;
+        self.local.saturating_record(v.clamp(1, HDR_MAX_NS));
+        self.local_sum_ns += v as u128;
+        self.pending += 1;
+        if self.pending >= FLUSH_EVERY || now.saturating_sub(self.last_flush_ns) >= FLUSH_AFTER_NS {
+            self.try_flush(now);
+        }
+    }
+
+    /// Merges what is pending unless a scrape holds the lock right now.
+    /// Owners call it from their idle path so that quiet periods are seen.
+    pub fn try_flush(&mut self, now: i64) -> bool {
+        if self.pending == 0 {
+            self.last_flush_ns = now;
+            return true;
+        }
+        let Ok(mut shared) = self.shared.inner.try_lock() else {
+            return false;
+        };
+        // Same bounds on both sides: `add` cannot fail or resize.
+        let _ = shared.hdr.add(&self.local);
+        shared.sum_ns += self.local_sum_ns;
+        drop(shared);
+        self.local.reset();
+        self.local_sum_ns = 0;
+        self.pending = 0;
+        self.last_flush_ns = now;
+        true
+    }
+
+    /// Merges what is pending, waiting for the lock (at shutdown).
+    pub fn flush(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let mut shared = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = shared.hdr.add(&self.local);
+        shared.sum_ns += self.local_sum_ns;
+        drop(shared);
+        self.local.reset();
+        self.local_sum_ns = 0;
+        self.pending = 0;
+    }
+}
+
+impl Drop for LatencyRecorder {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// What one feed publishes.
+#[derive(Debug)]
+pub struct FeedMetrics {
+    pub name: String,
+    pub stats: FeedStatsCell,
+    /// The clock offset estimate (semantics.md), ns.
+    pub clock_offset_ns: AtomicI64,
+    /// Lines in config order: (name, counters).
+    pub lines: Vec<(String, LineStatsCell)>,
+    /// Arrival (kernel timestamp) to state applied, per datagram.
+    pub apply_latency: Arc<SharedHistogram>,
+}
+
+impl FeedMetrics {
+    pub fn new(name: &str, lines: &[&str]) -> FeedMetrics {
+        FeedMetrics {
+            name: name.to_string(),
+            stats: FeedStatsCell::default(),
+            clock_offset_ns: AtomicI64::new(0),
+            lines: lines
+                .iter()
+                .map(|l| (l.to_string(), LineStatsCell::default()))
+                .collect(),
+            apply_latency: Arc::new(SharedHistogram::default()),
+        }
+    }
+
+    pub fn line(&self, index: usize) -> &LineStatsCell {
+        &self.lines[index].1
+    }
+}
+
+/// Liveness and readiness, as `/healthz` and `/readyz` report them.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Feeds joined and the gate socket listening.
+    pub ready: AtomicBool,
+    /// Shutting down: not ready any more.
+    pub stopping: AtomicBool,
+    /// Set by the watchdog when a worker thread stopped making progress.
+    pub stalled: AtomicBool,
+}
+
+/// The registry and every handle the daemon's threads publish to.
+pub struct Metrics {
+    pub registry: Registry,
+    pub feeds: Vec<Arc<FeedMetrics>>,
+    /// The gate server's counters (written by its threads).
+    pub gate: Arc<GateStats>,
+    pub health: Arc<Health>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("feeds", &self.feeds.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// `feeds`: (feed name, its line names), in config order; `gate`: the
+    /// stats the gate server counts into.
+    pub fn new(feeds: &[(&str, Vec<&str>)], gate: Arc<GateStats>) -> prometheus::Result<Metrics> {
+        let registry = Registry::new();
+        let feeds: Vec<Arc<FeedMetrics>> = feeds
+            .iter()
+            .map(|(name, lines)| Arc::new(FeedMetrics::new(name, lines)))
+            .collect();
+        let build = IntGauge::with_opts(
+            Opts::new(
+                "tickgate_build_info",
+                "Always 1; labels: the running version.",
+            )
+            .const_label("version", env!("CARGO_PKG_VERSION")),
+        )?;
+        build.set(1);
+        registry.register(Box::new(build))?;
+        let health = Arc::new(Health::default());
+        registry.register(Box::new(SnapshotCollector::new(
+            feeds.clone(),
+            Arc::clone(&gate),
+            Arc::clone(&health),
+        )?))?;
+        Ok(Metrics {
+            registry,
+            feeds,
+            gate,
+            health,
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Reads the published snapshots at scrape time.
+struct SnapshotCollector {
+    feeds: Vec<Arc<FeedMetrics>>,
+    gate: Arc<GateStats>,
+    health: Arc<Health>,
+    descs: Vec<Desc>,
+}
+
+const APPLY_LATENCY: (&str, &str) = (
+    "tickgate_feed_apply_latency_seconds",
+    "From a datagram's arrival (kernel timestamp) to its messages applied to the state.",
+);
+const SERVICE_TIME: (&str, &str) = (
+    "tickgate_gate_service_duration_seconds",
+    "Gate service time per batch of requests read at once (one request unless the client pipelines), from read to answers written.",
+);
+const GATE_REQUESTS: (&str, &str) = (
+    "tickgate_gate_requests_total",
+    "Requests answered on the gate socket, by verdict: ok, reject, error, pong, status, other.",
+);
+const GATE_REASONS: (&str, &str) = (
+    "tickgate_gate_reject_reasons_total",
+    "Reasons given in REJECT answers (one answer may give several).",
+);
+const GATE_ACCEPTED: (&str, &str) = (
+    "tickgate_gate_connections_accepted_total",
+    "Client connections accepted on the gate socket.",
+);
+const GATE_REFUSED: (&str, &str) = (
+    "tickgate_gate_connections_refused_total",
+    "Client connections refused (max_connections reached).",
+);
+const GATE_OPEN: (&str, &str) = (
+    "tickgate_gate_connections",
+    "Client connections open on the gate socket.",
+);
+const CLOCK_OFFSET: (&str, &str) = (
+    "tickgate_feed_clock_offset_seconds",
+    "The provider clock offset in use (arrival minus source timestamp), seconds.",
+);
+const READY: (&str, &str) = (
+    "tickgate_ready",
+    "1 when the feeds are joined and the gate socket listens.",
+);
+
+impl SnapshotCollector {
+    fn new(
+        feeds: Vec<Arc<FeedMetrics>>,
+        gate: Arc<GateStats>,
+        health: Arc<Health>,
+    ) -> prometheus::Result<SnapshotCollector> {
+        let feed = || vec!["feed".to_string()];
+        let line = || vec!["feed".to_string(), "line".to_string()];
+        let mut descs = Vec::new();
+        for f in FEED_FIELDS {
+            descs.push(Desc::new(
+                f.metric.into(),
+                f.help.into(),
+                feed(),
+                Default::default(),
+            )?);
+        }
+        for f in LINE_FIELDS {
+            descs.push(Desc::new(
+                f.metric.into(),
+                f.help.into(),
+                line(),
+                Default::default(),
+            )?);
+        }
+        for (name, help, labels) in [
+            (CLOCK_OFFSET.0, CLOCK_OFFSET.1, feed()),
+            (APPLY_LATENCY.0, APPLY_LATENCY.1, feed()),
+            (SERVICE_TIME.0, SERVICE_TIME.1, vec![]),
+            (
+                GATE_REQUESTS.0,
+                GATE_REQUESTS.1,
+                vec!["verdict".to_string()],
+            ),
+            (GATE_REASONS.0, GATE_REASONS.1, vec!["reason".to_string()]),
+            (GATE_ACCEPTED.0, GATE_ACCEPTED.1, vec![]),
+            (GATE_REFUSED.0, GATE_REFUSED.1, vec![]),
+            (GATE_OPEN.0, GATE_OPEN.1, vec![]),
+            (READY.0, READY.1, vec![]),
+        ] {
+            descs.push(Desc::new(
+                name.into(),
+                help.into(),
+                labels,
+                Default::default(),
+            )?);
+        }
+        Ok(SnapshotCollector {
+            feeds,
+            gate,
+            health,
+            descs,
+        })
+    }
+}
+
+fn label(name: &str, value: &str) -> proto::LabelPair {
+    let mut l = proto::LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f
+}
+
+fn sample(labels: Vec<proto::LabelPair>, kind: Kind, value: u64) -> proto::Metric {
+    let mut m = proto::Metric::from_label(labels);
+    match kind {
+        Kind::Counter => {
+            let mut c = proto::Counter::default();
+            c.set_value(value as f64);
+            m.set_counter(c);
+        }
+        Kind::Gauge => {
+            let mut g = proto::Gauge::default();
+            g.set_value(value as f64);
+            m.set_gauge(g);
+        }
+        Kind::TimestampNs => {
+            let mut g = proto::Gauge::default();
+            g.set_value(value as f64 / 1e9);
+            m.set_gauge(g);
+        }
+    }
+    m
+}
+
+fn gauge(labels: Vec<proto::LabelPair>, value: f64) -> proto::Metric {
+    let mut m = proto::Metric::from_label(labels);
+    let mut g = proto::Gauge::default();
+    g.set_value(value);
+    m.set_gauge(g);
+    m
+}
+
+fn histogram(labels: Vec<proto::LabelPair>, snap: &HistogramSnapshot) -> proto::Metric {
+    let mut h = proto::Histogram::default();
+    h.set_sample_count(snap.count);
+    h.set_sample_sum(snap.sum_seconds);
+    h.set_bucket(
+        snap.bounds
+            .iter()
+            .zip(&snap.cumulative)
+            .map(|(&b, &c)| {
+                let mut bucket = proto::Bucket::default();
+                bucket.set_upper_bound(b);
+                bucket.set_cumulative_count(c);
+                bucket
+            })
+            .collect(),
+    );
+    let mut m = proto::Metric::from_label(labels);
+    m.set_histogram(h);
+    m
+}
+
+fn metric_type(kind: Kind) -> MetricType {
+    match kind {
+        Kind::Counter => MetricType::COUNTER,
+        Kind::Gauge | Kind::TimestampNs => MetricType::GAUGE,
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut out = Vec::new();
+        let feed_stats: Vec<Vec<u64>> =
+            self.feeds.iter().map(|f| f.stats.load().values()).collect();
+        for (i, field) in FEED_FIELDS.iter().enumerate() {
+            let mut fam = family(field.metric, field.help, metric_type(field.kind));
+            for (feed, values) in self.feeds.iter().zip(&feed_stats) {
+                fam.mut_metric().push(sample(
+                    vec![label("feed", &feed.name)],
+                    field.kind,
+                    values[i],
+                ));
+            }
+            out.push(fam);
+        }
+        let line_stats: Vec<Vec<(&str, &str, Vec<u64>)>> = self
+            .feeds
+            .iter()
+            .map(|f| {
+                f.lines
+                    .iter()
+                    .map(|(l, cell)| (f.name.as_str(), l.as_str(), cell.load().values()))
+                    .collect()
+            })
+            .collect();
+        for (i, field) in LINE_FIELDS.iter().enumerate() {
+            let mut fam = family(field.metric, field.help, metric_type(field.kind));
+            for (feed, line, values) in line_stats.iter().flatten() {
+                fam.mut_metric().push(sample(
+                    vec![label("feed", feed), label("line", line)],
+                    field.kind,
+                    values[i],
+                ));
+            }
+            out.push(fam);
+        }
+        let mut offset = family(CLOCK_OFFSET.0, CLOCK_OFFSET.1, MetricType::GAUGE);
+        let mut latency = family(APPLY_LATENCY.0, APPLY_LATENCY.1, MetricType::HISTOGRAM);
+        for f in &self.feeds {
+            let ns = f.clock_offset_ns.load(Ordering::Relaxed);
+            offset
+                .mut_metric()
+                .push(gauge(vec![label("feed", &f.name)], ns as f64 / 1e9));
+            let snap = f.apply_latency.snapshot(APPLY_LATENCY_BUCKETS);
+            latency
+                .mut_metric()
+                .push(histogram(vec![label("feed", &f.name)], &snap));
+        }
+        out.push(offset);
+        out.push(latency);
+        out.extend(gate_families(&self.gate));
+        let mut ready = family(READY.0, READY.1, MetricType::GAUGE);
+        let is_ready = self.health.ready.load(Ordering::Relaxed)
+            && !self.health.stopping.load(Ordering::Relaxed);
+        ready
+            .mut_metric()
+            .push(gauge(vec![], f64::from(u8::from(is_ready))));
+        out.push(ready);
+        out
+    }
+}
+
+/// The gate server's counters. Its service-time buckets are powers of two
+/// (bucket 0: below 256 ns; bucket b: [2^(b+7), 2^(b+8)) ns; the last one
+/// open-ended), so they map exactly onto Prometheus buckets `le = 2^(b+8)`
+/// ns (a sample exactly on a bound lands one bucket up: 1 ns of slack).
+fn gate_families(g: &GateStats) -> Vec<MetricFamily> {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = Vec::new();
+    let mut req = family(GATE_REQUESTS.0, GATE_REQUESTS.1, MetricType::COUNTER);
+    for (verdict, n) in [
+        ("ok", load(&g.ok)),
+        ("reject", load(&g.reject)),
+        ("error", load(&g.err)),
+        ("pong", load(&g.pong)),
+        ("status", load(&g.status)),
+        ("other", load(&g.other)),
+    ] {
+        req.mut_metric()
+            .push(sample(vec![label("verdict", verdict)], Kind::Counter, n));
+    }
+    out.push(req);
+    let mut reasons = family(GATE_REASONS.0, GATE_REASONS.1, MetricType::COUNTER);
+    for (reason, n) in REJECT_REASONS.iter().zip(&g.rejects_by_reason) {
+        reasons.mut_metric().push(sample(
+            vec![label("reason", reason)],
+            Kind::Counter,
+            load(n),
+        ));
+    }
+    out.push(reasons);
+    for (meta, kind, v) in [
+        (GATE_ACCEPTED, Kind::Counter, load(&g.connections_accepted)),
+        (GATE_REFUSED, Kind::Counter, load(&g.connections_refused)),
+        (
+            GATE_OPEN,
+            Kind::Gauge,
+            g.connections_open.load(Ordering::Relaxed).max(0) as u64,
+        ),
+    ] {
+        let mut f = family(meta.0, meta.1, metric_type(kind));
+        f.mut_metric().push(sample(vec![], kind, v));
+        out.push(f);
+    }
+    // Read the buckets first and derive the count from them, so that
+    // `+Inf` equals `_count` even while the server keeps counting.
+    let counts: Vec<u64> = g.service_ns.iter().map(load).collect();
+    let (last, bounded) = counts.split_last().expect("buckets");
+    let mut cumulative = Vec::with_capacity(bounded.len());
+    let mut running = 0;
+    for c in bounded {
+        running += c;
+        cumulative.push(running);
+    }
+    let snap = HistogramSnapshot {
+        bounds: (0..bounded.len())
+            .map(|b| (1u64 << (b + 8)) as f64 / 1e9)
+            .collect(),
+        cumulative,
+        count: running + last,
+        sum_seconds: load(&g.service_ns_sum) as f64 / 1e9,
+    };
+    let mut f = family(SERVICE_TIME.0, SERVICE_TIME.1, MetricType::HISTOGRAM);
+    f.mut_metric().push(histogram(vec![], &snap));
+    out.push(f);
+    out
+}
+
+// ---------------------------------------------------------------------------
+// HTTP (I/O)
+
+/// The metrics endpoint's routes.
+pub fn router(metrics: Arc<Metrics>) -> axum::Router {
+    use axum::http::{header, StatusCode};
+    use axum::routing::get;
+    let m1 = Arc::clone(&metrics);
+    let m2 = Arc::clone(&metrics);
+    let m3 = metrics;
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = Arc::clone(&m1);
+                async move {
+                    // Rendering reads atomics and locks histograms briefly;
+                    // it is cheap enough for the runtime thread.
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/healthz",
+            get(move || {
+                let h = Arc::clone(&m2.health);
+                async move {
+                    if h.stalled.load(Ordering::Relaxed) {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "stalled: a worker thread stopped\n",
+                        )
+                    } else {
+                        (StatusCode::OK, "ok\n")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let h = Arc::clone(&m3.health);
+                async move {
+                    if h.stopping.load(Ordering::Relaxed) {
+                        (StatusCode::SERVICE_UNAVAILABLE, "stopping\n")
+                    } else if h.stalled.load(Ordering::Relaxed) {
+                        (StatusCode::SERVICE_UNAVAILABLE, "stalled\n")
+                    } else if !h.ready.load(Ordering::Relaxed) {
+                        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                    } else {
+                        (StatusCode::OK, "ready\n")
+                    }
+                }
+            }),
+        )
+}
+
+/// Binds the metrics address (before the daemon reports ready, so a
+/// taken port is an error at start, not a silent hole).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+/// Serves until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(metrics))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(
+            &[("fx", vec!["A", "B"]), ("eq", vec!["A"])],
+            Arc::new(GateStats::default()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn published_counters_reach_the_exposition() {
+        let m = metrics();
+        let stats = FeedStats {
+            channel_messages_lost: 7,
+            ticks_lost: 3,
+            symbols_suspect: 2,
+            ..Default::default()
+        };
+        m.feeds[0].stats.store(&stats);
+        m.feeds[0].line(1).store(&LineStats {
+            packets: 10,
+            duplicate_packets: 4,
+            ..Default::default()
+        });
+        m.feeds[0]
+            .clock_offset_ns
+            .store(-1_500_000, Ordering::Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains("tickgate_feed_channel_messages_lost_total{feed=\"fx\"} 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("tickgate_feed_channel_messages_lost_total{feed=\"eq\"} 0\n"));
+        assert!(text.contains("tickgate_feed_symbols_suspect{feed=\"fx\"} 2\n"));
+        assert!(text.contains("tickgate_line_duplicate_packets_total{feed=\"fx\",line=\"B\"} 4\n"));
+        assert!(text.contains("tickgate_line_packets_received_total{feed=\"fx\",line=\"B\"} 10\n"));
+        assert!(text.contains("tickgate_feed_clock_offset_seconds{feed=\"fx\"} -0.0015\n"));
+        assert!(text.contains("# TYPE tickgate_feed_ticks_lost_total counter"));
+    }
+
+    #[test]
+    fn gate_stats_by_verdict_reason_and_service_time() {
+        let m = metrics();
+        m.gate.ok.store(3, Ordering::Relaxed);
+        m.gate.reject.store(2, Ordering::Relaxed);
+        m.gate.rejects_by_reason[2].store(2, Ordering::Relaxed);
+        m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
+        m.gate.connections_open.store(1, Ordering::Relaxed);
+        // 4 batches under 256 ns, 1 in [512, 1024) ns, 1 beyond every bound.
+        m.gate.service_ns[0].store(4, Ordering::Relaxed);
+        m.gate.service_ns[2].store(1, Ordering::Relaxed);
+        m.gate.service_ns[24].store(1, Ordering::Relaxed);
+        m.gate
+            .service_ns_sum
+            .store(3_000_000_000, Ordering::Relaxed);
+        let text = m.render();
+        for want in [
+            "tickgate_gate_requests_total{verdict=\"ok\"} 3\n",
+            "tickgate_gate_requests_total{verdict=\"reject\"} 2\n",
+            "tickgate_gate_reject_reasons_total{reason=\"stale_quote\"} 2\n",
+            "tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n",
+            "tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n",
+            "tickgate_gate_connections 1\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000256\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000512\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000001024\"} 5\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"+Inf\"} 6\n",
+            "tickgate_gate_service_duration_seconds_count 6\n",
+            "tickgate_gate_service_duration_seconds_sum 3\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_exact_sum() {
+        let shared = Arc::new(SharedHistogram::default());
+        let mut rec = shared.recorder();
+        // 3 x 1.5 us, 1 x 40 us, 1 x 2 s (beyond the last bound), 1 negative.
+        for v in [1_500, 1_500, 1_500, 40_000, 2_000_000_000, -5] {
+            rec.record(v, 0);
+        }
+        rec.flush();
+        let snap = shared.snapshot(APPLY_LATENCY_BUCKETS);
+        assert_eq!(snap.count, 6);
+        let expected_sum = (4_500 + 40_000 + 2_000_000_000) as f64 / 1e9;
+        assert!((snap.sum_seconds - expected_sum).abs() < 1e-12);
+        let at = |bound: f64| {
+            let i = snap.bounds.iter().position(|&b| b == bound).unwrap();
+            snap.cumulative[i]
+        };
+        assert_eq!(at(1e-6), 1, "the negative sample counts as 0");
+        assert_eq!(at(2e-6), 4);
+        assert_eq!(at(2e-5), 4);
+        assert_eq!(at(5e-5), 5);
+        assert_eq!(at(1.0), 5, "2 s is only in +Inf");
+        let text = {
+            let m = metrics();
+            let mut r = m.feeds[0].apply_latency.recorder();
+            r.record(1_500, 0);
+            r.flush();
+            m.render()
+        };
+        assert!(
+            text.contains(
+                "tickgate_feed_apply_latency_seconds_bucket{feed=\"fx\",le=\"0.000002\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text
+            .contains("tickgate_feed_apply_latency_seconds_bucket{feed=\"fx\",le=\"+Inf\"} 1\n"));
+        assert!(text.contains("tickgate_feed_apply_latency_seconds_count{feed=\"fx\"} 1\n"));
+    }
+
+    #[test]
+    fn recorder_merges_only_when_due() {
+        let shared = Arc::new(SharedHistogram::default());
+        let mut rec = shared.recorder();
+        rec.record(1_000, 0); // first record: due (never flushed)
+        rec.record(1_000, 1_000); // 1 us later: not due
+        assert_eq!(shared.snapshot(&[1.0]).count, 1);
+        rec.record(1_000, FLUSH_AFTER_NS + 10);
+        assert_eq!(shared.snapshot(&[1.0]).count, 3);
+        // A held lock (a scrape) makes the merge wait, not the recorder.
+        let guard = shared.inner.lock().unwrap();
+        rec.record(1_000, 10 * FLUSH_AFTER_NS);
+        assert!(!rec.try_flush(10 * FLUSH_AFTER_NS));
+        drop(guard);
+        assert!(rec.try_flush(10 * FLUSH_AFTER_NS));
+        assert_eq!(shared.snapshot(&[1.0]).count, 4);
+    }
+}

@@ -1,13 +1,811 @@
-//! `tickgate replay`: a capture through the same core, capture time as the clock.
+//! `tickgate replay`: a capture through the same core, capture time as the
+//! clock (gate.md "Asking the past: replay with checks").
+//!
+//! The capture is read whole (payloads in one arena, not one allocation per
+//! packet), stably sorted by timestamp (merged captures are not always
+//! sorted; equal stamps keep capture order), and fed to `feed::Feed` with
+//! each packet's stamp as `now`. Checks are answered by the same
+//! `gate::protocol::answer` the socket uses, with `now = T`, after every
+//! packet stamped at or before `T` and before any later one.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{BufWriter, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::{json, Map, Value};
+
+use super::frame::SkipCounts;
+use super::pcap::{CaptureReader, CaptureStats};
+use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
+use crate::gate::protocol::{answer, SymbolLookup};
+use crate::wire::{Packet, PacketKind, SessionId, Side, Symbol};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayMode {
+    Full,
+    Delta,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
     /// The capture (pcap or pcapng).
     pub capture: PathBuf,
+    /// Feeds and lines from a tickgate config file (each feed's lines are
+    /// matched by group:port).
+    #[arg(long, value_name = "FILE", conflicts_with = "mode")]
+    pub config: Option<PathBuf>,
+    /// Without --config: the one feed's mode.
+    #[arg(long, value_enum)]
+    pub mode: Option<ReplayMode>,
+    /// Keep only datagrams sent to this destination (repeatable).
+    #[arg(long = "filter", value_name = "ADDR:PORT")]
+    pub filter: Vec<SocketAddrV4>,
+    /// Lines `<unix_ns> <request line>`: answer them as the gate would have.
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub checks: Option<PathBuf>,
+    /// The summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub fn main(_args: ReplayArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("replay is not implemented yet")
+/// One feed of a replay and what was seen of its sessions.
+pub struct ReplayFeed {
+    pub name: String,
+    pub mode: Mode,
+    pub feed: Feed,
+    /// Each line (line index = position).
+    pub lines: Vec<ReplayLine>,
+    pub sessions: Vec<SessionInfo>,
+    /// Packets dropped as belonging to a replaced or ended session (C5/C6).
+    pub stale_session_packets: u64,
+}
+
+/// One session id as seen on the wire (valid packets, all lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: SessionId,
+    pub packets: u64,
+    pub data_packets: u64,
+    pub heartbeats: u64,
+    pub end_of_session: bool,
+    pub first_ts: i64,
+    pub last_ts: i64,
+    /// Lowest channel sequence number seen.
+    pub first_sequence: u64,
+    /// One past the highest message sequence seen (a heartbeat's own
+    /// sequence counts as "next").
+    pub next_sequence: u64,
+}
+
+/// One line of a replayed feed: datagrams sent to `dst` (and, for a
+/// source-specific line, sent from `source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayLine {
+    pub dst: SocketAddrV4,
+    pub source: Option<Ipv4Addr>,
+}
+
+/// A feed to replay into.
+#[derive(Clone, Debug)]
+pub struct FeedSpec {
+    pub name: String,
+    pub settings: FeedSettings,
+    pub lines: Vec<ReplayLine>,
+    /// Symbols known from the start, with `(stale_ms, source_max_age_ms)`.
+    pub symbols: Vec<(Symbol, u64, u64)>,
+}
+
+/// The replay state: feeds, and the route from destination to (feed, line).
+pub struct Replay {
+    pub feeds: Vec<ReplayFeed>,
+    route: HashMap<SocketAddrV4, (usize, usize)>,
+    /// Datagrams whose destination is no line (or whose source is not the
+    /// one a source-specific line accepts).
+    pub unmatched: u64,
+}
+
+impl Replay {
+    /// One feed in `mode` with default settings; each destination one line.
+    pub fn single_feed(mode: Mode, lines: &[SocketAddrV4]) -> Replay {
+        Replay::new(vec![FeedSpec {
+            name: "replay".to_string(),
+            settings: FeedSettings {
+                mode,
+                ..FeedSettings::default()
+            },
+            lines: lines
+                .iter()
+                .map(|&dst| ReplayLine { dst, source: None })
+                .collect(),
+            symbols: Vec::new(),
+        }])
+    }
+
+    /// The given feeds; a destination that two lines share goes to the first.
+    pub fn new(feeds: Vec<FeedSpec>) -> Replay {
+        let mut route = HashMap::new();
+        let feeds = feeds
+            .into_iter()
+            .enumerate()
+            .map(|(fi, spec)| {
+                for (li, line) in spec.lines.iter().enumerate() {
+                    route.entry(line.dst).or_insert((fi, li));
+                }
+                let mut feed = Feed::new(spec.settings, spec.lines.len());
+                for (sym, stale, source) in spec.symbols {
+                    feed.set_symbol_thresholds(sym, stale, source);
+                }
+                ReplayFeed {
+                    name: spec.name,
+                    mode: spec.settings.mode,
+                    feed,
+                    lines: spec.lines,
+                    sessions: Vec::new(),
+                    stale_session_packets: 0,
+                }
+            })
+            .collect();
+        Replay {
+            feeds,
+            route,
+            unmatched: 0,
+        }
+    }
+
+    /// One datagram from `src` to `dst`, stamped `ts` (the clock).
+    pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+        let Some(&(fi, li)) = self.route.get(&dst) else {
+            self.unmatched += 1;
+            return;
+        };
+        let f = &mut self.feeds[fi];
+        if f.lines[li].source.is_some_and(|s| s != *src.ip()) {
+            self.unmatched += 1;
+            return;
+        }
+        if let Ok(p) = Packet::parse(payload) {
+            note_session(&mut f.sessions, &p, ts);
+        }
+        if f.feed.on_datagram(li, payload, ts) == DatagramOutcome::StaleSession {
+            f.stale_session_packets += 1;
+        }
+    }
+
+    /// Appends the answer to one request line at `now`.
+    pub fn answer(&self, request: &[u8], now: i64, out: &mut Vec<u8>) {
+        let lookups: Vec<&dyn SymbolLookup> = self
+            .feeds
+            .iter()
+            .map(|f| &f.feed as &dyn SymbolLookup)
+            .collect();
+        answer(request, &lookups, now, out);
+    }
+}
+
+/// Sessions described per feed; packets of further ones are still replayed.
+const MAX_SESSIONS_SHOWN: usize = 1000;
+
+fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
+    // newest first: a new session's packets are the common case
+    let i = match sessions.iter().rposition(|s| s.id == p.session) {
+        Some(i) => i,
+        None if sessions.len() >= MAX_SESSIONS_SHOWN => return,
+        None => {
+            sessions.push(SessionInfo {
+                id: p.session,
+                packets: 0,
+                data_packets: 0,
+                heartbeats: 0,
+                end_of_session: false,
+                first_ts: ts,
+                last_ts: ts,
+                first_sequence: p.sequence,
+                next_sequence: p.sequence,
+            });
+            sessions.len() - 1
+        }
+    };
+    let s = &mut sessions[i];
+    s.packets += 1;
+    s.first_ts = s.first_ts.min(ts);
+    s.last_ts = s.last_ts.max(ts);
+    s.first_sequence = s.first_sequence.min(p.sequence);
+    let next = match p.kind() {
+        PacketKind::Data => {
+            s.data_packets += 1;
+            p.sequence.saturating_add(p.count as u64)
+        }
+        PacketKind::Heartbeat => {
+            s.heartbeats += 1;
+            p.sequence
+        }
+        PacketKind::EndOfSession => {
+            s.end_of_session = true;
+            p.sequence
+        }
+    };
+    s.next_sequence = s.next_sequence.max(next);
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    ts: i64,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    start: usize,
+    len: usize,
+}
+
+/// One datagram of a loaded capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayDatagram<'a> {
+    pub ts: i64,
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    pub payload: &'a [u8],
+}
+
+/// A capture in memory: payloads in one arena, records sorted by time.
+pub struct LoadedCapture {
+    arena: Vec<u8>,
+    /// Stably sorted by `ts`.
+    records: Vec<Record>,
+    pub stats: CaptureStats,
+    /// Datagrams removed by the destination filter.
+    pub filtered_out: u64,
+    /// Whether the capture was already in time order.
+    pub was_sorted: bool,
+}
+
+impl LoadedCapture {
+    /// Reads `path`, keeping datagrams sent to `filter` (all when empty).
+    pub fn load(path: &Path, filter: &[SocketAddrV4]) -> anyhow::Result<LoadedCapture> {
+        let mut r =
+            CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut arena = Vec::new();
+        let mut records = Vec::new();
+        let mut filtered_out = 0;
+        while let Some(d) = r.next_ref() {
+            let d = d.with_context(|| format!("reading {}", path.display()))?;
+            if !filter.is_empty() && !filter.contains(&d.dst) {
+                filtered_out += 1;
+                continue;
+            }
+            records.push(Record {
+                ts: d.ts_ns,
+                src: d.src,
+                dst: d.dst,
+                start: arena.len(),
+                len: d.payload.len(),
+            });
+            arena.extend_from_slice(d.payload);
+        }
+        let was_sorted = records.windows(2).all(|w| w[0].ts <= w[1].ts);
+        if !was_sorted {
+            records.sort_by_key(|r| r.ts); // stable: capture order among equal stamps
+        }
+        Ok(LoadedCapture {
+            arena,
+            records,
+            stats: *r.stats(),
+            filtered_out,
+            was_sorted,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Datagram `i` in time order.
+    pub fn get(&self, i: usize) -> ReplayDatagram<'_> {
+        let r = self.records[i];
+        ReplayDatagram {
+            ts: r.ts,
+            src: r.src,
+            dst: r.dst,
+            payload: &self.arena[r.start..r.start + r.len],
+        }
+    }
+
+    /// Destinations in order of first appearance (in time order).
+    pub fn destinations(&self) -> Vec<SocketAddrV4> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out: Vec<SocketAddrV4> = Vec::new();
+        for r in &self.records {
+            if seen.insert(r.dst) {
+                out.push(r.dst);
+            }
+        }
+        out
+    }
+
+    pub fn first_ts(&self) -> Option<i64> {
+        self.records.first().map(|r| r.ts)
+    }
+
+    pub fn last_ts(&self) -> Option<i64> {
+        self.records.last().map(|r| r.ts)
+    }
+}
+
+/// Why a checks-file line is answered `ERR` before it reaches the gate.
+fn split_check(line: &[u8]) -> Result<(i64, &[u8]), &'static str> {
+    let (stamp, rest) = match line.iter().position(|&c| c == b' ') {
+        Some(i) => (&line[..i], &line[i + 1..]),
+        None => (line, &[][..]),
+    };
+    let digits = stamp.strip_prefix(b"-").unwrap_or(stamp);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err("missing timestamp");
+    }
+    let t = std::str::from_utf8(stamp)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or("timestamp out of range")?;
+    Ok((t, rest))
+}
+
+/// Answers every line of `checks` against `cap` replayed into `replay`;
+/// appends one answer line per check to `out`. Blank lines and lines
+/// starting with `#` are not checks and get no answer.
+pub fn run_checks(replay: &mut Replay, cap: &LoadedCapture, checks: &[u8], out: &mut Vec<u8>) {
+    let mut next = 0;
+    let mut clock: Option<i64> = None;
+    for raw in checks.split(|&c| c == b'\n') {
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        let (t, request) = match split_check(line) {
+            Ok(v) => v,
+            Err(reason) => {
+                let _ = writeln!(Utf8(out), "ERR {reason}");
+                continue;
+            }
+        };
+        if clock.is_some_and(|c| t < c) {
+            // does not move the clock
+            out.extend_from_slice(b"ERR check stamped earlier than the previous check\n");
+            continue;
+        }
+        while next < cap.len() {
+            let d = cap.get(next);
+            if d.ts > t {
+                break;
+            }
+            replay.on_datagram(d.src, d.dst, d.payload, d.ts);
+            next += 1;
+        }
+        replay.answer(request, t, out);
+        clock = Some(t);
+    }
+}
+
+/// `fmt::Write` over a byte buffer.
+struct Utf8<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Utf8<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
+    let cap = LoadedCapture::load(&args.capture, &args.filter)?;
+    if cap.stats.truncated_tail {
+        eprintln!(
+            "tickgate: warning: {} ends in the middle of a record; replaying what came before",
+            args.capture.display()
+        );
+    }
+    let mut replay = match &args.config {
+        Some(path) => replay_from_config(path)?,
+        None => {
+            let mode = match args.mode.unwrap_or(ReplayMode::Full) {
+                ReplayMode::Full => Mode::Full,
+                ReplayMode::Delta => Mode::Delta,
+            };
+            let lines = if args.filter.is_empty() {
+                cap.destinations()
+            } else {
+                args.filter.clone()
+            };
+            Replay::single_feed(mode, &lines)
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut w = BufWriter::new(stdout.lock());
+    if let Some(path) = &args.checks {
+        let checks =
+            std::fs::read(path).with_context(|| format!("reading checks {}", path.display()))?;
+        let mut out = Vec::with_capacity(4096);
+        run_checks(&mut replay, &cap, &checks, &mut out);
+        w.write_all(&out)?;
+        w.flush()?;
+        return Ok(0);
+    }
+    for i in 0..cap.len() {
+        let d = cap.get(i);
+        replay.on_datagram(d.src, d.dst, d.payload, d.ts);
+    }
+    if args.json {
+        let v = summary_json(&args.capture, &cap, &replay);
+        serde_json::to_writer(&mut w, &v)?;
+        w.write_all(b"\n")?;
+    } else {
+        w.write_all(summary_text(&args.capture, &cap, &replay).as_bytes())?;
+    }
+    w.flush()?;
+    Ok(0)
+}
+
+/// The config file's feeds: each feed's lines by group:port (and source,
+/// for a source-specific line), its settings and its configured symbols.
+/// Interfaces and the other sections do not matter to a replay.
+pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
+    let cfg = crate::config::Config::load(path)
+        .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
+}
+
+/// The core's settings and the replay lines of one configured feed.
+pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
+    use crate::config::{ClockOffset as C, FeedMode, Liveness as L};
+    use crate::feed::{ClockOffset, Liveness};
+    let settings = FeedSettings {
+        mode: match f.mode {
+            FeedMode::Full => Mode::Full,
+            FeedMode::Delta => Mode::Delta,
+        },
+        liveness: match f.liveness {
+            L::Symbol => Liveness::Symbol,
+            L::Channel => Liveness::Channel,
+        },
+        stale_ms: f.stale_ms,
+        source_max_age_ms: f.source_max_age_ms,
+        max_seq_jump: f.max_seq_jump,
+        clock_offset: match f.clock_offset {
+            C::Auto => ClockOffset::Auto,
+            C::Off => ClockOffset::Off,
+            C::FixedMs(ms) => ClockOffset::FixedNs(ms.saturating_mul(1_000_000)),
+        },
+        max_symbols: f.max_symbols,
+    };
+    FeedSpec {
+        name: f.name.clone(),
+        settings,
+        lines: f
+            .lines
+            .iter()
+            .map(|l| ReplayLine {
+                dst: SocketAddrV4::new(l.group, l.port),
+                source: l.source,
+            })
+            .collect(),
+        symbols: f
+            .symbols
+            .iter()
+            .map(|s| {
+                let t = f.thresholds_for(s.symbol);
+                (s.symbol, t.stale_ms, t.source_max_age_ms)
+            })
+            .collect(),
+    }
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Full => "full",
+        Mode::Delta => "delta",
+    }
+}
+
+fn side_str(s: Option<Side>) -> Option<String> {
+    s.map(|s| {
+        let mut out = String::new();
+        let _ = crate::wire::write_price(&mut out, s.px);
+        let _ = write!(out, "@{}", s.qty);
+        out
+    })
+}
+
+fn skipped_json(s: &SkipCounts) -> Value {
+    let mut m = Map::new();
+    for (name, n) in s.iter() {
+        m.insert(name.to_string(), json!(n));
+    }
+    Value::Object(m)
+}
+
+fn symbol_json(s: &SymbolSummary) -> Value {
+    json!({
+        "seq": s.shown_seq,
+        "ticks_lost": s.ticks_lost,
+        "suspect": s.suspect.map(|c| c.as_str()),
+        "has_quote": s.has_quote,
+        "bid": side_str(s.bid),
+        "ask": side_str(s.ask),
+        "alive_at": s.alive_at,
+        "source_ts": s.quote_source_ts,
+        "stale_dropped": s.stale_dropped,
+        "seq_anomalies": s.seq_anomalies,
+        "seq_resyncs": s.seq_resyncs,
+        "snapshots_applied": s.snapshots_applied,
+    })
+}
+
+fn session_json(s: &SessionInfo) -> Value {
+    json!({
+        "id": s.id.to_string(),
+        "packets": s.packets,
+        "data_packets": s.data_packets,
+        "heartbeats": s.heartbeats,
+        "end_of_session": s.end_of_session,
+        "first_sequence": s.first_sequence,
+        "next_sequence": s.next_sequence,
+        "first_ts": s.first_ts,
+        "last_ts": s.last_ts,
+    })
+}
+
+/// The `--json` summary: totals over feeds at the top, details per feed.
+pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
+    let mut totals = [0u64; 9];
+    let mut symbols = Map::new();
+    let mut sessions = Vec::new();
+    let mut feeds = Vec::new();
+    for f in &r.feeds {
+        let c = f.feed.counters();
+        let vals = [
+            c.packets(),
+            c.invalid_packets,
+            c.duplicate_packets(),
+            c.channel_messages_lost,
+            c.unknown_messages,
+            c.ticks_lost,
+            c.stale_dropped,
+            c.seq_anomalies,
+            f.stale_session_packets,
+        ];
+        for (t, v) in totals.iter_mut().zip(vals) {
+            *t += v;
+        }
+        let mut fsyms = Map::new();
+        for (sym, s) in f.feed.symbols() {
+            let v = symbol_json(&s);
+            symbols.entry(sym.to_string()).or_insert_with(|| v.clone());
+            fsyms.insert(sym.to_string(), v);
+        }
+        let fsessions: Vec<Value> = f.sessions.iter().map(session_json).collect();
+        sessions.extend(fsessions.iter().cloned());
+        let lines: Vec<Value> = f
+            .lines
+            .iter()
+            .zip(&c.lines)
+            .map(|(line, l)| {
+                json!({
+                    "dst": line.dst.to_string(),
+                    "source": line.source.map(|s| s.to_string()),
+                    "packets": l.packets,
+                    "messages": l.messages,
+                    "duplicate_packets": l.duplicate_packets,
+                    "invalid_packets": l.invalid_packets,
+                })
+            })
+            .collect();
+        feeds.push(json!({
+            "name": f.name,
+            "mode": mode_name(f.mode),
+            "lines": lines,
+            "packets": c.packets(),
+            "messages": c.messages(),
+            "invalid_packets": c.invalid_packets,
+            "duplicate_packets": c.duplicate_packets(),
+            "channel_lost": c.channel_messages_lost,
+            "channel_gaps": c.channel_gaps,
+            "unknown_messages": c.unknown_messages,
+            "invalid_messages": c.invalid_messages,
+            "ticks_lost": c.ticks_lost,
+            "stale_dropped": c.stale_dropped,
+            "seq_anomalies": c.seq_anomalies,
+            "seq_resyncs": c.seq_resyncs,
+            "snapshots_applied": c.snapshots_applied,
+            "snapshots_ignored": c.snapshots_ignored,
+            "session_changes": c.session_changes,
+            "stale_session_dropped": c.stale_session_dropped,
+            "sessions_ended": c.sessions_ended,
+            "session_ended": f.feed.session_ended(),
+            "symbols_suspect": f.feed.symbols_suspect(),
+            "clock_offset_ns": f.feed.clock_offset_ns(),
+            "sessions": fsessions,
+            "symbols": fsyms,
+        }));
+    }
+    let st = &cap.stats;
+    json!({
+        "capture": path.display().to_string(),
+        "frames": st.frames,
+        "datagrams": st.datagrams,
+        "skipped": skipped_json(&st.skipped),
+        "skipped_frames": st.skipped.total(),
+        "truncated_tail": st.truncated_tail,
+        "filtered_out": cap.filtered_out,
+        "unmatched": r.unmatched,
+        "sorted": cap.was_sorted,
+        "first_ts": cap.first_ts(),
+        "last_ts": cap.last_ts(),
+        "packets": totals[0],
+        "invalid_packets": totals[1],
+        "duplicate_packets": totals[2],
+        "channel_lost": totals[3],
+        "unknown_messages": totals[4],
+        "ticks_lost": totals[5],
+        "stale_dropped": totals[6],
+        "seq_anomalies": totals[7],
+        "stale_session_packets": totals[8],
+        "sessions": sessions,
+        "symbols": symbols,
+        "feeds": feeds,
+    })
+}
+
+fn ts_str(ts: i64) -> String {
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(ts as i128)
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .unwrap_or_else(|| ts.to_string())
+}
+
+/// The readable summary: capture, then per feed its lines, sessions,
+/// counters and a symbol table.
+pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
+    let st = &cap.stats;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "capture {}: {} frames, {} UDP datagrams, {} frames skipped",
+        path.display(),
+        st.frames,
+        st.datagrams,
+        st.skipped.total()
+    );
+    if st.skipped.total() > 0 {
+        let parts: Vec<String> = st
+            .skipped
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(s, "  skipped: {}", parts.join(", "));
+    }
+    if st.truncated_tail {
+        let _ = writeln!(s, "  the file ends in the middle of a record");
+    }
+    if let (Some(a), Some(b)) = (cap.first_ts(), cap.last_ts()) {
+        let _ = writeln!(s, "  time {} .. {}", ts_str(a), ts_str(b));
+    }
+    if cap.filtered_out > 0 {
+        let _ = writeln!(s, "  {} datagrams removed by --filter", cap.filtered_out);
+    }
+    if r.unmatched > 0 {
+        let _ = writeln!(s, "  {} datagrams to no configured line", r.unmatched);
+    }
+    if !cap.was_sorted {
+        let _ = writeln!(s, "  not in time order: sorted by timestamp");
+    }
+    for f in &r.feeds {
+        let c = f.feed.counters();
+        let _ = writeln!(
+            s,
+            "\nfeed {} ({}), {} lines",
+            f.name,
+            mode_name(f.mode),
+            f.lines.len()
+        );
+        for (line, l) in f.lines.iter().zip(&c.lines) {
+            let _ = writeln!(
+                s,
+                "  line {}{}: {} packets, {} messages, {} duplicate, {} invalid",
+                line.dst,
+                line.source.map_or(String::new(), |s| format!(" from {s}")),
+                l.packets,
+                l.messages,
+                l.duplicate_packets,
+                l.invalid_packets
+            );
+        }
+        for ss in &f.sessions {
+            let _ = writeln!(
+                s,
+                "  session {}: {} packets ({} data, {} heartbeats{}), sequences {}..{}",
+                ss.id,
+                ss.packets,
+                ss.data_packets,
+                ss.heartbeats,
+                if ss.end_of_session { ", ended" } else { "" },
+                ss.first_sequence,
+                ss.next_sequence
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  packets {}, invalid {}, duplicate {}, channel lost {} ({} gaps), unknown messages {}, invalid messages {}",
+            c.packets(),
+            c.invalid_packets,
+            c.duplicate_packets(),
+            c.channel_messages_lost,
+            c.channel_gaps,
+            c.unknown_messages,
+            c.invalid_messages
+        );
+        let _ = writeln!(
+            s,
+            "  ticks lost {}, stale dropped {}, seq anomalies {}, resyncs {}, snapshots applied {} ignored {}, session changes {}, stale-session packets {}{}",
+            c.ticks_lost,
+            c.stale_dropped,
+            c.seq_anomalies,
+            c.seq_resyncs,
+            c.snapshots_applied,
+            c.snapshots_ignored,
+            c.session_changes,
+            c.stale_session_dropped,
+            if f.feed.session_ended() { ", session ended" } else { "" }
+        );
+        let n = f.feed.symbol_count();
+        let _ = writeln!(s, "  {} symbols, {} suspect", n, f.feed.symbols_suspect());
+        if n > 0 {
+            let _ = writeln!(
+                s,
+                "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  suspect",
+                "symbol", "seq", "bid", "ask", "ticks_lost", "stale"
+            );
+            let mut syms: Vec<_> = f.feed.symbols().collect();
+            syms.sort_by_key(|(sym, _)| *sym);
+            for (sym, sm) in syms {
+                let _ = writeln!(
+                    s,
+                    "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  {}",
+                    sym.to_string(),
+                    sm.shown_seq.map_or("-".to_string(), |v| v.to_string()),
+                    side_str(sm.bid).unwrap_or_else(|| "-".into()),
+                    side_str(sm.ask).unwrap_or_else(|| "-".into()),
+                    sm.ticks_lost,
+                    sm.stale_dropped,
+                    sm.suspect.map_or("-", |c| c.as_str())
+                );
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_lines_need_a_timestamp() {
+        assert_eq!(split_check(b"12 CHECK X"), Ok((12, &b"CHECK X"[..])));
+        assert_eq!(split_check(b"-5 PING"), Ok((-5, &b"PING"[..])));
+        assert_eq!(split_check(b"12"), Ok((12, &b""[..])));
+        assert_eq!(split_check(b"CHECK X"), Err("missing timestamp"));
+        assert_eq!(split_check(b" 12 CHECK X"), Err("missing timestamp"));
+        assert_eq!(split_check(b"1x CHECK X"), Err("missing timestamp"));
+        assert_eq!(
+            split_check(b"99999999999999999999 PING"),
+            Err("timestamp out of range")
+        );
+    }
 }

@@ -1,1 +1,662 @@
-//! (to be written)
+//! The lock-free state table: one writer per feed, any number of reader
+//! threads (gate.md "Speed": readers never block the writer and never see a
+//! half-written quote).
+//!
+//! - Each slot is a seqlock whose payload is stored as `AtomicU64` words, so
+//!   a reader racing the writer reads atomics (no data race, no UB) and then
+//!   throws the copy away if the sequence moved.
+//! - The symbol index is fixed-capacity open addressing (linear probing)
+//!   from a `u64` key (`Symbol::key()`) to a slot. Only the writer inserts;
+//!   it fills the slot first and publishes the bucket with Release, readers
+//!   probe with Acquire. Nothing is ever removed, so a probe stops at the
+//!   first empty bucket.
+//! - Capacity is fixed at construction; nothing allocates afterwards.
+//!
+//! Capabilities are split by type: [`TableWriter`] (one, not `Clone`) and
+//! [`TableReader`] (`Clone + Send + Sync`). [`SeqCell`] is the same
+//! seqlock for a single value (the per-feed view).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::{align_of, size_of, MaybeUninit};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Plain data that can be copied in and out of the table as raw `u64`
+/// words.
+///
+/// # Safety
+/// The implementor guarantees that the type
+/// - has a size that is a multiple of 8 and an alignment of at most 8,
+/// - has no padding bytes (every byte is initialised in every value),
+/// - is valid for every bit pattern (no `bool`, `char`, enums, references).
+///
+/// Size and alignment are also checked at compile time.
+pub unsafe trait Plain: Copy + Send + Sync + 'static {}
+
+// SAFETY: arrays of u64 have no padding and every bit pattern is valid.
+unsafe impl<const N: usize> Plain for [u64; N] {}
+// SAFETY: as above.
+unsafe impl<const N: usize> Plain for [i64; N] {}
+
+/// Words of payload of `T` (compile-time checked layout).
+struct Layout<T>(PhantomData<T>);
+
+impl<T: Plain> Layout<T> {
+    const WORDS: usize = {
+        assert!(
+            size_of::<T>().is_multiple_of(8),
+            "Plain types must be a multiple of 8 bytes"
+        );
+        assert!(align_of::<T>() <= 8, "Plain types must align to <= 8");
+        size_of::<T>() / 8
+    };
+    /// Slot stride in words: the sequence word plus the payload. Up to a
+    /// cache line it is rounded to a power of two so that a slot never
+    /// straddles two lines; above, to an even count (16-byte steps), which
+    /// keeps memory low (a 72-byte view takes 80 bytes, not 128).
+    const STRIDE: usize = {
+        let n = Self::WORDS + 1;
+        if n <= 8 {
+            n.next_power_of_two()
+        } else {
+            n.div_ceil(2) * 2
+        }
+    };
+}
+
+/// One cache line of words: the backing store is allocated in these so that
+/// slots start on line boundaries.
+#[repr(C, align(64))]
+struct Line([AtomicU64; 8]);
+
+impl Line {
+    fn zeroed() -> Line {
+        Line(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// A fixed array of atomic words, 64-byte aligned.
+struct Words {
+    lines: Box<[Line]>,
+}
+
+impl Words {
+    fn new(words: usize) -> Words {
+        Words {
+            lines: (0..words.div_ceil(8)).map(|_| Line::zeroed()).collect(),
+        }
+    }
+
+    #[inline]
+    fn slice(&self) -> &[AtomicU64] {
+        // SAFETY: `Line` is `repr(C)` over `[AtomicU64; 8]` with size 64 and
+        // no padding, so the boxed lines are one contiguous run of words.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.lines.as_ptr() as *const AtomicU64,
+                self.lines.len() * 8,
+            )
+        }
+    }
+}
+
+/// Seqlock write of one cell (`cell[0]` is the sequence, `cell[1..]` the
+/// payload). Only one thread may write a given cell.
+#[inline]
+fn seq_write<T: Plain>(cell: &[AtomicU64], value: &T) {
+    let w = Layout::<T>::WORDS;
+    let cell = &cell[..=w];
+    let seq = cell[0].load(Ordering::Relaxed);
+    // Odd: a write is in progress; readers retry.
+    cell[0].store(seq.wrapping_add(1), Ordering::Relaxed);
+    // Orders the odd sequence before the payload stores (Boehm's seqlock
+    // writer: a release fence after the first store).
+    fence(Ordering::Release);
+    let src = value as *const T as *const u64;
+    for (i, word) in cell[1..].iter().enumerate() {
+        // SAFETY: `T` is `w` words without padding (Plain), so reading word
+        // `i < w` reads initialised bytes inside `*value`.
+        let v = unsafe { src.add(i).read_unaligned() };
+        word.store(v, Ordering::Relaxed);
+    }
+    cell[0].store(seq.wrapping_add(2), Ordering::Release);
+}
+
+/// Seqlock read: a copy that the writer did not change while it was taken.
+#[inline]
+fn seq_read<T: Plain>(cell: &[AtomicU64]) -> T {
+    let w = Layout::<T>::WORDS;
+    let cell = &cell[..=w];
+    let mut spins = 0u32;
+    loop {
+        let s1 = cell[0].load(Ordering::Acquire);
+        if s1 & 1 == 0 {
+            let mut out = MaybeUninit::<T>::uninit();
+            let dst = out.as_mut_ptr() as *mut u64;
+            for (i, word) in cell[1..].iter().enumerate() {
+                // SAFETY: `i < w` stays inside `out` (size w * 8).
+                unsafe { dst.add(i).write_unaligned(word.load(Ordering::Relaxed)) };
+            }
+            // Orders the payload loads before the second sequence load.
+            fence(Ordering::Acquire);
+            let s2 = cell[0].load(Ordering::Relaxed);
+            if s1 == s2 {
+                // SAFETY: every byte was written and every bit pattern is a
+                // valid `T` (Plain); the unchanged even sequence means the
+                // words all come from one write.
+                return unsafe { out.assume_init() };
+            }
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024) {
+            // The writer was descheduled mid-write: let it run.
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Read by the (only) writer of a cell: no concurrent write can exist.
+#[inline]
+fn owner_read<T: Plain>(cell: &[AtomicU64]) -> T {
+    let w = Layout::<T>::WORDS;
+    let mut out = MaybeUninit::<T>::uninit();
+    let dst = out.as_mut_ptr() as *mut u64;
+    for (i, word) in cell[1..=w].iter().enumerate() {
+        // SAFETY: as in `seq_read`.
+        unsafe { dst.add(i).write_unaligned(word.load(Ordering::Relaxed)) };
+    }
+    // SAFETY: as in `seq_read`; the caller is the only writer.
+    unsafe { out.assume_init() }
+}
+
+/// The table has no free slot for a new key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableFull {
+    pub capacity: u32,
+}
+
+impl fmt::Display for TableFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "state table full: all {} symbol slots are in use (raise the feed's symbol capacity)",
+            self.capacity
+        )
+    }
+}
+
+impl std::error::Error for TableFull {}
+
+struct Inner<T> {
+    capacity: u32,
+    /// Slots published to readers (Release after the slot and its bucket).
+    len: AtomicU64,
+    /// `capacity` seqlock cells of `STRIDE` words.
+    slots: Words,
+    /// The key of each slot, for listing (written before `len` moves).
+    slot_keys: Box<[AtomicU64]>,
+    /// Index buckets: pairs `[key, slot + 1]`; `slot + 1 == 0` is empty.
+    buckets: Words,
+    bucket_mask: u64,
+    bucket_shift: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Plain> Inner<T> {
+    #[inline]
+    fn cell(&self, slot: u32) -> &[AtomicU64] {
+        let s = Layout::<T>::STRIDE;
+        let start = slot as usize * s;
+        &self.slots.slice()[start..start + s]
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> u64 {
+        // Fibonacci hashing: symbols are ASCII, their low bits alone are
+        // poorly spread.
+        key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.bucket_shift
+    }
+
+    /// Probes for `key`: `Ok(slot)` when present, `Err(bucket)` with the
+    /// empty bucket where it would go.
+    #[inline]
+    fn probe(&self, key: u64) -> Result<u32, usize> {
+        let b = self.buckets.slice();
+        let mut i = self.home(key);
+        loop {
+            let at = (i as usize) * 2;
+            let tag = b[at + 1].load(Ordering::Acquire);
+            if tag == 0 {
+                return Err(at);
+            }
+            if b[at].load(Ordering::Relaxed) == key {
+                return Ok((tag - 1) as u32);
+            }
+            i = (i + 1) & self.bucket_mask;
+        }
+    }
+}
+
+/// Creates a table for `capacity` keys (at most `u32::MAX - 1`).
+///
+/// Memory: `capacity` slots of `STRIDE` words plus an index of twice the
+/// capacity rounded up to a power of two (16 bytes a bucket, load <= 0.5).
+pub fn table<T: Plain>(capacity: u32) -> (TableWriter<T>, TableReader<T>) {
+    let capacity = capacity.min(u32::MAX - 1);
+    let buckets = (capacity as u64 * 2).next_power_of_two().max(2);
+    let bits = buckets.trailing_zeros();
+    let inner = Arc::new(Inner::<T> {
+        capacity,
+        len: AtomicU64::new(0),
+        slots: Words::new(capacity as usize * Layout::<T>::STRIDE),
+        slot_keys: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+        buckets: Words::new(buckets as usize * 2),
+        bucket_mask: buckets - 1,
+        // `>> 64` is not allowed; a table of 1 bucket pair uses bit 63.
+        bucket_shift: 64 - bits.max(1),
+        _t: PhantomData,
+    });
+    (
+        TableWriter {
+            inner: inner.clone(),
+            len: 0,
+        },
+        TableReader { inner },
+    )
+}
+
+/// The one writer of a table (the feed's thread). Not `Clone`.
+pub struct TableWriter<T: Plain> {
+    inner: Arc<Inner<T>>,
+    len: u32,
+}
+
+impl<T: Plain> TableWriter<T> {
+    /// The slot of `key`, if it was inserted.
+    pub fn find(&self, key: u64) -> Option<u32> {
+        self.inner.probe(key).ok()
+    }
+
+    /// Writes `value` under `key`, inserting the key on first use. Returns
+    /// the slot; `TableFull` (nothing changed) when the key is new and every
+    /// slot is taken.
+    pub fn upsert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
+        match self.inner.probe(key) {
+            Ok(slot) => {
+                seq_write(self.inner.cell(slot), value);
+                Ok(slot)
+            }
+            Err(bucket) => self.insert_at(bucket, key, value),
+        }
+    }
+
+    /// Inserts a new key with its first value; an existing key keeps its
+    /// value (and slot).
+    pub fn insert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
+        match self.inner.probe(key) {
+            Ok(slot) => Ok(slot),
+            Err(bucket) => self.insert_at(bucket, key, value),
+        }
+    }
+
+    fn insert_at(&mut self, bucket: usize, key: u64, value: &T) -> Result<u32, TableFull> {
+        let inner = &*self.inner;
+        if self.len >= inner.capacity {
+            return Err(TableFull {
+                capacity: inner.capacity,
+            });
+        }
+        let slot = self.len;
+        // The slot first, then the bucket (Release): a reader that finds the
+        // key sees at least this first value.
+        seq_write(inner.cell(slot), value);
+        inner.slot_keys[slot as usize].store(key, Ordering::Relaxed);
+        let b = inner.buckets.slice();
+        b[bucket].store(key, Ordering::Relaxed);
+        b[bucket + 1].store(slot as u64 + 1, Ordering::Release);
+        self.len = slot + 1;
+        inner.len.store(self.len as u64, Ordering::Release);
+        Ok(slot)
+    }
+
+    /// Overwrites the value of an inserted slot.
+    ///
+    /// # Panics
+    /// When `slot` was not returned by `insert`/`upsert`/`find` (a bug).
+    #[inline]
+    pub fn write(&mut self, slot: u32, value: &T) {
+        assert!(slot < self.len, "slot {slot} was never inserted");
+        seq_write(self.inner.cell(slot), value);
+    }
+
+    /// The current value of an inserted slot.
+    pub fn read(&self, slot: u32) -> T {
+        assert!(slot < self.len, "slot {slot} was never inserted");
+        owner_read(self.inner.cell(slot))
+    }
+
+    /// The key stored in `slot` (`None` when not inserted).
+    pub fn key_at(&self, slot: u32) -> Option<u64> {
+        (slot < self.len).then(|| self.inner.slot_keys[slot as usize].load(Ordering::Relaxed))
+    }
+
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.inner.capacity
+    }
+
+    pub fn reader(&self) -> TableReader<T> {
+        TableReader {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T: Plain> fmt::Debug for TableWriter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableWriter")
+            .field("len", &self.len)
+            .field("capacity", &self.inner.capacity)
+            .finish()
+    }
+}
+
+/// A reader of a table: cheap to clone, shareable between threads, never
+/// blocks the writer.
+pub struct TableReader<T: Plain> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T: Plain> Clone for TableReader<T> {
+    fn clone(&self) -> Self {
+        TableReader {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T: Plain> fmt::Debug for TableReader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableReader")
+            .field("len", &self.len())
+            .field("capacity", &self.inner.capacity)
+            .finish()
+    }
+}
+
+impl<T: Plain> TableReader<T> {
+    /// The slot of `key`, if the writer has published it.
+    #[inline]
+    pub fn find(&self, key: u64) -> Option<u32> {
+        self.inner.probe(key).ok()
+    }
+
+    /// A consistent copy of `key`'s value.
+    #[inline]
+    pub fn get(&self, key: u64) -> Option<T> {
+        self.find(key).map(|slot| self.read(slot))
+    }
+
+    /// A consistent copy of a published slot (`None` if not published).
+    #[inline]
+    pub fn get_slot(&self, slot: u32) -> Option<T> {
+        (slot < self.len()).then(|| self.read(slot))
+    }
+
+    /// A consistent copy of a slot from `find` or below `len()`.
+    ///
+    /// # Panics
+    /// When `slot >= capacity`.
+    #[inline]
+    pub fn read(&self, slot: u32) -> T {
+        assert!(slot < self.inner.capacity, "slot {slot} out of range");
+        seq_read(self.inner.cell(slot))
+    }
+
+    /// The key of a published slot.
+    pub fn key_at(&self, slot: u32) -> Option<u64> {
+        (slot < self.len()).then(|| self.inner.slot_keys[slot as usize].load(Ordering::Relaxed))
+    }
+
+    /// Published slots: `0..len()` are all readable.
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.inner.len.load(Ordering::Acquire) as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.inner.capacity
+    }
+}
+
+struct CellInner<T> {
+    words: Words,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A single seqlocked value: one [`CellWriter`], any number of
+/// [`CellReader`]s.
+pub fn seq_cell<T: Plain>(value: T) -> (CellWriter<T>, CellReader<T>) {
+    let inner = Arc::new(CellInner::<T> {
+        words: Words::new(Layout::<T>::STRIDE),
+        _t: PhantomData,
+    });
+    seq_write(inner.words.slice(), &value);
+    (
+        CellWriter {
+            inner: inner.clone(),
+        },
+        CellReader { inner },
+    )
+}
+
+/// The one writer of a [`seq_cell`]. Not `Clone`.
+pub struct CellWriter<T: Plain> {
+    inner: Arc<CellInner<T>>,
+}
+
+impl<T: Plain> CellWriter<T> {
+    #[inline]
+    pub fn write(&mut self, value: &T) {
+        seq_write(self.inner.words.slice(), value);
+    }
+
+    pub fn read(&self) -> T {
+        owner_read(self.inner.words.slice())
+    }
+
+    pub fn reader(&self) -> CellReader<T> {
+        CellReader {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T: Plain> fmt::Debug for CellWriter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CellWriter")
+    }
+}
+
+/// A reader of a [`seq_cell`].
+pub struct CellReader<T: Plain> {
+    inner: Arc<CellInner<T>>,
+}
+
+impl<T: Plain> Clone for CellReader<T> {
+    fn clone(&self) -> Self {
+        CellReader {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T: Plain> fmt::Debug for CellReader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CellReader")
+    }
+}
+
+impl<T: Plain> CellReader<T> {
+    #[inline]
+    pub fn read(&self) -> T {
+        seq_read(self.inner.words.slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type V = [u64; 3];
+
+    fn v(x: u64) -> V {
+        [x, x + 1, x + 2]
+    }
+
+    #[test]
+    fn insert_find_and_absent_keys() {
+        let (mut w, r) = table::<V>(4);
+        assert_eq!(r.find(42), None);
+        assert_eq!(r.get(42), None);
+        assert_eq!(w.insert(42, &v(1)), Ok(0));
+        assert_eq!(w.insert(7, &v(2)), Ok(1));
+        // Inserting an existing key keeps its slot and value.
+        assert_eq!(w.insert(42, &v(9)), Ok(0));
+        assert_eq!(r.get(42), Some(v(1)));
+        assert_eq!(r.get(7), Some(v(2)));
+        assert_eq!(r.get(8), None);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.key_at(1), Some(7));
+        assert_eq!(r.key_at(2), None);
+        w.write(1, &v(5));
+        assert_eq!(r.read(1), v(5));
+        assert_eq!(w.read(1), v(5));
+        assert_eq!(w.upsert(7, &v(6)), Ok(1));
+        assert_eq!(r.get(7), Some(v(6)));
+    }
+
+    #[test]
+    fn key_zero_is_an_ordinary_key() {
+        // The empty-bucket marker is in the slot word, not the key.
+        let (mut w, r) = table::<V>(2);
+        assert_eq!(r.find(0), None);
+        assert_eq!(w.insert(0, &v(3)), Ok(0));
+        assert_eq!(r.get(0), Some(v(3)));
+        assert_eq!(r.find(1), None);
+    }
+
+    #[test]
+    fn collisions_probe_past_each_other() {
+        // Keys that share a home bucket: the capacity-8 table has 16
+        // buckets, so the home is the top 4 bits of key * C; search for
+        // several keys with the same home.
+        let (mut w, r) = table::<V>(8);
+        let home = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
+        let same: Vec<u64> = (1..10_000u64)
+            .filter(|&k| home(k) == home(1))
+            .take(6)
+            .collect();
+        assert_eq!(same.len(), 6);
+        for (i, &k) in same.iter().enumerate() {
+            assert_eq!(w.insert(k, &v(k)), Ok(i as u32));
+        }
+        for &k in &same {
+            assert_eq!(r.get(k), Some(v(k)), "key {k}");
+        }
+        // An absent key with the same home probes the whole run.
+        let absent = (10_000u64..).find(|&k| home(k) == home(1)).unwrap();
+        assert_eq!(r.find(absent), None);
+        // Wrap-around at the end of the bucket array.
+        let last: Vec<u64> = (1..100_000u64).filter(|&k| home(k) == 15).take(2).collect();
+        w.insert(last[0], &v(1)).unwrap();
+        w.insert(last[1], &v(2)).unwrap();
+        assert_eq!(r.get(last[0]), Some(v(1)));
+        assert_eq!(r.get(last[1]), Some(v(2)));
+    }
+
+    #[test]
+    fn full_table_refuses_new_keys_only() {
+        let (mut w, r) = table::<V>(3);
+        for k in 10..13 {
+            w.insert(k, &v(k)).unwrap();
+        }
+        assert_eq!(w.insert(99, &v(0)), Err(TableFull { capacity: 3 }));
+        assert_eq!(w.upsert(99, &v(0)), Err(TableFull { capacity: 3 }));
+        assert_eq!(r.find(99), None);
+        assert_eq!(r.len(), 3);
+        // Existing keys still update.
+        assert_eq!(w.upsert(11, &v(50)), Ok(1));
+        assert_eq!(r.get(11), Some(v(50)));
+        assert!(TableFull { capacity: 3 }
+            .to_string()
+            .contains("3 symbol slots"));
+    }
+
+    #[test]
+    fn zero_capacity_table_refuses_everything() {
+        let (mut w, r) = table::<V>(0);
+        assert!(w.insert(1, &v(1)).is_err());
+        assert_eq!(r.find(1), None);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn many_keys_all_found() {
+        let n = 100_000u32;
+        let (mut w, r) = table::<[u64; 12]>(n);
+        for i in 0..n as u64 {
+            // ASCII-like keys, as symbols are.
+            let key = u64::from_be_bytes(*format!("S{i:07}").as_bytes().first_chunk().unwrap());
+            w.insert(key, &[i; 12]).unwrap();
+        }
+        for i in (0..n as u64).step_by(97) {
+            let key = u64::from_be_bytes(*format!("S{i:07}").as_bytes().first_chunk().unwrap());
+            assert_eq!(r.get(key), Some([i; 12]));
+        }
+        assert_eq!(r.get(u64::from_be_bytes(*b"NOTTHERE")), None);
+        assert!(w.insert(1, &[0; 12]).is_err());
+    }
+
+    #[test]
+    fn seq_cell_reads_last_write() {
+        let (mut w, r) = seq_cell::<[i64; 2]>([1, 2]);
+        assert_eq!(r.read(), [1, 2]);
+        w.write(&[3, -4]);
+        assert_eq!(r.clone().read(), [3, -4]);
+        assert_eq!(w.read(), [3, -4]);
+    }
+
+    #[test]
+    fn layout_strides() {
+        assert_eq!(Layout::<[u64; 1]>::STRIDE, 2);
+        assert_eq!(Layout::<[u64; 3]>::STRIDE, 4);
+        assert_eq!(Layout::<[u64; 7]>::STRIDE, 8);
+        assert_eq!(Layout::<[u64; 8]>::STRIDE, 10);
+        assert_eq!(Layout::<[u64; 9]>::STRIDE, 10);
+        assert_eq!(Layout::<[u64; 12]>::STRIDE, 14);
+    }
+
+    fn _reader_is_send_sync_clone<T: Plain>() {
+        fn check<X: Send + Sync + Clone>() {}
+        fn send<X: Send>() {}
+        check::<TableReader<T>>();
+        check::<CellReader<T>>();
+        send::<TableWriter<T>>();
+        send::<CellWriter<T>>();
+    }
+}

@@ -1,0 +1,191 @@
+//! The live daemon's side of the state table: the feed thread publishes
+//! into a [`TablePublisher`] (the `Publish` seam of `feed::view`), and gate
+//! threads read through a [`FeedReader`] (`SymbolLookup`), lock-free.
+//!
+//! ```text
+//! let (publisher, reader) = feed::reader::feed_table(&settings);
+//! let mut feed = Feed::with_publisher(settings, lines, publisher);   // feed thread
+//! let gate = gate::server::Gate::new(vec![("md1".into(), reader)]);   // gate threads
+//! ```
+
+use super::table::{seq_cell, table, CellReader, CellWriter, Plain, TableReader, TableWriter};
+use super::view::{FeedView, Publish, SymbolView};
+use super::FeedSettings;
+use crate::gate::protocol::SymbolLookup;
+use crate::gate::verdict::Thresholds;
+use crate::wire::Symbol;
+
+// SAFETY: `SymbolView` is `repr(C)`, 72 bytes of integers laid out without
+// padding (7 x 8, then 4+2+1+1, then 4+4; the size is asserted in
+// `feed::view`), so every bit pattern is a valid value.
+unsafe impl Plain for SymbolView {}
+// SAFETY: `FeedView` is `repr(C)`, 24 bytes of integers without padding
+// (8+8, then 4+2+1+1).
+unsafe impl Plain for FeedView {}
+
+/// The writer half: owns the symbol table writer and the feed view cell.
+/// Give it to `Feed::with_publisher`; it lives on the feed's thread.
+pub struct TablePublisher {
+    symbols: TableWriter<SymbolView>,
+    feed: CellWriter<FeedView>,
+    /// Symbols that did not fit (never happens when the table has the
+    /// feed's `max_symbols` capacity, which is what `feed_table` gives).
+    overflow: u64,
+}
+
+impl TablePublisher {
+    pub fn symbols(&self) -> &TableWriter<SymbolView> {
+        &self.symbols
+    }
+
+    /// Symbol views that could not be published (table full).
+    pub fn overflow(&self) -> u64 {
+        self.overflow
+    }
+}
+
+impl Publish for TablePublisher {
+    #[inline]
+    fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
+        // The feed's dense slots are assigned in creation order, as the
+        // table's are: `index` is the table slot once inserted.
+        if index < self.symbols.len() {
+            debug_assert_eq!(self.symbols.key_at(index), Some(symbol.key()));
+            self.symbols.write(index, view);
+        } else if let Err(full) = self.symbols.upsert(symbol.key(), view) {
+            if self.overflow == 0 {
+                tracing::error!(%symbol, error = %full, "symbol not published to the gate");
+            }
+            self.overflow += 1;
+        }
+    }
+
+    #[inline]
+    fn publish_feed(&mut self, view: &FeedView) {
+        self.feed.write(view);
+    }
+}
+
+/// The reader half: cheap to clone, `Send + Sync`, never blocks the feed.
+#[derive(Clone)]
+pub struct FeedReader {
+    symbols: TableReader<SymbolView>,
+    feed: CellReader<FeedView>,
+}
+
+impl std::fmt::Debug for FeedReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedReader")
+            .field("symbols", &self.symbols.len())
+            .finish()
+    }
+}
+
+/// A table sized for the feed (`max_symbols`) and its two halves.
+pub fn feed_table(settings: &FeedSettings) -> (TablePublisher, FeedReader) {
+    let capacity = settings.max_symbols.min(u32::MAX as usize - 1) as u32;
+    with_capacity(capacity)
+}
+
+/// A table for `capacity` symbols and its two halves.
+pub fn with_capacity(capacity: u32) -> (TablePublisher, FeedReader) {
+    let (sw, sr) = table::<SymbolView>(capacity);
+    let (fw, fr) = seq_cell(FeedView::default());
+    (
+        TablePublisher {
+            symbols: sw,
+            feed: fw,
+            overflow: 0,
+        },
+        FeedReader {
+            symbols: sr,
+            feed: fr,
+        },
+    )
+}
+
+impl FeedReader {
+    /// The feed view as last published.
+    #[inline]
+    pub fn feed_view(&self) -> FeedView {
+        self.feed.read()
+    }
+
+    /// Symbols published so far; slots `0..len` can be listed.
+    pub fn len(&self) -> u32 {
+        self.symbols.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.symbols.is_empty()
+    }
+
+    /// The symbol and view of a published slot.
+    pub fn slot(&self, slot: u32) -> Option<(Symbol, SymbolView)> {
+        let key = self.symbols.key_at(slot)?;
+        Some((Symbol::from_key(key), self.symbols.read(slot)))
+    }
+
+    /// The view of one symbol.
+    #[inline]
+    pub fn symbol_view(&self, symbol: Symbol) -> Option<SymbolView> {
+        self.symbols.get(symbol.key())
+    }
+}
+
+impl SymbolLookup for FeedReader {
+    /// The feed view is read before the symbol view: the feed publishes
+    /// epoch changes before the symbol views of the same packet
+    /// (`feed::view::Publish`), so a newer symbol with an older feed view
+    /// can only look more suspect, never less.
+    #[inline]
+    fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
+        let slot = self.symbols.find(symbol.key())?;
+        let feed = self.feed.read();
+        let view = self.symbols.read(slot);
+        Some((view, feed, Thresholds::of(&view)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::Feed;
+    use crate::wire::{PacketBuilder, Quote, SessionId, Side};
+
+    #[test]
+    fn reader_sees_what_the_feed_publishes() {
+        let settings = FeedSettings {
+            max_symbols: 8,
+            ..FeedSettings::default()
+        };
+        let (publisher, reader) = feed_table(&settings);
+        let mut feed = Feed::with_publisher(settings, 1, publisher);
+        let eur = Symbol::parse("EURUSD").unwrap();
+        assert!(reader.lookup(eur).is_none());
+        feed.add_symbol(eur).unwrap();
+        let (v, _, t) = reader.lookup(eur).unwrap();
+        assert!(!v.has_quote());
+        assert_eq!(t, Thresholds::default());
+        let q = Quote::new(
+            eur,
+            1,
+            1_000,
+            Some(Side {
+                px: 1_085_120_000,
+                qty: 5,
+            }),
+            None,
+        );
+        let mut b = PacketBuilder::new();
+        b.start(SessionId::parse("S1").unwrap(), 1).quote(&q);
+        feed.on_datagram(0, b.bytes(), 2_000);
+        let (v, f, _) = reader.lookup(eur).unwrap();
+        assert_eq!(v, *feed.symbol_view(eur).unwrap().1);
+        assert_eq!(f, *feed.feed_view());
+        assert_eq!(reader.slot(0).unwrap().0, eur);
+        assert_eq!(reader.len(), 1);
+        feed.set_symbol_thresholds(eur, 100, 200).unwrap();
+        assert_eq!(reader.lookup(eur).unwrap().2, Thresholds::from_ms(100, 200));
+    }
+}
