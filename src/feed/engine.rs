@@ -5,7 +5,7 @@
 //! symbol table is sized once (`max_symbols`).
 
 use super::channel::{Channel, PacketAction};
-use super::clock::ClockEstimator;
+use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
 use super::index::SymbolIndex;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
@@ -253,9 +253,17 @@ impl<P: Publish> Feed<P> {
                 session_epoch: self.view.session_epoch,
                 now,
             };
+            // Clock samples of one packet share `now`: only the smallest
+            // matters (`ClockEstimator::sample_delays`).
+            let mut min_delay = i64::MAX;
+            let mut samples = 0;
             for payload in packet.blocks().skip(skip as usize) {
-                self.on_message(payload, &ctx);
+                if let Some(delay) = self.on_message(payload, &ctx) {
+                    min_delay = min_delay.min(delay);
+                    samples += 1;
+                }
             }
+            self.clock.sample_delays(now, min_delay, samples);
             let offset = self.clock.offset_ns();
             if offset != self.view.offset_ns {
                 self.view.offset_ns = offset;
@@ -265,16 +273,17 @@ impl<P: Publish> Feed<P> {
         DatagramOutcome::Applied
     }
 
-    /// One message block that reached the symbol rules.
+    /// One message block that reached the symbol rules. Returns its clock
+    /// sample (`now - source_ts`), if it gives one.
     #[inline]
-    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) {
+    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) -> Option<i64> {
         let msg = decode_block(payload);
         let (symbol, source_ts) = match &msg {
             Message::Quote(q) | Message::Snapshot(q) => (q.symbol, q.source_ts),
             Message::Heartbeat(h) => (h.symbol, h.source_ts),
             Message::Unknown { .. } => {
                 self.counters.unknown_messages += 1;
-                return;
+                return None;
             }
         };
         // Per-symbol sequences start at 1 (a Snapshot may carry 0).
@@ -285,12 +294,12 @@ impl<P: Publish> Feed<P> {
         };
         if zero {
             self.counters.invalid_messages += 1;
-            return;
+            return None;
         }
         // A sample about the provider's clock, whatever the rules decide.
-        self.clock.sample(ctx.now, source_ts);
+        let delay = delay_ns(ctx.now, source_ts);
         let Some(idx) = self.slot(symbol) else {
-            return;
+            return Some(delay);
         };
         let st = &mut self.symbols[idx as usize];
         let changed = match &msg {
@@ -302,6 +311,7 @@ impl<P: Publish> Feed<P> {
         if changed {
             self.publisher.publish_symbol(idx, symbol, &st.view);
         }
+        Some(delay)
     }
 
     /// C5 when `session_epoch` wraps to 0: resolve the session change
@@ -375,5 +385,210 @@ impl<P: Publish> Feed<P> {
             .iter()
             .filter(|st| resolve_cause(&st.view, &self.view) != SuspectCause::None)
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::settings::{ClockOffset, Mode};
+    use crate::wire::{PacketBuilder, Quote, Side};
+
+    const T0: i64 = 1_796_025_600_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    fn sym(s: &str) -> Symbol {
+        Symbol::parse(s).unwrap()
+    }
+
+    fn sess(s: &str) -> SessionId {
+        SessionId::parse(s).unwrap()
+    }
+
+    fn q(s: &str, seq: u64, ts: i64) -> Quote {
+        Quote::new(
+            sym(s),
+            seq,
+            ts as u64,
+            Some(Side { px: 1, qty: 1 }),
+            Some(Side { px: 2, qty: 1 }),
+        )
+    }
+
+    fn packet(session: &str, chan: u64, quotes: &[Quote]) -> Vec<u8> {
+        let mut b = PacketBuilder::new();
+        b.start(sess(session), chan);
+        for x in quotes {
+            b.quote(x);
+        }
+        b.bytes().to_vec()
+    }
+
+    #[derive(Default)]
+    struct Recorder {
+        events: Vec<String>,
+    }
+
+    impl Publish for Recorder {
+        fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
+            self.events.push(format!(
+                "sym {index} {symbol} seq={} verified={}",
+                view.seq, view.verified_epoch
+            ));
+        }
+        fn publish_feed(&mut self, view: &FeedView) {
+            self.events.push(format!(
+                "feed gap={} session={}",
+                view.gap_epoch, view.session_epoch
+            ));
+        }
+    }
+
+    #[test]
+    fn clock_offset_survives_a_session_change() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0 - 7 * MS)]), T0);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+        // New session, samples of 9 ms: the 7 ms minimum is still in the window.
+        f.on_datagram(0, &packet("S2", 1, &[q("A", 1, T0 - 9 * MS)]), T0 + MS);
+        assert_eq!(f.counters().session_changes, 1);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+    }
+
+    #[test]
+    fn samples_come_from_dropped_messages_but_not_from_duplicates() {
+        let s = FeedSettings {
+            clock_offset: ClockOffset::Auto,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(s, 2);
+        let p = packet("S1", 1, &[q("A", 5, T0 - 7 * MS)]);
+        f.on_datagram(0, &p, T0);
+        // Same packet on B (C2 duplicate): no sample even though it would lower it.
+        f.on_datagram(1, &p, T0 - 5 * MS);
+        assert_eq!(f.clock_offset_ns(), 7 * MS);
+        // An old tick (S2) in a new packet still gives a sample.
+        f.on_datagram(0, &packet("S1", 2, &[q("A", 3, T0 - 2 * MS)]), T0 + MS);
+        assert_eq!(f.clock_offset_ns(), 3 * MS);
+        assert_eq!(f.counters().stale_dropped, 1);
+    }
+
+    #[test]
+    fn full_table_counts_and_ignores_new_symbols() {
+        let s = FeedSettings {
+            max_symbols: 2,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(s, 1);
+        let p = packet(
+            "S1",
+            1,
+            &[q("A", 1, T0), q("B", 1, T0), q("C", 1, T0), q("A", 2, T0)],
+        );
+        assert_eq!(f.on_datagram(0, &p, T0), DatagramOutcome::Applied);
+        assert_eq!(f.symbol_count(), 2);
+        assert_eq!(f.counters().symbols_overflow, 1);
+        assert!(f.symbol_view(sym("C")).is_none());
+        assert_eq!(f.symbol_view(sym("A")).unwrap().1.seq, 2);
+        assert!(f.add_symbol(sym("D")).is_none());
+        assert_eq!(f.add_symbol(sym("B")), Some(1));
+    }
+
+    #[test]
+    fn zero_sequences_are_invalid_messages() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 0, T0)]), T0);
+        assert_eq!(f.counters().invalid_messages, 1);
+        assert_eq!(f.symbol_count(), 0);
+        // A Snapshot may carry 0.
+        let mut b = PacketBuilder::new();
+        b.start(sess("S1"), 2).snapshot(&q("A", 0, T0));
+        f.on_datagram(0, b.bytes(), T0);
+        assert_eq!(f.counters().snapshots_applied, 1);
+    }
+
+    #[test]
+    fn feed_is_published_before_symbols_of_a_gap_packet() {
+        let mut f = Feed::with_publisher(FeedSettings::default(), 1, Recorder::default());
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0)]), T0);
+        f.publisher_mut().events.clear();
+        f.on_datagram(0, &packet("S1", 5, &[q("A", 2, T0)]), T0 + MS);
+        let ev = &f.publisher().events;
+        assert_eq!(ev[0], "feed gap=1 session=0");
+        assert_eq!(ev[1], "sym 0 A seq=2 verified=1");
+    }
+
+    #[test]
+    fn session_epoch_wrap_resolves_every_symbol() {
+        let mut f = Feed::new(
+            FeedSettings {
+                mode: Mode::Full,
+                ..FeedSettings::default()
+            },
+            1,
+        );
+        f.on_datagram(0, &packet("X0", 1, &[q("A", 7, T0)]), T0);
+        f.on_datagram(0, &packet("X0", 2, &[q("B", 3, T0)]), T0);
+        // 65,536 session changes bring the epoch back to 0; symbol A then
+        // gets a Quote in the newest session, B stays untouched.
+        for i in 1..=65_536u32 {
+            let id = format!("Y{i:09}");
+            f.on_datagram(0, &PacketBuilder::channel_heartbeat(sess(&id), 1), T0);
+        }
+        assert_eq!(f.feed_view().session_epoch, 0);
+        let b = f.symbol_summary(sym("B")).unwrap();
+        assert_eq!(b.suspect, Some(SuspectCause::SessionChange));
+        assert_eq!(b.last_seq, None);
+        assert_eq!(b.shown_seq, Some(3));
+        assert_eq!(f.sessions().len(), super::super::channel::SESSION_HISTORY);
+    }
+
+    #[test]
+    fn gap_epoch_wrap_unverifies_every_symbol() {
+        let mut f = Feed::new(FeedSettings::default(), 1);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0), q("B", 1, T0)]), T0);
+        f.view.gap_epoch = u32::MAX - 1;
+        for st in &mut f.symbols {
+            st.view.verified_epoch = u32::MAX - 1;
+        }
+        // Gap 1: epoch u32::MAX; A verified again by its next Quote.
+        f.on_datagram(0, &packet("S1", 10, &[q("A", 2, T0)]), T0);
+        assert!(f.symbol_summary(sym("A")).unwrap().verified);
+        assert!(!f.symbol_summary(sym("B")).unwrap().verified);
+        // Gap 2 wraps: nobody may look verified by accident.
+        f.on_datagram(0, &PacketBuilder::channel_heartbeat(sess("S1"), 20), T0);
+        assert_eq!(f.feed_view().gap_epoch, 1);
+        for (_, s) in f.symbols() {
+            assert!(!s.verified);
+            assert_eq!(s.suspect, Some(SuspectCause::ChannelGap));
+        }
+        f.on_datagram(0, &packet("S1", 20, &[q("B", 2, T0)]), T0);
+        assert!(f.symbol_summary(sym("B")).unwrap().verified);
+    }
+
+    #[test]
+    fn lagging_session_and_end_of_session_copies() {
+        let mut f = Feed::new(FeedSettings::default(), 2);
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0)]), T0);
+        let eos = PacketBuilder::end_of_session(sess("S1"), 2);
+        assert_eq!(f.on_datagram(0, &eos, T0), DatagramOutcome::Applied);
+        assert_eq!(f.on_datagram(1, &eos, T0), DatagramOutcome::Duplicate);
+        assert_eq!(
+            f.on_datagram(1, &packet("S1", 2, &[q("A", 2, T0)]), T0),
+            DatagramOutcome::StaleSession
+        );
+        assert_eq!(
+            f.symbol_summary(sym("A")).unwrap().suspect,
+            Some(SuspectCause::SessionEnded)
+        );
+        f.on_datagram(0, &packet("S2", 1, &[q("B", 1, T0)]), T0);
+        assert!(!f.session_ended());
+        assert_eq!(
+            f.symbol_summary(sym("A")).unwrap().suspect,
+            Some(SuspectCause::SessionChange)
+        );
+        assert_eq!(f.symbol_summary(sym("B")).unwrap().suspect, None);
+        assert_eq!(f.counters().stale_session_dropped, 1);
+        assert_eq!(f.sessions(), &[sess("S1"), sess("S2")]);
     }
 }

@@ -418,3 +418,245 @@ pub fn answer_frame(frame: Frame<'_>, feeds: &[&dyn SymbolLookup], now: i64, out
         Frame::TooLong => write_error(out, ProtoError::LineTooLong),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::{Feed, FeedSettings};
+    use crate::wire::{PacketBuilder, Quote, SessionId};
+
+    const T0: i64 = 1_796_025_600_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    fn check(sym: &str, stale: Option<u64>, source: Option<u64>) -> Request<'_> {
+        Request::Check {
+            symbol: sym.as_bytes(),
+            stale_ms: stale,
+            source_ms: source,
+        }
+    }
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse_request(b"PING"), Ok(Request::Ping));
+        assert_eq!(
+            parse_request(b"CHECK EURUSD"),
+            Ok(check("EURUSD", None, None))
+        );
+        assert_eq!(
+            parse_request(b"CHECK EURUSD stale_ms=100 source_ms=200"),
+            Ok(check("EURUSD", Some(100), Some(200)))
+        );
+        assert_eq!(
+            parse_request(b"CHECK EURUSD source_ms=200 stale_ms=007"),
+            Ok(check("EURUSD", Some(7), Some(200)))
+        );
+        // Longer than 8: a valid request for a symbol that cannot exist.
+        assert_eq!(
+            parse_request(b"CHECK TOOLONGSYMBOL"),
+            Ok(check("TOOLONGSYMBOL", None, None))
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        use ProtoError::*;
+        let cases: &[(&[u8], ProtoError)] = &[
+            (b"", Empty),
+            (b"PING x", UnexpectedArgument),
+            (b"ping", UnknownRequest),
+            (b"check EURUSD", UnknownRequest),
+            (b"STATUS", UnknownRequest),
+            (b"CHECK", MissingSymbol),
+            (b"CHECK  EURUSD", BadSpacing),
+            (b"CHECK EURUSD ", BadSpacing),
+            (b" PING", BadSpacing),
+            (b"CHECK EURUSD stale_ms=1 stale_ms=2", RepeatedOption),
+            (b"CHECK EURUSD source_ms=1 source_ms=1", RepeatedOption),
+            (b"CHECK EURUSD STALE_MS=1", UnknownOption),
+            (b"CHECK EURUSD max_ms=1", UnknownOption),
+            (b"CHECK EURUSD stale_ms", UnknownOption),
+            (b"CHECK EURUSD stale_ms=", BadValue),
+            (b"CHECK EURUSD stale_ms=-1", BadValue),
+            (b"CHECK EURUSD stale_ms=+1", BadValue),
+            (b"CHECK EURUSD stale_ms=1.5", BadValue),
+            (b"CHECK EURUSD stale_ms=1e3", BadValue),
+            (b"CHECK EURUSD stale_ms=99999999999999999999", BadValue),
+            (b"CHECK EUR\tUSD", InvalidSymbol),
+            (b"CHECK EUR\xc3\xa9", InvalidSymbol),
+            // Options are checked before the symbol.
+            (b"CHECK EUR\tUSD stale_ms=x", BadValue),
+        ];
+        for (line, err) in cases {
+            assert_eq!(
+                parse_request(line),
+                Err(*err),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert_eq!(parse_request(&[b'A'; MAX_LINE + 1]), Err(LineTooLong));
+    }
+
+    fn feed_with_quote() -> Feed {
+        let settings = FeedSettings {
+            clock_offset: crate::feed::ClockOffset::Off,
+            ..FeedSettings::default()
+        };
+        let mut f = Feed::new(settings, 1);
+        let mut b = PacketBuilder::new();
+        let q = Quote::new(
+            Symbol::parse("EURUSD").unwrap(),
+            4,
+            (T0 - 3 * MS) as u64,
+            Some(Side {
+                px: 1_085_120_000,
+                qty: 10,
+            }),
+            None,
+        );
+        b.start(SessionId::parse("S1").unwrap(), 1).quote(&q);
+        f.on_datagram(0, b.bytes(), T0);
+        f
+    }
+
+    fn ask(feeds: &[&dyn SymbolLookup], line: &str, now: i64) -> String {
+        let mut out = Vec::new();
+        answer(line.as_bytes(), feeds, now, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn answers() {
+        let f = Feed::new(FeedSettings::default(), 1);
+        let mut g = feed_with_quote();
+        let feeds: [&dyn SymbolLookup; 2] = [&f, &g];
+        assert_eq!(ask(&feeds, "PING", T0), "PONG\n");
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD", T0 + 1_500),
+            "OK EURUSD seq=4 bid=1.08512@10 ask=- silence_us=1 source_age_us=3001\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD stale_ms=0", T0 + 1_500),
+            "REJECT EURUSD stale_quote seq=4 bid=1.08512@10 ask=- silence_us=1 source_age_us=3001\n"
+        );
+        // Equal to the configured value is not looser.
+        assert!(ask(&feeds, "CHECK EURUSD stale_ms=500 source_ms=2000", T0).starts_with("OK "));
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD stale_ms=501", T0),
+            "ERR threshold looser than configured\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD source_ms=2001", T0),
+            "ERR threshold looser than configured\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK TOOLONGSYMBOL", T0),
+            "REJECT TOOLONGSYMBOL unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD stale_ms=100000", T0),
+            "REJECT GBPUSD unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(ask(&feeds, "CHECK", T0), "ERR missing symbol\n");
+        // Ages truncate toward zero, also when negative.
+        assert!(ask(&feeds, "CHECK EURUSD", T0 - 1_999)
+            .ends_with(" silence_us=-1 source_age_us=2998\n"));
+
+        // Per-symbol thresholds make a symbol known and bound the request.
+        let gbp = Symbol::parse("GBPUSD").unwrap();
+        g.set_symbol_thresholds(gbp, 100, 300);
+        let feeds: [&dyn SymbolLookup; 2] = [&f, &g];
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD", T0),
+            "REJECT GBPUSD no_data seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK GBPUSD stale_ms=101", T0),
+            "ERR threshold looser than configured\n"
+        );
+    }
+
+    #[test]
+    fn first_feed_with_a_quote_wins() {
+        let mut empty = Feed::new(FeedSettings::default(), 1);
+        empty.add_symbol(Symbol::parse("EURUSD").unwrap());
+        let g = feed_with_quote();
+        let feeds: [&dyn SymbolLookup; 2] = [&empty, &g];
+        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("OK EURUSD seq=4"));
+        let feeds: [&dyn SymbolLookup; 1] = [&empty];
+        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("REJECT EURUSD no_data"));
+    }
+
+    #[test]
+    fn integers() {
+        let mut out = Vec::new();
+        write_u64(&mut out, 0);
+        out.push(b' ');
+        write_u64(&mut out, u64::MAX);
+        out.push(b' ');
+        write_i64(&mut out, i64::MIN);
+        out.push(b' ');
+        write_i64(&mut out, -7);
+        assert_eq!(
+            out,
+            b"0 18446744073709551615 -9223372036854775808 -7".to_vec()
+        );
+    }
+
+    fn frames(framer: &mut LineFramer, chunks: &[&[u8]]) -> Vec<String> {
+        let mut got = Vec::new();
+        for c in chunks {
+            framer.push(c, |f| {
+                got.push(match f {
+                    Frame::Line(l) => String::from_utf8_lossy(l).into_owned(),
+                    Frame::TooLong => "<too long>".to_string(),
+                })
+            });
+        }
+        got
+    }
+
+    #[test]
+    fn framer_splits_lines_across_chunks() {
+        let mut f = LineFramer::new();
+        assert_eq!(
+            frames(
+                &mut f,
+                &[b"PI", b"NG\nCHECK A\r", b"\nCHECK B\n\nX\rY\n", b"tail"]
+            ),
+            ["PING", "CHECK A", "CHECK B", "", "X\rY"]
+        );
+        assert_eq!(f.pending(), 4);
+    }
+
+    #[test]
+    fn framer_line_length_limit() {
+        let ok = vec![b'A'; MAX_LINE];
+        let long = vec![b'A'; MAX_LINE + 1];
+        let mut f = LineFramer::new();
+        // Exactly 1024 (+ \r) in one chunk and byte by byte.
+        let mut one = ok.clone();
+        one.extend_from_slice(b"\r\n");
+        assert_eq!(
+            frames(&mut f, &[&one]),
+            [String::from_utf8(ok.clone()).unwrap()]
+        );
+        let bytes: Vec<&[u8]> = one.chunks(1).collect();
+        assert_eq!(frames(&mut f, &bytes).len(), 1);
+        assert_eq!(frames(&mut f, &bytes)[0].len(), MAX_LINE);
+        // 1025 bytes: too long, in one chunk or split.
+        let mut two = long.clone();
+        two.extend_from_slice(b"\nPING\n");
+        assert_eq!(frames(&mut f, &[&two]), ["<too long>", "PING"]);
+        let bytes: Vec<&[u8]> = two.chunks(7).collect();
+        assert_eq!(frames(&mut f, &bytes), ["<too long>", "PING"]);
+        // A huge line is reported once, skipped to its newline, and never
+        // buffered beyond the limit.
+        let huge = vec![b'B'; 100_000];
+        let mut got = frames(&mut f, &[&huge[..50_000], &huge[50_000..]]);
+        assert!(f.pending() <= MAX_LINE + 1);
+        got.extend(frames(&mut f, &[b"xx\r\nPING\n"]));
+        assert_eq!(got, ["<too long>", "PING"]);
+    }
+}

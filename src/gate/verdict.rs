@@ -171,3 +171,101 @@ pub fn judge(sym: Option<&SymbolView>, feed: &FeedView, now: i64, t: &Thresholds
         source_age_ns,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::view::{FEED_ENDED, SYM_BID, SYM_HAS_QUOTE, SYM_HAS_SEQ};
+
+    const MS: i64 = 1_000_000;
+
+    fn quoted() -> SymbolView {
+        SymbolView {
+            seq: 9,
+            bid_px: 5,
+            bid_qty: 1,
+            alive_at: 100 * MS,
+            source_ts: 100 * MS,
+            flags: SYM_HAS_QUOTE | SYM_HAS_SEQ | SYM_BID,
+            ..SymbolView::default()
+        }
+    }
+
+    #[test]
+    fn unknown_and_no_data_are_alone() {
+        let f = FeedView::default();
+        let t = Thresholds::default();
+        assert_eq!(judge(None, &f, 0, &t).reasons, R_UNKNOWN_SYMBOL);
+        let mut v = quoted();
+        v.flags = SYM_HAS_SEQ;
+        v.cause = SuspectCause::Gap as u8;
+        let got = judge(Some(&v), &f, 10_000 * MS, &t);
+        assert_eq!(got.reasons, R_NO_DATA);
+        assert!(!got.has_quote);
+    }
+
+    #[test]
+    fn thresholds_are_strictly_greater_in_nanoseconds() {
+        let f = FeedView::default();
+        let t = Thresholds::from_ms(500, 2000);
+        let v = quoted();
+        assert!(judge(Some(&v), &f, 600 * MS, &t).ok());
+        assert_eq!(judge(Some(&v), &f, 600 * MS + 1, &t).reasons, R_STALE_QUOTE);
+        assert_eq!(
+            judge(Some(&v), &f, 2100 * MS + 1, &t).reasons,
+            R_STALE_QUOTE | R_STALE_AT_SOURCE
+        );
+    }
+
+    #[test]
+    fn offset_is_subtracted_and_ages_may_be_negative() {
+        let f = FeedView {
+            offset_ns: 50 * MS,
+            ..FeedView::default()
+        };
+        let got = judge(Some(&quoted()), &f, 120 * MS, &Thresholds::default());
+        assert_eq!(got.source_age_ns, -30 * MS);
+        assert_eq!(got.silence_ns, 20 * MS);
+    }
+
+    #[test]
+    fn cause_precedence_ended_then_own_then_channel_gap() {
+        let mut f = FeedView {
+            gap_epoch: 3,
+            ..FeedView::default()
+        };
+        let mut v = quoted();
+        let t = Thresholds::default();
+        let at = 100 * MS;
+        assert_eq!(judge(Some(&v), &f, at, &t).cause, SuspectCause::ChannelGap);
+        v.cause = SuspectCause::Gap as u8;
+        assert_eq!(judge(Some(&v), &f, at, &t).cause, SuspectCause::Gap);
+        // A pending session change (C5) resolves to session_change.
+        f.session_epoch = 1;
+        assert_eq!(
+            judge(Some(&v), &f, at, &t).cause,
+            SuspectCause::SessionChange
+        );
+        f.flags |= FEED_ENDED;
+        let got = judge(Some(&v), &f, at, &t);
+        assert_eq!(got.cause, SuspectCause::SessionEnded);
+        assert_eq!(got.reasons, R_SUSPECT);
+    }
+
+    #[test]
+    fn channel_liveness_only_for_verified_healthy_symbols() {
+        let mut f = FeedView {
+            channel_alive_at: 900 * MS,
+            flags: FEED_LIVENESS_CHANNEL | FEED_CHANNEL_ALIVE,
+            ..FeedView::default()
+        };
+        let t = Thresholds::default();
+        let v = quoted();
+        assert_eq!(judge(Some(&v), &f, 1000 * MS, &t).silence_ns, 100 * MS);
+        f.gap_epoch = 1; // unverified: the channel does not vouch for it
+        assert_eq!(judge(Some(&v), &f, 1000 * MS, &t).silence_ns, 900 * MS);
+        f.gap_epoch = 0;
+        f.flags = FEED_CHANNEL_ALIVE; // liveness = symbol
+        assert_eq!(judge(Some(&v), &f, 1000 * MS, &t).silence_ns, 900 * MS);
+    }
+}
