@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -43,21 +43,18 @@ pub struct RecordArgs {
     pub rcvbuf: usize,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Datagrams are held this long before being written, so that what the
+/// lines delivered in separate batches goes to the file in arrival order
+/// (the receiver merges lines only within one round of reads).
+const HOLD_NS: i64 = 5_000_000;
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C / SIGTERM end the recording cleanly (the file is flushed).
-fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGINT, h);
-        libc::signal(libc::SIGTERM, h);
-    }
+#[derive(Clone, Copy)]
+struct Held {
+    ts: i64,
+    line: usize,
+    src: SocketAddrV4,
+    start: usize,
+    len: usize,
 }
 
 struct Writer {
@@ -66,7 +63,48 @@ struct Writer {
     dst: Vec<SocketAddrV4>,
     limit: u64,
     written: u64,
+    received: u64,
+    held: Vec<Held>,
+    arena: Vec<u8>,
     error: Option<std::io::Error>,
+}
+
+impl Writer {
+    /// Writes, in time order, every held datagram stamped before
+    /// `watermark` (all of them for `i64::MAX`).
+    fn write_until(&mut self, watermark: i64) {
+        if self.held.is_empty() {
+            return;
+        }
+        // Stable: datagrams with equal stamps keep their delivery order.
+        self.held.sort_by_key(|h| h.ts);
+        let n = self.held.partition_point(|h| h.ts < watermark);
+        for h in &self.held[..n] {
+            if self.written >= self.limit || self.error.is_some() {
+                break;
+            }
+            let payload = &self.arena[h.start..h.start + h.len];
+            match self.pcap.write_udp(h.ts, h.src, self.dst[h.line], payload) {
+                Ok(()) => self.written += 1,
+                Err(e) => self.error = Some(e),
+            }
+        }
+        if n == self.held.len() {
+            self.held.clear();
+            self.arena.clear();
+        } else {
+            // Keep the rest, compacted.
+            let rest: Vec<Held> = self.held.drain(n..).collect();
+            let old = std::mem::take(&mut self.arena);
+            self.held.clear();
+            for mut h in rest {
+                let start = self.arena.len();
+                self.arena.extend_from_slice(&old[h.start..h.start + h.len]);
+                h.start = start;
+                self.held.push(h);
+            }
+        }
+    }
 }
 
 impl DatagramHandler for Writer {
@@ -76,14 +114,19 @@ impl DatagramHandler for Writer {
     }
 
     fn on_datagram_from(&mut self, line: usize, src: SocketAddrV4, d: &[u8], arrival: i64) {
-        // A batch may carry more than --count asks for: the rest is not written.
-        if self.written >= self.limit || self.error.is_some() {
-            return;
-        }
-        match self.pcap.write_udp(arrival, src, self.dst[line], d) {
-            Ok(()) => self.written += 1,
-            Err(e) => self.error = Some(e),
-        }
+        self.received += 1;
+        self.held.push(Held {
+            ts: arrival,
+            line,
+            src,
+            start: self.arena.len(),
+            len: d.len(),
+        });
+        self.arena.extend_from_slice(d);
+    }
+
+    fn on_poll(&mut self, now: i64) {
+        self.write_until(now - HOLD_NS);
     }
 }
 
@@ -111,9 +154,12 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         dst: args.groups.clone(),
         limit: args.count.unwrap_or(u64::MAX),
         written: 0,
+        received: 0,
+        held: Vec::new(),
+        arena: Vec::new(),
         error: None,
     };
-    install_signal_handlers();
+    let interrupted = super::live::stop_on_signals();
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     eprintln!(
@@ -123,7 +169,9 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         args.out.display()
     );
     loop {
-        if INTERRUPTED.load(Ordering::Relaxed) || w.written >= w.limit || w.error.is_some() {
+        // --count: once enough arrived, the rest of the held ones are
+        // written below.
+        if interrupted.load(Ordering::Relaxed) || w.received >= w.limit || w.error.is_some() {
             break;
         }
         let timeout = match deadline {
@@ -138,6 +186,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         };
         rx.poll(timeout, &mut w).context("receiving")?;
     }
+    w.write_until(i64::MAX);
     if let Some(e) = w.error.take() {
         return Err(e).with_context(|| format!("writing {}", args.out.display()));
     }
