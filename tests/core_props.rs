@@ -382,7 +382,7 @@ fn stream() -> impl Strategy<Value = Vec<Vec<u8>>> {
                 let seq = &mut seqs[*s as usize];
                 *seq = (*seq + step).max(1);
                 match k {
-                    0..=5 => b.quote(&quote(sym(*s), *seq as u64, t, (k % 4) as u8)),
+                    0..=5 => b.quote(&quote(sym(*s), *seq as u64, t, k % 4)),
                     6 | 7 => b.heartbeat(&hb(sym(*s), *seq as u64 + 1, t)),
                     _ => b.snapshot(&quote(sym(*s), *seq as u64, t, 3)),
                 };

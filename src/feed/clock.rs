@@ -77,11 +77,26 @@ impl ClockEstimator {
     /// `source_ts` (provider clock) and received at `now` (ours).
     #[inline]
     pub fn sample(&mut self, now: i64, source_ts: u64) {
-        self.samples += 1;
+        self.sample_delays(now, delay_ns(now, source_ts), 1);
+    }
+
+    /// `count` samples received at the same `now` (one packet), of which
+    /// `min_delay` is the smallest `now - source_ts`. Exactly equivalent to
+    /// taking them one by one: between samples at the same time the offset
+    /// may not rise (`(now - now) / 1000 = 0`), so only the smallest one
+    /// can lower it, and the larger ones expire from the window together
+    /// with it, so they can never become its minimum.
+    #[inline]
+    pub fn sample_delays(&mut self, now: i64, min_delay: i64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let first = self.samples == 0;
+        self.samples += count;
         if self.mode != ClockOffset::Auto {
             return;
         }
-        let v = now.saturating_sub(ts_i64(source_ts));
+        let v = min_delay;
         let mask = WINDOW_CAP - 1;
         // Drop pending entries that can never be the minimum again.
         while self.len > 0 {
@@ -107,7 +122,7 @@ impl ClockEstimator {
             self.len -= 1;
         }
         let window_min = self.ring[self.head].v;
-        self.offset = if self.samples == 1 {
+        self.offset = if first {
             window_min
         } else {
             let rise = now.saturating_sub(self.prev_now) / 1000;
@@ -115,6 +130,12 @@ impl ClockEstimator {
         };
         self.prev_now = now;
     }
+}
+
+/// A sample: `arrival - source_ts`, saturating.
+#[inline]
+pub fn delay_ns(now: i64, source_ts: u64) -> i64 {
+    now.saturating_sub(ts_i64(source_ts))
 }
 
 /// Provider timestamps are u64 on the wire; beyond `i64::MAX` they are
@@ -246,6 +267,33 @@ mod tests {
                 })
                 .collect();
             assert_eq!(got, reference(&samples));
+        }
+    }
+
+    #[test]
+    fn a_packet_of_samples_equals_its_samples_one_by_one() {
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..50 {
+            let mut one = ClockEstimator::new(ClockOffset::Auto);
+            let mut batched = ClockEstimator::new(ClockOffset::Auto);
+            let mut now = T0;
+            for _ in 0..200 {
+                now += rnd(3000) as i64 * MS;
+                let k = 1 + rnd(5);
+                let delays: Vec<i64> = (0..k).map(|_| rnd(300) as i64 * MS - 50 * MS).collect();
+                for &d in &delays {
+                    sample(&mut one, now, d);
+                }
+                batched.sample_delays(now, *delays.iter().min().unwrap(), k);
+                assert_eq!(one.offset_ns(), batched.offset_ns());
+                assert_eq!(one.samples(), batched.samples());
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 //! symbol table is sized once (`max_symbols`).
 
 use super::channel::{Channel, PacketAction};
-use super::clock::ClockEstimator;
+use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
 use super::index::SymbolIndex;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
@@ -253,9 +253,17 @@ impl<P: Publish> Feed<P> {
                 session_epoch: self.view.session_epoch,
                 now,
             };
+            // Clock samples of one packet share `now`: only the smallest
+            // matters (`ClockEstimator::sample_delays`).
+            let mut min_delay = i64::MAX;
+            let mut samples = 0;
             for payload in packet.blocks().skip(skip as usize) {
-                self.on_message(payload, &ctx);
+                if let Some(delay) = self.on_message(payload, &ctx) {
+                    min_delay = min_delay.min(delay);
+                    samples += 1;
+                }
             }
+            self.clock.sample_delays(now, min_delay, samples);
             let offset = self.clock.offset_ns();
             if offset != self.view.offset_ns {
                 self.view.offset_ns = offset;
@@ -265,16 +273,17 @@ impl<P: Publish> Feed<P> {
         DatagramOutcome::Applied
     }
 
-    /// One message block that reached the symbol rules.
+    /// One message block that reached the symbol rules. Returns its clock
+    /// sample (`now - source_ts`), if it gives one.
     #[inline]
-    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) {
+    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) -> Option<i64> {
         let msg = decode_block(payload);
         let (symbol, source_ts) = match &msg {
             Message::Quote(q) | Message::Snapshot(q) => (q.symbol, q.source_ts),
             Message::Heartbeat(h) => (h.symbol, h.source_ts),
             Message::Unknown { .. } => {
                 self.counters.unknown_messages += 1;
-                return;
+                return None;
             }
         };
         // Per-symbol sequences start at 1 (a Snapshot may carry 0).
@@ -285,12 +294,12 @@ impl<P: Publish> Feed<P> {
         };
         if zero {
             self.counters.invalid_messages += 1;
-            return;
+            return None;
         }
         // A sample about the provider's clock, whatever the rules decide.
-        self.clock.sample(ctx.now, source_ts);
+        let delay = delay_ns(ctx.now, source_ts);
         let Some(idx) = self.slot(symbol) else {
-            return;
+            return Some(delay);
         };
         let st = &mut self.symbols[idx as usize];
         let changed = match &msg {
@@ -302,6 +311,7 @@ impl<P: Publish> Feed<P> {
         if changed {
             self.publisher.publish_symbol(idx, symbol, &st.view);
         }
+        Some(delay)
     }
 
     /// C5 when `session_epoch` wraps to 0: resolve the session change

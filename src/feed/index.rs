@@ -8,8 +8,8 @@ const EMPTY: u32 = u32::MAX;
 
 #[derive(Clone, Debug)]
 pub struct SymbolIndex {
-    keys: Box<[u64]>,
-    slots: Box<[u32]>,
+    /// (key, slot) side by side: one cache line per probe.
+    entries: Box<[(u64, u32)]>,
     mask: usize,
     shift: u32,
     len: usize,
@@ -22,8 +22,7 @@ impl SymbolIndex {
         let capacity = capacity.min(u32::MAX as usize - 1);
         let size = (capacity.max(4) * 2).next_power_of_two();
         SymbolIndex {
-            keys: vec![0; size].into_boxed_slice(),
-            slots: vec![EMPTY; size].into_boxed_slice(),
+            entries: vec![(0, EMPTY); size].into_boxed_slice(),
             mask: size - 1,
             shift: 64 - size.trailing_zeros(),
             len: 0,
@@ -55,11 +54,11 @@ impl SymbolIndex {
         let key = symbol.key();
         let mut i = self.home(key);
         loop {
-            let slot = self.slots[i];
+            let (k, slot) = self.entries[i];
             if slot == EMPTY {
                 return None;
             }
-            if self.keys[i] == key {
+            if k == key {
                 return Some(slot);
             }
             i = (i + 1) & self.mask;
@@ -73,17 +72,16 @@ impl SymbolIndex {
         let key = symbol.key();
         let mut i = self.home(key);
         loop {
-            let slot = self.slots[i];
+            let (k, slot) = self.entries[i];
             if slot == EMPTY {
                 if self.len >= self.capacity {
                     return Err(true);
                 }
-                self.keys[i] = key;
-                self.slots[i] = new_slot;
+                self.entries[i] = (key, new_slot);
                 self.len += 1;
                 return Err(false);
             }
-            if self.keys[i] == key {
+            if k == key {
                 return Ok(slot);
             }
             i = (i + 1) & self.mask;

@@ -17,4 +17,6 @@ pub mod view;
 pub use counters::{FeedCounters, LineCounters, SymbolSummary};
 pub use engine::{DatagramOutcome, Feed};
 pub use settings::{ClockOffset, FeedSettings, Liveness, Mode};
-pub use view::{FeedView, NoPublish, Publish, SuspectCause, SymbolView};
+pub use view::{
+    FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,
+};

@@ -128,7 +128,50 @@ impl SymbolView {
     pub fn own_cause(&self) -> SuspectCause {
         SuspectCause::from_u8(self.cause)
     }
+
+    /// As u64 words, for a seqlock slot (safe packing, no transmute).
+    #[inline]
+    pub fn to_words(&self) -> [u64; SYMBOL_VIEW_WORDS] {
+        [
+            self.seq,
+            self.bid_px as u64,
+            self.bid_qty,
+            self.ask_px as u64,
+            self.ask_qty,
+            self.alive_at as u64,
+            self.source_ts as u64,
+            self.verified_epoch as u64
+                | (self.session_epoch as u64) << 32
+                | (self.cause as u64) << 48
+                | (self.flags as u64) << 56,
+            self.stale_ms as u64 | (self.source_max_age_ms as u64) << 32,
+        ]
+    }
+
+    #[inline]
+    pub fn from_words(w: &[u64; SYMBOL_VIEW_WORDS]) -> SymbolView {
+        SymbolView {
+            seq: w[0],
+            bid_px: w[1] as i64,
+            bid_qty: w[2],
+            ask_px: w[3] as i64,
+            ask_qty: w[4],
+            alive_at: w[5] as i64,
+            source_ts: w[6] as i64,
+            verified_epoch: w[7] as u32,
+            session_epoch: (w[7] >> 32) as u16,
+            cause: (w[7] >> 48) as u8,
+            flags: (w[7] >> 56) as u8,
+            stale_ms: w[8] as u32,
+            source_max_age_ms: (w[8] >> 32) as u32,
+        }
+    }
 }
+
+/// `SymbolView` size in u64 words.
+pub const SYMBOL_VIEW_WORDS: usize = 9;
+/// `FeedView` size in u64 words.
+pub const FEED_VIEW_WORDS: usize = 3;
 
 /// `FeedView::flags`: the current session ended (C6).
 pub const FEED_ENDED: u8 = 1;
@@ -161,6 +204,31 @@ impl FeedView {
     pub fn ended(&self) -> bool {
         self.flags & FEED_ENDED != 0
     }
+
+    /// As u64 words, for a seqlock slot (safe packing, no transmute).
+    #[inline]
+    pub fn to_words(&self) -> [u64; FEED_VIEW_WORDS] {
+        [
+            self.channel_alive_at as u64,
+            self.offset_ns as u64,
+            self.gap_epoch as u64
+                | (self.session_epoch as u64) << 32
+                | (self.flags as u64) << 48
+                | (self._reserved as u64) << 56,
+        ]
+    }
+
+    #[inline]
+    pub fn from_words(w: &[u64; FEED_VIEW_WORDS]) -> FeedView {
+        FeedView {
+            channel_alive_at: w[0] as i64,
+            offset_ns: w[1] as i64,
+            gap_epoch: w[2] as u32,
+            session_epoch: (w[2] >> 32) as u16,
+            flags: (w[2] >> 48) as u8,
+            _reserved: (w[2] >> 56) as u8,
+        }
+    }
 }
 
 /// The concurrency seam: a feed calls these whenever observable state
@@ -187,5 +255,39 @@ impl Publish for NoPublish {
     fn publish_feed(&mut self, _: &FeedView) {}
 }
 
-const _: () = assert!(std::mem::size_of::<SymbolView>() == 72);
-const _: () = assert!(std::mem::size_of::<FeedView>() == 24);
+const _: () = assert!(std::mem::size_of::<SymbolView>() == SYMBOL_VIEW_WORDS * 8);
+const _: () = assert!(std::mem::size_of::<FeedView>() == FEED_VIEW_WORDS * 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_round_trip_through_words() {
+        let v = SymbolView {
+            seq: u64::MAX,
+            bid_px: -5,
+            bid_qty: 7,
+            ask_px: i64::MIN,
+            ask_qty: 9,
+            alive_at: -1,
+            source_ts: i64::MAX,
+            verified_epoch: u32::MAX - 3,
+            session_epoch: 0xBEEF,
+            cause: SuspectCause::SessionEnded as u8,
+            flags: 0xA5,
+            stale_ms: 500,
+            source_max_age_ms: u32::MAX,
+        };
+        assert_eq!(SymbolView::from_words(&v.to_words()), v);
+        let f = FeedView {
+            channel_alive_at: -3,
+            offset_ns: i64::MIN,
+            gap_epoch: 0xDEAD_BEEF,
+            session_epoch: 0xFFFF,
+            flags: 0x0F,
+            _reserved: 0xFF,
+        };
+        assert_eq!(FeedView::from_words(&f.to_words()), f);
+    }
+}
