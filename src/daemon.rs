@@ -316,7 +316,11 @@ impl Daemon {
                     .on_tick
                     .as_ref()
                     .map_or(Duration::from_secs(3600), |t| t.0);
-                let mut user_tick = tokio::time::interval(tick_every);
+                // The first tick after one period, not at once.
+                let mut user_tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + tick_every,
+                    tick_every,
+                );
                 user_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let deadline = async {
                     match opts.stop_after {
