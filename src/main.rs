@@ -40,6 +40,8 @@ enum FillsCommand {
     Apply(tickgate::fills::cli::ApplyArgs),
     /// Send a JSON-lines file to a tickgate HTTP endpoint, retrying safely.
     Push(tickgate::fills::push::PushArgs),
+    /// Consume events from a NATS JetStream stream (durable pull consumer).
+    Consume(Box<tickgate::fills::nats::ConsumeArgs>),
 }
 
 fn main() {
@@ -54,6 +56,7 @@ fn main() {
         Command::Record(a) => tickgate::capture::record::main(a),
         Command::Fills(FillsCommand::Apply(a)) => tickgate::fills::cli::apply_main(a),
         Command::Fills(FillsCommand::Push(a)) => tickgate::fills::push::main(a),
+        Command::Fills(FillsCommand::Consume(a)) => tickgate::fills::nats::consume_main(*a),
     };
     match result {
         Ok(code) => std::process::exit(code),

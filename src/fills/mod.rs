@@ -1,5 +1,20 @@
 //! The reliable lane: fills applied exactly once (fills.md F1-F6, K1-K7).
+//!
+//! Pure: `model` (events, validation, the HTTP answer), `position` (F6),
+//! `hash` (K3), `plan` (per-batch decisions). I/O: `store` (SQLite,
+//! PostgreSQL), `retention` (F5/K7 sweeper), `cli`, `push`.
 
+pub mod backoff;
+pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod hash;
+pub mod http;
+pub mod metrics;
+pub mod model;
+pub mod nats;
+pub mod plan;
+pub mod position;
 pub mod push;
+pub mod retention;
+pub mod store;

@@ -1,0 +1,536 @@
+//! Events of the reliable lane, their validation, and the per-batch answer.
+//!
+//! Sans-I/O: parsing takes text or a `serde_json::Value` and returns values;
+//! no clocks, no database. Money and quantities are `rust_decimal::Decimal`
+//! parsed from JSON *strings*; a JSON number is rejected, never rounded.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde_json::{Map, Value};
+
+/// Longest accepted identifier (event id, deal id, account, symbol).
+pub const MAX_ID_LEN: usize = 255;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Fill,
+    Bust,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Fill => "FILL",
+            Kind::Bust => "BUST",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "FILL" => Some(Kind::Fill),
+            "BUST" => Some(Kind::Bust),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    Buy,
+    Sell,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Buy => "BUY",
+            Side::Sell => "SELL",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Side> {
+        match s {
+            "BUY" => Some(Side::Buy),
+            "SELL" => Some(Side::Sell),
+            _ => None,
+        }
+    }
+    /// +1 for BUY, -1 for SELL.
+    pub fn sign(self) -> Decimal {
+        match self {
+            Side::Buy => Decimal::ONE,
+            Side::Sell => Decimal::NEGATIVE_ONE,
+        }
+    }
+}
+
+/// A validated FILL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fill {
+    pub event_id: String,
+    pub deal_id: String,
+    pub account: String,
+    pub symbol: String,
+    pub side: Side,
+    /// Strictly positive.
+    pub qty: Decimal,
+    /// Strictly positive.
+    pub price: Decimal,
+    /// Execution time, Unix nanoseconds.
+    pub exec_time: i64,
+}
+
+/// A validated BUST: cancels the FILL with the same `deal_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bust {
+    pub event_id: String,
+    pub deal_id: String,
+    pub account: String,
+    pub exec_time: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Fill(Fill),
+    Bust(Bust),
+}
+
+impl Event {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Event::Fill(_) => Kind::Fill,
+            Event::Bust(_) => Kind::Bust,
+        }
+    }
+    pub fn event_id(&self) -> &str {
+        match self {
+            Event::Fill(f) => &f.event_id,
+            Event::Bust(b) => &b.event_id,
+        }
+    }
+    pub fn deal_id(&self) -> &str {
+        match self {
+            Event::Fill(f) => &f.deal_id,
+            Event::Bust(b) => &b.deal_id,
+        }
+    }
+    pub fn account(&self) -> &str {
+        match self {
+            Event::Fill(f) => &f.account,
+            Event::Bust(b) => &b.account,
+        }
+    }
+}
+
+/// An input that failed validation. `kind`/`event_id` are filled in when
+/// they could be read, so the answer can name the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub kind: Option<String>,
+    pub event_id: Option<String>,
+    pub reason: String,
+}
+
+/// One input position of a batch: a valid event or the reason it is not.
+pub type Parsed = Result<Event, Invalid>;
+
+/// Parse one JSON-lines line.
+pub fn parse_line(line: &str) -> Parsed {
+    match serde_json::from_str::<Value>(line) {
+        Ok(v) => parse_value(&v),
+        Err(e) => Err(Invalid {
+            kind: None,
+            event_id: None,
+            reason: format!("malformed JSON: {e}"),
+        }),
+    }
+}
+
+/// Validate one event object.
+pub fn parse_value(v: &Value) -> Parsed {
+    let Some(obj) = v.as_object() else {
+        return Err(Invalid {
+            kind: None,
+            event_id: None,
+            reason: format!("event must be a JSON object, got {}", json_type(v)),
+        });
+    };
+    let kind_raw = obj.get("kind").and_then(Value::as_str).map(str::to_owned);
+    let id_raw = obj
+        .get("event_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let fail = |reason: String| Invalid {
+        kind: kind_raw.clone(),
+        event_id: id_raw.clone(),
+        reason,
+    };
+    parse_object(obj).map_err(fail)
+}
+
+fn parse_object(obj: &Map<String, Value>) -> Result<Event, String> {
+    let kind_s = field_str(obj, "kind")?;
+    let kind = Kind::parse(kind_s)
+        .ok_or_else(|| format!("unknown kind {kind_s:?} (expected \"FILL\" or \"BUST\")"))?;
+    let event_id = field_id(obj, "event_id")?;
+    let deal_id = field_id(obj, "deal_id")?;
+    let account = field_id(obj, "account")?;
+    let exec_time = field_time(obj, "exec_time")?;
+    match kind {
+        Kind::Bust => Ok(Event::Bust(Bust {
+            event_id,
+            deal_id,
+            account,
+            exec_time,
+        })),
+        Kind::Fill => {
+            let symbol = field_id(obj, "symbol")?;
+            let side_s = field_str(obj, "side")?;
+            let side = Side::parse(side_s)
+                .ok_or_else(|| format!("side: {side_s:?} is not \"BUY\" or \"SELL\""))?;
+            let qty = field_decimal(obj, "qty")?;
+            let price = field_decimal(obj, "price")?;
+            Ok(Event::Fill(Fill {
+                event_id,
+                deal_id,
+                account,
+                symbol,
+                side,
+                qty,
+                price,
+                exec_time,
+            }))
+        }
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn field_str<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a str, String> {
+    match obj.get(name) {
+        None => Err(format!("{name}: missing")),
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(format!(
+            "{name}: must be a string, got {}",
+            json_type(other)
+        )),
+    }
+}
+
+fn field_id(obj: &Map<String, Value>, name: &str) -> Result<String, String> {
+    let s = field_str(obj, name)?;
+    if s.is_empty() {
+        return Err(format!("{name}: empty"));
+    }
+    if s.len() > MAX_ID_LEN {
+        return Err(format!("{name}: longer than {MAX_ID_LEN} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("{name}: contains control characters"));
+    }
+    Ok(s.to_owned())
+}
+
+fn field_time(obj: &Map<String, Value>, name: &str) -> Result<i64, String> {
+    let s = field_str(obj, name)?;
+    parse_rfc3339_ns(s).map_err(|e| format!("{name}: {e}"))
+}
+
+/// RFC 3339 timestamp to Unix nanoseconds.
+pub fn parse_rfc3339_ns(s: &str) -> Result<i64, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time ({e})"))?;
+    i64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{s:?} is out of range"))
+}
+
+/// Unix nanoseconds to RFC 3339 (UTC, `Z`).
+pub fn format_rfc3339_ns(ns: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(ns as i128)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| ns.to_string())
+}
+
+fn field_decimal(obj: &Map<String, Value>, name: &str) -> Result<Decimal, String> {
+    let s = match obj.get(name) {
+        None => return Err(format!("{name}: missing")),
+        Some(Value::String(s)) => s,
+        Some(Value::Number(n)) => {
+            return Err(format!(
+                "{name}: must be a decimal string such as \"{n}\", not a JSON number"
+            ))
+        }
+        Some(other) => {
+            return Err(format!(
+                "{name}: must be a decimal string, got {}",
+                json_type(other)
+            ))
+        }
+    };
+    let d = parse_decimal(s).map_err(|e| format!("{name}: {e}"))?;
+    if d <= Decimal::ZERO {
+        return Err(format!("{name}: must be greater than zero, got {s:?}"));
+    }
+    Ok(d)
+}
+
+/// Strict decimal: optional '-', digits, optional '.' and digits. No exponent,
+/// no '+', no spaces, no NaN/Infinity, at most 28 significant digits.
+pub fn parse_decimal(s: &str) -> Result<Decimal, String> {
+    let body = s.strip_prefix('-').unwrap_or(s);
+    let (int, frac) = match body.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (body, None),
+    };
+    let digits_ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !digits_ok(int) || !frac.is_none_or(digits_ok) {
+        return Err(format!("{s:?} is not a decimal number"));
+    }
+    Decimal::from_str(s).map_err(|_| format!("{s:?} is out of range (max 28 significant digits)"))
+}
+
+/// What happened to one input of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Recorded as processed and its effect applied in the same transaction (F1).
+    Applied,
+    /// `(kind, event_id)` was already processed (F1/F2).
+    Duplicate,
+    /// New `(kind, event_id)` but the deal was already filled, or already
+    /// busted / a bust already held (F3). Not applied.
+    DuplicateByDealId,
+    /// A BUST whose FILL has not arrived: stored durably, applied when the
+    /// FILL arrives.
+    Held,
+    /// Not valid, or not applicable; nothing was applied.
+    Rejected(String),
+}
+
+/// Outcome of one input, in input order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOutcome {
+    /// Index of the input in its batch (for files: the caller maps it to a line).
+    pub index: usize,
+    pub kind: Option<String>,
+    pub event_id: Option<String>,
+    pub outcome: Outcome,
+}
+
+/// Totals over a batch's outcomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub applied: usize,
+    pub duplicate: usize,
+    pub rejected: usize,
+    pub held: usize,
+}
+
+impl Totals {
+    pub fn of(outcomes: &[EventOutcome]) -> Totals {
+        let mut t = Totals::default();
+        for o in outcomes {
+            match o.outcome {
+                Outcome::Applied => t.applied += 1,
+                Outcome::Duplicate | Outcome::DuplicateByDealId => t.duplicate += 1,
+                Outcome::Rejected(_) => t.rejected += 1,
+                Outcome::Held => t.held += 1,
+            }
+        }
+        t
+    }
+    pub fn add(&mut self, o: Totals) {
+        self.applied += o.applied;
+        self.duplicate += o.duplicate;
+        self.rejected += o.rejected;
+        self.held += o.held;
+    }
+}
+
+/// The `200` answer of `POST /v1/fills` (fills.md, K4): every event with its
+/// status, and the totals. `held` is its own status and total (not counted
+/// in `applied`), so `applied + duplicate + rejected + held = events`.
+/// The bytes are deterministic for the same outcomes.
+pub fn batch_answer(outcomes: &[EventOutcome]) -> (u16, Vec<u8>) {
+    let results: Vec<Value> = outcomes
+        .iter()
+        .map(|o| {
+            let mut m = Map::new();
+            m.insert("index".into(), Value::from(o.index));
+            m.insert(
+                "kind".into(),
+                o.kind.clone().map(Value::String).unwrap_or(Value::Null),
+            );
+            m.insert(
+                "event_id".into(),
+                o.event_id.clone().map(Value::String).unwrap_or(Value::Null),
+            );
+            let (status, extra): (&str, Option<(&str, String)>) = match &o.outcome {
+                Outcome::Applied => ("applied", None),
+                Outcome::Duplicate => ("duplicate", Some(("by", "event_id".into()))),
+                Outcome::DuplicateByDealId => ("duplicate", Some(("by", "deal_id".into()))),
+                Outcome::Held => (
+                    "held",
+                    Some((
+                        "reason",
+                        "bust for a deal not seen yet; applied when its fill arrives".into(),
+                    )),
+                ),
+                Outcome::Rejected(r) => ("rejected", Some(("reason", r.clone()))),
+            };
+            m.insert("status".into(), Value::from(status));
+            if let Some((k, v)) = extra {
+                m.insert(k.into(), Value::String(v));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    let t = Totals::of(outcomes);
+    let body = serde_json::json!({
+        "results": results,
+        "totals": {
+            "applied": t.applied,
+            "duplicate": t.duplicate,
+            "rejected": t.rejected,
+            "held": t.held,
+        }
+    });
+    (200, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill_json() -> Value {
+        serde_json::json!({"kind":"FILL","event_id":"E-881","deal_id":"D-1001","account":"ACC-7",
+            "symbol":"EURUSD","side":"BUY","qty":"100000","price":"1.08512",
+            "exec_time":"2026-11-30T08:00:00.123456Z"})
+    }
+
+    fn reason(v: Value) -> String {
+        match parse_value(&v) {
+            Err(i) => i.reason,
+            Ok(e) => panic!("accepted {e:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_spec_examples() {
+        let Event::Fill(f) = parse_value(&fill_json()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(f.qty, Decimal::from(100000));
+        assert_eq!(f.price, Decimal::from_str("1.08512").unwrap());
+        assert_eq!(f.side, Side::Buy);
+        assert_eq!(f.exec_time % 1_000_000_000, 123_456_000);
+        let b = parse_line(r#"{"kind":"BUST","event_id":"B-17","deal_id":"D-1001","account":"ACC-7","exec_time":"2026-11-30T08:05:00Z"}"#).unwrap();
+        assert_eq!(b.kind(), Kind::Bust);
+        assert_eq!(b.deal_id(), "D-1001");
+    }
+
+    #[test]
+    fn rejects_bad_input_with_reasons() {
+        let mut v = fill_json();
+        v["qty"] = serde_json::json!(100000.5);
+        assert!(reason(v).contains("not a JSON number"));
+        let mut v = fill_json();
+        v["qty"] = "0".into();
+        assert!(reason(v).contains("greater than zero"));
+        let mut v = fill_json();
+        v["qty"] = "-5".into();
+        assert!(reason(v).contains("greater than zero"));
+        for bad in ["1e5", "abc", "", "1.", ".5", "+1", " 1", "NaN", "1.2.3"] {
+            let mut v = fill_json();
+            v["price"] = bad.into();
+            assert!(reason(v).contains("not a decimal"), "{bad}");
+        }
+        let mut v = fill_json();
+        v["kind"] = "TRADE".into();
+        let i = parse_value(&v).unwrap_err();
+        assert!(i.reason.contains("unknown kind"));
+        assert_eq!(i.event_id.as_deref(), Some("E-881"));
+        let mut v = fill_json();
+        v["side"] = "buy".into();
+        assert!(reason(v).contains("side"));
+        let mut v = fill_json();
+        v["exec_time"] = "yesterday".into();
+        assert!(reason(v).contains("RFC 3339"));
+        let mut v = fill_json();
+        v["event_id"] = serde_json::json!(7);
+        assert!(reason(v).contains("event_id: must be a string"));
+        let mut v = fill_json();
+        v.as_object_mut().unwrap().remove("deal_id");
+        assert!(reason(v).contains("deal_id: missing"));
+        assert!(parse_line("{not json")
+            .unwrap_err()
+            .reason
+            .contains("malformed JSON"));
+        assert!(parse_line("[1]")
+            .unwrap_err()
+            .reason
+            .contains("JSON object"));
+        let too_many = "1".repeat(40);
+        assert!(parse_decimal(&too_many)
+            .unwrap_err()
+            .contains("out of range"));
+    }
+
+    #[test]
+    fn answer_lists_events_and_totals() {
+        let outs = vec![
+            EventOutcome {
+                index: 0,
+                kind: Some("FILL".into()),
+                event_id: Some("E1".into()),
+                outcome: Outcome::Applied,
+            },
+            EventOutcome {
+                index: 1,
+                kind: Some("FILL".into()),
+                event_id: Some("E1".into()),
+                outcome: Outcome::Duplicate,
+            },
+            EventOutcome {
+                index: 2,
+                kind: None,
+                event_id: None,
+                outcome: Outcome::Rejected("malformed".into()),
+            },
+            EventOutcome {
+                index: 3,
+                kind: Some("BUST".into()),
+                event_id: Some("B1".into()),
+                outcome: Outcome::Held,
+            },
+        ];
+        let (status, body) = batch_answer(&outs);
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v["totals"],
+            serde_json::json!({"applied":1,"duplicate":1,"rejected":1,"held":1})
+        );
+        assert_eq!(v["results"][2]["status"], "rejected");
+        assert_eq!(v["results"][2]["reason"], "malformed");
+        assert_eq!(v["results"][3]["status"], "held");
+        assert_eq!(batch_answer(&outs).1, body);
+    }
+}

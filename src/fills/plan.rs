@@ -1,0 +1,352 @@
+//! The pure part of applying a batch: given the events that the
+//! processed-events insert reported as new (F1), and the state of their
+//! deals and positions read *under lock* in the same transaction, decide
+//! each event's outcome and the rows to write. Both stores run the same
+//! planner, so SQLite and PostgreSQL behave identically.
+//!
+//! Deal rows: one row per `deal_id` in `fills` (unique, F2/F3). A BUST whose
+//! FILL has not arrived is stored *in that same row* as `bust_held`, so the
+//! unique index on `deal_id` also serialises a FILL and its BUST arriving at
+//! the same moment on two instances: whichever inserts second blocks on the
+//! first's row and then sees it. (A separate pending table would let both
+//! commit without seeing each other and strand the BUST.)
+
+use std::collections::{HashMap, HashSet};
+
+use rust_decimal::Decimal;
+
+use super::model::{Bust, Event, Fill, Kind, Outcome, Side};
+use super::position::Position;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DealStatus {
+    /// The FILL is part of its position.
+    Applied,
+    /// FILL and BUST both seen; the FILL's effect was reversed once.
+    Busted,
+    /// Only a BUST seen; applied when the FILL arrives.
+    BustHeld,
+}
+
+impl DealStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DealStatus::Applied => "applied",
+            DealStatus::Busted => "busted",
+            DealStatus::BustHeld => "bust_held",
+        }
+    }
+    pub fn parse(s: &str) -> Option<DealStatus> {
+        match s {
+            "applied" => Some(DealStatus::Applied),
+            "busted" => Some(DealStatus::Busted),
+            "bust_held" => Some(DealStatus::BustHeld),
+            _ => None,
+        }
+    }
+}
+
+/// The `fills` row of one deal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DealRow {
+    pub status: DealStatus,
+    /// Present for Applied and Busted.
+    pub fill: Option<Fill>,
+    /// Present for Busted and BustHeld.
+    pub bust: Option<Bust>,
+}
+
+impl DealRow {
+    pub fn deal_id(&self) -> &str {
+        match (&self.fill, &self.bust) {
+            (Some(f), _) => &f.deal_id,
+            (None, Some(b)) => &b.deal_id,
+            (None, None) => "",
+        }
+    }
+
+    /// The row a deal's first event creates when the deal is unknown.
+    pub fn first(ev: &Event) -> DealRow {
+        match ev {
+            Event::Fill(f) => DealRow {
+                status: DealStatus::Applied,
+                fill: Some(f.clone()),
+                bust: None,
+            },
+            Event::Bust(b) => DealRow {
+                status: DealStatus::BustHeld,
+                fill: None,
+                bust: Some(b.clone()),
+            },
+        }
+    }
+}
+
+pub type PosKey = (String, String);
+
+/// One applied fill of a position's history, in application order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistFill {
+    pub deal_id: String,
+    pub side: Side,
+    pub qty: Decimal,
+    pub price: Decimal,
+}
+
+/// A BUST taken out of the held state without being applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub kind: Kind,
+    pub event_id: String,
+    pub deal_id: String,
+    pub reason: String,
+}
+
+/// Everything the planner decides for one batch.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// (input index, outcome) for every new event.
+    pub outcomes: Vec<(usize, Outcome)>,
+    /// Final row per touched deal; `None` = the deal must not exist.
+    pub deals: HashMap<String, Option<DealRow>>,
+    /// Deals whose FILL became applied in this batch, in application order
+    /// (they get the next application sequence numbers).
+    pub newly_applied: Vec<String>,
+    /// Final positions of touched keys.
+    pub positions: HashMap<PosKey, Position>,
+    /// New events that were rejected: their processed rows must go.
+    pub unprocess: Vec<(Kind, String)>,
+    pub dead_letters: Vec<DeadLetter>,
+    /// Held BUSTs applied because their FILL arrived.
+    pub released: usize,
+}
+
+fn key_of(f: &Fill) -> PosKey {
+    (f.account.clone(), f.symbol.clone())
+}
+
+/// Keys whose history must be loaded: a new BUST targets an applied fill
+/// (stored, or earlier in this batch) of that key.
+pub fn replay_keys(
+    new_events: &[(usize, &Event)],
+    deals: &HashMap<String, Option<DealRow>>,
+) -> Vec<PosKey> {
+    let mut batch_fill_key: HashMap<&str, PosKey> = HashMap::new();
+    let mut keys = HashSet::new();
+    for (_, ev) in new_events {
+        match ev {
+            Event::Fill(f) => {
+                batch_fill_key
+                    .entry(&f.deal_id)
+                    .or_insert_with(|| key_of(f));
+            }
+            Event::Bust(b) => {
+                if let Some(Some(DealRow {
+                    fill: Some(f),
+                    status: DealStatus::Applied,
+                    ..
+                })) = deals.get(&b.deal_id)
+                {
+                    keys.insert(key_of(f));
+                } else if let Some(k) = batch_fill_key.get(b.deal_id.as_str()) {
+                    keys.insert(k.clone());
+                }
+            }
+        }
+    }
+    let mut keys: Vec<PosKey> = keys.into_iter().collect();
+    keys.sort();
+    keys
+}
+
+/// Position keys the new events may change (sorted: a fixed lock order).
+pub fn position_keys(
+    new_events: &[(usize, &Event)],
+    deals: &HashMap<String, Option<DealRow>>,
+) -> Vec<PosKey> {
+    let mut keys = HashSet::new();
+    for (_, ev) in new_events {
+        match ev {
+            Event::Fill(f) => {
+                keys.insert(key_of(f));
+            }
+            Event::Bust(b) => {
+                if let Some(Some(DealRow { fill: Some(f), .. })) = deals.get(&b.deal_id) {
+                    keys.insert(key_of(f));
+                }
+            }
+        }
+    }
+    let mut keys: Vec<PosKey> = keys.into_iter().collect();
+    keys.sort();
+    keys
+}
+
+/// Decide the batch. `deals` holds every deal of `new_events` (None =
+/// unknown before this batch), `positions` the current position of every
+/// key from [`position_keys`] that exists, `history` the applied fills (in
+/// application order, excluding this batch's) of every key from
+/// [`replay_keys`].
+pub fn plan(
+    new_events: &[(usize, &Event)],
+    mut deals: HashMap<String, Option<DealRow>>,
+    mut positions: HashMap<PosKey, Position>,
+    mut history: HashMap<PosKey, Vec<HistFill>>,
+) -> Plan {
+    let mut p = Plan::default();
+    let mut touched_pos: HashSet<PosKey> = HashSet::new();
+    for &(idx, ev) in new_events {
+        let state = deals.get(ev.deal_id()).cloned().flatten();
+        let outcome = match ev {
+            Event::Fill(f) => match state {
+                None => apply_fill(f, &mut positions, &mut history, &mut touched_pos)
+                    .map(|()| {
+                        deals.insert(f.deal_id.clone(), Some(DealRow::first(ev)));
+                        p.newly_applied.push(f.deal_id.clone());
+                        Outcome::Applied
+                    })
+                    .unwrap_or_else(Outcome::Rejected),
+                Some(DealRow {
+                    status: DealStatus::BustHeld,
+                    bust: Some(held),
+                    ..
+                }) => {
+                    if held.account == f.account {
+                        // Fill then immediate reversal: the position is
+                        // exactly as before, so it is not touched.
+                        deals.insert(
+                            f.deal_id.clone(),
+                            Some(DealRow {
+                                status: DealStatus::Busted,
+                                fill: Some(f.clone()),
+                                bust: Some(held),
+                            }),
+                        );
+                        p.released += 1;
+                        Outcome::Applied
+                    } else {
+                        match apply_fill(f, &mut positions, &mut history, &mut touched_pos) {
+                            Ok(()) => {
+                                p.dead_letters.push(DeadLetter {
+                                    kind: Kind::Bust,
+                                    event_id: held.event_id.clone(),
+                                    deal_id: held.deal_id.clone(),
+                                    reason: format!(
+                                        "held bust names account {:?} but its fill arrived for account {:?}",
+                                        held.account, f.account
+                                    ),
+                                });
+                                deals.insert(f.deal_id.clone(), Some(DealRow::first(ev)));
+                                p.newly_applied.push(f.deal_id.clone());
+                                Outcome::Applied
+                            }
+                            Err(r) => Outcome::Rejected(r),
+                        }
+                    }
+                }
+                Some(_) => Outcome::DuplicateByDealId,
+            },
+            Event::Bust(b) => match state {
+                None => {
+                    deals.insert(b.deal_id.clone(), Some(DealRow::first(ev)));
+                    Outcome::Held
+                }
+                Some(DealRow {
+                    status: DealStatus::Applied,
+                    fill: Some(f),
+                    ..
+                }) => {
+                    if f.account != b.account {
+                        Outcome::Rejected(format!(
+                            "bust names account {:?} but deal {:?} was filled for account {:?}",
+                            b.account, b.deal_id, f.account
+                        ))
+                    } else {
+                        match reverse_fill(&f, &mut positions, &mut history, &mut touched_pos) {
+                            Ok(()) => {
+                                deals.insert(
+                                    b.deal_id.clone(),
+                                    Some(DealRow {
+                                        status: DealStatus::Busted,
+                                        fill: Some(f),
+                                        bust: Some(b.clone()),
+                                    }),
+                                );
+                                Outcome::Applied
+                            }
+                            Err(r) => Outcome::Rejected(r),
+                        }
+                    }
+                }
+                // Already busted, or another BUST already held (F3).
+                Some(_) => Outcome::DuplicateByDealId,
+            },
+        };
+        if let Outcome::Rejected(_) = outcome {
+            p.unprocess.push((ev.kind(), ev.event_id().to_owned()));
+        }
+        p.outcomes.push((idx, outcome));
+    }
+    let touched_deals: HashSet<&str> = new_events.iter().map(|(_, e)| e.deal_id()).collect();
+    p.deals = deals
+        .into_iter()
+        .filter(|(d, _)| touched_deals.contains(d.as_str()))
+        .collect();
+    p.positions = positions
+        .into_iter()
+        .filter(|(k, _)| touched_pos.contains(k))
+        .collect();
+    p
+}
+
+fn apply_fill(
+    f: &Fill,
+    positions: &mut HashMap<PosKey, Position>,
+    history: &mut HashMap<PosKey, Vec<HistFill>>,
+    touched: &mut HashSet<PosKey>,
+) -> Result<(), String> {
+    let key = key_of(f);
+    let cur = positions.get(&key).copied().unwrap_or_default();
+    let next = cur
+        .apply(f.side, f.qty, f.price)
+        .map_err(|e| format!("{e} for {}/{}", f.account, f.symbol))?;
+    if let Some(h) = history.get_mut(&key) {
+        h.push(HistFill {
+            deal_id: f.deal_id.clone(),
+            side: f.side,
+            qty: f.qty,
+            price: f.price,
+        });
+    }
+    positions.insert(key.clone(), next);
+    touched.insert(key);
+    Ok(())
+}
+
+/// A BUST: the position becomes the replay of the key's remaining fills,
+/// i.e. exactly what it would be had the busted fill never happened.
+fn reverse_fill(
+    f: &Fill,
+    positions: &mut HashMap<PosKey, Position>,
+    history: &mut HashMap<PosKey, Vec<HistFill>>,
+    touched: &mut HashSet<PosKey>,
+) -> Result<(), String> {
+    let key = key_of(f);
+    let Some(h) = history.get_mut(&key) else {
+        return Err(format!(
+            "internal: history of {}/{} not loaded",
+            f.account, f.symbol
+        ));
+    };
+    let rest: Vec<HistFill> = h
+        .iter()
+        .filter(|x| x.deal_id != f.deal_id)
+        .cloned()
+        .collect();
+    let next = Position::replay(rest.iter().map(|x| (x.side, &x.qty, &x.price)))
+        .map_err(|e| format!("{e} for {}/{}", f.account, f.symbol))?;
+    *h = rest;
+    positions.insert(key.clone(), next);
+    touched.insert(key);
+    Ok(())
+}

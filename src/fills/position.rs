@@ -1,0 +1,186 @@
+//! Position arithmetic (F6): signed quantity, average price, realized P&L,
+//! all `Decimal`. Pure; every operation is checked, so absurd inputs give an
+//! error, never a panic or a silently wrapped number.
+
+use rust_decimal::Decimal;
+
+use super::model::Side;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Position {
+    /// Signed: > 0 long, < 0 short.
+    pub qty: Decimal,
+    /// Average entry price of the open quantity; zero when flat.
+    pub avg_price: Decimal,
+    pub realized_pnl: Decimal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("position arithmetic overflows the decimal range")]
+pub struct Overflow;
+
+impl Position {
+    pub const FLAT: Position = Position {
+        qty: Decimal::ZERO,
+        avg_price: Decimal::ZERO,
+        realized_pnl: Decimal::ZERO,
+    };
+
+    /// The position after one fill (F6). Buying adds, selling subtracts.
+    /// The average price moves only when the position grows (quantity-weighted),
+    /// is the fill price when the position flips side, and realized P&L
+    /// accrues on the closed quantity when it shrinks.
+    pub fn apply(&self, side: Side, qty: Decimal, price: Decimal) -> Result<Position, Overflow> {
+        let delta = side.sign() * qty;
+        let old = self.qty;
+        let mut next = *self;
+        if old.is_zero() || old.is_sign_negative() == delta.is_sign_negative() {
+            // Grows (or opens).
+            let new_qty = old.checked_add(delta).ok_or(Overflow)?;
+            let cost = old
+                .abs()
+                .checked_mul(self.avg_price)
+                .and_then(|a| qty.checked_mul(price).and_then(|b| a.checked_add(b)))
+                .ok_or(Overflow)?;
+            next.avg_price = cost.checked_div(new_qty.abs()).ok_or(Overflow)?.normalize();
+            next.qty = new_qty;
+            return Ok(next);
+        }
+        // Shrinks, closes or flips.
+        let closed = qty.min(old.abs());
+        let per_unit = price.checked_sub(self.avg_price).ok_or(Overflow)?;
+        let pnl = closed
+            .checked_mul(per_unit)
+            .ok_or(Overflow)?
+            .checked_mul(if old.is_sign_negative() {
+                Decimal::NEGATIVE_ONE
+            } else {
+                Decimal::ONE
+            })
+            .ok_or(Overflow)?;
+        next.realized_pnl = self
+            .realized_pnl
+            .checked_add(pnl)
+            .ok_or(Overflow)?
+            .normalize();
+        next.qty = old.checked_add(delta).ok_or(Overflow)?;
+        if next.qty.is_zero() {
+            next.qty = Decimal::ZERO;
+            next.avg_price = Decimal::ZERO;
+        } else if next.qty.is_sign_negative() != old.is_sign_negative() {
+            next.avg_price = price; // flipped side
+        }
+        Ok(next)
+    }
+
+    /// The position built by `fills` in order from flat: a BUST is applied by
+    /// replaying the key's remaining fills, which restores exactly the
+    /// position as if the busted fill had never happened.
+    pub fn replay<'a, I>(fills: I) -> Result<Position, Overflow>
+    where
+        I: IntoIterator<Item = (Side, &'a Decimal, &'a Decimal)>,
+    {
+        fills
+            .into_iter()
+            .try_fold(Position::FLAT, |p, (side, qty, price)| {
+                p.apply(side, *qty, *price)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    fn pos(q: &str, avg: &str, pnl: &str) -> Position {
+        Position {
+            qty: d(q),
+            avg_price: d(avg),
+            realized_pnl: d(pnl),
+        }
+    }
+
+    #[test]
+    fn grows_with_weighted_average() {
+        let p = Position::FLAT
+            .apply(Side::Buy, d("100"), d("1.10"))
+            .unwrap();
+        assert_eq!(p, pos("100", "1.1", "0"));
+        let p = p.apply(Side::Buy, d("300"), d("1.20")).unwrap();
+        assert_eq!(p, pos("400", "1.175", "0"));
+        let s = Position::FLAT.apply(Side::Sell, d("2"), d("10")).unwrap();
+        let s = s.apply(Side::Sell, d("2"), d("20")).unwrap();
+        assert_eq!(s, pos("-4", "15", "0"));
+    }
+
+    #[test]
+    fn shrink_realizes_pnl_and_keeps_average() {
+        let p = pos("400", "1.175", "0");
+        let p = p.apply(Side::Sell, d("100"), d("1.200")).unwrap();
+        assert_eq!(p.qty, d("300"));
+        assert_eq!(p.avg_price, d("1.175"));
+        assert_eq!(p.realized_pnl, d("2.5"));
+        // Short shrinking: profit when buying back cheaper.
+        let s = pos("-10", "50", "1");
+        let s = s.apply(Side::Buy, d("4"), d("45")).unwrap();
+        assert_eq!(s, pos("-6", "50", "21"));
+        // Close to flat: average resets.
+        let s = s.apply(Side::Buy, d("6"), d("55")).unwrap();
+        assert_eq!(s, pos("0", "0", "-9"));
+    }
+
+    #[test]
+    fn flip_side_takes_fill_price() {
+        let p = pos("100", "1.10", "0");
+        let p = p.apply(Side::Sell, d("150"), d("1.05")).unwrap();
+        assert_eq!(p.qty, d("-50"));
+        assert_eq!(p.avg_price, d("1.05"));
+        assert_eq!(p.realized_pnl, d("-5"));
+        let p = p.apply(Side::Buy, d("80"), d("1.00")).unwrap();
+        assert_eq!(p.qty, d("30"));
+        assert_eq!(p.avg_price, d("1.00"));
+        assert_eq!(p.realized_pnl, d("-2.5"));
+    }
+
+    #[test]
+    fn bust_by_replay_restores_exactly() {
+        let fills = [
+            (Side::Buy, d("100"), d("1.10")),
+            (Side::Buy, d("300"), d("1.2")),
+            (Side::Sell, d("450"), d("1.3")),
+            (Side::Buy, d("7"), d("1.25")),
+        ];
+        let all = Position::replay(fills.iter().map(|(s, q, p)| (*s, q, p))).unwrap();
+        for busted in 0..fills.len() {
+            let rest = || {
+                fills
+                    .iter()
+                    .enumerate()
+                    .filter(move |(i, _)| *i != busted)
+                    .map(|(_, (s, q, p))| (*s, q, p))
+            };
+            let mut expect = Position::FLAT;
+            for (s, q, p) in rest() {
+                expect = expect.apply(s, *q, *p).unwrap();
+            }
+            assert_eq!(Position::replay(rest()).unwrap(), expect);
+            assert_ne!(Position::replay(rest()).unwrap(), all);
+        }
+        // Busting the last fill gives back the state before it.
+        let before = Position::replay(fills[..3].iter().map(|(s, q, p)| (*s, q, p))).unwrap();
+        assert_eq!(before, pos("-50", "1.3", "50"));
+        assert_eq!(all, pos("-43", "1.3", "50.35"));
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_panic() {
+        let big = Decimal::MAX;
+        let p = Position::FLAT.apply(Side::Buy, big, d("2"));
+        assert_eq!(p, Err(Overflow));
+    }
+}

@@ -1,0 +1,367 @@
+//! The fills store: SQLite (embedded default) or PostgreSQL (shared by
+//! several tickgate instances), one schema, one behaviour.
+//!
+//! Every batch is one transaction (F1): processed-event inserts, fill rows,
+//! positions, and for HTTP the idempotency-key row with its stored answer
+//! (K4), or for a stream the consumer position. An outcome is returned only
+//! after COMMIT. The pure decisions live in [`super::plan`].
+//!
+//! Cancellation: the transaction runs in a task of its own (SQLite:
+//! `spawn_blocking` on the store's single connection; PostgreSQL: a spawned
+//! task owning a pooled connection), so dropping the caller's future never
+//! leaves a transaction half done or a connection mid-transaction in the pool.
+
+pub mod postgres;
+pub mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::{DbTarget, FillsConfig};
+use super::metrics::FillsMetrics;
+use super::model::{EventOutcome, Parsed};
+use super::position::Position;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// Unix nanoseconds; injectable so tests can write rows "in the past".
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// Builds the stored HTTP answer from a batch's outcomes, inside the
+/// transaction (K4). Called again if the transaction is retried.
+pub type AnswerFn = Arc<dyn Fn(&[EventOutcome]) -> (u16, Vec<u8>) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// K5: how long a retry waits for a concurrent attempt with the same key.
+    pub key_wait: Duration,
+    /// `apply_events` splits longer inputs into transactions of this size.
+    pub max_batch: usize,
+    pub pg_pool_size: usize,
+    /// PostgreSQL: `search_path` for every connection (tests use a fresh
+    /// schema each); None = the server default.
+    pub pg_schema: Option<String>,
+    pub clock: Clock,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            key_wait: Duration::from_secs(5),
+            max_batch: 1000,
+            pg_pool_size: 4,
+            pg_schema: None,
+            clock: system_clock(),
+        }
+    }
+}
+
+impl StoreOptions {
+    pub fn from_config(cfg: &FillsConfig) -> StoreOptions {
+        StoreOptions {
+            key_wait: cfg.key_wait,
+            max_batch: cfg.max_batch.max(1),
+            pg_pool_size: cfg.pg_pool_size.max(1),
+            ..StoreOptions::default()
+        }
+    }
+}
+
+/// Result of [`Store::apply_http_batch`] (K2-K5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpOutcome {
+    /// First attempt: applied now; the answer was stored with the effects.
+    Fresh {
+        status: u16,
+        body: Vec<u8>,
+        outcomes: Vec<EventOutcome>,
+    },
+    /// The key was already used with the same request hash: the stored
+    /// answer, byte for byte (send `Idempotent-Replayed: true`).
+    Replayed { status: u16, body: Vec<u8> },
+    /// The key was used with a different request body (K3 -> 422).
+    HashMismatch,
+    /// Another attempt with the same key is still running after `key_wait`
+    /// (K5 -> 409 with Retry-After).
+    InProgressTimeout,
+}
+
+/// A committed idempotency-key row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAnswer {
+    pub request_hash: String,
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PositionRow {
+    pub account: String,
+    pub symbol: String,
+    pub position: Position,
+}
+
+/// A held BUST (its FILL not seen yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBust {
+    pub deal_id: String,
+    pub event_id: String,
+    pub account: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterRow {
+    pub source: String,
+    pub kind: String,
+    pub event_id: String,
+    pub deal_id: String,
+    pub reason: String,
+}
+
+/// Tables the sweeper cleans (F5, K7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepTable {
+    ProcessedEvents,
+    IdempotencyKeys,
+}
+
+impl SweepTable {
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepTable::ProcessedEvents => "processed_events",
+            SweepTable::IdempotencyKeys => "idempotency_keys",
+        }
+    }
+}
+
+/// What the transaction does besides applying events.
+#[derive(Debug, Clone)]
+pub(crate) enum Extra {
+    None,
+    Stream {
+        stream: String,
+        consumer: String,
+        last_seq: u64,
+    },
+}
+
+#[derive(Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl Store {
+    /// Open the store of the config's `db` and run the embedded migrations.
+    pub async fn open(cfg: &FillsConfig, metrics: FillsMetrics) -> anyhow::Result<Store> {
+        let opts = StoreOptions::from_config(cfg);
+        match cfg.db_target()? {
+            DbTarget::Sqlite(path) => Ok(Store::Sqlite(
+                SqliteStore::open(&path, opts, metrics).await?,
+            )),
+            DbTarget::Postgres(url) => Ok(Store::Postgres(
+                PgStore::connect(&url, opts, metrics).await?,
+            )),
+        }
+    }
+
+    pub fn metrics(&self) -> &FillsMetrics {
+        match self {
+            Store::Sqlite(s) => s.metrics(),
+            Store::Postgres(s) => s.metrics(),
+        }
+    }
+
+    /// Apply events from `source` ("file", "http", "nats", ...) exactly once
+    /// (F1-F3). Outcomes in input order; `index` is the input position.
+    /// Inputs longer than `max_batch` commit in several transactions; every
+    /// outcome returned has been committed.
+    pub async fn apply_events(
+        &self,
+        source: &str,
+        events: Vec<Parsed>,
+    ) -> anyhow::Result<Vec<EventOutcome>> {
+        match self {
+            Store::Sqlite(s) => s.apply_events(source, events).await,
+            Store::Postgres(s) => s.apply_events(source, events).await,
+        }
+    }
+
+    /// One HTTP batch with its idempotency key, all in one transaction
+    /// (K2-K5): the `(client, key)` row is inserted first and is the lock;
+    /// the answer from `build_answer` is stored with the batch's effects.
+    pub async fn apply_http_batch(
+        &self,
+        client: &str,
+        key: &str,
+        request_hash: &str,
+        events: Vec<Parsed>,
+        build_answer: AnswerFn,
+    ) -> anyhow::Result<HttpOutcome> {
+        match self {
+            Store::Sqlite(s) => {
+                s.apply_http_batch(client, key, request_hash, events, build_answer)
+                    .await
+            }
+            Store::Postgres(s) => {
+                s.apply_http_batch(client, key, request_hash, events, build_answer)
+                    .await
+            }
+        }
+    }
+
+    /// The committed answer of `(client, key)`, if any.
+    pub async fn get_stored_answer(
+        &self,
+        client: &str,
+        key: &str,
+    ) -> anyhow::Result<Option<StoredAnswer>> {
+        match self {
+            Store::Sqlite(s) => s.get_stored_answer(client, key).await,
+            Store::Postgres(s) => s.get_stored_answer(client, key).await,
+        }
+    }
+
+    /// Events of one stream fetch; `last_stream_seq` is stored as the
+    /// consumer position in the same transaction (source label "nats").
+    /// The whole input is one transaction (no splitting).
+    pub async fn apply_stream_batch(
+        &self,
+        stream: &str,
+        consumer: &str,
+        last_stream_seq: u64,
+        events: Vec<Parsed>,
+    ) -> anyhow::Result<Vec<EventOutcome>> {
+        let extra = Extra::Stream {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            last_seq: last_stream_seq,
+        };
+        match self {
+            Store::Sqlite(s) => s.apply_batch("nats", events, extra).await,
+            Store::Postgres(s) => s.apply_batch("nats", events, extra).await,
+        }
+    }
+
+    /// Last stream sequence committed by `apply_stream_batch`.
+    pub async fn consumer_position(
+        &self,
+        stream: &str,
+        consumer: &str,
+    ) -> anyhow::Result<Option<u64>> {
+        match self {
+            Store::Sqlite(s) => s.consumer_position(stream, consumer).await,
+            Store::Postgres(s) => s.consumer_position(stream, consumer).await,
+        }
+    }
+
+    /// Positions, optionally only of the given accounts; sorted by
+    /// (account, symbol).
+    pub async fn positions(&self, accounts: Option<&[String]>) -> anyhow::Result<Vec<PositionRow>> {
+        let accounts = accounts.map(<[String]>::to_vec);
+        match self {
+            Store::Sqlite(s) => s.positions(accounts).await,
+            Store::Postgres(s) => s.positions(accounts).await,
+        }
+    }
+
+    /// BUSTs held for a FILL not seen yet.
+    pub async fn held_busts(&self) -> anyhow::Result<Vec<HeldBust>> {
+        match self {
+            Store::Sqlite(s) => s.held_busts().await,
+            Store::Postgres(s) => s.held_busts().await,
+        }
+    }
+
+    pub async fn dead_letters(&self) -> anyhow::Result<Vec<DeadLetterRow>> {
+        match self {
+            Store::Sqlite(s) => s.dead_letters().await,
+            Store::Postgres(s) => s.dead_letters().await,
+        }
+    }
+
+    /// Delete at most `limit` rows of `table` created before `cutoff_ns`,
+    /// chosen by an indexed sub-select (F5). Returns the rows deleted.
+    pub async fn delete_expired_chunk(
+        &self,
+        table: SweepTable,
+        cutoff_ns: i64,
+        limit: usize,
+    ) -> anyhow::Result<usize> {
+        match self {
+            Store::Sqlite(s) => s.delete_expired_chunk(table, cutoff_ns, limit).await,
+            Store::Postgres(s) => s.delete_expired_chunk(table, cutoff_ns, limit).await,
+        }
+    }
+
+    /// Rows in a sweepable table (tests, status).
+    pub async fn count_rows(&self, table: SweepTable) -> anyhow::Result<u64> {
+        match self {
+            Store::Sqlite(s) => s.count_rows(table).await,
+            Store::Postgres(s) => s.count_rows(table).await,
+        }
+    }
+}
+
+/// Split a batch into the first occurrence of each `(kind, event_id)` and
+/// the rest: repeats inside one batch are duplicates without a database
+/// round trip. Returns (indices of unique valid events, outcomes decided
+/// already: in-batch duplicates and invalid inputs).
+pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
+    use super::model::Outcome;
+    let mut seen = std::collections::HashSet::new();
+    let mut unique = Vec::new();
+    let mut decided = Vec::new();
+    for (i, p) in events.iter().enumerate() {
+        match p {
+            Ok(ev) => {
+                if seen.insert((ev.kind(), ev.event_id())) {
+                    unique.push(i);
+                } else {
+                    decided.push(outcome_of(i, p, Outcome::Duplicate));
+                }
+            }
+            Err(inv) => decided.push(EventOutcome {
+                index: i,
+                kind: inv.kind.clone(),
+                event_id: inv.event_id.clone(),
+                outcome: Outcome::Rejected(inv.reason.clone()),
+            }),
+        }
+    }
+    (unique, decided)
+}
+
+pub(crate) fn outcome_of(index: usize, p: &Parsed, outcome: super::model::Outcome) -> EventOutcome {
+    let (kind, event_id) = match p {
+        Ok(ev) => (
+            Some(ev.kind().as_str().to_owned()),
+            Some(ev.event_id().to_owned()),
+        ),
+        Err(inv) => (inv.kind.clone(), inv.event_id.clone()),
+    };
+    EventOutcome {
+        index,
+        kind,
+        event_id,
+        outcome,
+    }
+}
+
+/// Shift outcome indices of a sub-batch back to the caller's input positions.
+pub(crate) fn offset(mut outs: Vec<EventOutcome>, by: usize) -> Vec<EventOutcome> {
+    for o in &mut outs {
+        o.index += by;
+    }
+    outs
+}

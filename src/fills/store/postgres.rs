@@ -1,0 +1,1014 @@
+//! PostgreSQL store: several tickgate instances may share one database.
+//!
+//! Set-based: one transaction per batch, each step one statement over
+//! arrays (`unnest`), so a batch of 1,000 events costs a handful of round
+//! trips and one commit. Lock order is fixed (processed events sorted by
+//! key, then deals, then positions sorted by key), so concurrent appliers
+//! do not deadlock on the common path; a deadlock or serialization failure
+//! that happens anyway is retried.
+//!
+//! Pool: a few connections of our own. Every transaction runs in a spawned
+//! task that owns its connection until COMMIT/ROLLBACK, so a cancelled
+//! caller cannot return a connection to the pool mid-transaction; a
+//! connection that died is dropped instead of being returned.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use rust_decimal::Decimal;
+use tokio::sync::Semaphore;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
+
+use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
+use super::{
+    offset, outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
+    PositionRow, StoreOptions, StoredAnswer, SweepTable,
+};
+use crate::fills::metrics::FillsMetrics;
+use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
+use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
+use crate::fills::position::Position;
+
+const SCHEMA_V1: &str = include_str!("schema_postgres.sql");
+/// Serialises migrations of instances starting together.
+const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
+const MAX_ATTEMPTS: usize = 5;
+
+struct Stmts {
+    ins_processed: Statement,
+    ins_deals: Statement,
+    next_seqs: Statement,
+    peek_deals: Statement,
+    sel_deals: Statement,
+    ins_pos: Statement,
+    sel_pos: Statement,
+    upd_pos: Statement,
+    sel_hist: Statement,
+    upd_deal: Statement,
+    del_deal: Statement,
+    del_processed: Statement,
+    ins_dead: Statement,
+    ins_key: Statement,
+    sel_key: Statement,
+    upd_key: Statement,
+    upsert_consumer: Statement,
+}
+
+struct Conn {
+    client: Client,
+    st: Stmts,
+}
+
+struct Pool {
+    cfg: tokio_postgres::Config,
+    schema: Option<String>,
+    idle: Mutex<Vec<Conn>>,
+    sem: Arc<Semaphore>,
+}
+
+type TxFuture<'c, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + Send + 'c>>;
+type TxBody<T> = Box<dyn for<'c> FnOnce(&'c mut Conn) -> TxFuture<'c, T> + Send>;
+
+impl Pool {
+    async fn open(&self) -> anyhow::Result<Conn> {
+        let client = connect(&self.cfg, self.schema.as_deref()).await?;
+        let st = prepare(&client).await?;
+        Ok(Conn { client, st })
+    }
+
+    /// Run `body` on a pooled connection inside a task of its own.
+    async fn run<T: Send + 'static>(self: &Arc<Self>, body: TxBody<T>) -> anyhow::Result<T> {
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let _permit = pool.sem.clone().acquire_owned().await?;
+            let idle = pool.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+            let mut conn = match idle {
+                Some(c) if !c.client.is_closed() => c,
+                _ => pool.open().await?,
+            };
+            let result = body(&mut conn).await;
+            // An aborted transaction was rolled back when it was dropped
+            // (tokio-postgres queues ROLLBACK before any later query).
+            if !conn.client.is_closed() {
+                if let Ok(mut v) = pool.idle.lock() {
+                    v.push(conn);
+                }
+            }
+            result
+        })
+        .await
+        .context("PostgreSQL worker task")?
+    }
+}
+
+async fn connect(cfg: &tokio_postgres::Config, schema: Option<&str>) -> anyhow::Result<Client> {
+    let (client, connection) = cfg
+        .connect(NoTls)
+        .await
+        .context("connecting to PostgreSQL")?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "fills: PostgreSQL connection closed");
+        }
+    });
+    if let Some(s) = schema {
+        client
+            .batch_execute(&format!("SET search_path TO {}", quote_ident(s)))
+            .await?;
+    }
+    Ok(client)
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+async fn migrate(client: &mut Client) -> anyhow::Result<()> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS tickgate_schema_version (version integer PRIMARY KEY)",
+    )
+    .await?;
+    let v: i32 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM tickgate_schema_version",
+            &[],
+        )
+        .await?
+        .get(0);
+    if v < 1 {
+        tx.batch_execute(SCHEMA_V1)
+            .await
+            .context("applying PostgreSQL schema v1")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (1)",
+            &[],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
+    Ok(Stmts {
+        ins_processed: c
+            .prepare(
+                "INSERT INTO processed_events (kind, event_id, created_ns)
+                 SELECT k, e, $3 FROM unnest($1::text[], $2::text[]) AS u(k, e)
+                 ON CONFLICT DO NOTHING RETURNING kind, event_id",
+            )
+            .await?,
+        ins_deals: c
+            .prepare(
+                "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty,
+                                    price, exec_ns, bust_event_id, bust_account, bust_ns,
+                                    applied_seq, created_ns, updated_ns)
+                 SELECT d, st, fe, a, sy, si, q::numeric, p::numeric, t, be, ba, bt, sq, $14, $14
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
+                             $11::text[], $12::int8[], $13::int8[])
+                      AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
+                 ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id",
+            )
+            .await?,
+        next_seqs: c
+            .prepare("SELECT nextval('fills_applied_seq') FROM generate_series(1, $1::int)")
+            .await?,
+        peek_deals: c
+            .prepare(
+                "SELECT deal_id, status, fill_event_id, account, symbol, side, qty::text,
+                        price::text, exec_ns, bust_event_id, bust_account, bust_ns
+                 FROM fills WHERE deal_id = ANY($1::text[])",
+            )
+            .await?,
+        sel_deals: c
+            .prepare(
+                "SELECT deal_id, status, fill_event_id, account, symbol, side, qty::text,
+                        price::text, exec_ns, bust_event_id, bust_account, bust_ns
+                 FROM fills WHERE deal_id = ANY($1::text[]) ORDER BY deal_id FOR UPDATE",
+            )
+            .await?,
+        ins_pos: c
+            .prepare(
+                "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+                 SELECT a, s, 0, 0, 0, $3 FROM unnest($1::text[], $2::text[]) AS u(a, s)
+                 ORDER BY a, s ON CONFLICT DO NOTHING",
+            )
+            .await?,
+        sel_pos: c
+            .prepare(
+                "SELECT p.account, p.symbol, p.qty::text, p.avg_price::text, p.realized_pnl::text
+                 FROM positions p JOIN unnest($1::text[], $2::text[]) AS u(a, s)
+                      ON p.account = u.a AND p.symbol = u.s
+                 ORDER BY p.account, p.symbol FOR UPDATE OF p",
+            )
+            .await?,
+        upd_pos: c
+            .prepare(
+                "UPDATE positions p SET qty = u.q::numeric, avg_price = u.ap::numeric,
+                                        realized_pnl = u.r::numeric, updated_ns = $6
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                      AS u(a, s, q, ap, r)
+                 WHERE p.account = u.a AND p.symbol = u.s",
+            )
+            .await?,
+        sel_hist: c
+            .prepare(
+                "SELECT f.account, f.symbol, f.deal_id, f.side, f.qty::text, f.price::text
+                 FROM fills f JOIN unnest($1::text[], $2::text[]) AS u(a, s)
+                      ON f.account = u.a AND f.symbol = u.s
+                 WHERE f.status = 'applied' ORDER BY f.applied_seq",
+            )
+            .await?,
+        upd_deal: c
+            .prepare(
+                "UPDATE fills SET status = $2, fill_event_id = $3, account = $4, symbol = $5,
+                        side = $6, qty = CAST($7::text AS numeric),
+                        price = CAST($8::text AS numeric), exec_ns = $9, bust_event_id = $10,
+                        bust_account = $11, bust_ns = $12,
+                        applied_seq = CASE WHEN $13::bool THEN nextval('fills_applied_seq')
+                                           ELSE applied_seq END,
+                        updated_ns = $14
+                 WHERE deal_id = $1",
+            )
+            .await?,
+        del_deal: c.prepare("DELETE FROM fills WHERE deal_id = $1").await?,
+        del_processed: c
+            .prepare("DELETE FROM processed_events WHERE kind = $1 AND event_id = $2")
+            .await?,
+        ins_dead: c
+            .prepare(
+                "INSERT INTO dead_letters (source, kind, event_id, deal_id, reason, created_ns)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .await?,
+        ins_key: c
+            .prepare(
+                "INSERT INTO idempotency_keys (client, key, request_hash, created_ns)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1",
+            )
+            .await?,
+        sel_key: c
+            .prepare(
+                "SELECT request_hash, status, body FROM idempotency_keys
+                 WHERE client = $1 AND key = $2",
+            )
+            .await?,
+        upd_key: c
+            .prepare(
+                "UPDATE idempotency_keys SET status = $3, body = $4 WHERE client = $1 AND key = $2",
+            )
+            .await?,
+        upsert_consumer: c
+            .prepare(
+                "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (stream, consumer) DO UPDATE
+                 SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
+                     updated_ns = EXCLUDED.updated_ns",
+            )
+            .await?,
+    })
+}
+
+fn retryable(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.code())
+            .is_some_and(|c| {
+                *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+            })
+    })
+}
+
+fn is_lock_timeout(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+}
+
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Arc<Pool>,
+    opts: StoreOptions,
+    metrics: FillsMetrics,
+}
+
+impl PgStore {
+    /// Connect (URL or key=value string), migrate, and keep up to
+    /// `opts.pg_pool_size` connections.
+    pub async fn connect(
+        url: &str,
+        opts: StoreOptions,
+        metrics: FillsMetrics,
+    ) -> anyhow::Result<PgStore> {
+        let cfg = tokio_postgres::Config::from_str(url).context("parsing the PostgreSQL URL")?;
+        let pool = Arc::new(Pool {
+            cfg,
+            schema: opts.pg_schema.clone(),
+            idle: Mutex::new(Vec::new()),
+            sem: Arc::new(Semaphore::new(opts.pg_pool_size.max(1))),
+        });
+        let mut first = connect(&pool.cfg, pool.schema.as_deref()).await?;
+        migrate(&mut first).await?;
+        let st = prepare(&first).await?;
+        if let Ok(mut v) = pool.idle.lock() {
+            v.push(Conn { client: first, st });
+        }
+        Ok(PgStore {
+            pool,
+            opts,
+            metrics,
+        })
+    }
+
+    pub fn metrics(&self) -> &FillsMetrics {
+        &self.metrics
+    }
+
+    pub async fn apply_events(
+        &self,
+        source: &str,
+        events: Vec<Parsed>,
+    ) -> anyhow::Result<Vec<EventOutcome>> {
+        let mut all = Vec::with_capacity(events.len());
+        let mut start = 0;
+        let mut rest = events;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(self.opts.max_batch));
+            let n = rest.len();
+            let outs = self.apply_batch(source, rest, Extra::None).await?;
+            all.extend(offset(outs, start));
+            start += n;
+            rest = tail;
+        }
+        Ok(all)
+    }
+
+    pub(crate) async fn apply_batch(
+        &self,
+        source: &str,
+        events: Vec<Parsed>,
+        extra: Extra,
+    ) -> anyhow::Result<Vec<EventOutcome>> {
+        let events = Arc::new(events);
+        let source = source.to_owned();
+        let clock = self.opts.clock.clone();
+        let metrics = self.metrics.clone();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (events, src, clock, extra, m) = (
+                events.clone(),
+                source.clone(),
+                clock.clone(),
+                extra.clone(),
+                metrics.clone(),
+            );
+            let body: TxBody<(Vec<EventOutcome>, SideEffects)> = Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let timer = m.tx_seconds.start_timer();
+                    let tx = c.client.transaction().await?;
+                    let now = clock();
+                    let r = apply_in_tx(&tx, &c.st, &src, &events, now).await?;
+                    if let Extra::Stream {
+                        stream,
+                        consumer,
+                        last_seq,
+                    } = &extra
+                    {
+                        let seq = i64::try_from(*last_seq).context("stream sequence too large")?;
+                        tx.execute(&c.st.upsert_consumer, &[stream, consumer, &seq, &now])
+                            .await?;
+                    }
+                    tx.commit().await.context("PostgreSQL commit")?;
+                    timer.observe_duration();
+                    Ok(r)
+                })
+            });
+            match self.pool.run(body).await {
+                Ok((outs, se)) => {
+                    self.metrics.record(&source, &outs);
+                    count_side_effects(&self.metrics, &source, &se);
+                    return Ok(outs);
+                }
+                Err(e) if attempt < MAX_ATTEMPTS && retryable(&e) => {
+                    self.metrics.tx_retries.inc();
+                    tracing::debug!(error = %e, attempt, "fills: retrying transaction");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub async fn apply_http_batch(
+        &self,
+        client: &str,
+        key: &str,
+        request_hash: &str,
+        events: Vec<Parsed>,
+        build_answer: AnswerFn,
+    ) -> anyhow::Result<HttpOutcome> {
+        let events = Arc::new(events);
+        let ids = Arc::new((client.to_owned(), key.to_owned(), request_hash.to_owned()));
+        let wait_ms = self.opts.key_wait.as_millis().max(1);
+        let clock = self.opts.clock.clone();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (events, ids, clock, build_answer, m) = (
+                events.clone(),
+                ids.clone(),
+                clock.clone(),
+                build_answer.clone(),
+                self.metrics.clone(),
+            );
+            let body: TxBody<(HttpOutcome, SideEffects)> = Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let (client, key, hash) = &*ids;
+                    let timer = m.tx_seconds.start_timer();
+                    let tx = c.client.transaction().await?;
+                    let now = clock();
+                    // K5: the key row is the lock. A concurrent first attempt
+                    // holds it uncommitted; our insert waits for its commit
+                    // (then conflicts and we replay) at most key_wait.
+                    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{wait_ms}ms'"))
+                        .await?;
+                    let inserted = match tx.query(&c.st.ins_key, &[client, key, hash, &now]).await {
+                        Ok(rows) => !rows.is_empty(),
+                        Err(e) if is_lock_timeout(&e) => {
+                            return Ok((HttpOutcome::InProgressTimeout, SideEffects::default()))
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    tx.batch_execute("SET LOCAL lock_timeout = 0").await?;
+                    if !inserted {
+                        let row = tx.query_one(&c.st.sel_key, &[client, key]).await?;
+                        let stored_hash: String = row.get(0);
+                        tx.commit().await?;
+                        if &stored_hash != hash {
+                            return Ok((HttpOutcome::HashMismatch, SideEffects::default()));
+                        }
+                        let status: Option<i32> = row.get(1);
+                        let body: Option<Vec<u8>> = row.get(2);
+                        return Ok((
+                            HttpOutcome::Replayed {
+                                status: status.and_then(|s| u16::try_from(s).ok()).unwrap_or(500),
+                                body: body.unwrap_or_default(),
+                            },
+                            SideEffects::default(),
+                        ));
+                    }
+                    let (outs, se) = apply_in_tx(&tx, &c.st, "http", &events, now).await?;
+                    let (status, body) = build_answer(&outs);
+                    tx.execute(&c.st.upd_key, &[client, key, &i32::from(status), &body])
+                        .await?;
+                    tx.commit().await.context("PostgreSQL commit")?;
+                    timer.observe_duration();
+                    Ok((
+                        HttpOutcome::Fresh {
+                            status,
+                            body,
+                            outcomes: outs,
+                        },
+                        se,
+                    ))
+                })
+            });
+            match self.pool.run(body).await {
+                Ok((out, se)) => {
+                    if let HttpOutcome::Fresh { outcomes, .. } = &out {
+                        self.metrics.record("http", outcomes);
+                        count_side_effects(&self.metrics, "http", &se);
+                    }
+                    return Ok(out);
+                }
+                Err(e) if attempt < MAX_ATTEMPTS && retryable(&e) => {
+                    self.metrics.tx_retries.inc();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub async fn get_stored_answer(
+        &self,
+        client: &str,
+        key: &str,
+    ) -> anyhow::Result<Option<StoredAnswer>> {
+        let (client, key) = (client.to_owned(), key.to_owned());
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let row = c.client.query_opt(&c.st.sel_key, &[&client, &key]).await?;
+                    Ok(row.and_then(|r| {
+                        let status: Option<i32> = r.get(1);
+                        Some(StoredAnswer {
+                            request_hash: r.get(0),
+                            status: u16::try_from(status?).ok()?,
+                            body: r.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
+                        })
+                    }))
+                })
+            }))
+            .await
+    }
+
+    pub async fn consumer_position(
+        &self,
+        stream: &str,
+        consumer: &str,
+    ) -> anyhow::Result<Option<u64>> {
+        let (stream, consumer) = (stream.to_owned(), consumer.to_owned());
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let row = c
+                        .client
+                        .query_opt(
+                            "SELECT last_seq FROM consumer_positions
+                             WHERE stream = $1 AND consumer = $2",
+                            &[&stream, &consumer],
+                        )
+                        .await?;
+                    Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+                })
+            }))
+            .await
+    }
+
+    pub async fn positions(
+        &self,
+        accounts: Option<Vec<String>>,
+    ) -> anyhow::Result<Vec<PositionRow>> {
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let rows = match &accounts {
+                        None => {
+                            c.client
+                                .query(
+                                    "SELECT account, symbol, qty::text, avg_price::text,
+                                            realized_pnl::text
+                                     FROM positions ORDER BY account, symbol",
+                                    &[],
+                                )
+                                .await?
+                        }
+                        Some(a) => {
+                            c.client
+                                .query(
+                                    "SELECT account, symbol, qty::text, avg_price::text,
+                                            realized_pnl::text
+                                     FROM positions WHERE account = ANY($1::text[])
+                                     ORDER BY account, symbol",
+                                    &[a],
+                                )
+                                .await?
+                        }
+                    };
+                    rows.iter()
+                        .map(|r| {
+                            Ok(PositionRow {
+                                account: r.get(0),
+                                symbol: r.get(1),
+                                position: pos_of(r, 2)?,
+                            })
+                        })
+                        .collect()
+                })
+            }))
+            .await
+    }
+
+    pub async fn held_busts(&self) -> anyhow::Result<Vec<HeldBust>> {
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let rows = c
+                        .client
+                        .query(
+                            "SELECT deal_id, bust_event_id, bust_account FROM fills
+                             WHERE status = 'bust_held' ORDER BY deal_id",
+                            &[],
+                        )
+                        .await?;
+                    Ok(rows
+                        .iter()
+                        .map(|r| HeldBust {
+                            deal_id: r.get(0),
+                            event_id: r.get(1),
+                            account: r.get(2),
+                        })
+                        .collect())
+                })
+            }))
+            .await
+    }
+
+    pub async fn dead_letters(&self) -> anyhow::Result<Vec<DeadLetterRow>> {
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move {
+                    let rows = c
+                        .client
+                        .query(
+                            "SELECT source, kind, event_id, deal_id, reason FROM dead_letters
+                             ORDER BY id",
+                            &[],
+                        )
+                        .await?;
+                    Ok(rows
+                        .iter()
+                        .map(|r| DeadLetterRow {
+                            source: r.get(0),
+                            kind: r.get(1),
+                            event_id: r.get(2),
+                            deal_id: r.get(3),
+                            reason: r.get(4),
+                        })
+                        .collect())
+                })
+            }))
+            .await
+    }
+
+    pub async fn delete_expired_chunk(
+        &self,
+        table: SweepTable,
+        cutoff_ns: i64,
+        limit: usize,
+    ) -> anyhow::Result<usize> {
+        // F5: the sub-select walks the created_ns index and picks at most
+        // `limit` rows; the DELETE finds them by primary key.
+        let sql = match table {
+            SweepTable::ProcessedEvents => {
+                "DELETE FROM processed_events WHERE (kind, event_id) IN
+                 (SELECT kind, event_id FROM processed_events WHERE created_ns < $1 LIMIT $2)"
+            }
+            SweepTable::IdempotencyKeys => {
+                "DELETE FROM idempotency_keys WHERE (client, key) IN
+                 (SELECT client, key FROM idempotency_keys WHERE created_ns < $1 LIMIT $2)"
+            }
+        };
+        let limit = limit as i64;
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(
+                    async move { Ok(c.client.execute(sql, &[&cutoff_ns, &limit]).await? as usize) },
+                )
+            }))
+            .await
+    }
+
+    pub async fn count_rows(&self, table: SweepTable) -> anyhow::Result<u64> {
+        let sql = format!("SELECT count(*) FROM {}", table.name());
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(
+                    async move { Ok(c.client.query_one(&sql, &[]).await?.get::<_, i64>(0) as u64) },
+                )
+            }))
+            .await
+    }
+
+    /// Raw SQL on a pooled connection (tests and benchmarks only).
+    #[doc(hidden)]
+    pub async fn execute_batch(&self, sql: &str) -> anyhow::Result<()> {
+        let sql = sql.to_owned();
+        self.pool
+            .run(Box::new(move |c: &mut Conn| {
+                Box::pin(async move { Ok(c.client.batch_execute(&sql).await?) })
+            }))
+            .await
+    }
+}
+
+fn dec(s: &str) -> anyhow::Result<Decimal> {
+    Decimal::from_str(s).with_context(|| format!("stored decimal {s:?}"))
+}
+
+fn pos_of(r: &Row, at: usize) -> anyhow::Result<Position> {
+    Ok(Position {
+        qty: dec(r.get(at))?,
+        avg_price: dec(r.get(at + 1))?,
+        realized_pnl: dec(r.get(at + 2))?,
+    })
+}
+
+fn deal_of(r: &Row) -> anyhow::Result<(String, DealRow)> {
+    let deal_id: String = r.get(0);
+    let row = deal_from_columns(
+        deal_id.clone(),
+        r.get(1),
+        r.get(2),
+        r.get(3),
+        r.get(4),
+        r.get(5),
+        r.get(6),
+        r.get(7),
+        r.get(8),
+        r.get(9),
+        r.get(10),
+        r.get(11),
+    )?;
+    Ok((deal_id, row))
+}
+
+/// Create missing position rows of `keys` and lock them all, in key order.
+async fn lock_positions(
+    tx: &Transaction<'_>,
+    st: &Stmts,
+    mut keys: Vec<PosKey>,
+    now: i64,
+    positions: &mut HashMap<PosKey, Position>,
+    locked: &mut HashSet<PosKey>,
+) -> anyhow::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort();
+    let ka: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+    let ks: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    tx.execute(&st.ins_pos, &[&ka, &ks, &now]).await?;
+    for r in tx.query(&st.sel_pos, &[&ka, &ks]).await? {
+        positions.insert((r.get(0), r.get(1)), pos_of(&r, 2)?);
+    }
+    locked.extend(keys);
+    Ok(())
+}
+
+/// F1-F3 for one batch inside an open transaction, set-based.
+async fn apply_in_tx(
+    tx: &Transaction<'_>,
+    st: &Stmts,
+    source: &str,
+    events: &[Parsed],
+    now: i64,
+) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
+    let (unique, mut outs) = presort(events);
+    let valid: Vec<(usize, &Event)> = unique
+        .iter()
+        .filter_map(|&i| events[i].as_ref().ok().map(|e| (i, e)))
+        .collect();
+
+    // F1: insert all (kind, event_id) sorted (a fixed lock order between
+    // concurrent appliers); RETURNING names the new ones.
+    let mut sorted: Vec<&Event> = valid.iter().map(|&(_, e)| e).collect();
+    sorted.sort_by(|a, b| (a.kind(), a.event_id()).cmp(&(b.kind(), b.event_id())));
+    let kinds: Vec<&str> = sorted.iter().map(|e| e.kind().as_str()).collect();
+    let ids: Vec<&str> = sorted.iter().map(|e| e.event_id()).collect();
+    let rows = tx.query(&st.ins_processed, &[&kinds, &ids, &now]).await?;
+    let fresh: HashSet<(String, String)> = rows
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+        .collect();
+    let mut new_events: Vec<(usize, &Event)> = Vec::with_capacity(fresh.len());
+    for (i, e) in valid {
+        if fresh.contains(&(e.kind().as_str().to_owned(), e.event_id().to_owned())) {
+            new_events.push((i, e));
+        } else {
+            outs.push(outcome_of(i, &events[i], Outcome::Duplicate));
+        }
+    }
+
+    // Positions first, locked in key order (a fixed lock order; and the
+    // application sequence below is drawn under these locks, so it orders
+    // fills of one position as they were applied). A missing row cannot be
+    // locked, so rows are created first. A BUST's position is its fill's:
+    // peek at those deals (no lock; re-checked after the deal step).
+    let mut bust_deals: Vec<&str> = new_events
+        .iter()
+        .filter(|(_, e)| e.kind() == Kind::Bust)
+        .map(|(_, e)| e.deal_id())
+        .collect();
+    bust_deals.sort_unstable();
+    bust_deals.dedup();
+    let mut peeked: HashMap<String, Option<DealRow>> = HashMap::new();
+    if !bust_deals.is_empty() {
+        for r in tx.query(&st.peek_deals, &[&bust_deals]).await? {
+            let (id, row) = deal_of(&r)?;
+            peeked.insert(id, Some(row));
+        }
+    }
+    let mut positions: HashMap<PosKey, Position> = HashMap::new();
+    let mut locked: HashSet<PosKey> = HashSet::new();
+    lock_positions(
+        tx,
+        st,
+        plan::position_keys(&new_events, &peeked),
+        now,
+        &mut positions,
+        &mut locked,
+    )
+    .await?;
+
+    // Each deal's first new event creates its row; the unique deal_id
+    // decides (F2/F3) and serialises concurrent writers of one deal. Rows
+    // go in deal_id order (lock order); fills get their application
+    // sequence in event order.
+    let mut firsts: Vec<(String, DealRow, Option<i64>)> = Vec::new();
+    let mut seen = HashSet::new();
+    for &(_, e) in &new_events {
+        if seen.insert(e.deal_id()) {
+            firsts.push((e.deal_id().to_owned(), DealRow::first(e), None));
+        }
+    }
+    let n_fills = firsts
+        .iter()
+        .filter(|f| f.1.status == DealStatus::Applied)
+        .count();
+    if n_fills > 0 {
+        let n = i32::try_from(n_fills).context("batch too large")?;
+        let mut seqs: Vec<i64> = tx
+            .query(&st.next_seqs, &[&n])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        seqs.sort_unstable();
+        let mut it = seqs.into_iter();
+        for f in firsts
+            .iter_mut()
+            .filter(|f| f.1.status == DealStatus::Applied)
+        {
+            f.2 = it.next();
+        }
+    }
+    firsts.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut inserted: HashMap<String, DealRow> = HashMap::new();
+    let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
+    if !firsts.is_empty() {
+        let cols: Vec<DealCols> = firsts.iter().map(|(_, r, _)| DealCols::of(r)).collect();
+        let d: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
+        let sq: Vec<Option<i64>> = firsts.iter().map(|f| f.2).collect();
+        let stt: Vec<&str> = cols.iter().map(|c| c.status).collect();
+        let fe: Vec<Option<&str>> = cols.iter().map(|c| c.fill_event_id.as_deref()).collect();
+        let a: Vec<Option<&str>> = cols.iter().map(|c| c.account.as_deref()).collect();
+        let sy: Vec<Option<&str>> = cols.iter().map(|c| c.symbol.as_deref()).collect();
+        let si: Vec<Option<&str>> = cols.iter().map(|c| c.side).collect();
+        let q: Vec<Option<&str>> = cols.iter().map(|c| c.qty.as_deref()).collect();
+        let p: Vec<Option<&str>> = cols.iter().map(|c| c.price.as_deref()).collect();
+        let t: Vec<Option<i64>> = cols.iter().map(|c| c.exec_ns).collect();
+        let be: Vec<Option<&str>> = cols.iter().map(|c| c.bust_event_id.as_deref()).collect();
+        let ba: Vec<Option<&str>> = cols.iter().map(|c| c.bust_account.as_deref()).collect();
+        let bt: Vec<Option<i64>> = cols.iter().map(|c| c.bust_ns).collect();
+        let rows = tx
+            .query(
+                &st.ins_deals,
+                &[
+                    &d, &stt, &fe, &a, &sy, &si, &q, &p, &t, &be, &ba, &bt, &sq, &now,
+                ],
+            )
+            .await?;
+        let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        let existing: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
+        for (deal_id, row, _) in &firsts {
+            if ins.contains(deal_id) {
+                deals.insert(deal_id.clone(), None);
+                inserted.insert(deal_id.clone(), row.clone());
+            }
+        }
+        if !existing.is_empty() {
+            for r in tx.query(&st.sel_deals, &[&existing]).await? {
+                let (id, row) = deal_of(&r)?;
+                deals.insert(id, Some(row));
+            }
+            if let Some(missing) = existing.iter().find(|x| !deals.contains_key(**x)) {
+                anyhow::bail!("deal {missing} conflicted on insert but cannot be read");
+            }
+        }
+    }
+    let before = deals.clone();
+    // A deal that changed since the peek (rare) may need one more position.
+    let more: Vec<PosKey> = plan::position_keys(&new_events, &deals)
+        .into_iter()
+        .filter(|k| !locked.contains(k))
+        .collect();
+    lock_positions(tx, st, more, now, &mut positions, &mut locked).await?;
+    let rkeys = plan::replay_keys(&new_events, &deals);
+    let mut history: HashMap<PosKey, Vec<HistFill>> = HashMap::new();
+    if !rkeys.is_empty() {
+        let ka: Vec<&str> = rkeys.iter().map(|k| k.0.as_str()).collect();
+        let ks: Vec<&str> = rkeys.iter().map(|k| k.1.as_str()).collect();
+        for k in &rkeys {
+            history.insert(k.clone(), Vec::new());
+        }
+        for r in tx.query(&st.sel_hist, &[&ka, &ks]).await? {
+            let deal_id: String = r.get(2);
+            if inserted.contains_key(&deal_id) {
+                continue; // this batch's own rows: the planner adds them in order
+            }
+            let side: &str = r.get(3);
+            let h = HistFill {
+                side: Side::parse(side).with_context(|| format!("deal {deal_id}: side"))?,
+                qty: dec(r.get(4))?,
+                price: dec(r.get(5))?,
+                deal_id,
+            };
+            if let Some(v) = history.get_mut(&(r.get(0), r.get(1))) {
+                v.push(h);
+            }
+        }
+    }
+
+    let p = plan::plan(&new_events, deals, positions, history);
+
+    // Deal rows that differ from what is stored (rare: busts, releases,
+    // rejections): one statement each.
+    let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
+    let mut deal_ids: Vec<&String> = p.deals.keys().collect();
+    deal_ids.sort();
+    for deal_id in deal_ids {
+        let fin = &p.deals[deal_id];
+        let written = match inserted.get(deal_id) {
+            Some(row) => Some(row),
+            None => before.get(deal_id).and_then(Option::as_ref),
+        };
+        if fin.as_ref() == written {
+            continue;
+        }
+        match fin {
+            None => {
+                tx.execute(&st.del_deal, &[deal_id]).await?;
+            }
+            Some(row) => {
+                let was_applied = written.is_some_and(|w| w.status == DealStatus::Applied);
+                let new_seq = newly.contains(deal_id.as_str()) && !was_applied;
+                let c = DealCols::of(row);
+                tx.execute(
+                    &st.upd_deal,
+                    &[
+                        deal_id,
+                        &c.status,
+                        &c.fill_event_id,
+                        &c.account,
+                        &c.symbol,
+                        &c.side,
+                        &c.qty,
+                        &c.price,
+                        &c.exec_ns,
+                        &c.bust_event_id,
+                        &c.bust_account,
+                        &c.bust_ns,
+                        &new_seq,
+                        &now,
+                    ],
+                )
+                .await?;
+            }
+        }
+    }
+    if !p.positions.is_empty() {
+        let mut ka = Vec::new();
+        let mut ks = Vec::new();
+        let mut q = Vec::new();
+        let mut ap = Vec::new();
+        let mut rp = Vec::new();
+        for ((a, s), pos) in &p.positions {
+            ka.push(a.as_str());
+            ks.push(s.as_str());
+            q.push(pos.qty.to_string());
+            ap.push(pos.avg_price.to_string());
+            rp.push(pos.realized_pnl.to_string());
+        }
+        tx.execute(&st.upd_pos, &[&ka, &ks, &q, &ap, &rp, &now])
+            .await?;
+    }
+    for (kind, event_id) in &p.unprocess {
+        tx.execute(&st.del_processed, &[&kind.as_str(), event_id])
+            .await?;
+    }
+    for d in &p.dead_letters {
+        tx.execute(
+            &st.ins_dead,
+            &[
+                &source,
+                &d.kind.as_str(),
+                &d.event_id,
+                &d.deal_id,
+                &d.reason,
+                &now,
+            ],
+        )
+        .await?;
+    }
+
+    for (i, o) in p.outcomes {
+        outs.push(outcome_of(i, &events[i], o));
+    }
+    outs.sort_by_key(|o| o.index);
+    Ok((
+        outs,
+        SideEffects {
+            released: p.released,
+            dead_lettered: p.dead_letters.len(),
+        },
+    ))
+}

@@ -1,0 +1,83 @@
+//! `tickgate fills apply FILE|-` end to end (SQLite in a temp dir).
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn tickgate(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tickgate");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+const LINES: &str = r#"{"kind":"FILL","event_id":"E-1","deal_id":"D-1","account":"ACC-7","symbol":"EURUSD","side":"BUY","qty":"100000","price":"1.08512","exec_time":"2026-11-30T08:00:00.123456Z"}
+{"kind":"FILL","event_id":"E-1","deal_id":"D-1","account":"ACC-7","symbol":"EURUSD","side":"BUY","qty":"100000","price":"1.08512","exec_time":"2026-11-30T08:00:00.123456Z"}
+
+{"kind":"FILL","event_id":"E-2","deal_id":"D-2","account":"ACC-7","symbol":"EURUSD","side":"SELL","qty":40000,"price":"1.08600","exec_time":"2026-11-30T08:01:00Z"}
+not json at all
+{"kind":"BUST","event_id":"B-9","deal_id":"D-9","account":"ACC-7","exec_time":"2026-11-30T08:05:00Z"}
+{"kind":"FILL","event_id":"E-3","deal_id":"D-1","account":"ACC-7","symbol":"EURUSD","side":"BUY","qty":"1","price":"1","exec_time":"2026-11-30T08:02:00Z"}
+{"kind":"FILL","event_id":"E-4","deal_id":"D-4","account":"ACC-7","symbol":"EURUSD","side":"SELL","qty":"30000","price":"1.08600","exec_time":"2026-11-30T08:03:00Z"}
+"#;
+
+#[test]
+fn apply_file_prints_summary_and_rejects_with_line_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("f.db").display());
+    let file = dir.path().join("events.jsonl");
+    std::fs::write(&file, LINES).unwrap();
+    let out = tickgate(
+        &[
+            "fills",
+            "apply",
+            file.to_str().unwrap(),
+            "--db",
+            &db,
+            "--batch",
+            "3",
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "applied 2 / duplicate 2 (1 by deal_id) / rejected 2 / held 1 (7 events)"
+    );
+    let rejected: Vec<&str> = stderr.lines().collect();
+    assert_eq!(rejected.len(), 2, "{stderr}");
+    assert!(rejected[0].starts_with("line 4: rejected: qty: must be a decimal string"));
+    assert!(rejected[1].starts_with("line 5: rejected: malformed JSON"));
+
+    // Re-running the same file (a replay after a crash) applies nothing.
+    let again = tickgate(&["fills", "apply", "-", "--db", &db], Some(LINES));
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "applied 0 / duplicate 5 (0 by deal_id) / rejected 2 / held 0 (7 events)"
+    );
+}
+
+#[test]
+fn database_error_exits_nonzero() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the database directory should be.
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, "x").unwrap();
+    let db = format!("sqlite:{}/sub/f.db", blocker.display());
+    let out = tickgate(&["fills", "apply", "-", "--db", &db], Some(LINES));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("creating"));
+    let out = tickgate(&["fills", "apply", "/nonexistent/in.jsonl"], None);
+    assert_eq!(out.status.code(), Some(2));
+}

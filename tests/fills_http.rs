@@ -1,0 +1,1137 @@
+//! The fills HTTP API (fills.md K1-K6) end to end: the real router on
+//! 127.0.0.1:0 over the real store (SQLite in a tempdir; PostgreSQL when
+//! $TICKGATE_TEST_PG_URL is set).
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use prometheus::Registry;
+use rust_decimal::Decimal;
+use serde_json::Value;
+use tickgate::fills::config::ClientConfig;
+use tickgate::fills::http::{
+    router, BatchOutcome, FillsBackend, HttpOptions, HttpState, PositionView,
+};
+use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::push::{http_request, HttpResponse};
+use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
+
+// ---------------------------------------------------------------- harness
+
+fn clients() -> Vec<ClientConfig> {
+    vec![
+        ClientConfig {
+            name: "alice".into(),
+            token: "token-alice".into(),
+            accounts: vec!["ACC-A".into()],
+        },
+        ClientConfig {
+            name: "bob".into(),
+            token: "token-bob".into(),
+            accounts: vec!["*".into()],
+        },
+    ]
+}
+
+struct Db {
+    store: Store,
+    _dir: Option<tempfile::TempDir>,
+    /// PostgreSQL URL and this test's schema.
+    pg: Option<(String, String)>,
+}
+
+/// A plain connection (for setup, locks and monitoring), optionally with
+/// the test's schema as search_path.
+async fn pg_client(url: &str, schema: Option<&str>) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
+    if let Some(s) = schema {
+        client
+            .batch_execute(&format!("SET search_path TO \"{s}\""))
+            .await
+            .unwrap();
+    }
+    client
+}
+
+impl Db {
+    /// Drops the test's PostgreSQL schema (left behind if the test failed,
+    /// for a look).
+    async fn cleanup(self) {
+        if let Some((url, schema)) = &self.pg {
+            let c = pg_client(url, None).await;
+            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+async fn sqlite_db(opts: StoreOptions) -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(
+        &dir.path().join("fills.db"),
+        opts,
+        FillsMetrics::unregistered(),
+    )
+    .await
+    .unwrap();
+    Db {
+        store: Store::Sqlite(store),
+        _dir: Some(dir),
+        pg: None,
+    }
+}
+
+/// A fresh schema per test on the shared test database, or None (skipped).
+async fn pg_db(test: &str, opts: StoreOptions) -> Option<Db> {
+    let url = match std::env::var("TICKGATE_TEST_PG_URL") {
+        Ok(u) => u,
+        Err(_) => {
+            assert!(
+                std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "TICKGATE_TEST_PG_URL is required"
+            );
+            println!("skipped: {test} needs TICKGATE_TEST_PG_URL");
+            return None;
+        }
+    };
+    let schema = unique_schema(test);
+    let opts = StoreOptions {
+        pg_schema: Some(schema.clone()),
+        ..opts
+    };
+    pg_client(&url, None)
+        .await
+        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+        .await
+        .unwrap();
+    let store = PgStore::connect(&url, opts, FillsMetrics::unregistered())
+        .await
+        .unwrap();
+    Some(Db {
+        store: Store::Postgres(store),
+        _dir: None,
+        pg: Some((url, schema)),
+    })
+}
+
+fn unique_schema(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "t_http_{test}_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+struct Server {
+    base: String,
+    registry: Registry,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn serve(backend: Arc<dyn FillsBackend>, options: HttpOptions) -> Server {
+    let registry = Registry::new();
+    let state = HttpState::new(backend, &clients(), options, &registry).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = router(state.clone());
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    Server {
+        base: format!("http://{addr}"),
+        registry,
+        _stop: stop,
+    }
+}
+
+impl Server {
+    async fn post(
+        &self,
+        token: Option<&str>,
+        key: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> HttpResponse {
+        let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+        if let Some(t) = token {
+            headers.push(("authorization".into(), format!("Bearer {t}")));
+        }
+        if let Some(k) = key {
+            headers.push(("idempotency-key".into(), k.to_owned()));
+        }
+        http_request(
+            "POST",
+            &format!("{}/v1/fills", self.base),
+            &headers,
+            body.into(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn get(&self, token: Option<&str>, path: &str) -> HttpResponse {
+        let headers: Vec<(String, String)> = token
+            .map(|t| vec![("authorization".to_owned(), format!("Bearer {t}"))])
+            .unwrap_or_default();
+        http_request(
+            "GET",
+            &format!("{}{path}", self.base),
+            &headers,
+            Bytes::new(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A counter's value from the registry, summed over series matching
+    /// all given label pairs.
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let mut total = 0.0;
+        for family in self.registry.gather() {
+            if family.name() != name {
+                continue;
+            }
+            for m in family.get_metric() {
+                let matches = labels.iter().all(|(k, v)| {
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == *k && l.value() == *v)
+                });
+                if matches {
+                    total += m.get_counter().get_value();
+                }
+            }
+        }
+        total as u64
+    }
+}
+
+fn fill(
+    id: &str,
+    deal: &str,
+    account: &str,
+    symbol: &str,
+    side: &str,
+    qty: &str,
+    price: &str,
+) -> Value {
+    serde_json::json!({"kind":"FILL","event_id":id,"deal_id":deal,"account":account,
+        "symbol":symbol,"side":side,"qty":qty,"price":price,
+        "exec_time":"2026-11-30T08:00:00.123456Z"})
+}
+
+fn batch(events: &[Value]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "events": events })).unwrap()
+}
+
+fn json(resp: &HttpResponse) -> Value {
+    serde_json::from_slice(&resp.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&resp.body)))
+}
+
+/// Checks an RFC 9457 problem answer and returns its body.
+fn assert_problem(resp: &HttpResponse, status: u16) -> Value {
+    assert_eq!(
+        resp.status,
+        status,
+        "body: {}",
+        String::from_utf8_lossy(&resp.body)
+    );
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    let v = json(resp);
+    assert_eq!(v["status"], status);
+    assert!(v["type"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(v["title"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(v["detail"].as_str().is_some_and(|t| !t.is_empty()));
+    v
+}
+
+fn dec(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+async fn position_qty(store: &Store, account: &str, symbol: &str) -> Option<Decimal> {
+    let rows = store.positions(Some(&[account.to_owned()])).await.unwrap();
+    rows.iter()
+        .find(|r| r.account == account && r.symbol == symbol)
+        .map(|r| r.position.qty)
+}
+
+/// Wraps a backend: the first `apply_batch` signals `entered` and waits for
+/// `release` before going on (to hold a batch "in flight" without timing).
+struct Gated {
+    inner: Store,
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Semaphore>,
+}
+
+impl FillsBackend for Gated {
+    fn apply_batch<'a>(
+        &'a self,
+        client: &'a str,
+        key: &'a str,
+        request_hash: &'a str,
+        events: &'a [Value],
+    ) -> BoxFuture<'a, anyhow::Result<BatchOutcome>> {
+        Box::pin(async move {
+            self.entered.notify_one();
+            let _p = self.release.acquire().await.unwrap();
+            self.inner
+                .apply_batch(client, key, request_hash, events)
+                .await
+        })
+    }
+
+    fn positions<'a>(
+        &'a self,
+        account: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<PositionView>>> {
+        FillsBackend::positions(&self.inner, account)
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k1_missing_or_invalid_key_is_400() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    let r = srv.post(Some("token-alice"), None, body.clone()).await;
+    let p = assert_problem(&r, 400);
+    assert!(p["detail"].as_str().unwrap().contains("Idempotency-Key"));
+    for bad in ["", "has space", &"k".repeat(256)] {
+        let r = srv.post(Some("token-alice"), Some(bad), body.clone()).await;
+        assert_problem(&r, 400);
+    }
+    // Nothing was applied by the refused requests.
+    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
+    // 255 visible chars is fine.
+    let r = srv
+        .post(Some("token-alice"), Some(&"~".repeat(255)), body)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("1"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_is_401() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    for token in [None, Some("wrong"), Some("token-alice-x"), Some("")] {
+        let r = srv.post(token, Some("k1"), body.clone()).await;
+        assert_problem(&r, 401);
+        assert!(r
+            .header("www-authenticate")
+            .is_some_and(|v| v.starts_with("Bearer")));
+    }
+    let r = srv.get(Some("nope"), "/v1/positions?account=ACC-A").await;
+    assert_problem(&r, 401);
+    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
+    assert_eq!(
+        srv.counter("tickgate_fills_http_requests_total", &[("status", "401")]),
+        5
+    );
+}
+
+/// K2: keys are per client; neither client sees the other's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k2_same_key_two_clients() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let a = batch(&[fill("EA", "DA", "ACC-A", "EURUSD", "BUY", "10", "1.1")]);
+    let b = batch(&[
+        fill("EB1", "DB1", "ACC-B", "USDJPY", "SELL", "5", "150.25"),
+        fill("EB2", "DB2", "ACC-B", "USDJPY", "SELL", "5", "150.75"),
+    ]);
+    let ra = srv
+        .post(Some("token-alice"), Some("same-key"), a.clone())
+        .await;
+    let rb = srv
+        .post(Some("token-bob"), Some("same-key"), b.clone())
+        .await;
+    assert_eq!((ra.status, rb.status), (200, 200));
+    assert_eq!(ra.header("idempotent-replayed"), None);
+    assert_eq!(
+        rb.header("idempotent-replayed"),
+        None,
+        "bob must not get alice's answer"
+    );
+    assert_eq!(json(&ra)["totals"]["applied"], 1);
+    assert_eq!(json(&rb)["totals"]["applied"], 2);
+    assert_eq!(json(&rb)["results"][0]["event_id"], "EB1");
+    // Each client's retry gets its own stored answer.
+    let ra2 = srv.post(Some("token-alice"), Some("same-key"), a).await;
+    let rb2 = srv.post(Some("token-bob"), Some("same-key"), b).await;
+    assert_eq!(ra2.body, ra.body);
+    assert_eq!(rb2.body, rb.body);
+    assert_eq!(ra2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(rb2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("10"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "USDJPY").await,
+        Some(dec("-10"))
+    );
+}
+
+/// K3: same key, different body is 422 (from the store and from the cache);
+/// a body that differs only in whitespace and key order is the same body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k3_same_key_different_body_is_422() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    for cache_capacity in [0, 1000] {
+        let srv = serve(
+            Arc::new(db.store.clone()),
+            HttpOptions {
+                cache_capacity,
+                ..HttpOptions::default()
+            },
+        )
+        .await;
+        let key = format!("k3-{cache_capacity}");
+        let id = format!("E-{cache_capacity}");
+        let first = batch(&[fill(&id, &id, "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+        let r1 = srv.post(Some("token-alice"), Some(&key), first).await;
+        assert_eq!(r1.status, 200);
+        let other = batch(&[fill(&id, &id, "ACC-A", "EURUSD", "BUY", "2", "1.1")]);
+        let r2 = srv.post(Some("token-alice"), Some(&key), other).await;
+        let p = assert_problem(&r2, 422);
+        assert!(p["type"]
+            .as_str()
+            .unwrap()
+            .contains("idempotency-key-reused"));
+        // Reordered keys and whitespace: the same canonical body, a replay.
+        let same = format!(
+            "{{ \"events\" : [ {{\"price\":\"1.1\",\"qty\":\"1\",\"side\":\"BUY\",\"symbol\":\"EURUSD\",\
+             \"account\":\"ACC-A\",\"deal_id\":\"{id}\",\"event_id\":\"{id}\",\"kind\":\"FILL\",\
+             \"exec_time\":\"2026-11-30T08:00:00.123456Z\"}} ]\n}}"
+        );
+        let r3 = srv
+            .post(Some("token-alice"), Some(&key), same.into_bytes())
+            .await;
+        assert_eq!(r3.status, 200);
+        assert_eq!(r3.header("idempotent-replayed"), Some("true"));
+        assert_eq!(r3.body, r1.body);
+        assert_eq!(srv.counter("tickgate_fills_http_key_reuse_total", &[]), 1);
+    }
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("2"))
+    );
+}
+
+/// K4: a retry gets the first answer byte for byte, marked replayed; from
+/// the cache, and from the database when the cache is cold (a restart or
+/// another instance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k4_retry_replays_byte_for_byte() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[
+        fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "100000", "1.08512"),
+        fill("E2", "D2", "ACC-A", "EURUSD", "SELL", "40000", "1.08600"),
+        serde_json::json!({"kind":"TRADE","event_id":"X1"}),
+    ]);
+    let first = srv
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    let v = json(&first);
+    assert_eq!(v["totals"]["applied"], 2);
+    assert_eq!(v["totals"]["rejected"], 1);
+
+    let again = srv
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "cache")]
+        ),
+        1
+    );
+
+    // A second instance on the same database: cold cache, the store answers.
+    let other = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let cold = other
+        .post(Some("token-alice"), Some("batch-1"), body.clone())
+        .await;
+    assert_eq!(cold.status, 200);
+    assert_eq!(cold.header("idempotent-replayed"), Some("true"));
+    assert_eq!(cold.body, first.body);
+    assert_eq!(
+        other.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "store")]
+        ),
+        1
+    );
+    // And that answer is the stored one.
+    let stored = db
+        .store
+        .get_stored_answer("alice", "batch-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.body, first.body.to_vec());
+    assert_eq!(stored.status, 200);
+    // Applied once: 100000 - 40000.
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("60000"))
+    );
+    // The same events under a new key are duplicates, not re-applied.
+    let dup = srv
+        .post(Some("token-alice"), Some("batch-1-bis"), body)
+        .await;
+    assert_eq!(dup.header("idempotent-replayed"), None);
+    assert_eq!(json(&dup)["totals"]["duplicate"], 2);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("60000"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_malformed_bodies() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(
+        Arc::new(db.store.clone()),
+        HttpOptions {
+            body_limit: 64 * 1024,
+            max_batch: 10,
+            ..HttpOptions::default()
+        },
+    )
+    .await;
+    // Over the byte limit.
+    let big: Vec<Value> = (0..400)
+        .map(|i| {
+            fill(
+                &format!("E{i}"),
+                &format!("D{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
+        .collect();
+    let big = batch(&big);
+    assert!(big.len() > 64 * 1024);
+    let r = srv.post(Some("token-alice"), Some("big"), big).await;
+    assert_problem(&r, 413);
+    // Default limit (1 MiB), a 3 MiB body: the client still reads the 413.
+    let default_srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let huge = format!("{{\"events\":[\"{}\"]}}", "x".repeat(3 << 20));
+    let r = default_srv
+        .post(Some("token-alice"), Some("huge"), huge.into_bytes())
+        .await;
+    assert_problem(&r, 413);
+    // Over the event limit.
+    let many: Vec<Value> = (0..11)
+        .map(|i| {
+            fill(
+                &format!("M{i}"),
+                &format!("M{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
+        .collect();
+    let r = srv
+        .post(Some("token-alice"), Some("many"), batch(&many))
+        .await;
+    assert_problem(&r, 413);
+    // Not JSON, not a batch.
+    for (key, body) in [
+        ("m1", &b"{\"events\": [ {\"kind\":"[..]),
+        ("m2", b"not json"),
+        ("m3", b"[1,2,3]"),
+        ("m4", b"{\"events\": {}}"),
+        ("m5", b""),
+    ] {
+        let r = srv
+            .post(Some("token-alice"), Some(key), body.to_vec())
+            .await;
+        assert_problem(&r, 400);
+    }
+    // Explicitly not JSON.
+    let r = http_request(
+        "POST",
+        &format!("{}/v1/fills", srv.base),
+        &[
+            ("authorization".into(), "Bearer token-alice".into()),
+            ("idempotency-key".into(), "m6".into()),
+            ("content-type".into(), "text/csv".into()),
+        ],
+        Bytes::from_static(b"a,b"),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_problem(&r, 415);
+    // Nothing was stored under the refused keys: a valid retry is fresh.
+    let ok = batch(&[fill("OK", "OK", "ACC-A", "EURUSD", "BUY", "3", "1.1")]);
+    let r = srv.post(Some("token-alice"), Some("m1"), ok).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("idempotent-replayed"), None);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("3"))
+    );
+}
+
+/// A bad event is rejected with its reason; the others are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_events_rejected_individually() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let mut numeric_qty = fill("E2", "D2", "ACC-A", "EURUSD", "BUY", "1", "1.1");
+    numeric_qty["qty"] = serde_json::json!(5.5);
+    let body = batch(&[
+        fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "7", "1.1"),
+        numeric_qty,
+        serde_json::json!({"kind":"TRADE","event_id":"E3"}),
+        serde_json::json!("just a string"),
+        fill("E5", "D5", "ACC-A", "EURUSD", "SELL", "2", "1.2"),
+    ]);
+    let r = srv.post(Some("token-alice"), Some("mixed"), body).await;
+    assert_eq!(r.status, 200);
+    let v = json(&r);
+    assert_eq!(v["totals"]["applied"], 2);
+    assert_eq!(v["totals"]["rejected"], 3);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5);
+    let status: Vec<&str> = results
+        .iter()
+        .map(|x| x["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        ["applied", "rejected", "rejected", "rejected", "applied"]
+    );
+    assert!(results[1]["reason"].as_str().unwrap().contains("qty"));
+    assert!(results[2]["reason"].as_str().unwrap().contains("kind"));
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("5"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_only_for_visible_accounts() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[
+        fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "100", "1.5"),
+        fill("E2", "D2", "ACC-A", "EURUSD", "SELL", "40", "2.0"),
+        fill("E3", "D3", "ACC-B", "GBPUSD", "BUY", "1", "1.25"),
+    ]);
+    assert_eq!(
+        srv.post(Some("token-bob"), Some("p1"), body).await.status,
+        200
+    );
+    let r = srv
+        .get(Some("token-alice"), "/v1/positions?account=ACC-A")
+        .await;
+    assert_eq!(r.status, 200);
+    let v = json(&r);
+    assert_eq!(v["account"], "ACC-A");
+    let p = &v["positions"][0];
+    assert_eq!(p["symbol"], "EURUSD");
+    assert_eq!(dec(p["qty"].as_str().unwrap()), dec("60"));
+    assert_eq!(dec(p["avg_price"].as_str().unwrap()), dec("1.5"));
+    assert_eq!(dec(p["realized_pnl"].as_str().unwrap()), dec("20"));
+    assert_eq!(v["positions"].as_array().unwrap().len(), 1);
+    // alice may not see ACC-B; bob ("*") may.
+    assert_problem(
+        &srv.get(Some("token-alice"), "/v1/positions?account=ACC-B")
+            .await,
+        403,
+    );
+    let r = srv
+        .get(Some("token-bob"), "/v1/positions?account=ACC-B")
+        .await;
+    assert_eq!(json(&r)["positions"][0]["symbol"], "GBPUSD");
+    assert_problem(&srv.get(Some("token-bob"), "/v1/positions").await, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_and_unknown_paths() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let r = srv.get(None, "/openapi.json").await;
+    assert_eq!(r.status, 200);
+    let v = json(&r);
+    assert_eq!(v["openapi"], "3.1.0");
+    assert!(v["paths"]["/v1/fills"]["post"].is_object());
+    assert_problem(&srv.get(None, "/nope").await, 404);
+    assert_problem(&srv.get(Some("token-alice"), "/v1/fills").await, 405);
+}
+
+/// K6: with every slot busy, the next batch is 429 with Retry-After at
+/// once (no queueing); the held batch then completes normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k6_overload_is_429_with_retry_after() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let backend = Gated {
+        inner: db.store.clone(),
+        entered: entered.clone(),
+        release: release.clone(),
+    };
+    let srv = Arc::new(
+        serve(
+            Arc::new(backend),
+            HttpOptions {
+                max_in_flight: 1,
+                ..HttpOptions::default()
+            },
+        )
+        .await,
+    );
+    let held = {
+        let srv = srv.clone();
+        tokio::spawn(async move {
+            let body = batch(&[fill("H1", "H1", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+            srv.post(Some("token-alice"), Some("held"), body).await
+        })
+    };
+    entered.notified().await;
+    let body = batch(&[fill("O1", "O1", "ACC-A", "EURUSD", "BUY", "5", "1.1")]);
+    let r = srv
+        .post(Some("token-bob"), Some("over"), body.clone())
+        .await;
+    assert_problem(&r, 429);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_overload_total",
+            &[("reason", "in_flight")]
+        ),
+        1
+    );
+    release.add_permits(10);
+    assert_eq!(held.await.unwrap().status, 200);
+    // The refused batch was not applied; its retry is.
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("1"))
+    );
+    let r = srv.post(Some("token-bob"), Some("over"), body).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("idempotent-replayed"), None);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("6"))
+    );
+}
+
+/// The fault switch: committed, then answered 429. The retry with the same
+/// key gets the committed answer, and the events were applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_429_after_commit_then_retry_replays() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(
+        Arc::new(db.store.clone()),
+        HttpOptions {
+            fault_429_after_commit: 1.0,
+            ..HttpOptions::default()
+        },
+    )
+    .await;
+    let body = batch(&[fill("F1", "F1", "ACC-A", "EURUSD", "BUY", "9", "1.1")]);
+    let r = srv
+        .post(Some("token-alice"), Some("f1"), body.clone())
+        .await;
+    assert_problem(&r, 429);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("9"))
+    );
+    let r2 = srv.post(Some("token-alice"), Some("f1"), body).await;
+    assert_eq!(r2.status, 200);
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(json(&r2)["totals"]["applied"], 1);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("9"))
+    );
+    assert_eq!(
+        srv.counter("tickgate_fills_http_overload_total", &[("reason", "fault")]),
+        1
+    );
+}
+
+/// The same checks against PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k2_k3_k4_on_postgres() {
+    let Some(db) = pg_db("k234", StoreOptions::default()).await else {
+        return;
+    };
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let a = batch(&[fill("PA", "PA", "ACC-A", "EURUSD", "BUY", "10", "1.1")]);
+    let b = batch(&[fill("PB", "PB", "ACC-B", "EURUSD", "BUY", "20", "1.1")]);
+    let ra = srv.post(Some("token-alice"), Some("k"), a.clone()).await;
+    let rb = srv.post(Some("token-bob"), Some("k"), b).await;
+    assert_eq!((ra.status, rb.status), (200, 200));
+    assert_eq!(rb.header("idempotent-replayed"), None);
+    assert_ne!(ra.body, rb.body);
+    let other = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let again = other.post(Some("token-alice"), Some("k"), a).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, ra.body);
+    let changed = batch(&[fill("PA", "PA", "ACC-A", "EURUSD", "BUY", "11", "1.1")]);
+    assert_problem(
+        &other.post(Some("token-alice"), Some("k"), changed).await,
+        422,
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("10"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "EURUSD").await,
+        Some(dec("20"))
+    );
+}
+
+/// K5 without forcing the overlap: many concurrent attempts with one key.
+/// Exactly one runs the batch; every other gets its answer byte for byte
+/// (or a 409 with Retry-After); the events are applied once.
+async fn concurrent_attempts_one_key(db: &Db) {
+    let srv = Arc::new(
+        serve(
+            Arc::new(db.store.clone()),
+            HttpOptions {
+                cache_capacity: 0, // every attempt goes to the store
+                ..HttpOptions::default()
+            },
+        )
+        .await,
+    );
+    let events: Vec<Value> = (0..200)
+        .map(|i| {
+            fill(
+                &format!("C{i}"),
+                &format!("C{i}"),
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )
+        })
+        .collect();
+    let body = batch(&events);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (srv, body) = (srv.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            srv.post(Some("token-alice"), Some("concurrent"), body)
+                .await
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let fresh: Vec<_> = answers
+        .iter()
+        .filter(|r| r.status == 200 && r.header("idempotent-replayed").is_none())
+        .collect();
+    assert_eq!(fresh.len(), 1, "exactly one attempt runs the batch");
+    for r in &answers {
+        match r.status {
+            200 => assert_eq!(r.body, fresh[0].body),
+            409 => {
+                assert_problem(r, 409);
+                assert!(r.header("retry-after").is_some());
+            }
+            s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&r.body)),
+        }
+    }
+    assert_eq!(json(fresh[0])["totals"]["applied"], 200);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("200"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_concurrent_attempts_sqlite() {
+    concurrent_attempts_one_key(&sqlite_db(StoreOptions::default()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_concurrent_attempts_postgres() {
+    let Some(db) = pg_db("k5c", StoreOptions::default()).await else {
+        return;
+    };
+    concurrent_attempts_one_key(&db).await;
+    db.cleanup().await;
+}
+
+/// The PID of a backend that `blocker` blocks, once there is one. Polls
+/// pg_stat_activity (a new snapshot per statement outside a transaction);
+/// the bound only turns a hang into a failure.
+async fn wait_blocked_by(monitor: &tokio_postgres::Client, blocker: i32) -> i32 {
+    for _ in 0..3000 {
+        let rows = monitor
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                &[&blocker],
+            )
+            .await
+            .unwrap();
+        if let Some(r) = rows.first() {
+            return r.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no backend blocked by {blocker}");
+}
+
+/// Starts the first attempt of `key` and returns once it is stuck inside
+/// its transaction (key row inserted, uncommitted) behind our row lock on
+/// the ACC-A/EURUSD position (created by a warm-up batch: +1). A row lock,
+/// not a table lock, so that other connections can still prepare their
+/// statements.
+async fn first_attempt_in_progress(
+    db: &Db,
+    srv: &Arc<Server>,
+    key: &'static str,
+    body: Vec<u8>,
+) -> (
+    tokio_postgres::Client,
+    tokio::task::JoinHandle<HttpResponse>,
+    i32,
+) {
+    let warm = batch(&[fill("PRE", "PRE", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    assert_eq!(
+        srv.post(Some("token-alice"), Some("warm-up"), warm)
+            .await
+            .status,
+        200
+    );
+    let (url, schema) = db.pg.clone().unwrap();
+    let locker = pg_client(&url, Some(&schema)).await;
+    locker.batch_execute("BEGIN").await.unwrap();
+    let locked = locker
+        .query(
+            "SELECT qty FROM positions WHERE account = 'ACC-A' AND symbol = 'EURUSD' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(locked.len(), 1);
+    let locker_pid: i32 = locker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let monitor = pg_client(&url, None).await;
+    let first = {
+        let srv = srv.clone();
+        tokio::spawn(async move { srv.post(Some("token-alice"), Some(key), body).await })
+    };
+    let first_pid = wait_blocked_by(&monitor, locker_pid).await;
+    (locker, first, first_pid)
+}
+
+/// K5 on PostgreSQL: a retry that arrives while the first attempt is still
+/// in its transaction waits on the key row, then gets the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_retry_waits_for_first_attempt_postgres() {
+    let opts = StoreOptions {
+        key_wait: Duration::from_secs(60),
+        ..StoreOptions::default()
+    };
+    let Some(db) = pg_db("k5wait", opts).await else {
+        return;
+    };
+    let srv = Arc::new(serve(Arc::new(db.store.clone()), HttpOptions::default()).await);
+    let body = batch(&[fill("W1", "W1", "ACC-A", "EURUSD", "BUY", "4", "1.1")]);
+    let (locker, first, first_pid) = first_attempt_in_progress(&db, &srv, "k5", body.clone()).await;
+    let second = {
+        let srv = srv.clone();
+        tokio::spawn(async move { srv.post(Some("token-alice"), Some("k5"), body).await })
+    };
+    // The retry is waiting on the first attempt's key row (the lock, K5).
+    let (url, _) = db.pg.clone().unwrap();
+    let monitor = pg_client(&url, None).await;
+    wait_blocked_by(&monitor, first_pid).await;
+    locker.batch_execute("COMMIT").await.unwrap();
+    let (r1, r2) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!((r1.status, r2.status), (200, 200));
+    assert_eq!(r1.header("idempotent-replayed"), None);
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r2.body, r1.body);
+    assert_eq!(json(&r1)["totals"]["applied"], 1);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("5"))
+    );
+    db.cleanup().await;
+}
+
+/// K5 on PostgreSQL: when the first attempt outlasts key_wait, the retry is
+/// 409 with Retry-After; a later retry gets the committed answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k5_retry_gets_409_when_wait_runs_out_postgres() {
+    let opts = StoreOptions {
+        key_wait: Duration::from_millis(300),
+        ..StoreOptions::default()
+    };
+    let Some(db) = pg_db("k5409", opts).await else {
+        return;
+    };
+    let srv = Arc::new(serve(Arc::new(db.store.clone()), HttpOptions::default()).await);
+    let body = batch(&[fill("T1", "T1", "ACC-A", "EURUSD", "SELL", "2", "1.1")]);
+    let (locker, first, _) = first_attempt_in_progress(&db, &srv, "k5-409", body.clone()).await;
+    // The first attempt cannot finish while we hold the lock.
+    let r2 = srv
+        .post(Some("token-alice"), Some("k5-409"), body.clone())
+        .await;
+    let p = assert_problem(&r2, 409);
+    assert!(p["type"].as_str().unwrap().contains("request-in-progress"));
+    assert_eq!(r2.header("retry-after"), Some("1"));
+    assert_eq!(srv.counter("tickgate_fills_http_conflicts_total", &[]), 1);
+    locker.batch_execute("COMMIT").await.unwrap();
+    let r1 = first.await.unwrap();
+    assert_eq!(r1.status, 200);
+    let r3 = srv.post(Some("token-alice"), Some("k5-409"), body).await;
+    assert_eq!(r3.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r3.body, r1.body);
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("-1"))
+    );
+    db.cleanup().await;
+}
+
+/// A client that hangs up mid-batch: the batch still completes, its slot
+/// stays taken until then (K6 counts real work, not connections), and the
+/// retry gets the committed answer from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hang_up_keeps_the_slot_until_the_store_is_done() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let backend = Gated {
+        inner: db.store.clone(),
+        entered: entered.clone(),
+        release: release.clone(),
+    };
+    let srv = serve(
+        Arc::new(backend),
+        HttpOptions {
+            max_in_flight: 1,
+            ..HttpOptions::default()
+        },
+    )
+    .await;
+    let body = batch(&[fill("G1", "G1", "ACC-A", "EURUSD", "BUY", "3", "1.1")]);
+    let headers = vec![
+        ("authorization".to_owned(), "Bearer token-alice".to_owned()),
+        ("idempotency-key".to_owned(), "hang-up".to_owned()),
+    ];
+    let url = format!("{}/v1/fills", srv.base);
+    let attempt = {
+        let (url, headers, body) = (url.clone(), headers.clone(), body.clone());
+        tokio::spawn(async move {
+            // Gives up long before the gate opens: the batch is held until
+            // this attempt has returned.
+            http_request(
+                "POST",
+                &url,
+                &headers,
+                Bytes::from(body),
+                Duration::from_millis(200),
+            )
+            .await
+        })
+    };
+    entered.notified().await;
+    assert!(matches!(
+        attempt.await.unwrap(),
+        Err(tickgate::fills::push::HttpError::Timeout)
+    ));
+    // The hung-up batch still holds the only slot.
+    let other = batch(&[fill("G2", "G2", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    assert_problem(
+        &srv.post(Some("token-bob"), Some("other"), other).await,
+        429,
+    );
+    release.add_permits(10);
+    // Until the task ends a retry is 429; then the cached answer.
+    let mut r = srv
+        .post(Some("token-alice"), Some("hang-up"), body.clone())
+        .await;
+    for _ in 0..500 {
+        if r.status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        r = srv
+            .post(Some("token-alice"), Some("hang-up"), body.clone())
+            .await;
+    }
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(json(&r)["totals"]["applied"], 1);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_idempotent_replays_total",
+            &[("source", "cache")]
+        ),
+        1
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("3"))
+    );
+}

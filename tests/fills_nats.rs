@@ -1,0 +1,971 @@
+//! The NATS JetStream source against a real server (TICKGATE_TEST_NATS_URL)
+//! and, for the PostgreSQL tests, a real database (TICKGATE_TEST_PG_URL).
+//!
+//! Every test uses its own stream, subjects and durable names and deletes
+//! the streams it created. Streams are also created with a one-hour max age,
+//! so a test that panics leaves nothing behind for long.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::pull, stream::StorageType};
+use rust_decimal::Decimal;
+use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::nats::{self as src, NatsMetrics, NatsSettings};
+use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTable};
+
+// ---------------------------------------------------------------- helpers
+
+fn service_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            if std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!("{var} is not set and TICKGATE_REQUIRE_SERVICES=1");
+            }
+            println!("skipped: {var} is not set");
+            None
+        }
+    }
+}
+
+/// A name no other test (or earlier run) uses.
+fn unique(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "TGT_{tag}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000
+    )
+}
+
+/// Small deterministic PRNG (xorshift64*), so failures are reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct TestFill {
+    event_id: String,
+    deal_id: String,
+    account: String,
+    symbol: String,
+    buy: bool,
+    qty: Decimal,
+    price: Decimal,
+}
+
+impl TestFill {
+    fn json(&self) -> String {
+        format!(
+            r#"{{"kind":"FILL","event_id":"{}","deal_id":"{}","account":"{}","symbol":"{}","side":"{}","qty":"{}","price":"{}","exec_time":"2026-11-30T08:00:00.000001Z"}}"#,
+            self.event_id,
+            self.deal_id,
+            self.account,
+            self.symbol,
+            if self.buy { "BUY" } else { "SELL" },
+            self.qty,
+            self.price
+        )
+    }
+    fn signed(&self) -> Decimal {
+        if self.buy {
+            self.qty
+        } else {
+            -self.qty
+        }
+    }
+}
+
+fn bust_json(event_id: &str, f: &TestFill) -> String {
+    format!(
+        r#"{{"kind":"BUST","event_id":"{event_id}","deal_id":"{}","account":"{}","exec_time":"2026-11-30T08:05:00Z"}}"#,
+        f.deal_id, f.account
+    )
+}
+
+/// `n` distinct fills over a few accounts and symbols.
+fn make_fills(rng: &mut Rng, prefix: &str, n: usize) -> Vec<TestFill> {
+    let accounts = ["ACC-1", "ACC-2", "ACC-3", "ACC-4"];
+    let symbols = ["EURUSD", "USDJPY", "XAUUSD"];
+    (0..n)
+        .map(|i| TestFill {
+            event_id: format!("{prefix}E{i}"),
+            deal_id: format!("{prefix}D{i}"),
+            account: accounts[rng.below(4) as usize].into(),
+            symbol: symbols[rng.below(3) as usize].into(),
+            buy: rng.below(2) == 0,
+            // 0.01 .. 100.00, exact decimals.
+            qty: Decimal::new(1 + rng.below(10_000) as i64, 2),
+            price: Decimal::new(100_000 + rng.below(20_000) as i64, 5),
+        })
+        .collect()
+}
+
+/// Expected signed quantity per (account, symbol) of the fills not busted.
+fn expected_qty<'a>(
+    fills: impl IntoIterator<Item = &'a TestFill>,
+) -> BTreeMap<(String, String), Decimal> {
+    let mut m = BTreeMap::new();
+    for f in fills {
+        *m.entry((f.account.clone(), f.symbol.clone()))
+            .or_insert(Decimal::ZERO) += f.signed();
+    }
+    m
+}
+
+async fn actual_qty(store: &Store) -> BTreeMap<(String, String), Decimal> {
+    store
+        .positions(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| !p.position.qty.is_zero())
+        .map(|p| ((p.account, p.symbol), p.position.qty))
+        .collect()
+}
+
+fn nonzero(m: BTreeMap<(String, String), Decimal>) -> BTreeMap<(String, String), Decimal> {
+    m.into_iter().filter(|(_, q)| !q.is_zero()).collect()
+}
+
+/// Names of one test's NATS objects.
+#[derive(Clone)]
+struct Names {
+    stream: String,
+    subject: String,
+    durable: String,
+    dlq_subject: String,
+    dlq_stream: String,
+}
+
+impl Names {
+    fn new(tag: &str) -> Names {
+        let stream = unique(tag);
+        let lower = stream.to_lowercase();
+        Names {
+            subject: format!("{lower}.in"),
+            dlq_subject: format!("{lower}.dlq"),
+            durable: format!("{stream}_C"),
+            dlq_stream: format!("{stream}_DLQ"),
+            stream,
+        }
+    }
+    fn settings(&self, url: &str, max_deliver: i64, batch: usize) -> NatsSettings {
+        NatsSettings {
+            url: url.into(),
+            stream: self.stream.clone(),
+            subject: self.subject.clone(),
+            durable: self.durable.clone(),
+            dlq_subject: self.dlq_subject.clone(),
+            dlq_stream: self.dlq_stream.clone(),
+            max_deliver,
+            ack_wait: Duration::from_secs(2),
+            batch,
+        }
+    }
+}
+
+async fn connect(url: &str) -> jetstream::Context {
+    jetstream::new(async_nats::connect(url).await.expect("connect to NATS"))
+}
+
+/// Create the event stream and the dead-letter stream (one-hour max age).
+async fn create_streams(js: &jetstream::Context, n: &Names) {
+    for (name, subject) in [(&n.stream, &n.subject), (&n.dlq_stream, &n.dlq_subject)] {
+        js.create_stream(jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            storage: StorageType::File,
+            max_age: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .await
+        .expect("create stream");
+    }
+}
+
+async fn delete_streams(js: &jetstream::Context, n: &Names) {
+    for name in [&n.stream, &n.dlq_stream] {
+        let _ = js.delete_stream(name).await;
+    }
+}
+
+/// Publish and wait for every PubAck (no Nats-Msg-Id: repeats are stored).
+async fn publish_all(js: &jetstream::Context, subject: &str, payloads: &[Vec<u8>]) {
+    for chunk in payloads.chunks(2000) {
+        let mut acks = Vec::with_capacity(chunk.len());
+        for p in chunk {
+            acks.push(
+                js.publish(subject.to_owned(), p.clone().into())
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for a in acks {
+            a.await.expect("publish ack");
+        }
+    }
+}
+
+/// (num_pending, num_ack_pending) of a durable; None while it does not exist.
+async fn backlog(js: &jetstream::Context, stream: &str, durable: &str) -> Option<(u64, usize)> {
+    let stream = js.get_stream(stream).await.ok()?;
+    let mut c: jetstream::consumer::PullConsumer = stream.get_consumer(durable).await.ok()?;
+    let info = c.info().await.ok()?;
+    Some((info.num_pending, info.num_ack_pending))
+}
+
+/// Wait until the durable has delivered and had acked every message.
+async fn wait_drained(js: &jetstream::Context, stream: &str, durable: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        if backlog(js, stream, durable).await == Some((0, 0)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "consumer {durable} not drained after {limit:?}: {:?}",
+            backlog(js, stream, durable).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn stream_last_seq(js: &jetstream::Context, stream: &str) -> u64 {
+    let mut s = js.get_stream(stream).await.unwrap();
+    s.info().await.unwrap().state.last_sequence
+}
+
+async fn sqlite_store(path: &std::path::Path) -> (Store, FillsMetrics) {
+    let m = FillsMetrics::unregistered();
+    let s = SqliteStore::open(path, StoreOptions::default(), m.clone())
+        .await
+        .expect("open SQLite store");
+    (Store::Sqlite(s), m)
+}
+
+/// A PostgreSQL store in a fresh schema of its own.
+async fn pg_store(url: &str, schema: &str) -> (Store, FillsMetrics) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect PostgreSQL");
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .await
+        .unwrap();
+    let m = FillsMetrics::unregistered();
+    let opts = StoreOptions {
+        pg_schema: Some(schema.to_owned()),
+        ..StoreOptions::default()
+    };
+    let s = PgStore::connect(url, opts, m.clone())
+        .await
+        .expect("connect PostgreSQL store");
+    (Store::Postgres(s), m)
+}
+
+async fn pg_drop_schema(url: &str, schema: &str) {
+    if let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+        tokio::spawn(conn);
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await;
+    }
+}
+
+fn counter_sum(v: &prometheus::IntCounterVec, labels: &[&[&str]]) -> u64 {
+    labels.iter().map(|l| v.with_label_values(l).get()).sum()
+}
+
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+fn start_consumer(settings: NatsSettings, store: Store, metrics: NatsMetrics) -> Running {
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(src::run_consumer(settings, store, metrics, async move {
+        let _ = rx.await;
+    }));
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+// ------------------------------------------------------------------ tests
+
+/// (a) Every event published 2-5 times, interleaved; some BUSTs, one of
+/// them before its FILL. Applied once, the repeats counted, positions exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_are_applied_once_and_counted() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    let n = Names::new("REP");
+    // The consumer creates both streams itself here (not pre-created).
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fm) = sqlite_store(&dir.path().join("f.db")).await;
+    let nm = NatsMetrics::unregistered(fm.clone());
+    let running = start_consumer(n.settings(&url, 5, 50), store.clone(), nm.clone());
+    // Wait until the consumer has created the stream and its durable.
+    let t0 = Instant::now();
+    while backlog(&js, &n.stream, &n.durable).await.is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "consumer never created its durable"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut rng = Rng(0x5EED_0001);
+    let fills = make_fills(&mut rng, "a", 300);
+    // 20 fills busted; the first bust is published before anything else.
+    let busted: Vec<usize> = (0..20).map(|i| i * 15).collect();
+    let mut distinct: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+    let mut busts = Vec::new();
+    for (k, &i) in busted.iter().enumerate() {
+        busts.push(bust_json(&format!("aB{k}"), &fills[i]).into_bytes());
+    }
+    let early_bust = busts.remove(0);
+    distinct.extend(busts);
+    let mut messages = Vec::new();
+    for p in &distinct {
+        for _ in 0..2 + rng.below(4) {
+            messages.push(p.clone());
+        }
+    }
+    rng.shuffle(&mut messages);
+    messages.insert(0, early_bust.clone());
+    messages.push(early_bust); // and once more, last
+    let n_distinct = distinct.len() + 1;
+    publish_all(&js, &n.subject, &messages).await;
+
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(60)).await;
+    running.stop().await;
+
+    let live = fills
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !busted.contains(i))
+        .map(|(_, f)| f);
+    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(live)));
+    assert_eq!(
+        store.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
+        n_distinct as u64
+    );
+    assert!(store.held_busts().await.unwrap().is_empty());
+
+    let kinds: &[&[&str]] = &[&["FILL", "nats"], &["BUST", "nats"]];
+    let applied = counter_sum(&fm.applied, kinds);
+    let held = fm.held.with_label_values(&["nats"]).get();
+    let dups = counter_sum(&fm.duplicate_events, kinds) + counter_sum(&fm.duplicate_by_deal, kinds);
+    assert_eq!(
+        applied + held,
+        n_distinct as u64,
+        "each event applied (or held) once"
+    );
+    // The early BUST (and any the shuffle put before its FILL) was held,
+    // then released when its FILL arrived.
+    assert!(held >= 1);
+    assert_eq!(fm.busts_released.get(), held);
+    // Every delivery of a repeat is a counted duplicate: at least the
+    // published repeats, plus one per redelivery if any happened.
+    let repeats = (messages.len() - n_distinct) as u64;
+    assert!(dups >= repeats, "duplicates {dups} < repeats {repeats}");
+    if nm.redelivered.get() == 0 {
+        assert_eq!(dups, repeats);
+    }
+    assert!(
+        fm.duplicate_events
+            .with_label_values(&["FILL", "nats"])
+            .get()
+            > 0
+    );
+    assert!(
+        fm.duplicate_events
+            .with_label_values(&["BUST", "nats"])
+            .get()
+            > 0
+    );
+    assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 0);
+    // The stream position is stored with the events (same transaction).
+    let pos = store
+        .consumer_position(&n.stream, &n.durable)
+        .await
+        .unwrap()
+        .expect("consumer position stored");
+    // The highest committed sequence: after draining, the stream's last.
+    assert_eq!(pos, stream_last_seq(&js, &n.stream).await);
+    delete_streams(&js, &n).await;
+}
+
+/// (b) An undecodable payload, a non-JSON payload, an invalid event and an
+/// event that already failed max_deliver deliveries go to the dead-letter
+/// subject with their reasons; the events after them are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    let n = Names::new("DLQ");
+    create_streams(&js, &n).await;
+    let settings = n.settings(&url, 2, 50);
+
+    let mut rng = Rng(0x5EED_0002);
+    let fills = make_fills(&mut rng, "b", 4);
+    let invalid = fills[1]
+        .json()
+        .replace(&format!(r#""qty":"{}""#, fills[1].qty), r#""qty":5"#);
+    assert_ne!(invalid, fills[1].json());
+    // Seq 1: the poison message, failed twice by an earlier consumer below.
+    publish_all(&js, &n.subject, &[fills[3].json().into_bytes()]).await;
+    // The same durable as tickgate's, configured the same way.
+    let stream = js.get_stream(&n.stream).await.unwrap();
+    let c: jetstream::consumer::PullConsumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(n.durable.clone()),
+            filter_subject: n.subject.clone(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: settings.ack_wait,
+            max_deliver: -1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    for attempt in 1..=2 {
+        let mut batch = c.fetch().max_messages(1).messages().await.unwrap();
+        let m = batch.next().await.expect("poison delivered").unwrap();
+        assert_eq!(m.info().unwrap().delivered, attempt);
+        m.ack_with(jetstream::AckKind::Nak(None)).await.unwrap();
+        drop(batch);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    publish_all(
+        &js,
+        &n.subject,
+        &[
+            fills[0].json().into_bytes(),    // seq 2
+            b"\xff\xfe\x00binary".to_vec(),  // seq 3
+            b"{\"kind\":\"FILL\",".to_vec(), // seq 4
+            invalid.clone().into_bytes(),    // seq 5
+            fills[2].json().into_bytes(),    // seq 6
+        ],
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fm) = sqlite_store(&dir.path().join("f.db")).await;
+    let nm = NatsMetrics::unregistered(fm.clone());
+    let running = start_consumer(settings, store.clone(), nm.clone());
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+    running.stop().await;
+
+    // Only fills 0 and 2 were applied.
+    assert_eq!(
+        actual_qty(&store).await,
+        nonzero(expected_qty([&fills[0], &fills[2]]))
+    );
+    assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 4);
+    assert_eq!(
+        nm.dead_letter_causes
+            .with_label_values(&["undecodable"])
+            .get(),
+        2
+    );
+    assert_eq!(
+        nm.dead_letter_causes.with_label_values(&["invalid"]).get(),
+        1
+    );
+    assert_eq!(
+        nm.dead_letter_causes
+            .with_label_values(&["max_deliver"])
+            .get(),
+        1
+    );
+
+    // The dead letters: original payload, reason and origin in headers.
+    let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, 4);
+    let mut by_seq = HashMap::new();
+    for seq in 1..=4 {
+        let m = dlq.get_raw_message(seq).await.unwrap();
+        let h = |k: &str| {
+            m.headers
+                .get(k)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(h(src::H_SUBJECT), n.subject);
+        assert_eq!(h(src::H_STREAM), n.stream);
+        let orig: u64 = h(src::H_STREAM_SEQ).parse().unwrap();
+        by_seq.insert(
+            orig,
+            (h(src::H_REASON), h(src::H_DELIVERIES), m.payload.to_vec()),
+        );
+    }
+    let (reason, deliveries, payload) = &by_seq[&1];
+    assert!(
+        reason.starts_with("max_deliver: delivered 3 times"),
+        "{reason}"
+    );
+    assert_eq!(deliveries, "3");
+    assert_eq!(payload, fills[3].json().as_bytes());
+    let (reason, _, payload) = &by_seq[&3];
+    assert!(
+        reason.starts_with("undecodable:") && reason.contains("UTF-8"),
+        "{reason}"
+    );
+    assert_eq!(payload, b"\xff\xfe\x00binary");
+    let (reason, _, _) = &by_seq[&4];
+    assert!(
+        reason.starts_with("undecodable: malformed JSON"),
+        "{reason}"
+    );
+    let (reason, deliveries, payload) = &by_seq[&5];
+    assert!(reason.starts_with("invalid: qty"), "{reason}");
+    assert_eq!(deliveries, "1");
+    assert_eq!(payload, invalid.as_bytes());
+    delete_streams(&js, &n).await;
+}
+
+/// A transaction that fails (the database is locked by another writer) is
+/// not acked: the batch is nakked, comes back, and is applied once the
+/// database is free. With max_deliver 1 the same failure dead-letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_transactions_are_nakked_and_redelivered() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    for max_deliver in [5, 1] {
+        let n = Names::new("NAK");
+        create_streams(&js, &n).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        let fm = FillsMetrics::unregistered();
+        let opts = StoreOptions {
+            key_wait: Duration::from_millis(100), // the store's busy timeout
+            ..StoreOptions::default()
+        };
+        let store = Store::Sqlite(SqliteStore::open(&path, opts, fm.clone()).await.unwrap());
+        // Another writer holds the database.
+        let lock = rusqlite::Connection::open(&path).unwrap();
+        lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+        let mut rng = Rng(0x5EED_0005);
+        let fills = make_fills(&mut rng, "e", 30);
+        let payloads: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+        publish_all(&js, &n.subject, &payloads).await;
+        let nm = NatsMetrics::unregistered(fm.clone());
+        let running = start_consumer(n.settings(&url, max_deliver, 50), store.clone(), nm.clone());
+        let t0 = Instant::now();
+        while nm.naks.get() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no nak while locked"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        lock.execute_batch("ROLLBACK").unwrap();
+        wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+        running.stop().await;
+
+        assert!(nm.redelivered.get() > 0);
+        let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
+        let dead = dlq.info().await.unwrap().state.messages;
+        if max_deliver == 5 {
+            // Redelivered after the nak delay and applied, exactly once.
+            assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+            assert_eq!(dead, 0);
+        } else {
+            // Failed its one allowed delivery: dead-lettered, not lost.
+            let failed = nm.naks.get();
+            assert_eq!(dead, failed);
+            assert_eq!(
+                nm.dead_letter_causes
+                    .with_label_values(&["max_deliver"])
+                    .get(),
+                failed
+            );
+            let m = dlq.get_raw_message(1).await.unwrap();
+            let reason = m.headers.get(src::H_REASON).unwrap().as_str().to_owned();
+            assert!(
+                reason.starts_with("max_deliver: delivered 2 times"),
+                "{reason}"
+            );
+            let applied = store.count_rows(SweepTable::ProcessedEvents).await.unwrap();
+            assert_eq!(applied + dead, 30, "every event applied or dead-lettered");
+        }
+        delete_streams(&js, &n).await;
+    }
+}
+
+/// The durable is deleted while the consumer runs: the session restarts,
+/// recreates it, gets every message again, and all of them are duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_durable_is_recreated_and_redelivery_is_harmless() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    let n = Names::new("DEL");
+    create_streams(&js, &n).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fm) = sqlite_store(&dir.path().join("f.db")).await;
+    let nm = NatsMetrics::unregistered(fm.clone());
+    let mut rng = Rng(0x5EED_0006);
+    let fills = make_fills(&mut rng, "f", 200);
+    let payloads: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+    publish_all(&js, &n.subject, &payloads).await;
+    let running = start_consumer(n.settings(&url, 5, 50), store.clone(), nm.clone());
+    let t0 = Instant::now();
+    while backlog(&js, &n.stream, &n.durable).await.is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "durable not created"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+    let stream = js.get_stream(&n.stream).await.unwrap();
+    stream.delete_consumer(&n.durable).await.unwrap();
+    let t0 = Instant::now();
+    while nm.restarts.get() == 0 || backlog(&js, &n.stream, &n.durable).await != Some((0, 0)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "not recreated and drained: restarts {}, backlog {:?}",
+            nm.restarts.get(),
+            backlog(&js, &n.stream, &n.durable).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await;
+    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+    assert_eq!(fm.applied.with_label_values(&["FILL", "nats"]).get(), 200);
+    assert_eq!(
+        fm.duplicate_events
+            .with_label_values(&["FILL", "nats"])
+            .get(),
+        200
+    );
+    delete_streams(&js, &n).await;
+}
+
+// ------------------------------------------------------- the crash test
+
+fn spawn_consume(
+    bin: &std::path::Path,
+    n: &Names,
+    url: &str,
+    db: &str,
+    log: &std::path::Path,
+    rust_log: &str,
+) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(bin)
+        .args(["fills", "consume", "--db", db, "--nats", url])
+        .args(["--stream", &n.stream, "--subject", &n.subject])
+        .args(["--durable", &n.durable, "--dlq-subject", &n.dlq_subject])
+        .args(["--dlq-stream", &n.dlq_stream])
+        // Kills cause many redeliveries; none of them is the event's fault.
+        .args(["--max-deliver", "1000", "--ack-wait", "1s", "--batch", "10"])
+        .env("RUST_LOG", rust_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn tickgate fills consume")
+}
+
+/// (c) 20,000 messages (15,000 distinct fills plus 5,000 repeats) consumed
+/// by a real `tickgate fills consume` process that is SIGKILLed at random
+/// points at least 20 times and restarted each time. After it drains the
+/// stream, every position is exactly the expected sum.
+async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> Store) {
+    // The target directory may be shared with other checkouts whose builds
+    // replace target/debug/tickgate: run a private copy, checked first.
+    let bin_dir = tempfile::tempdir().unwrap();
+    let bin = bin_dir.path().join("tickgate");
+    std::fs::copy(env!("CARGO_BIN_EXE_tickgate"), &bin).unwrap();
+    let help = Command::new(&bin)
+        .args(["fills", "consume", "--help"])
+        .output()
+        .expect("run tickgate");
+    assert!(
+        help.status.success(),
+        "{} has no `fills consume` (replaced by another build?)",
+        env!("CARGO_BIN_EXE_tickgate")
+    );
+    let js = connect(url).await;
+    let n = Names::new("CRASH");
+    create_streams(&js, &n).await;
+    let mut rng = Rng(0x5EED_0003 ^ std::process::id() as u64);
+    let fills = make_fills(&mut rng, "c", 15_000);
+    let mut messages: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+    // 5,000 repeats, each inserted somewhere after its original.
+    for _ in 0..5_000 {
+        let i = rng.below(messages.len() as u64) as usize;
+        let dup = messages[i].clone();
+        let at = i + 1 + rng.below((messages.len() - i) as u64) as usize;
+        messages.insert(at.min(messages.len()), dup);
+    }
+    assert_eq!(messages.len(), 20_000);
+    publish_all(&js, &n.subject, &messages).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("consume.log");
+    let db = db_url.to_owned();
+    let mut kills = 0;
+    let mut kills_with_backlog = 0;
+    let start = Instant::now();
+    while kills < 20 {
+        let mut child: Child = spawn_consume(&bin, &n, url, &db, &log, "warn");
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(500))).await;
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "tickgate exited by itself ({status}); log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        if backlog(&js, &n.stream, &n.durable).await != Some((0, 0)) {
+            kills_with_backlog += 1;
+        }
+    }
+    println!(
+        "crash test: {kills} SIGKILLs ({kills_with_backlog} with work left) in {:?}",
+        start.elapsed()
+    );
+    // The last run drains the stream, then stops on SIGTERM (sent once it
+    // has logged that it is consuming, i.e. its signal handler is set).
+    let final_log = dir.path().join("final.log");
+    let mut child = spawn_consume(&bin, &n, url, &db, &final_log, "info");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&final_log)
+        .unwrap_or_default()
+        .contains("consuming")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "final run never started consuming"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(120)).await;
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "tickgate exit status {status}");
+    println!("crash test: drained after {:?}", start.elapsed());
+    assert!(
+        kills_with_backlog >= 15,
+        "too few kills hit a busy consumer: {kills_with_backlog}"
+    );
+
+    let store = check(&n).await;
+    assert_eq!(
+        store
+            .consumer_position(&n.stream, &n.durable)
+            .await
+            .unwrap(),
+        Some(stream_last_seq(&js, &n.stream).await)
+    );
+    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+    assert_eq!(
+        store.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
+        15_000,
+        "each distinct event recorded exactly once"
+    );
+    let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
+    assert_eq!(
+        dlq.info().await.unwrap().state.messages,
+        0,
+        "nothing dead-lettered"
+    );
+    delete_streams(&js, &n).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_test_sqlite_sigkill_20_times() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("fills.db");
+    let db = format!("sqlite:{}", db_path.display());
+    crash_test(&url, &db, async |_n: &Names| sqlite_store(&db_path).await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_test_postgres_sigkill_20_times() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let Some(pg) = service_url("TICKGATE_TEST_PG_URL") else {
+        return;
+    };
+    let schema = unique("crash").to_lowercase();
+    // The process selects its schema through the connection's options.
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let db = format!("{pg}{sep}options=-csearch_path%3D{schema}");
+    // Creates the schema and its tables before the first process runs.
+    drop(pg_store(&pg, &schema).await);
+    let (pg2, schema2) = (pg.clone(), schema.clone());
+    crash_test(&url, &db, async move |_n: &Names| {
+        pg_store(&pg2, &schema2).await.0
+    })
+    .await;
+    pg_drop_schema(&pg, &schema).await;
+}
+
+/// (d) Two consumers with separate connections and stores on one PostgreSQL
+/// database, consuming the same repeated events concurrently: with separate
+/// durables every message is delivered to both; with one shared durable the
+/// messages are split between them. No event is applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_separate_durables_on_one_postgres_apply_each_event_once() {
+    two_consumers_on_one_postgres(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_shared_durable_on_one_postgres_apply_each_event_once() {
+    two_consumers_on_one_postgres(true).await;
+}
+
+async fn two_consumers_on_one_postgres(shared_durable: bool) {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let Some(pg) = service_url("TICKGATE_TEST_PG_URL") else {
+        return;
+    };
+    let js = connect(&url).await;
+    let n = Names::new("TWO");
+    create_streams(&js, &n).await;
+    let schema = unique("two").to_lowercase();
+    let (store_a, fm_a) = pg_store(&pg, &schema).await;
+    let (store_b, fm_b) = pg_store(&pg, &schema).await;
+
+    let mut rng = Rng(0x5EED_0004);
+    let fills = make_fills(&mut rng, "d", 2_000);
+    let busted: Vec<usize> = (0..50).map(|i| i * 37).collect();
+    let mut distinct: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
+    for (k, &i) in busted.iter().enumerate() {
+        distinct.push(bust_json(&format!("dB{k}"), &fills[i]).into_bytes());
+    }
+    let mut messages = Vec::new();
+    for p in &distinct {
+        for _ in 0..1 + rng.below(3) {
+            messages.push(p.clone());
+        }
+    }
+    rng.shuffle(&mut messages);
+    publish_all(&js, &n.subject, &messages).await;
+
+    let mut sa = n.settings(&url, 1000, 100);
+    let mut sb = n.settings(&url, 1000, 100);
+    if !shared_durable {
+        sa.durable = format!("{}_A", n.stream);
+        sb.durable = format!("{}_B", n.stream);
+    }
+    let nm_a = NatsMetrics::unregistered(fm_a.clone());
+    let nm_b = NatsMetrics::unregistered(fm_b.clone());
+    let ra = start_consumer(sa.clone(), store_a.clone(), nm_a);
+    let rb = start_consumer(sb.clone(), store_b.clone(), nm_b);
+    let t0 = Instant::now();
+    while backlog(&js, &n.stream, &sa.durable).await.is_none()
+        || backlog(&js, &n.stream, &sb.durable).await.is_none()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "durables not created"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_drained(&js, &n.stream, &sa.durable, Duration::from_secs(120)).await;
+    wait_drained(&js, &n.stream, &sb.durable, Duration::from_secs(120)).await;
+    ra.stop().await;
+    rb.stop().await;
+
+    let live = fills
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !busted.contains(i))
+        .map(|(_, f)| f);
+    assert_eq!(actual_qty(&store_a).await, nonzero(expected_qty(live)));
+    assert_eq!(
+        store_a
+            .count_rows(SweepTable::ProcessedEvents)
+            .await
+            .unwrap(),
+        distinct.len() as u64
+    );
+    let kinds: &[&[&str]] = &[&["FILL", "nats"], &["BUST", "nats"]];
+    let applied = |fm: &FillsMetrics| {
+        counter_sum(&fm.applied, kinds) + fm.held.with_label_values(&["nats"]).get()
+    };
+    let seen = |fm: &FillsMetrics| {
+        applied(fm)
+            + counter_sum(&fm.duplicate_events, kinds)
+            + counter_sum(&fm.duplicate_by_deal, kinds)
+    };
+    assert_eq!(
+        applied(&fm_a) + applied(&fm_b),
+        distinct.len() as u64,
+        "each event applied once in total"
+    );
+    let total = messages.len() as u64;
+    if shared_durable {
+        assert!(seen(&fm_a) + seen(&fm_b) >= total);
+    } else {
+        // Each durable delivered every message to its consumer.
+        assert!(seen(&fm_a) >= total && seen(&fm_b) >= total);
+    }
+    for s in [&sa, &sb] {
+        assert_eq!(
+            store_a
+                .consumer_position(&n.stream, &s.durable)
+                .await
+                .unwrap(),
+            Some(stream_last_seq(&js, &n.stream).await)
+        );
+    }
+    delete_streams(&js, &n).await;
+    pg_drop_schema(&pg, &schema).await;
+}
