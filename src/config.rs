@@ -282,7 +282,12 @@ impl Config {
             // keep it, it names the line and column.
             message: format!("TOML syntax: {}", e.to_string().trim_end()),
         })?;
-        let mut root = Section::root(&table);
+        Config::from_table(&table)
+    }
+
+    /// Validates a parsed TOML document.
+    pub fn from_table(table: &Table) -> Result<Config> {
+        let mut root = Section::root(table);
         let feeds = root
             .array_of_tables("feed")?
             .into_iter()
@@ -321,10 +326,10 @@ impl Config {
     /// Rules that span several sections. Also run on configs built in code
     /// (the demo), so they hold for every config the daemon starts with.
     pub fn validate(&self) -> Result<()> {
-        if self.feeds.is_empty() {
+        if self.feeds.is_empty() && self.fills.is_none() {
             return Err(ConfigError::invalid(
                 "feed",
-                "no feed configured (add at least one [[feed]] table)",
+                "no feed configured and the fills lane is off: nothing to run (add a [[feed]] table)",
             ));
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
@@ -459,6 +464,15 @@ impl Config {
             plan.needs_restart.push("fills".into());
         }
         plan
+    }
+}
+
+/// `toml::from_str::<Config>` runs the same validation as [`Config::parse`]
+/// (the error text is the one-line message, key path first).
+impl<'de> serde::Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Config, D::Error> {
+        let table = Table::deserialize(d)?;
+        Config::from_table(&table).map_err(serde::de::Error::custom)
     }
 }
 
@@ -789,6 +803,9 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
     let fills: FillsConfig = Value::Table(rest)
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::invalid("fills", e.message().to_string()))?;
+    fills
+        .validate()
+        .map_err(|e| ConfigError::invalid("fills", format!("{e:#}")))?;
     Ok(enabled.then_some(fills))
 }
 
@@ -1326,6 +1343,23 @@ enabled = false
     fn fills_section_switch() {
         let c = Config::parse(&format!("{MINIMAL}[fills]\n")).unwrap();
         assert!(c.fills.is_some());
+        // The fills lane alone is something to run; nothing at all is not.
+        let c = Config::parse("[fills]\ndb = \"sqlite:/tmp/x.db\"\n").unwrap();
+        assert!(c.feeds.is_empty());
+        assert_eq!(c.fills.unwrap().db, "sqlite:/tmp/x.db");
+        assert_eq!(err_of("[fills]\nenabled = false\n").key(), Some("feed"));
+        let e = err_of("[fills]\nbogus = 1\n");
+        assert_eq!(e.key(), Some("fills"), "{e}");
+        let e = err_of("[fills]\ndb = \"mysql://x\"\n");
+        assert_eq!(e.key(), Some("fills"), "{e}");
+    }
+
+    #[test]
+    fn serde_entry_point_validates_too() {
+        let c: Config = toml::from_str(MINIMAL).unwrap();
+        assert_eq!(c.feeds[0].name, "fx");
+        let e = toml::from_str::<Config>(&MINIMAL.replace("239.1.1.1", "10.0.0.1")).unwrap_err();
+        assert!(e.to_string().contains("feed[0].line[0].group"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod demo;
 pub mod feeds;
+pub mod fills_lane;
 pub mod logging;
 pub mod notify;
 pub mod watchdog;
@@ -125,6 +126,7 @@ pub struct Daemon {
     metrics_stop: Option<tokio::sync::oneshot::Sender<()>>,
     metrics_task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     signals: Option<Signals>,
+    fills: Option<fills_lane::FillsLane>,
     /// Taken by `run` while the control loop runs.
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -161,10 +163,19 @@ impl Daemon {
         for (i, f) in config.feeds.iter().enumerate() {
             specs.push(feeds::line_specs(i, f).map_err(StartError::Config)?);
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the control runtime")?;
+        // The control loop alone needs one thread; the fills lane gets two
+        // workers of its own.
+        let rt = match &config.fills {
+            None => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            Some(_) => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("fills")
+                .enable_all()
+                .build(),
+        }
+        .context("starting the control runtime")?;
         let signals = {
             let _guard = rt.enter();
             Signals {
@@ -240,6 +251,11 @@ impl Daemon {
                 format!("starting the gate socket {}", config.gate.socket.display())
             })?;
 
+        let fills = match &config.fills {
+            Some(cfg) => Some(rt.block_on(fills_lane::FillsLane::start(cfg, &metrics.registry))?),
+            None => None,
+        };
+
         let (metrics_stop, metrics_task) = match listener {
             Some(l) => {
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -263,6 +279,7 @@ impl Daemon {
             metrics_stop,
             metrics_task,
             signals: Some(signals),
+            fills,
             rt: Some(rt),
         })
     }
@@ -284,6 +301,11 @@ impl Daemon {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Where the fills lane's HTTP API listens, when the lane is on.
+    pub fn fills_addr(&self) -> Option<SocketAddr> {
+        self.fills.as_ref().map(|f| f.http_addr)
     }
 
     /// Reports ready, then runs the control loop until SIGTERM/SIGINT (or
@@ -395,6 +417,17 @@ impl Daemon {
         self.metrics.health.stopping.store(true, Ordering::Relaxed);
         if let Some(g) = self.gate.take() {
             g.stop();
+        }
+        if let (Some(lane), Some(rt)) = (self.fills.take(), self.rt.as_ref()) {
+            // Batches in flight commit before the process ends.
+            if rt
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_secs(10), lane.stop()).await
+                })
+                .is_err()
+            {
+                tracing::warn!("fills lane did not stop within 10 s");
+            }
         }
         for f in self.feeds.drain(..) {
             if let Err(e) = f.thread.stop() {

@@ -22,6 +22,7 @@ use crate::config::{
     SymbolConfig,
 };
 use crate::feed::receiver::realtime_ns;
+use crate::fills::config::{ClientConfig, FillsConfig};
 use crate::gate::server::Backend;
 use crate::wire::{Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -279,10 +280,34 @@ pub struct DemoArgs {
     /// Seed of the provider's randomness.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// The fills lane's HTTP address (SQLite store in --dir); if taken, an
+    /// ephemeral port is used instead.
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    pub fills: SocketAddr,
+    /// Do not run the fills lane.
+    #[arg(long)]
+    pub no_fills: bool,
 }
 
-/// The demo's config: one full feed on two loopback lines.
-pub fn demo_config(args: &DemoArgs, metrics: SocketAddr) -> Config {
+/// The demo's bearer token for the fills API.
+pub const DEMO_TOKEN: &str = "demo-token";
+
+/// The demo's config: one full feed on two loopback lines, and the fills
+/// lane on SQLite in `--dir` unless `--no-fills`.
+pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr) -> Config {
+    let fills = (!args.no_fills).then(|| {
+        let mut f = FillsConfig {
+            db: format!("sqlite:{}", args.dir.join("fills.db").display()),
+            ..FillsConfig::default()
+        };
+        f.http.listen = fills_http.to_string();
+        f.http.clients = vec![ClientConfig {
+            name: "demo".to_string(),
+            token: DEMO_TOKEN.to_string(),
+            accounts: vec!["*".to_string()],
+        }];
+        f
+    });
     let mut feed = FeedConfig::new("demo", FeedMode::Full);
     for (name, last) in [("A", 1u8), ("B", 2)] {
         feed.lines.push(LineConfig {
@@ -313,8 +338,17 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr) -> Config {
             level: "warn".to_string(),
             ..LogConfig::default()
         },
-        fills: None,
+        fills,
         fills_section: None,
+    }
+}
+
+/// `addr`, or an ephemeral port on its address when `addr` is taken (a
+/// demo must start even when another one runs).
+fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
+    match std::net::TcpListener::bind(addr) {
+        Ok(_) => addr,
+        Err(_) => SocketAddr::new(addr.ip(), 0),
     }
 }
 
@@ -326,16 +360,12 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
     let dir = std::fs::canonicalize(&args.dir)?;
-    // A demo must start even when another one holds the default port.
-    let metrics = match std::net::TcpListener::bind(args.metrics) {
-        Ok(l) => {
-            drop(l);
-            args.metrics
-        }
-        Err(_) => SocketAddr::new(args.metrics.ip(), 0),
-    };
-    let mut config = demo_config(&args, metrics);
-    config.gate.socket = dir.join("gate.sock");
+    let args = DemoArgs { dir, ..args };
+    let config = demo_config(
+        &args,
+        free_or_ephemeral(args.metrics),
+        free_or_ephemeral(args.fills),
+    );
     logging::init(&config.log);
     let daemon = match Daemon::start(config, None, Notifier::disabled()) {
         Ok(d) => d,
@@ -348,7 +378,7 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_FAILURE);
         }
     };
-    let socket = dir.join("gate.sock");
+    let socket = args.dir.join("gate.sock");
     println!("tickgate demo: a simulated provider on 239.255.77.1/.2:{} (loopback), one feed \"demo\", lines A and B.", args.port);
     println!("  gate socket: {}", socket.display());
     println!("  from another terminal:");
@@ -362,6 +392,15 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     );
     if let Some(addr) = daemon.metrics_addr() {
         println!("  metrics: http://{addr}/metrics");
+    }
+    if let Some(addr) = daemon.fills_addr() {
+        println!(
+            "  fills lane (SQLite {}): http://{addr}/v1/fills, token {DEMO_TOKEN}; send this twice: the second answer is replayed, nothing is applied twice:",
+            args.dir.join("fills.db").display()
+        );
+        println!(
+            "    curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \\\n      -d '{{\"events\":[{{\"kind\":\"FILL\",\"event_id\":\"E-1\",\"deal_id\":\"D-1\",\"account\":\"ACC-7\",\"symbol\":\"EURUSD\",\"side\":\"BUY\",\"qty\":\"100000\",\"price\":\"1.08512\",\"exec_time\":\"2026-11-30T08:00:00Z\"}}]}}' http://{addr}/v1/fills"
+        );
     }
     println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s, GBPUSD silent 14-18 s, a session change at 22 s.");
     println!("  Ctrl-C stops.");
