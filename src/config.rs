@@ -87,6 +87,11 @@ pub struct FeedConfig {
     /// Per-symbol threshold overrides (and symbols that exist from the
     /// start because the config names them), sorted by symbol.
     pub symbols: Vec<SymbolConfig>,
+    /// The feed thread spins on non-blocking reads instead of sleeping in
+    /// epoll: lowest latency, one core busy.
+    pub busy_poll: bool,
+    /// Pin the feed thread to this CPU.
+    pub cpu: Option<usize>,
 }
 
 impl FeedConfig {
@@ -103,6 +108,8 @@ impl FeedConfig {
             max_symbols: DEFAULT_MAX_SYMBOLS,
             lines: Vec::new(),
             symbols: Vec::new(),
+            busy_poll: false,
+            cpu: None,
         }
     }
 
@@ -434,6 +441,9 @@ impl Config {
             if old.lines != newf.lines {
                 plan.needs_restart.push(format!("{k}.line"));
             }
+            if old.busy_poll != newf.busy_poll || old.cpu != newf.cpu {
+                plan.needs_restart.push(format!("{k}.busy_poll/cpu"));
+            }
             let old_syms: HashSet<Symbol> = old.symbols.iter().map(|s| s.symbol).collect();
             let added: Vec<String> = newf
                 .symbols
@@ -576,6 +586,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         None => Vec::new(),
         Some(syms) => parse_symbols(syms)?,
     };
+    let busy_poll = s.boolean("busy_poll")?.unwrap_or(false);
+    let cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
     s.finish()?;
     Ok(FeedConfig {
         name: name.to_string(),
@@ -588,6 +600,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         max_symbols,
         lines,
         symbols,
+        busy_poll,
+        cpu,
     })
 }
 
@@ -1063,6 +1077,8 @@ source_max_age_ms = 1500
 max_seq_jump = 5000
 clock_offset = -3
 max_symbols = 100
+busy_poll = true
+cpu = 2
 [[feed.line]]
 name = "A"
 group = "232.1.1.1"
@@ -1109,6 +1125,8 @@ enabled = false
         assert_eq!(f.mode, FeedMode::Delta);
         assert_eq!(f.liveness, Liveness::Channel);
         assert_eq!(f.clock_offset, ClockOffset::FixedMs(-3));
+        assert!(f.busy_poll);
+        assert_eq!(f.cpu, Some(2));
         assert_eq!(f.lines[0].source, Some("10.9.9.9".parse().unwrap()));
         assert_eq!(f.lines[0].rcvbuf, Some(8388608));
         assert_eq!(

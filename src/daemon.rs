@@ -215,7 +215,12 @@ impl Daemon {
             let beat = Beat::new(&format!("feed-{}", f.name));
             let (writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
             // On error the feeds already running are stopped by drop.
-            let thread = FeedThread::spawn(&f.name, lines, ReceiverOptions::default(), writer)?;
+            let opts = ReceiverOptions {
+                busy_poll: f.busy_poll,
+                cpu: f.cpu,
+                ..ReceiverOptions::default()
+            };
+            let thread = FeedThread::spawn(&f.name, lines, opts, writer)?;
             let _ = fm.sockets.set(thread.stats());
             tracing::info!(
                 feed = f.name.as_str(),

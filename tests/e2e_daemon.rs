@@ -381,3 +381,47 @@ fn a_provider_that_stops_turns_checks_stale() {
         ) >= 1
     );
 }
+
+fn seq_of(answer: &str) -> String {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("seq="))
+        .unwrap_or("?")
+        .to_string()
+}
+
+#[test]
+fn sighup_applies_new_thresholds_and_keeps_the_state() {
+    let d = start(9, 46305, 600_000);
+    let mut c = sim(15);
+    c.duration_ns = 1_000_000_000;
+    let truth = send(&d, c, [0.0, 0.0]);
+    wait_processed(&d, &truth);
+    let before = d.ask("CHECK EURUSD");
+    assert!(before.starts_with("OK EURUSD seq="), "{before}");
+    let gbp_before = d.ask("CHECK GBPUSD");
+    assert!(gbp_before.starts_with("OK GBPUSD"), "{gbp_before}");
+
+    // A per-symbol override, added to the running daemon's file.
+    let cfg = d.dir.path().join("tickgate.toml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("\n[feed.symbols.EURUSD]\nstale_ms = 200\n");
+    std::fs::write(&cfg, text).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) },
+        0
+    );
+
+    let mut after = String::new();
+    wait_for("EURUSD to be judged by its new stale_ms", || {
+        after = d.ask("CHECK EURUSD");
+        after.starts_with("REJECT EURUSD stale_quote")
+    });
+    // Same quote, same sequence: nothing was reset.
+    assert_eq!(seq_of(&after), seq_of(&before), "{before} / {after}");
+    // The other symbols keep the feed's threshold.
+    let gbp = d.ask("CHECK GBPUSD");
+    assert!(gbp.starts_with("OK GBPUSD"), "{gbp}");
+    assert_eq!(seq_of(&gbp), seq_of(&gbp_before));
+}
