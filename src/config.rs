@@ -191,6 +191,8 @@ pub struct GateConfig {
     pub server_mode: ServerMode,
     /// Pin the server thread to this CPU.
     pub cpu: Option<usize>,
+    /// Connections beyond this are refused (and counted).
+    pub max_connections: usize,
 }
 
 impl Default for GateConfig {
@@ -200,6 +202,7 @@ impl Default for GateConfig {
             socket_mode: DEFAULT_SOCKET_MODE,
             server_mode: ServerMode::Blocking,
             cpu: None,
+            max_connections: 1024,
         }
     }
 }
@@ -764,6 +767,9 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
         }
     };
     g.cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
+    if let Some(n) = s.uint("max_connections", 1, 1_000_000)? {
+        g.max_connections = n as usize;
+    }
     s.finish()?;
     Ok(g)
 }
@@ -1109,6 +1115,7 @@ socket = "/tmp/x/gate.sock"
 socket_mode = "0600"
 server_mode = "busy_poll"
 cpu = 3
+max_connections = 16
 
 [metrics]
 listen = "[::1]:9100"
@@ -1146,6 +1153,7 @@ enabled = false
         assert_eq!(c.gate.socket_mode, 0o600);
         assert_eq!(c.gate.server_mode, ServerMode::BusyPoll);
         assert_eq!(c.gate.cpu, Some(3));
+        assert_eq!(c.gate.max_connections, 16);
         assert_eq!(c.metrics.listen, Some("[::1]:9100".parse().unwrap()));
         assert_eq!(c.log.format, LogFormat::Json);
         assert!(c.fills.is_none(), "enabled = false switches the lane off");

@@ -249,7 +249,7 @@ impl Daemon {
                 ServerMode::BusyPoll => IoMode::BusyPoll,
             },
             cpu: config.gate.cpu,
-            ..ServerConfig::default()
+            max_connections: config.gate.max_connections,
         };
         let gate = server::serve_with_stats(&server_config, gate_backend.clone(), gate_stats)
             .with_context(|| {

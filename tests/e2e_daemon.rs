@@ -425,3 +425,49 @@ fn sighup_applies_new_thresholds_and_keeps_the_state() {
     assert!(gbp.starts_with("OK GBPUSD"), "{gbp}");
     assert_eq!(seq_of(&gbp), seq_of(&gbp_before));
 }
+
+/// The newcomer's command: the demo answers on its socket, prints a status
+/// line per second, runs the fills lane, and stops by itself with 0.
+#[test]
+fn the_demo_runs_and_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["demo", "--seconds", "4", "--port", "46501"])
+        .args(["--metrics", "127.0.0.1:0", "--fills", "127.0.0.1:0"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = dir.path().join("gate.sock");
+    let mut answer = String::new();
+    wait_for("the demo to answer OK for EURUSD", || {
+        answer = UnixStream::connect(&socket)
+            .map(|mut s| {
+                let _ = s.write_all(b"CHECK EURUSD\n");
+                read_line(&mut s)
+            })
+            .unwrap_or_default();
+        answer.starts_with("OK EURUSD")
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!("gate socket: {}", socket.display())),
+        "{out}"
+    );
+    assert!(out.contains("fills lane (SQLite"), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("s  ok=")),
+        "status lines: {out}"
+    );
+    assert!(dir.path().join("fills.db").exists());
+    assert!(!socket.exists(), "socket removed at exit");
+}
