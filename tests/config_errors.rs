@@ -119,6 +119,20 @@ fn a_missing_interface_is_a_config_error_found_before_anything_starts() {
 }
 
 #[test]
+fn an_interface_address_of_another_host_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // TEST-NET-3: documentation only, never on a real interface.
+    let body =
+        config(dir.path(), "").replace("interface = \"127.0.0.1\"", "interface = \"203.0.113.77\"");
+    let out = run(&write_config(dir.path(), &body), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &["feed[0].line[0].interface: 203.0.113.77 is not an address of this host"],
+    );
+}
+
+#[test]
 fn syntax_errors_and_missing_files_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(&write_config(dir.path(), "[[feed]\nname = 1\n"), &[]);

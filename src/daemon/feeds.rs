@@ -67,7 +67,15 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
             let interface = match &l.interface {
                 // INADDR_ANY: the kernel picks the interface by route.
                 None => receiver::InterfaceSpec::Addr(std::net::Ipv4Addr::UNSPECIFIED),
-                Some(InterfaceSpec::Addr(a)) => receiver::InterfaceSpec::Addr(*a),
+                Some(InterfaceSpec::Addr(a)) => {
+                    if !local_ipv4_addresses().contains(a) {
+                        return Err(config::ConfigError::Invalid {
+                            key: format!("feed[{feed_index}].line[{k}].interface"),
+                            problem: format!("{a} is not an address of this host's interfaces"),
+                        });
+                    }
+                    receiver::InterfaceSpec::Addr(*a)
+                }
                 Some(InterfaceSpec::Name(n)) => {
                     if !interface_exists(n) {
                         return Err(config::ConfigError::Invalid {
@@ -97,6 +105,35 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
             })
         })
         .collect()
+}
+
+/// Every IPv4 address of this host's interfaces (`getifaddrs`); empty if
+/// the call fails (then the join reports the problem).
+fn local_ipv4_addresses() -> Vec<std::net::Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to at least a sockaddr header.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
+            // SAFETY: AF_INET: the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
 }
 
 fn interface_exists(name: &str) -> bool {
