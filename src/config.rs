@@ -288,9 +288,19 @@ impl Config {
     /// Parses and validates config text.
     pub fn parse(text: &str) -> Result<Config> {
         let table: Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            // toml's message spans several lines (a snippet with a caret);
-            // keep it, it names the line and column.
-            message: format!("TOML syntax: {}", e.to_string().trim_end()),
+            // One line: toml's own Display is a multi-line snippet.
+            message: match e.span() {
+                Some(span) => {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!(
+                        "TOML syntax error at line {line}, column {column}: {}",
+                        e.message().trim_end()
+                    )
+                }
+                None => format!("TOML syntax error: {}", e.message().trim_end()),
+            },
         })?;
         Config::from_table(&table)
     }
@@ -1362,7 +1372,14 @@ enabled = false
     fn syntax_errors_give_the_line() {
         let e = err_of("[[feed]\nname = 1\n");
         assert!(matches!(e, ConfigError::Syntax { .. }));
-        assert!(e.to_string().contains("line 1"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("TOML syntax error at line 1, column"),
+            "{e}"
+        );
+        assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        let e = err_of("[gate]\nsocket = \"/x\"\nsocket = \"/y\"\n");
+        assert!(e.to_string().contains("at line 3, column 1"), "{e}");
     }
 
     #[test]

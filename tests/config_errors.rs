@@ -136,7 +136,11 @@ fn an_interface_address_of_another_host_is_a_config_error() {
 fn syntax_errors_and_missing_files_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(&write_config(dir.path(), "[[feed]\nname = 1\n"), &[]);
-    assert_refused(&out, dir.path(), &["TOML syntax", "line 1"]);
+    assert_refused(&out, dir.path(), &["TOML syntax error at line 1"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim().lines().count(),
+        1
+    );
     let out = run(&dir.path().join("absent.toml"), &[]);
     assert_refused(&out, dir.path(), &["absent.toml: cannot read"]);
 }
