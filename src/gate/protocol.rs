@@ -89,34 +89,40 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+/// `(before, Some(after))` around the first space, or `(all, None)`.
+#[inline]
+fn split_space(b: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match b.iter().position(|&c| c == b' ') {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    }
+}
+
 /// Parses one request line (without its `\r\n`). Options are fully
 /// checked here, before any symbol lookup.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
-    if line.is_empty() {
+    let (Some(&first), Some(&last)) = (line.first(), line.last()) else {
         return Err(ProtoError::Empty);
-    }
+    };
     if line.len() > MAX_LINE {
         return Err(ProtoError::LineTooLong);
     }
-    let mut tokens = line.split(|&c| c == b' ');
-    let word = tokens.next().unwrap_or_default();
-    // Validate spacing for the whole line first: an empty token means a
-    // leading, trailing or doubled space.
-    if line.split(|&c| c == b' ').any(|t| t.is_empty()) {
+    // Tokens are separated by single spaces: no leading, trailing or
+    // doubled space.
+    if first == b' ' || last == b' ' || line.windows(2).any(|w| w[0] == b' ' && w[1] == b' ') {
         return Err(ProtoError::BadSpacing);
     }
+    let (word, rest) = split_space(line);
     match word {
-        b"PING" => {
-            if tokens.next().is_some() {
-                return Err(ProtoError::UnexpectedArgument);
-            }
-            Ok(Request::Ping)
-        }
+        b"PING" => match rest {
+            None => Ok(Request::Ping),
+            Some(_) => Err(ProtoError::UnexpectedArgument),
+        },
         b"CHECK" => {
-            let symbol = tokens.next().ok_or(ProtoError::MissingSymbol)?;
+            let (symbol, options) = split_space(rest.ok_or(ProtoError::MissingSymbol)?);
             let mut stale_ms = None;
             let mut source_ms = None;
-            for opt in tokens {
+            for opt in options.into_iter().flat_map(|o| o.split(|&c| c == b' ')) {
                 let eq = opt
                     .iter()
                     .position(|&c| c == b'=')
@@ -247,85 +253,228 @@ pub fn write_error(out: &mut Vec<u8>, e: ProtoError) {
 /// An `OK ...` or `REJECT ...` line for `symbol` (the token as asked),
 /// `\n`-terminated (gate.md "Verdict lines").
 pub fn write_verdict(out: &mut Vec<u8>, symbol: &[u8], v: &Verdict) {
-    if v.ok() {
-        out.extend_from_slice(b"OK ");
-        out.extend_from_slice(symbol);
+    if symbol.len() <= MAX_FAST_SYMBOL {
+        // Hot path: the line is built on the stack without a capacity check
+        // per piece, then copied once.
+        let mut line = StackLine::new();
+        format_verdict(&mut line, symbol, v);
+        out.extend_from_slice(line.as_bytes());
     } else {
-        out.extend_from_slice(b"REJECT ");
-        out.extend_from_slice(symbol);
+        format_verdict(out, symbol, v);
+    }
+}
+
+fn format_verdict<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict) {
+    if v.ok() {
+        out.put(b"OK ");
+        out.put(symbol);
+    } else {
+        out.put(b"REJECT ");
+        out.put(symbol);
         let mut sep = b' ';
         for (bit, name) in REASON_NAMES.iter().enumerate() {
             if v.reasons & (1 << bit) != 0 {
-                out.push(sep);
-                out.extend_from_slice(name.as_bytes());
+                out.put_byte(sep);
+                out.put(name.as_bytes());
                 sep = b',';
             }
         }
     }
     if v.has_quote {
-        out.extend_from_slice(b" seq=");
-        write_u64(out, v.seq);
-        out.extend_from_slice(b" bid=");
-        write_side(out, v.bid);
-        out.extend_from_slice(b" ask=");
-        write_side(out, v.ask);
-        out.extend_from_slice(b" silence_us=");
-        write_i64(out, v.silence_ns / 1000);
-        out.extend_from_slice(b" source_age_us=");
-        write_i64(out, v.source_age_ns / 1000);
+        out.put(b" seq=");
+        out.put_digits(v.seq);
+        out.put(b" bid=");
+        put_side(out, v.bid);
+        out.put(b" ask=");
+        put_side(out, v.ask);
+        out.put(b" silence_us=");
+        put_i64(out, v.silence_ns / 1000);
+        out.put(b" source_age_us=");
+        put_i64(out, v.source_age_ns / 1000);
     } else {
-        out.extend_from_slice(b" seq=- bid=- ask=- silence_us=- source_age_us=-");
+        out.put(b" seq=- bid=- ask=- silence_us=- source_age_us=-");
     }
     if v.reasons & R_SUSPECT != 0 {
-        out.extend_from_slice(b" suspect=");
-        out.extend_from_slice(v.cause.as_str().as_bytes());
+        out.put(b" suspect=");
+        out.put(v.cause.as_str().as_bytes());
     }
-    out.push(b'\n');
+    out.put_byte(b'\n');
 }
 
 /// `<px>@<qty>`, or `-` for an empty side.
-fn write_side(out: &mut Vec<u8>, side: Option<Side>) {
+#[inline]
+fn put_side<S: TextSink>(out: &mut S, side: Option<Side>) {
     match side {
-        None => out.push(b'-'),
+        None => out.put_byte(b'-'),
         Some(s) => {
-            write_price(&mut VecWriter(out), s.px).expect("writing to a Vec cannot fail");
-            out.push(b'@');
-            write_u64(out, s.qty);
+            put_price(out, s.px);
+            out.put_byte(b'@');
+            out.put_digits(s.qty);
         }
     }
 }
 
-struct VecWriter<'a>(&'a mut Vec<u8>);
+/// Where answer text goes: any `Vec`, or a fixed line on the stack.
+trait TextSink {
+    fn put(&mut self, s: &[u8]);
+    fn put_byte(&mut self, b: u8);
+    /// `n` in decimal.
+    fn put_digits(&mut self, n: u64);
+}
 
-impl std::fmt::Write for VecWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
+impl TextSink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, s: &[u8]) {
+        self.extend_from_slice(s);
+    }
+    #[inline]
+    fn put_byte(&mut self, b: u8) {
+        self.push(b);
+    }
+    #[inline]
+    fn put_digits(&mut self, n: u64) {
+        let mut buf = [0u8; 20];
+        let len = decimal_len(n);
+        write_digits(&mut buf[..len], n);
+        self.extend_from_slice(&buf[..len]);
     }
 }
+
+/// Longest symbol token formatted on the stack.
+const MAX_FAST_SYMBOL: usize = 64;
+/// The longest verdict line is under 300 bytes plus the symbol.
+const STACK_LINE: usize = 384;
+
+struct StackLine {
+    buf: [u8; STACK_LINE],
+    len: usize,
+}
+
+impl StackLine {
+    #[inline]
+    fn new() -> StackLine {
+        StackLine {
+            buf: [0; STACK_LINE],
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl TextSink for StackLine {
+    #[inline(always)]
+    fn put(&mut self, s: &[u8]) {
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s);
+        self.len += s.len();
+    }
+    #[inline(always)]
+    fn put_byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+    #[inline]
+    fn put_digits(&mut self, n: u64) {
+        let end = self.len + decimal_len(n);
+        write_digits(&mut self.buf[self.len..end], n);
+        self.len = end;
+    }
+}
+
+#[inline]
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
+/// Fills `out` (exactly `decimal_len(n)` bytes) with the digits of `n`,
+/// two per division.
+#[inline]
+fn write_digits(out: &mut [u8], mut n: u64) {
+    let mut i = out.len();
+    while n >= 100 {
+        let r = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        out[i..i + 2].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    }
+    if n >= 10 {
+        let r = n as usize * 2;
+        out[i - 2..i].copy_from_slice(&DIGIT_PAIRS[r..r + 2]);
+    } else {
+        out[i - 1] = b'0' + n as u8;
+    }
+}
+
+#[inline]
+fn put_i64<S: TextSink>(out: &mut S, n: i64) {
+    if n < 0 {
+        out.put_byte(b'-');
+    }
+    out.put_digits(n.unsigned_abs());
+}
+
+/// The same text as `wire::write_price` (exact decimal of a fixed-point
+/// price x 10^9, no exponent, no trailing zeros), written without the
+/// formatting machinery: the check's hot path. A test holds the two equal.
+#[inline]
+fn put_price<S: TextSink>(out: &mut S, px: i64) {
+    if px < 0 {
+        out.put_byte(b'-');
+    }
+    let abs = px.unsigned_abs();
+    out.put_digits(abs / 1_000_000_000);
+    let frac = abs % 1_000_000_000;
+    if frac != 0 {
+        // `.` and exactly nine digits, then the trailing zeros cut off.
+        let mut buf = [b'0'; 10];
+        buf[0] = b'.';
+        let len = decimal_len(frac);
+        write_digits(&mut buf[10 - len..], frac);
+        let mut end = buf.len();
+        while buf[end - 1] == b'0' {
+            end -= 1;
+        }
+        out.put(&buf[..end]);
+    }
+}
+
+/// `put_price` into a `Vec`.
+pub fn write_price_bytes(out: &mut Vec<u8>, px: i64) {
+    put_price(out, px)
+}
+
+/// `wire::write_price` into a byte buffer (the reference formatter).
+pub fn write_price_fmt(out: &mut Vec<u8>, px: i64) {
+    struct VecWriter<'a>(&'a mut Vec<u8>);
+    impl std::fmt::Write for VecWriter<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.extend_from_slice(s.as_bytes());
+            Ok(())
+        }
+    }
+    write_price(&mut VecWriter(out), px).expect("writing to a Vec cannot fail");
+}
+
+/// "00" to "99": two digits per division.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 /// Decimal digits of `n`, without the formatting machinery.
 #[inline]
-pub fn write_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
+pub fn write_u64(out: &mut Vec<u8>, n: u64) {
+    out.put_digits(n);
 }
 
 #[inline]
 pub fn write_i64(out: &mut Vec<u8>, n: i64) {
-    if n < 0 {
-        out.push(b'-');
-    }
-    write_u64(out, n.unsigned_abs());
+    put_i64(out, n);
 }
 
 /// One item of a request stream.
@@ -602,6 +751,94 @@ mod tests {
             out,
             b"0 18446744073709551615 -9223372036854775808 -7".to_vec()
         );
+        for n in (0..100_000u64).chain((0..64).map(|s| 1u64 << s)).chain([
+            9,
+            10,
+            99,
+            100,
+            999_999_999_999,
+            10u64.pow(19),
+            u64::MAX - 1,
+        ]) {
+            out.clear();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+
+    #[test]
+    fn fast_price_text_equals_wire_write_price() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![
+            0,
+            1,
+            -1,
+            10,
+            100,
+            1_000_000_000,
+            -500_000_000,
+            1_085_120_000,
+            100_000_000_001,
+            i64::MIN,
+            i64::MAX,
+            i64::MIN + 1,
+        ];
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Mix magnitudes and trailing zeros.
+            let shift = seed % 64;
+            let v = (seed as i64) >> shift;
+            values.push(v);
+            values.push(v / 1000 * 1000);
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for v in values {
+            a.clear();
+            b.clear();
+            write_price_bytes(&mut a, v);
+            write_price_fmt(&mut b, v);
+            assert_eq!(a, b, "{v}");
+        }
+    }
+
+    #[test]
+    fn stack_and_vec_lines_are_the_same_text() {
+        use crate::feed::SuspectCause;
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..20_000 {
+            let side = |r: u64, x: u64| {
+                (!r.is_multiple_of(3)).then_some(Side {
+                    px: x as i64 >> (r % 64),
+                    qty: x >> (r % 61),
+                })
+            };
+            let (r1, r2, r3) = (rnd(), rnd(), rnd());
+            let v = Verdict {
+                reasons: (r1 % 32) as u8,
+                cause: SuspectCause::from_u8((r2 % 7) as u8),
+                has_quote: !r3.is_multiple_of(4),
+                seq: rnd() >> (r1 % 64),
+                bid: side(r2, rnd()),
+                ask: side(r3, rnd()),
+                silence_ns: rnd() as i64 >> (r2 % 64),
+                source_age_ns: rnd() as i64 >> (r3 % 64),
+            };
+            let symbol =
+                &b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                    [..i % 70];
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            write_verdict(&mut fast, symbol, &v);
+            format_verdict(&mut slow, symbol, &v);
+            assert_eq!(fast, slow);
+        }
     }
 
     fn frames(framer: &mut LineFramer, chunks: &[&[u8]]) -> Vec<String> {
