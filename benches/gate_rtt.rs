@@ -14,7 +14,7 @@
 //! reading its answer before the next. Percentiles from hdrhistogram.
 //!
 //! `cargo bench --bench gate_rtt` (env `GATE_BENCH_SECS`, default 2, per
-//! configuration; `GATE_BENCH_CPU` pins the busy-poll threads, default 1).
+//! configuration; `GATE_BENCH_CPU=<n>` pins the spinning threads, default unpinned).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -45,7 +45,7 @@ fn spin_cpu() -> Option<usize> {
     match std::env::var("GATE_BENCH_CPU") {
         Ok(s) if s == "none" => None,
         Ok(s) => s.parse().ok(),
-        Err(_) => Some(1),
+        Err(_) => None,
     }
 }
 
@@ -67,15 +67,16 @@ fn market(stop: Arc<AtomicBool>) -> (Gate, std::thread::JoinHandle<()>) {
         max_symbols: SYMBOLS as usize + 1,
         ..FeedSettings::default()
     };
-    let (publisher, reader) = feed_table(&settings);
     let before = rss_kib();
+    let (publisher, reader) = feed_table(&settings);
+    let table_kib = rss_kib().saturating_sub(before);
     let mut feed = Feed::with_publisher(settings, 1, publisher);
     for i in 0..SYMBOLS {
         feed.add_symbol(Symbol::parse(&format!("S{i:06}")).unwrap())
             .unwrap();
     }
     eprintln!(
-        "feed + table with {} symbols: RSS grew by {} KiB (process RSS {} KiB)",
+        "{} symbols: RSS grew by {table_kib} KiB for the gate table, {} KiB for table + Feed (process RSS {} KiB)",
         SYMBOLS + 1,
         rss_kib().saturating_sub(before),
         rss_kib()
@@ -256,6 +257,11 @@ fn echo_spin(
         let mut buf = [0u8; 4096];
         while !stop.load(Ordering::Relaxed) {
             let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 64, 0) };
+            if n == 0 {
+                // Same idle policy as the gate's busy-poll loop.
+                std::thread::yield_now();
+                continue;
+            }
             for e in &events[..n.max(0) as usize] {
                 if e.u64 == u64::MAX {
                     while let Ok((s, _)) = listener.accept() {
@@ -397,6 +403,25 @@ fn main() {
             gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
             h.record(t0.elapsed().as_nanos() as u64).unwrap();
         }
+        let fixed = unix_now();
+        let start = Instant::now();
+        for _ in 0..n {
+            out.clear();
+            gate.answer(b"CHECK EURUSD", fixed, &mut out);
+        }
+        let mean_fixed = start.elapsed().as_nanos() as f64 / n as f64;
+        let start = Instant::now();
+        let mut sink = 0i64;
+        for _ in 0..n {
+            sink = sink.wrapping_add(unix_now());
+        }
+        let mean_clock = start.elapsed().as_nanos() as f64 / n as f64;
+        std::hint::black_box(sink);
+        println!(
+            "in-process answer() without the clock read: mean {mean_fixed:.0} ns/call; clock read alone: {mean_clock:.0} ns"
+        );
+        out.clear();
+        gate.answer(b"CHECK EURUSD", unix_now(), &mut out);
         println!(
             "sample answer: {}",
             String::from_utf8_lossy(&out).trim_end()

@@ -510,3 +510,25 @@ fn table_answers_equal_feed_answers_in_every_scenario() {
     }
     assert!(checks > 30);
 }
+
+#[test]
+fn stopper_stops_the_server_from_another_thread() {
+    for io in MODES {
+        let (_dir, _feed, server) = start(io);
+        let path = server.path().to_path_buf();
+        let s = connect(&path);
+        (&s).write_all(b"PING\n").unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        assert_eq!(read_lines(&mut r, 1), ["PONG\n"]);
+        let stopper = server.stopper();
+        assert!(!stopper.is_stopped());
+        let t = std::thread::spawn(move || stopper.stop());
+        // `join` returns once the other thread has stopped the server.
+        server.join();
+        t.join().unwrap();
+        assert!(!path.exists());
+        let mut rest = Vec::new();
+        let _ = r.read_to_end(&mut rest);
+        assert!(rest.is_empty());
+    }
+}

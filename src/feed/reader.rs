@@ -8,20 +8,42 @@
 //! let gate = gate::server::Gate::new(vec![("md1".into(), reader)]);   // gate threads
 //! ```
 
+#![forbid(unsafe_code)]
+
 use super::table::{seq_cell, table, CellReader, CellWriter, Plain, TableReader, TableWriter};
-use super::view::{FeedView, Publish, SymbolView};
+use super::view::{FeedView, Publish, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 use super::FeedSettings;
 use crate::gate::protocol::SymbolLookup;
 use crate::gate::verdict::Thresholds;
 use crate::wire::Symbol;
 
-// SAFETY: `SymbolView` is `repr(C)`, 72 bytes of integers laid out without
-// padding (7 x 8, then 4+2+1+1, then 4+4; the size is asserted in
-// `feed::view`), so every bit pattern is a valid value.
-unsafe impl Plain for SymbolView {}
-// SAFETY: `FeedView` is `repr(C)`, 24 bytes of integers without padding
-// (8+8, then 4+2+1+1).
-unsafe impl Plain for FeedView {}
+impl Plain for SymbolView {
+    const WORDS: usize = SYMBOL_VIEW_WORDS;
+    #[inline]
+    fn to_words(&self, out: &mut [u64]) {
+        out.copy_from_slice(&SymbolView::to_words(self));
+    }
+    #[inline]
+    fn from_words(words: &[u64]) -> Self {
+        let mut w = [0u64; SYMBOL_VIEW_WORDS];
+        w.copy_from_slice(words);
+        SymbolView::from_words(&w)
+    }
+}
+
+impl Plain for FeedView {
+    const WORDS: usize = FEED_VIEW_WORDS;
+    #[inline]
+    fn to_words(&self, out: &mut [u64]) {
+        out.copy_from_slice(&FeedView::to_words(self));
+    }
+    #[inline]
+    fn from_words(words: &[u64]) -> Self {
+        let mut w = [0u64; FEED_VIEW_WORDS];
+        w.copy_from_slice(words);
+        FeedView::from_words(&w)
+    }
+}
 
 /// The writer half: owns the symbol table writer and the feed view cell.
 /// Give it to `Feed::with_publisher`; it lives on the feed's thread.

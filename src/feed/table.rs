@@ -13,31 +13,59 @@
 //! - Capacity is fixed at construction; nothing allocates afterwards.
 //!
 //! Capabilities are split by type: [`TableWriter`] (one, not `Clone`) and
-//! [`TableReader`] (`Clone + Send + Sync`). [`SeqCell`] is the same
+//! [`TableReader`] (`Clone + Send + Sync`). [`seq_cell`] is the same
 //! seqlock for a single value (the per-feed view).
+//!
+//! No `unsafe`: values are packed into words by their own safe code
+//! ([`Plain`]).
+
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::mem::{align_of, size_of, MaybeUninit};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Plain data that can be copied in and out of the table as raw `u64`
-/// words.
-///
-/// # Safety
-/// The implementor guarantees that the type
-/// - has a size that is a multiple of 8 and an alignment of at most 8,
-/// - has no padding bytes (every byte is initialised in every value),
-/// - is valid for every bit pattern (no `bool`, `char`, enums, references).
-///
-/// Size and alignment are also checked at compile time.
-pub unsafe trait Plain: Copy + Send + Sync + 'static {}
+/// Plain data stored in the table as `u64` words. Packing is the type's
+/// own safe code (no transmute), so a copy torn by a racing writer is
+/// still just integers, and is thrown away by the seqlock anyway.
+pub trait Plain: Copy + Send + Sync + 'static {
+    /// Number of words (at most [`MAX_WORDS`], checked at compile time).
+    const WORDS: usize;
+    /// Writes the value into `out` (`WORDS` long).
+    fn to_words(&self, out: &mut [u64]);
+    /// Reads a value back from `words` (`WORDS` long).
+    fn from_words(words: &[u64]) -> Self;
+}
 
-// SAFETY: arrays of u64 have no padding and every bit pattern is valid.
-unsafe impl<const N: usize> Plain for [u64; N] {}
-// SAFETY: as above.
-unsafe impl<const N: usize> Plain for [i64; N] {}
+/// Largest payload of a slot, in words.
+pub const MAX_WORDS: usize = 32;
+
+impl<const N: usize> Plain for [u64; N] {
+    const WORDS: usize = N;
+    #[inline]
+    fn to_words(&self, out: &mut [u64]) {
+        out.copy_from_slice(self);
+    }
+    #[inline]
+    fn from_words(words: &[u64]) -> Self {
+        std::array::from_fn(|i| words[i])
+    }
+}
+
+impl<const N: usize> Plain for [i64; N] {
+    const WORDS: usize = N;
+    #[inline]
+    fn to_words(&self, out: &mut [u64]) {
+        for (o, v) in out.iter_mut().zip(self) {
+            *o = *v as u64;
+        }
+    }
+    #[inline]
+    fn from_words(words: &[u64]) -> Self {
+        std::array::from_fn(|i| words[i] as i64)
+    }
+}
 
 /// Words of payload of `T` (compile-time checked layout).
 struct Layout<T>(PhantomData<T>);
@@ -45,11 +73,10 @@ struct Layout<T>(PhantomData<T>);
 impl<T: Plain> Layout<T> {
     const WORDS: usize = {
         assert!(
-            size_of::<T>().is_multiple_of(8),
-            "Plain types must be a multiple of 8 bytes"
+            T::WORDS <= MAX_WORDS,
+            "Plain types are at most MAX_WORDS words"
         );
-        assert!(align_of::<T>() <= 8, "Plain types must align to <= 8");
-        size_of::<T>() / 8
+        T::WORDS
     };
     /// Slot stride in words: the sequence word plus the payload. Up to a
     /// cache line it is rounded to a power of two so that a slot never
@@ -65,39 +92,25 @@ impl<T: Plain> Layout<T> {
     };
 }
 
-/// One cache line of words: the backing store is allocated in these so that
-/// slots start on line boundaries.
-#[repr(C, align(64))]
-struct Line([AtomicU64; 8]);
-
-impl Line {
-    fn zeroed() -> Line {
-        Line(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
-
-/// A fixed array of atomic words, 64-byte aligned.
+/// A fixed array of atomic words starting on a cache-line boundary (the
+/// allocation has 7 spare words; the start is chosen inside it).
 struct Words {
-    lines: Box<[Line]>,
+    words: Box<[AtomicU64]>,
+    start: usize,
+    len: usize,
 }
 
 impl Words {
-    fn new(words: usize) -> Words {
-        Words {
-            lines: (0..words.div_ceil(8)).map(|_| Line::zeroed()).collect(),
-        }
+    fn new(len: usize) -> Words {
+        let words: Box<[AtomicU64]> = (0..len + 7).map(|_| AtomicU64::new(0)).collect();
+        let misalign = (words.as_ptr() as usize % 64) / 8;
+        let start = (8 - misalign) % 8;
+        Words { words, start, len }
     }
 
     #[inline]
     fn slice(&self) -> &[AtomicU64] {
-        // SAFETY: `Line` is `repr(C)` over `[AtomicU64; 8]` with size 64 and
-        // no padding, so the boxed lines are one contiguous run of words.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.lines.as_ptr() as *const AtomicU64,
-                self.lines.len() * 8,
-            )
-        }
+        &self.words[self.start..self.start + self.len]
     }
 }
 
@@ -106,6 +119,8 @@ impl Words {
 #[inline]
 fn seq_write<T: Plain>(cell: &[AtomicU64], value: &T) {
     let w = Layout::<T>::WORDS;
+    let mut buf = [0u64; MAX_WORDS];
+    value.to_words(&mut buf[..w]);
     let cell = &cell[..=w];
     let seq = cell[0].load(Ordering::Relaxed);
     // Odd: a write is in progress; readers retry.
@@ -113,12 +128,8 @@ fn seq_write<T: Plain>(cell: &[AtomicU64], value: &T) {
     // Orders the odd sequence before the payload stores (Boehm's seqlock
     // writer: a release fence after the first store).
     fence(Ordering::Release);
-    let src = value as *const T as *const u64;
-    for (i, word) in cell[1..].iter().enumerate() {
-        // SAFETY: `T` is `w` words without padding (Plain), so reading word
-        // `i < w` reads initialised bytes inside `*value`.
-        let v = unsafe { src.add(i).read_unaligned() };
-        word.store(v, Ordering::Relaxed);
+    for (word, v) in cell[1..].iter().zip(&buf[..w]) {
+        word.store(*v, Ordering::Relaxed);
     }
     cell[0].store(seq.wrapping_add(2), Ordering::Release);
 }
@@ -128,24 +139,20 @@ fn seq_write<T: Plain>(cell: &[AtomicU64], value: &T) {
 fn seq_read<T: Plain>(cell: &[AtomicU64]) -> T {
     let w = Layout::<T>::WORDS;
     let cell = &cell[..=w];
+    let mut buf = [0u64; MAX_WORDS];
     let mut spins = 0u32;
     loop {
         let s1 = cell[0].load(Ordering::Acquire);
         if s1 & 1 == 0 {
-            let mut out = MaybeUninit::<T>::uninit();
-            let dst = out.as_mut_ptr() as *mut u64;
-            for (i, word) in cell[1..].iter().enumerate() {
-                // SAFETY: `i < w` stays inside `out` (size w * 8).
-                unsafe { dst.add(i).write_unaligned(word.load(Ordering::Relaxed)) };
+            for (b, word) in buf[..w].iter_mut().zip(&cell[1..]) {
+                *b = word.load(Ordering::Relaxed);
             }
             // Orders the payload loads before the second sequence load.
             fence(Ordering::Acquire);
             let s2 = cell[0].load(Ordering::Relaxed);
             if s1 == s2 {
-                // SAFETY: every byte was written and every bit pattern is a
-                // valid `T` (Plain); the unchanged even sequence means the
-                // words all come from one write.
-                return unsafe { out.assume_init() };
+                // The unchanged even sequence: all words come from one write.
+                return T::from_words(&buf[..w]);
             }
         }
         spins = spins.wrapping_add(1);
@@ -162,14 +169,11 @@ fn seq_read<T: Plain>(cell: &[AtomicU64]) -> T {
 #[inline]
 fn owner_read<T: Plain>(cell: &[AtomicU64]) -> T {
     let w = Layout::<T>::WORDS;
-    let mut out = MaybeUninit::<T>::uninit();
-    let dst = out.as_mut_ptr() as *mut u64;
-    for (i, word) in cell[1..=w].iter().enumerate() {
-        // SAFETY: as in `seq_read`.
-        unsafe { dst.add(i).write_unaligned(word.load(Ordering::Relaxed)) };
+    let mut buf = [0u64; MAX_WORDS];
+    for (b, word) in buf[..w].iter_mut().zip(&cell[1..=w]) {
+        *b = word.load(Ordering::Relaxed);
     }
-    // SAFETY: as in `seq_read`; the caller is the only writer.
-    unsafe { out.assume_init() }
+    T::from_words(&buf[..w])
 }
 
 /// The table has no free slot for a new key.
@@ -639,6 +643,15 @@ mod tests {
         w.write(&[3, -4]);
         assert_eq!(r.clone().read(), [3, -4]);
         assert_eq!(w.read(), [3, -4]);
+    }
+
+    #[test]
+    fn words_start_on_a_cache_line() {
+        for len in [1, 2, 9, 100] {
+            let w = Words::new(len);
+            assert_eq!(w.slice().as_ptr() as usize % 64, 0);
+            assert_eq!(w.slice().len(), len);
+        }
     }
 
     #[test]

@@ -13,6 +13,19 @@
 //!
 //! Per connection the buffers are allocated once (input 16 KiB, output
 //! grows to ~64 KiB at most); answering a request does not allocate.
+//!
+//! `STATUS` (a request this server adds; gate.md allows it) answers one
+//! line per feed and per symbol, then `END`:
+//!
+//! ```text
+//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n>
+//! SYMBOL <feed> <the verdict line a CHECK of the symbol gets from that feed>
+//! END
+//! ```
+//!
+//! The listing is produced as the client reads it (never more than the
+//! output high-water mark buffered), and pipelined requests after it are
+//! answered after `END`, in order.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -537,11 +550,33 @@ fn stream_status<B: Backend>(backend: &B, c: &mut StatusCursor, out: &mut Vec<u8
 pub struct ServerHandle {
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    stopper: Stopper,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<GateStats>,
+}
+
+/// Stops a server from any thread (a signal-handling thread, say): stops
+/// accepting, wakes the serving threads and closes every connection. The
+/// owner of the `ServerHandle` then joins with `join()` or `stop()`.
+#[derive(Clone)]
+pub struct Stopper {
     stop: Arc<AtomicBool>,
     wake: Arc<OwnedFd>,
-    threads: Vec<JoinHandle<()>>,
     registry: Option<Arc<Registry>>,
-    stats: Arc<GateStats>,
+}
+
+impl Stopper {
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        wake(&self.wake);
+        if let Some(reg) = &self.registry {
+            reg.close_all();
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
 }
 
 impl ServerHandle {
@@ -553,28 +588,28 @@ impl ServerHandle {
         &self.stats
     }
 
-    /// A flag that stops the server when set (for signal handlers); call
-    /// `stop()` afterwards to join.
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
+    /// A cloneable handle that stops the server from another thread.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
     /// Stops accepting, closes every connection, joins the threads and
     /// removes the socket file (if it is still the one we bound).
     pub fn stop(mut self) {
+        self.stopper.stop();
+        self.shutdown();
+    }
+
+    /// Waits until a `Stopper` stops the server, then cleans up as `stop`.
+    pub fn join(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        wake(&self.wake);
-        if let Some(reg) = &self.registry {
-            reg.close_all();
-        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(reg) = self.registry.take() {
+        if let Some(reg) = &self.stopper.registry {
             reg.join_all();
         }
         if let Some(id) = self.identity.take() {
@@ -589,6 +624,7 @@ impl ServerHandle {
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
+        self.stopper.stop();
         self.shutdown();
     }
 }
@@ -731,10 +767,12 @@ pub fn serve_with_stats<B: Backend>(
     Ok(ServerHandle {
         path: config.path.clone(),
         identity,
-        stop,
-        wake: wake_fd,
+        stopper: Stopper {
+            stop,
+            wake: wake_fd,
+            registry,
+        },
         threads,
-        registry,
         stats,
     })
 }
@@ -987,6 +1025,14 @@ fn epoll_loop<B: Backend>(
             }
             return Err(e);
         }
+        if n == 0 && spin && again.is_empty() {
+            // Idle spin: give the core away for a moment if anything else
+            // is runnable on it (a client woken on this core would
+            // otherwise wait for our whole time slice); returns at once
+            // when nothing is.
+            std::thread::yield_now();
+            continue;
+        }
         std::mem::swap(&mut again, &mut again_now);
         for ev in &events[..n as usize] {
             let token = ev.u64;
@@ -1107,6 +1153,11 @@ fn drive<B: Backend>(
     let t0 = Instant::now();
     let mut now = None;
     let mut answered = false;
+    // The last read returned less than it had room for: the socket is
+    // empty, and level-triggered epoll reports it again when it is not, so
+    // the read that would only say EAGAIN is skipped (one syscall less per
+    // request).
+    let mut drained = false;
     for _ in 0..8 {
         // Flush what is pending first.
         while !c.conn.pending_out().is_empty() {
@@ -1143,12 +1194,19 @@ fn drive<B: Backend>(
             answered |= stats.add(&mut c.conn.counts);
             continue;
         }
-        match (&c.stream).read(c.conn.read_space()) {
+        if drained {
+            finish_batch(stats, t0, answered);
+            return Step::Open;
+        }
+        let space = c.conn.read_space();
+        let room = space.len();
+        match (&c.stream).read(space) {
             Ok(0) => {
                 finish_batch(stats, t0, answered);
                 return Step::Close;
             }
             Ok(n) => {
+                drained = n < room;
                 c.conn.filled(n);
                 let t = *now.get_or_insert_with(unix_now);
                 c.conn.process(backend, t);
@@ -1323,5 +1381,72 @@ mod tests {
         assert_eq!(s.service_ns[0].load(Ordering::Relaxed), 1);
         assert_eq!(s.service_ns[1].load(Ordering::Relaxed), 1);
         assert_eq!(s.service_ns[SERVICE_BUCKETS - 1].load(Ordering::Relaxed), 1);
+    }
+
+    /// The server's framing answers exactly as `protocol::LineFramer` +
+    /// `answer_frame` would, however the bytes are split into reads.
+    mod framing_equivalence {
+        use super::super::*;
+        use crate::gate::protocol::{answer, answer_frame, LineFramer, SymbolLookup};
+        use proptest::prelude::*;
+
+        struct NoFeeds;
+
+        impl Backend for NoFeeds {
+            fn answer(&self, line: &[u8], now: i64, out: &mut Vec<u8>) {
+                answer(line, &[], now, out)
+            }
+        }
+
+        fn piece() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"PING".to_vec()),
+                Just(b"CHECK EURUSD".to_vec()),
+                Just(b"CHECK A stale_ms=1".to_vec()),
+                Just(b"\r".to_vec()),
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b" ".to_vec()),
+                (1usize..1100).prop_map(|n| vec![b'X'; n]),
+                // Around the limit: 1024 bytes is a request, 1025 is not.
+                (1020usize..1030).prop_map(|n| vec![b'Y'; n]),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn same_answers_as_line_framer(
+                pieces in proptest::collection::vec(piece(), 0..40),
+                // Byte-at-a-time reads hit every boundary.
+                cuts in prop_oneof![
+                    Just(vec![1usize]),
+                    proptest::collection::vec(1usize..3000, 1..20),
+                ],
+            ) {
+                let input: Vec<u8> = pieces.concat();
+                let mut want = Vec::new();
+                let mut framer = LineFramer::new();
+                let feeds: [&dyn SymbolLookup; 0] = [];
+                framer.push(&input, |f| answer_frame(f, &feeds, 0, &mut want));
+
+                let mut conn = Conn::new();
+                let mut got = Vec::new();
+                let mut rest = &input[..];
+                let mut k = 0;
+                while !rest.is_empty() || conn.has_work() {
+                    let space = conn.read_space();
+                    let n = space.len().min(rest.len()).min(cuts[k % cuts.len()]);
+                    k += 1;
+                    space[..n].copy_from_slice(&rest[..n]);
+                    conn.filled(n);
+                    rest = &rest[n..];
+                    conn.process(&NoFeeds, 0);
+                    got.extend_from_slice(conn.pending_out());
+                    let m = conn.pending_out().len();
+                    conn.consumed_out(m);
+                }
+                prop_assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+            }
+        }
     }
 }
