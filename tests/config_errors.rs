@@ -157,3 +157,28 @@ fn the_shipped_example_config_is_valid() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("valid (1 feed(s), 2 line(s))"));
 }
+
+/// The example's commented `[fills]` block is valid once uncommented.
+#[test]
+fn the_examples_fills_block_is_valid() {
+    let example =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tickgate.toml"))
+            .unwrap();
+    let start = example.find("# [fills]\n").expect("a [fills] example");
+    let mut text = example[..start].to_string();
+    for line in example[start..].lines() {
+        if line.starts_with("# # ") {
+            continue;
+        }
+        text.push_str(line.strip_prefix("# ").unwrap_or(line));
+        text.push('\n');
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&write_config(dir.path(), &text), &["--check-config"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
