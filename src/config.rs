@@ -21,8 +21,9 @@ use crate::wire::Symbol;
 pub const DEFAULT_STALE_MS: u64 = 500;
 pub const DEFAULT_SOURCE_MAX_AGE_MS: u64 = 2000;
 pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1_000_000;
-/// Default bound on the symbols one feed tracks (the table is preallocated).
-pub const DEFAULT_MAX_SYMBOLS: usize = 4096;
+/// Default bound on the symbols one feed tracks (the table is
+/// preallocated): the core's own default.
+pub const DEFAULT_MAX_SYMBOLS: usize = 100_000;
 /// gate.md: default socket path and mode.
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
