@@ -21,8 +21,9 @@ use crate::wire::Symbol;
 pub const DEFAULT_STALE_MS: u64 = 500;
 pub const DEFAULT_SOURCE_MAX_AGE_MS: u64 = 2000;
 pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1_000_000;
-/// Default bound on the symbols one feed tracks (the table is preallocated).
-pub const DEFAULT_MAX_SYMBOLS: usize = 4096;
+/// Default bound on the symbols one feed tracks (the table is
+/// preallocated): the core's own default.
+pub const DEFAULT_MAX_SYMBOLS: usize = 100_000;
 /// gate.md: default socket path and mode.
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
@@ -87,6 +88,11 @@ pub struct FeedConfig {
     /// Per-symbol threshold overrides (and symbols that exist from the
     /// start because the config names them), sorted by symbol.
     pub symbols: Vec<SymbolConfig>,
+    /// The feed thread spins on non-blocking reads instead of sleeping in
+    /// epoll: lowest latency, one core busy.
+    pub busy_poll: bool,
+    /// Pin the feed thread to this CPU.
+    pub cpu: Option<usize>,
 }
 
 impl FeedConfig {
@@ -103,6 +109,8 @@ impl FeedConfig {
             max_symbols: DEFAULT_MAX_SYMBOLS,
             lines: Vec::new(),
             symbols: Vec::new(),
+            busy_poll: false,
+            cpu: None,
         }
     }
 
@@ -184,6 +192,8 @@ pub struct GateConfig {
     pub server_mode: ServerMode,
     /// Pin the server thread to this CPU.
     pub cpu: Option<usize>,
+    /// Connections beyond this are refused (and counted).
+    pub max_connections: usize,
 }
 
 impl Default for GateConfig {
@@ -193,6 +203,7 @@ impl Default for GateConfig {
             socket_mode: DEFAULT_SOCKET_MODE,
             server_mode: ServerMode::Blocking,
             cpu: None,
+            max_connections: 1024,
         }
     }
 }
@@ -278,11 +289,26 @@ impl Config {
     /// Parses and validates config text.
     pub fn parse(text: &str) -> Result<Config> {
         let table: Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            // toml's message spans several lines (a snippet with a caret);
-            // keep it, it names the line and column.
-            message: format!("TOML syntax: {}", e.to_string().trim_end()),
+            // One line: toml's own Display is a multi-line snippet.
+            message: match e.span() {
+                Some(span) => {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!(
+                        "TOML syntax error at line {line}, column {column}: {}",
+                        e.message().trim_end()
+                    )
+                }
+                None => format!("TOML syntax error: {}", e.message().trim_end()),
+            },
         })?;
-        let mut root = Section::root(&table);
+        Config::from_table(&table)
+    }
+
+    /// Validates a parsed TOML document.
+    pub fn from_table(table: &Table) -> Result<Config> {
+        let mut root = Section::root(table);
         let feeds = root
             .array_of_tables("feed")?
             .into_iter()
@@ -321,10 +347,10 @@ impl Config {
     /// Rules that span several sections. Also run on configs built in code
     /// (the demo), so they hold for every config the daemon starts with.
     pub fn validate(&self) -> Result<()> {
-        if self.feeds.is_empty() {
+        if self.feeds.is_empty() && self.fills.is_none() {
             return Err(ConfigError::invalid(
                 "feed",
-                "no feed configured (add at least one [[feed]] table)",
+                "no feed configured and the fills lane is off: nothing to run (add a [[feed]] table)",
             ));
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
@@ -429,6 +455,9 @@ impl Config {
             if old.lines != newf.lines {
                 plan.needs_restart.push(format!("{k}.line"));
             }
+            if old.busy_poll != newf.busy_poll || old.cpu != newf.cpu {
+                plan.needs_restart.push(format!("{k}.busy_poll/cpu"));
+            }
             let old_syms: HashSet<Symbol> = old.symbols.iter().map(|s| s.symbol).collect();
             let added: Vec<String> = newf
                 .symbols
@@ -459,6 +488,15 @@ impl Config {
             plan.needs_restart.push("fills".into());
         }
         plan
+    }
+}
+
+/// `toml::from_str::<Config>` runs the same validation as [`Config::parse`]
+/// (the error text is the one-line message, key path first).
+impl<'de> serde::Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Config, D::Error> {
+        let table = Table::deserialize(d)?;
+        Config::from_table(&table).map_err(serde::de::Error::custom)
     }
 }
 
@@ -562,6 +600,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         None => Vec::new(),
         Some(syms) => parse_symbols(syms)?,
     };
+    let busy_poll = s.boolean("busy_poll")?.unwrap_or(false);
+    let cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
     s.finish()?;
     Ok(FeedConfig {
         name: name.to_string(),
@@ -574,6 +614,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         max_symbols,
         lines,
         symbols,
+        busy_poll,
+        cpu,
     })
 }
 
@@ -736,6 +778,9 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
         }
     };
     g.cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
+    if let Some(n) = s.uint("max_connections", 1, 1_000_000)? {
+        g.max_connections = n as usize;
+    }
     s.finish()?;
     Ok(g)
 }
@@ -758,25 +803,27 @@ fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
 }
 
 fn parse_log(mut s: Section<'_>) -> Result<LogConfig> {
-    let mut l = LogConfig::default();
-    l.format = match s.str("format")? {
+    let format = match s.str("format")? {
         None | Some("human") => LogFormat::Human,
         Some("json") => LogFormat::Json,
         Some(other) => {
             return Err(s.err("format", format!("\"{other}\" is not one of: human, json")))
         }
     };
-    if let Some(level) = s.str("level")? {
-        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
-            return Err(s.err(
-                "level",
-                format!("\"{level}\" is not a log filter (e.g. \"info\" or \"tickgate=debug,warn\"): {e}"),
-            ));
+    let level = match s.str("level")? {
+        None => LogConfig::default().level,
+        Some(level) => {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
+                return Err(s.err(
+                    "level",
+                    format!("\"{level}\" is not a log filter (e.g. \"info\" or \"tickgate=debug,warn\"): {e}"),
+                ));
+            }
+            level.to_string()
         }
-        l.level = level.to_string();
-    }
+    };
     s.finish()?;
-    Ok(l)
+    Ok(LogConfig { format, level })
 }
 
 fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
@@ -787,6 +834,9 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
     let fills: FillsConfig = Value::Table(rest)
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::invalid("fills", e.message().to_string()))?;
+    fills
+        .validate()
+        .map_err(|e| ConfigError::invalid("fills", format!("{e:#}")))?;
     Ok(enabled.then_some(fills))
 }
 
@@ -1044,6 +1094,8 @@ source_max_age_ms = 1500
 max_seq_jump = 5000
 clock_offset = -3
 max_symbols = 100
+busy_poll = true
+cpu = 2
 [[feed.line]]
 name = "A"
 group = "232.1.1.1"
@@ -1074,6 +1126,7 @@ socket = "/tmp/x/gate.sock"
 socket_mode = "0600"
 server_mode = "busy_poll"
 cpu = 3
+max_connections = 16
 
 [metrics]
 listen = "[::1]:9100"
@@ -1090,6 +1143,8 @@ enabled = false
         assert_eq!(f.mode, FeedMode::Delta);
         assert_eq!(f.liveness, Liveness::Channel);
         assert_eq!(f.clock_offset, ClockOffset::FixedMs(-3));
+        assert!(f.busy_poll);
+        assert_eq!(f.cpu, Some(2));
         assert_eq!(f.lines[0].source, Some("10.9.9.9".parse().unwrap()));
         assert_eq!(f.lines[0].rcvbuf, Some(8388608));
         assert_eq!(
@@ -1109,6 +1164,7 @@ enabled = false
         assert_eq!(c.gate.socket_mode, 0o600);
         assert_eq!(c.gate.server_mode, ServerMode::BusyPoll);
         assert_eq!(c.gate.cpu, Some(3));
+        assert_eq!(c.gate.max_connections, 16);
         assert_eq!(c.metrics.listen, Some("[::1]:9100".parse().unwrap()));
         assert_eq!(c.log.format, LogFormat::Json);
         assert!(c.fills.is_none(), "enabled = false switches the lane off");
@@ -1227,12 +1283,7 @@ enabled = false
         let two = format!("{MINIMAL}{MINIMAL}");
         let e = err_of(&two);
         assert_eq!(e.key(), Some("feed[1].name"));
-        let e = err_of(&format!(
-            "{MINIMAL}{}",
-            MINIMAL
-                .replace("\"fx\"", "\"fy\"")
-                .replace("31001", "31001")
-        ));
+        let e = err_of(&format!("{MINIMAL}{}", MINIMAL.replace("\"fx\"", "\"fy\"")));
         assert_eq!(e.key(), Some("feed[1].line[0]"), "{e}");
         assert!(e.to_string().contains("already used by feed[0].line[0]"));
         let dup_line =
@@ -1322,13 +1373,37 @@ enabled = false
     fn syntax_errors_give_the_line() {
         let e = err_of("[[feed]\nname = 1\n");
         assert!(matches!(e, ConfigError::Syntax { .. }));
-        assert!(e.to_string().contains("line 1"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("TOML syntax error at line 1, column"),
+            "{e}"
+        );
+        assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        let e = err_of("[gate]\nsocket = \"/x\"\nsocket = \"/y\"\n");
+        assert!(e.to_string().contains("at line 3, column 1"), "{e}");
     }
 
     #[test]
     fn fills_section_switch() {
         let c = Config::parse(&format!("{MINIMAL}[fills]\n")).unwrap();
         assert!(c.fills.is_some());
+        // The fills lane alone is something to run; nothing at all is not.
+        let c = Config::parse("[fills]\ndb = \"sqlite:/tmp/x.db\"\n").unwrap();
+        assert!(c.feeds.is_empty());
+        assert_eq!(c.fills.unwrap().db, "sqlite:/tmp/x.db");
+        assert_eq!(err_of("[fills]\nenabled = false\n").key(), Some("feed"));
+        let e = err_of("[fills]\nbogus = 1\n");
+        assert_eq!(e.key(), Some("fills"), "{e}");
+        let e = err_of("[fills]\ndb = \"mysql://x\"\n");
+        assert_eq!(e.key(), Some("fills"), "{e}");
+    }
+
+    #[test]
+    fn serde_entry_point_validates_too() {
+        let c: Config = toml::from_str(MINIMAL).unwrap();
+        assert_eq!(c.feeds[0].name, "fx");
+        let e = toml::from_str::<Config>(&MINIMAL.replace("239.1.1.1", "10.0.0.1")).unwrap_err();
+        assert!(e.to_string().contains("feed[0].line[0].group"), "{e}");
     }
 
     #[test]

@@ -18,13 +18,14 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hdrhistogram::Histogram;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 
+use crate::feed::receiver::LineStats as SocketStats;
 use crate::gate::server::{GateStats, REJECT_REASONS};
 
 /// How a value of a stats struct is exported.
@@ -166,7 +167,7 @@ pub const APPLY_LATENCY_BUCKETS: &[f64] = &[
 /// Values above this (ns) are clamped: a minute is "very late" already.
 const HDR_MAX_NS: u64 = 60_000_000_000;
 /// Samples a recorder keeps before it tries to merge them.
-const FLUSH_EVERY: u32 = 256;
+const FLUSH_EVERY: usize = 256;
 /// Or this long after the last merge (ns).
 const FLUSH_AFTER_NS: i64 = 100_000_000;
 
@@ -204,9 +205,9 @@ impl SharedHistogram {
     pub fn recorder(self: &Arc<Self>) -> LatencyRecorder {
         LatencyRecorder {
             shared: Arc::clone(self),
-            local: new_hdr(),
-            local_sum_ns: 0,
-            pending: 0,
+            pending: Vec::with_capacity(FLUSH_EVERY),
+            overflow: new_hdr(),
+            overflow_sum_ns: 0,
             last_flush_ns: i64::MIN,
         }
     }
@@ -259,63 +260,78 @@ pub struct HistogramSnapshot {
 }
 
 /// The measuring thread's side of a [`SharedHistogram`]. Recording never
-/// blocks and never allocates; merges use `try_lock` and simply retry
-/// later when a scrape holds the lock.
+/// blocks and never allocates: samples go to a buffer allocated once, and
+/// are merged into the shared histogram every `FLUSH_EVERY` samples or
+/// `FLUSH_AFTER_NS`, with `try_lock` (cost: one HDR record per sample, not
+/// a walk over the histogram's buckets). While a scrape holds the lock
+/// the merge is retried later; should the buffer fill meanwhile, samples
+/// go to a private HDR histogram merged once the lock is free again.
 #[derive(Debug)]
 pub struct LatencyRecorder {
     shared: Arc<SharedHistogram>,
-    local: Histogram<u64>,
-    local_sum_ns: u128,
-    pending: u32,
+    pending: Vec<u64>,
+    overflow: Histogram<u64>,
+    overflow_sum_ns: u128,
     last_flush_ns: i64,
 }
 
 impl LatencyRecorder {
     /// Records one latency (ns; negative values, from clocks that
     /// disagree, count as 0). `now` (ns) paces the merges.
+    #[inline]
     pub fn record(&mut self, value_ns: i64, now: i64) {
         let v = value_ns.max(0) as u64;
-        self.local.saturating_record(v.clamp(1, HDR_MAX_NS));
-        self.local_sum_ns += v as u128;
-        self.pending += 1;
-        if self.pending >= FLUSH_EVERY || now.saturating_sub(self.last_flush_ns) >= FLUSH_AFTER_NS {
+        if self.pending.len() < FLUSH_EVERY {
+            self.pending.push(v);
+        } else {
+            self.overflow.saturating_record(v.clamp(1, HDR_MAX_NS));
+            self.overflow_sum_ns += v as u128;
+        }
+        if self.pending.len() >= FLUSH_EVERY
+            || now.saturating_sub(self.last_flush_ns) >= FLUSH_AFTER_NS
+        {
             self.try_flush(now);
+        }
+    }
+
+    fn merge_into(&mut self, shared: &mut HistogramData) {
+        for &v in &self.pending {
+            shared.hdr.saturating_record(v.clamp(1, HDR_MAX_NS));
+            shared.sum_ns += v as u128;
+        }
+        self.pending.clear();
+        if !self.overflow.is_empty() {
+            // Same bounds on both sides: `add` cannot fail or resize.
+            let _ = shared.hdr.add(&self.overflow);
+            shared.sum_ns += self.overflow_sum_ns;
+            self.overflow.reset();
+            self.overflow_sum_ns = 0;
         }
     }
 
     /// Merges what is pending unless a scrape holds the lock right now.
     /// Owners call it from their idle path so that quiet periods are seen.
     pub fn try_flush(&mut self, now: i64) -> bool {
-        if self.pending == 0 {
-            self.last_flush_ns = now;
+        self.last_flush_ns = now;
+        if self.pending.is_empty() {
             return true;
         }
-        let Ok(mut shared) = self.shared.inner.try_lock() else {
+        let shared = Arc::clone(&self.shared);
+        let Ok(mut data) = shared.inner.try_lock() else {
             return false;
         };
-        // Same bounds on both sides: `add` cannot fail or resize.
-        let _ = shared.hdr.add(&self.local);
-        shared.sum_ns += self.local_sum_ns;
-        drop(shared);
-        self.local.reset();
-        self.local_sum_ns = 0;
-        self.pending = 0;
-        self.last_flush_ns = now;
+        self.merge_into(&mut data);
         true
     }
 
     /// Merges what is pending, waiting for the lock (at shutdown).
     pub fn flush(&mut self) {
-        if self.pending == 0 {
+        if self.pending.is_empty() && self.overflow.is_empty() {
             return;
         }
-        let mut shared = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = shared.hdr.add(&self.local);
-        shared.sum_ns += self.local_sum_ns;
-        drop(shared);
-        self.local.reset();
-        self.local_sum_ns = 0;
-        self.pending = 0;
+        let shared = Arc::clone(&self.shared);
+        let mut data = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        self.merge_into(&mut data);
     }
 }
 
@@ -336,6 +352,9 @@ pub struct FeedMetrics {
     pub lines: Vec<(String, LineStatsCell)>,
     /// Arrival (kernel timestamp) to state applied, per datagram.
     pub apply_latency: Arc<SharedHistogram>,
+    /// The receiver's socket counters per line (datagrams, bytes, kernel
+    /// drops), atomics it maintains itself; set once the lines are open.
+    pub sockets: OnceLock<Arc<[SocketStats]>>,
 }
 
 impl FeedMetrics {
@@ -349,7 +368,22 @@ impl FeedMetrics {
                 .map(|l| (l.to_string(), LineStatsCell::default()))
                 .collect(),
             apply_latency: Arc::new(SharedHistogram::default()),
+            sockets: OnceLock::new(),
         }
+    }
+
+    /// A line's counters: the writer's published ones, with the socket
+    /// fields from the receiver.
+    pub fn line_stats(&self, index: usize) -> LineStats {
+        let mut s = self.lines[index].1.load();
+        if let Some(sock) = self.sockets.get().and_then(|v| v.get(index)) {
+            let snap = sock.snapshot();
+            s.datagrams = snap.datagrams;
+            s.bytes = snap.bytes;
+            s.kernel_drops = snap.kernel_drops;
+            s.truncated = snap.truncated;
+        }
+        s
     }
 
     pub fn line(&self, index: usize) -> &LineStatsCell {
@@ -626,7 +660,8 @@ impl Collector for SnapshotCollector {
             .map(|f| {
                 f.lines
                     .iter()
-                    .map(|(l, cell)| (f.name.as_str(), l.as_str(), cell.load().values()))
+                    .enumerate()
+                    .map(|(i, (l, _))| (f.name.as_str(), l.as_str(), f.line_stats(i).values()))
                     .collect()
             })
             .collect();
@@ -939,12 +974,17 @@ mod tests {
         assert_eq!(shared.snapshot(&[1.0]).count, 1);
         rec.record(1_000, FLUSH_AFTER_NS + 10);
         assert_eq!(shared.snapshot(&[1.0]).count, 3);
-        // A held lock (a scrape) makes the merge wait, not the recorder.
+        // A held lock (a scrape) makes the merge wait, not the recorder,
+        // even beyond the buffer's capacity.
         let guard = shared.inner.lock().unwrap();
-        rec.record(1_000, 10 * FLUSH_AFTER_NS);
+        for i in 0..FLUSH_EVERY as i64 + 10 {
+            rec.record(1_000, 10 * FLUSH_AFTER_NS + i);
+        }
         assert!(!rec.try_flush(10 * FLUSH_AFTER_NS));
         drop(guard);
-        assert!(rec.try_flush(10 * FLUSH_AFTER_NS));
-        assert_eq!(shared.snapshot(&[1.0]).count, 4);
+        assert!(rec.try_flush(11 * FLUSH_AFTER_NS));
+        let snap = shared.snapshot(&[1.0]);
+        assert_eq!(snap.count, 3 + FLUSH_EVERY as u64 + 10);
+        assert!((snap.sum_seconds - snap.count as f64 * 1e-6).abs() < 1e-12);
     }
 }

@@ -170,3 +170,46 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .map(|d| std::path::Path::new(d).join(name))
         .find(|p| p.exists())
 }
+
+/// Every metric the shipped Grafana dashboard queries is exported (the
+/// dashboard cannot drift from the names).
+#[test]
+fn dashboard_queries_only_exported_metrics() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/grafana-dashboard.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let exposition = populated().render();
+    let mut exprs = Vec::new();
+    collect_exprs(&dash, &mut exprs);
+    assert!(exprs.len() > 20, "the dashboard has its queries");
+    for e in &exprs {
+        let mut rest = e.as_str();
+        while let Some(i) = rest.find("tickgate_") {
+            let name: String = rest[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                exposition.contains(&format!("\n{name}{{"))
+                    || exposition.contains(&format!("\n{name} ")),
+                "{name} (in {e}) is not exported"
+            );
+            rest = &rest[i + name.len()..];
+        }
+    }
+}
+
+fn collect_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => collect_exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| collect_exprs(v, out)),
+        _ => {}
+    }
+}

@@ -49,6 +49,22 @@ pub struct ReplayArgs {
     /// The summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Re-send the datagrams to their (multicast) destinations instead of
+    /// replaying them through the core.
+    #[arg(long, conflicts_with_all = ["json", "checks"])]
+    pub send: bool,
+    /// With --send: recorded pace divided by this (2 = twice as fast).
+    #[arg(long, requires = "send", conflicts_with = "max_speed")]
+    pub speed: Option<f64>,
+    /// With --send: as fast as possible.
+    #[arg(long, requires = "send")]
+    pub max_speed: bool,
+    /// With --send: interface to send from (name or IPv4 address).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub interface: crate::feed::receiver::InterfaceSpec,
+    /// With --send: multicast TTL (1 stays on the local segment).
+    #[arg(long, default_value_t = 1)]
+    pub ttl: u32,
 }
 
 /// One feed of a replay and what was seen of its sessions.
@@ -406,6 +422,9 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             "tickgate: warning: {} ends in the middle of a record; replaying what came before",
             args.capture.display()
         );
+    }
+    if args.send {
+        return super::live::replay_send(&args, &cap);
     }
     let mut replay = match &args.config {
         Some(path) => replay_from_config(path)?,

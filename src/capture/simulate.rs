@@ -1029,6 +1029,19 @@ pub struct SimulateArgs {
     /// End-of-session packet at the end.
     #[arg(long)]
     pub end_session: bool,
+    /// Publish to the lines' multicast groups at the simulated pace
+    /// (starting now) instead of writing a capture.
+    #[arg(long, conflicts_with = "out")]
+    pub live: bool,
+    /// With --live: run until Ctrl-C instead of --duration.
+    #[arg(long, requires = "live")]
+    pub forever: bool,
+    /// With --live: interface to send from (name or IPv4 address).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub interface: crate::feed::receiver::InterfaceSpec,
+    /// With --live: multicast TTL (1 stays on the local segment).
+    #[arg(long, default_value_t = 1)]
+    pub ttl: u32,
 }
 
 impl SimulateArgs {
@@ -1090,6 +1103,9 @@ fn seconds_to_ns(s: f64, what: &str) -> anyhow::Result<i64> {
 }
 
 pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
+    if args.live {
+        return super::live::simulate_live(&args);
+    }
     let cfg = args.to_config()?;
     let Some(out_path) = args.out.as_ref() else {
         bail!("--out FILE is required");

@@ -1,6 +1,8 @@
 //! Logs through `tracing`, to standard error (journald stores it under
 //! systemd), human-readable or one JSON object per line.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
@@ -16,6 +18,8 @@ pub fn init(cfg: &LogConfig) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not for the journal.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_thread_names(true);
     let _ = match cfg.format {
         LogFormat::Human => builder.try_init(),

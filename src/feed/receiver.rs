@@ -239,6 +239,15 @@ impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
     }
 }
 
+/// The core's feed is a handler as it is: the feed thread owns it.
+impl<P: super::Publish> DatagramHandler for super::Feed<P> {
+    #[inline]
+    fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
+        // The outcome is counted inside the Feed.
+        super::Feed::on_datagram(self, line, datagram, arrival_ns);
+    }
+}
+
 /// CLOCK_REALTIME in Unix nanoseconds.
 pub fn realtime_ns() -> i64 {
     let mut ts = libc::timespec {
@@ -365,19 +374,30 @@ fn pin_current_thread(cpu: usize) -> io::Result<()> {
 /// headroom; in u64 words so the buffer is aligned for cmsghdr.
 const CMSG_WORDS: usize = 16;
 
-/// The sockets of one feed and the preallocated `recvmmsg` arrays. Not
-/// thread-safe by design: it lives in the feed thread.
+/// Arrival time marking a slot that is not to be delivered (truncated).
+const SKIP: i64 = i64::MIN;
+
+/// The sockets of one feed and the preallocated `recvmmsg` arrays: one
+/// batch of slots per line, so that what several lines have waiting can be
+/// read first and then delivered merged in arrival order. Not thread-safe
+/// by design: it lives in the feed thread.
 pub struct Receiver {
     lines: Vec<LineSpec>,
     sockets: Vec<Socket>,
     stats: Arc<[LineStats]>,
     epoll: OwnedFd,
     opts: ReceiverOptions,
+    /// Slot `line * batch + i`: buffer, iovec, sender address, control
+    /// data, header, arrival time.
     bufs: Vec<u8>,
     iovecs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_in>,
     cmsgs: Vec<[u64; CMSG_WORDS]>,
     hdrs: Vec<libc::mmsghdr>,
+    arrivals: Vec<i64>,
+    /// Datagrams waiting in each line's slots, and the next to deliver.
+    filled: Vec<usize>,
+    cursor: Vec<usize>,
     events: Vec<libc::epoll_event>,
     /// Lines reported ready by epoll (capacity: one per line).
     ready: Vec<usize>,
@@ -388,8 +408,8 @@ pub struct Receiver {
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
-// buffers owned by the same Receiver; moving it to another thread moves
-// them together (heap buffers do not move).
+// heap buffers owned by the same Receiver; moving the Receiver to another
+// thread moves them together (heap buffers do not move).
 unsafe impl Send for Receiver {}
 
 impl Receiver {
@@ -422,21 +442,25 @@ impl Receiver {
                 return Err(io::Error::last_os_error()).context("epoll_ctl");
             }
         }
-        let n = opts.batch;
+        let k = lines.len();
+        let slots = k * opts.batch;
         let mut r = Receiver {
             lines: lines.to_vec(),
-            stats: (0..lines.len()).map(|_| LineStats::default()).collect(),
+            stats: (0..k).map(|_| LineStats::default()).collect(),
             sockets,
             epoll,
-            bufs: vec![0u8; n * opts.max_datagram],
-            iovecs: Vec::with_capacity(n),
-            // SAFETY: sockaddr_in and mmsghdr are plain data; all-zero is valid.
-            names: vec![unsafe { mem::zeroed() }; n],
-            cmsgs: vec![[0u64; CMSG_WORDS]; n],
-            hdrs: Vec::with_capacity(n),
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; lines.len()],
-            ready: Vec::with_capacity(lines.len()),
-            last_ovfl: vec![None; lines.len()],
+            bufs: vec![0u8; slots * opts.max_datagram],
+            iovecs: Vec::with_capacity(slots),
+            // SAFETY: sockaddr_in is plain data; all-zero is valid.
+            names: vec![unsafe { mem::zeroed() }; slots],
+            cmsgs: vec![[0u64; CMSG_WORDS]; slots],
+            hdrs: Vec::with_capacity(slots),
+            arrivals: vec![0; slots],
+            filled: vec![0; k],
+            cursor: vec![0; k],
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; k],
+            ready: Vec::with_capacity(k),
+            last_ovfl: vec![None; k],
             next_line: 0,
             opts,
         };
@@ -448,28 +472,29 @@ impl Receiver {
     /// arrays never grow afterwards, so the pointers stay valid.
     fn wire_headers(&mut self) {
         let m = self.opts.max_datagram;
+        let slots = self.arrivals.len();
         let base = self.bufs.as_mut_ptr();
-        for i in 0..self.opts.batch {
+        for i in 0..slots {
             self.iovecs.push(libc::iovec {
-                // SAFETY: i * m is within `bufs` (batch * m bytes).
+                // SAFETY: i * m is within `bufs` (slots * m bytes).
                 iov_base: unsafe { base.add(i * m) } as *mut libc::c_void,
                 iov_len: m,
             });
         }
-        for i in 0..self.opts.batch {
+        for i in 0..slots {
             // SAFETY: all-zero msghdr is valid; fields are set below.
             let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
             h.msg_hdr.msg_iov = &mut self.iovecs[i];
             h.msg_hdr.msg_iovlen = 1;
             self.hdrs.push(h);
         }
-        self.reset_headers(self.opts.batch);
+        self.reset_headers(0, slots);
     }
 
     /// recvmmsg overwrites namelen/controllen/flags: restore them.
     #[inline]
-    fn reset_headers(&mut self, n: usize) {
-        for i in 0..n {
+    fn reset_headers(&mut self, from: usize, n: usize) {
+        for i in from..from + n {
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = &mut self.names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
             h.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
@@ -489,20 +514,17 @@ impl Receiver {
         self.stats.clone()
     }
 
-    /// One non-blocking `recvmmsg` batch from line `line`; returns the
-    /// number of datagrams delivered to `handler` (0: nothing waiting).
-    fn read_batch<H: DatagramHandler + ?Sized>(
-        &mut self,
-        line: usize,
-        handler: &mut H,
-    ) -> io::Result<usize> {
+    /// One non-blocking `recvmmsg` batch from `line` into its slots (which
+    /// must be empty); returns how many were read (0: nothing waiting).
+    fn recv_batch(&mut self, line: usize) -> io::Result<usize> {
         let n = self.opts.batch;
+        let base = line * n;
         let fd = self.sockets[line].as_raw_fd();
-        // SAFETY: hdrs holds `n` headers pointing into our own buffers.
+        // SAFETY: hdrs[base..base + n] point into our own buffers.
         let got = unsafe {
             libc::recvmmsg(
                 fd,
-                self.hdrs.as_mut_ptr(),
+                self.hdrs.as_mut_ptr().add(base),
                 n as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -518,37 +540,32 @@ impl Receiver {
         let got = got as usize;
         let mut fallback_now: Option<i64> = None;
         let (mut bytes, mut truncated, mut no_ts) = (0u64, 0u64, 0u64);
-        let m = self.opts.max_datagram;
-        for i in 0..got {
-            let hdr = &self.hdrs[i];
-            let len = hdr.msg_len as usize;
+        for slot in base..base + got {
+            let hdr = &self.hdrs[slot];
             let msg_flags = hdr.msg_hdr.msg_flags;
+            let len = hdr.msg_len as u64;
             let (ts, ovfl) = parse_cmsgs(&hdr.msg_hdr);
             if let Some(d) = ovfl {
                 self.note_ovfl(line, d);
             }
-            if msg_flags & libc::MSG_TRUNC != 0 {
+            self.arrivals[slot] = if msg_flags & libc::MSG_TRUNC != 0 {
                 truncated += 1;
-                continue;
-            }
-            let arrival = match ts {
-                Some(t) => t,
-                None => {
-                    no_ts += 1;
-                    *fallback_now.get_or_insert_with(realtime_ns)
+                SKIP
+            } else {
+                bytes += len;
+                match ts {
+                    Some(t) => t,
+                    None => {
+                        no_ts += 1;
+                        *fallback_now.get_or_insert_with(realtime_ns)
+                    }
                 }
             };
-            let sin = &self.names[i];
-            let src = SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-                u16::from_be(sin.sin_port),
-            );
-            bytes += len as u64;
-            handler.on_datagram_from(line, src, &self.bufs[i * m..i * m + len], arrival);
         }
-        self.reset_headers(got);
+        self.filled[line] = got;
+        self.cursor[line] = 0;
         let st = &self.stats[line];
-        LineStats::add(&st.datagrams, (got as u64) - truncated);
+        LineStats::add(&st.datagrams, got as u64 - truncated);
         LineStats::add(&st.bytes, bytes);
         LineStats::add(&st.batches, 1);
         LineStats::add(&st.truncated, truncated);
@@ -557,11 +574,64 @@ impl Receiver {
             tracing::warn!(
                 line = self.lines[line].name.as_str(),
                 truncated,
-                max = m,
+                max = self.opts.max_datagram,
                 "datagrams longer than max_datagram dropped"
             );
         }
         Ok(got)
+    }
+
+    /// Hands slot `slot` of `line` to the handler.
+    #[inline]
+    fn deliver_slot<H: DatagramHandler + ?Sized>(&self, line: usize, slot: usize, handler: &mut H) {
+        let arrival = self.arrivals[slot];
+        if arrival == SKIP {
+            return;
+        }
+        let m = self.opts.max_datagram;
+        let len = self.hdrs[slot].msg_len as usize;
+        let sin = &self.names[slot];
+        let src = SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+            u16::from_be(sin.sin_port),
+        );
+        handler.on_datagram_from(line, src, &self.bufs[slot * m..slot * m + len], arrival);
+    }
+
+    /// Delivers what `lines` hold, merged by arrival time (so between A and
+    /// B the copy that arrived first is the one applied), then empties
+    /// their slots.
+    fn deliver<H: DatagramHandler + ?Sized>(&mut self, lines: &[usize], handler: &mut H) {
+        let n = self.opts.batch;
+        if let [line] = *lines {
+            for i in 0..self.filled[line] {
+                self.deliver_slot(line, line * n + i, handler);
+            }
+        } else {
+            loop {
+                // The earliest head among the lines (k is small: a scan).
+                let mut best: Option<(i64, usize)> = None;
+                for &line in lines {
+                    let c = self.cursor[line];
+                    if c < self.filled[line] {
+                        let t = self.arrivals[line * n + c];
+                        if best.is_none_or(|(bt, _)| t < bt) {
+                            best = Some((t, line));
+                        }
+                    }
+                }
+                let Some((_, line)) = best else { break };
+                let c = self.cursor[line];
+                self.cursor[line] = c + 1;
+                self.deliver_slot(line, line * n + c, handler);
+            }
+        }
+        for &line in lines {
+            let filled = self.filled[line];
+            self.reset_headers(line * n, filled);
+            self.filled[line] = 0;
+            self.cursor[line] = 0;
+        }
     }
 
     /// SO_RXQ_OVFL carries the socket's cumulative u32 drop count as of
@@ -573,22 +643,43 @@ impl Receiver {
         self.last_ovfl[line] = Some(value);
     }
 
-    /// Reads every line until each is drained or `max_rounds` rounds of
-    /// full batches were taken (so one busy line cannot starve the check
-    /// of the stop flag). Returns datagrams delivered.
+    /// One batch from each of `lines`, delivered merged by arrival time.
+    /// Returns (datagrams read, whether some line filled its batch).
+    fn read_round<H: DatagramHandler + ?Sized>(
+        &mut self,
+        lines: &[usize],
+        handler: &mut H,
+    ) -> io::Result<(usize, bool)> {
+        let (mut total, mut full) = (0, false);
+        for &line in lines {
+            let got = match self.recv_batch(line) {
+                Ok(g) => g,
+                Err(e) => {
+                    // Deliver what was read before failing.
+                    self.deliver(lines, handler);
+                    return Err(e);
+                }
+            };
+            total += got;
+            full |= got == self.opts.batch;
+        }
+        if total > 0 {
+            self.deliver(lines, handler);
+        }
+        Ok((total, full))
+    }
+
+    /// Reads the lines until each is drained or 64 rounds of full batches
+    /// were taken (so that a flood cannot starve the stop flag).
     fn drain<H: DatagramHandler + ?Sized>(
         &mut self,
-        ready: &[usize],
+        lines: &[usize],
         handler: &mut H,
     ) -> io::Result<usize> {
         let mut total = 0;
         for _round in 0..64 {
-            let mut full = false;
-            for &line in ready {
-                let got = self.read_batch(line, handler)?;
-                total += got;
-                full |= got == self.opts.batch;
-            }
+            let (got, full) = self.read_round(lines, handler)?;
+            total += got;
             if !full {
                 break;
             }
@@ -597,8 +688,8 @@ impl Receiver {
     }
 
     /// Waits up to `timeout` for datagrams, then delivers everything
-    /// waiting on any line. Returns the number delivered (0 on timeout).
-    /// Calls `handler.on_poll` once at the end.
+    /// waiting on the ready lines. Returns the number delivered (0 on
+    /// timeout). Calls `handler.on_poll` once at the end.
     pub fn poll<H: DatagramHandler + ?Sized>(
         &mut self,
         timeout: Duration,
@@ -624,6 +715,7 @@ impl Receiver {
         let mut ready = mem::take(&mut self.ready);
         ready.clear();
         ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
+        ready.sort_unstable();
         let got = self.drain(&ready, handler);
         self.ready = ready;
         let got = got?;
@@ -631,20 +723,21 @@ impl Receiver {
         Ok(got)
     }
 
-    /// One busy-poll pass: a non-blocking batch from every line, starting
-    /// with a different line each time. Does not call `on_poll`.
+    /// One busy-poll pass: a non-blocking batch from every line, delivered
+    /// merged by arrival time. Does not call `on_poll`.
     pub fn poll_nonblocking<H: DatagramHandler + ?Sized>(
         &mut self,
         handler: &mut H,
     ) -> io::Result<usize> {
+        let mut all = mem::take(&mut self.ready);
+        all.clear();
         let k = self.sockets.len();
-        let mut total = 0;
-        for j in 0..k {
-            let line = (self.next_line + j) % k;
-            total += self.read_batch(line, handler)?;
-        }
+        // Rotate which line is read first, for fairness.
+        all.extend((0..k).map(|j| (self.next_line + j) % k));
         self.next_line = (self.next_line + 1) % k;
-        Ok(total)
+        let r = self.read_round(&all, handler);
+        self.ready = all;
+        Ok(r?.0)
     }
 
     /// Runs until `stop` is set: the body of a feed thread.

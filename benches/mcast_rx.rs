@@ -1,0 +1,407 @@
+//! Largest lossless multicast receive rate on loopback, decode and state
+//! update included, and the resident memory of a receiver + Feed with
+//! 100,000 symbols.
+//!
+//! `cargo bench --bench mcast_rx -- [options]`:
+//!   --rates 200000,400000,...   datagrams/s to step through
+//!   --secs 3                    seconds per step
+//!   --rx-cpu 0 --tx-cpu 1       pinning of the feed thread and the sender
+//!   --rcvbuf 4194304            SO_RCVBUF per line (bytes)
+//!   --busy-poll                 spin instead of epoll
+//!   --batch 64                  recvmmsg batch
+//!   --no-feed                   only `Packet::parse`, no Feed
+//!   --mem                       only the memory measurement
+//!   --sockperf-udp-drops PORT   print the kernel's drop count of the
+//!                               socket bound to PORT (for sockperf runs)
+//!
+//! Every datagram is one MoldUDP64 packet with one Quote (80 bytes); the
+//! Quotes cycle over 100,000 symbols. Loss is counted three ways: channel
+//! sequence numbers (sent - received), the socket's SO_RXQ_OVFL counter,
+//! and /proc/net/snmp Udp RcvbufErrors/InErrors (host-wide, so other
+//! traffic on the host can add to them).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::feed::receiver::{
+    realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, ReceiverOptions,
+};
+use tickgate::feed::settings::FeedSettings;
+use tickgate::feed::Feed;
+use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
+
+const SYMBOLS: usize = 100_000;
+const GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 200), 47900);
+const LEN: usize = 80;
+
+struct Opts {
+    rates: Vec<u64>,
+    secs: f64,
+    rx_cpu: Option<usize>,
+    tx_cpu: Option<usize>,
+    rcvbuf: usize,
+    busy_poll: bool,
+    batch: usize,
+    feed: bool,
+    mem: bool,
+    sockperf_port: Option<u16>,
+}
+
+fn parse_opts() -> Opts {
+    let mut o = Opts {
+        rates: vec![200_000, 400_000, 600_000, 750_000, 900_000],
+        secs: 3.0,
+        rx_cpu: Some(0),
+        tx_cpu: Some(1),
+        rcvbuf: 4 << 20,
+        busy_poll: false,
+        batch: 64,
+        feed: true,
+        mem: false,
+        sockperf_port: None,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    let val = |i: &mut usize| -> String {
+        *i += 1;
+        args.get(*i).cloned().expect("option needs a value")
+    };
+    while i < args.len() {
+        match args[i].as_str() {
+            "--rates" => {
+                o.rates = val(&mut i)
+                    .split(',')
+                    .map(|r| r.trim().parse().expect("rate"))
+                    .collect()
+            }
+            "--secs" => o.secs = val(&mut i).parse().expect("secs"),
+            "--rx-cpu" => o.rx_cpu = Some(val(&mut i).parse().expect("cpu")),
+            "--tx-cpu" => o.tx_cpu = Some(val(&mut i).parse().expect("cpu")),
+            "--no-pin" => (o.rx_cpu, o.tx_cpu) = (None, None),
+            "--rcvbuf" => o.rcvbuf = val(&mut i).parse().expect("rcvbuf"),
+            "--batch" => o.batch = val(&mut i).parse().expect("batch"),
+            "--busy-poll" => o.busy_poll = true,
+            "--no-feed" => o.feed = false,
+            "--mem" => o.mem = true,
+            "--sockperf-udp-drops" => o.sockperf_port = Some(val(&mut i).parse().expect("port")),
+            "--bench" => {}
+            other => panic!("unknown option {other}"),
+        }
+        i += 1;
+    }
+    o
+}
+
+fn symbols() -> Vec<Symbol> {
+    (0..SYMBOLS)
+        .map(|i| Symbol::parse(&format!("B{i:06}")).unwrap())
+        .collect()
+}
+
+/// Datagram number `n` (1-based channel sequence): a Quote of symbol
+/// `(n-1) % SYMBOLS` with that symbol's next sequence number.
+struct Gen {
+    template: [u8; LEN],
+    syms: Vec<Symbol>,
+}
+
+impl Gen {
+    fn new() -> Gen {
+        let mut b = PacketBuilder::new();
+        let q = Quote::new(
+            Symbol::parse("X").unwrap(),
+            1,
+            0,
+            Some(Side {
+                px: 1_085_120_000,
+                qty: 1_000_000,
+            }),
+            Some(Side {
+                px: 1_085_130_000,
+                qty: 2_000_000,
+            }),
+        );
+        b.start(SessionId::parse("BENCH").unwrap(), 1).quote(&q);
+        Gen {
+            template: b.bytes().try_into().expect("80-byte packet"),
+            syms: symbols(),
+        }
+    }
+
+    fn packet(&self, n: u64, source_ts: i64) -> [u8; LEN] {
+        let mut p = self.template;
+        let k = (n - 1) as usize % SYMBOLS;
+        let sym_seq = (n - 1) / SYMBOLS as u64 + 1;
+        p[10..18].copy_from_slice(&n.to_be_bytes());
+        // Block: length at 20, payload at 22: type, flags, symbol, seq, ts.
+        p[24..32].copy_from_slice(&self.syms[k].0);
+        p[32..40].copy_from_slice(&sym_seq.to_be_bytes());
+        p[40..48].copy_from_slice(&(source_ts as u64).to_be_bytes());
+        p
+    }
+}
+
+/// The receive side: the core's Feed (or only the parser) plus a loss
+/// count from the channel sequence numbers.
+struct Sink {
+    feed: Option<Feed>,
+    parsed: u64,
+    received: u64,
+    next_seq: u64,
+    seq_gaps: u64,
+}
+
+impl DatagramHandler for Sink {
+    fn on_datagram(&mut self, line: usize, d: &[u8], now: i64) {
+        self.received += 1;
+        if d.len() >= 18 {
+            let seq = u64::from_be_bytes(d[10..18].try_into().unwrap());
+            if self.next_seq != 0 && seq > self.next_seq {
+                self.seq_gaps += seq - self.next_seq;
+            }
+            self.next_seq = self.next_seq.max(seq + 1);
+        }
+        match &mut self.feed {
+            Some(f) => {
+                f.on_datagram(line, d, now);
+            }
+            None => {
+                if Packet::parse(d).is_ok() {
+                    self.parsed += 1;
+                }
+            }
+        }
+    }
+}
+
+fn snmp_udp() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let lines: Vec<&str> = s.lines().filter(|l| l.starts_with("Udp:")).collect();
+    if lines.len() < 2 {
+        return (0, 0);
+    }
+    let names: Vec<&str> = lines[0].split_whitespace().collect();
+    let vals: Vec<u64> = lines[1]
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let get = |n: &str| {
+        names
+            .iter()
+            .skip(1)
+            .position(|x| *x == n)
+            .map_or(0, |i| vals[i])
+    };
+    (get("RcvbufErrors"), get("InErrors"))
+}
+
+/// The `drops` column of /proc/net/udp for sockets bound to `port`.
+fn udp_socket_drops(port: u16) -> u64 {
+    let s = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let want = format!(":{port:04X}");
+    s.lines()
+        .skip(1)
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| a.ends_with(&want))
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn vm_status(key: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn pin(cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        // SAFETY: plain data set and syscall on the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+fn line(rcvbuf: usize) -> LineSpec {
+    LineSpec {
+        rcvbuf: Some(rcvbuf),
+        ..LineSpec::new("A", GROUP, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST))
+    }
+}
+
+struct Step {
+    rate: u64,
+    sent: u64,
+    send_rate: f64,
+    received: u64,
+    seq_loss: u64,
+    ovfl: u64,
+    rcvbuf_err: u64,
+    in_err: u64,
+}
+
+fn run_step(o: &Opts, gen: &Gen, rate: u64) -> Step {
+    let n = (rate as f64 * o.secs) as u64;
+    let feed = o.feed.then(|| Feed::new(FeedSettings::default(), 1));
+    let sink = Sink {
+        feed,
+        parsed: 0,
+        received: 0,
+        next_seq: 0,
+        seq_gaps: 0,
+    };
+    let l = line(o.rcvbuf);
+    let rx = FeedThread::spawn(
+        "bench",
+        &[l],
+        ReceiverOptions {
+            batch: o.batch,
+            busy_poll: o.busy_poll,
+            cpu: o.rx_cpu,
+            ..ReceiverOptions::default()
+        },
+        sink,
+    )
+    .expect("receiver");
+    let stats = rx.stats();
+    let (rb0, ie0) = snmp_udp();
+    let tx_cpu = o.tx_cpu;
+    let sent = std::thread::scope(|s| {
+        s.spawn(|| {
+            pin(tx_cpu);
+            let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+            let ts = realtime_ns();
+            let items = (1..=n).map(|i| (0i64, GROUP, gen.packet(i, ts)));
+            send_paced(
+                &mut tx,
+                items,
+                Pace::Rate {
+                    per_sec: rate as f64,
+                },
+                &AtomicBool::new(false),
+                None,
+            )
+            .unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    // Let the receiver drain what is queued.
+    let start = Instant::now();
+    while stats[0].snapshot().datagrams < sent.datagrams && start.elapsed() < Duration::from_secs(2)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let (rb1, ie1) = snmp_udp();
+    let st = stats[0].snapshot();
+    let sink = rx.stop().expect("receiver thread");
+    match &sink.feed {
+        // Every datagram went through the rules (none invalid).
+        Some(f) => assert_eq!(f.counters().packets(), sink.received),
+        None => assert_eq!(sink.parsed, sink.received),
+    }
+    Step {
+        rate,
+        sent: sent.datagrams,
+        send_rate: sent.rate(),
+        received: sink.received,
+        seq_loss: sent.datagrams - sink.received.min(sent.datagrams),
+        ovfl: st.kernel_drops,
+        rcvbuf_err: rb1 - rb0,
+        in_err: ie1 - ie0,
+    }
+}
+
+fn memory(o: &Opts) {
+    let base_rss = vm_status("VmRSS:");
+    let gen = Gen::new();
+    let sink = Sink {
+        feed: Some(Feed::new(FeedSettings::default(), 2)),
+        parsed: 0,
+        received: 0,
+        next_seq: 0,
+        seq_gaps: 0,
+    };
+    let l = line(o.rcvbuf);
+    let rx = FeedThread::spawn("mem", &[l], ReceiverOptions::default(), sink).unwrap();
+    let stats = rx.stats();
+    let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+    let ts = realtime_ns();
+    let items = (1..=SYMBOLS as u64).map(|i| (0i64, GROUP, gen.packet(i, ts)));
+    send_paced(
+        &mut tx,
+        items,
+        Pace::Rate { per_sec: 100_000.0 },
+        &AtomicBool::new(false),
+        None,
+    )
+    .unwrap();
+    let start = Instant::now();
+    while stats[0].snapshot().datagrams < SYMBOLS as u64 && start.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rss = vm_status("VmRSS:");
+    let hwm = vm_status("VmHWM:");
+    let sink = rx.stop().unwrap();
+    let f = sink.feed.as_ref().unwrap();
+    println!(
+        "memory: {} symbols populated (received {}), VmRSS {} KiB ({:.1} MiB), VmHWM {} KiB, before receiver+Feed {} KiB",
+        f.symbol_count(),
+        sink.received,
+        rss,
+        rss as f64 / 1024.0,
+        hwm,
+        base_rss
+    );
+}
+
+fn main() {
+    let o = parse_opts();
+    if let Some(port) = o.sockperf_port {
+        let (rb, ie) = snmp_udp();
+        println!(
+            "socket drops on port {port}: {}; host Udp RcvbufErrors {rb} InErrors {ie}",
+            udp_socket_drops(port)
+        );
+        return;
+    }
+    if o.mem {
+        memory(&o);
+        return;
+    }
+    let gen = Gen::new();
+    println!(
+        "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, rx cpu {:?}, tx cpu {:?}",
+        LEN,
+        o.secs,
+        o.batch,
+        o.rcvbuf,
+        if o.busy_poll { "busy-poll" } else { "epoll" },
+        if o.feed { "Feed (decode + state update)" } else { "Packet::parse only" },
+        o.rx_cpu,
+        o.tx_cpu
+    );
+    println!(
+        "| target/s | sent | achieved/s | received | lost (seq) | SO_RXQ_OVFL | RcvbufErrors | InErrors |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &rate in &o.rates {
+        let s = run_step(&o, &gen, rate);
+        println!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+            s.rate, s.sent, s.send_rate, s.received, s.seq_loss, s.ovfl, s.rcvbuf_err, s.in_err
+        );
+    }
+}

@@ -1,0 +1,585 @@
+//! `tickgate demo`: the daemon on loopback multicast with a built-in
+//! provider that now and then loses packets on one line or both, lets one
+//! symbol go silent and restarts its session, and a status line per second.
+//! The gate socket is open, so `tickgate check EURUSD` works from another
+//! terminal.
+//!
+//! The provider ([`DemoProvider`]) is sans-I/O: it is given the time and
+//! returns datagrams with the lines they reach. A thread sends them.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::capture::live::{McastSender, SenderOptions};
+use crate::capture::simulate::SplitMix64;
+use crate::config::{
+    Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, LogConfig, MetricsConfig,
+    SymbolConfig,
+};
+use crate::feed::receiver::realtime_ns;
+use crate::fills::config::{ClientConfig, FillsConfig};
+use crate::gate::server::Backend;
+use crate::wire::{Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol};
+
+use super::notify::Notifier;
+use super::{logging, Daemon, RunOptions, StartError, EXIT_CONFIG, EXIT_FAILURE};
+
+/// The demo's symbols: (name, bid in units of 1e-9, tick in units of 1e-9).
+const SYMBOLS: [(&str, i64, i64); 6] = [
+    ("EURUSD", 1_085_000_000, 10_000),
+    ("GBPUSD", 1_270_000_000, 10_000),
+    ("USDJPY", 150_000_000_000, 1_000_000),
+    ("USDCHF", 880_000_000, 10_000),
+    ("AUDUSD", 660_000_000, 10_000),
+    ("USDCAD", 1_360_000_000, 10_000),
+];
+/// The symbol that goes silent for a while in each cycle.
+const SILENT: usize = 1;
+
+const SEC: i64 = 1_000_000_000;
+const MS: i64 = 1_000_000;
+/// The scripted events repeat every 30 s.
+const CYCLE: i64 = 30 * SEC;
+const LINE_A_OUTAGE: (i64, i64) = (4 * SEC, 7 * SEC);
+const BOTH_LINES_BURST_AT: i64 = 10 * SEC;
+const BOTH_LINES_BURST: u32 = 3;
+const SILENCE: (i64, i64) = (14 * SEC, 18 * SEC);
+const SESSION_CHANGE_AT: i64 = 22 * SEC;
+
+/// What the provider is doing right now (for the status line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Normal = 0,
+    LineAOutage = 1,
+    BothLinesLoss = 2,
+    SymbolSilent = 3,
+    SessionChanged = 4,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            1 => Phase::LineAOutage,
+            2 => Phase::BothLinesLoss,
+            3 => Phase::SymbolSilent,
+            4 => Phase::SessionChanged,
+            _ => Phase::Normal,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::Normal => "",
+            Phase::LineAOutage => "line A down; B has every packet: no loss",
+            Phase::BothLinesLoss => "3 packets lost on both lines (a channel gap)",
+            Phase::SymbolSilent => "provider stopped pricing GBPUSD (stale_quote after 500 ms)",
+            Phase::SessionChanged => "provider restarted at 22 s (new session, sequences from 1)",
+        }
+    }
+}
+
+/// One datagram and the lines it reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub line_a: bool,
+    pub line_b: bool,
+    pub bytes: Vec<u8>,
+}
+
+struct DemoSymbol {
+    symbol: Symbol,
+    seq: u64,
+    bid: i64,
+    tick: i64,
+    spread: i64,
+}
+
+/// A small full-feed provider with scripted faults (sans-I/O).
+pub struct DemoProvider {
+    rng: SplitMix64,
+    symbols: Vec<DemoSymbol>,
+    session_no: u32,
+    session: SessionId,
+    next_chan: u64,
+    start: i64,
+    cycle: i64,
+    next_quote_at: i64,
+    next_hb_at: i64,
+    /// Random loss per line, on top of the scripted events.
+    loss: f64,
+    burst_left: u32,
+    phase: Phase,
+    builder: PacketBuilder,
+}
+
+impl DemoProvider {
+    pub fn new(seed: u64, start: i64, loss: f64) -> DemoProvider {
+        let mut p = DemoProvider {
+            rng: SplitMix64::new(seed),
+            symbols: SYMBOLS
+                .iter()
+                .map(|&(n, px, tick)| DemoSymbol {
+                    symbol: Symbol::parse(n).expect("valid symbol"),
+                    seq: 0,
+                    bid: px,
+                    tick,
+                    spread: 2,
+                })
+                .collect(),
+            session_no: (seed % 100_000) as u32,
+            session: SessionId::default(),
+            next_chan: 1,
+            start,
+            cycle: 0,
+            next_quote_at: start,
+            next_hb_at: start,
+            loss,
+            burst_left: 0,
+            phase: Phase::Normal,
+            builder: PacketBuilder::new(),
+        };
+        p.session = p.session_id();
+        p
+    }
+
+    fn session_id(&self) -> SessionId {
+        SessionId::parse(&format!("DEMO{:06}", self.session_no % 1_000_000)).expect("10 bytes")
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Everything due at `now` (Unix ns), appended to `out`.
+    pub fn step(&mut self, now: i64, out: &mut Vec<Outgoing>) {
+        let elapsed = (now - self.start).max(0);
+        let cycle = elapsed / CYCLE;
+        let t = elapsed % CYCLE;
+        if cycle != self.cycle {
+            self.cycle = cycle;
+            self.phase = Phase::Normal;
+        }
+        // The session change happens once per cycle, at its time.
+        if t >= SESSION_CHANGE_AT && self.phase != Phase::SessionChanged {
+            self.session_no += 1;
+            self.session = self.session_id();
+            self.next_chan = 1;
+            for s in &mut self.symbols {
+                s.seq = 0;
+            }
+            self.phase = Phase::SessionChanged;
+        }
+        if self.phase != Phase::SessionChanged {
+            self.phase = if (LINE_A_OUTAGE.0..LINE_A_OUTAGE.1).contains(&t) {
+                Phase::LineAOutage
+            } else if (SILENCE.0..SILENCE.1).contains(&t) {
+                Phase::SymbolSilent
+            } else if t >= BOTH_LINES_BURST_AT
+                && self.phase != Phase::BothLinesLoss
+                && t < SILENCE.0
+            {
+                self.burst_left = BOTH_LINES_BURST;
+                Phase::BothLinesLoss
+            } else if self.phase == Phase::BothLinesLoss && t < SILENCE.0 {
+                Phase::BothLinesLoss
+            } else {
+                Phase::Normal
+            };
+        }
+        let silent = self.phase == Phase::SymbolSilent;
+        while self.next_quote_at <= now {
+            let n = 1 + self.rng.below(3) as usize;
+            self.builder.start(self.session, self.next_chan);
+            for _ in 0..n {
+                let mut i = self.rng.below(self.symbols.len() as u64) as usize;
+                if silent && i == SILENT {
+                    i = 0;
+                }
+                let s = &mut self.symbols[i];
+                s.seq += 1;
+                s.bid += s.tick * (self.rng.below(3) as i64 - 1);
+                let qty = 1_000_000 * (1 + self.rng.below(5));
+                let q = Quote::new(
+                    s.symbol,
+                    s.seq,
+                    now as u64,
+                    Some(Side { px: s.bid, qty }),
+                    Some(Side {
+                        px: s.bid + s.spread * s.tick,
+                        qty,
+                    }),
+                );
+                self.builder.quote(&q);
+            }
+            self.emit(out);
+            self.next_quote_at += 5 * MS + self.rng.below(5) as i64 * MS;
+        }
+        if self.next_hb_at <= now {
+            self.builder.start(self.session, self.next_chan);
+            for (i, s) in self.symbols.iter().enumerate() {
+                if silent && i == SILENT {
+                    continue;
+                }
+                self.builder.heartbeat(&Heartbeat {
+                    flags: 0,
+                    symbol: s.symbol,
+                    next_seq: s.seq + 1,
+                    source_ts: now as u64,
+                });
+            }
+            self.emit(out);
+            self.next_hb_at = now + 200 * MS;
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<Outgoing>) {
+        self.next_chan += u64::from(self.builder.count());
+        let (mut a, mut b) = (!self.rng.chance(self.loss), !self.rng.chance(self.loss));
+        if self.phase == Phase::LineAOutage {
+            // B alone carries the feed, and carries all of it: the outage
+            // must cost nothing.
+            a = false;
+            b = true;
+        }
+        if self.phase == Phase::BothLinesLoss && self.burst_left > 0 {
+            self.burst_left -= 1;
+            a = false;
+            b = false;
+        }
+        out.push(Outgoing {
+            line_a: a,
+            line_b: b,
+            bytes: self.builder.bytes().to_vec(),
+        });
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Where the gate socket goes (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "tickgate-data")]
+    pub dir: PathBuf,
+    /// Metrics address; if taken, an ephemeral port is used instead.
+    #[arg(long, default_value = "127.0.0.1:9477")]
+    pub metrics: SocketAddr,
+    /// Multicast groups 239.255.77.1 (line A) and 239.255.77.2 (line B) on this port.
+    #[arg(long, default_value_t = 47701)]
+    pub port: u16,
+    /// Random packet loss per line, in percent, besides the scripted events.
+    #[arg(long, default_value_t = 1.0)]
+    pub loss_percent: f64,
+    /// Stop after this many seconds (default: until Ctrl-C).
+    #[arg(long)]
+    pub seconds: Option<u64>,
+    /// Seed of the provider's randomness.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// The fills lane's HTTP address (SQLite store in --dir); if taken, an
+    /// ephemeral port is used instead.
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    pub fills: SocketAddr,
+    /// Do not run the fills lane.
+    #[arg(long)]
+    pub no_fills: bool,
+}
+
+/// The demo's bearer token for the fills API.
+pub const DEMO_TOKEN: &str = "demo-token";
+
+/// The demo's config: one full feed on two loopback lines, and the fills
+/// lane on SQLite in `--dir` unless `--no-fills`.
+pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr) -> Config {
+    let fills = (!args.no_fills).then(|| {
+        let mut f = FillsConfig {
+            db: format!("sqlite:{}", args.dir.join("fills.db").display()),
+            ..FillsConfig::default()
+        };
+        f.http.listen = fills_http.to_string();
+        f.http.clients = vec![ClientConfig {
+            name: "demo".to_string(),
+            token: DEMO_TOKEN.to_string(),
+            accounts: vec!["*".to_string()],
+        }];
+        f
+    });
+    let mut feed = FeedConfig::new("demo", FeedMode::Full);
+    for (name, last) in [("A", 1u8), ("B", 2)] {
+        feed.lines.push(LineConfig {
+            name: name.to_string(),
+            group: Ipv4Addr::new(239, 255, 77, last),
+            port: args.port,
+            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+            source: None,
+            rcvbuf: None,
+        });
+    }
+    feed.symbols.push(SymbolConfig {
+        symbol: Symbol::parse("EURUSD").expect("valid"),
+        stale_ms: Some(250),
+        source_max_age_ms: None,
+    });
+    Config {
+        feeds: vec![feed],
+        gate: GateConfig {
+            socket: args.dir.join("gate.sock"),
+            socket_mode: 0o600,
+            ..GateConfig::default()
+        },
+        metrics: MetricsConfig {
+            listen: Some(metrics),
+        },
+        log: LogConfig {
+            level: "warn".to_string(),
+            ..LogConfig::default()
+        },
+        fills,
+        fills_section: None,
+    }
+}
+
+/// `addr`, or an ephemeral port on its address when `addr` is taken (a
+/// demo must start even when another one runs).
+fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
+    match std::net::TcpListener::bind(addr) {
+        Ok(_) => addr,
+        Err(_) => SocketAddr::new(addr.ip(), 0),
+    }
+}
+
+pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
+    if !(0.0..=100.0).contains(&args.loss_percent) {
+        eprintln!("tickgate: --loss-percent must be between 0 and 100");
+        return Ok(EXIT_CONFIG);
+    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+    let args = DemoArgs { dir, ..args };
+    let config = demo_config(
+        &args,
+        free_or_ephemeral(args.metrics),
+        free_or_ephemeral(args.fills),
+    );
+    logging::init(&config.log);
+    let daemon = match Daemon::start(config, None, Notifier::disabled()) {
+        Ok(d) => d,
+        Err(StartError::Config(e)) => {
+            eprintln!("tickgate: demo config: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+        Err(StartError::Other(e)) => {
+            eprintln!("tickgate: {e:#}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
+    let socket = args.dir.join("gate.sock");
+    println!("tickgate demo: a simulated provider on 239.255.77.1/.2:{} (loopback), one feed \"demo\", lines A and B.", args.port);
+    println!("  gate socket: {}", socket.display());
+    println!("  from another terminal:");
+    println!(
+        "    TICKGATE_SOCKET={} tickgate check EURUSD",
+        socket.display()
+    );
+    println!(
+        "    echo 'CHECK GBPUSD' | socat - UNIX-CONNECT:{}",
+        socket.display()
+    );
+    if let Some(addr) = daemon.metrics_addr() {
+        println!("  metrics: http://{addr}/metrics");
+    }
+    if let Some(addr) = daemon.fills_addr() {
+        println!(
+            "  fills lane (SQLite {}): http://{addr}/v1/fills, token {DEMO_TOKEN}; send this twice: the second answer is replayed, nothing is applied twice:",
+            args.dir.join("fills.db").display()
+        );
+        println!(
+            "    curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \\\n      -d '{{\"events\":[{{\"kind\":\"FILL\",\"event_id\":\"E-1\",\"deal_id\":\"D-1\",\"account\":\"ACC-7\",\"symbol\":\"EURUSD\",\"side\":\"BUY\",\"qty\":\"100000\",\"price\":\"1.08512\",\"exec_time\":\"2026-11-30T08:00:00Z\"}}]}}' http://{addr}/v1/fills"
+        );
+    }
+    println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s, GBPUSD silent 14-18 s, a session change at 22 s.");
+    println!("  Ctrl-C stops.");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Arc::new(AtomicU8::new(Phase::Normal as u8));
+    let provider = {
+        let (stop, phase) = (Arc::clone(&stop), Arc::clone(&phase));
+        let (port, seed, loss) = (args.port, args.seed, args.loss_percent / 100.0);
+        std::thread::Builder::new()
+            .name("demo-provider".into())
+            .spawn(move || provide(port, seed, loss, &stop, &phase))
+            .context("starting the demo provider")?
+    };
+    let started = realtime_ns();
+    let mut out = Vec::with_capacity(512);
+    let tick = Box::new(move |d: &Daemon| {
+        let now = realtime_ns();
+        let line = status_line(
+            d,
+            now,
+            (now - started) / SEC,
+            Phase::from_u8(phase.load(Ordering::Relaxed)),
+            &mut out,
+        );
+        println!("{line}");
+    });
+    let code = daemon.run(RunOptions {
+        on_tick: Some((Duration::from_secs(1), tick)),
+        stop_after: args.seconds.map(Duration::from_secs),
+    });
+    stop.store(true, Ordering::Relaxed);
+    match provider.join() {
+        Ok(Ok(())) => Ok(code),
+        Ok(Err(e)) => {
+            eprintln!("tickgate: demo provider: {e:#}");
+            Ok(EXIT_FAILURE)
+        }
+        Err(_) => Ok(EXIT_FAILURE),
+    }
+}
+
+/// The provider thread: steps the provider every millisecond and sends.
+fn provide(
+    port: u16,
+    seed: u64,
+    loss: f64,
+    stop: &AtomicBool,
+    phase: &AtomicU8,
+) -> anyhow::Result<()> {
+    let sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))
+        .context("opening the demo's multicast sender on 127.0.0.1")?;
+    let a = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 1), port);
+    let b = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 2), port);
+    let mut p = DemoProvider::new(seed, realtime_ns(), loss);
+    let mut out = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        p.step(realtime_ns(), &mut out);
+        for o in out.drain(..) {
+            // B first: its copy must not always arrive second.
+            if o.line_b {
+                sender.send(b, &o.bytes).context("sending on line B")?;
+            }
+            if o.line_a {
+                sender.send(a, &o.bytes).context("sending on line A")?;
+            }
+        }
+        phase.store(p.phase() as u8, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// One line: the checks of every demo symbol and the feed's counters.
+fn status_line(d: &Daemon, now: i64, secs: i64, phase: Phase, out: &mut Vec<u8>) -> String {
+    let (mut ok, mut rejected) = (0, Vec::new());
+    let mut eur = String::from("-");
+    for (name, _, _) in SYMBOLS {
+        out.clear();
+        let req = format!("CHECK {name}");
+        d.gate().answer(req.as_bytes(), now, out);
+        let answer = String::from_utf8_lossy(out);
+        let mut words = answer.split_whitespace();
+        match words.next() {
+            Some("OK") => {
+                ok += 1;
+                if name == "EURUSD" {
+                    let field = |k: &str| {
+                        answer
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix(k))
+                            .and_then(|v| v.split('@').next())
+                            .unwrap_or("-")
+                            .to_string()
+                    };
+                    eur = format!("{}/{}", field("bid="), field("ask="));
+                }
+            }
+            _ => {
+                let reasons = words.nth(1).unwrap_or("?");
+                let cause = answer
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("suspect="))
+                    .map(|c| format!("({c})"))
+                    .unwrap_or_default();
+                rejected.push(format!("{name} {reasons}{cause}"));
+            }
+        }
+    }
+    let m = &d.metrics().feeds[0];
+    let s = m.stats.load();
+    let (la, lb) = (m.line_stats(0), m.line_stats(1));
+    let rejects = if rejected.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", rejected.join("; "))
+    };
+    let event = match phase.describe() {
+        "" => String::new(),
+        e => format!(" | {e}"),
+    };
+    format!(
+        "{secs:>4}s  ok={ok} reject={}{rejects} | EURUSD {eur} | pkts A={} B={} dup={} lost={} gaps={} ticks_lost={} suspect={} sessions={}{event}",
+        rejected.len(),
+        la.packets,
+        lb.packets,
+        la.duplicate_packets + lb.duplicate_packets,
+        s.channel_messages_lost,
+        s.channel_gaps,
+        s.ticks_lost,
+        s.symbols_suspect,
+        s.session_changes,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::{Feed, FeedSettings};
+
+    /// Drives the provider over a whole cycle, straight into a core Feed,
+    /// and checks that each scripted event has the effect it announces.
+    #[test]
+    fn one_cycle_of_scripted_events() {
+        let start = 1_764_489_600 * SEC;
+        let mut p = DemoProvider::new(1, start, 0.0);
+        let mut feed = Feed::new(FeedSettings::default(), 2);
+        let mut out = Vec::new();
+        let mut lost_a_only = 0;
+        let mut t = start;
+        let at = |t: i64| t - start;
+        let mut gaps_before_burst = None;
+        while t < start + CYCLE + SEC {
+            p.step(t, &mut out);
+            for o in out.drain(..) {
+                if !o.line_a && o.line_b {
+                    lost_a_only += 1;
+                }
+                if o.line_b {
+                    feed.on_datagram(1, &o.bytes, t);
+                }
+                if o.line_a {
+                    feed.on_datagram(0, &o.bytes, t + 1000);
+                }
+            }
+            if at(t) == BOTH_LINES_BURST_AT - MS {
+                gaps_before_burst = Some(feed.counters().channel_gaps);
+            }
+            t += MS;
+        }
+        let c = feed.counters();
+        // Line A's outage cost nothing: B had every packet.
+        assert!(lost_a_only > 100, "{lost_a_only}");
+        assert_eq!(gaps_before_burst, Some(0));
+        // The 3-packet burst on both lines is one channel gap.
+        assert_eq!(c.channel_gaps, 1);
+        assert!(c.channel_messages_lost >= 3);
+        // One session change per cycle.
+        assert_eq!(c.session_changes, 1);
+        assert_eq!(p.phase(), Phase::Normal, "a new cycle has begun");
+    }
+}

@@ -1,0 +1,438 @@
+//! The glue between the config, the core's `Feed` (sans-I/O), the state
+//! table the gate reads, the receiver thread and the metrics.
+//!
+//! A [`FeedWriter`] is the receiver's handler: it lives on the feed's
+//! thread and owns the `Feed`, so nothing on the datagram path is shared or
+//! locked. From the receiver's periodic `on_poll` it publishes a counters
+//! snapshot for the metrics, merges its latency samples, proves progress
+//! to the watchdog and applies threshold reloads sent over a channel.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
+use crate::feed::reader::{feed_table, FeedReader, TablePublisher};
+use crate::feed::receiver::{self, DatagramHandler, LineSpec};
+use crate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode};
+use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
+use crate::wire::Symbol;
+
+use super::watchdog::Beat;
+
+/// Counters are published at most this often (ns): cheap, but not per batch.
+const PUBLISH_EVERY_NS: i64 = 50_000_000;
+/// `symbols_suspect` costs O(symbols): computed less often (ns).
+const SUSPECT_EVERY_NS: i64 = 1_000_000_000;
+
+/// What the control side asks of a running feed writer.
+#[derive(Debug, Clone)]
+pub enum Control {
+    /// New thresholds from a reload (SIGHUP).
+    Thresholds(FeedThresholds),
+}
+
+/// The core's settings for a configured feed.
+pub fn settings(f: &FeedConfig) -> FeedSettings {
+    FeedSettings {
+        mode: match f.mode {
+            config::FeedMode::Full => Mode::Full,
+            config::FeedMode::Delta => Mode::Delta,
+        },
+        liveness: match f.liveness {
+            config::Liveness::Symbol => Liveness::Symbol,
+            config::Liveness::Channel => Liveness::Channel,
+        },
+        stale_ms: f.stale_ms,
+        source_max_age_ms: f.source_max_age_ms,
+        max_seq_jump: f.max_seq_jump,
+        clock_offset: match f.clock_offset {
+            config::ClockOffset::Auto => ClockOffset::Auto,
+            config::ClockOffset::Off => ClockOffset::Off,
+            config::ClockOffset::FixedMs(ms) => ClockOffset::FixedNs(ms.saturating_mul(1_000_000)),
+        },
+        max_symbols: f.max_symbols,
+    }
+}
+
+/// The receiver's line specs, with interface names resolved now, so that
+/// a missing interface is a config error naming its key, before anything
+/// starts. `feed_index` is for the key path.
+pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, config::ConfigError> {
+    f.lines
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let interface = match &l.interface {
+                // INADDR_ANY: the kernel picks the interface by route.
+                None => receiver::InterfaceSpec::Addr(std::net::Ipv4Addr::UNSPECIFIED),
+                Some(InterfaceSpec::Addr(a)) => {
+                    if !local_ipv4_addresses().contains(a) {
+                        return Err(config::ConfigError::Invalid {
+                            key: format!("feed[{feed_index}].line[{k}].interface"),
+                            problem: format!("{a} is not an address of this host's interfaces"),
+                        });
+                    }
+                    receiver::InterfaceSpec::Addr(*a)
+                }
+                Some(InterfaceSpec::Name(n)) => {
+                    if !interface_exists(n) {
+                        return Err(config::ConfigError::Invalid {
+                            key: format!("feed[{feed_index}].line[{k}].interface"),
+                            problem: format!("no network interface named \"{n}\" on this host"),
+                        });
+                    }
+                    let spec = receiver::InterfaceSpec::Name(n.clone());
+                    match spec.resolve() {
+                        Ok(a) => receiver::InterfaceSpec::Addr(a),
+                        Err(e) => {
+                            return Err(config::ConfigError::Invalid {
+                                key: format!("feed[{feed_index}].line[{k}].interface"),
+                                problem: format!("{e:#}"),
+                            })
+                        }
+                    }
+                }
+            };
+            Ok(LineSpec {
+                name: l.name.clone(),
+                group: l.group,
+                port: l.port,
+                interface,
+                source: l.source,
+                rcvbuf: l.rcvbuf,
+            })
+        })
+        .collect()
+}
+
+/// Every IPv4 address of this host's interfaces (`getifaddrs`); empty if
+/// the call fails (then the join reports the problem).
+fn local_ipv4_addresses() -> Vec<std::net::Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to at least a sockaddr header.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
+            // SAFETY: AF_INET: the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+fn interface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
+/// A feed's writer half and the gate's reader half, with the configured
+/// symbols and thresholds in place.
+pub fn build(f: &FeedConfig) -> (Feed<TablePublisher>, FeedReader) {
+    let settings = settings(f);
+    let (publisher, reader) = feed_table(&settings);
+    let mut feed = Feed::with_publisher(settings, f.lines.len(), publisher);
+    apply_overrides(&mut feed, f.stale_ms, f.source_max_age_ms, &f.symbols);
+    (feed, reader)
+}
+
+/// Sets every configured symbol's thresholds (which also makes it known).
+fn apply_overrides(
+    feed: &mut Feed<TablePublisher>,
+    stale_ms: u64,
+    source_max_age_ms: u64,
+    symbols: &[SymbolConfig],
+) {
+    for s in symbols {
+        let stale = s.stale_ms.unwrap_or(stale_ms);
+        let source = s.source_max_age_ms.unwrap_or(source_max_age_ms);
+        if feed
+            .set_symbol_thresholds(s.symbol, stale, source)
+            .is_none()
+        {
+            tracing::error!(symbol = %s.symbol, "symbol table full: configured symbol not added");
+        }
+    }
+}
+
+/// The receiver's handler for one feed.
+pub struct FeedWriter {
+    feed: Feed<TablePublisher>,
+    metrics: Arc<FeedMetrics>,
+    latency: LatencyRecorder,
+    beat: Arc<Beat>,
+    control: Receiver<Control>,
+    last_arrival: Vec<i64>,
+    last_publish: i64,
+    last_suspect: i64,
+    symbols_suspect: u64,
+    /// Feed-wide thresholds set by a reload, when they differ from the
+    /// ones the feed was created with: symbols created later get the
+    /// feed's original defaults from the core, so they are corrected here.
+    reloaded: Option<FeedThresholds>,
+    /// Symbols already given the reloaded thresholds (dense slots 0..n).
+    corrected: usize,
+}
+
+impl FeedWriter {
+    pub fn new(
+        feed: Feed<TablePublisher>,
+        metrics: Arc<FeedMetrics>,
+        beat: Arc<Beat>,
+    ) -> (FeedWriter, Sender<Control>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let lines = metrics.lines.len();
+        let latency = metrics.apply_latency.recorder();
+        let w = FeedWriter {
+            feed,
+            metrics,
+            latency,
+            beat,
+            control: rx,
+            last_arrival: vec![0; lines],
+            last_publish: i64::MIN,
+            last_suspect: i64::MIN,
+            symbols_suspect: 0,
+            reloaded: None,
+            corrected: 0,
+        };
+        (w, tx)
+    }
+
+    pub fn feed(&self) -> &Feed<TablePublisher> {
+        &self.feed
+    }
+
+    /// Copies the core's counters into the metrics cells.
+    pub fn publish(&mut self, now: i64) {
+        if now.saturating_sub(self.last_suspect) >= SUSPECT_EVERY_NS {
+            self.symbols_suspect = self.feed.symbols_suspect() as u64;
+            self.last_suspect = now;
+        }
+        let c = self.feed.counters();
+        self.metrics.stats.store(&FeedStats {
+            invalid_packets: c.invalid_packets,
+            invalid_messages: c.invalid_messages,
+            unknown_messages: c.unknown_messages,
+            channel_gaps: c.channel_gaps,
+            channel_messages_lost: c.channel_messages_lost,
+            ticks_lost: c.ticks_lost,
+            stale_dropped: c.stale_dropped,
+            seq_anomalies: c.seq_anomalies,
+            seq_resyncs: c.seq_resyncs,
+            snapshots_applied: c.snapshots_applied,
+            snapshots_ignored: c.snapshots_ignored,
+            session_changes: c.session_changes,
+            sessions_ended: c.sessions_ended,
+            stale_session_dropped: c.stale_session_dropped,
+            symbols_overflow: c.symbols_overflow,
+            symbols: self.feed.symbol_count() as u64,
+            symbols_suspect: self.symbols_suspect,
+            session_ended: u64::from(self.feed.session_ended()),
+        });
+        for (i, l) in c.lines.iter().enumerate() {
+            if let Some((_, cell)) = self.metrics.lines.get(i) {
+                // Socket-level fields (datagrams, bytes, drops) come from
+                // the receiver's own counters at scrape time.
+                cell.store(&LineStats {
+                    packets: l.packets,
+                    messages: l.messages,
+                    duplicate_packets: l.duplicate_packets,
+                    invalid_packets: l.invalid_packets,
+                    last_datagram_ns: self.last_arrival[i].max(0) as u64,
+                    ..LineStats::default()
+                });
+            }
+        }
+        self.metrics
+            .clock_offset_ns
+            .store(self.feed.clock_offset_ns(), Ordering::Relaxed);
+        self.last_publish = now;
+    }
+
+    fn apply(&mut self, t: FeedThresholds) {
+        let defaults_changed = {
+            let s = self.feed.settings();
+            s.stale_ms != t.stale_ms || s.source_max_age_ms != t.source_max_age_ms
+        };
+        // Every known symbol gets its new effective thresholds.
+        let known: Vec<Symbol> = self.feed.symbols().map(|(s, _)| s).collect();
+        for symbol in &known {
+            let (stale, source) = effective(&t, *symbol);
+            self.feed.set_symbol_thresholds(*symbol, stale, source);
+        }
+        apply_overrides(&mut self.feed, t.stale_ms, t.source_max_age_ms, &t.symbols);
+        tracing::info!(
+            feed = self.metrics.name.as_str(),
+            stale_ms = t.stale_ms,
+            source_max_age_ms = t.source_max_age_ms,
+            overrides = t.symbols.len(),
+            "thresholds reloaded"
+        );
+        self.corrected = self.feed.symbol_count();
+        self.reloaded = defaults_changed.then_some(t);
+    }
+
+    /// Symbols created since a reload changed the feed's defaults carry the
+    /// original defaults: give them the reloaded ones.
+    fn correct_new_symbols(&mut self) {
+        let Some(t) = &self.reloaded else { return };
+        let n = self.feed.symbol_count();
+        if n == self.corrected {
+            return;
+        }
+        let fresh: Vec<Symbol> = self
+            .feed
+            .symbols()
+            .skip(self.corrected)
+            .map(|(s, _)| s)
+            .collect();
+        for symbol in fresh {
+            let (stale, source) = effective(t, symbol);
+            self.feed.set_symbol_thresholds(symbol, stale, source);
+        }
+        self.corrected = n;
+    }
+}
+
+fn effective(t: &FeedThresholds, symbol: Symbol) -> (u64, u64) {
+    match t.symbols.iter().find(|s| s.symbol == symbol) {
+        Some(s) => (
+            s.stale_ms.unwrap_or(t.stale_ms),
+            s.source_max_age_ms.unwrap_or(t.source_max_age_ms),
+        ),
+        None => (t.stale_ms, t.source_max_age_ms),
+    }
+}
+
+impl DatagramHandler for FeedWriter {
+    #[inline]
+    fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
+        self.feed.on_datagram(line, datagram, arrival_ns);
+        let applied = receiver::realtime_ns();
+        self.latency.record(applied - arrival_ns, applied);
+        if let Some(t) = self.last_arrival.get_mut(line) {
+            *t = arrival_ns;
+        }
+    }
+
+    fn on_poll(&mut self, now: i64) {
+        self.beat.beat();
+        while let Ok(msg) = self.control.try_recv() {
+            match msg {
+                Control::Thresholds(t) => self.apply(t),
+            }
+        }
+        self.correct_new_symbols();
+        if now.saturating_sub(self.last_publish) >= PUBLISH_EVERY_NS {
+            self.publish(now);
+        }
+        self.latency.try_flush(now);
+    }
+}
+
+impl Drop for FeedWriter {
+    fn drop(&mut self) {
+        self.publish(receiver::realtime_ns());
+        self.latency.flush();
+        self.beat.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FeedMode, LineConfig};
+    use crate::gate::protocol::SymbolLookup;
+    use crate::wire::{PacketBuilder, Quote, SessionId, Side};
+
+    fn feed_config() -> FeedConfig {
+        let mut f = FeedConfig::new("fx", FeedMode::Full);
+        f.lines.push(LineConfig {
+            name: "A".into(),
+            group: "239.1.1.1".parse().unwrap(),
+            port: 1,
+            interface: None,
+            source: None,
+            rcvbuf: None,
+        });
+        f.symbols.push(SymbolConfig {
+            symbol: Symbol::parse("EURUSD").unwrap(),
+            stale_ms: Some(100),
+            source_max_age_ms: None,
+        });
+        f
+    }
+
+    fn quote_packet(seq: u64, symbol: &str, qseq: u64, ts: u64) -> Vec<u8> {
+        let mut b = PacketBuilder::new();
+        let side = Some(Side { px: 1, qty: 1 });
+        b.start(SessionId::parse("S1").unwrap(), seq)
+            .quote(&Quote::new(
+                Symbol::parse(symbol).unwrap(),
+                qseq,
+                ts,
+                side,
+                side,
+            ));
+        b.bytes().to_vec()
+    }
+
+    #[test]
+    fn configured_symbols_exist_with_their_thresholds() {
+        let (_feed, reader) = build(&feed_config());
+        let (_, _, t) = reader.lookup(Symbol::parse("EURUSD").unwrap()).unwrap();
+        assert_eq!(t.stale_ns, 100_000_000);
+        assert_eq!(t.source_max_age_ns, 2_000_000_000);
+    }
+
+    #[test]
+    fn writer_publishes_counters_and_applies_reloads() {
+        let cfg = feed_config();
+        let (feed, reader) = build(&cfg);
+        let m = Arc::new(FeedMetrics::new("fx", &["A"]));
+        let beat = Beat::new("feed-fx");
+        let (mut w, tx) = FeedWriter::new(feed, m.clone(), beat);
+        let t0 = 1_764_489_600_000_000_000;
+        w.on_datagram(0, &quote_packet(1, "GBPUSD", 1, t0 as u64), t0);
+        // Channel sequence 2..=4 never arrives.
+        w.on_datagram(0, &quote_packet(5, "GBPUSD", 2, t0 as u64), t0 + 1);
+        w.on_poll(t0 + 2);
+        let s = m.stats.load();
+        assert_eq!(s.channel_gaps, 1);
+        assert_eq!(s.channel_messages_lost, 3);
+        assert_eq!(s.symbols, 2);
+        assert_eq!(m.line(0).load().packets, 2);
+
+        let mut t = FeedThresholds::of(0, &cfg);
+        t.stale_ms = 300;
+        t.symbols[0].stale_ms = Some(50);
+        tx.send(Control::Thresholds(t)).unwrap();
+        w.on_poll(t0 + 3);
+        let th = |s: &str| reader.lookup(Symbol::parse(s).unwrap()).unwrap().2.stale_ns;
+        assert_eq!(th("EURUSD"), 50_000_000);
+        assert_eq!(th("GBPUSD"), 300_000_000);
+        // A symbol first seen after the reload gets the reloaded default.
+        w.on_datagram(0, &quote_packet(6, "USDJPY", 1, t0 as u64), t0 + 4);
+        w.on_poll(t0 + 5);
+        assert_eq!(th("USDJPY"), 300_000_000);
+    }
+}

@@ -1,0 +1,495 @@
+//! End to end: the simulator sends over loopback multicast, the `tickgate
+//! run` daemon receives on lines A and B, and the test reads the answers
+//! from the gate socket and the counters from `/metrics`.
+//!
+//! Loopback only (interface 127.0.0.1, TTL 1). Each test uses its own
+//! groups and ports. Waits are bounded polls for a condition (the daemon
+//! has processed everything sent, a check turned stale), never timing
+//! assertions.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::capture::simulate::{default_lines, SimConfig, SimTruth, Simulator};
+
+/// The binary under test; `TICKGATE_BIN` may point at another build.
+fn bin() -> String {
+    std::env::var("TICKGATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tickgate").to_string())
+}
+
+/// Upper bound of every wait (a broken daemon fails instead of hanging).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// One daemon and one sender at a time: the tests measure the daemon, not
+/// how six of them share two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    metrics: SocketAddr,
+    groups: [SocketAddrV4; 2],
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts the daemon with one full feed "fx" on lines A and B
+/// (239.255.95.`base` and `base+1`, port `port`), and waits until its gate
+/// answers (which it does only once the groups are joined).
+fn start(base: u8, port: u16, stale_ms: u64) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let groups = [
+        SocketAddrV4::new(Ipv4Addr::new(239, 255, 95, base), port),
+        SocketAddrV4::new(Ipv4Addr::new(239, 255, 95, base + 1), port),
+    ];
+    let cfg = dir.path().join("tickgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[[feed]]
+name = "fx"
+mode = "full"
+stale_ms = {stale_ms}
+source_max_age_ms = 600000
+clock_offset = "off"
+[[feed.line]]
+name = "A"
+group = "{}"
+port = {port}
+interface = "127.0.0.1"
+rcvbuf = 4194304
+[[feed.line]]
+name = "B"
+group = "{}"
+port = {port}
+interface = "127.0.0.1"
+rcvbuf = 4194304
+
+[gate]
+socket = "{}"
+
+[metrics]
+listen = "{metrics}"
+"#,
+            groups[0].ip(),
+            groups[1].ip(),
+            dir.path().join("gate.sock").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(bin())
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .env_remove("NOTIFY_SOCKET")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = Daemon {
+        child,
+        dir,
+        metrics,
+        groups,
+    };
+    wait_for("the gate socket to answer", || {
+        UnixStream::connect(d.socket())
+            .is_ok_and(|mut s| s.write_all(b"PING\n").is_ok() && read_line(&mut s) == "PONG")
+    });
+    d
+}
+
+impl Daemon {
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("gate.sock")
+    }
+
+    fn ask(&self, request: &str) -> String {
+        let mut s = UnixStream::connect(self.socket()).unwrap();
+        s.write_all(format!("{request}\n").as_bytes()).unwrap();
+        read_line(&mut s)
+    }
+
+    fn metrics_text(&self) -> String {
+        let mut s = TcpStream::connect(self.metrics).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        raw.split_once("\r\n\r\n").unwrap().1.to_string()
+    }
+
+    /// Every sample of the exposition without a `le` label, by full name.
+    fn metrics(&self) -> HashMap<String, f64> {
+        self.metrics_text()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+fn read_line(s: &mut UnixStream) -> String {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut line = String::new();
+    let _ = BufReader::new(s).read_line(&mut line);
+    line.trim_end().to_string()
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn get(m: &HashMap<String, f64>, key: &str) -> u64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("{key} not in /metrics")) as u64
+}
+
+/// The simulator's stream, sent at its recorded pace (loopback, TTL 1) to
+/// the daemon's groups. `loss` is the loss probability of lines A and B.
+fn send(d: &Daemon, mut cfg: SimConfig, loss: [f64; 2]) -> SimTruth {
+    cfg.lines = default_lines(&["A", "B"], Ipv4Addr::LOCALHOST, 40_000, 10_000);
+    for ((line, group), loss) in cfg.lines.iter_mut().zip(d.groups).zip(loss) {
+        line.dst = group;
+        line.loss = loss;
+    }
+    let mut sim = Simulator::new(cfg).unwrap();
+    let mut items = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(ev) = sim.next_into(&mut buf) {
+        items.push((ev.t_ns, ev.dst, buf.clone()));
+    }
+    let mut sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+    let stop = AtomicBool::new(false);
+    send_paced(
+        &mut sender,
+        items,
+        Pace::Recorded { speed: 1.0 },
+        &stop,
+        None,
+    )
+    .unwrap();
+    sim.truth().clone()
+}
+
+/// Waits until the daemon has read and processed every datagram sent
+/// (read by the sockets, and the feed thread's counters published).
+fn wait_processed(d: &Daemon, truth: &SimTruth) -> HashMap<String, f64> {
+    let done = |m: &HashMap<String, f64>| {
+        let line = |name: &str, l: &str| {
+            m.get(&format!("{name}{{feed=\"fx\",line=\"{l}\"}}"))
+                .copied()
+                .unwrap_or(0.0) as u64
+        };
+        let read = line("tickgate_line_datagrams_received_total", "A")
+            + line("tickgate_line_datagrams_received_total", "B");
+        let applied = line("tickgate_line_packets_received_total", "A")
+            + line("tickgate_line_packets_received_total", "B");
+        read == truth.datagrams && applied == truth.datagrams
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let last = d.metrics();
+        if done(&last) {
+            return last;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not process all {} datagrams sent; kernel drops: A={:?} B={:?}; metrics: {last:?}",
+            truth.datagrams,
+            last.get("tickgate_line_kernel_drops_total{feed=\"fx\",line=\"A\"}"),
+            last.get("tickgate_line_kernel_drops_total{feed=\"fx\",line=\"B\"}"),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// 1000 messages/s for 2 s. Kept moderate: the receiver must never fall
+/// more than a batch (64 datagrams) behind on a busy test machine, see the
+/// note on `loss_on_both_lines_is_counted_exactly`.
+fn sim(seed: u64) -> SimConfig {
+    let mut c = SimConfig::new(seed);
+    c.start_ns = tickgate::feed::receiver::realtime_ns();
+    c.duration_ns = 2_000_000_000;
+    c.rate = 1000;
+    c.symbols = 10;
+    c
+}
+
+const LOST: &str = "tickgate_feed_channel_messages_lost_total{feed=\"fx\"}";
+const GAPS: &str = "tickgate_feed_channel_gaps_total{feed=\"fx\"}";
+const TICKS_LOST: &str = "tickgate_feed_ticks_lost_total{feed=\"fx\"}";
+const DUPS_A: &str = "tickgate_line_duplicate_packets_total{feed=\"fx\",line=\"A\"}";
+const DUPS_B: &str = "tickgate_line_duplicate_packets_total{feed=\"fx\",line=\"B\"}";
+
+#[test]
+fn loss_on_line_a_only_is_no_loss() {
+    let _serial = serial();
+    let d = start(1, 46301, 600_000);
+    // Line A loses 10% of the packets; B has every one.
+    let truth = send(&d, sim(11), [0.10, 0.0]);
+    assert!(
+        truth.lines[0].dropped > 10,
+        "line A lost packets: {truth:?}"
+    );
+    assert_eq!(truth.lines[1].dropped, 0);
+    assert_eq!(truth.expected_channel_lost, 0);
+    let m = wait_processed(&d, &truth);
+    assert_eq!(
+        get(&m, LOST),
+        0,
+        "no effective loss when B had every packet"
+    );
+    assert_eq!(get(&m, GAPS), 0);
+    assert_eq!(get(&m, TICKS_LOST), 0);
+    assert_eq!(
+        get(&m, DUPS_A) + get(&m, DUPS_B),
+        truth.expected_duplicate_packets
+    );
+    let answer = d.ask("CHECK EURUSD");
+    assert!(answer.starts_with("OK EURUSD seq="), "{answer}");
+
+    // The live exposition passes promtool too (when installed).
+    if Path::new("/usr/bin/promtool").exists() {
+        let mut child = Command::new("/usr/bin/promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let text = d.metrics_text();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        println!("skipped: promtool check of the live exposition (promtool not installed)");
+    }
+}
+
+/// Exact: what no line delivered, and nothing more. (Known receiver issue,
+/// reported: when a line has more than one batch queued, `feed::receiver`
+/// merges A and B only within the batches read, so a packet one line lost
+/// beyond the other line's batch is counted lost before the other line's
+/// copy is read. This test then sees one or two extra.)
+#[test]
+fn loss_on_both_lines_is_counted_exactly() {
+    let _serial = serial();
+    let d = start(3, 46302, 600_000);
+    let truth = send(&d, sim(12), [0.15, 0.15]);
+    assert!(
+        truth.packets_lost_all_lines > 0,
+        "some packets lost on both lines: {truth:?}"
+    );
+    let m = wait_processed(&d, &truth);
+    assert_eq!(get(&m, LOST), truth.expected_channel_lost, "{truth:?}");
+    assert!(get(&m, GAPS) >= 1);
+    assert_eq!(
+        get(&m, DUPS_A) + get(&m, DUPS_B),
+        truth.expected_duplicate_packets
+    );
+}
+
+#[test]
+fn a_session_change_is_followed() {
+    let _serial = serial();
+    let d = start(5, 46303, 600_000);
+    let mut c = sim(13);
+    c.session_change_at_ns = Some(1_000_000_000);
+    let truth = send(&d, c, [0.0, 0.0]);
+    assert_eq!(truth.sessions.len(), 2);
+    let m = wait_processed(&d, &truth);
+    assert_eq!(
+        get(&m, "tickgate_feed_session_changes_total{feed=\"fx\"}"),
+        1
+    );
+    assert_eq!(
+        get(&m, "tickgate_feed_stale_session_packets_total{feed=\"fx\"}"),
+        0
+    );
+    assert_eq!(get(&m, LOST), truth.expected_channel_lost);
+    // Every symbol quoted again in the new session: trusted again (full feed).
+    let answer = d.ask("CHECK EURUSD");
+    assert!(answer.starts_with("OK EURUSD seq="), "{answer}");
+}
+
+#[test]
+fn a_provider_that_stops_turns_checks_stale() {
+    let _serial = serial();
+    let stale_ms = 300;
+    let d = start(7, 46304, stale_ms);
+    let mut c = sim(14);
+    c.duration_ns = 1_000_000_000;
+    let truth = send(&d, c, [0.0, 0.0]);
+    wait_processed(&d, &truth);
+    // Nothing arrives any more: once stale_ms has passed, the check says so.
+    let mut last = String::new();
+    wait_for("CHECK EURUSD to turn stale_quote", || {
+        last = d.ask("CHECK EURUSD");
+        last.starts_with("REJECT EURUSD stale_quote")
+    });
+    let silence_us: i64 = last
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("silence_us="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(silence_us > stale_ms as i64 * 1000, "{last}");
+    // It still shows the quote it judged.
+    assert!(last.contains(" bid=") && !last.contains("bid=-"), "{last}");
+    let m = d.metrics();
+    assert!(
+        get(
+            &m,
+            "tickgate_gate_reject_reasons_total{reason=\"stale_quote\"}"
+        ) >= 1
+    );
+}
+
+fn seq_of(answer: &str) -> String {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("seq="))
+        .unwrap_or("?")
+        .to_string()
+}
+
+#[test]
+fn sighup_applies_new_thresholds_and_keeps_the_state() {
+    let _serial = serial();
+    let d = start(9, 46305, 600_000);
+    let mut c = sim(15);
+    c.duration_ns = 1_000_000_000;
+    let truth = send(&d, c, [0.0, 0.0]);
+    wait_processed(&d, &truth);
+    let before = d.ask("CHECK EURUSD");
+    assert!(before.starts_with("OK EURUSD seq="), "{before}");
+    let gbp_before = d.ask("CHECK GBPUSD");
+    assert!(gbp_before.starts_with("OK GBPUSD"), "{gbp_before}");
+
+    // A per-symbol override, added to the running daemon's file.
+    let cfg = d.dir.path().join("tickgate.toml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("\n[feed.symbols.EURUSD]\nstale_ms = 200\n");
+    std::fs::write(&cfg, text).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) },
+        0
+    );
+
+    let mut after = String::new();
+    wait_for("EURUSD to be judged by its new stale_ms", || {
+        after = d.ask("CHECK EURUSD");
+        after.starts_with("REJECT EURUSD stale_quote")
+    });
+    // Same quote, same sequence: nothing was reset.
+    assert_eq!(seq_of(&after), seq_of(&before), "{before} / {after}");
+    // The other symbols keep the feed's threshold.
+    let gbp = d.ask("CHECK GBPUSD");
+    assert!(gbp.starts_with("OK GBPUSD"), "{gbp}");
+    assert_eq!(seq_of(&gbp), seq_of(&gbp_before));
+}
+
+/// The newcomer's command: the demo answers on its socket, prints a status
+/// line per second, runs the fills lane, and stops by itself with 0.
+#[test]
+fn the_demo_runs_and_answers() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["demo", "--seconds", "4", "--port", "46501"])
+        .args(["--metrics", "127.0.0.1:0", "--fills", "127.0.0.1:0"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = dir.path().join("gate.sock");
+    let mut answer = String::new();
+    wait_for("the demo to answer OK for EURUSD", || {
+        answer = UnixStream::connect(&socket)
+            .map(|mut s| {
+                let _ = s.write_all(b"CHECK EURUSD\n");
+                read_line(&mut s)
+            })
+            .unwrap_or_default();
+        answer.starts_with("OK EURUSD")
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!("gate socket: {}", socket.display())),
+        "{out}"
+    );
+    assert!(out.contains("fills lane (SQLite"), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("s  ok=")),
+        "status lines: {out}"
+    );
+    assert!(dir.path().join("fills.db").exists());
+    assert!(!socket.exists(), "socket removed at exit");
+}
