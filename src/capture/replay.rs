@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
-use super::pcap::{CaptureReader, CaptureStats};
+use super::pcap::{CaptureError, CaptureReader, CaptureStats};
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::{answer, SymbolLookup};
 use crate::wire::{Packet, PacketKind, SessionId, Side, Symbol};
@@ -263,13 +263,21 @@ pub struct LoadedCapture {
 impl LoadedCapture {
     /// Reads `path`, keeping datagrams sent to `filter` (all when empty).
     pub fn load(path: &Path, filter: &[SocketAddrV4]) -> anyhow::Result<LoadedCapture> {
-        let mut r =
-            CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let r = CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
+        LoadedCapture::read(r, filter).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// Reads the rest of `r` (a file, or a capture already in memory),
+    /// keeping datagrams sent to `filter` (all when empty).
+    pub fn read<R: Read>(
+        mut r: CaptureReader<R>,
+        filter: &[SocketAddrV4],
+    ) -> Result<LoadedCapture, CaptureError> {
         let mut arena = Vec::new();
         let mut records = Vec::new();
         let mut filtered_out = 0;
         while let Some(d) = r.next_ref() {
-            let d = d.with_context(|| format!("reading {}", path.display()))?;
+            let d = d?;
             if !filter.is_empty() && !filter.contains(&d.dst) {
                 filtered_out += 1;
                 continue;
