@@ -21,7 +21,9 @@ use super::frame::SkipCounts;
 use super::pcap::{CaptureError, CaptureReader, CaptureStats};
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::{answer, SymbolLookup};
-use crate::wire::{Packet, PacketKind, SessionId, Side, Symbol};
+use crate::wire::{
+    PacketKind, SessionId, Side, Symbol, COUNT_END_OF_SESSION, COUNT_HEARTBEAT, HEADER_LEN,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {
@@ -166,11 +168,15 @@ impl Replay {
             self.unmatched += 1;
             return;
         }
-        if let Ok(p) = Packet::parse(payload) {
-            note_session(&mut f.sessions, &p, ts);
+        // The feed validates the whole datagram; the session notes need
+        // only the header of one it found valid (not a second validation).
+        match f.feed.on_datagram(li, payload, ts) {
+            DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
+            DatagramOutcome::StaleSession => f.stale_session_packets += 1,
+            _ => {}
         }
-        if f.feed.on_datagram(li, payload, ts) == DatagramOutcome::StaleSession {
-            f.stale_session_packets += 1;
+        if let Some(h) = Header::read(payload) {
+            note_session(&mut f.sessions, &h, ts);
         }
     }
 
@@ -188,7 +194,34 @@ impl Replay {
 /// Sessions described per feed; packets of further ones are still replayed.
 const MAX_SESSIONS_SHOWN: usize = 1000;
 
-fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
+/// The header of a datagram (wire.md "Packet": session id, channel
+/// sequence, count, big-endian), read without validating the blocks.
+struct Header {
+    session: SessionId,
+    sequence: u64,
+    count: u16,
+}
+
+impl Header {
+    fn read(d: &[u8]) -> Option<Header> {
+        let h: &[u8; HEADER_LEN] = d.get(..HEADER_LEN)?.try_into().ok()?;
+        Some(Header {
+            session: SessionId(h[0..10].try_into().expect("10 bytes")),
+            sequence: u64::from_be_bytes(h[10..18].try_into().expect("8 bytes")),
+            count: u16::from_be_bytes([h[18], h[19]]),
+        })
+    }
+
+    fn kind(&self) -> PacketKind {
+        match self.count {
+            COUNT_HEARTBEAT => PacketKind::Heartbeat,
+            COUNT_END_OF_SESSION => PacketKind::EndOfSession,
+            _ => PacketKind::Data,
+        }
+    }
+}
+
+fn note_session(sessions: &mut Vec<SessionInfo>, p: &Header, ts: i64) {
     // newest first: a new session's packets are the common case
     let i = match sessions.iter().rposition(|s| s.id == p.session) {
         Some(i) => i,
@@ -802,6 +835,30 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_reads_what_the_full_parse_reads() {
+        use crate::wire::{Packet, PacketBuilder, Quote};
+        let sid = SessionId::parse("20261130S1").unwrap();
+        let sym = Symbol::parse("EURUSD").unwrap();
+        let mut b = PacketBuilder::new();
+        b.start(sid, 41)
+            .quote(&Quote::new(sym, 7, 1, None, None))
+            .quote(&Quote::new(sym, 8, 2, None, None));
+        let data = b.bytes().to_vec();
+        let hb = PacketBuilder::channel_heartbeat(sid, 43);
+        let eos = PacketBuilder::end_of_session(sid, 43);
+        for d in [&data[..], &hb[..], &eos[..]] {
+            let p = Packet::parse(d).unwrap();
+            let h = Header::read(d).unwrap();
+            assert_eq!(
+                (h.session, h.sequence, h.count, h.kind()),
+                (p.session, p.sequence, p.count, p.kind())
+            );
+        }
+        assert_eq!(Header::read(&data).unwrap().count, 2);
+        assert!(Header::read(&hb[..HEADER_LEN - 1]).is_none());
+    }
 
     #[test]
     fn check_lines_need_a_timestamp() {
