@@ -4,7 +4,7 @@
 //! `cargo bench --bench replay`
 //!
 //! Untimed: the seeded `Simulator` (1,000 symbols, full feed, lines A and B,
-//! 16 quotes a packet, heartbeat and snapshot rounds, 0.1 % loss per line)
+//! 16 quotes a packet, heartbeat and snapshot rounds, 0.3 % loss per line)
 //! writes a nanosecond pcap into a `Vec<u8>`. Timed, in phases:
 //!
 //! - load: `LoadedCapture::read` over the in-memory pcap (record headers,
