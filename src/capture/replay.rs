@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
@@ -18,10 +18,12 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
-use super::pcap::{CaptureReader, CaptureStats};
+use super::pcap::{CaptureError, CaptureReader, CaptureStats};
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::{answer, SymbolLookup};
-use crate::wire::{Packet, PacketKind, SessionId, Side, Symbol};
+use crate::wire::{
+    PacketKind, SessionId, Side, Symbol, COUNT_END_OF_SESSION, COUNT_HEARTBEAT, HEADER_LEN,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {
@@ -182,11 +184,15 @@ impl Replay {
             self.unmatched += 1;
             return;
         }
-        if let Ok(p) = Packet::parse(payload) {
-            note_session(&mut f.sessions, &p, ts);
+        // The feed validates the whole datagram; the session notes need
+        // only the header of one it found valid (not a second validation).
+        match f.feed.on_datagram(li, payload, ts) {
+            DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
+            DatagramOutcome::StaleSession => f.stale_session_packets += 1,
+            _ => {}
         }
-        if f.feed.on_datagram(li, payload, ts) == DatagramOutcome::StaleSession {
-            f.stale_session_packets += 1;
+        if let Some(h) = Header::read(payload) {
+            note_session(&mut f.sessions, &h, ts);
         }
     }
 
@@ -204,7 +210,34 @@ impl Replay {
 /// Sessions described per feed; packets of further ones are still replayed.
 const MAX_SESSIONS_SHOWN: usize = 1000;
 
-fn note_session(sessions: &mut Vec<SessionInfo>, p: &Packet<'_>, ts: i64) {
+/// The header of a datagram (wire.md "Packet": session id, channel
+/// sequence, count, big-endian), read without validating the blocks.
+struct Header {
+    session: SessionId,
+    sequence: u64,
+    count: u16,
+}
+
+impl Header {
+    fn read(d: &[u8]) -> Option<Header> {
+        let h: &[u8; HEADER_LEN] = d.get(..HEADER_LEN)?.try_into().ok()?;
+        Some(Header {
+            session: SessionId(h[0..10].try_into().expect("10 bytes")),
+            sequence: u64::from_be_bytes(h[10..18].try_into().expect("8 bytes")),
+            count: u16::from_be_bytes([h[18], h[19]]),
+        })
+    }
+
+    fn kind(&self) -> PacketKind {
+        match self.count {
+            COUNT_HEARTBEAT => PacketKind::Heartbeat,
+            COUNT_END_OF_SESSION => PacketKind::EndOfSession,
+            _ => PacketKind::Data,
+        }
+    }
+}
+
+fn note_session(sessions: &mut Vec<SessionInfo>, p: &Header, ts: i64) {
     // newest first: a new session's packets are the common case
     let i = match sessions.iter().rposition(|s| s.id == p.session) {
         Some(i) => i,
@@ -279,13 +312,21 @@ pub struct LoadedCapture {
 impl LoadedCapture {
     /// Reads `path`, keeping datagrams sent to `filter` (all when empty).
     pub fn load(path: &Path, filter: &[SocketAddrV4]) -> anyhow::Result<LoadedCapture> {
-        let mut r =
-            CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let r = CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
+        LoadedCapture::read(r, filter).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// Reads the rest of `r` (a file, or a capture already in memory),
+    /// keeping datagrams sent to `filter` (all when empty).
+    pub fn read<R: Read>(
+        mut r: CaptureReader<R>,
+        filter: &[SocketAddrV4],
+    ) -> Result<LoadedCapture, CaptureError> {
         let mut arena = Vec::new();
         let mut records = Vec::new();
         let mut filtered_out = 0;
         while let Some(d) = r.next_ref() {
-            let d = d.with_context(|| format!("reading {}", path.display()))?;
+            let d = d?;
             if !filter.is_empty() && !filter.contains(&d.dst) {
                 filtered_out += 1;
                 continue;
@@ -813,6 +854,30 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_reads_what_the_full_parse_reads() {
+        use crate::wire::{Packet, PacketBuilder, Quote};
+        let sid = SessionId::parse("20261130S1").unwrap();
+        let sym = Symbol::parse("EURUSD").unwrap();
+        let mut b = PacketBuilder::new();
+        b.start(sid, 41)
+            .quote(&Quote::new(sym, 7, 1, None, None))
+            .quote(&Quote::new(sym, 8, 2, None, None));
+        let data = b.bytes().to_vec();
+        let hb = PacketBuilder::channel_heartbeat(sid, 43);
+        let eos = PacketBuilder::end_of_session(sid, 43);
+        for d in [&data[..], &hb[..], &eos[..]] {
+            let p = Packet::parse(d).unwrap();
+            let h = Header::read(d).unwrap();
+            assert_eq!(
+                (h.session, h.sequence, h.count, h.kind()),
+                (p.session, p.sequence, p.count, p.kind())
+            );
+        }
+        assert_eq!(Header::read(&data).unwrap().count, 2);
+        assert!(Header::read(&hb[..HEADER_LEN - 1]).is_none());
+    }
 
     #[test]
     fn check_lines_need_a_timestamp() {
