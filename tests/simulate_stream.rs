@@ -271,3 +271,33 @@ fn cli_writes_capture_and_truth() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--batch"));
 }
+
+#[test]
+fn snapshot_rounds_that_fall_due_with_heartbeat_rounds_are_not_skipped() {
+    // Heartbeats every 250 ms and snapshots every 1000 ms fall due together
+    // every second: both rounds must happen.
+    let mut c = cfg(3);
+    c.lines.truncate(1);
+    c.heartbeat_ms = 250;
+    c.snapshot_ms = 1000;
+    let (events, truth) = run(c.clone());
+    let mut snapshot_times = BTreeSet::new();
+    let mut snapshots = 0u64;
+    for (ev, bytes) in &events {
+        let p = Packet::parse(bytes).unwrap();
+        for m in p.messages() {
+            if let Message::Snapshot(_) = m {
+                snapshots += 1;
+                snapshot_times.insert(ev.t_ns / 1_000_000_000);
+            }
+        }
+    }
+    assert_eq!(snapshots, truth.snapshots);
+    let symbols = c.symbols as u64;
+    // A round at the start, then one each second of the 2 s run.
+    assert!(
+        snapshots >= 3 * symbols,
+        "{snapshots} snapshots for {symbols} symbols"
+    );
+    assert!(snapshot_times.len() >= 3, "{snapshot_times:?}");
+}

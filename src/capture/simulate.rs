@@ -340,6 +340,9 @@ pub struct Simulator {
     next_data_t: i64,
     next_hb_t: i64,
     next_snap_t: i64,
+    /// A snapshot round fell due while another round was running: it
+    /// starts when that round ends (never silently skipped).
+    snapshot_pending: bool,
     round: Round,
     round_t: i64,
     session_change_t: Option<i64>,
@@ -417,6 +420,7 @@ impl Simulator {
             next_data_t: start,
             next_hb_t: interval_after(start, cfg.heartbeat_ms),
             next_snap_t: interval_after(start, cfg.snapshot_ms),
+            snapshot_pending: false,
             round: if snapshots_at_start {
                 Round::Snapshots(0, true)
             } else {
@@ -659,18 +663,24 @@ impl Simulator {
                 self.round_packet();
                 return;
             }
-            if t_hb == earliest {
-                self.next_hb_t = earliest + self.cfg.heartbeat_ms as i64 * 1_000_000;
-                if self.round == Round::None {
-                    self.round = Round::Heartbeats(0);
-                    self.round_t = earliest;
-                }
-                continue;
-            }
+            // Snapshots before heartbeats when both fall due together; a
+            // heartbeat round due during another round is skipped (the
+            // running round refreshes every symbol anyway), a snapshot
+            // round is postponed until the running one ends.
             if t_snap == earliest {
                 self.next_snap_t = earliest + self.cfg.snapshot_ms as i64 * 1_000_000;
                 if self.round == Round::None {
                     self.round = Round::Snapshots(0, false);
+                    self.round_t = earliest;
+                } else {
+                    self.snapshot_pending = true;
+                }
+                continue;
+            }
+            if t_hb == earliest {
+                self.next_hb_t = earliest + self.cfg.heartbeat_ms as i64 * 1_000_000;
+                if self.round == Round::None {
+                    self.round = Round::Heartbeats(0);
                     self.round_t = earliest;
                 }
                 continue;
@@ -818,6 +828,10 @@ impl Simulator {
                 };
             }
             Round::None => unreachable!("round_packet without a round"),
+        }
+        if self.round == Round::None && self.snapshot_pending {
+            self.snapshot_pending = false;
+            self.round = Round::Snapshots(0, false);
         }
         self.finish_data_packet(t);
     }
