@@ -280,6 +280,9 @@ fn snapshot_rounds_that_fall_due_with_heartbeat_rounds_are_not_skipped() {
     c.lines.truncate(1);
     c.heartbeat_ms = 250;
     c.snapshot_ms = 1000;
+    // Enough symbols that a heartbeat round spans several packets.
+    c.symbols = 1000;
+    c.rate = 100_000;
     let (events, truth) = run(c.clone());
     let mut snapshot_times = BTreeSet::new();
     let mut snapshots = 0u64;
