@@ -104,6 +104,14 @@ fn wait_for(stats: &[LineStats], pred: impl Fn(&[u64]) -> bool) -> bool {
     }
 }
 
+/// Default options, plus the senders' addresses (the tests check them).
+fn rx_opts() -> ReceiverOptions {
+    ReceiverOptions {
+        source_addresses: true,
+        ..ReceiverOptions::default()
+    }
+}
+
 fn sender(source: Option<SocketAddrV4>) -> McastSender {
     let mut o = SenderOptions::new(LO);
     o.source = source;
@@ -114,13 +122,8 @@ fn sender(source: Option<SocketAddrV4>) -> McastSender {
 fn sender_to_receiver_delivers_every_datagram_in_order() {
     const N: u64 = 2000;
     let g = group(1, 47101);
-    let feed = FeedThread::spawn(
-        "t1",
-        &[line("A", g, None)],
-        ReceiverOptions::default(),
-        Collect::default(),
-    )
-    .unwrap();
+    let feed =
+        FeedThread::spawn("t1", &[line("A", g, None)], rx_opts(), Collect::default()).unwrap();
     let stats = feed.stats();
     let mut tx = sender(None);
     let before = realtime_ns();
@@ -172,8 +175,12 @@ fn two_lines_in_one_thread_keep_their_indices() {
     let feed = FeedThread::spawn(
         "t2",
         &[line("A", ga, None), line("B", gb, None)],
+        // The feed thread's own settings: no source addresses, and one
+        // clock read per batch instead of kernel timestamps.
         ReceiverOptions {
             batch: 16,
+            kernel_timestamps: false,
+            source_addresses: false,
             ..ReceiverOptions::default()
         },
         Collect::default(),
@@ -181,6 +188,7 @@ fn two_lines_in_one_thread_keep_their_indices() {
     .unwrap();
     let stats = feed.stats();
     let mut tx = sender(None);
+    let before = realtime_ns();
     // A carries tag 1, B tag 2, interleaved like an A/B pair.
     let items = (1..=N).flat_map(|s| [(0i64, ga, packet(s, 1)), (0i64, gb, packet(s, 2))]);
     send_paced(
@@ -192,7 +200,17 @@ fn two_lines_in_one_thread_keep_their_indices() {
     )
     .unwrap();
     assert!(wait_for(&stats, |c| c[0] >= N && c[1] >= N));
+    let after = realtime_ns();
+    assert!(stats.iter().all(|s| s.snapshot().no_timestamp == N));
     let c = feed.stop().unwrap();
+    assert!(c
+        .got
+        .iter()
+        .all(|g| g.source == SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+    assert!(c
+        .got
+        .iter()
+        .all(|g| g.arrival >= before && g.arrival <= after));
     for line in 0..2 {
         let on_line: Vec<&Got> = c.got.iter().filter(|g| g.line == line).collect();
         assert_eq!(on_line.len(), N as usize);
@@ -209,11 +227,7 @@ fn two_lines_in_one_thread_keep_their_indices() {
 fn lines_read_together_are_delivered_in_arrival_order() {
     const N: u64 = 20;
     let (ga, gb) = (group(8, 47109), group(9, 47110));
-    let mut rx = Receiver::open(
-        &[line("A", ga, None), line("B", gb, None)],
-        ReceiverOptions::default(),
-    )
-    .unwrap();
+    let mut rx = Receiver::open(&[line("A", ga, None), line("B", gb, None)], rx_opts()).unwrap();
     let mut tx = sender(None);
     // A1 B1 A2 B2 ... all queued before the receiver reads: one round
     // reads both lines (2N < batch) and must interleave them again.
@@ -261,7 +275,7 @@ fn source_specific_join_filters_by_sender() {
     let feed = FeedThread::spawn(
         "t3",
         &[line("ssm", g, Some(src_ok)), line("any", g_any, None)],
-        ReceiverOptions::default(),
+        rx_opts(),
         Collect::default(),
     )
     .unwrap();
