@@ -9,6 +9,8 @@
 //!   --rcvbuf 4194304            SO_RCVBUF per line (bytes)
 //!   --busy-poll                 spin instead of epoll
 //!   --batch 64                  recvmmsg batch
+//!   --fifo PRIO                 receiver and sender threads SCHED_FIFO
+//!                               (run sockperf under `chrt -f PRIO` to match)
 //!   --no-feed                   only `Packet::parse`, no Feed
 //!   --no-kernel-ts              arrival from one clock read per batch
 //!   --mem                       only the memory measurement
@@ -28,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::feed::receiver::{
-    realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, LineStatsSnapshot,
-    ReceiverOptions,
+    realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
+    LineStatsSnapshot, ReceiverOptions,
 };
 use tickgate::feed::settings::FeedSettings;
 use tickgate::feed::table::{table, TableWriter};
@@ -53,6 +55,7 @@ struct Opts {
     kernel_ts: bool,
     mem: bool,
     sockperf_port: Option<u16>,
+    fifo: Option<i32>,
 }
 
 fn parse_opts() -> Opts {
@@ -68,6 +71,7 @@ fn parse_opts() -> Opts {
         kernel_ts: true,
         mem: false,
         sockperf_port: None,
+        fifo: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -92,6 +96,7 @@ fn parse_opts() -> Opts {
             "--busy-poll" => o.busy_poll = true,
             "--no-feed" => o.feed = false,
             "--no-kernel-ts" => o.kernel_ts = false,
+            "--fifo" => o.fifo = Some(val(&mut i).parse().expect("priority")),
             "--mem" => o.mem = true,
             "--sockperf-udp-drops" => o.sockperf_port = Some(val(&mut i).parse().expect("port")),
             "--bench" => {}
@@ -352,6 +357,7 @@ impl Bench {
                 busy_poll: o.busy_poll,
                 cpu: o.rx_cpu,
                 kernel_timestamps: o.kernel_ts,
+                fifo_priority: o.fifo,
                 ..ReceiverOptions::default()
             },
             sink,
@@ -376,10 +382,13 @@ impl Bench {
         let cpu0 = self.cpu.load(Ordering::Relaxed);
         let (rb0, ie0) = snmp_udp();
         let first = self.next_n;
-        let tx_cpu = o.tx_cpu;
+        let (tx_cpu, fifo) = (o.tx_cpu, o.fifo);
         let sent = std::thread::scope(|s| {
             s.spawn(|| {
                 pin(tx_cpu);
+                if let Some(p) = fifo {
+                    set_fifo_priority(p).expect("SCHED_FIFO for the sender");
+                }
                 let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
                 let ts = realtime_ns();
                 let items = (first..first + n).map(|i| (0i64, GROUP, gen.packet(i, ts)));
@@ -508,7 +517,7 @@ fn main() {
     }
     let gen = Gen::new();
     println!(
-        "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, {} timestamps, rx cpu {:?}, tx cpu {:?}",
+        "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, {} timestamps, rx cpu {:?}, tx cpu {:?}, SCHED_FIFO {:?}",
         LEN,
         o.secs,
         o.batch,
@@ -517,7 +526,8 @@ fn main() {
         if o.feed { "Feed (decode + state update + table publish)" } else { "Packet::parse only" },
         if o.kernel_ts { "kernel" } else { "per-batch clock" },
         o.rx_cpu,
-        o.tx_cpu
+        o.tx_cpu,
+        o.fifo
     );
     println!(
         "| target/s | sent | achieved/s | received | lost (seq) | SO_RXQ_OVFL | RcvbufErrors | InErrors | rx CPU ns/datagram | datagrams/recvmmsg |"

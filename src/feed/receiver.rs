@@ -42,7 +42,7 @@ impl InterfaceSpec {
             InterfaceSpec::Addr(a) => Ok(*a),
             InterfaceSpec::Name(name) => interface_ipv4(name)
                 .with_context(|| format!("looking up interface {name:?}"))?
-                .with_context(|| format!("interface {name:?} has no IPv4 address")),
+                .with_context(|| format!("no interface {name:?} with an IPv4 address")),
         }
     }
 }
@@ -143,6 +143,11 @@ pub struct ReceiverOptions {
     pub busy_poll: bool,
     /// Pin the feed thread to this CPU (sched_setaffinity).
     pub cpu: Option<usize>,
+    /// Run the feed thread SCHED_FIFO at this priority (1-99), so that
+    /// other work on its CPU cannot delay reading until the socket buffer
+    /// overflows. Needs CAP_SYS_NICE; with `busy_poll` it owns the CPU
+    /// (the kernel's RT throttling still leaves others 5%).
+    pub fifo_priority: Option<i32>,
     /// Longest sleep before the stop flag is checked again.
     pub poll_timeout: Duration,
     /// Arrival time from the kernel (SO_TIMESTAMPNS, per datagram: when
@@ -163,6 +168,7 @@ impl Default for ReceiverOptions {
             max_datagram: 9216,
             busy_poll: false,
             cpu: None,
+            fifo_priority: None,
             poll_timeout: Duration::from_millis(100),
             kernel_timestamps: true,
             source_addresses: false,
@@ -368,7 +374,20 @@ fn set_rcvbuf(sock: &Socket, want: usize, line: &str) -> anyhow::Result<usize> {
     Ok(granted)
 }
 
-fn pin_current_thread(cpu: usize) -> io::Result<()> {
+/// SCHED_FIFO at `priority` for the calling thread.
+pub fn set_fifo_priority(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: plain syscall on the calling thread with a valid param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks the index.
     unsafe {
         let mut set: libc::cpu_set_t = mem::zeroed();
@@ -837,7 +856,7 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         opts: ReceiverOptions,
         mut handler: H,
     ) -> anyhow::Result<FeedThread<H>> {
-        let cpu = opts.cpu;
+        let (cpu, fifo) = (opts.cpu, opts.fifo_priority);
         let mut rx =
             Receiver::open(lines, opts).with_context(|| format!("feed {name}: opening lines"))?;
         let stats = rx.stats();
@@ -850,6 +869,11 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
                 if let Some(cpu) = cpu {
                     if let Err(e) = pin_current_thread(cpu) {
                         tracing::warn!(feed = fname.as_str(), cpu, error = %e, "could not pin the feed thread");
+                    }
+                }
+                if let Some(p) = fifo {
+                    if let Err(e) = set_fifo_priority(p) {
+                        tracing::warn!(feed = fname.as_str(), priority = p, error = %e, "could not make the feed thread SCHED_FIFO");
                     }
                 }
                 tracing::info!(feed = fname.as_str(), lines = rx.lines().len(), "feed receiver started");
