@@ -9,11 +9,16 @@
 //!   --rcvbuf 4194304            SO_RCVBUF per line (bytes)
 //!   --busy-poll                 spin instead of epoll
 //!   --batch 64                  recvmmsg batch
+//!   --max-datagram 1536         receive buffer per datagram
 //!   --fifo PRIO                 receiver and sender threads SCHED_FIFO
 //!                               (run sockperf under `chrt -f PRIO` to match)
 //!   --no-feed                   only `Packet::parse`, no Feed
 //!   --no-kernel-ts              arrival from one clock read per batch
 //!   --mem                       only the memory measurement
+//!   --serve                     receive on the bench group until SIGTERM
+//!                               (after the warm-up), then print counts
+//!   --send N --first K          send datagrams K..K+N-1 at the first rate
+//!   --port P                    the bench group's port (default 47900)
 //!   --sockperf-udp-drops PORT   print the kernel's drop count of the
 //!                               socket bound to PORT (for sockperf runs)
 //!
@@ -51,11 +56,17 @@ struct Opts {
     rcvbuf: usize,
     busy_poll: bool,
     batch: usize,
+    max_datagram: usize,
     feed: bool,
     kernel_ts: bool,
     mem: bool,
     sockperf_port: Option<u16>,
     fifo: Option<i32>,
+    serve: bool,
+    /// `--send N --first K`: send datagrams K..K+N at `--rates` (first).
+    send: Option<u64>,
+    first: u64,
+    port: u16,
 }
 
 fn parse_opts() -> Opts {
@@ -67,11 +78,16 @@ fn parse_opts() -> Opts {
         rcvbuf: 4 << 20,
         busy_poll: false,
         batch: 64,
+        max_datagram: ReceiverOptions::default().max_datagram,
         feed: true,
         kernel_ts: true,
         mem: false,
         sockperf_port: None,
         fifo: None,
+        serve: false,
+        send: None,
+        first: 1,
+        port: GROUP.port(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -93,9 +109,14 @@ fn parse_opts() -> Opts {
             "--no-pin" => (o.rx_cpu, o.tx_cpu) = (None, None),
             "--rcvbuf" => o.rcvbuf = val(&mut i).parse().expect("rcvbuf"),
             "--batch" => o.batch = val(&mut i).parse().expect("batch"),
+            "--max-datagram" => o.max_datagram = val(&mut i).parse().expect("bytes"),
             "--busy-poll" => o.busy_poll = true,
             "--no-feed" => o.feed = false,
             "--no-kernel-ts" => o.kernel_ts = false,
+            "--serve" => o.serve = true,
+            "--send" => o.send = Some(val(&mut i).parse().expect("count")),
+            "--first" => o.first = val(&mut i).parse().expect("first"),
+            "--port" => o.port = val(&mut i).parse().expect("port"),
             "--fifo" => o.fifo = Some(val(&mut i).parse().expect("priority")),
             "--mem" => o.mem = true,
             "--sockperf-udp-drops" => o.sockperf_port = Some(val(&mut i).parse().expect("port")),
@@ -304,10 +325,10 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
-fn line(rcvbuf: usize) -> LineSpec {
+fn line(group: SocketAddrV4, rcvbuf: usize) -> LineSpec {
     LineSpec {
         rcvbuf: Some(rcvbuf),
-        ..LineSpec::new("A", GROUP, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST))
+        ..LineSpec::new("A", group, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST))
     }
 }
 
@@ -331,6 +352,7 @@ struct Step {
 /// continue one channel sequence, and the 100,000 symbols are populated
 /// before the first step (warm-up), so every step measures steady state.
 struct Bench {
+    group: SocketAddrV4,
     rx: FeedThread<Sink>,
     gaps: Arc<AtomicU64>,
     cpu: Arc<AtomicU64>,
@@ -338,7 +360,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn start(o: &Opts, gen: &Gen) -> Bench {
+    fn start(o: &Opts, gen: &Gen, group: SocketAddrV4) -> Bench {
         let gaps = Arc::new(AtomicU64::new(0));
         let cpu = Arc::new(AtomicU64::new(0));
         let sink = Sink {
@@ -351,9 +373,10 @@ impl Bench {
         };
         let rx = FeedThread::spawn(
             "bench",
-            &[line(o.rcvbuf)],
+            &[line(group, o.rcvbuf)],
             ReceiverOptions {
                 batch: o.batch,
+                max_datagram: o.max_datagram,
                 busy_poll: o.busy_poll,
                 cpu: o.rx_cpu,
                 kernel_timestamps: o.kernel_ts,
@@ -364,6 +387,7 @@ impl Bench {
         )
         .expect("receiver");
         let mut b = Bench {
+            group,
             rx,
             gaps,
             cpu,
@@ -382,7 +406,7 @@ impl Bench {
         let cpu0 = self.cpu.load(Ordering::Relaxed);
         let (rb0, ie0) = snmp_udp();
         let first = self.next_n;
-        let (tx_cpu, fifo) = (o.tx_cpu, o.fifo);
+        let (tx_cpu, fifo, group) = (o.tx_cpu, o.fifo, self.group);
         let sent = std::thread::scope(|s| {
             s.spawn(|| {
                 pin(tx_cpu);
@@ -391,7 +415,7 @@ impl Bench {
                 }
                 let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
                 let ts = realtime_ns();
-                let items = (first..first + n).map(|i| (0i64, GROUP, gen.packet(i, ts)));
+                let items = (first..first + n).map(|i| (0i64, group, gen.packet(i, ts)));
                 send_paced(
                     &mut tx,
                     items,
@@ -466,7 +490,7 @@ fn memory(o: &Opts) {
         seq_gaps: Arc::new(AtomicU64::new(0)),
         cpu_ns: Arc::new(AtomicU64::new(0)),
     };
-    let l = line(o.rcvbuf);
+    let l = line(GROUP, o.rcvbuf);
     let rx = FeedThread::spawn("mem", &[l], ReceiverOptions::default(), sink).unwrap();
     let stats = rx.stats();
     let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
@@ -516,6 +540,48 @@ fn main() {
         return;
     }
     let gen = Gen::new();
+    let group = SocketAddrV4::new(*GROUP.ip(), o.port);
+    if let Some(n) = o.send {
+        pin(o.tx_cpu);
+        if let Some(p) = o.fifo {
+            set_fifo_priority(p).expect("SCHED_FIFO");
+        }
+        let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+        let ts = realtime_ns();
+        let items = (o.first..o.first + n).map(|i| (0i64, group, gen.packet(i, ts)));
+        let rate = o.rates[0] as f64;
+        let st = send_paced(
+            &mut tx,
+            items,
+            Pace::Rate { per_sec: rate },
+            &AtomicBool::new(false),
+            None,
+        )
+        .unwrap();
+        println!("sent {}", st.datagrams);
+        return;
+    }
+    if o.serve {
+        // The receiver as its own process, so that a script can stop it
+        // (SIGSTOP), fill its socket and time the drain exactly like
+        // sockperf's server.
+        let stop = tickgate::capture::live::stop_on_signals();
+        let bench = Bench::start(&o, &gen, group);
+        println!("ready {} next {}", std::process::id(), bench.next_n);
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let st = bench.rx.stats()[0].snapshot();
+        println!(
+            "received {} kernel drops {} seq gaps {} batches {}",
+            st.datagrams,
+            st.kernel_drops,
+            bench.gaps.load(Ordering::Relaxed),
+            st.batches
+        );
+        bench.stop();
+        return;
+    }
     println!(
         "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, {} timestamps, rx cpu {:?}, tx cpu {:?}, SCHED_FIFO {:?}",
         LEN,
@@ -533,7 +599,7 @@ fn main() {
         "| target/s | sent | achieved/s | received | lost (seq) | SO_RXQ_OVFL | RcvbufErrors | InErrors | rx CPU ns/datagram | datagrams/recvmmsg |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut bench = Bench::start(&o, &gen);
+    let mut bench = Bench::start(&o, &gen, group);
     for &rate in &o.rates {
         let s = bench.step(&o, &gen, rate, (rate as f64 * o.secs) as u64);
         println!(

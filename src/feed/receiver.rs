@@ -137,7 +137,9 @@ pub struct ReceiverOptions {
     /// Datagrams per `recvmmsg` call.
     pub batch: usize,
     /// Largest datagram accepted; a longer one is counted as truncated and
-    /// dropped (it would be invalid anyway). 9216 covers jumbo frames.
+    /// dropped (it would be invalid anyway). The default fits a 1500-byte
+    /// MTU; raise it for jumbo frames (the buffers grow with it, and so
+    /// does the cache footprint of a batch).
     pub max_datagram: usize,
     /// Spin on non-blocking reads instead of sleeping in epoll.
     pub busy_poll: bool,
@@ -165,7 +167,7 @@ impl Default for ReceiverOptions {
     fn default() -> Self {
         ReceiverOptions {
             batch: 64,
-            max_datagram: 9216,
+            max_datagram: 1536,
             busy_poll: false,
             cpu: None,
             fifo_priority: None,
@@ -406,6 +408,15 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
 /// headroom; in u64 words so the buffer is aligned for cmsghdr.
 const CMSG_WORDS: usize = 16;
 
+/// Bytes between two receive buffers: `max` rounded up to a cache line,
+/// plus one line, so that the buffers' first lines (the only ones a small
+/// datagram touches) do not all fall into the same cache sets, as they
+/// would with a power-of-two stride.
+#[inline]
+fn slot_stride(max: usize) -> usize {
+    max.div_ceil(64) * 64 + 64
+}
+
 /// Arrival time marking a slot that is not to be delivered (truncated).
 const SKIP: i64 = i64::MIN;
 
@@ -481,7 +492,7 @@ impl Receiver {
             stats: (0..k).map(|_| LineStats::default()).collect(),
             sockets,
             epoll,
-            bufs: vec![0u8; slots * opts.max_datagram],
+            bufs: vec![0u8; slots * slot_stride(opts.max_datagram)],
             iovecs: Vec::with_capacity(slots),
             // SAFETY: sockaddr_in is plain data; all-zero is valid.
             names: vec![unsafe { mem::zeroed() }; slots],
@@ -503,14 +514,14 @@ impl Receiver {
     /// Points every mmsghdr at its buffer, name and control space. The
     /// arrays never grow afterwards, so the pointers stay valid.
     fn wire_headers(&mut self) {
-        let m = self.opts.max_datagram;
+        let stride = slot_stride(self.opts.max_datagram);
         let slots = self.arrivals.len();
         let base = self.bufs.as_mut_ptr();
         for i in 0..slots {
             self.iovecs.push(libc::iovec {
-                // SAFETY: i * m is within `bufs` (slots * m bytes).
-                iov_base: unsafe { base.add(i * m) } as *mut libc::c_void,
-                iov_len: m,
+                // SAFETY: i * stride is within `bufs` (slots * stride bytes).
+                iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
+                iov_len: self.opts.max_datagram,
             });
         }
         for i in 0..slots {
@@ -622,14 +633,14 @@ impl Receiver {
         if arrival == SKIP {
             return;
         }
-        let m = self.opts.max_datagram;
+        let start = slot * slot_stride(self.opts.max_datagram);
         let len = self.hdrs[slot].msg_len as usize;
         let sin = &self.names[slot];
         let src = SocketAddrV4::new(
             Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
             u16::from_be(sin.sin_port),
         );
-        handler.on_datagram_from(line, src, &self.bufs[slot * m..slot * m + len], arrival);
+        handler.on_datagram_from(line, src, &self.bufs[start..start + len], arrival);
     }
 
     /// Delivers what `lines` hold, merged by arrival time (so between A and
