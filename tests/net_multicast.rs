@@ -572,3 +572,45 @@ fn record_of_a_replay_sent_to_multicast_replays_the_same() {
     );
     assert!(a["channel_lost"].as_u64().unwrap() > 0 || t["packets_lost_all_lines"] == 0);
 }
+
+#[test]
+fn every_datagram_is_offered_for_prefetch_before_delivery() {
+    #[derive(Default)]
+    struct Events(Vec<(char, u64)>);
+    impl DatagramHandler for Events {
+        fn on_datagram(&mut self, _line: usize, d: &[u8], _arrival: i64) {
+            self.0.push(('D', Packet::parse(d).unwrap().sequence));
+        }
+        fn prefetch(&mut self, d: &[u8]) {
+            self.0.push(('P', Packet::parse(d).unwrap().sequence));
+        }
+    }
+    const N: u64 = 20;
+    let g = group(10, 47111);
+    let mut rx = Receiver::open(&[line("A", g, None)], rx_opts()).unwrap();
+    let mut tx = sender(None);
+    let items = (1..=N).map(|s| (0i64, g, packet(s, 1)));
+    send_paced(
+        &mut tx,
+        items,
+        Pace::MaxSpeed,
+        &AtomicBool::new(false),
+        None,
+    )
+    .unwrap();
+    let mut ev = Events::default();
+    let start = Instant::now();
+    while ev.0.iter().filter(|e| e.0 == 'D').count() < N as usize && start.elapsed() < WAIT {
+        rx.poll(Duration::from_millis(100), &mut ev).unwrap();
+    }
+    let delivered: Vec<u64> = ev.0.iter().filter(|e| e.0 == 'D').map(|e| e.1).collect();
+    assert_eq!(delivered, (1..=N).collect::<Vec<_>>());
+    for s in 1..=N {
+        let p =
+            ev.0.iter()
+                .position(|&e| e == ('P', s))
+                .expect("prefetched");
+        let d = ev.0.iter().position(|&e| e == ('D', s)).unwrap();
+        assert!(p < d, "datagram {s}: prefetch at {p}, delivery at {d}");
+    }
+}
