@@ -117,8 +117,15 @@ pub struct LineSpec {
     pub rcvbuf: Option<usize>,
 }
 
+/// Receive buffer `LineSpec::new` asks for. A small datagram takes ~1.2 KB
+/// of socket buffer on loopback (the kernel counts the whole skb), so the
+/// usual 208 KB default holds under 200 datagrams: a few hundred
+/// microseconds of a busy feed.
+pub const DEFAULT_RCVBUF: usize = 8 << 20;
+
 impl LineSpec {
-    /// `name` on `group:port` via `interface`, any source, default buffer.
+    /// `name` on `group:port` via `interface`, any source,
+    /// [`DEFAULT_RCVBUF`].
     pub fn new(name: &str, group: SocketAddrV4, interface: InterfaceSpec) -> LineSpec {
         LineSpec {
             name: name.to_owned(),
@@ -126,7 +133,7 @@ impl LineSpec {
             port: group.port(),
             interface,
             source: None,
-            rcvbuf: None,
+            rcvbuf: Some(DEFAULT_RCVBUF),
         }
     }
 }
@@ -189,6 +196,8 @@ pub struct LineStats {
     /// reports it only on the datagrams that follow a drop).
     kernel_drops: AtomicU64,
     truncated: AtomicU64,
+    /// recvmmsg failures other than "nothing waiting".
+    errors: AtomicU64,
     /// Datagrams delivered without a kernel timestamp (arrival taken from
     /// the clock once per batch instead).
     no_timestamp: AtomicU64,
@@ -202,6 +211,7 @@ pub struct LineStatsSnapshot {
     pub batches: u64,
     pub kernel_drops: u64,
     pub truncated: u64,
+    pub errors: u64,
     pub no_timestamp: u64,
 }
 
@@ -213,6 +223,7 @@ impl LineStats {
             batches: self.batches.load(Ordering::Relaxed),
             kernel_drops: self.kernel_drops.load(Ordering::Relaxed),
             truncated: self.truncated.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
             no_timestamp: self.no_timestamp.load(Ordering::Relaxed),
         }
     }
@@ -590,7 +601,13 @@ impl Receiver {
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
+                _ => {
+                    LineStats::add(&self.stats[line].errors, 1);
+                    Err(io::Error::new(
+                        e.kind(),
+                        format!("line {}: recvmmsg: {e}", self.lines[line].name),
+                    ))
+                }
             };
         }
         let got = got as usize;
@@ -816,17 +833,31 @@ impl Receiver {
     }
 
     /// Runs until `stop` is set: the body of a feed thread.
-    pub fn run<H: DatagramHandler + ?Sized>(
-        &mut self,
-        stop: &AtomicBool,
-        handler: &mut H,
-    ) -> io::Result<()> {
+    /// A receive error does not end the thread (a feed handler that stops
+    /// reading is worse than one that logs): it is counted per line, logged
+    /// at most once a second, and reading resumes after 10 ms.
+    pub fn run<H: DatagramHandler + ?Sized>(&mut self, stop: &AtomicBool, handler: &mut H) {
+        let mut last_log = i64::MIN;
+        let mut on_error = |e: io::Error| {
+            let now = realtime_ns();
+            if now - last_log >= 1_000_000_000 {
+                last_log = now;
+                tracing::error!(error = %e, "receiving from the feed's lines failed; retrying");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         if self.opts.busy_poll {
             let mut last_poll = realtime_ns();
             let period = self.opts.poll_timeout.as_nanos() as i64;
             let mut idle_spins = 0u32;
             while !stop.load(Ordering::Relaxed) {
-                let got = self.poll_nonblocking(handler)?;
+                let got = match self.poll_nonblocking(handler) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        on_error(e);
+                        0
+                    }
+                };
                 if got > 0 {
                     idle_spins = 0;
                     last_poll = realtime_ns();
@@ -846,10 +877,11 @@ impl Receiver {
             }
         } else {
             while !stop.load(Ordering::Relaxed) {
-                self.poll(self.opts.poll_timeout, handler)?;
+                if let Err(e) = self.poll(self.opts.poll_timeout, handler) {
+                    on_error(e);
+                }
             }
         }
-        Ok(())
     }
 }
 
@@ -884,7 +916,7 @@ pub struct FeedThread<H> {
     stop: Arc<AtomicBool>,
     stats: Arc<[LineStats]>,
     lines: Vec<LineSpec>,
-    thread: Option<JoinHandle<anyhow::Result<H>>>,
+    thread: Option<JoinHandle<H>>,
 }
 
 impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
@@ -906,7 +938,7 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         let fname = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("feed-{name}"))
-            .spawn(move || -> anyhow::Result<H> {
+            .spawn(move || -> H {
                 if let Some(cpu) = cpu {
                     if let Err(e) = pin_current_thread(cpu) {
                         tracing::warn!(feed = fname.as_str(), cpu, error = %e, "could not pin the feed thread");
@@ -918,9 +950,8 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
                     }
                 }
                 tracing::info!(feed = fname.as_str(), lines = rx.lines().len(), "feed receiver started");
-                rx.run(&stop2, &mut handler)
-                    .with_context(|| format!("feed {fname}: receiving"))?;
-                Ok(handler)
+                rx.run(&stop2, &mut handler);
+                handler
             })
             .context("spawning the feed thread")?;
         Ok(FeedThread {
@@ -950,7 +981,8 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         self.stop.clone()
     }
 
-    /// True once the thread has ended (stopped or failed).
+    /// True once the thread has ended: after `stop`, or if the handler
+    /// panicked (receive errors do not end it).
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
@@ -961,7 +993,7 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.thread.take().expect("joined once");
         match t.join() {
-            Ok(r) => r,
+            Ok(h) => Ok(h),
             Err(_) => bail!("feed {} thread panicked", self.name),
         }
     }
