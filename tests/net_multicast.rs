@@ -614,3 +614,35 @@ fn every_datagram_is_offered_for_prefetch_before_delivery() {
         assert!(p < d, "datagram {s}: prefetch at {p}, delivery at {d}");
     }
 }
+
+#[test]
+fn busy_poll_pinned_thread_delivers_every_datagram() {
+    const N: u64 = 300;
+    let g = group(11, 47112);
+    let feed = FeedThread::spawn(
+        "t-busy",
+        &[line("A", g, None)],
+        ReceiverOptions {
+            busy_poll: true,
+            cpu: Some(0),
+            ..rx_opts()
+        },
+        Collect::default(),
+    )
+    .unwrap();
+    let stats = feed.stats();
+    let mut tx = sender(None);
+    let items = (1..=N).map(|s| (0i64, g, packet(s, 1)));
+    send_paced(
+        &mut tx,
+        items,
+        Pace::MaxSpeed,
+        &AtomicBool::new(false),
+        None,
+    )
+    .unwrap();
+    assert!(wait_for(&stats, |c| c[0] >= N));
+    let c = feed.stop().unwrap();
+    let seqs: Vec<u64> = c.got.iter().map(|g| g.seq).collect();
+    assert_eq!(seqs, (1..=N).collect::<Vec<_>>());
+}
