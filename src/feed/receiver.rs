@@ -439,37 +439,40 @@ fn slot_stride(max: usize) -> usize {
 /// enough to hide a memory access behind the work on the ones between.
 const PREFETCH_AHEAD: usize = 4;
 
-/// Arrival time marking a slot that is not to be delivered (truncated).
-const SKIP: i64 = i64::MIN;
-
-/// The sockets of one feed and the preallocated `recvmmsg` arrays: one
-/// batch of slots per line, so that what several lines have waiting can be
-/// read first and then delivered merged in arrival order. Not thread-safe
-/// by design: it lives in the feed thread.
+/// The sockets of one feed and the preallocated `recvmmsg` arrays. Each
+/// line has room for two batches: what its last read brought and what is
+/// still held back (see [`Receiver::deliver`]). Not thread-safe by design:
+/// it lives in the feed thread.
 pub struct Receiver {
     lines: Vec<LineSpec>,
     sockets: Vec<Socket>,
     stats: Arc<[LineStats]>,
     epoll: OwnedFd,
     opts: ReceiverOptions,
-    /// Slot `line * batch + i`: buffer, iovec, sender address, control
-    /// data, header, arrival time.
+    /// Slots per line (two batches); slot `line * cap + i`.
+    cap: usize,
+    /// Per slot: buffer, iovec, sender address, control data, header,
+    /// arrival time, and whether it is to be skipped (truncated).
     bufs: Vec<u8>,
     iovecs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_in>,
     cmsgs: Vec<[u64; CMSG_WORDS]>,
     hdrs: Vec<libc::mmsghdr>,
     arrivals: Vec<i64>,
-    /// Datagrams waiting in each line's slots, and the next to deliver.
+    skip: Vec<bool>,
+    /// Per line: undelivered datagrams are slots `head..filled`.
+    head: Vec<usize>,
     filled: Vec<usize>,
-    cursor: Vec<usize>,
+    /// Per line: the last read filled every slot it asked for (so more
+    /// may be waiting in the kernel), and the arrival time of the last
+    /// datagram read.
+    more: Vec<bool>,
+    last_arrival: Vec<i64>,
     events: Vec<libc::epoll_event>,
     /// Lines reported ready by epoll (capacity: one per line).
     ready: Vec<usize>,
     /// Last SO_RXQ_OVFL value per line (the kernel's u32 counter).
     last_ovfl: Vec<Option<u32>>,
-    /// Next line to read first in busy-poll mode (fairness between lines).
-    next_line: usize,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
@@ -508,12 +511,14 @@ impl Receiver {
             }
         }
         let k = lines.len();
-        let slots = k * opts.batch;
+        let cap = 2 * opts.batch;
+        let slots = k * cap;
         let mut r = Receiver {
             lines: lines.to_vec(),
             stats: (0..k).map(|_| LineStats::default()).collect(),
             sockets,
             epoll,
+            cap,
             bufs: vec![0u8; slots * slot_stride(opts.max_datagram)],
             iovecs: Vec::with_capacity(slots),
             // SAFETY: sockaddr_in is plain data; all-zero is valid.
@@ -521,12 +526,14 @@ impl Receiver {
             cmsgs: vec![[0u64; CMSG_WORDS]; slots],
             hdrs: Vec::with_capacity(slots),
             arrivals: vec![0; slots],
+            skip: vec![false; slots],
+            head: vec![0; k],
             filled: vec![0; k],
-            cursor: vec![0; k],
+            more: vec![false; k],
+            last_arrival: vec![i64::MIN; k],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; k],
             ready: Vec::with_capacity(k),
             last_ovfl: vec![None; k],
-            next_line: 0,
             opts,
         };
         r.wire_headers();
@@ -581,23 +588,52 @@ impl Receiver {
         self.stats.clone()
     }
 
-    /// One non-blocking `recvmmsg` batch from `line` into its slots (which
-    /// must be empty); returns how many were read (0: nothing waiting).
+    /// Moves `line`'s held datagrams to the front of its slots.
+    fn compact(&mut self, line: usize) {
+        let (head, filled) = (self.head[line], self.filled[line]);
+        if head == 0 {
+            return;
+        }
+        let base = line * self.cap;
+        let stride = slot_stride(self.opts.max_datagram);
+        for (to, from) in (base..).zip(base + head..base + filled) {
+            let len = self.hdrs[from].msg_len as usize;
+            self.bufs
+                .copy_within(from * stride..from * stride + len, to * stride);
+            self.hdrs[to].msg_len = self.hdrs[from].msg_len;
+            self.names[to] = self.names[from];
+            self.arrivals[to] = self.arrivals[from];
+            self.skip[to] = self.skip[from];
+        }
+        self.filled[line] = filled - head;
+        self.head[line] = 0;
+    }
+
+    /// One non-blocking `recvmmsg` from `line` into its free slots (up to a
+    /// batch); returns how many were read (0: nothing waiting, or no room).
     fn recv_batch(&mut self, line: usize) -> io::Result<usize> {
-        let n = self.opts.batch;
-        let base = line * n;
+        self.compact(line);
+        let want = self.opts.batch.min(self.cap - self.filled[line]);
+        if want == 0 {
+            // Full of held datagrams: the kernel may hold more, and newer.
+            self.more[line] = true;
+            return Ok(0);
+        }
+        let base = line * self.cap + self.filled[line];
         let fd = self.sockets[line].as_raw_fd();
-        // SAFETY: hdrs[base..base + n] point into our own buffers.
+        // SAFETY: hdrs[base..base + want] are this line's free slots and
+        // point into our own buffers.
         let got = unsafe {
             libc::recvmmsg(
                 fd,
                 self.hdrs.as_mut_ptr().add(base),
-                n as libc::c_uint,
+                want as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
         if got < 0 {
+            self.more[line] = false;
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
@@ -621,22 +657,27 @@ impl Receiver {
             if let Some(d) = ovfl {
                 self.note_ovfl(line, d);
             }
-            self.arrivals[slot] = if msg_flags & libc::MSG_TRUNC != 0 {
+            let skip = msg_flags & libc::MSG_TRUNC != 0;
+            if skip {
                 truncated += 1;
-                SKIP
             } else {
                 bytes += len;
-                match ts {
-                    Some(t) => t,
-                    None => {
-                        no_ts += 1;
-                        *fallback_now.get_or_insert_with(realtime_ns)
-                    }
+            }
+            self.skip[slot] = skip;
+            self.arrivals[slot] = match ts {
+                Some(t) => t,
+                None => {
+                    no_ts += skip as u64 ^ 1;
+                    *fallback_now.get_or_insert_with(realtime_ns)
                 }
             };
         }
-        self.filled[line] = got;
-        self.cursor[line] = 0;
+        self.reset_headers(base, got);
+        if got > 0 {
+            self.last_arrival[line] = self.arrivals[base + got - 1];
+        }
+        self.filled[line] += got;
+        self.more[line] = got == want;
         let st = &self.stats[line];
         LineStats::add(&st.datagrams, got as u64 - truncated);
         LineStats::add(&st.bytes, bytes);
@@ -656,7 +697,7 @@ impl Receiver {
 
     #[inline]
     fn prefetch_slot<H: DatagramHandler + ?Sized>(&self, slot: usize, handler: &mut H) {
-        if self.arrivals[slot] != SKIP {
+        if !self.skip[slot] {
             let start = slot * slot_stride(self.opts.max_datagram);
             let len = self.hdrs[slot].msg_len as usize;
             handler.prefetch(&self.bufs[start..start + len]);
@@ -666,8 +707,7 @@ impl Receiver {
     /// Hands slot `slot` of `line` to the handler.
     #[inline]
     fn deliver_slot<H: DatagramHandler + ?Sized>(&self, line: usize, slot: usize, handler: &mut H) {
-        let arrival = self.arrivals[slot];
-        if arrival == SKIP {
+        if self.skip[slot] {
             return;
         }
         let start = slot * slot_stride(self.opts.max_datagram);
@@ -677,53 +717,75 @@ impl Receiver {
             Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
             u16::from_be(sin.sin_port),
         );
-        handler.on_datagram_from(line, src, &self.bufs[start..start + len], arrival);
+        handler.on_datagram_from(
+            line,
+            src,
+            &self.bufs[start..start + len],
+            self.arrivals[slot],
+        );
     }
 
-    /// Delivers what `lines` hold, merged by arrival time (so between A and
-    /// B the copy that arrived first is the one applied), then empties
-    /// their slots.
-    fn deliver<H: DatagramHandler + ?Sized>(&mut self, lines: &[usize], handler: &mut H) {
-        let n = self.opts.batch;
-        if let [line] = *lines {
-            let filled = self.filled[line];
-            for i in 0..filled.min(PREFETCH_AHEAD) {
-                self.prefetch_slot(line * n + i, handler);
+    /// Delivers the datagrams read so far, all lines merged by arrival time
+    /// (so that of the A and B copies of a packet the earlier one is
+    /// applied, and a packet one line lost is found on the other line
+    /// before the first line's next packet can open a gap, C3).
+    ///
+    /// A line whose last read was full may have older datagrams still in
+    /// the kernel than what the other lines brought: everything that
+    /// arrived after that line's last datagram read is held back until the
+    /// line is read again.
+    fn deliver<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
+        let k = self.sockets.len();
+        let watermark = (0..k)
+            .filter(|&l| self.more[l])
+            .map(|l| self.last_arrival[l])
+            .min()
+            .unwrap_or(i64::MAX);
+        // Offer the first datagrams of each line for prefetch (the loop
+        // below offers the ones further ahead).
+        for line in 0..k {
+            let (h, f) = (self.head[line], self.filled[line]);
+            for slot in line * self.cap + h..line * self.cap + f.min(h + PREFETCH_AHEAD) {
+                self.prefetch_slot(slot, handler);
             }
-            for i in 0..filled {
-                if i + PREFETCH_AHEAD < filled {
-                    self.prefetch_slot(line * n + i + PREFETCH_AHEAD, handler);
-                }
-                self.deliver_slot(line, line * n + i, handler);
-            }
-        } else {
-            loop {
-                // The earliest head among the lines (k is small: a scan).
-                let mut best: Option<(i64, usize)> = None;
-                for &line in lines {
-                    let c = self.cursor[line];
-                    if c < self.filled[line] {
-                        let t = self.arrivals[line * n + c];
-                        if best.is_none_or(|(bt, _)| t < bt) {
-                            best = Some((t, line));
-                        }
+        }
+        let mut delivered = 0;
+        loop {
+            // The earliest head among the lines (k is small: a scan).
+            let mut best: Option<(i64, usize)> = None;
+            for line in 0..k {
+                let h = self.head[line];
+                if h < self.filled[line] {
+                    let t = self.arrivals[line * self.cap + h];
+                    if t <= watermark && best.is_none_or(|(bt, _)| t < bt) {
+                        best = Some((t, line));
                     }
                 }
-                let Some((_, line)) = best else { break };
-                let c = self.cursor[line];
-                self.cursor[line] = c + 1;
-                if c + 1 < self.filled[line] {
-                    self.prefetch_slot(line * n + c + 1, handler);
-                }
-                self.deliver_slot(line, line * n + c, handler);
+            }
+            let Some((_, line)) = best else { break };
+            let base = line * self.cap;
+            let h = self.head[line];
+            if h + PREFETCH_AHEAD < self.filled[line] {
+                self.prefetch_slot(base + h + PREFETCH_AHEAD, handler);
+            }
+            self.head[line] = h + 1;
+            self.deliver_slot(line, base + h, handler);
+            delivered += 1;
+        }
+        for line in 0..k {
+            if self.head[line] == self.filled[line] {
+                self.head[line] = 0;
+                self.filled[line] = 0;
             }
         }
-        for &line in lines {
-            let filled = self.filled[line];
-            self.reset_headers(line * n, filled);
-            self.filled[line] = 0;
-            self.cursor[line] = 0;
-        }
+        delivered
+    }
+
+    /// Datagrams read but not delivered yet.
+    fn held(&self) -> usize {
+        (0..self.sockets.len())
+            .map(|l| self.filled[l] - self.head[l])
+            .sum()
     }
 
     /// SO_RXQ_OVFL carries the socket's cumulative u32 drop count as of
@@ -735,34 +797,30 @@ impl Receiver {
         self.last_ovfl[line] = Some(value);
     }
 
-    /// One batch from each of `lines`, delivered merged by arrival time.
-    /// Returns (datagrams read, whether some line filled its batch).
+    /// One read from each of `lines`, then delivery up to the watermark.
+    /// Returns (datagrams read, whether some line may have more waiting).
     fn read_round<H: DatagramHandler + ?Sized>(
         &mut self,
         lines: &[usize],
         handler: &mut H,
     ) -> io::Result<(usize, bool)> {
-        let (mut total, mut full) = (0, false);
+        let mut total = 0;
         for &line in lines {
-            let got = match self.recv_batch(line) {
-                Ok(g) => g,
+            match self.recv_batch(line) {
+                Ok(got) => total += got,
                 Err(e) => {
                     // Deliver what was read before failing.
-                    self.deliver(lines, handler);
+                    self.deliver(handler);
                     return Err(e);
                 }
-            };
-            total += got;
-            full |= got == self.opts.batch;
+            }
         }
-        if total > 0 {
-            self.deliver(lines, handler);
-        }
-        Ok((total, full))
+        self.deliver(handler);
+        Ok((total, lines.iter().any(|&l| self.more[l])))
     }
 
-    /// Reads the lines until each is drained or 64 rounds of full batches
-    /// were taken (so that a flood cannot starve the stop flag).
+    /// Reads the lines until each is drained or 64 rounds were taken (so
+    /// that a flood cannot starve the stop flag); then nothing is held back.
     fn drain<H: DatagramHandler + ?Sized>(
         &mut self,
         lines: &[usize],
@@ -770,24 +828,33 @@ impl Receiver {
     ) -> io::Result<usize> {
         let mut total = 0;
         for _round in 0..64 {
-            let (got, full) = self.read_round(lines, handler)?;
+            let (got, more) = self.read_round(lines, handler)?;
             total += got;
-            if !full {
+            if !more {
                 break;
             }
         }
+        // After 64 rounds (a flood) some datagrams may be held back: the
+        // lines they wait for have more queued, so the next epoll_wait
+        // returns at once (and `poll` does not sleep while any are held).
         Ok(total)
     }
 
     /// Waits up to `timeout` for datagrams, then delivers everything
-    /// waiting on the ready lines. Returns the number delivered (0 on
-    /// timeout). Calls `handler.on_poll` once at the end.
+    /// waiting on the ready lines. Returns the number read (0 on timeout).
+    /// Calls `handler.on_poll` once at the end.
     pub fn poll<H: DatagramHandler + ?Sized>(
         &mut self,
         timeout: Duration,
         handler: &mut H,
     ) -> io::Result<usize> {
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // Held-back datagrams must not wait for new traffic: if the line
+        // they wait for turns out to be empty, they go out now.
+        let ms = if self.held() > 0 {
+            0
+        } else {
+            timeout.as_millis().min(i32::MAX as u128) as libc::c_int
+        };
         // SAFETY: events has room for one event per line.
         let n = unsafe {
             libc::epoll_wait(
@@ -808,6 +875,10 @@ impl Receiver {
         ready.clear();
         ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
         ready.sort_unstable();
+        // A line epoll does not report has nothing waiting.
+        for (line, more) in self.more.iter_mut().enumerate() {
+            *more &= ready.contains(&line);
+        }
         let got = self.drain(&ready, handler);
         self.ready = ready;
         let got = got?;
@@ -815,24 +886,21 @@ impl Receiver {
         Ok(got)
     }
 
-    /// One busy-poll pass: a non-blocking batch from every line, delivered
-    /// merged by arrival time. Does not call `on_poll`.
+    /// One busy-poll pass: a non-blocking read from every line, delivered
+    /// merged by arrival time (what a full line may still hold back waits
+    /// for the next pass). Does not call `on_poll`.
     pub fn poll_nonblocking<H: DatagramHandler + ?Sized>(
         &mut self,
         handler: &mut H,
     ) -> io::Result<usize> {
         let mut all = mem::take(&mut self.ready);
         all.clear();
-        let k = self.sockets.len();
-        // Rotate which line is read first, for fairness.
-        all.extend((0..k).map(|j| (self.next_line + j) % k));
-        self.next_line = (self.next_line + 1) % k;
+        all.extend(0..self.sockets.len());
         let r = self.read_round(&all, handler);
         self.ready = all;
         Ok(r?.0)
     }
 
-    /// Runs until `stop` is set: the body of a feed thread.
     /// A receive error does not end the thread (a feed handler that stops
     /// reading is worse than one that logs): it is counted per line, logged
     /// at most once a second, and reading resumes after 10 ms.
