@@ -10,6 +10,13 @@
 //! (`SO_RXQ_OVFL`). Datagrams are read in batches with `recvmmsg` into
 //! buffers allocated once: nothing is allocated per packet.
 //!
+//! Lines are delivered merged by kernel arrival time, across batches: what
+//! arrived after the last datagram read from a line that may have more
+//! queued is held back until that line is read again. So the copy of a
+//! packet that arrived first is the one applied, and a packet lost on one
+//! line is taken from the other before a later packet can open a channel
+//! gap (semantics.md C2/C3).
+//!
 //! Blocking mode waits in `epoll_wait` with a 100 ms timeout so that the
 //! stop flag is seen promptly; busy-poll mode spins over the sockets with
 //! non-blocking `recvmmsg` (lowest latency, burns its core: pin it).
