@@ -9,8 +9,16 @@
 //!   --rcvbuf 4194304            SO_RCVBUF per line (bytes)
 //!   --busy-poll                 spin instead of epoll
 //!   --batch 64                  recvmmsg batch
+//!   --max-datagram 1536         receive buffer per datagram
+//!   --fifo PRIO                 receiver and sender threads SCHED_FIFO
+//!                               (run sockperf under `chrt -f PRIO` to match)
 //!   --no-feed                   only `Packet::parse`, no Feed
+//!   --no-kernel-ts              arrival from one clock read per batch
 //!   --mem                       only the memory measurement
+//!   --serve                     receive on the bench group until SIGTERM
+//!                               (after the warm-up), then print counts
+//!   --send N --first K          send datagrams K..K+N-1 at the first rate
+//!   --port P                    the bench group's port (default 47900)
 //!   --sockperf-udp-drops PORT   print the kernel's drop count of the
 //!                               socket bound to PORT (for sockperf runs)
 //!
@@ -21,15 +29,19 @@
 //! traffic on the host can add to them).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::feed::receiver::{
-    realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, ReceiverOptions,
+    realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
+    LineStatsSnapshot, ReceiverOptions,
 };
 use tickgate::feed::settings::FeedSettings;
-use tickgate::feed::Feed;
+use tickgate::feed::table::{table, TableWriter};
+use tickgate::feed::view::SYMBOL_VIEW_WORDS;
+use tickgate::feed::{Feed, FeedView, Publish, SymbolView};
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const SYMBOLS: usize = 100_000;
@@ -44,9 +56,17 @@ struct Opts {
     rcvbuf: usize,
     busy_poll: bool,
     batch: usize,
+    max_datagram: usize,
     feed: bool,
+    kernel_ts: bool,
     mem: bool,
     sockperf_port: Option<u16>,
+    fifo: Option<i32>,
+    serve: bool,
+    /// `--send N --first K`: send datagrams K..K+N at `--rates` (first).
+    send: Option<u64>,
+    first: u64,
+    port: u16,
 }
 
 fn parse_opts() -> Opts {
@@ -58,9 +78,16 @@ fn parse_opts() -> Opts {
         rcvbuf: 4 << 20,
         busy_poll: false,
         batch: 64,
+        max_datagram: ReceiverOptions::default().max_datagram,
         feed: true,
+        kernel_ts: true,
         mem: false,
         sockperf_port: None,
+        fifo: None,
+        serve: false,
+        send: None,
+        first: 1,
+        port: GROUP.port(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -82,8 +109,15 @@ fn parse_opts() -> Opts {
             "--no-pin" => (o.rx_cpu, o.tx_cpu) = (None, None),
             "--rcvbuf" => o.rcvbuf = val(&mut i).parse().expect("rcvbuf"),
             "--batch" => o.batch = val(&mut i).parse().expect("batch"),
+            "--max-datagram" => o.max_datagram = val(&mut i).parse().expect("bytes"),
             "--busy-poll" => o.busy_poll = true,
             "--no-feed" => o.feed = false,
+            "--no-kernel-ts" => o.kernel_ts = false,
+            "--serve" => o.serve = true,
+            "--send" => o.send = Some(val(&mut i).parse().expect("count")),
+            "--first" => o.first = val(&mut i).parse().expect("first"),
+            "--port" => o.port = val(&mut i).parse().expect("port"),
+            "--fifo" => o.fifo = Some(val(&mut i).parse().expect("priority")),
             "--mem" => o.mem = true,
             "--sockperf-udp-drops" => o.sockperf_port = Some(val(&mut i).parse().expect("port")),
             "--bench" => {}
@@ -143,23 +177,82 @@ impl Gen {
     }
 }
 
+/// Publishes every symbol change into the lock-free state table the gate
+/// reads (what the daemon's feed thread does).
+struct TablePublish {
+    symbols: TableWriter<[u64; SYMBOL_VIEW_WORDS]>,
+    /// Feed symbol index -> table slot, so that an update is a direct
+    /// slot write, not a second hash probe.
+    slots: Vec<u32>,
+}
+
+impl Publish for TablePublish {
+    #[inline]
+    fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
+        let words = view.to_words();
+        match self.slots.get(index as usize) {
+            Some(&slot) if slot != u32::MAX => self.symbols.write(slot, &words),
+            _ => {
+                // Sized for every symbol: never full.
+                if let Ok(slot) = self.symbols.upsert(symbol.key(), &words) {
+                    if self.slots.len() <= index as usize {
+                        self.slots.resize(index as usize + 1, u32::MAX);
+                    }
+                    self.slots[index as usize] = slot;
+                }
+            }
+        }
+    }
+
+    fn publish_feed(&mut self, _view: &FeedView) {}
+}
+
+fn new_feed(lines: usize) -> Feed<TablePublish> {
+    let (writer, _reader) = table(SYMBOLS as u32);
+    Feed::with_publisher(
+        FeedSettings::default(),
+        lines,
+        TablePublish {
+            symbols: writer,
+            slots: Vec::with_capacity(SYMBOLS),
+        },
+    )
+}
+
 /// The receive side: the core's Feed (or only the parser) plus a loss
 /// count from the channel sequence numbers.
 struct Sink {
-    feed: Option<Feed>,
+    feed: Option<Feed<TablePublish>>,
     parsed: u64,
     received: u64,
     next_seq: u64,
-    seq_gaps: u64,
+    seq_gaps: Arc<AtomicU64>,
+    /// CPU time of the feed thread (ns), updated after each poll round.
+    cpu_ns: Arc<AtomicU64>,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl DatagramHandler for Sink {
+    fn on_poll(&mut self, _now: i64) {
+        self.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+    }
+
     fn on_datagram(&mut self, line: usize, d: &[u8], now: i64) {
         self.received += 1;
         if d.len() >= 18 {
             let seq = u64::from_be_bytes(d[10..18].try_into().unwrap());
             if self.next_seq != 0 && seq > self.next_seq {
-                self.seq_gaps += seq - self.next_seq;
+                self.seq_gaps
+                    .fetch_add(seq - self.next_seq, Ordering::Relaxed);
             }
             self.next_seq = self.next_seq.max(seq + 1);
         }
@@ -232,14 +325,19 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
-fn line(rcvbuf: usize) -> LineSpec {
+fn line(group: SocketAddrV4, rcvbuf: usize) -> LineSpec {
     LineSpec {
         rcvbuf: Some(rcvbuf),
-        ..LineSpec::new("A", GROUP, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST))
+        ..LineSpec::new("A", group, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST))
     }
 }
 
 struct Step {
+    /// Feed-thread CPU time per datagram received (recvmmsg, decode, rules,
+    /// table publish): what bounds the rate on an idle core.
+    rx_ns_per_datagram: f64,
+    /// Datagrams per recvmmsg call.
+    per_batch: f64,
     rate: u64,
     sent: u64,
     send_rate: f64,
@@ -250,76 +348,134 @@ struct Step {
     in_err: u64,
 }
 
-fn run_step(o: &Opts, gen: &Gen, rate: u64) -> Step {
-    let n = (rate as f64 * o.secs) as u64;
-    let feed = o.feed.then(|| Feed::new(FeedSettings::default(), 1));
-    let sink = Sink {
-        feed,
-        parsed: 0,
-        received: 0,
-        next_seq: 0,
-        seq_gaps: 0,
-    };
-    let l = line(o.rcvbuf);
-    let rx = FeedThread::spawn(
-        "bench",
-        &[l],
-        ReceiverOptions {
-            batch: o.batch,
-            busy_poll: o.busy_poll,
-            cpu: o.rx_cpu,
-            ..ReceiverOptions::default()
-        },
-        sink,
-    )
-    .expect("receiver");
-    let stats = rx.stats();
-    let (rb0, ie0) = snmp_udp();
-    let tx_cpu = o.tx_cpu;
-    let sent = std::thread::scope(|s| {
-        s.spawn(|| {
-            pin(tx_cpu);
-            let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
-            let ts = realtime_ns();
-            let items = (1..=n).map(|i| (0i64, GROUP, gen.packet(i, ts)));
-            send_paced(
-                &mut tx,
-                items,
-                Pace::Rate {
-                    per_sec: rate as f64,
-                },
-                &AtomicBool::new(false),
-                None,
-            )
+/// One receiver + Feed for the whole run, as in the daemon: the steps
+/// continue one channel sequence, and the 100,000 symbols are populated
+/// before the first step (warm-up), so every step measures steady state.
+struct Bench {
+    group: SocketAddrV4,
+    rx: FeedThread<Sink>,
+    gaps: Arc<AtomicU64>,
+    cpu: Arc<AtomicU64>,
+    next_n: u64,
+}
+
+impl Bench {
+    fn start(o: &Opts, gen: &Gen, group: SocketAddrV4) -> Bench {
+        let gaps = Arc::new(AtomicU64::new(0));
+        let cpu = Arc::new(AtomicU64::new(0));
+        let sink = Sink {
+            feed: o.feed.then(|| new_feed(1)),
+            parsed: 0,
+            received: 0,
+            next_seq: 0,
+            seq_gaps: gaps.clone(),
+            cpu_ns: cpu.clone(),
+        };
+        let rx = FeedThread::spawn(
+            "bench",
+            &[line(group, o.rcvbuf)],
+            ReceiverOptions {
+                batch: o.batch,
+                max_datagram: o.max_datagram,
+                busy_poll: o.busy_poll,
+                cpu: o.rx_cpu,
+                kernel_timestamps: o.kernel_ts,
+                fifo_priority: o.fifo,
+                ..ReceiverOptions::default()
+            },
+            sink,
+        )
+        .expect("receiver");
+        let mut b = Bench {
+            group,
+            rx,
+            gaps,
+            cpu,
+            next_n: 1,
+        };
+        // Warm-up: every symbol once, slowly enough to lose nothing.
+        let w = b.step(o, gen, 100_000, SYMBOLS as u64);
+        eprintln!("warm-up: {} datagrams sent, {} lost", w.sent, w.seq_loss);
+        b
+    }
+
+    fn step(&mut self, o: &Opts, gen: &Gen, rate: u64, n: u64) -> Step {
+        let stats = self.rx.stats();
+        let before = stats[0].snapshot();
+        let gaps0 = self.gaps.load(Ordering::Relaxed);
+        let cpu0 = self.cpu.load(Ordering::Relaxed);
+        let (rb0, ie0) = snmp_udp();
+        let first = self.next_n;
+        let (tx_cpu, fifo, group) = (o.tx_cpu, o.fifo, self.group);
+        let sent = std::thread::scope(|s| {
+            s.spawn(|| {
+                pin(tx_cpu);
+                if let Some(p) = fifo {
+                    set_fifo_priority(p).expect("SCHED_FIFO for the sender");
+                }
+                let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+                let ts = realtime_ns();
+                let items = (first..first + n).map(|i| (0i64, group, gen.packet(i, ts)));
+                send_paced(
+                    &mut tx,
+                    items,
+                    Pace::Rate {
+                        per_sec: rate as f64,
+                    },
+                    &AtomicBool::new(false),
+                    None,
+                )
+                .unwrap()
+            })
+            .join()
             .unwrap()
-        })
-        .join()
-        .unwrap()
-    });
-    // Let the receiver drain what is queued.
-    let start = Instant::now();
-    while stats[0].snapshot().datagrams < sent.datagrams && start.elapsed() < Duration::from_secs(2)
-    {
-        std::thread::sleep(Duration::from_millis(20));
+        });
+        self.next_n += sent.datagrams;
+        // Let the receiver drain what is queued.
+        let start = Instant::now();
+        let arrived = |b: &LineStatsSnapshot| {
+            stats[0].snapshot().datagrams - b.datagrams + stats[0].snapshot().kernel_drops
+                - b.kernel_drops
+        };
+        while arrived(&before) < sent.datagrams && start.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let (rb1, ie1) = snmp_udp();
+        let after = stats[0].snapshot();
+        let received = after.datagrams - before.datagrams;
+        let cpu = self.cpu.load(Ordering::Relaxed) - cpu0;
+        Step {
+            rx_ns_per_datagram: cpu as f64 / received.max(1) as f64,
+            per_batch: received as f64 / (after.batches - before.batches).max(1) as f64,
+            rate,
+            sent: sent.datagrams,
+            send_rate: sent.rate(),
+            received,
+            // Gaps the receiver saw, plus any tail that never arrived.
+            seq_loss: (self.gaps.load(Ordering::Relaxed) - gaps0)
+                .max(sent.datagrams.saturating_sub(received)),
+            ovfl: after.kernel_drops - before.kernel_drops,
+            rcvbuf_err: rb1 - rb0,
+            in_err: ie1 - ie0,
+        }
     }
-    std::thread::sleep(Duration::from_millis(50));
-    let (rb1, ie1) = snmp_udp();
-    let st = stats[0].snapshot();
-    let sink = rx.stop().expect("receiver thread");
-    match &sink.feed {
-        // Every datagram went through the rules (none invalid).
-        Some(f) => assert_eq!(f.counters().packets(), sink.received),
-        None => assert_eq!(sink.parsed, sink.received),
-    }
-    Step {
-        rate,
-        sent: sent.datagrams,
-        send_rate: sent.rate(),
-        received: sink.received,
-        seq_loss: sent.datagrams - sink.received.min(sent.datagrams),
-        ovfl: st.kernel_drops,
-        rcvbuf_err: rb1 - rb0,
-        in_err: ie1 - ie0,
+
+    fn stop(self) {
+        let sink = self.rx.stop().expect("receiver thread");
+        match &sink.feed {
+            // Every datagram went through the rules (none invalid).
+            Some(f) => {
+                assert_eq!(f.counters().packets(), sink.received);
+                assert_eq!(f.counters().invalid_packets, 0);
+                eprintln!(
+                    "feed: {} symbols, {} packets",
+                    f.symbol_count(),
+                    sink.received
+                );
+            }
+            None => assert_eq!(sink.parsed, sink.received),
+        }
     }
 }
 
@@ -327,13 +483,14 @@ fn memory(o: &Opts) {
     let base_rss = vm_status("VmRSS:");
     let gen = Gen::new();
     let sink = Sink {
-        feed: Some(Feed::new(FeedSettings::default(), 2)),
+        feed: Some(new_feed(2)),
         parsed: 0,
         received: 0,
         next_seq: 0,
-        seq_gaps: 0,
+        seq_gaps: Arc::new(AtomicU64::new(0)),
+        cpu_ns: Arc::new(AtomicU64::new(0)),
     };
-    let l = line(o.rcvbuf);
+    let l = line(GROUP, o.rcvbuf);
     let rx = FeedThread::spawn("mem", &[l], ReceiverOptions::default(), sink).unwrap();
     let stats = rx.stats();
     let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
@@ -356,8 +513,9 @@ fn memory(o: &Opts) {
     let hwm = vm_status("VmHWM:");
     let sink = rx.stop().unwrap();
     let f = sink.feed.as_ref().unwrap();
+    assert_eq!(f.publisher().symbols.len() as usize, f.symbol_count());
     println!(
-        "memory: {} symbols populated (received {}), VmRSS {} KiB ({:.1} MiB), VmHWM {} KiB, before receiver+Feed {} KiB",
+        "memory: {} symbols populated and published to the table (received {}), VmRSS {} KiB ({:.1} MiB), VmHWM {} KiB, before receiver+Feed {} KiB",
         f.symbol_count(),
         sink.received,
         rss,
@@ -382,26 +540,81 @@ fn main() {
         return;
     }
     let gen = Gen::new();
+    let group = SocketAddrV4::new(*GROUP.ip(), o.port);
+    if let Some(n) = o.send {
+        pin(o.tx_cpu);
+        if let Some(p) = o.fifo {
+            set_fifo_priority(p).expect("SCHED_FIFO");
+        }
+        let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+        let ts = realtime_ns();
+        let items = (o.first..o.first + n).map(|i| (0i64, group, gen.packet(i, ts)));
+        let rate = o.rates[0] as f64;
+        let st = send_paced(
+            &mut tx,
+            items,
+            Pace::Rate { per_sec: rate },
+            &AtomicBool::new(false),
+            None,
+        )
+        .unwrap();
+        println!("sent {}", st.datagrams);
+        return;
+    }
+    if o.serve {
+        // The receiver as its own process, so that a script can stop it
+        // (SIGSTOP), fill its socket and time the drain exactly like
+        // sockperf's server.
+        let stop = tickgate::capture::live::stop_on_signals();
+        let bench = Bench::start(&o, &gen, group);
+        println!("ready {} next {}", std::process::id(), bench.next_n);
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let st = bench.rx.stats()[0].snapshot();
+        println!(
+            "received {} kernel drops {} seq gaps {} batches {}",
+            st.datagrams,
+            st.kernel_drops,
+            bench.gaps.load(Ordering::Relaxed),
+            st.batches
+        );
+        bench.stop();
+        return;
+    }
     println!(
-        "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, rx cpu {:?}, tx cpu {:?}",
+        "multicast receive on loopback: {}-byte datagrams, {} s per step, batch {}, rcvbuf {}, {}, {}, {} timestamps, rx cpu {:?}, tx cpu {:?}, SCHED_FIFO {:?}",
         LEN,
         o.secs,
         o.batch,
         o.rcvbuf,
         if o.busy_poll { "busy-poll" } else { "epoll" },
-        if o.feed { "Feed (decode + state update)" } else { "Packet::parse only" },
+        if o.feed { "Feed (decode + state update + table publish)" } else { "Packet::parse only" },
+        if o.kernel_ts { "kernel" } else { "per-batch clock" },
         o.rx_cpu,
-        o.tx_cpu
+        o.tx_cpu,
+        o.fifo
     );
     println!(
-        "| target/s | sent | achieved/s | received | lost (seq) | SO_RXQ_OVFL | RcvbufErrors | InErrors |"
+        "| target/s | sent | achieved/s | received | lost (seq) | SO_RXQ_OVFL | RcvbufErrors | InErrors | rx CPU ns/datagram | datagrams/recvmmsg |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut bench = Bench::start(&o, &gen, group);
     for &rate in &o.rates {
-        let s = run_step(&o, &gen, rate);
+        let s = bench.step(&o, &gen, rate, (rate as f64 * o.secs) as u64);
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-            s.rate, s.sent, s.send_rate, s.received, s.seq_loss, s.ovfl, s.rcvbuf_err, s.in_err
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.0} | {:.1} |",
+            s.rate,
+            s.sent,
+            s.send_rate,
+            s.received,
+            s.seq_loss,
+            s.ovfl,
+            s.rcvbuf_err,
+            s.in_err,
+            s.rx_ns_per_datagram,
+            s.per_batch
         );
     }
+    bench.stop();
 }

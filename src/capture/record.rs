@@ -146,7 +146,12 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
             ..LineSpec::new(&line_name(i), *g, args.interface.clone())
         })
         .collect();
-    let mut rx = Receiver::open(&lines, ReceiverOptions::default())?;
+    let opts = ReceiverOptions {
+        // The frames written carry the sender's address.
+        source_addresses: true,
+        ..ReceiverOptions::default()
+    };
+    let mut rx = Receiver::open(&lines, opts)?;
     let pcap = PcapWriter::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut w = Writer {

@@ -10,6 +10,13 @@
 //! (`SO_RXQ_OVFL`). Datagrams are read in batches with `recvmmsg` into
 //! buffers allocated once: nothing is allocated per packet.
 //!
+//! Lines are delivered merged by kernel arrival time, across batches: what
+//! arrived after the last datagram read from a line that may have more
+//! queued is held back until that line is read again. So the copy of a
+//! packet that arrived first is the one applied, and a packet lost on one
+//! line is taken from the other before a later packet can open a channel
+//! gap (semantics.md C2/C3).
+//!
 //! Blocking mode waits in `epoll_wait` with a 100 ms timeout so that the
 //! stop flag is seen promptly; busy-poll mode spins over the sockets with
 //! non-blocking `recvmmsg` (lowest latency, burns its core: pin it).
@@ -42,7 +49,7 @@ impl InterfaceSpec {
             InterfaceSpec::Addr(a) => Ok(*a),
             InterfaceSpec::Name(name) => interface_ipv4(name)
                 .with_context(|| format!("looking up interface {name:?}"))?
-                .with_context(|| format!("interface {name:?} has no IPv4 address")),
+                .with_context(|| format!("no interface {name:?} with an IPv4 address")),
         }
     }
 }
@@ -117,8 +124,15 @@ pub struct LineSpec {
     pub rcvbuf: Option<usize>,
 }
 
+/// Receive buffer `LineSpec::new` asks for. A small datagram takes ~1.2 KB
+/// of socket buffer on loopback (the kernel counts the whole skb), so the
+/// usual 208 KB default holds under 200 datagrams: a few hundred
+/// microseconds of a busy feed.
+pub const DEFAULT_RCVBUF: usize = 8 << 20;
+
 impl LineSpec {
-    /// `name` on `group:port` via `interface`, any source, default buffer.
+    /// `name` on `group:port` via `interface`, any source,
+    /// [`DEFAULT_RCVBUF`].
     pub fn new(name: &str, group: SocketAddrV4, interface: InterfaceSpec) -> LineSpec {
         LineSpec {
             name: name.to_owned(),
@@ -126,7 +140,7 @@ impl LineSpec {
             port: group.port(),
             interface,
             source: None,
-            rcvbuf: None,
+            rcvbuf: Some(DEFAULT_RCVBUF),
         }
     }
 }
@@ -137,24 +151,43 @@ pub struct ReceiverOptions {
     /// Datagrams per `recvmmsg` call.
     pub batch: usize,
     /// Largest datagram accepted; a longer one is counted as truncated and
-    /// dropped (it would be invalid anyway). 9216 covers jumbo frames.
+    /// dropped (it would be invalid anyway). The default fits a 1500-byte
+    /// MTU; raise it for jumbo frames (the buffers grow with it, and so
+    /// does the cache footprint of a batch).
     pub max_datagram: usize,
     /// Spin on non-blocking reads instead of sleeping in epoll.
     pub busy_poll: bool,
     /// Pin the feed thread to this CPU (sched_setaffinity).
     pub cpu: Option<usize>,
+    /// Run the feed thread SCHED_FIFO at this priority (1-99), so that
+    /// other work on its CPU cannot delay reading until the socket buffer
+    /// overflows. Needs CAP_SYS_NICE; with `busy_poll` it owns the CPU
+    /// (the kernel's RT throttling still leaves others 5%).
+    pub fifo_priority: Option<i32>,
     /// Longest sleep before the stop flag is checked again.
     pub poll_timeout: Duration,
+    /// Arrival time from the kernel (SO_TIMESTAMPNS, per datagram: when
+    /// the stack received it) rather than one clock read per batch (when
+    /// the feed thread read it). Costs ~10% of the receive path on
+    /// loopback; worth it for honest arrival-to-applied latency.
+    pub kernel_timestamps: bool,
+    /// Ask the kernel for each datagram's source address (given to
+    /// `on_datagram_from`; `0.0.0.0:0` when off). `tickgate record` needs
+    /// it; the feed thread does not (source filtering is the kernel's SSM).
+    pub source_addresses: bool,
 }
 
 impl Default for ReceiverOptions {
     fn default() -> Self {
         ReceiverOptions {
             batch: 64,
-            max_datagram: 9216,
+            max_datagram: 1536,
             busy_poll: false,
             cpu: None,
+            fifo_priority: None,
             poll_timeout: Duration::from_millis(100),
+            kernel_timestamps: true,
+            source_addresses: false,
         }
     }
 }
@@ -170,6 +203,8 @@ pub struct LineStats {
     /// reports it only on the datagrams that follow a drop).
     kernel_drops: AtomicU64,
     truncated: AtomicU64,
+    /// recvmmsg failures other than "nothing waiting".
+    errors: AtomicU64,
     /// Datagrams delivered without a kernel timestamp (arrival taken from
     /// the clock once per batch instead).
     no_timestamp: AtomicU64,
@@ -183,6 +218,7 @@ pub struct LineStatsSnapshot {
     pub batches: u64,
     pub kernel_drops: u64,
     pub truncated: u64,
+    pub errors: u64,
     pub no_timestamp: u64,
 }
 
@@ -194,6 +230,7 @@ impl LineStats {
             batches: self.batches.load(Ordering::Relaxed),
             kernel_drops: self.kernel_drops.load(Ordering::Relaxed),
             truncated: self.truncated.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
             no_timestamp: self.no_timestamp.load(Ordering::Relaxed),
         }
     }
@@ -226,6 +263,13 @@ pub trait DatagramHandler {
     ) {
         self.on_datagram(line, datagram, arrival_ns)
     }
+
+    /// Called for a datagram a few places ahead of the one being
+    /// delivered, so that the handler can prefetch the state it will touch
+    /// (a symbol table much larger than the cache costs a miss per
+    /// datagram otherwise). Must not change anything.
+    #[inline]
+    fn prefetch(&mut self, _datagram: &[u8]) {}
 
     /// After each round of reads that delivered something, and at least
     /// every `poll_timeout` when idle; `now` = CLOCK_REALTIME, Unix ns.
@@ -289,7 +333,7 @@ fn setsockopt_int(
 }
 
 /// Opens, binds and joins one line's socket (non-blocking).
-pub fn open_line_socket(line: &LineSpec) -> anyhow::Result<Socket> {
+pub fn open_line_socket(line: &LineSpec, kernel_timestamps: bool) -> anyhow::Result<Socket> {
     let ctx = || {
         format!(
             "line {} ({}:{} on {})",
@@ -323,8 +367,10 @@ pub fn open_line_socket(line: &LineSpec) -> anyhow::Result<Socket> {
         set_rcvbuf(&sock, want, &line.name)?;
     }
     let fd = sock.as_raw_fd();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
-        .with_context(|| format!("{}: SO_TIMESTAMPNS", ctx()))?;
+    if kernel_timestamps {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+            .with_context(|| format!("{}: SO_TIMESTAMPNS", ctx()))?;
+    }
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
         .with_context(|| format!("{}: SO_RXQ_OVFL", ctx()))?;
     sock.set_nonblocking(true).with_context(ctx)?;
@@ -355,7 +401,20 @@ fn set_rcvbuf(sock: &Socket, want: usize, line: &str) -> anyhow::Result<usize> {
     Ok(granted)
 }
 
-fn pin_current_thread(cpu: usize) -> io::Result<()> {
+/// SCHED_FIFO at `priority` for the calling thread.
+pub fn set_fifo_priority(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: plain syscall on the calling thread with a valid param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks the index.
     unsafe {
         let mut set: libc::cpu_set_t = mem::zeroed();
@@ -374,37 +433,53 @@ fn pin_current_thread(cpu: usize) -> io::Result<()> {
 /// headroom; in u64 words so the buffer is aligned for cmsghdr.
 const CMSG_WORDS: usize = 16;
 
-/// Arrival time marking a slot that is not to be delivered (truncated).
-const SKIP: i64 = i64::MIN;
+/// Bytes between two receive buffers: `max` rounded up to a cache line,
+/// plus one line, so that the buffers' first lines (the only ones a small
+/// datagram touches) do not all fall into the same cache sets, as they
+/// would with a power-of-two stride.
+#[inline]
+fn slot_stride(max: usize) -> usize {
+    max.div_ceil(64) * 64 + 64
+}
 
-/// The sockets of one feed and the preallocated `recvmmsg` arrays: one
-/// batch of slots per line, so that what several lines have waiting can be
-/// read first and then delivered merged in arrival order. Not thread-safe
-/// by design: it lives in the feed thread.
+/// How many datagrams ahead of delivery `DatagramHandler::prefetch` runs:
+/// enough to hide a memory access behind the work on the ones between.
+const PREFETCH_AHEAD: usize = 4;
+
+/// The sockets of one feed and the preallocated `recvmmsg` arrays. Each
+/// line has room for two batches: what its last read brought and what is
+/// still held back (see [`Receiver::deliver`]). Not thread-safe by design:
+/// it lives in the feed thread.
 pub struct Receiver {
     lines: Vec<LineSpec>,
     sockets: Vec<Socket>,
     stats: Arc<[LineStats]>,
     epoll: OwnedFd,
     opts: ReceiverOptions,
-    /// Slot `line * batch + i`: buffer, iovec, sender address, control
-    /// data, header, arrival time.
+    /// Slots per line (two batches); slot `line * cap + i`.
+    cap: usize,
+    /// Per slot: buffer, iovec, sender address, control data, header,
+    /// arrival time, and whether it is to be skipped (truncated).
     bufs: Vec<u8>,
     iovecs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_in>,
     cmsgs: Vec<[u64; CMSG_WORDS]>,
     hdrs: Vec<libc::mmsghdr>,
     arrivals: Vec<i64>,
-    /// Datagrams waiting in each line's slots, and the next to deliver.
+    skip: Vec<bool>,
+    /// Per line: undelivered datagrams are slots `head..filled`.
+    head: Vec<usize>,
     filled: Vec<usize>,
-    cursor: Vec<usize>,
+    /// Per line: the last read filled every slot it asked for (so more
+    /// may be waiting in the kernel), and the arrival time of the last
+    /// datagram read.
+    more: Vec<bool>,
+    last_arrival: Vec<i64>,
     events: Vec<libc::epoll_event>,
     /// Lines reported ready by epoll (capacity: one per line).
     ready: Vec<usize>,
     /// Last SO_RXQ_OVFL value per line (the kernel's u32 counter).
     last_ovfl: Vec<Option<u32>>,
-    /// Next line to read first in busy-poll mode (fairness between lines).
-    next_line: usize,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
@@ -423,7 +498,7 @@ impl Receiver {
         }
         let sockets = lines
             .iter()
-            .map(open_line_socket)
+            .map(|l| open_line_socket(l, opts.kernel_timestamps))
             .collect::<anyhow::Result<Vec<_>>>()?;
         // SAFETY: plain syscall; the fd is owned right after.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -443,25 +518,29 @@ impl Receiver {
             }
         }
         let k = lines.len();
-        let slots = k * opts.batch;
+        let cap = 2 * opts.batch;
+        let slots = k * cap;
         let mut r = Receiver {
             lines: lines.to_vec(),
             stats: (0..k).map(|_| LineStats::default()).collect(),
             sockets,
             epoll,
-            bufs: vec![0u8; slots * opts.max_datagram],
+            cap,
+            bufs: vec![0u8; slots * slot_stride(opts.max_datagram)],
             iovecs: Vec::with_capacity(slots),
             // SAFETY: sockaddr_in is plain data; all-zero is valid.
             names: vec![unsafe { mem::zeroed() }; slots],
             cmsgs: vec![[0u64; CMSG_WORDS]; slots],
             hdrs: Vec::with_capacity(slots),
             arrivals: vec![0; slots],
+            skip: vec![false; slots],
+            head: vec![0; k],
             filled: vec![0; k],
-            cursor: vec![0; k],
+            more: vec![false; k],
+            last_arrival: vec![i64::MIN; k],
             events: vec![libc::epoll_event { events: 0, u64: 0 }; k],
             ready: Vec::with_capacity(k),
             last_ovfl: vec![None; k],
-            next_line: 0,
             opts,
         };
         r.wire_headers();
@@ -471,14 +550,14 @@ impl Receiver {
     /// Points every mmsghdr at its buffer, name and control space. The
     /// arrays never grow afterwards, so the pointers stay valid.
     fn wire_headers(&mut self) {
-        let m = self.opts.max_datagram;
+        let stride = slot_stride(self.opts.max_datagram);
         let slots = self.arrivals.len();
         let base = self.bufs.as_mut_ptr();
         for i in 0..slots {
             self.iovecs.push(libc::iovec {
-                // SAFETY: i * m is within `bufs` (slots * m bytes).
-                iov_base: unsafe { base.add(i * m) } as *mut libc::c_void,
-                iov_len: m,
+                // SAFETY: i * stride is within `bufs` (slots * stride bytes).
+                iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
+                iov_len: self.opts.max_datagram,
             });
         }
         for i in 0..slots {
@@ -496,8 +575,10 @@ impl Receiver {
     fn reset_headers(&mut self, from: usize, n: usize) {
         for i in from..from + n {
             let h = &mut self.hdrs[i].msg_hdr;
-            h.msg_name = &mut self.names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
-            h.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if self.opts.source_addresses {
+                h.msg_name = &mut self.names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+                h.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            }
             h.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
             h.msg_controllen = CMSG_WORDS * 8;
             h.msg_flags = 0;
@@ -514,27 +595,62 @@ impl Receiver {
         self.stats.clone()
     }
 
-    /// One non-blocking `recvmmsg` batch from `line` into its slots (which
-    /// must be empty); returns how many were read (0: nothing waiting).
+    /// Moves `line`'s held datagrams to the front of its slots.
+    fn compact(&mut self, line: usize) {
+        let (head, filled) = (self.head[line], self.filled[line]);
+        if head == 0 {
+            return;
+        }
+        let base = line * self.cap;
+        let stride = slot_stride(self.opts.max_datagram);
+        for (to, from) in (base..).zip(base + head..base + filled) {
+            let len = self.hdrs[from].msg_len as usize;
+            self.bufs
+                .copy_within(from * stride..from * stride + len, to * stride);
+            self.hdrs[to].msg_len = self.hdrs[from].msg_len;
+            self.names[to] = self.names[from];
+            self.arrivals[to] = self.arrivals[from];
+            self.skip[to] = self.skip[from];
+        }
+        self.filled[line] = filled - head;
+        self.head[line] = 0;
+    }
+
+    /// One non-blocking `recvmmsg` from `line` into its free slots (up to a
+    /// batch); returns how many were read (0: nothing waiting, or no room).
     fn recv_batch(&mut self, line: usize) -> io::Result<usize> {
-        let n = self.opts.batch;
-        let base = line * n;
+        self.compact(line);
+        let want = self.opts.batch.min(self.cap - self.filled[line]);
+        if want == 0 {
+            // Full of held datagrams: the kernel may hold more, and newer.
+            self.more[line] = true;
+            return Ok(0);
+        }
+        let base = line * self.cap + self.filled[line];
         let fd = self.sockets[line].as_raw_fd();
-        // SAFETY: hdrs[base..base + n] point into our own buffers.
+        // SAFETY: hdrs[base..base + want] are this line's free slots and
+        // point into our own buffers.
         let got = unsafe {
             libc::recvmmsg(
                 fd,
                 self.hdrs.as_mut_ptr().add(base),
-                n as libc::c_uint,
+                want as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
         if got < 0 {
+            self.more[line] = false;
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
+                _ => {
+                    LineStats::add(&self.stats[line].errors, 1);
+                    Err(io::Error::new(
+                        e.kind(),
+                        format!("line {}: recvmmsg: {e}", self.lines[line].name),
+                    ))
+                }
             };
         }
         let got = got as usize;
@@ -548,22 +664,27 @@ impl Receiver {
             if let Some(d) = ovfl {
                 self.note_ovfl(line, d);
             }
-            self.arrivals[slot] = if msg_flags & libc::MSG_TRUNC != 0 {
+            let skip = msg_flags & libc::MSG_TRUNC != 0;
+            if skip {
                 truncated += 1;
-                SKIP
             } else {
                 bytes += len;
-                match ts {
-                    Some(t) => t,
-                    None => {
-                        no_ts += 1;
-                        *fallback_now.get_or_insert_with(realtime_ns)
-                    }
+            }
+            self.skip[slot] = skip;
+            self.arrivals[slot] = match ts {
+                Some(t) => t,
+                None => {
+                    no_ts += skip as u64 ^ 1;
+                    *fallback_now.get_or_insert_with(realtime_ns)
                 }
             };
         }
-        self.filled[line] = got;
-        self.cursor[line] = 0;
+        self.reset_headers(base, got);
+        if got > 0 {
+            self.last_arrival[line] = self.arrivals[base + got - 1];
+        }
+        self.filled[line] += got;
+        self.more[line] = got == want;
         let st = &self.stats[line];
         LineStats::add(&st.datagrams, got as u64 - truncated);
         LineStats::add(&st.bytes, bytes);
@@ -581,57 +702,97 @@ impl Receiver {
         Ok(got)
     }
 
+    #[inline]
+    fn prefetch_slot<H: DatagramHandler + ?Sized>(&self, slot: usize, handler: &mut H) {
+        if !self.skip[slot] {
+            let start = slot * slot_stride(self.opts.max_datagram);
+            let len = self.hdrs[slot].msg_len as usize;
+            handler.prefetch(&self.bufs[start..start + len]);
+        }
+    }
+
     /// Hands slot `slot` of `line` to the handler.
     #[inline]
     fn deliver_slot<H: DatagramHandler + ?Sized>(&self, line: usize, slot: usize, handler: &mut H) {
-        let arrival = self.arrivals[slot];
-        if arrival == SKIP {
+        if self.skip[slot] {
             return;
         }
-        let m = self.opts.max_datagram;
+        let start = slot * slot_stride(self.opts.max_datagram);
         let len = self.hdrs[slot].msg_len as usize;
         let sin = &self.names[slot];
         let src = SocketAddrV4::new(
             Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
             u16::from_be(sin.sin_port),
         );
-        handler.on_datagram_from(line, src, &self.bufs[slot * m..slot * m + len], arrival);
+        handler.on_datagram_from(
+            line,
+            src,
+            &self.bufs[start..start + len],
+            self.arrivals[slot],
+        );
     }
 
-    /// Delivers what `lines` hold, merged by arrival time (so between A and
-    /// B the copy that arrived first is the one applied), then empties
-    /// their slots.
-    fn deliver<H: DatagramHandler + ?Sized>(&mut self, lines: &[usize], handler: &mut H) {
-        let n = self.opts.batch;
-        if let [line] = *lines {
-            for i in 0..self.filled[line] {
-                self.deliver_slot(line, line * n + i, handler);
+    /// Delivers the datagrams read so far, all lines merged by arrival time
+    /// (so that of the A and B copies of a packet the earlier one is
+    /// applied, and a packet one line lost is found on the other line
+    /// before the first line's next packet can open a gap, C3).
+    ///
+    /// A line whose last read was full may have older datagrams still in
+    /// the kernel than what the other lines brought: everything that
+    /// arrived after that line's last datagram read is held back until the
+    /// line is read again.
+    fn deliver<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
+        let k = self.sockets.len();
+        let watermark = (0..k)
+            .filter(|&l| self.more[l])
+            .map(|l| self.last_arrival[l])
+            .min()
+            .unwrap_or(i64::MAX);
+        // Offer the first datagrams of each line for prefetch (the loop
+        // below offers the ones further ahead).
+        for line in 0..k {
+            let (h, f) = (self.head[line], self.filled[line]);
+            for slot in line * self.cap + h..line * self.cap + f.min(h + PREFETCH_AHEAD) {
+                self.prefetch_slot(slot, handler);
             }
-        } else {
-            loop {
-                // The earliest head among the lines (k is small: a scan).
-                let mut best: Option<(i64, usize)> = None;
-                for &line in lines {
-                    let c = self.cursor[line];
-                    if c < self.filled[line] {
-                        let t = self.arrivals[line * n + c];
-                        if best.is_none_or(|(bt, _)| t < bt) {
-                            best = Some((t, line));
-                        }
+        }
+        let mut delivered = 0;
+        loop {
+            // The earliest head among the lines (k is small: a scan).
+            let mut best: Option<(i64, usize)> = None;
+            for line in 0..k {
+                let h = self.head[line];
+                if h < self.filled[line] {
+                    let t = self.arrivals[line * self.cap + h];
+                    if t <= watermark && best.is_none_or(|(bt, _)| t < bt) {
+                        best = Some((t, line));
                     }
                 }
-                let Some((_, line)) = best else { break };
-                let c = self.cursor[line];
-                self.cursor[line] = c + 1;
-                self.deliver_slot(line, line * n + c, handler);
+            }
+            let Some((_, line)) = best else { break };
+            let base = line * self.cap;
+            let h = self.head[line];
+            if h + PREFETCH_AHEAD < self.filled[line] {
+                self.prefetch_slot(base + h + PREFETCH_AHEAD, handler);
+            }
+            self.head[line] = h + 1;
+            self.deliver_slot(line, base + h, handler);
+            delivered += 1;
+        }
+        for line in 0..k {
+            if self.head[line] == self.filled[line] {
+                self.head[line] = 0;
+                self.filled[line] = 0;
             }
         }
-        for &line in lines {
-            let filled = self.filled[line];
-            self.reset_headers(line * n, filled);
-            self.filled[line] = 0;
-            self.cursor[line] = 0;
-        }
+        delivered
+    }
+
+    /// Datagrams read but not delivered yet.
+    fn held(&self) -> usize {
+        (0..self.sockets.len())
+            .map(|l| self.filled[l] - self.head[l])
+            .sum()
     }
 
     /// SO_RXQ_OVFL carries the socket's cumulative u32 drop count as of
@@ -643,34 +804,30 @@ impl Receiver {
         self.last_ovfl[line] = Some(value);
     }
 
-    /// One batch from each of `lines`, delivered merged by arrival time.
-    /// Returns (datagrams read, whether some line filled its batch).
+    /// One read from each of `lines`, then delivery up to the watermark.
+    /// Returns (datagrams read, whether some line may have more waiting).
     fn read_round<H: DatagramHandler + ?Sized>(
         &mut self,
         lines: &[usize],
         handler: &mut H,
     ) -> io::Result<(usize, bool)> {
-        let (mut total, mut full) = (0, false);
+        let mut total = 0;
         for &line in lines {
-            let got = match self.recv_batch(line) {
-                Ok(g) => g,
+            match self.recv_batch(line) {
+                Ok(got) => total += got,
                 Err(e) => {
                     // Deliver what was read before failing.
-                    self.deliver(lines, handler);
+                    self.deliver(handler);
                     return Err(e);
                 }
-            };
-            total += got;
-            full |= got == self.opts.batch;
+            }
         }
-        if total > 0 {
-            self.deliver(lines, handler);
-        }
-        Ok((total, full))
+        self.deliver(handler);
+        Ok((total, lines.iter().any(|&l| self.more[l])))
     }
 
-    /// Reads the lines until each is drained or 64 rounds of full batches
-    /// were taken (so that a flood cannot starve the stop flag).
+    /// Reads the lines until each is drained or 64 rounds were taken (so
+    /// that a flood cannot starve the stop flag); then nothing is held back.
     fn drain<H: DatagramHandler + ?Sized>(
         &mut self,
         lines: &[usize],
@@ -678,24 +835,33 @@ impl Receiver {
     ) -> io::Result<usize> {
         let mut total = 0;
         for _round in 0..64 {
-            let (got, full) = self.read_round(lines, handler)?;
+            let (got, more) = self.read_round(lines, handler)?;
             total += got;
-            if !full {
+            if !more {
                 break;
             }
         }
+        // After 64 rounds (a flood) some datagrams may be held back: the
+        // lines they wait for have more queued, so the next epoll_wait
+        // returns at once (and `poll` does not sleep while any are held).
         Ok(total)
     }
 
     /// Waits up to `timeout` for datagrams, then delivers everything
-    /// waiting on the ready lines. Returns the number delivered (0 on
-    /// timeout). Calls `handler.on_poll` once at the end.
+    /// waiting on the ready lines. Returns the number read (0 on timeout).
+    /// Calls `handler.on_poll` once at the end.
     pub fn poll<H: DatagramHandler + ?Sized>(
         &mut self,
         timeout: Duration,
         handler: &mut H,
     ) -> io::Result<usize> {
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // Held-back datagrams must not wait for new traffic: if the line
+        // they wait for turns out to be empty, they go out now.
+        let ms = if self.held() > 0 {
+            0
+        } else {
+            timeout.as_millis().min(i32::MAX as u128) as libc::c_int
+        };
         // SAFETY: events has room for one event per line.
         let n = unsafe {
             libc::epoll_wait(
@@ -716,6 +882,10 @@ impl Receiver {
         ready.clear();
         ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
         ready.sort_unstable();
+        // A line epoll does not report has nothing waiting.
+        for (line, more) in self.more.iter_mut().enumerate() {
+            *more &= ready.contains(&line);
+        }
         let got = self.drain(&ready, handler);
         self.ready = ready;
         let got = got?;
@@ -723,35 +893,46 @@ impl Receiver {
         Ok(got)
     }
 
-    /// One busy-poll pass: a non-blocking batch from every line, delivered
-    /// merged by arrival time. Does not call `on_poll`.
+    /// One busy-poll pass: a non-blocking read from every line, delivered
+    /// merged by arrival time (what a full line may still hold back waits
+    /// for the next pass). Does not call `on_poll`.
     pub fn poll_nonblocking<H: DatagramHandler + ?Sized>(
         &mut self,
         handler: &mut H,
     ) -> io::Result<usize> {
         let mut all = mem::take(&mut self.ready);
         all.clear();
-        let k = self.sockets.len();
-        // Rotate which line is read first, for fairness.
-        all.extend((0..k).map(|j| (self.next_line + j) % k));
-        self.next_line = (self.next_line + 1) % k;
+        all.extend(0..self.sockets.len());
         let r = self.read_round(&all, handler);
         self.ready = all;
         Ok(r?.0)
     }
 
-    /// Runs until `stop` is set: the body of a feed thread.
-    pub fn run<H: DatagramHandler + ?Sized>(
-        &mut self,
-        stop: &AtomicBool,
-        handler: &mut H,
-    ) -> io::Result<()> {
+    /// A receive error does not end the thread (a feed handler that stops
+    /// reading is worse than one that logs): it is counted per line, logged
+    /// at most once a second, and reading resumes after 10 ms.
+    pub fn run<H: DatagramHandler + ?Sized>(&mut self, stop: &AtomicBool, handler: &mut H) {
+        let mut last_log = i64::MIN;
+        let mut on_error = |e: io::Error| {
+            let now = realtime_ns();
+            if now - last_log >= 1_000_000_000 {
+                last_log = now;
+                tracing::error!(error = %e, "receiving from the feed's lines failed; retrying");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         if self.opts.busy_poll {
             let mut last_poll = realtime_ns();
             let period = self.opts.poll_timeout.as_nanos() as i64;
             let mut idle_spins = 0u32;
             while !stop.load(Ordering::Relaxed) {
-                let got = self.poll_nonblocking(handler)?;
+                let got = match self.poll_nonblocking(handler) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        on_error(e);
+                        0
+                    }
+                };
                 if got > 0 {
                     idle_spins = 0;
                     last_poll = realtime_ns();
@@ -771,10 +952,11 @@ impl Receiver {
             }
         } else {
             while !stop.load(Ordering::Relaxed) {
-                self.poll(self.opts.poll_timeout, handler)?;
+                if let Err(e) = self.poll(self.opts.poll_timeout, handler) {
+                    on_error(e);
+                }
             }
         }
-        Ok(())
     }
 }
 
@@ -809,7 +991,7 @@ pub struct FeedThread<H> {
     stop: Arc<AtomicBool>,
     stats: Arc<[LineStats]>,
     lines: Vec<LineSpec>,
-    thread: Option<JoinHandle<anyhow::Result<H>>>,
+    thread: Option<JoinHandle<H>>,
 }
 
 impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
@@ -822,7 +1004,7 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         opts: ReceiverOptions,
         mut handler: H,
     ) -> anyhow::Result<FeedThread<H>> {
-        let cpu = opts.cpu;
+        let (cpu, fifo) = (opts.cpu, opts.fifo_priority);
         let mut rx =
             Receiver::open(lines, opts).with_context(|| format!("feed {name}: opening lines"))?;
         let stats = rx.stats();
@@ -831,16 +1013,20 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         let fname = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("feed-{name}"))
-            .spawn(move || -> anyhow::Result<H> {
+            .spawn(move || -> H {
                 if let Some(cpu) = cpu {
                     if let Err(e) = pin_current_thread(cpu) {
                         tracing::warn!(feed = fname.as_str(), cpu, error = %e, "could not pin the feed thread");
                     }
                 }
+                if let Some(p) = fifo {
+                    if let Err(e) = set_fifo_priority(p) {
+                        tracing::warn!(feed = fname.as_str(), priority = p, error = %e, "could not make the feed thread SCHED_FIFO");
+                    }
+                }
                 tracing::info!(feed = fname.as_str(), lines = rx.lines().len(), "feed receiver started");
-                rx.run(&stop2, &mut handler)
-                    .with_context(|| format!("feed {fname}: receiving"))?;
-                Ok(handler)
+                rx.run(&stop2, &mut handler);
+                handler
             })
             .context("spawning the feed thread")?;
         Ok(FeedThread {
@@ -870,7 +1056,8 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         self.stop.clone()
     }
 
-    /// True once the thread has ended (stopped or failed).
+    /// True once the thread has ended: after `stop`, or if the handler
+    /// panicked (receive errors do not end it).
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
@@ -881,7 +1068,7 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.thread.take().expect("joined once");
         match t.join() {
-            Ok(r) => r,
+            Ok(h) => Ok(h),
             Err(_) => bail!("feed {} thread panicked", self.name),
         }
     }
