@@ -323,11 +323,9 @@ fn loss_on_line_a_only_is_no_loss() {
     }
 }
 
-/// Exact: what no line delivered, and nothing more. (Known receiver issue,
-/// reported: when a line has more than one batch queued, `feed::receiver`
-/// merges A and B only within the batches read, so a packet one line lost
-/// beyond the other line's batch is counted lost before the other line's
-/// copy is read. This test then sees one or two extra.)
+/// Exact: what no line delivered, and nothing more (the receiver merges the
+/// lines by arrival time across batches, so a backlog on one line does not
+/// turn into false gaps).
 #[test]
 fn loss_on_both_lines_is_counted_exactly() {
     let _serial = serial();
