@@ -105,6 +105,14 @@ fn wait_for(stats: &[LineStats], pred: impl Fn(&[u64]) -> bool) -> bool {
 }
 
 /// Default options, plus the senders' addresses (the tests check them).
+/// Tests of this file run one at a time: several senders at full speed at
+/// once overflow loopback's per-CPU backlog (net.core.netdev_max_backlog)
+/// and the kernel drops datagrams that the tests count.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn rx_opts() -> ReceiverOptions {
     ReceiverOptions {
         source_addresses: true,
@@ -120,6 +128,7 @@ fn sender(source: Option<SocketAddrV4>) -> McastSender {
 
 #[test]
 fn sender_to_receiver_delivers_every_datagram_in_order() {
+    let _serial = serial();
     const N: u64 = 2000;
     let g = group(1, 47101);
     let feed =
@@ -170,6 +179,7 @@ fn sender_to_receiver_delivers_every_datagram_in_order() {
 
 #[test]
 fn two_lines_in_one_thread_keep_their_indices() {
+    let _serial = serial();
     const N: u64 = 500;
     let (ga, gb) = (group(2, 47102), group(3, 47103));
     let feed = FeedThread::spawn(
@@ -225,6 +235,7 @@ fn two_lines_in_one_thread_keep_their_indices() {
 
 #[test]
 fn lines_read_together_are_delivered_in_arrival_order() {
+    let _serial = serial();
     const N: u64 = 20;
     let (ga, gb) = (group(8, 47109), group(9, 47110));
     let mut rx = Receiver::open(&[line("A", ga, None), line("B", gb, None)], rx_opts()).unwrap();
@@ -265,6 +276,7 @@ fn lines_read_together_are_delivered_in_arrival_order() {
 
 #[test]
 fn source_specific_join_filters_by_sender() {
+    let _serial = serial();
     const N: u64 = 200;
     let g = group(4, 47104);
     let src_ok = Ipv4Addr::new(127, 0, 0, 1);
@@ -323,6 +335,7 @@ fn source_specific_join_filters_by_sender() {
 
 #[test]
 fn paced_sending_takes_about_its_time() {
+    let _serial = serial();
     // 200 datagrams at 2,000/s cannot finish in under ~100 ms; only the
     // lower bound is asserted (an upper bound would be a timing assertion
     // on a noisy machine).
@@ -403,6 +416,7 @@ fn wait_child(child: &mut std::process::Child) -> std::process::ExitStatus {
 
 #[test]
 fn record_writes_a_nanosecond_pcap_of_both_lines() {
+    let _serial = serial();
     const N: u64 = 300;
     let (ga, gb) = (group(6, 47107), group(7, 47108));
     let dir = tempfile::tempdir().unwrap();
@@ -500,6 +514,7 @@ fn without_times(v: &mut serde_json::Value) {
 
 #[test]
 fn record_of_a_replay_sent_to_multicast_replays_the_same() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
     let (sim, truth, rec) = (p("sim.pcap"), p("truth.json"), p("rec.pcap"));
@@ -575,6 +590,7 @@ fn record_of_a_replay_sent_to_multicast_replays_the_same() {
 
 #[test]
 fn every_datagram_is_offered_for_prefetch_before_delivery() {
+    let _serial = serial();
     #[derive(Default)]
     struct Events(Vec<(char, u64)>);
     impl DatagramHandler for Events {
@@ -617,6 +633,7 @@ fn every_datagram_is_offered_for_prefetch_before_delivery() {
 
 #[test]
 fn busy_poll_pinned_thread_delivers_every_datagram() {
+    let _serial = serial();
     const N: u64 = 300;
     let g = group(11, 47112);
     let feed = FeedThread::spawn(
@@ -653,6 +670,7 @@ fn busy_poll_pinned_thread_delivers_every_datagram() {
 /// B has. The receiver must deliver so that no such false gap appears.
 #[test]
 fn a_line_read_ahead_does_not_open_false_gaps() {
+    let _serial = serial();
     const N: u64 = 400;
     let (ga, gb) = (group(12, 47113), group(13, 47114));
     let mut rx = Receiver::open(
