@@ -475,6 +475,10 @@ pub struct Receiver {
     /// datagram read.
     more: Vec<bool>,
     last_arrival: Vec<i64>,
+    /// Clock read just before the current read round's first `recvmmsg`
+    /// (several lines only): datagrams that arrived later may have an
+    /// earlier copy still unread on a line read before them.
+    round_start: i64,
     events: Vec<libc::epoll_event>,
     /// Lines reported ready by epoll (capacity: one per line).
     ready: Vec<usize>,
@@ -538,6 +542,7 @@ impl Receiver {
             filled: vec![0; k],
             more: vec![false; k],
             last_arrival: vec![i64::MIN; k],
+            round_start: i64::MAX,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; k],
             ready: Vec::with_capacity(k),
             last_ovfl: vec![None; k],
@@ -747,7 +752,8 @@ impl Receiver {
             .filter(|&l| self.more[l])
             .map(|l| self.last_arrival[l])
             .min()
-            .unwrap_or(i64::MAX);
+            .unwrap_or(i64::MAX)
+            .min(self.round_start);
         // Offer the first datagrams of each line for prefetch (the loop
         // below offers the ones further ahead).
         for line in 0..k {
@@ -812,6 +818,16 @@ impl Receiver {
         handler: &mut H,
     ) -> io::Result<(usize, bool)> {
         let mut total = 0;
+        // Lines are read one after another: a datagram that arrived on line
+        // B after line A was read can be older than one read from B. Only
+        // what arrived before the round began is known to be complete on
+        // every line; later datagrams wait for the next round (C2/C3 must
+        // see the lines in arrival order, or a packet B has looks lost).
+        self.round_start = if self.sockets.len() > 1 {
+            realtime_ns()
+        } else {
+            i64::MAX
+        };
         for &line in lines {
             match self.recv_batch(line) {
                 Ok(got) => total += got,
@@ -880,9 +896,16 @@ impl Receiver {
         }
         let mut ready = mem::take(&mut self.ready);
         ready.clear();
-        ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
-        ready.sort_unstable();
-        // A line epoll does not report has nothing waiting.
+        if self.sockets.len() > 1 && (n > 0 || self.held() > 0) {
+            // Every line, not only those epoll reported: one may have
+            // received since epoll_wait returned, and its datagrams must be
+            // merged by arrival time with the others' (see `read_round`).
+            ready.extend(0..self.sockets.len());
+        } else {
+            ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
+            ready.sort_unstable();
+        }
+        // A line epoll does not report had nothing waiting.
         for (line, more) in self.more.iter_mut().enumerate() {
             *more &= ready.contains(&line);
         }
