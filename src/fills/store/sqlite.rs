@@ -519,6 +519,90 @@ pub(crate) fn deal_from_columns(
     Ok(DealRow { status, fill, bust })
 }
 
+/// A stored position and the head of its chain of applied fills.
+struct StoredPos {
+    position: Position,
+    last_deal_id: Option<String>,
+}
+
+fn load_position(
+    sel: &mut rusqlite::CachedStatement<'_>,
+    key: &PosKey,
+) -> anyhow::Result<Option<StoredPos>> {
+    let row = sel
+        .query_row(params![key.0, key.1], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .optional()?;
+    row.map(|(q, a, p, last_deal_id)| {
+        Ok(StoredPos {
+            position: Position {
+                qty: dec(&q)?,
+                avg_price: dec(&a)?,
+                realized_pnl: dec(&p)?,
+            },
+            last_deal_id,
+        })
+    })
+    .transpose()
+}
+
+/// The applied fills of one position in application order, read by walking
+/// the chain back from `head` by primary key (BUST replay; see
+/// schema_sqlite.sql). Busted rows stay in the chain and are skipped.
+fn load_history(
+    walk: &mut rusqlite::CachedStatement<'_>,
+    key: &PosKey,
+    head: Option<String>,
+) -> anyhow::Result<Vec<HistFill>> {
+    let mut h = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut cur = head;
+    while let Some(deal_id) = cur {
+        anyhow::ensure!(
+            seen.insert(deal_id.clone()),
+            "fill chain of {}/{} loops at deal {deal_id}",
+            key.0,
+            key.1
+        );
+        let (status, side, qty, price, prev) = walk
+            .query_row([&deal_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                ))
+            })
+            .optional()?
+            .with_context(|| format!("fill chain of {}/{}: deal {deal_id} missing", key.0, key.1))?;
+        if status == DealStatus::Applied.as_str() {
+            let (Some(side), Some(qty), Some(price)) = (side, qty, price) else {
+                anyhow::bail!("deal {deal_id}: applied without fill columns");
+            };
+            h.push(HistFill {
+                side: Side::parse(&side).with_context(|| format!("deal {deal_id}: side"))?,
+                qty: dec(&qty)?,
+                price: dec(&price)?,
+                deal_id,
+            });
+        }
+        cur = prev;
+    }
+    h.reverse();
+    Ok(h)
+}
+
+fn key_of(f: &Fill) -> PosKey {
+    (f.account.clone(), f.symbol.clone())
+}
+
 /// F1-F3 for one batch inside an open write transaction. Returns outcomes
 /// in input order.
 fn apply_in_tx(
@@ -554,6 +638,35 @@ fn apply_in_tx(
         new_events.sort_unstable_by_key(|&(i, _)| i);
     }
 
+    // The positions of the new FILLs, with the heads of their chains (a
+    // missing row is a flat position with an empty chain).
+    let mut sel_pos = tx.prepare_cached(
+        "SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions
+         WHERE account = ?1 AND symbol = ?2",
+    )?;
+    let mut stored: HashMap<PosKey, Option<StoredPos>> = HashMap::new();
+    {
+        let mut keys: Vec<PosKey> = new_events
+            .iter()
+            .filter_map(|(_, ev)| match ev {
+                Event::Fill(f) => Some(key_of(f)),
+                Event::Bust(_) => None,
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            let row = load_position(&mut sel_pos, &key)?;
+            stored.insert(key, row);
+        }
+    }
+    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, key: &PosKey| {
+        stored
+            .get(key)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.last_deal_id.clone())
+    };
+
     // Each new deal's first event creates its row (F2: the unique deal_id);
     // existing deals are read.
     let mut next_seq: i64 = tx.query_row(
@@ -563,35 +676,50 @@ fn apply_in_tx(
     )?;
     let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
     let mut inserted: HashMap<String, DealRow> = HashMap::new();
+    // prev_deal_id written with each inserted row. It assumes every new
+    // deal's FILL is applied in event order; the rare exceptions (rejected,
+    // or the deal already existed) are corrected after planning.
+    let mut written_prev: HashMap<String, Option<String>> = HashMap::new();
     {
         let mut ins = tx.prepare_cached(
             "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
                                 exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
-                                created_ns, updated_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
+                                created_ns, updated_ns, prev_deal_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15)
              ON CONFLICT (deal_id) DO NOTHING",
         )?;
         let mut sel =
             tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
-        // First event of each deal, with its application sequence drawn
-        // in event order; then inserted in deal_id order (page locality).
-        let mut firsts: Vec<(&str, DealRow, Option<i64>)> = Vec::new();
+        // First event of each deal, with its application sequence and
+        // chain predecessor drawn in event order; then inserted in deal_id
+        // order (page locality).
+        let mut firsts: Vec<(&str, DealRow, Option<i64>, Option<String>)> = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
+        let mut heads: HashMap<PosKey, Option<String>> = HashMap::new();
         for &(_, ev) in &new_events {
             if seen.insert(ev.deal_id()) {
                 let row = DealRow::first(ev);
-                let seq = (row.status == DealStatus::Applied).then(|| {
-                    next_seq += 1;
-                    next_seq
-                });
-                firsts.push((ev.deal_id(), row, seq));
+                let (seq, prev) = match ev {
+                    Event::Fill(f) => {
+                        next_seq += 1;
+                        let key = key_of(f);
+                        let head = heads
+                            .entry(key)
+                            .or_insert_with_key(|k| head_of(&stored, k));
+                        let prev = head.replace(f.deal_id.clone());
+                        (Some(next_seq), prev)
+                    }
+                    Event::Bust(_) => (None, None),
+                };
+                firsts.push((ev.deal_id(), row, seq, prev));
             }
         }
         firsts.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for (deal_id, row, seq) in firsts {
-            if insert_deal(&mut ins, &row, seq, now)? == 1 {
+        for (deal_id, row, seq, prev) in firsts {
+            if insert_deal(&mut ins, &row, seq, prev.as_deref(), now)? == 1 {
                 deals.insert(deal_id.to_owned(), None);
                 inserted.insert(deal_id.to_owned(), row);
+                written_prev.insert(deal_id.to_owned(), prev);
             } else {
                 let mut rows = sel.query([deal_id])?;
                 let row = rows
@@ -604,59 +732,31 @@ fn apply_in_tx(
     }
     let before: HashMap<String, Option<DealRow>> = deals.clone();
 
-    // Positions the batch touches, and the history of those a BUST replays.
-    let mut positions: HashMap<PosKey, Position> = HashMap::new();
-    {
-        let mut sel = tx.prepare_cached(
-            "SELECT qty, avg_price, realized_pnl FROM positions WHERE account = ?1 AND symbol = ?2",
-        )?;
-        for key in plan::position_keys(&new_events, &deals) {
-            let row = sel
-                .query_row(params![key.0, key.1], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()?;
-            if let Some((q, a, p)) = row {
-                positions.insert(
-                    key,
-                    Position {
-                        qty: dec(&q)?,
-                        avg_price: dec(&a)?,
-                        realized_pnl: dec(&p)?,
-                    },
-                );
-            }
+    // Positions a BUST of an older fill touches, and the history of those
+    // a BUST replays.
+    for key in plan::position_keys(&new_events, &deals) {
+        if !stored.contains_key(&key) {
+            let row = load_position(&mut sel_pos, &key)?;
+            stored.insert(key, row);
         }
     }
+    drop(sel_pos);
     let mut history: HashMap<PosKey, Vec<HistFill>> = HashMap::new();
     {
-        let mut sel = tx.prepare_cached(
-            "SELECT deal_id, side, qty, price FROM fills
-             WHERE account = ?1 AND symbol = ?2 AND status = 'applied' ORDER BY applied_seq",
+        let mut walk = tx.prepare_cached(
+            "SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1",
         )?;
         for key in plan::replay_keys(&new_events, &deals) {
-            let mut h = Vec::new();
-            let mut rows = sel.query(params![key.0, key.1])?;
-            while let Some(r) = rows.next()? {
-                let deal_id: String = r.get(0)?;
-                if inserted.contains_key(&deal_id) {
-                    continue; // this batch's own rows: the planner adds them in order
-                }
-                let side: String = r.get(1)?;
-                h.push(HistFill {
-                    side: Side::parse(&side).with_context(|| format!("deal {deal_id}: side"))?,
-                    qty: dec(&r.get::<_, String>(2)?)?,
-                    price: dec(&r.get::<_, String>(3)?)?,
-                    deal_id,
-                });
-            }
+            // The stored head predates this batch's rows: the planner adds
+            // those itself, in order.
+            let h = load_history(&mut walk, &key, head_of(&stored, &key))?;
             history.insert(key, h);
         }
     }
+    let positions: HashMap<PosKey, Position> = stored
+        .iter()
+        .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.position)))
+        .collect();
 
     let p = plan::plan(&new_events, deals, positions, history);
 
@@ -716,23 +816,53 @@ fn apply_in_tx(
             [next_seq],
         )?;
     }
+    // The chains: each position's newly applied fills, in application
+    // order, follow its stored head. Rows whose assumed predecessor was
+    // wrong (a rejected or already-known deal before them) are corrected.
+    let mut heads: HashMap<&PosKey, Option<String>> = HashMap::new();
+    {
+        let mut set_prev =
+            tx.prepare_cached("UPDATE fills SET prev_deal_id = ?2 WHERE deal_id = ?1")?;
+        for deal_id in &p.newly_applied {
+            let Some(Some(DealRow { fill: Some(f), .. })) = p.deals.get(deal_id) else {
+                anyhow::bail!("internal: applied deal {deal_id} has no fill");
+            };
+            let key = stored
+                .get_key_value(&(f.account.clone(), f.symbol.clone()))
+                .map(|(k, _)| k)
+                .with_context(|| format!("internal: position of deal {deal_id} not loaded"))?;
+            let head = heads
+                .entry(key)
+                .or_insert_with(|| head_of(&stored, key));
+            let prev = head.replace(deal_id.clone());
+            if written_prev.get(deal_id) != Some(&prev) {
+                set_prev.execute(params![deal_id, prev])?;
+            }
+        }
+    }
     {
         let mut up = tx.prepare_cached(
-            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, last_deal_id,
+                                    updated_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (account, symbol) DO UPDATE SET qty = excluded.qty,
                  avg_price = excluded.avg_price, realized_pnl = excluded.realized_pnl,
-                 updated_ns = excluded.updated_ns",
+                 last_deal_id = excluded.last_deal_id, updated_ns = excluded.updated_ns",
         )?;
         let mut sorted: Vec<_> = p.positions.iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for ((account, symbol), pos) in sorted {
+        for (key, pos) in sorted {
+            let head = match heads.get(key) {
+                Some(h) => h.clone(),
+                None => head_of(&stored, key),
+            };
             up.execute(params![
-                account,
-                symbol,
+                key.0,
+                key.1,
                 pos.qty.to_string(),
                 pos.avg_price.to_string(),
                 pos.realized_pnl.to_string(),
+                head,
                 now
             ])?;
         }
@@ -811,6 +941,7 @@ fn insert_deal(
     ins: &mut rusqlite::CachedStatement<'_>,
     row: &DealRow,
     seq: Option<i64>,
+    prev_deal_id: Option<&str>,
     now: i64,
 ) -> rusqlite::Result<usize> {
     let c = DealCols::of(row);
@@ -828,6 +959,7 @@ fn insert_deal(
         c.bust_account,
         c.bust_ns,
         seq,
-        now
+        now,
+        prev_deal_id
     ])
 }
