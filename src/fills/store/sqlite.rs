@@ -581,7 +581,9 @@ fn load_history(
                 ))
             })
             .optional()?
-            .with_context(|| format!("fill chain of {}/{}: deal {deal_id} missing", key.0, key.1))?;
+            .with_context(|| {
+                format!("fill chain of {}/{}: deal {deal_id} missing", key.0, key.1)
+            })?;
         if status == DealStatus::Applied.as_str() {
             let (Some(side), Some(qty), Some(price)) = (side, qty, price) else {
                 anyhow::bail!("deal {deal_id}: applied without fill columns");
@@ -603,6 +605,67 @@ fn key_of(f: &Fill) -> PosKey {
     (f.account.clone(), f.symbol.clone())
 }
 
+/// Rows per multi-row dedup INSERT: one statement instead of 64 saves the
+/// per-statement setup (cursors, halt, reset) that dominates a one-row
+/// insert. The remainder of a batch goes through the one-row statement,
+/// so the statement cache holds two statements whatever the batch sizes.
+const DEDUP_ROWS: usize = 64;
+
+fn dedup_sql(rows: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from("INSERT INTO processed_events (kind, event_id, created_ns) VALUES ");
+    for r in 0..rows {
+        let sep = if r == 0 { "" } else { ", " };
+        let _ = write!(s, "{sep}(?{}, ?{}, ?1)", 2 + 2 * r, 3 + 2 * r);
+    }
+    s.push_str(" ON CONFLICT DO NOTHING RETURNING kind, event_id");
+    s
+}
+
+/// F1 for `chunk` (sorted by key): insert the processed-event rows and set
+/// `new[j]` for each row actually inserted (the others were processed
+/// before). RETURNING lists exactly the inserted rows.
+fn insert_processed(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    chunk: &[(usize, &Event)],
+    now: i64,
+    new: &mut [bool],
+) -> anyhow::Result<()> {
+    stmt.raw_bind_parameter(1, now)?;
+    for (j, (_, ev)) in chunk.iter().enumerate() {
+        stmt.raw_bind_parameter(2 + 2 * j, ev.kind().as_str())?;
+        stmt.raw_bind_parameter(3 + 2 * j, ev.event_id())?;
+    }
+    let mut rows = stmt.raw_query();
+    // Rows come back in insertion order in practice; the search starts
+    // where the last match was and wraps around, so any order is correct.
+    let mut at = 0;
+    while let Some(r) = rows.next()? {
+        let kind = r.get_ref(0)?.as_str()?;
+        let id = r.get_ref(1)?.as_str()?;
+        let n = chunk.len();
+        let j = (0..n)
+            .map(|k| (at + k) % n)
+            .find(|&j| chunk[j].1.kind().as_str() == kind && chunk[j].1.event_id() == id)
+            .with_context(|| format!("processed_events returned an unknown row {kind}/{id}"))?;
+        new[j] = true;
+        at = j + 1;
+    }
+    Ok(())
+}
+
+/// Is `row` exactly the row [`DealRow::first`] makes of `ev`?
+fn is_first_row(row: &DealRow, ev: &Event) -> bool {
+    match ev {
+        Event::Fill(f) => {
+            row.status == DealStatus::Applied && row.bust.is_none() && row.fill.as_ref() == Some(f)
+        }
+        Event::Bust(b) => {
+            row.status == DealStatus::BustHeld && row.fill.is_none() && row.bust.as_ref() == Some(b)
+        }
+    }
+}
+
 /// F1-F3 for one batch inside an open write transaction. Returns outcomes
 /// in input order.
 fn apply_in_tx(
@@ -616,10 +679,6 @@ fn apply_in_tx(
     // F1: the processed-events insert decides which events are new.
     let mut new_events: Vec<(usize, &Event)> = Vec::with_capacity(unique.len());
     {
-        let mut ins = tx.prepare_cached(
-            "INSERT INTO processed_events (kind, event_id, created_ns) VALUES (?1, ?2, ?3)
-             ON CONFLICT DO NOTHING",
-        )?;
         // Key order: neighbouring inserts land on the same B-tree pages.
         let mut sorted: Vec<(usize, &Event)> = unique
             .iter()
@@ -628,8 +687,23 @@ fn apply_in_tx(
         sorted.sort_unstable_by(|a, b| {
             (a.1.kind(), a.1.event_id()).cmp(&(b.1.kind(), b.1.event_id()))
         });
-        for (i, ev) in sorted {
-            if ins.execute(params![ev.kind().as_str(), ev.event_id(), now])? == 1 {
+        let mut new = vec![false; sorted.len()];
+        let full = sorted.len() / DEDUP_ROWS * DEDUP_ROWS;
+        if full > 0 {
+            let mut multi = tx.prepare_cached(&dedup_sql(DEDUP_ROWS))?;
+            for (c, chunk) in sorted[..full].chunks(DEDUP_ROWS).enumerate() {
+                let at = c * DEDUP_ROWS;
+                insert_processed(&mut multi, chunk, now, &mut new[at..at + DEDUP_ROWS])?;
+            }
+        }
+        if full < sorted.len() {
+            let mut one = tx.prepare_cached(&dedup_sql(1))?;
+            for (j, one_ev) in sorted[full..].chunks(1).enumerate() {
+                insert_processed(&mut one, one_ev, now, &mut new[full + j..full + j + 1])?;
+            }
+        }
+        for ((i, ev), is_new) in sorted.into_iter().zip(new) {
+            if is_new {
                 new_events.push((i, ev));
             } else {
                 outs.push(outcome_of(i, &events[i], Outcome::Duplicate));
@@ -646,23 +720,25 @@ fn apply_in_tx(
     )?;
     let mut stored: HashMap<PosKey, Option<StoredPos>> = HashMap::new();
     {
-        let mut keys: Vec<PosKey> = new_events
+        let mut keys: Vec<(&str, &str)> = new_events
             .iter()
             .filter_map(|(_, ev)| match ev {
-                Event::Fill(f) => Some(key_of(f)),
+                Event::Fill(f) => Some((f.account.as_str(), f.symbol.as_str())),
                 Event::Bust(_) => None,
             })
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        for key in keys {
+        stored.reserve(keys.len());
+        for (a, s) in keys {
+            let key = (a.to_owned(), s.to_owned());
             let row = load_position(&mut sel_pos, &key)?;
             stored.insert(key, row);
         }
     }
-    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, key: &PosKey| {
+    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, f: &Fill| {
         stored
-            .get(key)
+            .get(&key_of(f))
             .and_then(Option::as_ref)
             .and_then(|s| s.last_deal_id.clone())
     };
@@ -674,12 +750,15 @@ fn apply_in_tx(
         [],
         |r| r.get(0),
     )?;
-    let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
-    let mut inserted: HashMap<String, DealRow> = HashMap::new();
-    // prev_deal_id written with each inserted row. It assumes every new
-    // deal's FILL is applied in event order; the rare exceptions (rejected,
-    // or the deal already existed) are corrected after planning.
-    let mut written_prev: HashMap<String, Option<String>> = HashMap::new();
+    let mut deals: HashMap<String, Option<DealRow>> = HashMap::with_capacity(new_events.len());
+    // Rows this batch inserted: the event whose `DealRow::first` they hold,
+    // and the prev_deal_id written. That assumes every new deal's FILL is
+    // applied in event order; the rare exceptions (rejected, or the deal
+    // already existed) are corrected after planning.
+    let mut inserted: HashMap<&str, (&Event, Option<String>)> =
+        HashMap::with_capacity(new_events.len());
+    // Rows that existed before this batch, as read.
+    let mut before: HashMap<&str, DealRow> = HashMap::new();
     {
         let mut ins = tx.prepare_cached(
             "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
@@ -693,44 +772,43 @@ fn apply_in_tx(
         // First event of each deal, with its application sequence and
         // chain predecessor drawn in event order; then inserted in deal_id
         // order (page locality).
-        let mut firsts: Vec<(&str, DealRow, Option<i64>, Option<String>)> = Vec::new();
-        let mut seen: HashSet<&str> = HashSet::new();
-        let mut heads: HashMap<PosKey, Option<String>> = HashMap::new();
+        let mut firsts: Vec<(&Event, Option<i64>, Option<String>)> =
+            Vec::with_capacity(new_events.len());
+        let mut seen: HashSet<&str> = HashSet::with_capacity(new_events.len());
+        let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
         for &(_, ev) in &new_events {
             if seen.insert(ev.deal_id()) {
-                let row = DealRow::first(ev);
                 let (seq, prev) = match ev {
                     Event::Fill(f) => {
                         next_seq += 1;
-                        let key = key_of(f);
                         let head = heads
-                            .entry(key)
-                            .or_insert_with_key(|k| head_of(&stored, k));
+                            .entry((f.account.as_str(), f.symbol.as_str()))
+                            .or_insert_with(|| head_of(&stored, f));
                         let prev = head.replace(f.deal_id.clone());
                         (Some(next_seq), prev)
                     }
                     Event::Bust(_) => (None, None),
                 };
-                firsts.push((ev.deal_id(), row, seq, prev));
+                firsts.push((ev, seq, prev));
             }
         }
-        firsts.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for (deal_id, row, seq, prev) in firsts {
-            if insert_deal(&mut ins, &row, seq, prev.as_deref(), now)? == 1 {
+        firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
+        for (ev, seq, prev) in firsts {
+            let deal_id = ev.deal_id();
+            if insert_first(&mut ins, ev, seq, prev.as_deref(), now)? == 1 {
                 deals.insert(deal_id.to_owned(), None);
-                inserted.insert(deal_id.to_owned(), row);
-                written_prev.insert(deal_id.to_owned(), prev);
+                inserted.insert(deal_id, (ev, prev));
             } else {
                 let mut rows = sel.query([deal_id])?;
                 let row = rows
                     .next()?
                     .with_context(|| format!("deal {deal_id} conflicted but is not readable"))?;
                 let d = deal_from_row(row)?;
-                deals.insert(deal_id.to_owned(), Some(d));
+                deals.insert(deal_id.to_owned(), Some(d.clone()));
+                before.insert(deal_id, d);
             }
         }
     }
-    let before: HashMap<String, Option<DealRow>> = deals.clone();
 
     // Positions a BUST of an older fill touches, and the history of those
     // a BUST replays.
@@ -749,7 +827,11 @@ fn apply_in_tx(
         for key in plan::replay_keys(&new_events, &deals) {
             // The stored head predates this batch's rows: the planner adds
             // those itself, in order.
-            let h = load_history(&mut walk, &key, head_of(&stored, &key))?;
+            let head = stored
+                .get(&key)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.last_deal_id.clone());
+            let h = load_history(&mut walk, &key, head)?;
             history.insert(key, h);
         }
     }
@@ -771,14 +853,21 @@ fn apply_in_tx(
         )?;
         let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
         let mut deal_ids: Vec<&String> = p.deals.keys().collect();
-        deal_ids.sort();
+        deal_ids.sort_unstable();
         for deal_id in deal_ids {
             let fin = &p.deals[deal_id];
-            let written = match inserted.get(deal_id) {
-                Some(row) => Some(row),
-                None => before.get(deal_id).and_then(Option::as_ref),
-            };
-            if fin.as_ref() == written {
+            // Whether the stored row is already `fin`, and whether it was
+            // an applied row.
+            let (unchanged, was_applied_row) =
+                match (inserted.get(deal_id.as_str()), before.get(deal_id.as_str())) {
+                    (Some((ev, _)), _) => (
+                        fin.as_ref().is_some_and(|r| is_first_row(r, ev)),
+                        matches!(ev, Event::Fill(_)),
+                    ),
+                    (None, Some(b)) => (fin.as_ref() == Some(b), b.status == DealStatus::Applied),
+                    (None, None) => (fin.is_none(), false),
+                };
+            if unchanged {
                 continue;
             }
             match fin {
@@ -786,7 +875,6 @@ fn apply_in_tx(
                     tx.execute("DELETE FROM fills WHERE deal_id = ?1", [deal_id])?;
                 }
                 Some(row) => {
-                    let was_applied_row = written.is_some_and(|w| w.status == DealStatus::Applied);
                     let seq = (newly.contains(deal_id.as_str()) && !was_applied_row).then(|| {
                         next_seq += 1;
                         next_seq
@@ -819,7 +907,7 @@ fn apply_in_tx(
     // The chains: each position's newly applied fills, in application
     // order, follow its stored head. Rows whose assumed predecessor was
     // wrong (a rejected or already-known deal before them) are corrected.
-    let mut heads: HashMap<&PosKey, Option<String>> = HashMap::new();
+    let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
     {
         let mut set_prev =
             tx.prepare_cached("UPDATE fills SET prev_deal_id = ?2 WHERE deal_id = ?1")?;
@@ -827,15 +915,11 @@ fn apply_in_tx(
             let Some(Some(DealRow { fill: Some(f), .. })) = p.deals.get(deal_id) else {
                 anyhow::bail!("internal: applied deal {deal_id} has no fill");
             };
-            let key = stored
-                .get_key_value(&(f.account.clone(), f.symbol.clone()))
-                .map(|(k, _)| k)
-                .with_context(|| format!("internal: position of deal {deal_id} not loaded"))?;
             let head = heads
-                .entry(key)
-                .or_insert_with(|| head_of(&stored, key));
+                .entry((f.account.as_str(), f.symbol.as_str()))
+                .or_insert_with(|| head_of(&stored, f));
             let prev = head.replace(deal_id.clone());
-            if written_prev.get(deal_id) != Some(&prev) {
+            if inserted.get(deal_id.as_str()).map(|(_, w)| w) != Some(&prev) {
                 set_prev.execute(params![deal_id, prev])?;
             }
         }
@@ -852,9 +936,12 @@ fn apply_in_tx(
         let mut sorted: Vec<_> = p.positions.iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (key, pos) in sorted {
-            let head = match heads.get(key) {
-                Some(h) => h.clone(),
-                None => head_of(&stored, key),
+            let head = match heads.get(&(key.0.as_str(), key.1.as_str())) {
+                Some(h) => h.as_deref(),
+                None => stored
+                    .get(key)
+                    .and_then(Option::as_ref)
+                    .and_then(|s| s.last_deal_id.as_deref()),
             };
             up.execute(params![
                 key.0,
@@ -888,11 +975,11 @@ fn apply_in_tx(
         )?;
     }
 
-    let by_index: HashMap<usize, Outcome> = p.outcomes.into_iter().collect();
-    for (i, o) in by_index {
+    outs.reserve(p.outcomes.len());
+    for (i, o) in p.outcomes {
         outs.push(outcome_of(i, &events[i], o));
     }
-    outs.sort_by_key(|o| o.index);
+    outs.sort_unstable_by_key(|o| o.index);
     Ok((
         outs,
         SideEffects {
@@ -937,29 +1024,310 @@ impl DealCols {
     }
 }
 
-fn insert_deal(
+/// Insert the row `DealRow::first(ev)` of a new deal, binding the event's
+/// fields directly.
+fn insert_first(
     ins: &mut rusqlite::CachedStatement<'_>,
-    row: &DealRow,
+    ev: &Event,
     seq: Option<i64>,
     prev_deal_id: Option<&str>,
     now: i64,
 ) -> rusqlite::Result<usize> {
-    let c = DealCols::of(row);
-    ins.execute(params![
-        row.deal_id(),
-        c.status,
-        c.fill_event_id,
-        c.account,
-        c.symbol,
-        c.side,
-        c.qty,
-        c.price,
-        c.exec_ns,
-        c.bust_event_id,
-        c.bust_account,
-        c.bust_ns,
-        seq,
-        now,
-        prev_deal_id
-    ])
+    const NO_TEXT: Option<&str> = None;
+    const NO_INT: Option<i64> = None;
+    match ev {
+        Event::Fill(f) => ins.execute(params![
+            f.deal_id,
+            DealStatus::Applied.as_str(),
+            f.event_id,
+            f.account,
+            f.symbol,
+            f.side.as_str(),
+            f.qty.to_string(),
+            f.price.to_string(),
+            f.exec_time,
+            NO_TEXT,
+            NO_TEXT,
+            NO_INT,
+            seq,
+            now,
+            prev_deal_id
+        ]),
+        Event::Bust(b) => ins.execute(params![
+            b.deal_id,
+            DealStatus::BustHeld.as_str(),
+            NO_TEXT,
+            NO_TEXT,
+            NO_TEXT,
+            NO_TEXT,
+            NO_TEXT,
+            NO_TEXT,
+            NO_INT,
+            b.event_id,
+            b.account,
+            b.exec_time,
+            seq,
+            now,
+            prev_deal_id
+        ]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The BUST chain (prev_deal_id / last_deal_id) against an in-memory
+    //! model of the rules: random batches of fills, repeats, busts of
+    //! stored and same-batch fills, held busts (right and wrong account),
+    //! deals filled twice and overflowing fills (rejected, whose rows are
+    //! deleted and whose successors must be relinked).
+    use super::*;
+    use crate::fills::model::parse_value;
+
+    #[derive(Clone)]
+    enum DealState {
+        Applied { account: String, key: PosKey },
+        Busted,
+        Held { account: String },
+    }
+
+    #[derive(Default)]
+    struct Model {
+        processed: HashSet<(String, String)>,
+        deals: HashMap<String, DealState>,
+        /// Applied, not busted fills per position, in application order.
+        applied: HashMap<PosKey, Vec<(String, Side, Decimal, Decimal)>>,
+    }
+
+    fn replay(v: &[(String, Side, Decimal, Decimal)]) -> Result<Position, String> {
+        Position::replay(v.iter().map(|(_, s, q, p)| (*s, q, p))).map_err(|e| e.to_string())
+    }
+
+    impl Model {
+        fn apply(&mut self, ev: &Event) -> Outcome {
+            let id = (ev.kind().as_str().to_owned(), ev.event_id().to_owned());
+            if !self.processed.insert(id.clone()) {
+                return Outcome::Duplicate;
+            }
+            let out = match ev {
+                Event::Fill(f) => {
+                    let key = (f.account.clone(), f.symbol.clone());
+                    let apply = |m: &mut Model| -> Result<(), String> {
+                        let v = m.applied.entry(key.clone()).or_default();
+                        let cur = replay(v)?;
+                        cur.apply(f.side, f.qty, f.price)
+                            .map_err(|e| e.to_string())?;
+                        v.push((f.deal_id.clone(), f.side, f.qty, f.price));
+                        m.deals.insert(
+                            f.deal_id.clone(),
+                            DealState::Applied {
+                                account: f.account.clone(),
+                                key: key.clone(),
+                            },
+                        );
+                        Ok(())
+                    };
+                    match self.deals.get(&f.deal_id).cloned() {
+                        None => apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied),
+                        Some(DealState::Held { account }) if account == f.account => {
+                            self.deals.insert(f.deal_id.clone(), DealState::Busted);
+                            Outcome::Applied
+                        }
+                        Some(DealState::Held { .. }) => {
+                            apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied)
+                        }
+                        Some(_) => Outcome::DuplicateByDealId,
+                    }
+                }
+                Event::Bust(b) => match self.deals.get(&b.deal_id).cloned() {
+                    None => {
+                        self.deals.insert(
+                            b.deal_id.clone(),
+                            DealState::Held {
+                                account: b.account.clone(),
+                            },
+                        );
+                        Outcome::Held
+                    }
+                    Some(DealState::Applied { account, key }) => {
+                        if account != b.account {
+                            Outcome::Rejected("account".into())
+                        } else {
+                            let v = self.applied.get_mut(&key).unwrap();
+                            v.retain(|x| x.0 != b.deal_id);
+                            self.deals.insert(b.deal_id.clone(), DealState::Busted);
+                            Outcome::Applied
+                        }
+                    }
+                    Some(_) => Outcome::DuplicateByDealId,
+                },
+            };
+            if matches!(out, Outcome::Rejected(_)) {
+                self.processed.remove(&id);
+            }
+            out
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, m: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % m
+        }
+    }
+
+    fn fill(id: &str, deal: &str, acc: &str, sym: &str, side: &str, qty: &str, px: &str) -> Event {
+        parse_value(
+            &serde_json::json!({"kind":"FILL","event_id":id,"deal_id":deal,
+            "account":acc,"symbol":sym,"side":side,"qty":qty,"price":px,
+            "exec_time":"2026-11-30T08:00:00Z"}),
+        )
+        .unwrap()
+    }
+    fn bust(id: &str, deal: &str, acc: &str) -> Event {
+        parse_value(
+            &serde_json::json!({"kind":"BUST","event_id":id,"deal_id":deal,
+            "account":acc,"exec_time":"2026-11-30T08:00:00Z"}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn chain_replays_like_the_model() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chain.db");
+        rt.block_on(async {
+            let store = SqliteStore::open(&path, StoreOptions::default(), FillsMetrics::unregistered())
+                .await
+                .unwrap();
+            let mut model = Model::default();
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            let accounts = ["A", "B"];
+            let symbols = ["X", "Y"];
+            let mut sent: Vec<Event> = Vec::new();
+            // Deals filled so far (deal, account) and deals announced by a
+            // BUST before their FILL.
+            let mut filled: Vec<(String, String)> = Vec::new();
+            let mut pending: Vec<(String, String)> = Vec::new();
+            let mut n = 0;
+            for round in 0..60 {
+                let mut batch: Vec<Event> = Vec::new();
+                // Some batches are long enough for the multi-row dedup insert.
+                let size = if round % 7 == 3 { 100 + rng.below(100) } else { 1 + rng.below(25) };
+                for _ in 0..size {
+                    n += 1;
+                    let acc = accounts[rng.below(2) as usize].to_string();
+                    let sym = symbols[rng.below(2) as usize];
+                    let side = if rng.below(2) == 0 { "BUY" } else { "SELL" };
+                    let qty = (1 + rng.below(20)).to_string();
+                    let px = format!("1.{}", rng.below(100));
+                    let ev = match rng.below(100) {
+                        0..=44 => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, side, &qty, &px)
+                        }
+                        45..=57 if !sent.is_empty() => {
+                            sent[rng.below(sent.len() as u64) as usize].clone()
+                        }
+                        58..=72 if !filled.is_empty() => {
+                            let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
+                            let a = if rng.below(10) == 0 { "OTHER" } else { a.as_str() };
+                            bust(&format!("B{n}"), deal, a)
+                        }
+                        73..=79 => {
+                            let deal = format!("P{n}");
+                            pending.push((deal.clone(), acc.clone()));
+                            bust(&format!("B{n}"), &deal, &acc)
+                        }
+                        80..=87 if !pending.is_empty() => {
+                            let (deal, a) = pending.swap_remove(rng.below(pending.len() as u64) as usize);
+                            // Sometimes the held BUST named another account.
+                            let a = if rng.below(4) == 0 { acc.clone() } else { a };
+                            filled.push((deal.clone(), a.clone()));
+                            fill(&format!("F{n}"), &deal, &a, sym, side, &qty, &px)
+                        }
+                        88..=91 if !filled.is_empty() => {
+                            let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
+                            fill(&format!("F{n}"), deal, a, sym, side, &qty, &px)
+                        }
+                        92..=95 => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, "BUY",
+                                 "79228162514264337593543950335", "2")
+                        }
+                        _ => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, side, &qty, &px)
+                        }
+                    };
+                    batch.push(ev);
+                }
+                let want: Vec<Outcome> = batch.iter().map(|e| model.apply(e)).collect();
+                sent.extend(batch.iter().cloned());
+                let outs = store
+                    .apply_batch("test", batch.into_iter().map(Ok).collect(), Extra::None)
+                    .await
+                    .unwrap();
+                let got: Vec<Outcome> = outs
+                    .into_iter()
+                    .map(|o| match o.outcome {
+                        Outcome::Rejected(_) => Outcome::Rejected(String::new()),
+                        o => o,
+                    })
+                    .collect();
+                let want: Vec<Outcome> = want
+                    .into_iter()
+                    .map(|o| match o {
+                        Outcome::Rejected(_) => Outcome::Rejected(String::new()),
+                        o => o,
+                    })
+                    .collect();
+                assert_eq!(got, want);
+            }
+            let stored = store.positions(None).await.unwrap();
+            for r in &stored {
+                let key = (r.account.clone(), r.symbol.clone());
+                let want = replay(model.applied.get(&key).map_or(&[][..], Vec::as_slice)).unwrap();
+                assert_eq!(r.position, want, "{key:?}");
+            }
+            let keys: HashSet<&PosKey> =
+                model.applied.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k).collect();
+            assert!(keys.iter().all(|k| stored.iter().any(|r| (&r.account, &r.symbol) == (&k.0, &k.1))));
+            // Each chain, walked from its head, is exactly the model's
+            // applied fills in application order.
+            let conn = Connection::open(&path).unwrap();
+            let mut sel = conn
+                .prepare_cached("SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions WHERE account = ?1 AND symbol = ?2")
+                .unwrap();
+            let mut walk = conn
+                .prepare_cached("SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1")
+                .unwrap();
+            let mut busts = 0;
+            for (key, v) in &model.applied {
+                let head = load_position(&mut sel, key).unwrap().and_then(|s| s.last_deal_id);
+                let h = load_history(&mut walk, key, head).unwrap();
+                let ids: Vec<&str> = h.iter().map(|x| x.deal_id.as_str()).collect();
+                let want: Vec<&str> = v.iter().map(|x| x.0.as_str()).collect();
+                assert_eq!(ids, want, "{key:?}");
+                busts += 1;
+            }
+            assert!(busts > 0);
+            let n_busted: i64 = conn
+                .query_row("SELECT count(*) FROM fills WHERE status = 'busted'", [], |r| r.get(0))
+                .unwrap();
+            let n_held: i64 = conn
+                .query_row("SELECT count(*) FROM fills WHERE status = 'bust_held'", [], |r| r.get(0))
+                .unwrap();
+            assert!(n_busted > 10 && n_held > 0, "busted {n_busted}, held {n_held}");
+        });
+    }
 }
