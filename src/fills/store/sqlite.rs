@@ -59,6 +59,8 @@ impl SqliteStore {
             // holds them avoids spilling and re-reading mid-transaction.
             conn.pragma_update(None, "cache_size", -65_536)?; // KiB
             conn.pragma_update(None, "wal_autocheckpoint", 4_000)?; // pages
+                                                                    // A batch uses about a dozen cached statements; keep them all.
+            conn.set_prepared_statement_cache_capacity(32);
             migrate(&mut conn)?;
             Ok(conn)
         })
@@ -760,13 +762,6 @@ fn apply_in_tx(
     // Rows that existed before this batch, as read.
     let mut before: HashMap<&str, DealRow> = HashMap::new();
     {
-        let mut ins = tx.prepare_cached(
-            "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
-                                exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
-                                created_ns, updated_ns, prev_deal_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15)
-             ON CONFLICT (deal_id) DO NOTHING",
-        )?;
         let mut sel =
             tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
         // First event of each deal, with its application sequence and
@@ -793,9 +788,26 @@ fn apply_in_tx(
             }
         }
         firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
-        for (ev, seq, prev) in firsts {
+        // DEAL_ROWS rows per statement, the rest one by one (as for the
+        // processed events).
+        let mut new = vec![false; firsts.len()];
+        let full = firsts.len() / DEAL_ROWS * DEAL_ROWS;
+        if full > 0 {
+            let mut multi = tx.prepare_cached(&deal_insert_sql(DEAL_ROWS))?;
+            for (c, chunk) in firsts[..full].chunks(DEAL_ROWS).enumerate() {
+                let at = c * DEAL_ROWS;
+                insert_firsts(&mut multi, chunk, now, &mut new[at..at + DEAL_ROWS])?;
+            }
+        }
+        if full < firsts.len() {
+            let mut one = tx.prepare_cached(&deal_insert_sql(1))?;
+            for j in full..firsts.len() {
+                insert_firsts(&mut one, &firsts[j..j + 1], now, &mut new[j..j + 1])?;
+            }
+        }
+        for ((ev, _, prev), is_new) in firsts.into_iter().zip(new) {
             let deal_id = ev.deal_id();
-            if insert_first(&mut ins, ev, seq, prev.as_deref(), now)? == 1 {
+            if is_new {
                 deals.insert(deal_id.to_owned(), None);
                 inserted.insert(deal_id, (ev, prev));
             } else {
@@ -1024,53 +1036,88 @@ impl DealCols {
     }
 }
 
-/// Insert the row `DealRow::first(ev)` of a new deal, binding the event's
-/// fields directly.
-fn insert_first(
-    ins: &mut rusqlite::CachedStatement<'_>,
-    ev: &Event,
-    seq: Option<i64>,
-    prev_deal_id: Option<&str>,
+/// Rows per multi-row INSERT of new deal rows (14 parameters each).
+const DEAL_ROWS: usize = 32;
+
+fn deal_insert_sql(rows: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                            exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
+                            prev_deal_id, created_ns, updated_ns) VALUES ",
+    );
+    for r in 0..rows {
+        let sep = if r == 0 { "" } else { ", " };
+        s.push_str(sep);
+        s.push('(');
+        for k in 1..=14 {
+            let _ = write!(s, "?{}, ", 1 + 14 * r + k);
+        }
+        s.push_str("?1, ?1)");
+    }
+    s.push_str(" ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id");
+    s
+}
+
+/// Insert the rows `DealRow::first(ev)` of new deals (`chunk`: event,
+/// application sequence, chain predecessor), binding the events' fields
+/// directly, and set `new[j]` for each row inserted; a row not returned
+/// conflicted with an existing deal (F2).
+fn insert_firsts(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    chunk: &[(&Event, Option<i64>, Option<String>)],
     now: i64,
-) -> rusqlite::Result<usize> {
+    new: &mut [bool],
+) -> anyhow::Result<()> {
     const NO_TEXT: Option<&str> = None;
     const NO_INT: Option<i64> = None;
-    match ev {
-        Event::Fill(f) => ins.execute(params![
-            f.deal_id,
-            DealStatus::Applied.as_str(),
-            f.event_id,
-            f.account,
-            f.symbol,
-            f.side.as_str(),
-            f.qty.to_string(),
-            f.price.to_string(),
-            f.exec_time,
-            NO_TEXT,
-            NO_TEXT,
-            NO_INT,
-            seq,
-            now,
-            prev_deal_id
-        ]),
-        Event::Bust(b) => ins.execute(params![
-            b.deal_id,
-            DealStatus::BustHeld.as_str(),
-            NO_TEXT,
-            NO_TEXT,
-            NO_TEXT,
-            NO_TEXT,
-            NO_TEXT,
-            NO_TEXT,
-            NO_INT,
-            b.event_id,
-            b.account,
-            b.exec_time,
-            seq,
-            now,
-            prev_deal_id
-        ]),
+    stmt.raw_bind_parameter(1, now)?;
+    for (j, (ev, seq, prev)) in chunk.iter().enumerate() {
+        let b = 1 + 14 * j;
+        match ev {
+            Event::Fill(f) => {
+                stmt.raw_bind_parameter(b + 1, f.deal_id.as_str())?;
+                stmt.raw_bind_parameter(b + 2, DealStatus::Applied.as_str())?;
+                stmt.raw_bind_parameter(b + 3, f.event_id.as_str())?;
+                stmt.raw_bind_parameter(b + 4, f.account.as_str())?;
+                stmt.raw_bind_parameter(b + 5, f.symbol.as_str())?;
+                stmt.raw_bind_parameter(b + 6, f.side.as_str())?;
+                stmt.raw_bind_parameter(b + 7, f.qty.to_string())?;
+                stmt.raw_bind_parameter(b + 8, f.price.to_string())?;
+                stmt.raw_bind_parameter(b + 9, f.exec_time)?;
+                stmt.raw_bind_parameter(b + 10, NO_TEXT)?;
+                stmt.raw_bind_parameter(b + 11, NO_TEXT)?;
+                stmt.raw_bind_parameter(b + 12, NO_INT)?;
+            }
+            Event::Bust(bu) => {
+                stmt.raw_bind_parameter(b + 1, bu.deal_id.as_str())?;
+                stmt.raw_bind_parameter(b + 2, DealStatus::BustHeld.as_str())?;
+                for k in 3..=8 {
+                    stmt.raw_bind_parameter(b + k, NO_TEXT)?;
+                }
+                stmt.raw_bind_parameter(b + 9, NO_INT)?;
+                stmt.raw_bind_parameter(b + 10, bu.event_id.as_str())?;
+                stmt.raw_bind_parameter(b + 11, bu.account.as_str())?;
+                stmt.raw_bind_parameter(b + 12, bu.exec_time)?;
+            }
+        }
+        stmt.raw_bind_parameter(b + 13, *seq)?;
+        stmt.raw_bind_parameter(b + 14, prev.as_deref())?;
     }
+    let mut rows = stmt.raw_query();
+    // As in insert_processed: search from the last match, wrapping around.
+    let mut at = 0;
+    while let Some(r) = rows.next()? {
+        let id = r.get_ref(0)?.as_str()?;
+        let n = chunk.len();
+        let j = (0..n)
+            .map(|k| (at + k) % n)
+            .find(|&j| chunk[j].0.deal_id() == id)
+            .with_context(|| format!("fills returned an unknown deal {id}"))?;
+        new[j] = true;
+        at = j + 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
