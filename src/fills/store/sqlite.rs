@@ -825,9 +825,9 @@ fn apply_in_tx(
     // Positions a BUST of an older fill touches, and the history of those
     // a BUST replays.
     for key in plan::position_keys(&new_events, &deals) {
-        if !stored.contains_key(&key) {
-            let row = load_position(&mut sel_pos, &key)?;
-            stored.insert(key, row);
+        if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(key) {
+            let row = load_position(&mut sel_pos, e.key())?;
+            e.insert(row);
         }
     }
     drop(sel_pos);
