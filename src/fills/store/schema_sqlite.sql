@@ -34,7 +34,7 @@ CREATE TABLE fills (
     -- a chain from positions.last_deal_id back to the first fill, walked
     -- by primary key to replay a position when a BUST arrives. It replaces
     -- an index on (account, symbol, applied_seq), whose inserts land on a
-    -- different page for every position and made up about a third of the
+    -- different page for every position and made up more than a quarter of the
     -- cost of a batch; the chain costs one column in a row that is
     -- written anyway.
     prev_deal_id   TEXT,
