@@ -60,6 +60,18 @@ struct Row {
     design: String,
     events: usize,
     secs: f64,
+    /// CPU seconds of this process (all threads, user + system) during the
+    /// run: on a shared machine wall time includes waiting for a core.
+    cpu: f64,
+}
+
+/// User + system CPU seconds of this process so far.
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 fn fills_of(events: &[Parsed]) -> impl Iterator<Item = &Fill> {
@@ -69,9 +81,9 @@ fn fills_of(events: &[Parsed]) -> impl Iterator<Item = &Fill> {
     })
 }
 
-async fn batched(store: &Store, events: Vec<Parsed>, batch: usize) -> (usize, f64) {
-    let n = events.len();
+async fn batched(store: &Store, events: Vec<Parsed>, batch: usize) -> (usize, f64, f64) {
     let chunks: Vec<Vec<Parsed>> = events.chunks(batch).map(<[Parsed]>::to_vec).collect();
+    let cpu = cpu_secs();
     let t = Instant::now();
     let mut applied = 0;
     for c in chunks {
@@ -82,8 +94,7 @@ async fn batched(store: &Store, events: Vec<Parsed>, batch: usize) -> (usize, f6
             .count();
     }
     let secs = t.elapsed().as_secs_f64();
-    let _ = n;
-    (applied, secs)
+    (applied, secs, cpu_secs() - cpu)
 }
 
 fn d(s: &str) -> Decimal {
@@ -92,10 +103,11 @@ fn d(s: &str) -> Decimal {
 
 /// Textbook on SQLite: per event BEGIN IMMEDIATE; INSERT processed ON
 /// CONFLICT DO NOTHING; if new: INSERT fill, read position, upsert it; COMMIT.
-fn textbook_sqlite(path: &std::path::Path, events: &[Parsed]) -> (usize, f64) {
+fn textbook_sqlite(path: &std::path::Path, events: &[Parsed]) -> (usize, f64, f64) {
     let mut c = rusqlite::Connection::open(path).expect("open");
     c.pragma_update(None, "journal_mode", "WAL").expect("wal");
     c.pragma_update(None, "synchronous", "FULL").expect("sync");
+    let cpu = cpu_secs();
     let t = Instant::now();
     let mut applied = 0;
     for f in fills_of(events) {
@@ -161,11 +173,11 @@ fn textbook_sqlite(path: &std::path::Path, events: &[Parsed]) -> (usize, f64) {
         }
         tx.commit().expect("commit");
     }
-    (applied, t.elapsed().as_secs_f64())
+    (applied, t.elapsed().as_secs_f64(), cpu_secs() - cpu)
 }
 
 /// Textbook on PostgreSQL, same steps, one transaction per event.
-async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64) {
+async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64, f64) {
     let (mut c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect");
@@ -211,6 +223,7 @@ async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64)
         )
         .await
         .expect("prepare");
+    let cpu = cpu_secs();
     let t = Instant::now();
     let mut applied = 0;
     for f in fills_of(events) {
@@ -261,7 +274,7 @@ async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64)
         }
         tx.commit().await.expect("commit");
     }
-    (applied, t.elapsed().as_secs_f64())
+    (applied, t.elapsed().as_secs_f64(), cpu_secs() - cpu)
 }
 
 /// The stored positions must equal applying each unique event once.
@@ -307,13 +320,14 @@ fn main() {
                 .expect("sqlite"),
         );
         let tb = workload(tn, "tb");
-        let (a, secs) = textbook_sqlite(&dir.path().join("bench.db"), &tb);
+        let (a, secs, cpu) = textbook_sqlite(&dir.path().join("bench.db"), &tb);
         assert_eq!(a, tn);
         rows.push(Row {
             backend: "sqlite",
             design: "textbook: 1 tx per event".into(),
             events: tb.len(),
             secs,
+            cpu,
         });
         let dir2 = tempfile::tempdir().expect("tempdir");
         let store2 = Store::Sqlite(
@@ -327,7 +341,7 @@ fn main() {
         );
         drop(store);
         let evs = workload(n, "b");
-        let (a, secs) = batched(&store2, evs.clone(), batch).await;
+        let (a, secs, cpu) = batched(&store2, evs.clone(), batch).await;
         assert_eq!(a, n);
         check(&store2, &evs).await;
         rows.push(Row {
@@ -335,6 +349,7 @@ fn main() {
             design: format!("tickgate: {batch} events per tx"),
             events: evs.len(),
             secs,
+            cpu,
         });
 
         match std::env::var("TICKGATE_TEST_PG_URL") {
@@ -371,7 +386,7 @@ fn main() {
                         .await
                         .expect("pg"),
                 );
-                let (a, secs) = textbook_pg(&url, &schemas[0], &tb).await;
+                let (a, secs, cpu) = textbook_pg(&url, &schemas[0], &tb).await;
                 assert_eq!(a, tn);
                 check(&tstore, &tb).await;
                 rows.push(Row {
@@ -379,13 +394,14 @@ fn main() {
                     design: "textbook: 1 tx per event".into(),
                     events: tb.len(),
                     secs,
+                    cpu,
                 });
                 let bstore = Store::Postgres(
                     PgStore::connect(&url, pg(&schemas[1]), FillsMetrics::unregistered())
                         .await
                         .expect("pg"),
                 );
-                let (a, secs) = batched(&bstore, evs.clone(), batch).await;
+                let (a, secs, cpu) = batched(&bstore, evs.clone(), batch).await;
                 assert_eq!(a, n);
                 check(&bstore, &evs).await;
                 rows.push(Row {
@@ -393,6 +409,7 @@ fn main() {
                     design: format!("tickgate: {batch} events per tx"),
                     events: evs.len(),
                     secs,
+                    cpu,
                 });
                 for s in schemas {
                     let _ = c.batch_execute(&format!("DROP SCHEMA {s} CASCADE")).await;
@@ -402,16 +419,18 @@ fn main() {
         }
     });
     println!(
-        "\n| backend | design | events (10% repeats) | seconds | events/s |\n|---|---|---:|---:|---:|"
+        "\n| backend | design | events (10% repeats) | seconds | events/s | CPU s | events per CPU s |\n|---|---|---:|---:|---:|---:|---:|"
     );
     for r in &rows {
         println!(
-            "| {} | {} | {} | {:.2} | {:.0} |",
+            "| {} | {} | {} | {:.2} | {:.0} | {:.2} | {:.0} |",
             r.backend,
             r.design,
             r.events,
             r.secs,
-            r.events as f64 / r.secs
+            r.events as f64 / r.secs,
+            r.cpu,
+            r.events as f64 / r.cpu
         );
     }
 }

@@ -194,7 +194,9 @@ pub fn plan(
     mut history: HashMap<PosKey, Vec<HistFill>>,
 ) -> Plan {
     let mut p = Plan::default();
-    let mut touched_pos: HashSet<PosKey> = HashSet::new();
+    let mut touched_pos: HashSet<PosKey> = HashSet::with_capacity(positions.len());
+    p.outcomes.reserve(new_events.len());
+    p.newly_applied.reserve(new_events.len());
     for &(idx, ev) in new_events {
         let state = deals.get(ev.deal_id()).cloned().flatten();
         let outcome = match ev {
@@ -318,8 +320,17 @@ fn apply_fill(
             price: f.price,
         });
     }
-    positions.insert(key.clone(), next);
-    touched.insert(key);
+    // Most fills hit a position already loaded and already touched: no
+    // new key strings for those.
+    match positions.get_mut(&key) {
+        Some(p) => *p = next,
+        None => {
+            positions.insert(key.clone(), next);
+        }
+    }
+    if !touched.contains(&key) {
+        touched.insert(key);
+    }
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 -- tickgate fills store, SQLite flavour of schema version 1.
--- Same tables and columns as schema_postgres.sql; decimals are TEXT
--- (exact, written by rust_decimal), times are Unix nanoseconds.
+-- Same tables and columns as schema_postgres.sql, plus the per-position
+-- chain (fills.prev_deal_id, positions.last_deal_id) that replaces the
+-- fills_history index here; decimals are TEXT (exact, written by
+-- rust_decimal), times are Unix nanoseconds.
 
 -- F1/F2: identity of an event is (kind, event_id).
 CREATE TABLE processed_events (
@@ -28,11 +30,17 @@ CREATE TABLE fills (
     bust_account   TEXT,
     bust_ns        INTEGER,
     applied_seq    INTEGER,
+    -- The FILL applied to the same (account, symbol) just before this one:
+    -- a chain from positions.last_deal_id back to the first fill, walked
+    -- by primary key to replay a position when a BUST arrives. It replaces
+    -- an index on (account, symbol, applied_seq), whose inserts land on a
+    -- different page for every position and made up more than a quarter of the
+    -- cost of a batch; the chain costs one column in a row that is
+    -- written anyway.
+    prev_deal_id   TEXT,
     created_ns     INTEGER NOT NULL,
     updated_ns     INTEGER NOT NULL
 ) WITHOUT ROWID;
--- Replaying a position's fills in application order (BUST).
-CREATE INDEX fills_history ON fills (account, symbol, applied_seq) WHERE status = 'applied';
 CREATE INDEX fills_held ON fills (deal_id) WHERE status = 'bust_held';
 
 -- F6.
@@ -42,6 +50,8 @@ CREATE TABLE positions (
     qty           TEXT    NOT NULL,
     avg_price     TEXT    NOT NULL,
     realized_pnl  TEXT    NOT NULL,
+    -- Head of the chain of fills applied to this position (see fills).
+    last_deal_id  TEXT,
     updated_ns    INTEGER NOT NULL,
     PRIMARY KEY (account, symbol)
 ) WITHOUT ROWID;

@@ -59,6 +59,8 @@ impl SqliteStore {
             // holds them avoids spilling and re-reading mid-transaction.
             conn.pragma_update(None, "cache_size", -65_536)?; // KiB
             conn.pragma_update(None, "wal_autocheckpoint", 4_000)?; // pages
+                                                                    // A batch uses about a dozen cached statements; keep them all.
+            conn.set_prepared_statement_cache_capacity(32);
             migrate(&mut conn)?;
             Ok(conn)
         })
@@ -519,6 +521,153 @@ pub(crate) fn deal_from_columns(
     Ok(DealRow { status, fill, bust })
 }
 
+/// A stored position and the head of its chain of applied fills.
+struct StoredPos {
+    position: Position,
+    last_deal_id: Option<String>,
+}
+
+fn load_position(
+    sel: &mut rusqlite::CachedStatement<'_>,
+    key: &PosKey,
+) -> anyhow::Result<Option<StoredPos>> {
+    let row = sel
+        .query_row(params![key.0, key.1], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .optional()?;
+    row.map(|(q, a, p, last_deal_id)| {
+        Ok(StoredPos {
+            position: Position {
+                qty: dec(&q)?,
+                avg_price: dec(&a)?,
+                realized_pnl: dec(&p)?,
+            },
+            last_deal_id,
+        })
+    })
+    .transpose()
+}
+
+/// The applied fills of one position in application order, read by walking
+/// the chain back from `head` by primary key (BUST replay; see
+/// schema_sqlite.sql). Busted rows stay in the chain and are skipped.
+fn load_history(
+    walk: &mut rusqlite::CachedStatement<'_>,
+    key: &PosKey,
+    head: Option<String>,
+) -> anyhow::Result<Vec<HistFill>> {
+    let mut h = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut cur = head;
+    while let Some(deal_id) = cur {
+        anyhow::ensure!(
+            seen.insert(deal_id.clone()),
+            "fill chain of {}/{} loops at deal {deal_id}",
+            key.0,
+            key.1
+        );
+        let (status, side, qty, price, prev) = walk
+            .query_row([&deal_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                ))
+            })
+            .optional()?
+            .with_context(|| {
+                format!("fill chain of {}/{}: deal {deal_id} missing", key.0, key.1)
+            })?;
+        if status == DealStatus::Applied.as_str() {
+            let (Some(side), Some(qty), Some(price)) = (side, qty, price) else {
+                anyhow::bail!("deal {deal_id}: applied without fill columns");
+            };
+            h.push(HistFill {
+                side: Side::parse(&side).with_context(|| format!("deal {deal_id}: side"))?,
+                qty: dec(&qty)?,
+                price: dec(&price)?,
+                deal_id,
+            });
+        }
+        cur = prev;
+    }
+    h.reverse();
+    Ok(h)
+}
+
+fn key_of(f: &Fill) -> PosKey {
+    (f.account.clone(), f.symbol.clone())
+}
+
+/// Rows per multi-row dedup INSERT: one statement instead of 64 saves the
+/// per-statement setup (cursors, halt, reset) that dominates a one-row
+/// insert. The remainder of a batch goes through the one-row statement,
+/// so the statement cache holds two statements whatever the batch sizes.
+const DEDUP_ROWS: usize = 64;
+
+fn dedup_sql(rows: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from("INSERT INTO processed_events (kind, event_id, created_ns) VALUES ");
+    for r in 0..rows {
+        let sep = if r == 0 { "" } else { ", " };
+        let _ = write!(s, "{sep}(?{}, ?{}, ?1)", 2 + 2 * r, 3 + 2 * r);
+    }
+    s.push_str(" ON CONFLICT DO NOTHING RETURNING kind, event_id");
+    s
+}
+
+/// F1 for `chunk` (sorted by key): insert the processed-event rows and set
+/// `new[j]` for each row actually inserted (the others were processed
+/// before). RETURNING lists exactly the inserted rows.
+fn insert_processed(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    chunk: &[(usize, &Event)],
+    now: i64,
+    new: &mut [bool],
+) -> anyhow::Result<()> {
+    stmt.raw_bind_parameter(1, now)?;
+    for (j, (_, ev)) in chunk.iter().enumerate() {
+        stmt.raw_bind_parameter(2 + 2 * j, ev.kind().as_str())?;
+        stmt.raw_bind_parameter(3 + 2 * j, ev.event_id())?;
+    }
+    let mut rows = stmt.raw_query();
+    // Rows come back in insertion order in practice; the search starts
+    // where the last match was and wraps around, so any order is correct.
+    let mut at = 0;
+    while let Some(r) = rows.next()? {
+        let kind = r.get_ref(0)?.as_str()?;
+        let id = r.get_ref(1)?.as_str()?;
+        let n = chunk.len();
+        let j = (0..n)
+            .map(|k| (at + k) % n)
+            .find(|&j| chunk[j].1.kind().as_str() == kind && chunk[j].1.event_id() == id)
+            .with_context(|| format!("processed_events returned an unknown row {kind}/{id}"))?;
+        new[j] = true;
+        at = j + 1;
+    }
+    Ok(())
+}
+
+/// Is `row` exactly the row [`DealRow::first`] makes of `ev`?
+fn is_first_row(row: &DealRow, ev: &Event) -> bool {
+    match ev {
+        Event::Fill(f) => {
+            row.status == DealStatus::Applied && row.bust.is_none() && row.fill.as_ref() == Some(f)
+        }
+        Event::Bust(b) => {
+            row.status == DealStatus::BustHeld && row.fill.is_none() && row.bust.as_ref() == Some(b)
+        }
+    }
+}
+
 /// F1-F3 for one batch inside an open write transaction. Returns outcomes
 /// in input order.
 fn apply_in_tx(
@@ -532,10 +681,6 @@ fn apply_in_tx(
     // F1: the processed-events insert decides which events are new.
     let mut new_events: Vec<(usize, &Event)> = Vec::with_capacity(unique.len());
     {
-        let mut ins = tx.prepare_cached(
-            "INSERT INTO processed_events (kind, event_id, created_ns) VALUES (?1, ?2, ?3)
-             ON CONFLICT DO NOTHING",
-        )?;
         // Key order: neighbouring inserts land on the same B-tree pages.
         let mut sorted: Vec<(usize, &Event)> = unique
             .iter()
@@ -544,8 +689,23 @@ fn apply_in_tx(
         sorted.sort_unstable_by(|a, b| {
             (a.1.kind(), a.1.event_id()).cmp(&(b.1.kind(), b.1.event_id()))
         });
-        for (i, ev) in sorted {
-            if ins.execute(params![ev.kind().as_str(), ev.event_id(), now])? == 1 {
+        let mut new = vec![false; sorted.len()];
+        let full = sorted.len() / DEDUP_ROWS * DEDUP_ROWS;
+        if full > 0 {
+            let mut multi = tx.prepare_cached(&dedup_sql(DEDUP_ROWS))?;
+            for (c, chunk) in sorted[..full].chunks(DEDUP_ROWS).enumerate() {
+                let at = c * DEDUP_ROWS;
+                insert_processed(&mut multi, chunk, now, &mut new[at..at + DEDUP_ROWS])?;
+            }
+        }
+        if full < sorted.len() {
+            let mut one = tx.prepare_cached(&dedup_sql(1))?;
+            for (j, one_ev) in sorted[full..].chunks(1).enumerate() {
+                insert_processed(&mut one, one_ev, now, &mut new[full + j..full + j + 1])?;
+            }
+        }
+        for ((i, ev), is_new) in sorted.into_iter().zip(new) {
+            if is_new {
                 new_events.push((i, ev));
             } else {
                 outs.push(outcome_of(i, &events[i], Outcome::Duplicate));
@@ -554,6 +714,37 @@ fn apply_in_tx(
         new_events.sort_unstable_by_key(|&(i, _)| i);
     }
 
+    // The positions of the new FILLs, with the heads of their chains (a
+    // missing row is a flat position with an empty chain).
+    let mut sel_pos = tx.prepare_cached(
+        "SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions
+         WHERE account = ?1 AND symbol = ?2",
+    )?;
+    let mut stored: HashMap<PosKey, Option<StoredPos>> = HashMap::new();
+    {
+        let mut keys: Vec<(&str, &str)> = new_events
+            .iter()
+            .filter_map(|(_, ev)| match ev {
+                Event::Fill(f) => Some((f.account.as_str(), f.symbol.as_str())),
+                Event::Bust(_) => None,
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        stored.reserve(keys.len());
+        for (a, s) in keys {
+            let key = (a.to_owned(), s.to_owned());
+            let row = load_position(&mut sel_pos, &key)?;
+            stored.insert(key, row);
+        }
+    }
+    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, f: &Fill| {
+        stored
+            .get(&key_of(f))
+            .and_then(Option::as_ref)
+            .and_then(|s| s.last_deal_id.clone())
+    };
+
     // Each new deal's first event creates its row (F2: the unique deal_id);
     // existing deals are read.
     let mut next_seq: i64 = tx.query_row(
@@ -561,102 +752,105 @@ fn apply_in_tx(
         [],
         |r| r.get(0),
     )?;
-    let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
-    let mut inserted: HashMap<String, DealRow> = HashMap::new();
+    let mut deals: HashMap<String, Option<DealRow>> = HashMap::with_capacity(new_events.len());
+    // Rows this batch inserted: the event whose `DealRow::first` they hold,
+    // and the prev_deal_id written. That assumes every new deal's FILL is
+    // applied in event order; the rare exceptions (rejected, or the deal
+    // already existed) are corrected after planning.
+    let mut inserted: HashMap<&str, (&Event, Option<String>)> =
+        HashMap::with_capacity(new_events.len());
+    // Rows that existed before this batch, as read.
+    let mut before: HashMap<&str, DealRow> = HashMap::new();
     {
-        let mut ins = tx.prepare_cached(
-            "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
-                                exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
-                                created_ns, updated_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
-             ON CONFLICT (deal_id) DO NOTHING",
-        )?;
         let mut sel =
             tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
-        // First event of each deal, with its application sequence drawn
-        // in event order; then inserted in deal_id order (page locality).
-        let mut firsts: Vec<(&str, DealRow, Option<i64>)> = Vec::new();
-        let mut seen: HashSet<&str> = HashSet::new();
+        // First event of each deal, with its application sequence and
+        // chain predecessor drawn in event order; then inserted in deal_id
+        // order (page locality).
+        let mut firsts: Vec<(&Event, Option<i64>, Option<String>)> =
+            Vec::with_capacity(new_events.len());
+        let mut seen: HashSet<&str> = HashSet::with_capacity(new_events.len());
+        let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
         for &(_, ev) in &new_events {
             if seen.insert(ev.deal_id()) {
-                let row = DealRow::first(ev);
-                let seq = (row.status == DealStatus::Applied).then(|| {
-                    next_seq += 1;
-                    next_seq
-                });
-                firsts.push((ev.deal_id(), row, seq));
+                let (seq, prev) = match ev {
+                    Event::Fill(f) => {
+                        next_seq += 1;
+                        let head = heads
+                            .entry((f.account.as_str(), f.symbol.as_str()))
+                            .or_insert_with(|| head_of(&stored, f));
+                        let prev = head.replace(f.deal_id.clone());
+                        (Some(next_seq), prev)
+                    }
+                    Event::Bust(_) => (None, None),
+                };
+                firsts.push((ev, seq, prev));
             }
         }
-        firsts.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for (deal_id, row, seq) in firsts {
-            if insert_deal(&mut ins, &row, seq, now)? == 1 {
+        firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
+        // DEAL_ROWS rows per statement, the rest one by one (as for the
+        // processed events).
+        let mut new = vec![false; firsts.len()];
+        let full = firsts.len() / DEAL_ROWS * DEAL_ROWS;
+        if full > 0 {
+            let mut multi = tx.prepare_cached(&deal_insert_sql(DEAL_ROWS))?;
+            for (c, chunk) in firsts[..full].chunks(DEAL_ROWS).enumerate() {
+                let at = c * DEAL_ROWS;
+                insert_firsts(&mut multi, chunk, now, &mut new[at..at + DEAL_ROWS])?;
+            }
+        }
+        if full < firsts.len() {
+            let mut one = tx.prepare_cached(&deal_insert_sql(1))?;
+            for j in full..firsts.len() {
+                insert_firsts(&mut one, &firsts[j..j + 1], now, &mut new[j..j + 1])?;
+            }
+        }
+        for ((ev, _, prev), is_new) in firsts.into_iter().zip(new) {
+            let deal_id = ev.deal_id();
+            if is_new {
                 deals.insert(deal_id.to_owned(), None);
-                inserted.insert(deal_id.to_owned(), row);
+                inserted.insert(deal_id, (ev, prev));
             } else {
                 let mut rows = sel.query([deal_id])?;
                 let row = rows
                     .next()?
                     .with_context(|| format!("deal {deal_id} conflicted but is not readable"))?;
                 let d = deal_from_row(row)?;
-                deals.insert(deal_id.to_owned(), Some(d));
+                deals.insert(deal_id.to_owned(), Some(d.clone()));
+                before.insert(deal_id, d);
             }
         }
     }
-    let before: HashMap<String, Option<DealRow>> = deals.clone();
 
-    // Positions the batch touches, and the history of those a BUST replays.
-    let mut positions: HashMap<PosKey, Position> = HashMap::new();
-    {
-        let mut sel = tx.prepare_cached(
-            "SELECT qty, avg_price, realized_pnl FROM positions WHERE account = ?1 AND symbol = ?2",
-        )?;
-        for key in plan::position_keys(&new_events, &deals) {
-            let row = sel
-                .query_row(params![key.0, key.1], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()?;
-            if let Some((q, a, p)) = row {
-                positions.insert(
-                    key,
-                    Position {
-                        qty: dec(&q)?,
-                        avg_price: dec(&a)?,
-                        realized_pnl: dec(&p)?,
-                    },
-                );
-            }
+    // Positions a BUST of an older fill touches, and the history of those
+    // a BUST replays.
+    for key in plan::position_keys(&new_events, &deals) {
+        if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(key) {
+            let row = load_position(&mut sel_pos, e.key())?;
+            e.insert(row);
         }
     }
+    drop(sel_pos);
     let mut history: HashMap<PosKey, Vec<HistFill>> = HashMap::new();
     {
-        let mut sel = tx.prepare_cached(
-            "SELECT deal_id, side, qty, price FROM fills
-             WHERE account = ?1 AND symbol = ?2 AND status = 'applied' ORDER BY applied_seq",
+        let mut walk = tx.prepare_cached(
+            "SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1",
         )?;
         for key in plan::replay_keys(&new_events, &deals) {
-            let mut h = Vec::new();
-            let mut rows = sel.query(params![key.0, key.1])?;
-            while let Some(r) = rows.next()? {
-                let deal_id: String = r.get(0)?;
-                if inserted.contains_key(&deal_id) {
-                    continue; // this batch's own rows: the planner adds them in order
-                }
-                let side: String = r.get(1)?;
-                h.push(HistFill {
-                    side: Side::parse(&side).with_context(|| format!("deal {deal_id}: side"))?,
-                    qty: dec(&r.get::<_, String>(2)?)?,
-                    price: dec(&r.get::<_, String>(3)?)?,
-                    deal_id,
-                });
-            }
+            // The stored head predates this batch's rows: the planner adds
+            // those itself, in order.
+            let head = stored
+                .get(&key)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.last_deal_id.clone());
+            let h = load_history(&mut walk, &key, head)?;
             history.insert(key, h);
         }
     }
+    let positions: HashMap<PosKey, Position> = stored
+        .iter()
+        .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.position)))
+        .collect();
 
     let p = plan::plan(&new_events, deals, positions, history);
 
@@ -671,14 +865,21 @@ fn apply_in_tx(
         )?;
         let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
         let mut deal_ids: Vec<&String> = p.deals.keys().collect();
-        deal_ids.sort();
+        deal_ids.sort_unstable();
         for deal_id in deal_ids {
             let fin = &p.deals[deal_id];
-            let written = match inserted.get(deal_id) {
-                Some(row) => Some(row),
-                None => before.get(deal_id).and_then(Option::as_ref),
-            };
-            if fin.as_ref() == written {
+            // Whether the stored row is already `fin`, and whether it was
+            // an applied row.
+            let (unchanged, was_applied_row) =
+                match (inserted.get(deal_id.as_str()), before.get(deal_id.as_str())) {
+                    (Some((ev, _)), _) => (
+                        fin.as_ref().is_some_and(|r| is_first_row(r, ev)),
+                        matches!(ev, Event::Fill(_)),
+                    ),
+                    (None, Some(b)) => (fin.as_ref() == Some(b), b.status == DealStatus::Applied),
+                    (None, None) => (fin.is_none(), false),
+                };
+            if unchanged {
                 continue;
             }
             match fin {
@@ -686,7 +887,6 @@ fn apply_in_tx(
                     tx.execute("DELETE FROM fills WHERE deal_id = ?1", [deal_id])?;
                 }
                 Some(row) => {
-                    let was_applied_row = written.is_some_and(|w| w.status == DealStatus::Applied);
                     let seq = (newly.contains(deal_id.as_str()) && !was_applied_row).then(|| {
                         next_seq += 1;
                         next_seq
@@ -716,23 +916,52 @@ fn apply_in_tx(
             [next_seq],
         )?;
     }
+    // The chains: each position's newly applied fills, in application
+    // order, follow its stored head. Rows whose assumed predecessor was
+    // wrong (a rejected or already-known deal before them) are corrected.
+    let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
+    {
+        let mut set_prev =
+            tx.prepare_cached("UPDATE fills SET prev_deal_id = ?2 WHERE deal_id = ?1")?;
+        for deal_id in &p.newly_applied {
+            let Some(Some(DealRow { fill: Some(f), .. })) = p.deals.get(deal_id) else {
+                anyhow::bail!("internal: applied deal {deal_id} has no fill");
+            };
+            let head = heads
+                .entry((f.account.as_str(), f.symbol.as_str()))
+                .or_insert_with(|| head_of(&stored, f));
+            let prev = head.replace(deal_id.clone());
+            if inserted.get(deal_id.as_str()).map(|(_, w)| w) != Some(&prev) {
+                set_prev.execute(params![deal_id, prev])?;
+            }
+        }
+    }
     {
         let mut up = tx.prepare_cached(
-            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, last_deal_id,
+                                    updated_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (account, symbol) DO UPDATE SET qty = excluded.qty,
                  avg_price = excluded.avg_price, realized_pnl = excluded.realized_pnl,
-                 updated_ns = excluded.updated_ns",
+                 last_deal_id = excluded.last_deal_id, updated_ns = excluded.updated_ns",
         )?;
         let mut sorted: Vec<_> = p.positions.iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for ((account, symbol), pos) in sorted {
+        for (key, pos) in sorted {
+            let head = match heads.get(&(key.0.as_str(), key.1.as_str())) {
+                Some(h) => h.as_deref(),
+                None => stored
+                    .get(key)
+                    .and_then(Option::as_ref)
+                    .and_then(|s| s.last_deal_id.as_deref()),
+            };
             up.execute(params![
-                account,
-                symbol,
+                key.0,
+                key.1,
                 pos.qty.to_string(),
                 pos.avg_price.to_string(),
                 pos.realized_pnl.to_string(),
+                head,
                 now
             ])?;
         }
@@ -758,11 +987,11 @@ fn apply_in_tx(
         )?;
     }
 
-    let by_index: HashMap<usize, Outcome> = p.outcomes.into_iter().collect();
-    for (i, o) in by_index {
+    outs.reserve(p.outcomes.len());
+    for (i, o) in p.outcomes {
         outs.push(outcome_of(i, &events[i], o));
     }
-    outs.sort_by_key(|o| o.index);
+    outs.sort_unstable_by_key(|o| o.index);
     Ok((
         outs,
         SideEffects {
@@ -807,27 +1036,364 @@ impl DealCols {
     }
 }
 
-fn insert_deal(
-    ins: &mut rusqlite::CachedStatement<'_>,
-    row: &DealRow,
-    seq: Option<i64>,
+/// Rows per multi-row INSERT of new deal rows (14 parameters each).
+const DEAL_ROWS: usize = 32;
+
+fn deal_insert_sql(rows: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                            exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
+                            prev_deal_id, created_ns, updated_ns) VALUES ",
+    );
+    for r in 0..rows {
+        let sep = if r == 0 { "" } else { ", " };
+        s.push_str(sep);
+        s.push('(');
+        for k in 1..=14 {
+            let _ = write!(s, "?{}, ", 1 + 14 * r + k);
+        }
+        s.push_str("?1, ?1)");
+    }
+    s.push_str(" ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id");
+    s
+}
+
+/// Insert the rows `DealRow::first(ev)` of new deals (`chunk`: event,
+/// application sequence, chain predecessor), binding the events' fields
+/// directly, and set `new[j]` for each row inserted; a row not returned
+/// conflicted with an existing deal (F2).
+fn insert_firsts(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    chunk: &[(&Event, Option<i64>, Option<String>)],
     now: i64,
-) -> rusqlite::Result<usize> {
-    let c = DealCols::of(row);
-    ins.execute(params![
-        row.deal_id(),
-        c.status,
-        c.fill_event_id,
-        c.account,
-        c.symbol,
-        c.side,
-        c.qty,
-        c.price,
-        c.exec_ns,
-        c.bust_event_id,
-        c.bust_account,
-        c.bust_ns,
-        seq,
-        now
-    ])
+    new: &mut [bool],
+) -> anyhow::Result<()> {
+    const NO_TEXT: Option<&str> = None;
+    const NO_INT: Option<i64> = None;
+    stmt.raw_bind_parameter(1, now)?;
+    for (j, (ev, seq, prev)) in chunk.iter().enumerate() {
+        let b = 1 + 14 * j;
+        match ev {
+            Event::Fill(f) => {
+                stmt.raw_bind_parameter(b + 1, f.deal_id.as_str())?;
+                stmt.raw_bind_parameter(b + 2, DealStatus::Applied.as_str())?;
+                stmt.raw_bind_parameter(b + 3, f.event_id.as_str())?;
+                stmt.raw_bind_parameter(b + 4, f.account.as_str())?;
+                stmt.raw_bind_parameter(b + 5, f.symbol.as_str())?;
+                stmt.raw_bind_parameter(b + 6, f.side.as_str())?;
+                stmt.raw_bind_parameter(b + 7, f.qty.to_string())?;
+                stmt.raw_bind_parameter(b + 8, f.price.to_string())?;
+                stmt.raw_bind_parameter(b + 9, f.exec_time)?;
+                stmt.raw_bind_parameter(b + 10, NO_TEXT)?;
+                stmt.raw_bind_parameter(b + 11, NO_TEXT)?;
+                stmt.raw_bind_parameter(b + 12, NO_INT)?;
+            }
+            Event::Bust(bu) => {
+                stmt.raw_bind_parameter(b + 1, bu.deal_id.as_str())?;
+                stmt.raw_bind_parameter(b + 2, DealStatus::BustHeld.as_str())?;
+                for k in 3..=8 {
+                    stmt.raw_bind_parameter(b + k, NO_TEXT)?;
+                }
+                stmt.raw_bind_parameter(b + 9, NO_INT)?;
+                stmt.raw_bind_parameter(b + 10, bu.event_id.as_str())?;
+                stmt.raw_bind_parameter(b + 11, bu.account.as_str())?;
+                stmt.raw_bind_parameter(b + 12, bu.exec_time)?;
+            }
+        }
+        stmt.raw_bind_parameter(b + 13, *seq)?;
+        stmt.raw_bind_parameter(b + 14, prev.as_deref())?;
+    }
+    let mut rows = stmt.raw_query();
+    // As in insert_processed: search from the last match, wrapping around.
+    let mut at = 0;
+    while let Some(r) = rows.next()? {
+        let id = r.get_ref(0)?.as_str()?;
+        let n = chunk.len();
+        let j = (0..n)
+            .map(|k| (at + k) % n)
+            .find(|&j| chunk[j].0.deal_id() == id)
+            .with_context(|| format!("fills returned an unknown deal {id}"))?;
+        new[j] = true;
+        at = j + 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The BUST chain (prev_deal_id / last_deal_id) against an in-memory
+    //! model of the rules: random batches of fills, repeats, busts of
+    //! stored and same-batch fills, held busts (right and wrong account),
+    //! deals filled twice and overflowing fills (rejected, whose rows are
+    //! deleted and whose successors must be relinked).
+    use super::*;
+    use crate::fills::model::parse_value;
+
+    #[derive(Clone)]
+    enum DealState {
+        Applied { account: String, key: PosKey },
+        Busted,
+        Held { account: String },
+    }
+
+    #[derive(Default)]
+    struct Model {
+        processed: HashSet<(String, String)>,
+        deals: HashMap<String, DealState>,
+        /// Applied, not busted fills per position, in application order.
+        applied: HashMap<PosKey, Vec<(String, Side, Decimal, Decimal)>>,
+    }
+
+    fn replay(v: &[(String, Side, Decimal, Decimal)]) -> Result<Position, String> {
+        Position::replay(v.iter().map(|(_, s, q, p)| (*s, q, p))).map_err(|e| e.to_string())
+    }
+
+    impl Model {
+        fn apply(&mut self, ev: &Event) -> Outcome {
+            let id = (ev.kind().as_str().to_owned(), ev.event_id().to_owned());
+            if !self.processed.insert(id.clone()) {
+                return Outcome::Duplicate;
+            }
+            let out = match ev {
+                Event::Fill(f) => {
+                    let key = (f.account.clone(), f.symbol.clone());
+                    let apply = |m: &mut Model| -> Result<(), String> {
+                        let v = m.applied.entry(key.clone()).or_default();
+                        let cur = replay(v)?;
+                        cur.apply(f.side, f.qty, f.price)
+                            .map_err(|e| e.to_string())?;
+                        v.push((f.deal_id.clone(), f.side, f.qty, f.price));
+                        m.deals.insert(
+                            f.deal_id.clone(),
+                            DealState::Applied {
+                                account: f.account.clone(),
+                                key: key.clone(),
+                            },
+                        );
+                        Ok(())
+                    };
+                    match self.deals.get(&f.deal_id).cloned() {
+                        None => apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied),
+                        Some(DealState::Held { account }) if account == f.account => {
+                            self.deals.insert(f.deal_id.clone(), DealState::Busted);
+                            Outcome::Applied
+                        }
+                        Some(DealState::Held { .. }) => {
+                            apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied)
+                        }
+                        Some(_) => Outcome::DuplicateByDealId,
+                    }
+                }
+                Event::Bust(b) => match self.deals.get(&b.deal_id).cloned() {
+                    None => {
+                        self.deals.insert(
+                            b.deal_id.clone(),
+                            DealState::Held {
+                                account: b.account.clone(),
+                            },
+                        );
+                        Outcome::Held
+                    }
+                    Some(DealState::Applied { account, key }) => {
+                        if account != b.account {
+                            Outcome::Rejected("account".into())
+                        } else {
+                            let v = self.applied.get_mut(&key).unwrap();
+                            let mut rest = v.clone();
+                            rest.retain(|x| x.0 != b.deal_id);
+                            match replay(&rest) {
+                                Ok(_) => {
+                                    *v = rest;
+                                    self.deals.insert(b.deal_id.clone(), DealState::Busted);
+                                    Outcome::Applied
+                                }
+                                Err(e) => Outcome::Rejected(e),
+                            }
+                        }
+                    }
+                    Some(_) => Outcome::DuplicateByDealId,
+                },
+            };
+            if matches!(out, Outcome::Rejected(_)) {
+                self.processed.remove(&id);
+            }
+            out
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, m: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % m
+        }
+    }
+
+    fn fill(id: &str, deal: &str, acc: &str, sym: &str, side: &str, qty: &str, px: &str) -> Event {
+        parse_value(
+            &serde_json::json!({"kind":"FILL","event_id":id,"deal_id":deal,
+            "account":acc,"symbol":sym,"side":side,"qty":qty,"price":px,
+            "exec_time":"2026-11-30T08:00:00Z"}),
+        )
+        .unwrap()
+    }
+    fn bust(id: &str, deal: &str, acc: &str) -> Event {
+        parse_value(
+            &serde_json::json!({"kind":"BUST","event_id":id,"deal_id":deal,
+            "account":acc,"exec_time":"2026-11-30T08:00:00Z"}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn chain_replays_like_the_model() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chain.db");
+        rt.block_on(async {
+            let store = SqliteStore::open(&path, StoreOptions::default(), FillsMetrics::unregistered())
+                .await
+                .unwrap();
+            let mut model = Model::default();
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            let accounts = ["A", "B"];
+            let symbols = ["X", "Y"];
+            let mut sent: Vec<Event> = Vec::new();
+            // Deals filled so far (deal, account) and deals announced by a
+            // BUST before their FILL.
+            let mut filled: Vec<(String, String)> = Vec::new();
+            let mut pending: Vec<(String, String)> = Vec::new();
+            let mut n = 0;
+            for round in 0..60 {
+                let mut batch: Vec<Event> = Vec::new();
+                // Some batches are long enough for the multi-row dedup insert.
+                let size = if round % 7 == 3 { 100 + rng.below(100) } else { 1 + rng.below(25) };
+                for _ in 0..size {
+                    n += 1;
+                    let acc = accounts[rng.below(2) as usize].to_string();
+                    let sym = symbols[rng.below(2) as usize];
+                    let side = if rng.below(2) == 0 { "BUY" } else { "SELL" };
+                    let qty = (1 + rng.below(20)).to_string();
+                    let px = format!("1.{}", rng.below(100));
+                    let ev = match rng.below(100) {
+                        0..=44 => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, side, &qty, &px)
+                        }
+                        45..=57 if !sent.is_empty() => {
+                            sent[rng.below(sent.len() as u64) as usize].clone()
+                        }
+                        58..=72 if !filled.is_empty() => {
+                            let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
+                            let a = if rng.below(10) == 0 { "OTHER" } else { a.as_str() };
+                            bust(&format!("B{n}"), deal, a)
+                        }
+                        73..=79 => {
+                            let deal = format!("P{n}");
+                            pending.push((deal.clone(), acc.clone()));
+                            bust(&format!("B{n}"), &deal, &acc)
+                        }
+                        80..=87 if !pending.is_empty() => {
+                            let (deal, a) = pending.swap_remove(rng.below(pending.len() as u64) as usize);
+                            // Sometimes the held BUST named another account.
+                            let a = if rng.below(4) == 0 { acc.clone() } else { a };
+                            filled.push((deal.clone(), a.clone()));
+                            fill(&format!("F{n}"), &deal, &a, sym, side, &qty, &px)
+                        }
+                        88..=91 if !filled.is_empty() => {
+                            let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
+                            fill(&format!("F{n}"), deal, a, sym, side, &qty, &px)
+                        }
+                        92..=95 => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, "BUY",
+                                 "79228162514264337593543950335", "2")
+                        }
+                        _ => {
+                            let deal = format!("D{n}");
+                            filled.push((deal.clone(), acc.clone()));
+                            fill(&format!("F{n}"), &deal, &acc, sym, side, &qty, &px)
+                        }
+                    };
+                    batch.push(ev);
+                }
+                // A repeat inside one batch is a duplicate of the first
+                // occurrence even when that one is rejected (presort).
+                let mut in_batch = HashSet::new();
+                let want: Vec<Outcome> = batch
+                    .iter()
+                    .map(|e| {
+                        if in_batch.insert((e.kind(), e.event_id().to_owned())) {
+                            model.apply(e)
+                        } else {
+                            Outcome::Duplicate
+                        }
+                    })
+                    .collect();
+                sent.extend(batch.iter().cloned());
+                let outs = store
+                    .apply_batch("test", batch.into_iter().map(Ok).collect(), Extra::None)
+                    .await
+                    .unwrap();
+                let got: Vec<Outcome> = outs
+                    .into_iter()
+                    .map(|o| match o.outcome {
+                        Outcome::Rejected(_) => Outcome::Rejected(String::new()),
+                        o => o,
+                    })
+                    .collect();
+                let want: Vec<Outcome> = want
+                    .into_iter()
+                    .map(|o| match o {
+                        Outcome::Rejected(_) => Outcome::Rejected(String::new()),
+                        o => o,
+                    })
+                    .collect();
+                assert_eq!(got, want);
+            }
+            let stored = store.positions(None).await.unwrap();
+            for r in &stored {
+                let key = (r.account.clone(), r.symbol.clone());
+                let want = replay(model.applied.get(&key).map_or(&[][..], Vec::as_slice)).unwrap();
+                assert_eq!(r.position, want, "{key:?}");
+            }
+            let keys: HashSet<&PosKey> =
+                model.applied.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k).collect();
+            assert!(keys.iter().all(|k| stored.iter().any(|r| (&r.account, &r.symbol) == (&k.0, &k.1))));
+            // Each chain, walked from its head, is exactly the model's
+            // applied fills in application order.
+            let conn = Connection::open(&path).unwrap();
+            let mut sel = conn
+                .prepare_cached("SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions WHERE account = ?1 AND symbol = ?2")
+                .unwrap();
+            let mut walk = conn
+                .prepare_cached("SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1")
+                .unwrap();
+            let mut busts = 0;
+            for (key, v) in &model.applied {
+                let head = load_position(&mut sel, key).unwrap().and_then(|s| s.last_deal_id);
+                let h = load_history(&mut walk, key, head).unwrap();
+                let ids: Vec<&str> = h.iter().map(|x| x.deal_id.as_str()).collect();
+                let want: Vec<&str> = v.iter().map(|x| x.0.as_str()).collect();
+                assert_eq!(ids, want, "{key:?}");
+                busts += 1;
+            }
+            assert!(busts > 0);
+            let n_busted: i64 = conn
+                .query_row("SELECT count(*) FROM fills WHERE status = 'busted'", [], |r| r.get(0))
+                .unwrap();
+            let n_held: i64 = conn
+                .query_row("SELECT count(*) FROM fills WHERE status = 'bust_held'", [], |r| r.get(0))
+                .unwrap();
+            assert!(n_busted > 10 && n_held > 0, "busted {n_busted}, held {n_held}");
+        });
+    }
 }
