@@ -191,10 +191,25 @@ impl Store {
         source: &str,
         events: Vec<Parsed>,
     ) -> anyhow::Result<Vec<EventOutcome>> {
-        match self {
-            Store::Sqlite(s) => s.apply_events(source, events).await,
-            Store::Postgres(s) => s.apply_events(source, events).await,
+        let max_batch = match self {
+            Store::Sqlite(s) => s.max_batch(),
+            Store::Postgres(s) => s.max_batch(),
+        };
+        let mut all = Vec::with_capacity(events.len());
+        let mut start = 0;
+        let mut rest = events;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(max_batch));
+            let n = rest.len();
+            let outs = match self {
+                Store::Sqlite(s) => s.apply_batch(source, rest, Extra::None).await?,
+                Store::Postgres(s) => s.apply_batch(source, rest, Extra::None).await?,
+            };
+            all.extend(offset(outs, start));
+            start += n;
+            rest = tail;
         }
+        Ok(all)
     }
 
     /// One HTTP batch with its idempotency key, all in one transaction

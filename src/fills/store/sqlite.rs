@@ -15,8 +15,8 @@ use rust_decimal::Decimal;
 use tokio::sync::Mutex;
 
 use super::{
-    offset, outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
-    PositionRow, StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, PositionRow,
+    StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Bust, Event, EventOutcome, Fill, Outcome, Parsed, Side};
@@ -87,23 +87,9 @@ impl SqliteStore {
         run_blocking(guard, f).await
     }
 
-    pub async fn apply_events(
-        &self,
-        source: &str,
-        events: Vec<Parsed>,
-    ) -> anyhow::Result<Vec<EventOutcome>> {
-        let mut all = Vec::with_capacity(events.len());
-        let mut start = 0;
-        let mut rest = events;
-        while !rest.is_empty() {
-            let tail = rest.split_off(rest.len().min(self.opts.max_batch));
-            let n = rest.len();
-            let outs = self.apply_batch(source, rest, Extra::None).await?;
-            all.extend(offset(outs, start));
-            start += n;
-            rest = tail;
-        }
-        Ok(all)
+    /// The store's transaction size for `Store::apply_events`.
+    pub(crate) fn max_batch(&self) -> usize {
+        self.opts.max_batch
     }
 
     pub(crate) async fn apply_batch(
