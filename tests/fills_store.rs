@@ -490,6 +490,39 @@ async fn bust_before_fill_is_held(b: Backend) {
 }
 both!(bust_before_fill_is_held);
 
+// A FILL released from a BUST held for another account takes its place in
+// application order like any other fill: a later BUST on that position
+// replays the remaining fills in the order they were applied. Average-cost
+// accounting depends on the path, so a replay out of order gives another
+// position (here: long 10 @ 2 in order, long 10 @ 1 with D-1 replayed last).
+async fn released_fill_keeps_its_place_in_replay(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let s = &c.store;
+    s.apply_events("file", vec![bust("B-1", "D-1", "OTHER")])
+        .await
+        .unwrap();
+    let batch = vec![
+        fill("F-1", "D-1", "A", "EURUSD", "BUY", "10", "1"),
+        fill("F-2", "D-2", "A", "EURUSD", "BUY", "10", "3"),
+        fill("F-3", "D-3", "A", "EURUSD", "SELL", "10", "2"),
+        fill("F-4", "D-4", "A", "EURUSD", "BUY", "1", "5"),
+    ];
+    let o = s.apply_events("file", batch.clone()).await.unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied; 4]);
+    let o = s
+        .apply_events("file", vec![bust("B-4", "D-4", "A")])
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    let want = expected_positions(&batch[..3]);
+    let want = &want[&("A".to_owned(), "EURUSD".to_owned())];
+    assert_eq!(want.qty, d("10"));
+    assert_eq!(want.avg_price, d("2"));
+    assert_eq!(&position(s, "A", "EURUSD").await, want);
+    c.drop_schema().await;
+}
+both!(released_fill_keeps_its_place_in_replay);
+
 // F3: after its processed-event row expired, a repeat still hits the
 // unique deal_id, is not applied, and is counted separately.
 async fn expired_repeat_stopped_by_deal_id(b: Backend) {

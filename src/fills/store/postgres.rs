@@ -234,8 +234,7 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                         side = $6, qty = CAST($7::text AS numeric),
                         price = CAST($8::text AS numeric), exec_ns = $9, bust_event_id = $10,
                         bust_account = $11, bust_ns = $12,
-                        applied_seq = CASE WHEN $13::bool THEN nextval('fills_applied_seq')
-                                           ELSE applied_seq END,
+                        applied_seq = COALESCE($13::int8, applied_seq),
                         updated_ns = $14
                  WHERE deal_id = $1",
             )
@@ -795,23 +794,20 @@ async fn apply_in_tx(
     )
     .await?;
 
-    // Each deal's first new event creates its row; the unique deal_id
-    // decides (F2/F3) and serialises concurrent writers of one deal. Rows
-    // go in deal_id order (lock order); fills get their application
-    // sequence in event order.
-    let mut firsts: Vec<(String, DealRow, Option<i64>)> = Vec::new();
-    let mut seen = HashSet::new();
-    for &(_, e) in &new_events {
-        if seen.insert(e.deal_id()) {
-            firsts.push((e.deal_id().to_owned(), DealRow::first(e), None));
-        }
-    }
-    let n_fills = firsts
+    // Application sequence (a BUST replays a position's fills in this
+    // order): one number per new FILL event, in event order, drawn under
+    // the position locks. The planner applies fills in event order, so the
+    // fill that is applied gets its place even when it is not its deal's
+    // first row (a FILL releasing a BUST held for another account, or one
+    // after a rejected FILL of the same deal).
+    let mut fill_seq: HashMap<usize, i64> = HashMap::new();
+    let fill_events: Vec<usize> = new_events
         .iter()
-        .filter(|f| f.1.status == DealStatus::Applied)
-        .count();
-    if n_fills > 0 {
-        let n = i32::try_from(n_fills).context("batch too large")?;
+        .filter(|(_, e)| e.kind() == Kind::Fill)
+        .map(|&(i, _)| i)
+        .collect();
+    if !fill_events.is_empty() {
+        let n = i32::try_from(fill_events.len()).context("batch too large")?;
         let mut seqs: Vec<i64> = tx
             .query(&st.next_seqs, &[&n])
             .await?
@@ -819,16 +815,26 @@ async fn apply_in_tx(
             .map(|r| r.get(0))
             .collect();
         seqs.sort_unstable();
-        let mut it = seqs.into_iter();
-        for f in firsts
-            .iter_mut()
-            .filter(|f| f.1.status == DealStatus::Applied)
-        {
-            f.2 = it.next();
+        fill_seq.extend(fill_events.into_iter().zip(seqs));
+    }
+
+    // Each deal's first new event creates its row; the unique deal_id
+    // decides (F2/F3) and serialises concurrent writers of one deal. Rows
+    // go in deal_id order (lock order).
+    let mut firsts: Vec<(String, DealRow, Option<i64>)> = Vec::new();
+    let mut seen = HashSet::new();
+    for &(i, e) in &new_events {
+        if seen.insert(e.deal_id()) {
+            let row = DealRow::first(e);
+            let seq = match row.status {
+                DealStatus::Applied => fill_seq.get(&i).copied(),
+                _ => None,
+            };
+            firsts.push((e.deal_id().to_owned(), row, seq));
         }
     }
     firsts.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut inserted: HashMap<String, DealRow> = HashMap::new();
+    let mut inserted: HashMap<String, (DealRow, Option<i64>)> = HashMap::new();
     let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
     if !firsts.is_empty() {
         let cols: Vec<DealCols> = firsts.iter().map(|(_, r, _)| DealCols::of(r)).collect();
@@ -855,10 +861,10 @@ async fn apply_in_tx(
             .await?;
         let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         let existing: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
-        for (deal_id, row, _) in &firsts {
+        for (deal_id, row, seq) in &firsts {
             if ins.contains(deal_id) {
                 deals.insert(deal_id.clone(), None);
-                inserted.insert(deal_id.clone(), row.clone());
+                inserted.insert(deal_id.clone(), (row.clone(), *seq));
             }
         }
         if !existing.is_empty() {
@@ -906,6 +912,16 @@ async fn apply_in_tx(
 
     let p = plan::plan(&new_events, deals, positions, history);
 
+    // The sequence number of the FILL event that applied each deal.
+    let mut applied_seq: HashMap<&str, i64> = HashMap::new();
+    for (i, o) in &p.outcomes {
+        if let (Outcome::Applied, Some(&seq)) = (o, fill_seq.get(i)) {
+            if let Ok(e) = &events[*i] {
+                applied_seq.insert(e.deal_id(), seq);
+            }
+        }
+    }
+
     // Deal rows that differ from what is stored (rare: busts, releases,
     // rejections): one statement each.
     let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
@@ -913,11 +929,22 @@ async fn apply_in_tx(
     deal_ids.sort();
     for deal_id in deal_ids {
         let fin = &p.deals[deal_id];
-        let written = match inserted.get(deal_id) {
-            Some(row) => Some(row),
-            None => before.get(deal_id).and_then(Option::as_ref),
+        let (written, written_seq) = match inserted.get(deal_id) {
+            Some((row, seq)) => (Some(row), *seq),
+            None => (before.get(deal_id).and_then(Option::as_ref), None),
         };
-        if fin.as_ref() == written {
+        // Newly applied here: the applying FILL's number, unless the row
+        // inserted above already carries it.
+        let seq = if newly.contains(deal_id.as_str()) {
+            let seq = applied_seq
+                .get(deal_id.as_str())
+                .copied()
+                .with_context(|| format!("deal {deal_id}: applied without a sequence number"))?;
+            (written_seq != Some(seq)).then_some(seq)
+        } else {
+            None
+        };
+        if fin.as_ref() == written && seq.is_none() {
             continue;
         }
         match fin {
@@ -925,8 +952,6 @@ async fn apply_in_tx(
                 tx.execute(&st.del_deal, &[deal_id]).await?;
             }
             Some(row) => {
-                let was_applied = written.is_some_and(|w| w.status == DealStatus::Applied);
-                let new_seq = newly.contains(deal_id.as_str()) && !was_applied;
                 let c = DealCols::of(row);
                 tx.execute(
                     &st.upd_deal,
@@ -943,7 +968,7 @@ async fn apply_in_tx(
                         &c.bust_event_id,
                         &c.bust_account,
                         &c.bust_ns,
-                        &new_seq,
+                        &seq,
                         &now,
                     ],
                 )
