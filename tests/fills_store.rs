@@ -519,6 +519,34 @@ async fn released_fill_keeps_its_place_in_replay(b: Backend) {
     assert_eq!(want.qty, d("10"));
     assert_eq!(want.avg_price, d("2"));
     assert_eq!(&position(s, "A", "EURUSD").await, want);
+
+    // The same for a FILL applied after a rejected FILL of its deal: it
+    // takes the place of the FILL that applied it, not of the rejected one.
+    let batch = vec![
+        fill(
+            "G-0",
+            "E-3",
+            "B",
+            "EURUSD",
+            "BUY",
+            "79228162514264337593543950335",
+            "2",
+        ),
+        fill("G-1", "E-1", "B", "EURUSD", "BUY", "10", "3"),
+        fill("G-2", "E-2", "B", "EURUSD", "SELL", "10", "2"),
+        fill("G-3", "E-3", "B", "EURUSD", "BUY", "10", "1"),
+        fill("G-4", "E-4", "B", "EURUSD", "BUY", "1", "5"),
+    ];
+    let o = s.apply_events("file", batch.clone()).await.unwrap();
+    assert!(matches!(o[0].outcome, Outcome::Rejected(_)), "{o:?}");
+    assert_eq!(kinds(&o[1..]), vec![Outcome::Applied; 4]);
+    s.apply_events("file", vec![bust("H-4", "E-4", "B")])
+        .await
+        .unwrap();
+    let want = expected_positions(&batch[1..4]);
+    let want = &want[&("B".to_owned(), "EURUSD".to_owned())];
+    assert_eq!((want.qty, want.avg_price), (d("10"), d("1")));
+    assert_eq!(&position(s, "B", "EURUSD").await, want);
     c.drop_schema().await;
 }
 both!(released_fill_keeps_its_place_in_replay);
