@@ -3,22 +3,21 @@
 //! $TICKGATE_TEST_PG_URL is set).
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use prometheus::Registry;
 use rust_decimal::Decimal;
 use serde_json::Value;
 use tickgate::fills::config::ClientConfig;
-use tickgate::fills::http::{
-    router, BatchOutcome, FillsBackend, HttpOptions, HttpState, PositionView,
-};
-use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::http::{BatchOutcome, FillsBackend, HttpOptions, PositionView};
 use tickgate::fills::push::{http_request, HttpResponse};
-use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
+use tickgate::fills::store::{Store, StoreOptions};
+
+#[path = "common/fills.rs"]
+mod fills_common;
+use fills_common::{pg_client, sqlite_db, Db, Server};
 
 // ---------------------------------------------------------------- harness
 
@@ -37,131 +36,12 @@ fn clients() -> Vec<ClientConfig> {
     ]
 }
 
-struct Db {
-    store: Store,
-    _dir: Option<tempfile::TempDir>,
-    /// PostgreSQL URL and this test's schema.
-    pg: Option<(String, String)>,
-}
-
-/// A plain connection (for setup, locks and monitoring), optionally with
-/// the test's schema as search_path.
-async fn pg_client(url: &str, schema: Option<&str>) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    if let Some(s) = schema {
-        client
-            .batch_execute(&format!("SET search_path TO \"{s}\""))
-            .await
-            .unwrap();
-    }
-    client
-}
-
-impl Db {
-    /// Drops the test's PostgreSQL schema (left behind if the test failed,
-    /// for a look).
-    async fn cleanup(self) {
-        if let Some((url, schema)) = &self.pg {
-            let c = pg_client(url, None).await;
-            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-                .await
-                .unwrap();
-        }
-    }
-}
-
-async fn sqlite_db(opts: StoreOptions) -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(
-        &dir.path().join("fills.db"),
-        opts,
-        FillsMetrics::unregistered(),
-    )
-    .await
-    .unwrap();
-    Db {
-        store: Store::Sqlite(store),
-        _dir: Some(dir),
-        pg: None,
-    }
-}
-
-/// A fresh schema per test on the shared test database, or None (skipped).
-async fn pg_db(test: &str, opts: StoreOptions) -> Option<Db> {
-    let url = match std::env::var("TICKGATE_TEST_PG_URL") {
-        Ok(u) => u,
-        Err(_) => {
-            assert!(
-                std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "TICKGATE_TEST_PG_URL is required"
-            );
-            println!("skipped: {test} needs TICKGATE_TEST_PG_URL");
-            return None;
-        }
-    };
-    let schema = unique_schema(test);
-    let opts = StoreOptions {
-        pg_schema: Some(schema.clone()),
-        ..opts
-    };
-    pg_client(&url, None)
-        .await
-        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-        .await
-        .unwrap();
-    let store = PgStore::connect(&url, opts, FillsMetrics::unregistered())
-        .await
-        .unwrap();
-    Some(Db {
-        store: Store::Postgres(store),
-        _dir: None,
-        pg: Some((url, schema)),
-    })
-}
-
-fn unique_schema(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "t_http_{test}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-struct Server {
-    base: String,
-    registry: Registry,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
 async fn serve(backend: Arc<dyn FillsBackend>, options: HttpOptions) -> Server {
-    let registry = Registry::new();
-    let state = HttpState::new(backend, &clients(), options, &registry).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let app = router(state.clone());
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
-    Server {
-        base: format!("http://{addr}"),
-        registry,
-        _stop: stop,
-    }
+    fills_common::serve(backend, &clients(), options).await
+}
+
+async fn pg_db(test: &str, opts: StoreOptions) -> Option<Db> {
+    fills_common::pg_db("t_http", test, opts).await
 }
 
 impl Server {
@@ -202,28 +82,6 @@ impl Server {
         )
         .await
         .unwrap()
-    }
-
-    /// A counter's value from the registry, summed over series matching
-    /// all given label pairs.
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let mut total = 0.0;
-        for family in self.registry.gather() {
-            if family.name() != name {
-                continue;
-            }
-            for m in family.get_metric() {
-                let matches = labels.iter().all(|(k, v)| {
-                    m.get_label()
-                        .iter()
-                        .any(|l| l.name() == *k && l.value() == *v)
-                });
-                if matches {
-                    total += m.get_counter().get_value();
-                }
-            }
-        }
-        total as u64
     }
 }
 

@@ -4,24 +4,23 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use prometheus::Registry;
 use rust_decimal::Decimal;
 use serde_json::Value;
 use tickgate::fills::config::ClientConfig;
-use tickgate::fills::http::{
-    router, BatchOutcome, FillsBackend, HttpOptions, HttpState, PositionView,
-};
-use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::http::{BatchOutcome, FillsBackend, HttpOptions, PositionView};
 use tickgate::fills::model::Side;
 use tickgate::fills::position::Position;
 use tickgate::fills::push::{batch_body, batch_key, http_request};
-use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
+use tickgate::fills::store::{Store, StoreOptions};
+
+#[path = "common/fills.rs"]
+mod fills_common;
+use fills_common::{Db, Server};
 
 const TOKEN: &str = "token-bridge";
 const CLIENT: &str = "bridge";
@@ -34,147 +33,16 @@ fn clients() -> Vec<ClientConfig> {
     }]
 }
 
-struct Server {
-    base: String,
-    registry: Registry,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
 async fn serve(backend: Arc<dyn FillsBackend>, options: HttpOptions) -> Server {
-    let registry = Registry::new();
-    let state = HttpState::new(backend, &clients(), options, &registry).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let app = router(state);
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
-    Server {
-        base: format!("http://{addr}"),
-        registry,
-        _stop: stop,
-    }
-}
-
-impl Server {
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let mut total = 0.0;
-        for family in self.registry.gather() {
-            if family.name() != name {
-                continue;
-            }
-            for m in family.get_metric() {
-                if labels.iter().all(|(k, v)| {
-                    m.get_label()
-                        .iter()
-                        .any(|l| l.name() == *k && l.value() == *v)
-                }) {
-                    total += m.get_counter().get_value();
-                }
-            }
-        }
-        total as u64
-    }
-}
-
-struct Db {
-    store: Store,
-    _dir: Option<tempfile::TempDir>,
-    /// PostgreSQL URL and this test's schema.
-    pg: Option<(String, String)>,
-}
-
-/// A plain connection (for setup, locks and monitoring), optionally with
-/// the test's schema as search_path.
-async fn pg_client(url: &str, schema: Option<&str>) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    if let Some(s) = schema {
-        client
-            .batch_execute(&format!("SET search_path TO \"{s}\""))
-            .await
-            .unwrap();
-    }
-    client
-}
-
-impl Db {
-    /// Drops the test's PostgreSQL schema (left behind if the test failed,
-    /// for a look).
-    async fn cleanup(self) {
-        if let Some((url, schema)) = &self.pg {
-            let c = pg_client(url, None).await;
-            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-                .await
-                .unwrap();
-        }
-    }
+    fills_common::serve(backend, &clients(), options).await
 }
 
 async fn sqlite_db() -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(
-        &dir.path().join("fills.db"),
-        StoreOptions::default(),
-        FillsMetrics::unregistered(),
-    )
-    .await
-    .unwrap();
-    Db {
-        store: Store::Sqlite(store),
-        _dir: Some(dir),
-        pg: None,
-    }
+    fills_common::sqlite_db(StoreOptions::default()).await
 }
 
 async fn pg_db(test: &str) -> Option<Db> {
-    let url = match std::env::var("TICKGATE_TEST_PG_URL") {
-        Ok(u) => u,
-        Err(_) => {
-            assert!(
-                std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "TICKGATE_TEST_PG_URL is required"
-            );
-            println!("skipped: {test} needs TICKGATE_TEST_PG_URL");
-            return None;
-        }
-    };
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let schema = format!(
-        "t_push_{test}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    let opts = StoreOptions {
-        pg_schema: Some(schema.clone()),
-        ..StoreOptions::default()
-    };
-    pg_client(&url, None)
-        .await
-        .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-        .await
-        .unwrap();
-    let store = PgStore::connect(&url, opts, FillsMetrics::unregistered())
-        .await
-        .unwrap();
-    Some(Db {
-        store: Store::Postgres(store),
-        _dir: None,
-        pg: Some((url, schema)),
-    })
+    fills_common::pg_db("t_push", test, StoreOptions::default()).await
 }
 
 /// A store that is down: every batch is a 500.
