@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -401,6 +401,73 @@ fn set_rcvbuf(sock: &Socket, want: usize, line: &str) -> anyhow::Result<usize> {
     Ok(granted)
 }
 
+/// Longest wait in [`Receiver::open`] for kernel receive timestamps.
+const TIMESTAMPS_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (up to `timeout`) until the kernel stamps datagrams when they
+/// arrive; false if it still did not. The first SO_TIMESTAMPNS socket of a
+/// host only schedules that switch (the kernel flips it from a workqueue,
+/// net_enable_timestamp), and a datagram queued before the work ran has no
+/// stamp: recvmsg then gives it the time of the read. Such late stamps put
+/// a line's whole batch after what the other lines got meanwhile (false
+/// channel gaps, C3) and hide the queueing delay from the latency metrics.
+/// Probe: a datagram to ourselves over loopback, read once it is queued; a
+/// kernel stamp is earlier than the clock read just before the read, a
+/// read-time stamp is not. Holding our own SO_TIMESTAMPNS socket until the
+/// caller's are open is not needed: theirs keep the switch on.
+pub fn await_kernel_timestamps(timeout: Duration) -> io::Result<bool> {
+    let probe = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    probe.bind(&SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))?;
+    let fd = probe.as_raw_fd();
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    let me = probe.local_addr()?;
+    let deadline = Instant::now() + timeout;
+    let mut byte = [0u8; 1];
+    let mut cmsg = [0u64; CMSG_WORDS];
+    loop {
+        probe.send_to(b"t", &me)?;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if ready > 0 {
+            let before_read = realtime_ns();
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr() as *mut libc::c_void,
+                iov_len: byte.len(),
+            };
+            // SAFETY: all-zero msghdr is valid; fields are set below.
+            let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = CMSG_WORDS * 8;
+            // SAFETY: msg points to live buffers for the call.
+            let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                if let (Some(ts), _) = parse_cmsgs(&msg) {
+                    if ts < before_read {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// SCHED_FIFO at `priority` for the calling thread.
 pub fn set_fifo_priority(priority: i32) -> io::Result<()> {
     let param = libc::sched_param {
@@ -471,8 +538,7 @@ pub struct Receiver {
     head: Vec<usize>,
     filled: Vec<usize>,
     /// Per line: the last read filled every slot it asked for (so more
-    /// may be waiting in the kernel), and the arrival time of the last
-    /// datagram read.
+    /// may be waiting in the kernel), and the latest arrival time read.
     more: Vec<bool>,
     last_arrival: Vec<i64>,
     /// Clock read just before the current read round's first `recvmmsg`
@@ -504,6 +570,15 @@ impl Receiver {
             .iter()
             .map(|l| open_line_socket(l, opts.kernel_timestamps))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Only once the kernel stamps on arrival are the first datagrams'
+        // arrival times true (see `await_kernel_timestamps`).
+        if opts.kernel_timestamps
+            && !await_kernel_timestamps(TIMESTAMPS_WAIT).context("probing kernel timestamps")?
+        {
+            tracing::warn!(
+                "kernel receive timestamps not active yet; the first datagrams may carry the time they were read"
+            );
+        }
         // SAFETY: plain syscall; the fd is owned right after.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -661,6 +736,12 @@ impl Receiver {
         let got = got as usize;
         let mut fallback_now: Option<i64> = None;
         let (mut bytes, mut truncated, mut no_ts) = (0u64, 0u64, 0u64);
+        // The latest arrival read, not the last one's: a socket queue is
+        // FIFO, but its stamps can still go back (a read-time stamp, see
+        // `await_kernel_timestamps`; a clock step). With the last one, a
+        // head later than it would be held back by its own line, and once
+        // the line's slots are full it would never be read again (livelock).
+        let mut latest = self.last_arrival[line];
         for slot in base..base + got {
             let hdr = &self.hdrs[slot];
             let msg_flags = hdr.msg_hdr.msg_flags;
@@ -676,18 +757,18 @@ impl Receiver {
                 bytes += len;
             }
             self.skip[slot] = skip;
-            self.arrivals[slot] = match ts {
+            let t = match ts {
                 Some(t) => t,
                 None => {
                     no_ts += skip as u64 ^ 1;
                     *fallback_now.get_or_insert_with(realtime_ns)
                 }
             };
+            self.arrivals[slot] = t;
+            latest = latest.max(t);
         }
         self.reset_headers(base, got);
-        if got > 0 {
-            self.last_arrival[line] = self.arrivals[base + got - 1];
-        }
+        self.last_arrival[line] = latest;
         self.filled[line] += got;
         self.more[line] = got == want;
         let st = &self.stats[line];
