@@ -1228,6 +1228,89 @@ mod tests {
     }
 
     #[test]
+    fn kernel_timestamps_predate_the_read_once_awaited() {
+        assert!(await_kernel_timestamps(Duration::from_secs(20)).unwrap());
+        // Kept open, so the kernel's switch stays on for this test.
+        let line = LineSpec::new(
+            "A",
+            SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 41), 47041),
+            InterfaceSpec::Addr(Ipv4Addr::LOCALHOST),
+        );
+        let mut rx = Receiver::open(&[line], ReceiverOptions::default()).unwrap();
+        let tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let g = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 41), 47041);
+        tx.send(g, b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let before_read = realtime_ns();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            rx.poll(
+                Duration::from_millis(100),
+                &mut |_l: usize, _d: &[u8], t: i64| got.push(t),
+            )
+            .unwrap();
+            if !got.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(got.len(), 1);
+        assert!(got[0] < before_read, "stamped at arrival, not at the read");
+    }
+
+    /// A line whose stamps go back (a read-time stamp before the kernel's
+    /// switch, a clock step) must still be delivered: its head is never
+    /// held back by its own line, even with every slot full.
+    #[test]
+    fn a_line_whose_stamps_go_back_is_still_delivered() {
+        let g = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 42), 47042);
+        let line = LineSpec::new("A", g, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST));
+        let opts = ReceiverOptions {
+            batch: 4,
+            ..ReceiverOptions::default()
+        };
+        let mut rx = Receiver::open(&[line], opts).unwrap();
+        let mut tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..12u8).map(|i| (g, [i])).collect();
+        tx.send_batch(&items).unwrap();
+        // The first batch read, as if stamped at a read one second from
+        // now: every later datagram's (true) stamp is earlier.
+        let mut first = 0;
+        for _ in 0..1000 {
+            first += rx.recv_batch(0).unwrap();
+            if first == 4 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(first, 4);
+        let late = realtime_ns() + 1_000_000_000;
+        rx.arrivals[..4].fill(late);
+        rx.last_arrival[0] = late;
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            rx.poll(
+                Duration::from_millis(100),
+                &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]),
+            )
+            .unwrap();
+            if got.len() == items.len() {
+                break;
+            }
+        }
+        assert_eq!(
+            got,
+            (0..12u8).collect::<Vec<_>>(),
+            "in queue order, none stuck"
+        );
+    }
+
+    #[test]
     fn ovfl_counter_deltas_accumulate() {
         let line = LineSpec::new(
             "A",
