@@ -6,12 +6,13 @@
 //! socket bound to `group:port` (so the kernel filters by destination), the
 //! group joined on the configured interface (source-specific when a source
 //! is given), a large receive buffer, kernel receive timestamps
-//! (`SO_TIMESTAMPNS`) as the arrival time and the kernel's drop counter
-//! (`SO_RXQ_OVFL`). Datagrams are read in batches with `recvmmsg` into
-//! buffers allocated once: nothing is allocated per packet.
+//! (`SO_TIMESTAMPNS`, live before `Receiver::open` returns) as the arrival
+//! time and the kernel's drop counter (`SO_RXQ_OVFL`). Datagrams are read
+//! in batches with `recvmmsg` into buffers allocated once: nothing is
+//! allocated per packet.
 //!
 //! Lines are delivered merged by kernel arrival time, across batches: what
-//! arrived after the last datagram read from a line that may have more
+//! arrived after the latest datagram read from a line that may have more
 //! queued is held back until that line is read again. So the copy of a
 //! packet that arrived first is the one applied, and a packet lost on one
 //! line is taken from the other before a later packet can open a channel
@@ -825,8 +826,8 @@ impl Receiver {
     ///
     /// A line whose last read was full may have older datagrams still in
     /// the kernel than what the other lines brought: everything that
-    /// arrived after that line's last datagram read is held back until the
-    /// line is read again.
+    /// arrived after the latest datagram read from that line is held back
+    /// until the line is read again.
     fn deliver<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
         let k = self.sockets.len();
         let watermark = (0..k)
