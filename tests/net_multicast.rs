@@ -668,14 +668,13 @@ fn busy_poll_pinned_thread_delivers_every_datagram() {
 /// read of A reaches further in sequence than one read of B: delivering
 /// A's whole batch before B's next one would open channel gaps for packets
 /// B has. The receiver must deliver so that no such false gap appears.
-// Intermittent here (about 1 run in 3 late in the session, 0 in 10 earlier):
-// both this receiver and a plain single-line observer stop after one
-// batch of 64 datagrams while the kernel reports no drop; the sender
-// returned as if every datagram went out. Root cause not found yet (sender
-// pacing or kernel); the same false-gap property is covered end to end by
-// e2e_daemon's loss tests. Run with `cargo test -- --ignored`.
+// It used to fail intermittently (false gaps, or both receivers stuck
+// after a batch): the kernel switches receive timestamps on from a
+// workqueue after the first SO_TIMESTAMPNS socket opens, and datagrams
+// queued before that got the read time as arrival. `Receiver::open` now
+// waits for the switch (`await_kernel_timestamps`), and a line's stamps
+// going back can no longer stall it (receiver unit tests).
 #[test]
-#[ignore = "intermittent stall after one batch, under investigation (see comment)"]
 fn a_line_read_ahead_does_not_open_false_gaps() {
     let _serial = serial();
     const N: u64 = 400;

@@ -6,12 +6,13 @@
 //! socket bound to `group:port` (so the kernel filters by destination), the
 //! group joined on the configured interface (source-specific when a source
 //! is given), a large receive buffer, kernel receive timestamps
-//! (`SO_TIMESTAMPNS`) as the arrival time and the kernel's drop counter
-//! (`SO_RXQ_OVFL`). Datagrams are read in batches with `recvmmsg` into
-//! buffers allocated once: nothing is allocated per packet.
+//! (`SO_TIMESTAMPNS`, live before `Receiver::open` returns) as the arrival
+//! time and the kernel's drop counter (`SO_RXQ_OVFL`). Datagrams are read
+//! in batches with `recvmmsg` into buffers allocated once: nothing is
+//! allocated per packet.
 //!
 //! Lines are delivered merged by kernel arrival time, across batches: what
-//! arrived after the last datagram read from a line that may have more
+//! arrived after the latest datagram read from a line that may have more
 //! queued is held back until that line is read again. So the copy of a
 //! packet that arrived first is the one applied, and a packet lost on one
 //! line is taken from the other before a later packet can open a channel
@@ -29,7 +30,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -401,6 +402,73 @@ fn set_rcvbuf(sock: &Socket, want: usize, line: &str) -> anyhow::Result<usize> {
     Ok(granted)
 }
 
+/// Longest wait in [`Receiver::open`] for kernel receive timestamps.
+const TIMESTAMPS_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (up to `timeout`) until the kernel stamps datagrams when they
+/// arrive; false if it still did not. The first SO_TIMESTAMPNS socket of a
+/// host only schedules that switch (the kernel flips it from a workqueue,
+/// net_enable_timestamp), and a datagram queued before the work ran has no
+/// stamp: recvmsg then gives it the time of the read. Such late stamps put
+/// a line's whole batch after what the other lines got meanwhile (false
+/// channel gaps, C3) and hide the queueing delay from the latency metrics.
+/// Probe: a datagram to ourselves over loopback, read once it is queued; a
+/// kernel stamp is earlier than the clock read just before the read, a
+/// read-time stamp is not. Holding our own SO_TIMESTAMPNS socket until the
+/// caller's are open is not needed: theirs keep the switch on.
+pub fn await_kernel_timestamps(timeout: Duration) -> io::Result<bool> {
+    let probe = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    probe.bind(&SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))?;
+    let fd = probe.as_raw_fd();
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    let me = probe.local_addr()?;
+    let deadline = Instant::now() + timeout;
+    let mut byte = [0u8; 1];
+    let mut cmsg = [0u64; CMSG_WORDS];
+    loop {
+        probe.send_to(b"t", &me)?;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if ready > 0 {
+            let before_read = realtime_ns();
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr() as *mut libc::c_void,
+                iov_len: byte.len(),
+            };
+            // SAFETY: all-zero msghdr is valid; fields are set below.
+            let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = CMSG_WORDS * 8;
+            // SAFETY: msg points to live buffers for the call.
+            let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                if let (Some(ts), _) = parse_cmsgs(&msg) {
+                    if ts < before_read {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// SCHED_FIFO at `priority` for the calling thread.
 pub fn set_fifo_priority(priority: i32) -> io::Result<()> {
     let param = libc::sched_param {
@@ -471,8 +539,7 @@ pub struct Receiver {
     head: Vec<usize>,
     filled: Vec<usize>,
     /// Per line: the last read filled every slot it asked for (so more
-    /// may be waiting in the kernel), and the arrival time of the last
-    /// datagram read.
+    /// may be waiting in the kernel), and the latest arrival time read.
     more: Vec<bool>,
     last_arrival: Vec<i64>,
     /// Clock read just before the current read round's first `recvmmsg`
@@ -504,6 +571,15 @@ impl Receiver {
             .iter()
             .map(|l| open_line_socket(l, opts.kernel_timestamps))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Only once the kernel stamps on arrival are the first datagrams'
+        // arrival times true (see `await_kernel_timestamps`).
+        if opts.kernel_timestamps
+            && !await_kernel_timestamps(TIMESTAMPS_WAIT).context("probing kernel timestamps")?
+        {
+            tracing::warn!(
+                "kernel receive timestamps not active yet; the first datagrams may carry the time they were read"
+            );
+        }
         // SAFETY: plain syscall; the fd is owned right after.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -661,6 +737,12 @@ impl Receiver {
         let got = got as usize;
         let mut fallback_now: Option<i64> = None;
         let (mut bytes, mut truncated, mut no_ts) = (0u64, 0u64, 0u64);
+        // The latest arrival read, not the last one's: a socket queue is
+        // FIFO, but its stamps can still go back (a read-time stamp, see
+        // `await_kernel_timestamps`; a clock step). With the last one, a
+        // head later than it would be held back by its own line, and once
+        // the line's slots are full it would never be read again (livelock).
+        let mut latest = self.last_arrival[line];
         for slot in base..base + got {
             let hdr = &self.hdrs[slot];
             let msg_flags = hdr.msg_hdr.msg_flags;
@@ -676,18 +758,18 @@ impl Receiver {
                 bytes += len;
             }
             self.skip[slot] = skip;
-            self.arrivals[slot] = match ts {
+            let t = match ts {
                 Some(t) => t,
                 None => {
                     no_ts += skip as u64 ^ 1;
                     *fallback_now.get_or_insert_with(realtime_ns)
                 }
             };
+            self.arrivals[slot] = t;
+            latest = latest.max(t);
         }
         self.reset_headers(base, got);
-        if got > 0 {
-            self.last_arrival[line] = self.arrivals[base + got - 1];
-        }
+        self.last_arrival[line] = latest;
         self.filled[line] += got;
         self.more[line] = got == want;
         let st = &self.stats[line];
@@ -744,8 +826,8 @@ impl Receiver {
     ///
     /// A line whose last read was full may have older datagrams still in
     /// the kernel than what the other lines brought: everything that
-    /// arrived after that line's last datagram read is held back until the
-    /// line is read again.
+    /// arrived after the latest datagram read from that line is held back
+    /// until the line is read again.
     fn deliver<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
         let k = self.sockets.len();
         let watermark = (0..k)
@@ -1144,6 +1226,89 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("not a multicast group"), "{e:#}");
+    }
+
+    #[test]
+    fn kernel_timestamps_predate_the_read_once_awaited() {
+        assert!(await_kernel_timestamps(Duration::from_secs(20)).unwrap());
+        // Kept open, so the kernel's switch stays on for this test.
+        let line = LineSpec::new(
+            "A",
+            SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 41), 47041),
+            InterfaceSpec::Addr(Ipv4Addr::LOCALHOST),
+        );
+        let mut rx = Receiver::open(&[line], ReceiverOptions::default()).unwrap();
+        let tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let g = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 41), 47041);
+        tx.send(g, b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let before_read = realtime_ns();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            rx.poll(
+                Duration::from_millis(100),
+                &mut |_l: usize, _d: &[u8], t: i64| got.push(t),
+            )
+            .unwrap();
+            if !got.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(got.len(), 1);
+        assert!(got[0] < before_read, "stamped at arrival, not at the read");
+    }
+
+    /// A line whose stamps go back (a read-time stamp before the kernel's
+    /// switch, a clock step) must still be delivered: its head is never
+    /// held back by its own line, even with every slot full.
+    #[test]
+    fn a_line_whose_stamps_go_back_is_still_delivered() {
+        let g = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 42), 47042);
+        let line = LineSpec::new("A", g, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST));
+        let opts = ReceiverOptions {
+            batch: 4,
+            ..ReceiverOptions::default()
+        };
+        let mut rx = Receiver::open(&[line], opts).unwrap();
+        let mut tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..12u8).map(|i| (g, [i])).collect();
+        tx.send_batch(&items).unwrap();
+        // The first batch read, as if stamped at a read one second from
+        // now: every later datagram's (true) stamp is earlier.
+        let mut first = 0;
+        for _ in 0..1000 {
+            first += rx.recv_batch(0).unwrap();
+            if first == 4 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(first, 4);
+        let late = realtime_ns() + 1_000_000_000;
+        rx.arrivals[..4].fill(late);
+        rx.last_arrival[0] = late;
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            rx.poll(
+                Duration::from_millis(100),
+                &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]),
+            )
+            .unwrap();
+            if got.len() == items.len() {
+                break;
+            }
+        }
+        assert_eq!(
+            got,
+            (0..12u8).collect::<Vec<_>>(),
+            "in queue order, none stuck"
+        );
     }
 
     #[test]
