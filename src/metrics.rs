@@ -164,6 +164,12 @@ pub const APPLY_LATENCY_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0,
 ];
 
+/// Bucket upper bounds (seconds) of the gate's service time (a batch of
+/// request bytes read to its answers written): 250 ns to 10 ms.
+pub const GATE_SERVICE_BUCKETS: &[f64] = &[
+    2.5e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2,
+];
+
 /// Values above this (ns) are clamped: a minute is "very late" already.
 const HDR_MAX_NS: u64 = 60_000_000_000;
 /// Samples a recorder keeps before it tries to merge them.
@@ -209,6 +215,17 @@ impl SharedHistogram {
             overflow: new_hdr(),
             overflow_sum_ns: 0,
             last_flush_ns: i64::MIN,
+        }
+    }
+
+    /// A recorder for a thread among many (one per gate connection): no
+    /// HDR histogram of its own (one with this range and precision is
+    /// ~200 KB), only a few pending samples.
+    pub fn small_recorder(self: &Arc<Self>) -> SmallRecorder {
+        SmallRecorder {
+            shared: Arc::clone(self),
+            pending: [0; SMALL_PENDING],
+            len: 0,
         }
     }
 
@@ -332,6 +349,57 @@ impl LatencyRecorder {
         let shared = Arc::clone(&self.shared);
         let mut data = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
         self.merge_into(&mut data);
+    }
+}
+
+const SMALL_PENDING: usize = 32;
+
+/// See [`SharedHistogram::small_recorder`]. Each sample is merged at once
+/// unless a scrape or another recorder holds the lock (`try_lock`); it then
+/// waits in a fixed buffer for the next sample. Only when that buffer is
+/// full does recording wait for the lock, which is held for the length of
+/// a merge or a scrape's copy. Never allocates.
+#[derive(Debug)]
+pub struct SmallRecorder {
+    shared: Arc<SharedHistogram>,
+    pending: [u64; SMALL_PENDING],
+    len: usize,
+}
+
+impl SmallRecorder {
+    pub fn record(&mut self, value_ns: u64) {
+        if self.len == SMALL_PENDING {
+            self.flush();
+        }
+        self.pending[self.len] = value_ns;
+        self.len += 1;
+        if let Ok(mut data) = self.shared.inner.try_lock() {
+            Self::merge(&self.pending[..self.len], &mut data);
+            self.len = 0;
+        }
+    }
+
+    fn merge(values: &[u64], data: &mut HistogramData) {
+        for &v in values {
+            data.hdr.saturating_record(v.clamp(1, HDR_MAX_NS));
+            data.sum_ns += v as u128;
+        }
+    }
+
+    /// Merges what is pending, waiting for the lock.
+    pub fn flush(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let mut data = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Self::merge(&self.pending[..self.len], &mut data);
+        self.len = 0;
+    }
+}
+
+impl Drop for SmallRecorder {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -702,10 +770,7 @@ impl Collector for SnapshotCollector {
     }
 }
 
-/// The gate server's counters. Its service-time buckets are powers of two
-/// (bucket 0: below 256 ns; bucket b: [2^(b+7), 2^(b+8)) ns; the last one
-/// open-ended), so they map exactly onto Prometheus buckets `le = 2^(b+8)`
-/// ns (a sample exactly on a bound lands one bucket up: 1 ns of slack).
+/// The gate server's counters and its HDR service-time histogram.
 fn gate_families(g: &GateStats) -> Vec<MetricFamily> {
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let mut out = Vec::new();
@@ -744,24 +809,7 @@ fn gate_families(g: &GateStats) -> Vec<MetricFamily> {
         f.mut_metric().push(sample(vec![], kind, v));
         out.push(f);
     }
-    // Read the buckets first and derive the count from them, so that
-    // `+Inf` equals `_count` even while the server keeps counting.
-    let counts: Vec<u64> = g.service_ns.iter().map(load).collect();
-    let (last, bounded) = counts.split_last().expect("buckets");
-    let mut cumulative = Vec::with_capacity(bounded.len());
-    let mut running = 0;
-    for c in bounded {
-        running += c;
-        cumulative.push(running);
-    }
-    let snap = HistogramSnapshot {
-        bounds: (0..bounded.len())
-            .map(|b| (1u64 << (b + 8)) as f64 / 1e9)
-            .collect(),
-        cumulative,
-        count: running + last,
-        sum_seconds: load(&g.service_ns_sum) as f64 / 1e9,
-    };
+    let snap = g.service.snapshot(GATE_SERVICE_BUCKETS);
     let mut f = family(SERVICE_TIME.0, SERVICE_TIME.1, MetricType::HISTOGRAM);
     f.mut_metric().push(histogram(vec![], &snap));
     out.push(f);
@@ -899,13 +947,12 @@ mod tests {
         m.gate.rejects_by_reason[2].store(2, Ordering::Relaxed);
         m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
         m.gate.connections_open.store(1, Ordering::Relaxed);
-        // 4 batches under 256 ns, 1 in [512, 1024) ns, 1 beyond every bound.
-        m.gate.service_ns[0].store(4, Ordering::Relaxed);
-        m.gate.service_ns[2].store(1, Ordering::Relaxed);
-        m.gate.service_ns[24].store(1, Ordering::Relaxed);
-        m.gate
-            .service_ns_sum
-            .store(3_000_000_000, Ordering::Relaxed);
+        // 4 batches under 250 ns, 1 in (500 ns, 1 us], 1 beyond every bound.
+        let mut rec = m.gate.service.small_recorder();
+        for ns in [100, 100, 100, 100, 600, 2_999_999_000] {
+            rec.record(ns);
+        }
+        drop(rec);
         let text = m.render();
         for want in [
             "tickgate_gate_requests_total{verdict=\"ok\"} 3\n",
@@ -914,9 +961,10 @@ mod tests {
             "tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n",
             "tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n",
             "tickgate_gate_connections 1\n",
-            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000256\"} 4\n",
-            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000000512\"} 4\n",
-            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000001024\"} 5\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.00000025\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.0000005\"} 4\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.000001\"} 5\n",
+            "tickgate_gate_service_duration_seconds_bucket{le=\"0.01\"} 5\n",
             "tickgate_gate_service_duration_seconds_bucket{le=\"+Inf\"} 6\n",
             "tickgate_gate_service_duration_seconds_count 6\n",
             "tickgate_gate_service_duration_seconds_sum 3\n",

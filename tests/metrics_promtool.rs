@@ -91,8 +91,7 @@ fn populated() -> Arc<Metrics> {
     m.gate.ok.store(1, Ordering::Relaxed);
     m.gate.reject.store(1, Ordering::Relaxed);
     m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
-    m.gate.service_ns[1].store(1, Ordering::Relaxed);
-    m.gate.service_ns_sum.store(450, Ordering::Relaxed);
+    m.gate.service.small_recorder().record(450);
     Arc::new(m)
 }
 

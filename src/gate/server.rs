@@ -43,6 +43,7 @@ use super::protocol::{answer_with, write_error, write_i64, write_u64, ProtoError
 use super::verdict::{judge, Thresholds};
 use crate::feed::reader::FeedReader;
 use crate::feed::view::{FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
+use crate::metrics::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
 
 pub use super::protocol::MAX_LINE;
@@ -264,10 +265,6 @@ impl Default for ServerConfig {
 /// counts them in this order.
 pub const REJECT_REASONS: [&str; 5] = super::verdict::REASON_NAMES;
 
-/// Service-time histogram buckets: bucket `i` counts batches that took
-/// less than `2^(i + 8)` ns (256 ns .. ~4.3 s); the last bucket is the rest.
-pub const SERVICE_BUCKETS: usize = 25;
-
 /// Plain atomic counters of the server, for the metrics exporter. Counted
 /// per read batch (one atomic add per field touched, not per request).
 #[derive(Debug, Default)]
@@ -284,9 +281,9 @@ pub struct GateStats {
     pub connections_accepted: AtomicU64,
     pub connections_refused: AtomicU64,
     pub connections_open: AtomicI64,
-    /// Time from a batch of request bytes read to its answers written.
-    pub service_ns: [AtomicU64; SERVICE_BUCKETS],
-    pub service_ns_sum: AtomicU64,
+    /// Time from a batch of request bytes read to its answers written
+    /// (HDR; each serving thread records through its own recorder).
+    pub service: Arc<SharedHistogram>,
     pub batches: AtomicU64,
 }
 
@@ -324,10 +321,8 @@ impl GateStats {
         true
     }
 
-    fn record_service(&self, ns: u64) {
-        let bucket = (64 - ns.leading_zeros()).saturating_sub(8) as usize;
-        self.service_ns[bucket.min(SERVICE_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
-        self.service_ns_sum.fetch_add(ns, Ordering::Relaxed);
+    fn record_service(&self, service: &mut SmallRecorder, ns: u64) {
+        service.record(ns);
         self.batches.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -724,10 +719,10 @@ pub fn serve_with_stats<B: Backend>(
     let mut registry = None;
     match config.io {
         IoMode::Blocking => {
-            let reg = Arc::new(Registry::default());
+            let max = config.max_connections;
+            let reg = Arc::new(Registry::with_room(max));
             registry = Some(reg.clone());
             let (stop, wake_fd, stats) = (stop.clone(), wake_fd.clone(), stats.clone());
-            let max = config.max_connections;
             threads.push(
                 std::thread::Builder::new()
                     .name("gate-accept".into())
@@ -804,6 +799,19 @@ struct RegistryInner {
 }
 
 impl Registry {
+    /// Room for `max` connections (up to 4,096) reserved up front: the
+    /// acceptor registers a connection after its thread has started
+    /// answering, and growing the list then would be an allocation while
+    /// requests are being served (tests/gate_alloc.rs caught it once).
+    fn with_room(max: usize) -> Registry {
+        Registry {
+            inner: Mutex::new(RegistryInner {
+                conns: Vec::with_capacity(max.min(4096)),
+                ..RegistryInner::default()
+            }),
+        }
+    }
+
     fn close_all(&self) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.closed = true;
@@ -955,6 +963,7 @@ fn serve_blocking<B: Backend>(
     stats: &GateStats,
 ) -> io::Result<()> {
     let mut conn = Conn::new();
+    let mut service = stats.service.small_recorder();
     loop {
         let n = match stream.read(conn.read_space()) {
             Ok(0) => return Ok(()),
@@ -983,7 +992,7 @@ fn serve_blocking<B: Backend>(
             }
         }
         if answered {
-            stats.record_service(t0.elapsed().as_nanos() as u64);
+            stats.record_service(&mut service, t0.elapsed().as_nanos() as u64);
         }
     }
 }
@@ -1047,6 +1056,7 @@ fn epoll_loop<B: Backend>(
     // Connections with complete lines left in their buffer (served in
     // turns so that one pipelining client cannot starve the others).
     let mut again: Vec<usize> = Vec::new();
+    let mut service = stats.service.small_recorder();
     let mut again_now: Vec<usize> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
@@ -1142,7 +1152,15 @@ fn epoll_loop<B: Backend>(
             }
             let idx = token as usize;
             service_epoll(
-                ep, &mut conns, &mut free, &mut open, idx, backend, stats, &mut again,
+                ep,
+                &mut conns,
+                &mut free,
+                &mut open,
+                idx,
+                backend,
+                stats,
+                &mut service,
+                &mut again,
             );
         }
         for idx in again_now.drain(..) {
@@ -1150,7 +1168,15 @@ fn epoll_loop<B: Backend>(
                 c.queued = false;
             }
             service_epoll(
-                ep, &mut conns, &mut free, &mut open, idx, backend, stats, &mut again,
+                ep,
+                &mut conns,
+                &mut free,
+                &mut open,
+                idx,
+                backend,
+                stats,
+                &mut service,
+                &mut again,
             );
         }
     }
@@ -1176,12 +1202,13 @@ fn service_epoll<B: Backend>(
     idx: usize,
     backend: &B,
     stats: &GateStats,
+    service: &mut SmallRecorder,
     again: &mut Vec<usize>,
 ) {
     let Some(Some(c)) = conns.get_mut(idx) else {
         return;
     };
-    let step = drive(ep, c, idx, backend, stats, again);
+    let step = drive(ep, c, idx, backend, stats, service, again);
     if let Step::Close = step {
         let c = conns[idx].take().expect("present");
         // SAFETY: deregistering an fd we registered; closing follows.
@@ -1208,6 +1235,7 @@ fn drive<B: Backend>(
     idx: usize,
     backend: &B,
     stats: &GateStats,
+    service: &mut SmallRecorder,
     again: &mut Vec<usize>,
 ) -> Step {
     let t0 = Instant::now();
@@ -1234,7 +1262,7 @@ fn drive<B: Backend>(
                         }
                         c.want_out = true;
                     }
-                    finish_batch(stats, t0, answered);
+                    finish_batch(stats, service, t0, answered);
                     return Step::Open;
                 }
                 Err(_) => return Step::Close,
@@ -1255,14 +1283,14 @@ fn drive<B: Backend>(
             continue;
         }
         if drained {
-            finish_batch(stats, t0, answered);
+            finish_batch(stats, service, t0, answered);
             return Step::Open;
         }
         let space = c.conn.read_space();
         let room = space.len();
         match (&c.stream).read(space) {
             Ok(0) => {
-                finish_batch(stats, t0, answered);
+                finish_batch(stats, service, t0, answered);
                 return Step::Close;
             }
             Ok(n) => {
@@ -1274,14 +1302,14 @@ fn drive<B: Backend>(
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                finish_batch(stats, t0, answered);
+                finish_batch(stats, service, t0, answered);
                 return Step::Open;
             }
             Err(_) => return Step::Close,
         }
     }
     // Turn used up with work left: come back after the others.
-    finish_batch(stats, t0, answered);
+    finish_batch(stats, service, t0, answered);
     if !c.queued {
         c.queued = true;
         again.push(idx);
@@ -1289,9 +1317,9 @@ fn drive<B: Backend>(
     Step::Open
 }
 
-fn finish_batch(stats: &GateStats, t0: Instant, answered: bool) {
+fn finish_batch(stats: &GateStats, service: &mut SmallRecorder, t0: Instant, answered: bool) {
     if answered {
-        stats.record_service(t0.elapsed().as_nanos() as u64);
+        stats.record_service(service, t0.elapsed().as_nanos() as u64);
     }
 }
 
@@ -1436,14 +1464,17 @@ mod tests {
     }
 
     #[test]
-    fn service_buckets() {
+    fn service_time_goes_to_the_shared_histogram() {
         let s = GateStats::default();
-        s.record_service(100);
-        s.record_service(300);
-        s.record_service(u64::MAX);
-        assert_eq!(s.service_ns[0].load(Ordering::Relaxed), 1);
-        assert_eq!(s.service_ns[1].load(Ordering::Relaxed), 1);
-        assert_eq!(s.service_ns[SERVICE_BUCKETS - 1].load(Ordering::Relaxed), 1);
+        let mut rec = s.service.small_recorder();
+        s.record_service(&mut rec, 100);
+        s.record_service(&mut rec, 300);
+        s.record_service(&mut rec, u64::MAX);
+        drop(rec);
+        let snap = s.service.snapshot(&[2e-7, 1e-6]);
+        assert_eq!(snap.cumulative, vec![1, 2]);
+        assert_eq!(snap.count, 3);
+        assert_eq!(s.batches.load(Ordering::Relaxed), 3);
     }
 
     /// The server's framing answers exactly as `protocol::LineFramer` +
