@@ -1051,17 +1051,8 @@ fn epoll_loop<B: Backend>(
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     let (mut throttle, mut refused) = (Throttle::default(), Throttle::default());
     let mut resume_accept: Option<Instant> = None;
-    // EXPERIMENT (temporary): idle policy from the environment.
-    let exp = std::env::var("TICKGATE_SPIN_EXP").unwrap_or_else(|_| "yield".into());
-    let block_after: u32 = exp
-        .strip_prefix("block:")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u32::MAX);
-    let (no_yield, yield_all) = (exp == "spin", exp == "yieldall");
-    let mut empty = 0u32;
     while !stop.load(Ordering::Relaxed) {
-        let blocking_now = spin && empty >= block_after;
-        let timeout = if (spin && !blocking_now) || !again.is_empty() {
+        let timeout = if spin || !again.is_empty() {
             0
         } else if let Some(t) = resume_accept {
             t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
@@ -1089,15 +1080,8 @@ fn epoll_loop<B: Backend>(
             // is runnable on it (a client woken on this core would
             // otherwise wait for our whole time slice); returns at once
             // when nothing is.
-            empty = empty.saturating_add(1);
-            if !no_yield {
-                std::thread::yield_now();
-            }
-            continue;
-        }
-        empty = 0;
-        if yield_all && spin {
             std::thread::yield_now();
+            continue;
         }
         std::mem::swap(&mut again, &mut again_now);
         for ev in &events[..n as usize] {
