@@ -18,7 +18,14 @@
 //! on every configuration alike; spinning servers run only in their slices.
 //!
 //! `cargo bench --bench gate_rtt` (`GATE_BENCH_CPU=<n>` pins the spinning
-//! threads; default unpinned).
+//! threads; default unpinned; `GATE_BENCH_ONLY=busy,redis` runs only the
+//! configurations whose names contain one of the words).
+//!
+//! Besides latency, each row gives the CPU time per request (all slices,
+//! warm-up included) of the client threads and of the server (for the
+//! in-process servers: this process less the clients, so the feed
+//! thread's small share is counted there; for Redis: redis-server's
+//! `/proc/<pid>/schedstat`), and the clients' context switches per request.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -57,6 +64,13 @@ fn rounds() -> usize {
         .and_then(|s| s.parse().ok())
         .unwrap_or(6usize)
         .max(1)
+}
+
+/// `GATE_BENCH_ONLY=busy,redis`: only the configurations whose name
+/// contains one of these words.
+fn only() -> Option<Vec<String>> {
+    let v = std::env::var("GATE_BENCH_ONLY").ok()?;
+    Some(v.split(',').map(str::to_string).collect())
 }
 
 enum Config {
@@ -172,16 +186,55 @@ struct Run {
     hist: Histogram<u64>,
     requests: u64,
     elapsed: Duration,
+    /// CPU accounting over whole slices (warm-up included): requests
+    /// answered, CPU time of the client threads and of the server (the
+    /// rest of this process, or redis-server's), client context switches.
+    all_requests: u64,
+    client_cpu_ns: u64,
+    server_cpu_ns: u64,
+    client_vcsw: u64,
+    client_icsw: u64,
+}
+
+/// CPU time of the calling thread, ns (scheduler accounting).
+fn thread_cpu_ns() -> u64 {
+    schedstat_ns("/proc/thread-self/schedstat")
+}
+
+/// First field of a `schedstat` file: time spent on a CPU, ns.
+fn schedstat_ns(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn rusage(who: i32) -> libc::rusage {
+    // SAFETY: plain syscall filling a zeroed struct.
+    unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut r);
+        r
+    }
+}
+
+/// CPU time of this process so far (every thread, exited ones included), ns.
+fn process_cpu_ns() -> u64 {
+    let r = rusage(libc::RUSAGE_SELF);
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(r.ru_utime) + us(r.ru_stime)) * 1000
 }
 
 /// `clients` threads doing request/answer round trips for `secs` after a
-/// short warm-up.
+/// short warm-up. `server_pid`: the server is another process (its CPU
+/// time is read from /proc); otherwise it is the rest of this one.
 fn run_clients(
     path: &Path,
     request: &[u8],
     framing: Framing,
     clients: usize,
     measure: Duration,
+    server_pid: Option<u32>,
 ) -> Run {
     let barrier = Arc::new(Barrier::new(clients + 1));
     let warmup = Duration::from_millis(100);
@@ -195,6 +248,8 @@ fn run_clients(
                 let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
                 let mut buf = vec![0u8; 4096];
                 barrier.wait();
+                let (cpu0, ru0) = (thread_cpu_ns(), rusage(libc::RUSAGE_THREAD));
+                let mut all = 0u64;
                 let start = Instant::now();
                 let (warm_end, end) = (start + warmup, start + warmup + measure);
                 let mut n = 0u64;
@@ -213,38 +268,72 @@ fn run_clients(
                             break;
                         }
                     }
+                    all += 1;
                     if t0 >= warm_end {
                         h.record(t0.elapsed().as_nanos() as u64).unwrap();
                         n += 1;
                     }
                 }
-                (h, n)
+                let ru = rusage(libc::RUSAGE_THREAD);
+                let cpu = thread_cpu_ns() - cpu0;
+                let csw = (
+                    (ru.ru_nvcsw - ru0.ru_nvcsw) as u64,
+                    (ru.ru_nivcsw - ru0.ru_nivcsw) as u64,
+                );
+                (h, n, all, cpu, csw)
             })
         })
         .collect();
+    let server_cpu = || match server_pid {
+        Some(pid) => schedstat_ns(&format!("/proc/{pid}/schedstat")),
+        None => process_cpu_ns(),
+    };
+    let proc0 = server_cpu();
     barrier.wait();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
-    let mut requests = 0;
-    for h in handles {
-        let (h, n) = h.join().expect("client");
-        hist.add(&h).unwrap();
-        requests += n;
-    }
-    Run {
-        hist,
-        requests,
+    let mut r = Run {
+        hist: Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap(),
+        requests: 0,
         elapsed: measure,
+        all_requests: 0,
+        client_cpu_ns: 0,
+        server_cpu_ns: 0,
+        client_vcsw: 0,
+        client_icsw: 0,
+    };
+    for h in handles {
+        let (h, n, all, cpu, (v, i)) = h.join().expect("client");
+        hist.add(&h).unwrap();
+        r.requests += n;
+        r.all_requests += all;
+        r.client_cpu_ns += cpu;
+        r.client_vcsw += v;
+        r.client_icsw += i;
     }
+    let proc_cpu = server_cpu().saturating_sub(proc0);
+    // In-process servers: the process total less the clients (the feed
+    // thread's ~1000 quotes/s and this thread's waiting are included).
+    r.server_cpu_ns = match server_pid {
+        Some(_) => proc_cpu,
+        None => proc_cpu.saturating_sub(r.client_cpu_ns),
+    };
+    r.hist = hist;
+    r
 }
 
 fn row(name: &str, clients: usize, r: &Run) -> String {
     let us = |q: f64| r.hist.value_at_quantile(q) as f64 / 1000.0;
+    let per_req = |ns: u64| ns as f64 / 1000.0 / r.all_requests.max(1) as f64;
     format!(
-        "| {name} | {clients} | {:.1} | {:.1} | {:.1} | {:.0} |",
+        "| {name} | {clients} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} |",
         us(0.5),
         us(0.99),
         us(0.999),
-        r.requests as f64 / r.elapsed.as_secs_f64()
+        r.requests as f64 / r.elapsed.as_secs_f64(),
+        per_req(r.client_cpu_ns),
+        per_req(r.server_cpu_ns),
+        r.client_vcsw as f64 / r.all_requests.max(1) as f64,
+        r.client_icsw as f64 / r.all_requests.max(1) as f64,
     )
 }
 
@@ -500,6 +589,13 @@ fn main() {
     } else if !smoke() {
         println!("redis-server not available: Redis rows skipped");
     }
+    let redis_pid = redis.as_ref().and_then(|p| {
+        let mut s = UnixStream::connect(p).ok()?;
+        let info = resp_call(&mut s, &[b"INFO", b"server"]);
+        let info = String::from_utf8_lossy(&info);
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:")?.trim().parse::<u32>().ok())
+    });
     let configs: Vec<Config> = [
         Config::Gate("gate blocking (thread/conn)", IoMode::Blocking),
         Config::Gate("gate epoll", IoMode::Epoll),
@@ -510,6 +606,7 @@ fn main() {
     ]
     .into_iter()
     .filter(|c| !matches!(c, Config::Redis) || redis.is_some())
+    .filter(|c| only().is_none_or(|o| o.iter().any(|w| c.name().contains(w.as_str()))))
     .collect();
     let mut results: Vec<(String, usize, Option<Run>)> = Vec::new();
     for c in &configs {
@@ -530,7 +627,7 @@ fn main() {
                             ..ServerConfig::default()
                         };
                         let server = serve(&cfg, gate.clone()).unwrap();
-                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice);
+                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice, None);
                         server.stop();
                         r
                     }
@@ -541,7 +638,7 @@ fn main() {
                         } else {
                             echo_blocking(&path, stop.clone())
                         };
-                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice);
+                        let r = run_clients(&path, REQUEST, Framing::Line, clients, slice, None);
                         stop.store(true, Ordering::Relaxed);
                         let _ = UnixStream::connect(&path); // wakes the blocking acceptor
                         t.join().unwrap();
@@ -549,7 +646,7 @@ fn main() {
                     }
                     Config::Redis => {
                         let p = redis.as_ref().unwrap();
-                        run_clients(p, &get, Framing::RespBulk, clients, slice)
+                        run_clients(p, &get, Framing::RespBulk, clients, slice, redis_pid)
                     }
                 };
                 let acc = &mut results[ci * 2 + k].2;
@@ -559,6 +656,11 @@ fn main() {
                         a.hist.add(&r.hist).unwrap();
                         a.requests += r.requests;
                         a.elapsed += r.elapsed;
+                        a.all_requests += r.all_requests;
+                        a.client_cpu_ns += r.client_cpu_ns;
+                        a.server_cpu_ns += r.server_cpu_ns;
+                        a.client_vcsw += r.client_vcsw;
+                        a.client_icsw += r.client_icsw;
                     }
                 }
             }
@@ -576,8 +678,10 @@ fn main() {
     feeder.join().unwrap();
 
     println!();
-    println!("| server | clients | p50 µs | p99 µs | p99.9 µs | req/s |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| server | clients | p50 µs | p99 µs | p99.9 µs | req/s | client CPU µs/req | server CPU µs/req | client vol. csw/req | client invol. csw/req |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!("{r}");
     }
