@@ -508,6 +508,7 @@ pub(crate) fn deal_from_columns(
 }
 
 /// A stored position and the head of its chain of applied fills.
+#[derive(Clone)]
 struct StoredPos {
     position: Position,
     last_deal_id: Option<String>,
@@ -515,29 +516,70 @@ struct StoredPos {
 
 fn load_position(
     sel: &mut rusqlite::CachedStatement<'_>,
-    key: &PosKey,
+    account: &str,
+    symbol: &str,
 ) -> anyhow::Result<Option<StoredPos>> {
-    let row = sel
-        .query_row(params![key.0, key.1], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .optional()?;
-    row.map(|(q, a, p, last_deal_id)| {
-        Ok(StoredPos {
-            position: Position {
-                qty: dec(&q)?,
-                avg_price: dec(&a)?,
-                realized_pnl: dec(&p)?,
-            },
-            last_deal_id,
-        })
-    })
-    .transpose()
+    // Decimals parsed straight from SQLite's text: no String per column.
+    let mut rows = sel.query(params![account, symbol])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let text = |i: usize| -> anyhow::Result<&str> { Ok(r.get_ref(i)?.as_str()?) };
+    Ok(Some(StoredPos {
+        position: Position {
+            qty: dec(text(0)?)?,
+            avg_price: dec(text(1)?)?,
+            realized_pnl: dec(text(2)?)?,
+        },
+        last_deal_id: r.get::<_, Option<String>>(3)?,
+    }))
+}
+
+/// Upsert of one position with the head of its chain.
+const UPSERT_POSITION: &str =
+    "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, last_deal_id,
+                            updated_ns)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+     ON CONFLICT (account, symbol) DO UPDATE SET qty = excluded.qty,
+         avg_price = excluded.avg_price, realized_pnl = excluded.realized_pnl,
+         last_deal_id = excluded.last_deal_id, updated_ns = excluded.updated_ns";
+
+/// Reused text buffers for decimals: SQLite copies bound text at bind
+/// time, so one buffer per parameter of a statement avoids an allocation
+/// per formatted decimal.
+#[derive(Default)]
+struct DecBufs([String; 3]);
+
+impl DecBufs {
+    /// `d` formatted (exact, as `Decimal`'s `Display`) into buffer `i`.
+    fn fmt(&mut self, i: usize, d: &Decimal) -> &str {
+        use std::fmt::Write as _;
+        let b = &mut self.0[i];
+        b.clear();
+        let _ = write!(b, "{d}");
+        b
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn upsert_position(
+    up: &mut rusqlite::CachedStatement<'_>,
+    buf: &mut DecBufs,
+    account: &str,
+    symbol: &str,
+    pos: &Position,
+    head: Option<&str>,
+    now: i64,
+) -> anyhow::Result<()> {
+    up.raw_bind_parameter(1, account)?;
+    up.raw_bind_parameter(2, symbol)?;
+    up.raw_bind_parameter(3, buf.fmt(0, &pos.qty))?;
+    up.raw_bind_parameter(4, buf.fmt(1, &pos.avg_price))?;
+    up.raw_bind_parameter(5, buf.fmt(2, &pos.realized_pnl))?;
+    up.raw_bind_parameter(6, head)?;
+    up.raw_bind_parameter(7, now)?;
+    up.raw_execute()?;
+    Ok(())
 }
 
 /// The applied fills of one position in application order, read by walking
@@ -701,71 +743,55 @@ fn apply_in_tx(
     }
 
     // The positions of the new FILLs, with the heads of their chains (a
-    // missing row is a flat position with an empty chain).
+    // missing row is a flat position with an empty chain). The keys are
+    // kept sorted and found by binary search: no owned copies of the key
+    // strings and no hashing of client-chosen strings per event.
     let mut sel_pos = tx.prepare_cached(
         "SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions
          WHERE account = ?1 AND symbol = ?2",
     )?;
-    let mut stored: HashMap<PosKey, Option<StoredPos>> = HashMap::new();
-    {
-        let mut keys: Vec<(&str, &str)> = new_events
-            .iter()
-            .filter_map(|(_, ev)| match ev {
-                Event::Fill(f) => Some((f.account.as_str(), f.symbol.as_str())),
-                Event::Bust(_) => None,
-            })
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        stored.reserve(keys.len());
-        for (a, s) in keys {
-            let key = (a.to_owned(), s.to_owned());
-            let row = load_position(&mut sel_pos, &key)?;
-            stored.insert(key, row);
-        }
+    let mut keys: Vec<(&str, &str)> = new_events
+        .iter()
+        .filter_map(|(_, ev)| match ev {
+            Event::Fill(f) => Some((f.account.as_str(), f.symbol.as_str())),
+            Event::Bust(_) => None,
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut loaded: Vec<Option<StoredPos>> = Vec::with_capacity(keys.len());
+    for &(a, s) in &keys {
+        loaded.push(load_position(&mut sel_pos, a, s)?);
     }
-    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, f: &Fill| {
-        stored
-            .get(&key_of(f))
-            .and_then(Option::as_ref)
-            .and_then(|s| s.last_deal_id.clone())
+    let slot_of = |f: &Fill| -> anyhow::Result<usize> {
+        keys.binary_search(&(f.account.as_str(), f.symbol.as_str()))
+            .map_err(|_| anyhow::anyhow!("internal: position {}/{} not loaded", f.account, f.symbol))
     };
 
-    // Each new deal's first event creates its row (F2: the unique deal_id);
-    // existing deals are read.
+    // Each new deal's first event creates its row (F2: the unique deal_id).
+    // Its application sequence and chain predecessor are drawn in event
+    // order; rows are then inserted in deal_id order (page locality). That
+    // assumes every new deal's FILL is applied in event order; the rare
+    // exceptions (rejected, or the deal already existed) are corrected by
+    // the general path below.
     let mut next_seq: i64 = tx.query_row(
         "SELECT value FROM counters WHERE name = 'fills_applied_seq'",
         [],
         |r| r.get(0),
     )?;
-    let mut deals: HashMap<String, Option<DealRow>> = HashMap::with_capacity(new_events.len());
-    // Rows this batch inserted: the event whose `DealRow::first` they hold,
-    // and the prev_deal_id written. That assumes every new deal's FILL is
-    // applied in event order; the rare exceptions (rejected, or the deal
-    // already existed) are corrected after planning.
-    let mut inserted: HashMap<&str, (&Event, Option<String>)> =
-        HashMap::with_capacity(new_events.len());
-    // Rows that existed before this batch, as read.
-    let mut before: HashMap<&str, DealRow> = HashMap::new();
+    let mut chain_heads: Vec<Option<&str>> = loaded
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.last_deal_id.as_deref()))
+        .collect();
+    let mut firsts: Vec<(&Event, Option<i64>, Option<&str>)> = Vec::with_capacity(new_events.len());
     {
-        let mut sel =
-            tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
-        // First event of each deal, with its application sequence and
-        // chain predecessor drawn in event order; then inserted in deal_id
-        // order (page locality).
-        let mut firsts: Vec<(&Event, Option<i64>, Option<String>)> =
-            Vec::with_capacity(new_events.len());
         let mut seen: HashSet<&str> = HashSet::with_capacity(new_events.len());
-        let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
         for &(_, ev) in &new_events {
             if seen.insert(ev.deal_id()) {
                 let (seq, prev) = match ev {
                     Event::Fill(f) => {
                         next_seq += 1;
-                        let head = heads
-                            .entry((f.account.as_str(), f.symbol.as_str()))
-                            .or_insert_with(|| head_of(&stored, f));
-                        let prev = head.replace(f.deal_id.clone());
+                        let prev = chain_heads[slot_of(f)?].replace(f.deal_id.as_str());
                         (Some(next_seq), prev)
                     }
                     Event::Bust(_) => (None, None),
@@ -773,10 +799,12 @@ fn apply_in_tx(
                 firsts.push((ev, seq, prev));
             }
         }
-        firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
-        // DEAL_ROWS rows per statement, the rest one by one (as for the
-        // processed events).
-        let mut new = vec![false; firsts.len()];
+    }
+    firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
+    // DEAL_ROWS rows per statement, the rest one by one (as for the
+    // processed events).
+    let mut new = vec![false; firsts.len()];
+    {
         let full = firsts.len() / DEAL_ROWS * DEAL_ROWS;
         if full > 0 {
             let mut multi = tx.prepare_cached(&deal_insert_sql(DEAL_ROWS))?;
@@ -791,11 +819,90 @@ fn apply_in_tx(
                 insert_firsts(&mut one, &firsts[j..j + 1], now, &mut new[j..j + 1])?;
             }
         }
+    }
+
+    // The common batch: only FILLs of deals unknown until now (each one's
+    // row was just inserted, none repeats a deal_id within the batch).
+    // The planner would apply each to its position in event order and
+    // leave the inserted rows, sequence numbers and chain links as they
+    // are, so this path does only that, on slots instead of hash maps.
+    // Anything else (a BUST, a known deal, an overflow to reject) takes
+    // the general path, from the same state.
+    if firsts.len() == new_events.len()
+        && new.iter().all(|&n| n)
+        && new_events.iter().all(|(_, e)| matches!(e, Event::Fill(_)))
+    {
+        let mut cur: Vec<Position> = loaded
+            .iter()
+            .map(|s| s.as_ref().map_or(Position::FLAT, |s| s.position))
+            .collect();
+        let mut touched = vec![false; keys.len()];
+        let mut all_ok = true;
+        for (_, ev) in &new_events {
+            let Event::Fill(f) = ev else {
+                unreachable!("checked above: only FILLs")
+            };
+            let k = slot_of(f)?;
+            // F6.
+            match cur[k].apply(f.side, f.qty, f.price) {
+                Ok(next) => {
+                    cur[k] = next;
+                    touched[k] = true;
+                }
+                Err(_) => {
+                    all_ok = false;
+                    break;
+                }
+            }
+        }
+        if all_ok {
+            tx.execute(
+                "UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'",
+                [next_seq],
+            )?;
+            let mut up = tx.prepare_cached(UPSERT_POSITION)?;
+            let mut buf = DecBufs::default();
+            for (k, &(a, s)) in keys.iter().enumerate() {
+                if touched[k] {
+                    upsert_position(&mut up, &mut buf, a, s, &cur[k], chain_heads[k], now)?;
+                }
+            }
+            outs.reserve(new_events.len());
+            for &(i, _) in &new_events {
+                outs.push(outcome_of(i, &events[i], Outcome::Applied));
+            }
+            outs.sort_unstable_by_key(|o| o.index);
+            return Ok((outs, SideEffects::default()));
+        }
+    }
+
+    // The general path: the planner, on hash maps of owned rows.
+    let mut stored: HashMap<PosKey, Option<StoredPos>> = keys
+        .iter()
+        .zip(&loaded)
+        .map(|(&(a, s), l)| ((a.to_owned(), s.to_owned()), l.clone()))
+        .collect();
+    let head_of = |stored: &HashMap<PosKey, Option<StoredPos>>, f: &Fill| {
+        stored
+            .get(&key_of(f))
+            .and_then(Option::as_ref)
+            .and_then(|s| s.last_deal_id.clone())
+    };
+    let mut deals: HashMap<String, Option<DealRow>> = HashMap::with_capacity(new_events.len());
+    // Rows this batch inserted: the event whose `DealRow::first` they hold,
+    // and the prev_deal_id written.
+    let mut inserted: HashMap<&str, (&Event, Option<String>)> =
+        HashMap::with_capacity(new_events.len());
+    // Rows that existed before this batch, as read.
+    let mut before: HashMap<&str, DealRow> = HashMap::new();
+    {
+        let mut sel =
+            tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
         for ((ev, _, prev), is_new) in firsts.into_iter().zip(new) {
             let deal_id = ev.deal_id();
             if is_new {
                 deals.insert(deal_id.to_owned(), None);
-                inserted.insert(deal_id, (ev, prev));
+                inserted.insert(deal_id, (ev, prev.map(str::to_owned)));
             } else {
                 let mut rows = sel.query([deal_id])?;
                 let row = rows
@@ -812,7 +919,7 @@ fn apply_in_tx(
     // a BUST replays.
     for key in plan::position_keys(&new_events, &deals) {
         if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(key) {
-            let row = load_position(&mut sel_pos, e.key())?;
+            let row = load_position(&mut sel_pos, &e.key().0, &e.key().1)?;
             e.insert(row);
         }
     }
@@ -923,14 +1030,8 @@ fn apply_in_tx(
         }
     }
     {
-        let mut up = tx.prepare_cached(
-            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, last_deal_id,
-                                    updated_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (account, symbol) DO UPDATE SET qty = excluded.qty,
-                 avg_price = excluded.avg_price, realized_pnl = excluded.realized_pnl,
-                 last_deal_id = excluded.last_deal_id, updated_ns = excluded.updated_ns",
-        )?;
+        let mut up = tx.prepare_cached(UPSERT_POSITION)?;
+        let mut buf = DecBufs::default();
         let mut sorted: Vec<_> = p.positions.iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (key, pos) in sorted {
@@ -941,15 +1042,7 @@ fn apply_in_tx(
                     .and_then(Option::as_ref)
                     .and_then(|s| s.last_deal_id.as_deref()),
             };
-            up.execute(params![
-                key.0,
-                key.1,
-                pos.qty.to_string(),
-                pos.avg_price.to_string(),
-                pos.realized_pnl.to_string(),
-                head,
-                now
-            ])?;
+            upsert_position(&mut up, &mut buf, &key.0, &key.1, pos, head, now)?;
         }
     }
     for (kind, event_id) in &p.unprocess {
@@ -1051,10 +1144,11 @@ fn deal_insert_sql(rows: usize) -> String {
 /// conflicted with an existing deal (F2).
 fn insert_firsts(
     stmt: &mut rusqlite::CachedStatement<'_>,
-    chunk: &[(&Event, Option<i64>, Option<String>)],
+    chunk: &[(&Event, Option<i64>, Option<&str>)],
     now: i64,
     new: &mut [bool],
 ) -> anyhow::Result<()> {
+    let mut buf = DecBufs::default();
     const NO_TEXT: Option<&str> = None;
     const NO_INT: Option<i64> = None;
     stmt.raw_bind_parameter(1, now)?;
@@ -1068,8 +1162,8 @@ fn insert_firsts(
                 stmt.raw_bind_parameter(b + 4, f.account.as_str())?;
                 stmt.raw_bind_parameter(b + 5, f.symbol.as_str())?;
                 stmt.raw_bind_parameter(b + 6, f.side.as_str())?;
-                stmt.raw_bind_parameter(b + 7, f.qty.to_string())?;
-                stmt.raw_bind_parameter(b + 8, f.price.to_string())?;
+                stmt.raw_bind_parameter(b + 7, buf.fmt(0, &f.qty))?;
+                stmt.raw_bind_parameter(b + 8, buf.fmt(1, &f.price))?;
                 stmt.raw_bind_parameter(b + 9, f.exec_time)?;
                 stmt.raw_bind_parameter(b + 10, NO_TEXT)?;
                 stmt.raw_bind_parameter(b + 11, NO_TEXT)?;
@@ -1088,7 +1182,7 @@ fn insert_firsts(
             }
         }
         stmt.raw_bind_parameter(b + 13, *seq)?;
-        stmt.raw_bind_parameter(b + 14, prev.as_deref())?;
+        stmt.raw_bind_parameter(b + 14, *prev)?;
     }
     let mut rows = stmt.raw_query();
     // As in insert_processed: search from the last match, wrapping around.
@@ -1365,7 +1459,7 @@ mod tests {
                 .unwrap();
             let mut busts = 0;
             for (key, v) in &model.applied {
-                let head = load_position(&mut sel, key).unwrap().and_then(|s| s.last_deal_id);
+                let head = load_position(&mut sel, &key.0, &key.1).unwrap().and_then(|s| s.last_deal_id);
                 let h = load_history(&mut walk, key, head).unwrap();
                 let ids: Vec<&str> = h.iter().map(|x| x.deal_id.as_str()).collect();
                 let want: Vec<&str> = v.iter().map(|x| x.0.as_str()).collect();
