@@ -579,27 +579,33 @@ fn upsert_positions(tx: &Transaction<'_>, rows: &[PosWrite<'_>], now: i64) -> an
     static SQL: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
     let (multi, one) = SQL.get_or_init(|| (upsert_sql(POS_ROWS), upsert_sql(1)));
     let mut buf = DecBufs::default();
-    let mut write = |sql: &str, chunk: &[PosWrite<'_>]| -> anyhow::Result<()> {
-        let mut up = tx.prepare_cached(sql)?;
-        up.raw_bind_parameter(1, now)?;
-        for (r, (account, symbol, pos, head)) in chunk.iter().enumerate() {
-            let b = 1 + 6 * r;
-            up.raw_bind_parameter(b + 1, *account)?;
-            up.raw_bind_parameter(b + 2, *symbol)?;
-            up.raw_bind_parameter(b + 3, buf.fmt(0, &pos.qty))?;
-            up.raw_bind_parameter(b + 4, buf.fmt(1, &pos.avg_price))?;
-            up.raw_bind_parameter(b + 5, buf.fmt(2, &pos.realized_pnl))?;
-            up.raw_bind_parameter(b + 6, *head)?;
-        }
-        up.raw_execute()?;
-        Ok(())
-    };
+    let mut write =
+        |up: &mut rusqlite::CachedStatement<'_>, chunk: &[PosWrite<'_>]| -> anyhow::Result<()> {
+            up.raw_bind_parameter(1, now)?;
+            for (r, (account, symbol, pos, head)) in chunk.iter().enumerate() {
+                let b = 1 + 6 * r;
+                up.raw_bind_parameter(b + 1, *account)?;
+                up.raw_bind_parameter(b + 2, *symbol)?;
+                up.raw_bind_parameter(b + 3, buf.fmt(0, &pos.qty))?;
+                up.raw_bind_parameter(b + 4, buf.fmt(1, &pos.avg_price))?;
+                up.raw_bind_parameter(b + 5, buf.fmt(2, &pos.realized_pnl))?;
+                up.raw_bind_parameter(b + 6, *head)?;
+            }
+            up.raw_execute()?;
+            Ok(())
+        };
     let full = rows.len() / POS_ROWS * POS_ROWS;
-    for chunk in rows[..full].chunks(POS_ROWS) {
-        write(multi, chunk)?;
+    if full > 0 {
+        let mut up = tx.prepare_cached(multi)?;
+        for chunk in rows[..full].chunks(POS_ROWS) {
+            write(&mut up, chunk)?;
+        }
     }
-    for j in full..rows.len() {
-        write(one, &rows[j..j + 1])?;
+    if full < rows.len() {
+        let mut up = tx.prepare_cached(one)?;
+        for j in full..rows.len() {
+            write(&mut up, &rows[j..j + 1])?;
+        }
     }
     Ok(())
 }
@@ -866,7 +872,7 @@ fn apply_in_tx(
     // The positions of the new FILLs, with the heads of their chains (a
     // missing row is a flat position with an empty chain). The keys are
     // kept sorted and found by binary search: no owned copies of the key
-    // strings and no hashing of client-chosen strings per event.
+    // strings and no hash maps keyed by them.
     let mut sel_pos = tx.prepare_cached(
         "SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions
          WHERE account = ?1 AND symbol = ?2",
@@ -954,20 +960,26 @@ fn apply_in_tx(
     // are, so this path does only that, on slots instead of hash maps.
     // Anything else (a BUST, a known deal, an overflow to reject) takes
     // the general path, from the same state.
-    if firsts.len() == new_events.len()
-        && new.iter().all(|&n| n)
-        && new_events.iter().all(|(_, e)| matches!(e, Event::Fill(_)))
-    {
+    let only_new_fills: Option<Vec<&Fill>> = (firsts.len() == new_events.len()
+        && new.iter().all(|&n| n))
+    .then(|| {
+        new_events
+            .iter()
+            .map(|(_, e)| match e {
+                Event::Fill(f) => Some(f),
+                Event::Bust(_) => None,
+            })
+            .collect()
+    })
+    .flatten();
+    if let Some(fills) = only_new_fills {
         let mut cur: Vec<Position> = loaded
             .iter()
             .map(|s| s.as_ref().map_or(Position::FLAT, |s| s.position))
             .collect();
         let mut touched = vec![false; keys.len()];
         let mut all_ok = true;
-        for (_, ev) in &new_events {
-            let Event::Fill(f) = ev else {
-                unreachable!("checked above: only FILLs")
-            };
+        for f in fills {
             let k = slot_of(f)?;
             // F6.
             match cur[k].apply(f.side, f.qty, f.price) {
