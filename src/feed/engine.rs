@@ -9,7 +9,7 @@ use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
-use super::state::{Ctx, SymbolState};
+use super::state::{Ctx, SymbolState, HOT_BYTES};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_ENDED,
     FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL,
@@ -216,7 +216,7 @@ impl<P: Publish> Feed<P> {
         };
         if let Some(idx) = self.index.home_slot(symbol) {
             if let Some(st) = self.symbols.get(idx as usize) {
-                super::prefetch::prefetch(st);
+                super::prefetch::prefetch_prefix(st, HOT_BYTES);
             }
             self.publisher.prefetch_symbol(idx);
         }

@@ -8,8 +8,14 @@
 /// architectures).
 #[inline(always)]
 pub fn prefetch<T>(r: &T) {
+    prefetch_prefix(r, std::mem::size_of::<T>());
+}
+
+/// The same for the first `size` bytes of `*r` only (at most its size).
+#[inline(always)]
+pub fn prefetch_prefix<T>(r: &T, size: usize) {
     let start = (r as *const T).cast::<u8>();
-    let size = std::mem::size_of::<T>();
+    let size = size.min(std::mem::size_of::<T>());
     // One hint per line the object spans (the last byte's line included,
     // whatever the alignment); the loop is unrolled for a constant size.
     let mut off = 0;
