@@ -14,6 +14,8 @@
 //!                               (run sockperf under `chrt -f PRIO` to match)
 //!   --no-feed                   only `Packet::parse`, no Feed
 //!   --no-kernel-ts              arrival from one clock read per batch
+//!   --no-prefetch               do not pass the receiver's prefetch
+//!                               hints on to the Feed (for comparison)
 //!   --mem                       only the memory measurement
 //!   --serve                     receive on the bench group until SIGTERM
 //!                               (after the warm-up), then print counts
@@ -34,14 +36,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::feed::reader::{self, TablePublisher};
 use tickgate::feed::receiver::{
     realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
     LineStatsSnapshot, ReceiverOptions,
 };
 use tickgate::feed::settings::FeedSettings;
-use tickgate::feed::table::{table, TableWriter};
-use tickgate::feed::view::SYMBOL_VIEW_WORDS;
-use tickgate::feed::{Feed, FeedView, Publish, SymbolView};
+use tickgate::feed::Feed;
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const SYMBOLS: usize = 100_000;
@@ -59,6 +60,7 @@ struct Opts {
     max_datagram: usize,
     feed: bool,
     kernel_ts: bool,
+    prefetch: bool,
     mem: bool,
     sockperf_port: Option<u16>,
     fifo: Option<i32>,
@@ -81,6 +83,7 @@ fn parse_opts() -> Opts {
         max_datagram: ReceiverOptions::default().max_datagram,
         feed: true,
         kernel_ts: true,
+        prefetch: true,
         mem: false,
         sockperf_port: None,
         fifo: None,
@@ -113,6 +116,7 @@ fn parse_opts() -> Opts {
             "--busy-poll" => o.busy_poll = true,
             "--no-feed" => o.feed = false,
             "--no-kernel-ts" => o.kernel_ts = false,
+            "--no-prefetch" => o.prefetch = false,
             "--serve" => o.serve = true,
             "--send" => o.send = Some(val(&mut i).parse().expect("count")),
             "--first" => o.first = val(&mut i).parse().expect("first"),
@@ -177,52 +181,18 @@ impl Gen {
     }
 }
 
-/// Publishes every symbol change into the lock-free state table the gate
-/// reads (what the daemon's feed thread does).
-struct TablePublish {
-    symbols: TableWriter<[u64; SYMBOL_VIEW_WORDS]>,
-    /// Feed symbol index -> table slot, so that an update is a direct
-    /// slot write, not a second hash probe.
-    slots: Vec<u32>,
-}
-
-impl Publish for TablePublish {
-    #[inline]
-    fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
-        let words = view.to_words();
-        match self.slots.get(index as usize) {
-            Some(&slot) if slot != u32::MAX => self.symbols.write(slot, &words),
-            _ => {
-                // Sized for every symbol: never full.
-                if let Ok(slot) = self.symbols.upsert(symbol.key(), &words) {
-                    if self.slots.len() <= index as usize {
-                        self.slots.resize(index as usize + 1, u32::MAX);
-                    }
-                    self.slots[index as usize] = slot;
-                }
-            }
-        }
-    }
-
-    fn publish_feed(&mut self, _view: &FeedView) {}
-}
-
-fn new_feed(lines: usize) -> Feed<TablePublish> {
-    let (writer, _reader) = table(SYMBOLS as u32);
-    Feed::with_publisher(
-        FeedSettings::default(),
-        lines,
-        TablePublish {
-            symbols: writer,
-            slots: Vec::with_capacity(SYMBOLS),
-        },
-    )
+/// The Feed publishing into the lock-free state table the gate reads,
+/// with the daemon's own publisher (`feed::reader`).
+fn new_feed(lines: usize) -> Feed<TablePublisher> {
+    let (publisher, _reader) = reader::with_capacity(SYMBOLS as u32);
+    Feed::with_publisher(FeedSettings::default(), lines, publisher)
 }
 
 /// The receive side: the core's Feed (or only the parser) plus a loss
 /// count from the channel sequence numbers.
 struct Sink {
-    feed: Option<Feed<TablePublish>>,
+    prefetch: bool,
+    feed: Option<Feed<TablePublisher>>,
     parsed: u64,
     received: u64,
     next_seq: u64,
@@ -244,6 +214,20 @@ fn thread_cpu_ns() -> u64 {
 impl DatagramHandler for Sink {
     fn on_poll(&mut self, _now: i64) {
         self.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn prefetch(&mut self, d: &[u8]) {
+        if let Some(f) = self.feed.as_ref().filter(|_| self.prefetch) {
+            f.prefetch_state(d);
+        }
+    }
+
+    #[inline]
+    fn prefetch_early(&mut self, d: &[u8]) {
+        if let Some(f) = self.feed.as_ref().filter(|_| self.prefetch) {
+            f.prefetch_index(d);
+        }
     }
 
     fn on_datagram(&mut self, line: usize, d: &[u8], now: i64) {
@@ -364,6 +348,7 @@ impl Bench {
         let gaps = Arc::new(AtomicU64::new(0));
         let cpu = Arc::new(AtomicU64::new(0));
         let sink = Sink {
+            prefetch: o.prefetch,
             feed: o.feed.then(|| new_feed(1)),
             parsed: 0,
             received: 0,
@@ -483,6 +468,7 @@ fn memory(o: &Opts) {
     let base_rss = vm_status("VmRSS:");
     let gen = Gen::new();
     let sink = Sink {
+        prefetch: o.prefetch,
         feed: Some(new_feed(2)),
         parsed: 0,
         received: 0,
@@ -513,7 +499,7 @@ fn memory(o: &Opts) {
     let hwm = vm_status("VmHWM:");
     let sink = rx.stop().unwrap();
     let f = sink.feed.as_ref().unwrap();
-    assert_eq!(f.publisher().symbols.len() as usize, f.symbol_count());
+    assert_eq!(f.publisher().symbols().len() as usize, f.symbol_count());
     println!(
         "memory: {} symbols populated and published to the table (received {}), VmRSS {} KiB ({:.1} MiB), VmHWM {} KiB, before receiver+Feed {} KiB",
         f.symbol_count(),

@@ -334,6 +334,16 @@ impl DatagramHandler for FeedWriter {
         }
     }
 
+    #[inline]
+    fn prefetch(&mut self, datagram: &[u8]) {
+        self.feed.prefetch_state(datagram);
+    }
+
+    #[inline]
+    fn prefetch_early(&mut self, datagram: &[u8]) {
+        self.feed.prefetch_index(datagram);
+    }
+
     fn on_poll(&mut self, now: i64) {
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {

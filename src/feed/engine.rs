@@ -9,13 +9,16 @@ use super::clock::{delay_ns, ClockEstimator};
 use super::counters::{FeedCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
-use super::state::{Ctx, SymbolState};
+use super::state::{Ctx, SymbolState, HOT_BYTES};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_ENDED,
     FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL,
 };
 use crate::gate::verdict::{resolve_cause, Thresholds};
-use crate::wire::{decode_block, Message, Packet, SessionId, Symbol, WireError};
+use crate::wire::{
+    decode_block, Message, Packet, SessionId, Symbol, WireError, COUNT_END_OF_SESSION,
+    COUNT_HEARTBEAT, HEADER_LEN, TYPE_HEARTBEAT, TYPE_QUOTE, TYPE_SNAPSHOT,
+};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +192,33 @@ impl<P: Publish> Feed<P> {
                 self.counters.symbols_overflow += 1;
                 None
             }
+        }
+    }
+
+    /// Prefetch, first stage (a datagram several places ahead of the one
+    /// being applied): the index bucket of the datagram's first symbol.
+    /// Changes nothing; any bytes are accepted (nothing is validated).
+    #[inline]
+    pub fn prefetch_index(&self, datagram: &[u8]) {
+        if let Some(symbol) = first_symbol(datagram) {
+            self.index.prefetch(symbol);
+        }
+    }
+
+    /// Prefetch, second stage (a few places ahead, after `prefetch_index`
+    /// on the same datagram): through the now cached index bucket, the
+    /// symbol's state and its published slot (`Publish::prefetch_symbol`).
+    /// Changes nothing; any bytes are accepted.
+    #[inline]
+    pub fn prefetch_state(&self, datagram: &[u8]) {
+        let Some(symbol) = first_symbol(datagram) else {
+            return;
+        };
+        if let Some(idx) = self.index.home_slot(symbol) {
+            if let Some(st) = self.symbols.get(idx as usize) {
+                super::prefetch::prefetch_prefix(st, HOT_BYTES);
+            }
+            self.publisher.prefetch_symbol(idx);
         }
     }
 
@@ -401,11 +431,32 @@ impl<P: Publish> Feed<P> {
     }
 }
 
+/// The symbol of a datagram's first message block, read in place without
+/// validating the datagram (wire.md layout: header, block length, type,
+/// flags, symbol). For prefetch hints only: garbage in gives a useless
+/// hint, never a wrong result. Only the first block is looked at: one
+/// message per datagram is the common case, and a hint for every block
+/// would cost more than it saves on a long packet.
+#[inline]
+fn first_symbol(datagram: &[u8]) -> Option<Symbol> {
+    let count = u16::from_be_bytes([*datagram.get(18)?, *datagram.get(19)?]);
+    if count == COUNT_HEARTBEAT || count == COUNT_END_OF_SESSION {
+        return None;
+    }
+    let block = datagram.get(HEADER_LEN + 2..HEADER_LEN + 12)?;
+    match block[0] {
+        TYPE_QUOTE | TYPE_SNAPSHOT | TYPE_HEARTBEAT => {
+            Some(Symbol(block[2..10].try_into().unwrap()))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::feed::settings::{ClockOffset, Mode};
-    use crate::wire::{PacketBuilder, Quote, Side};
+    use crate::wire::{Heartbeat, PacketBuilder, Quote, Side};
 
     const T0: i64 = 1_796_025_600_000_000_000;
     const MS: i64 = 1_000_000;
@@ -603,5 +654,122 @@ mod tests {
         assert_eq!(f.symbol_summary(sym("B")).unwrap().suspect, None);
         assert_eq!(f.counters().stale_session_dropped, 1);
         assert_eq!(f.sessions(), &[sess("S1"), sess("S2")]);
+    }
+
+    /// Records which slots were hinted (`prefetch_symbol` takes `&self`).
+    #[derive(Default)]
+    struct Hinted {
+        rec: Recorder,
+        hints: std::cell::RefCell<Vec<u32>>,
+    }
+
+    impl Publish for Hinted {
+        fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView) {
+            self.rec.publish_symbol(index, symbol, view);
+        }
+        fn publish_feed(&mut self, view: &FeedView) {
+            self.rec.publish_feed(view);
+        }
+        fn prefetch_symbol(&self, index: u32) {
+            self.hints.borrow_mut().push(index);
+        }
+    }
+
+    #[test]
+    fn prefetch_hints_the_first_symbols_slot() {
+        let mut f = Feed::with_publisher(FeedSettings::default(), 1, Hinted::default());
+        f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0), q("B", 1, T0)]), T0);
+        f.on_datagram(0, &packet("S1", 3, &[q("C", 1, T0)]), T0);
+        f.prefetch_index(&packet("S1", 4, &[q("B", 2, T0), q("A", 2, T0)]));
+        f.prefetch_state(&packet("S1", 4, &[q("B", 2, T0), q("A", 2, T0)]));
+        f.prefetch_state(&packet("S1", 5, &[q("C", 2, T0)]));
+        // Unknown symbol, heartbeat, end of session, garbage: no hint.
+        f.prefetch_state(&packet("S1", 6, &[q("D", 1, T0)]));
+        f.prefetch_state(&PacketBuilder::channel_heartbeat(sess("S1"), 6));
+        f.prefetch_state(&PacketBuilder::end_of_session(sess("S1"), 6));
+        f.prefetch_state(&[0xFF; 25]);
+        f.prefetch_state(&[]);
+        assert_eq!(*f.publisher().hints.borrow(), vec![1, 2]);
+    }
+
+    mod prefetch_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Datagrams of every kind, valid or not, over few symbols (so
+        /// that the index, sized for 4, has collisions and fills up).
+        fn datagram() -> impl Strategy<Value = Vec<u8>> {
+            let name = prop::sample::select(vec!["A", "B", "C", "D", "E", "F"]);
+            let msg = (name, 0u64..8, 0u8..3, -5i64..5);
+            let data = (
+                prop::sample::select(vec!["S1", "S2"]),
+                1u64..30,
+                prop::collection::vec(msg, 1..4),
+            )
+                .prop_map(|(session, chan, msgs)| {
+                    let mut b = PacketBuilder::new();
+                    b.start(sess(session), chan);
+                    for (n, seq, kind, ms) in msgs {
+                        let x = q(n, seq, T0 + ms * MS);
+                        match kind {
+                            0 => b.quote(&x),
+                            1 => b.snapshot(&x),
+                            _ => b.heartbeat(&Heartbeat {
+                                flags: 0,
+                                symbol: sym(n),
+                                next_seq: seq,
+                                source_ts: (T0 + ms * MS) as u64,
+                            }),
+                        };
+                    }
+                    b.bytes().to_vec()
+                });
+            prop_oneof![
+                4 => data.clone(),
+                1 => (data, 0usize..80).prop_map(|(mut d, n)| {
+                    d.truncate(n);
+                    d
+                }),
+                1 => (1u64..30).prop_map(|c| PacketBuilder::channel_heartbeat(sess("S1"), c).to_vec()),
+                1 => (1u64..30).prop_map(|c| PacketBuilder::end_of_session(sess("S2"), c).to_vec()),
+                1 => prop::collection::vec(any::<u8>(), 0..70),
+            ]
+        }
+
+        fn state(f: &Feed<Recorder>) -> String {
+            let symbols: Vec<_> = f.symbols().collect();
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                f.publisher().events,
+                f.counters(),
+                f.feed_view(),
+                symbols
+            )
+        }
+
+        proptest! {
+            /// The prefetch hints change nothing: the same datagrams give
+            /// the same outcomes, publications, counters and symbols
+            /// whether or not any hints (for any datagrams) come between.
+            #[test]
+            fn prefetch_changes_nothing(
+                ops in prop::collection::vec((datagram(), 0usize..3, any::<prop::sample::Index>(), any::<prop::sample::Index>()), 1..60),
+            ) {
+                let settings = FeedSettings { max_symbols: 4, ..FeedSettings::default() };
+                let mut plain = Feed::with_publisher(settings, 2, Recorder::default());
+                let mut hinted = Feed::with_publisher(settings, 2, Recorder::default());
+                for (i, (d, line, early, late)) in ops.iter().enumerate() {
+                    let now = T0 + i as i64 * MS;
+                    hinted.prefetch_index(&ops[early.index(ops.len())].0);
+                    hinted.prefetch_state(&ops[late.index(ops.len())].0);
+                    hinted.prefetch_index(d);
+                    hinted.prefetch_state(d);
+                    let a = plain.on_datagram(*line, d, now);
+                    let b = hinted.on_datagram(*line, d, now);
+                    prop_assert_eq!(a, b);
+                    prop_assert_eq!(state(&plain), state(&hinted));
+                }
+            }
+        }
     }
 }

@@ -60,6 +60,22 @@ impl SymbolIndex {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
+    /// Prefetch hint for `symbol`'s home bucket (see `feed::prefetch`).
+    #[inline]
+    pub fn prefetch(&self, symbol: Symbol) {
+        super::prefetch::prefetch(&self.slots[self.home(symbol.key())]);
+    }
+
+    /// The slot in `symbol`'s home bucket, without comparing keys (that
+    /// would touch the slot's state, the very miss a prefetch avoids): the
+    /// symbol's own slot unless it collided, then another symbol's. Only a
+    /// prefetch hint; `None` when the bucket is empty.
+    #[inline]
+    pub fn home_slot(&self, symbol: Symbol) -> Option<u32> {
+        let slot = self.slots[self.home(symbol.key())];
+        (slot != EMPTY).then_some(slot)
+    }
+
     /// The slot of `symbol`; `key_of(slot)` gives the symbol stored there.
     #[inline]
     pub fn get(&self, symbol: Symbol, key_of: impl Fn(u32) -> Symbol) -> Option<u32> {

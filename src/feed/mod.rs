@@ -7,6 +7,7 @@ pub mod clock;
 pub mod counters;
 pub mod engine;
 pub mod index;
+pub mod prefetch;
 pub mod reader;
 pub mod receiver;
 pub mod settings;

@@ -86,6 +86,12 @@ impl Publish for TablePublisher {
     fn publish_feed(&mut self, view: &FeedView) {
         self.feed.write(view);
     }
+
+    #[inline]
+    fn prefetch_symbol(&self, index: u32) {
+        // `index` is the table slot (see `publish_symbol`).
+        self.symbols.prefetch(index);
+    }
 }
 
 /// The reader half: cheap to clone, `Send + Sync`, never blocks the feed.

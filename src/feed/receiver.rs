@@ -265,12 +265,19 @@ pub trait DatagramHandler {
         self.on_datagram(line, datagram, arrival_ns)
     }
 
-    /// Called for a datagram a few places ahead of the one being
-    /// delivered, so that the handler can prefetch the state it will touch
-    /// (a symbol table much larger than the cache costs a miss per
-    /// datagram otherwise). Must not change anything.
+    /// Called for a datagram a few places (`PREFETCH_AHEAD`) ahead of the
+    /// one being delivered, so that the handler can prefetch the state it
+    /// will touch (a symbol table much larger than the cache costs a miss
+    /// per datagram otherwise). Must not change anything.
     #[inline]
     fn prefetch(&mut self, _datagram: &[u8]) {}
+
+    /// The same, further ahead (`PREFETCH_EARLY`), before `prefetch` on
+    /// the same datagram: for the first link of a chain of dependent
+    /// loads (the index bucket that `prefetch` then reads to find the
+    /// state). Must not change anything.
+    #[inline]
+    fn prefetch_early(&mut self, _datagram: &[u8]) {}
 
     /// After each round of reads that delivered something, and at least
     /// every `poll_timeout` when idle; `now` = CLOCK_REALTIME, Unix ns.
@@ -290,6 +297,16 @@ impl<P: super::Publish> DatagramHandler for super::Feed<P> {
     fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
         // The outcome is counted inside the Feed.
         super::Feed::on_datagram(self, line, datagram, arrival_ns);
+    }
+
+    #[inline]
+    fn prefetch(&mut self, datagram: &[u8]) {
+        self.prefetch_state(datagram);
+    }
+
+    #[inline]
+    fn prefetch_early(&mut self, datagram: &[u8]) {
+        self.prefetch_index(datagram);
     }
 }
 
@@ -513,6 +530,9 @@ fn slot_stride(max: usize) -> usize {
 /// How many datagrams ahead of delivery `DatagramHandler::prefetch` runs:
 /// enough to hide a memory access behind the work on the ones between.
 const PREFETCH_AHEAD: usize = 4;
+/// The same for `DatagramHandler::prefetch_early`: its line must be in
+/// the cache by the time `prefetch` reads it, PREFETCH_AHEAD later.
+const PREFETCH_EARLY: usize = 2 * PREFETCH_AHEAD;
 
 /// The sockets of one feed and the preallocated `recvmmsg` arrays. Each
 /// line has room for two batches: what its last read brought and what is
@@ -789,12 +809,24 @@ impl Receiver {
         Ok(got)
     }
 
+    /// Offers slot `slot` to `handler.prefetch_early` (`early`) or
+    /// `handler.prefetch`.
     #[inline]
-    fn prefetch_slot<H: DatagramHandler + ?Sized>(&self, slot: usize, handler: &mut H) {
+    fn prefetch_slot<H: DatagramHandler + ?Sized>(
+        &self,
+        slot: usize,
+        early: bool,
+        handler: &mut H,
+    ) {
         if !self.skip[slot] {
             let start = slot * slot_stride(self.opts.max_datagram);
             let len = self.hdrs[slot].msg_len as usize;
-            handler.prefetch(&self.bufs[start..start + len]);
+            let datagram = &self.bufs[start..start + len];
+            if early {
+                handler.prefetch_early(datagram);
+            } else {
+                handler.prefetch(datagram);
+            }
         }
     }
 
@@ -836,12 +868,16 @@ impl Receiver {
             .min()
             .unwrap_or(i64::MAX)
             .min(self.round_start);
-        // Offer the first datagrams of each line for prefetch (the loop
-        // below offers the ones further ahead).
+        // Offer the first datagrams of each line for prefetch, both stages
+        // (the loop below offers the ones further ahead).
         for line in 0..k {
             let (h, f) = (self.head[line], self.filled[line]);
-            for slot in line * self.cap + h..line * self.cap + f.min(h + PREFETCH_AHEAD) {
-                self.prefetch_slot(slot, handler);
+            let base = line * self.cap;
+            for slot in base + h..base + f.min(h + PREFETCH_EARLY) {
+                self.prefetch_slot(slot, true, handler);
+            }
+            for slot in base + h..base + f.min(h + PREFETCH_AHEAD) {
+                self.prefetch_slot(slot, false, handler);
             }
         }
         let mut delivered = 0;
@@ -860,8 +896,11 @@ impl Receiver {
             let Some((_, line)) = best else { break };
             let base = line * self.cap;
             let h = self.head[line];
+            if h + PREFETCH_EARLY < self.filled[line] {
+                self.prefetch_slot(base + h + PREFETCH_EARLY, true, handler);
+            }
             if h + PREFETCH_AHEAD < self.filled[line] {
-                self.prefetch_slot(base + h + PREFETCH_AHEAD, handler);
+                self.prefetch_slot(base + h + PREFETCH_AHEAD, false, handler);
             }
             self.head[line] = h + 1;
             self.deliver_slot(line, base + h, handler);

@@ -24,21 +24,31 @@ pub struct Ctx {
 }
 
 /// One symbol of a feed: the published view plus writer-only bookkeeping.
+///
+/// `repr(C)` with the fields every message touches first (the index
+/// compares `symbol`, an in-sequence Quote writes `view` and `run_len`):
+/// `HOT_BYTES` of the 136 bytes, two cache lines for 3/4 of the slots and
+/// three for the rest. In the compiler's order `run_len` came last (offset
+/// 128), so every message touched three lines.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct SymbolState {
     pub symbol: Symbol,
     pub view: SymbolView,
     /// S5r: length of the current run of S5-rejected Quotes (0: none) and
     /// the seq that would extend it.
     pub run_len: u8,
-    pub run_next: u64,
     pub configured: bool,
+    pub run_next: u64,
     pub ticks_lost: u64,
     pub stale_dropped: u64,
     pub seq_anomalies: u64,
     pub seq_resyncs: u64,
     pub snapshots_applied: u64,
 }
+
+/// The leading bytes of `SymbolState` that the common case touches.
+pub const HOT_BYTES: usize = std::mem::offset_of!(SymbolState, run_next);
 
 /// S5: `seq` differs from `expected` (= last_seq + 1) by `max_jump` or more,
 /// either way.

@@ -339,6 +339,16 @@ impl<T: Plain> TableWriter<T> {
         seq_write(self.inner.cell(slot), value);
     }
 
+    /// Prefetch hint for the cell of `slot` (ignored when not inserted).
+    #[inline]
+    pub fn prefetch(&self, slot: u32) {
+        if slot < self.len {
+            let cell = self.inner.cell(slot);
+            super::prefetch::prefetch(&cell[0]);
+            super::prefetch::prefetch(&cell[cell.len() - 1]);
+        }
+    }
+
     /// The current value of an inserted slot.
     pub fn read(&self, slot: u32) -> T {
         assert!(slot < self.len, "slot {slot} was never inserted");

@@ -242,6 +242,12 @@ impl FeedView {
 pub trait Publish {
     fn publish_symbol(&mut self, index: u32, symbol: Symbol, view: &SymbolView);
     fn publish_feed(&mut self, view: &FeedView);
+
+    /// Hint that `publish_symbol(index, ..)` may come soon: an
+    /// implementation may prefetch the slot it writes. Must change nothing
+    /// observable; `index` may be one that was never published.
+    #[inline]
+    fn prefetch_symbol(&self, _index: u32) {}
 }
 
 /// Publishes nothing (replay, tests, single-threaded use).
