@@ -944,8 +944,15 @@ impl Receiver {
         // what arrived before the round began is known to be complete on
         // every line; later datagrams wait for the next round (C2/C3 must
         // see the lines in arrival order, or a packet B has looks lost).
+        //
+        // A datagram stamped no later than one already read had arrived
+        // before this round began, whatever the clock did since: after the
+        // clock steps back, the datagrams held from before the step would
+        // otherwise wait until the clock catches up (and, a line's slots
+        // full, the kernel would drop what follows).
         self.round_start = if self.sockets.len() > 1 {
-            realtime_ns()
+            let read_before = self.last_arrival.iter().copied().max().unwrap_or(i64::MIN);
+            realtime_ns().max(read_before)
         } else {
             i64::MAX
         };
@@ -1348,6 +1355,54 @@ mod tests {
             (0..12u8).collect::<Vec<_>>(),
             "in queue order, none stuck"
         );
+    }
+
+    /// The clock stepped back after datagrams were read (here: stamps
+    /// 1,000 s ahead of the clock): they are still delivered at once, not
+    /// held until the clock catches up.
+    #[test]
+    fn datagrams_read_before_a_clock_step_back_are_not_held() {
+        let ga = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 43), 47043);
+        let gb = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 44), 47044);
+        let lines = [
+            LineSpec::new("A", ga, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+            LineSpec::new("B", gb, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+        ];
+        let opts = ReceiverOptions {
+            batch: 4,
+            ..ReceiverOptions::default()
+        };
+        let mut rx = Receiver::open(&lines, opts).unwrap();
+        let mut tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..3u8).map(|i| (ga, [i])).collect();
+        tx.send_batch(&items).unwrap();
+        let mut read = 0;
+        for _ in 0..1000 {
+            read += rx.recv_batch(0).unwrap();
+            if read == 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(read, 3);
+        let ahead = realtime_ns() + 1_000_000_000_000;
+        rx.arrivals[..3].fill(ahead);
+        rx.last_arrival[0] = ahead;
+        let mut got = Vec::new();
+        for _ in 0..20 {
+            rx.poll(
+                Duration::from_millis(20),
+                &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]),
+            )
+            .unwrap();
+            if got.len() == items.len() {
+                break;
+            }
+        }
+        assert_eq!(got, vec![0, 1, 2]);
     }
 
     #[test]
