@@ -1307,6 +1307,40 @@ mod tests {
         assert!(got[0] < before_read, "stamped at arrival, not at the read");
     }
 
+    /// Sends one-byte datagrams `0..n` to `g`, then reads line 0 until
+    /// `want` were read (one batch), as the receiver's first read would.
+    fn send_and_read_first(rx: &mut Receiver, g: SocketAddrV4, n: u8, want: usize) {
+        let mut tx = crate::capture::live::McastSender::open(
+            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
+        )
+        .unwrap();
+        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..n).map(|i| (g, [i])).collect();
+        tx.send_batch(&items).unwrap();
+        let mut read = 0;
+        for _ in 0..1000 {
+            read += rx.recv_batch(0).unwrap();
+            if read == want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(read, want);
+    }
+
+    /// Polls until `n` datagrams were delivered or `rounds` polls of
+    /// `timeout` passed; returns their first bytes in delivery order.
+    fn poll_bytes(rx: &mut Receiver, n: usize, rounds: usize, timeout: Duration) -> Vec<u8> {
+        let mut got = Vec::new();
+        for _ in 0..rounds {
+            rx.poll(timeout, &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]))
+                .unwrap();
+            if got.len() == n {
+                break;
+            }
+        }
+        got
+    }
+
     /// A line whose stamps go back (a read-time stamp before the kernel's
     /// switch, a clock step) must still be delivered: its head is never
     /// held back by its own line, even with every slot full.
@@ -1319,37 +1353,13 @@ mod tests {
             ..ReceiverOptions::default()
         };
         let mut rx = Receiver::open(&[line], opts).unwrap();
-        let mut tx = crate::capture::live::McastSender::open(
-            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
-        )
-        .unwrap();
-        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..12u8).map(|i| (g, [i])).collect();
-        tx.send_batch(&items).unwrap();
         // The first batch read, as if stamped at a read one second from
         // now: every later datagram's (true) stamp is earlier.
-        let mut first = 0;
-        for _ in 0..1000 {
-            first += rx.recv_batch(0).unwrap();
-            if first == 4 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(first, 4);
+        send_and_read_first(&mut rx, g, 12, 4);
         let late = realtime_ns() + 1_000_000_000;
         rx.arrivals[..4].fill(late);
         rx.last_arrival[0] = late;
-        let mut got = Vec::new();
-        for _ in 0..100 {
-            rx.poll(
-                Duration::from_millis(100),
-                &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]),
-            )
-            .unwrap();
-            if got.len() == items.len() {
-                break;
-            }
-        }
+        let got = poll_bytes(&mut rx, 12, 100, Duration::from_millis(100));
         assert_eq!(
             got,
             (0..12u8).collect::<Vec<_>>(),
@@ -1373,35 +1383,11 @@ mod tests {
             ..ReceiverOptions::default()
         };
         let mut rx = Receiver::open(&lines, opts).unwrap();
-        let mut tx = crate::capture::live::McastSender::open(
-            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
-        )
-        .unwrap();
-        let items: Vec<(SocketAddrV4, [u8; 1])> = (0..3u8).map(|i| (ga, [i])).collect();
-        tx.send_batch(&items).unwrap();
-        let mut read = 0;
-        for _ in 0..1000 {
-            read += rx.recv_batch(0).unwrap();
-            if read == 3 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(read, 3);
+        send_and_read_first(&mut rx, ga, 3, 3);
         let ahead = realtime_ns() + 1_000_000_000_000;
         rx.arrivals[..3].fill(ahead);
         rx.last_arrival[0] = ahead;
-        let mut got = Vec::new();
-        for _ in 0..20 {
-            rx.poll(
-                Duration::from_millis(20),
-                &mut |_l: usize, d: &[u8], _t: i64| got.push(d[0]),
-            )
-            .unwrap();
-            if got.len() == items.len() {
-                break;
-            }
-        }
+        let got = poll_bytes(&mut rx, 3, 20, Duration::from_millis(20));
         assert_eq!(got, vec![0, 1, 2]);
     }
 
