@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::capture::live::{send_paced, McastSender, Pace, SendStats, SenderOptions};
 use tickgate::feed::receiver::{
     realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, LineStats, Receiver,
     ReceiverOptions,
@@ -126,6 +126,14 @@ fn sender(source: Option<SocketAddrV4>) -> McastSender {
     McastSender::open(&o).unwrap()
 }
 
+/// Sends `items` as fast as the sender goes (no pacing, no stop, no limit).
+fn send_all<D: AsRef<[u8]>>(
+    tx: &mut McastSender,
+    items: impl IntoIterator<Item = (i64, SocketAddrV4, D)>,
+) -> SendStats {
+    send_paced(tx, items, Pace::MaxSpeed, &AtomicBool::new(false), None).unwrap()
+}
+
 #[test]
 fn sender_to_receiver_delivers_every_datagram_in_order() {
     let _serial = serial();
@@ -137,14 +145,7 @@ fn sender_to_receiver_delivers_every_datagram_in_order() {
     let mut tx = sender(None);
     let before = realtime_ns();
     let items = (1..=N).map(|s| (0i64, g, packet(s, 7)));
-    let sent = send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    let sent = send_all(&mut tx, items);
     assert_eq!(sent.datagrams, N);
     assert!(sent.batches < N, "sendmmsg batches: {}", sent.batches);
     assert!(wait_for(&stats, |c| c[0] >= N));
@@ -201,14 +202,7 @@ fn two_lines_in_one_thread_keep_their_indices() {
     let before = realtime_ns();
     // A carries tag 1, B tag 2, interleaved like an A/B pair.
     let items = (1..=N).flat_map(|s| [(0i64, ga, packet(s, 1)), (0i64, gb, packet(s, 2))]);
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     assert!(wait_for(&stats, |c| c[0] >= N && c[1] >= N));
     let after = realtime_ns();
     assert!(stats.iter().all(|s| s.snapshot().no_timestamp == N));
@@ -243,14 +237,7 @@ fn lines_read_together_are_delivered_in_arrival_order() {
     // A1 B1 A2 B2 ... all queued before the receiver reads: one round
     // reads both lines (2N < batch) and must interleave them again.
     let items = (1..=N).flat_map(|s| [(0i64, ga, packet(s, 1)), (0i64, gb, packet(s, 2))]);
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     let mut c = Collect::default();
     let start = Instant::now();
     while c.got.len() < 2 * N as usize && start.elapsed() < WAIT {
@@ -294,34 +281,12 @@ fn source_specific_join_filters_by_sender() {
     let stats = feed.stats();
     let mut tx_ok = sender(Some(SocketAddrV4::new(src_ok, 0)));
     let mut tx_other = sender(Some(SocketAddrV4::new(src_other, 0)));
-    let stop = AtomicBool::new(false);
     for s in 1..=N {
         // The unwanted source first, so that once the last wanted datagram
         // arrived every unwanted one had its chance to arrive too.
-        send_paced(
-            &mut tx_other,
-            [(0, g, packet(s, 2))],
-            Pace::MaxSpeed,
-            &stop,
-            None,
-        )
-        .unwrap();
-        send_paced(
-            &mut tx_other,
-            [(0, g_any, packet(s, 2))],
-            Pace::MaxSpeed,
-            &stop,
-            None,
-        )
-        .unwrap();
-        send_paced(
-            &mut tx_ok,
-            [(0, g, packet(s, 1))],
-            Pace::MaxSpeed,
-            &stop,
-            None,
-        )
-        .unwrap();
+        send_all(&mut tx_other, [(0, g, packet(s, 2))]);
+        send_all(&mut tx_other, [(0, g_any, packet(s, 2))]);
+        send_all(&mut tx_ok, [(0, g, packet(s, 1))]);
     }
     assert!(wait_for(&stats, |c| c[0] >= N && c[1] >= N));
     let c = feed.stop().unwrap();
@@ -441,14 +406,7 @@ fn record_writes_a_nanosecond_pcap_of_both_lines() {
     let before = realtime_ns();
     let mut tx = sender(None);
     let items = (1..=N).flat_map(|s| [(0i64, ga, packet(s, 1)), (0i64, gb, packet(s, 2))]);
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     assert!(wait_child(&mut child).success());
     let after = realtime_ns();
 
@@ -606,14 +564,7 @@ fn every_datagram_is_offered_for_prefetch_before_delivery() {
     let mut rx = Receiver::open(&[line("A", g, None)], rx_opts()).unwrap();
     let mut tx = sender(None);
     let items = (1..=N).map(|s| (0i64, g, packet(s, 1)));
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     let mut ev = Events::default();
     let start = Instant::now();
     while ev.0.iter().filter(|e| e.0 == 'D').count() < N as usize && start.elapsed() < WAIT {
@@ -650,14 +601,7 @@ fn busy_poll_pinned_thread_delivers_every_datagram() {
     let stats = feed.stats();
     let mut tx = sender(None);
     let items = (1..=N).map(|s| (0i64, g, packet(s, 1)));
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     assert!(wait_for(&stats, |c| c[0] >= N));
     let c = feed.stop().unwrap();
     let seqs: Vec<u64> = c.got.iter().map(|g| g.seq).collect();
@@ -694,14 +638,7 @@ fn a_line_read_ahead_does_not_open_false_gaps() {
         let a = (s % 3 != 0).then(|| (0i64, ga, packet(s, 1)));
         a.into_iter().chain([(0i64, gb, packet(s, 2))])
     });
-    send_paced(
-        &mut tx,
-        items,
-        Pace::MaxSpeed,
-        &AtomicBool::new(false),
-        None,
-    )
-    .unwrap();
+    send_all(&mut tx, items);
     // Everything queued before the first read (see the arrival order test).
     let start = Instant::now();
     let mut seen = Collect::default();
