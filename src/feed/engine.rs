@@ -15,10 +15,7 @@ use super::view::{
     FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL,
 };
 use crate::gate::verdict::{resolve_cause, Thresholds};
-use crate::wire::{
-    decode_block, Message, Packet, SessionId, Symbol, WireError, COUNT_END_OF_SESSION,
-    COUNT_HEARTBEAT, HEADER_LEN, TYPE_HEARTBEAT, TYPE_QUOTE, TYPE_SNAPSHOT,
-};
+use crate::wire::{decode_block, peek_first_symbol, Message, Packet, SessionId, Symbol, WireError};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,7 +197,7 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted (nothing is validated).
     #[inline]
     pub fn prefetch_index(&self, datagram: &[u8]) {
-        if let Some(symbol) = first_symbol(datagram) {
+        if let Some(symbol) = peek_first_symbol(datagram) {
             self.index.prefetch(symbol);
         }
     }
@@ -211,7 +208,7 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted.
     #[inline]
     pub fn prefetch_state(&self, datagram: &[u8]) {
-        let Some(symbol) = first_symbol(datagram) else {
+        let Some(symbol) = peek_first_symbol(datagram) else {
             return;
         };
         if let Some(idx) = self.index.home_slot(symbol) {
@@ -428,27 +425,6 @@ impl<P: Publish> Feed<P> {
             .iter()
             .filter(|st| resolve_cause(&st.view, &self.view) != SuspectCause::None)
             .count()
-    }
-}
-
-/// The symbol of a datagram's first message block, read in place without
-/// validating the datagram (wire.md layout: header, block length, type,
-/// flags, symbol). For prefetch hints only: garbage in gives a useless
-/// hint, never a wrong result. Only the first block is looked at: one
-/// message per datagram is the common case, and a hint for every block
-/// would cost more than it saves on a long packet.
-#[inline]
-fn first_symbol(datagram: &[u8]) -> Option<Symbol> {
-    let count = u16::from_be_bytes([*datagram.get(18)?, *datagram.get(19)?]);
-    if count == COUNT_HEARTBEAT || count == COUNT_END_OF_SESSION {
-        return None;
-    }
-    let block = datagram.get(HEADER_LEN + 2..HEADER_LEN + 12)?;
-    match block[0] {
-        TYPE_QUOTE | TYPE_SNAPSHOT | TYPE_HEARTBEAT => {
-            Some(Symbol(block[2..10].try_into().unwrap()))
-        }
-        _ => None,
     }
 }
 

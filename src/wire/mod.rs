@@ -325,6 +325,28 @@ pub struct Packet<'a> {
     blocks: &'a [u8],
 }
 
+/// The symbol of a datagram's first message block, read in place without
+/// validating the datagram (wire.md layout: header, block length, type,
+/// flags, symbol; the same offsets as `Packet::parse`). For prefetch hints
+/// only (`Feed::prefetch_index`): garbage in gives a useless
+/// hint, never a wrong result. Only the first block is looked at: one
+/// message per datagram is the common case, and a hint for every block
+/// would cost more than it saves on a long packet.
+#[inline]
+pub fn peek_first_symbol(datagram: &[u8]) -> Option<Symbol> {
+    let count = u16::from_be_bytes([*datagram.get(18)?, *datagram.get(19)?]);
+    if count == COUNT_HEARTBEAT || count == COUNT_END_OF_SESSION {
+        return None;
+    }
+    let block = datagram.get(HEADER_LEN + 2..HEADER_LEN + 12)?;
+    match block[0] {
+        TYPE_QUOTE | TYPE_SNAPSHOT | TYPE_HEARTBEAT => {
+            Some(Symbol(block[2..10].try_into().unwrap()))
+        }
+        _ => None,
+    }
+}
+
 impl<'a> Packet<'a> {
     /// Validates the whole datagram (wire.md "valid") before anything can
     /// be applied: a packet that parses is safe to iterate without checks.
