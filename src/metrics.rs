@@ -195,6 +195,16 @@ struct HistogramData {
     sum_ns: u128,
 }
 
+impl HistogramData {
+    /// Records latencies in ns (clamped to the HDR range; the sum exact).
+    fn record_all(&mut self, values: &[u64]) {
+        for &v in values {
+            self.hdr.saturating_record(v.clamp(1, HDR_MAX_NS));
+            self.sum_ns += v as u128;
+        }
+    }
+}
+
 impl Default for SharedHistogram {
     fn default() -> Self {
         SharedHistogram {
@@ -312,10 +322,7 @@ impl LatencyRecorder {
     }
 
     fn merge_into(&mut self, shared: &mut HistogramData) {
-        for &v in &self.pending {
-            shared.hdr.saturating_record(v.clamp(1, HDR_MAX_NS));
-            shared.sum_ns += v as u128;
-        }
+        shared.record_all(&self.pending);
         self.pending.clear();
         if !self.overflow.is_empty() {
             // Same bounds on both sides: `add` cannot fail or resize.
@@ -374,15 +381,8 @@ impl SmallRecorder {
         self.pending[self.len] = value_ns;
         self.len += 1;
         if let Ok(mut data) = self.shared.inner.try_lock() {
-            Self::merge(&self.pending[..self.len], &mut data);
+            data.record_all(&self.pending[..self.len]);
             self.len = 0;
-        }
-    }
-
-    fn merge(values: &[u64], data: &mut HistogramData) {
-        for &v in values {
-            data.hdr.saturating_record(v.clamp(1, HDR_MAX_NS));
-            data.sum_ns += v as u128;
         }
     }
 
@@ -392,7 +392,7 @@ impl SmallRecorder {
             return;
         }
         let mut data = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        Self::merge(&self.pending[..self.len], &mut data);
+        data.record_all(&self.pending[..self.len]);
         self.len = 0;
     }
 }
