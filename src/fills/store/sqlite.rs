@@ -811,15 +811,36 @@ fn insert_processed(
         Ok(ev.kind().as_str() == r.get_ref(0)?.as_str()?
             && ev.event_id() == r.get_ref(1)?.as_str()?)
     };
-    let full = sorted.len() / DEDUP_ROWS * DEDUP_ROWS;
-    for (c, chunk) in sorted[..full].chunks(DEDUP_ROWS).enumerate() {
-        let at = c * DEDUP_ROWS;
-        let new = &mut new[at..at + DEDUP_ROWS];
-        insert_chunk(tx, pair(&sql.dedup_multi), chunk, bind, is_row, new)?;
+    let stmts = (pair(&sql.dedup_multi), pair(&sql.dedup_one));
+    insert_rows(tx, stmts, DEDUP_ROWS, sorted, bind, is_row, new)
+}
+
+/// `rows` through [`insert_chunk`]: `per` rows per statement
+/// (`stmts.0`), the rest one by one (`stmts.1`), so that only two
+/// statement texts per table are ever prepared.
+fn insert_rows<T>(
+    tx: &Transaction<'_>,
+    stmts: ((&str, &str), (&str, &str)),
+    per: usize,
+    rows: &[T],
+    bind: impl Fn(&mut rusqlite::CachedStatement<'_>, &[T]) -> anyhow::Result<()> + Copy,
+    is_row: impl Fn(&T, &Row<'_>) -> anyhow::Result<bool> + Copy,
+    new: &mut [bool],
+) -> anyhow::Result<()> {
+    let full = rows.len() / per * per;
+    for (c, chunk) in rows[..full].chunks(per).enumerate() {
+        let new = &mut new[c * per..(c + 1) * per];
+        insert_chunk(tx, stmts.0, chunk, bind, is_row, new)?;
     }
-    for j in full..sorted.len() {
-        let (chunk, new) = (&sorted[j..j + 1], &mut new[j..j + 1]);
-        insert_chunk(tx, pair(&sql.dedup_one), chunk, bind, is_row, new)?;
+    for j in full..rows.len() {
+        insert_chunk(
+            tx,
+            stmts.1,
+            &rows[j..j + 1],
+            bind,
+            is_row,
+            &mut new[j..j + 1],
+        )?;
     }
     Ok(())
 }
@@ -941,16 +962,8 @@ fn apply_in_tx(
         let is_row = |(ev, _, _): &First<'_>, r: &Row<'_>| -> anyhow::Result<bool> {
             Ok(ev.deal_id() == r.get_ref(0)?.as_str()?)
         };
-        let full = firsts.len() / DEAL_ROWS * DEAL_ROWS;
-        for (c, chunk) in firsts[..full].chunks(DEAL_ROWS).enumerate() {
-            let at = c * DEAL_ROWS;
-            let new = &mut new[at..at + DEAL_ROWS];
-            insert_chunk(tx, pair(&sql.deal_multi), chunk, bind, is_row, new)?;
-        }
-        for j in full..firsts.len() {
-            let (chunk, new) = (&firsts[j..j + 1], &mut new[j..j + 1]);
-            insert_chunk(tx, pair(&sql.deal_one), chunk, bind, is_row, new)?;
-        }
+        let stmts = (pair(&sql.deal_multi), pair(&sql.deal_one));
+        insert_rows(tx, stmts, DEAL_ROWS, &firsts, bind, is_row, &mut new)?;
     }
 
     // The common batch: only FILLs of deals unknown until now (each one's
