@@ -10,6 +10,9 @@
 //! The input has 10% re-deliveries; events/s counts input events
 //! (duplicates included) that were committed.
 
+#[path = "common/cpu.rs"]
+mod cpu;
+
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Instant;
@@ -67,11 +70,7 @@ struct Row {
 
 /// User + system CPU seconds of this process so far.
 fn cpu_secs() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
+    cpu::process_cpu_ns() as f64 / 1e9
 }
 
 fn fills_of(events: &[Parsed]) -> impl Iterator<Item = &Fill> {

@@ -27,6 +27,9 @@
 //! thread's small share is counted there; for Redis: redis-server's
 //! `/proc/<pid>/schedstat`), and the clients' context switches per request.
 
+#[path = "common/cpu.rs"]
+mod cpu;
+
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -209,22 +212,6 @@ fn schedstat_ns(path: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn rusage(who: i32) -> libc::rusage {
-    // SAFETY: plain syscall filling a zeroed struct.
-    unsafe {
-        let mut r: libc::rusage = std::mem::zeroed();
-        libc::getrusage(who, &mut r);
-        r
-    }
-}
-
-/// CPU time of this process so far (every thread, exited ones included), ns.
-fn process_cpu_ns() -> u64 {
-    let r = rusage(libc::RUSAGE_SELF);
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    (us(r.ru_utime) + us(r.ru_stime)) * 1000
-}
-
 /// `clients` threads doing request/answer round trips for `secs` after a
 /// short warm-up. `server_pid`: the server is another process (its CPU
 /// time is read from /proc); otherwise it is the rest of this one.
@@ -248,7 +235,7 @@ fn run_clients(
                 let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
                 let mut buf = vec![0u8; 4096];
                 barrier.wait();
-                let (cpu0, ru0) = (thread_cpu_ns(), rusage(libc::RUSAGE_THREAD));
+                let (cpu0, ru0) = (thread_cpu_ns(), cpu::rusage(libc::RUSAGE_THREAD));
                 let mut all = 0u64;
                 let start = Instant::now();
                 let (warm_end, end) = (start + warmup, start + warmup + measure);
@@ -274,7 +261,7 @@ fn run_clients(
                         n += 1;
                     }
                 }
-                let ru = rusage(libc::RUSAGE_THREAD);
+                let ru = cpu::rusage(libc::RUSAGE_THREAD);
                 let cpu = thread_cpu_ns() - cpu0;
                 let csw = (
                     (ru.ru_nvcsw - ru0.ru_nvcsw) as u64,
@@ -286,7 +273,7 @@ fn run_clients(
         .collect();
     let server_cpu = || match server_pid {
         Some(pid) => schedstat_ns(&format!("/proc/{pid}/schedstat")),
-        None => process_cpu_ns(),
+        None => cpu::process_cpu_ns(),
     };
     let proc0 = server_cpu();
     barrier.wait();
