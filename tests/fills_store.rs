@@ -4,9 +4,12 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+#[path = "common/fills.rs"]
+mod fills_common;
+use fills_common::{pg_client, pg_url, unique_schema};
 
 use rust_decimal::Decimal;
 use tickgate::fills::metrics::FillsMetrics;
@@ -34,43 +37,6 @@ struct Ctx {
     pg: Option<(String, String)>,
 }
 
-fn pg_url() -> Option<String> {
-    match std::env::var("TICKGATE_TEST_PG_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            if std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() == Ok("1") {
-                panic!("TICKGATE_TEST_PG_URL is not set and TICKGATE_REQUIRE_SERVICES=1");
-            }
-            println!("skipped: TICKGATE_TEST_PG_URL not set");
-            None
-        }
-    }
-}
-
-static SCHEMA_N: AtomicU64 = AtomicU64::new(0);
-
-async fn fresh_schema(url: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let name = format!(
-        "t_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        SCHEMA_N.fetch_add(1, Ordering::Relaxed)
-    );
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE SCHEMA {name}"))
-        .await
-        .unwrap();
-    name
-}
-
 async fn ctx_with(b: Backend, mut opts: StoreOptions) -> Option<Ctx> {
     let metrics = FillsMetrics::unregistered();
     match b {
@@ -87,8 +53,13 @@ async fn ctx_with(b: Backend, mut opts: StoreOptions) -> Option<Ctx> {
             })
         }
         Backend::Postgres => {
-            let url = pg_url()?;
-            let schema = fresh_schema(&url).await;
+            let url = pg_url("fills_store")?;
+            let schema = unique_schema("t", "store");
+            pg_client(&url, None)
+                .await
+                .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                .await
+                .unwrap();
             opts.pg_schema = Some(schema.clone());
             let store = PgStore::connect(&url, opts, metrics.clone()).await.unwrap();
             Some(Ctx {
@@ -122,12 +93,10 @@ impl Ctx {
 
     async fn drop_schema(&self) {
         if let Some((url, schema)) = &self.pg {
-            if let Ok((c, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-                tokio::spawn(conn);
-                let _ = c
-                    .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-                    .await;
-            }
+            let _ = pg_client(url, None)
+                .await
+                .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                .await;
         }
     }
 }
@@ -743,13 +712,7 @@ async fn key_in_progress_times_out_postgres() {
         return;
     };
     let (url, schema) = c.pg.clone().unwrap();
-    let (mut raw, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    raw.batch_execute(&format!("SET search_path TO {schema}"))
-        .await
-        .unwrap();
+    let mut raw = pg_client(&url, Some(&schema)).await;
     let tx = raw.transaction().await.unwrap();
     tx.batch_execute(
         "INSERT INTO idempotency_keys (client, key, request_hash, created_ns)
@@ -948,13 +911,7 @@ async fn concurrent_appliers_postgres() {
     // Average and P&L depend on order: they must equal the replay of the
     // stored fills in application order.
     let (url, schema) = c.pg.clone().unwrap();
-    let (raw, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    raw.batch_execute(&format!("SET search_path TO {schema}"))
-        .await
-        .unwrap();
+    let raw = pg_client(&url, Some(&schema)).await;
     let n: i64 = raw
         .query_one("SELECT count(*) FROM fills", &[])
         .await
