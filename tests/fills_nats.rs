@@ -17,17 +17,11 @@ use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTab
 
 // ---------------------------------------------------------------- helpers
 
+#[path = "common/fills.rs"]
+mod fills_common;
+
 fn service_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            if std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() == Ok("1") {
-                panic!("{var} is not set and TICKGATE_REQUIRE_SERVICES=1");
-            }
-            println!("skipped: {var} is not set");
-            None
-        }
-    }
+    fills_common::service_url(var, "fills_nats")
 }
 
 /// A name no other test (or earlier run) uses.

@@ -66,20 +66,25 @@ pub async fn sqlite_db(opts: StoreOptions) -> Db {
     }
 }
 
-/// $TICKGATE_TEST_PG_URL, or None (the test prints that it was skipped;
-/// with TICKGATE_REQUIRE_SERVICES=1, as in CI, it fails instead).
-pub fn pg_url(test: &str) -> Option<String> {
-    match std::env::var("TICKGATE_TEST_PG_URL") {
+/// The URL in `$var`, or None: the test prints that it was skipped (with
+/// TICKGATE_REQUIRE_SERVICES=1, as in CI, it fails instead).
+pub fn service_url(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(u) if !u.is_empty() => Some(u),
         _ => {
             assert!(
                 std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "TICKGATE_TEST_PG_URL is required (TICKGATE_REQUIRE_SERVICES=1)"
+                "{var} is required (TICKGATE_REQUIRE_SERVICES=1)"
             );
-            println!("skipped: {test} needs TICKGATE_TEST_PG_URL");
+            println!("skipped: {test} needs {var}");
             None
         }
     }
+}
+
+/// $TICKGATE_TEST_PG_URL (see [`service_url`]).
+pub fn pg_url(test: &str) -> Option<String> {
+    service_url("TICKGATE_TEST_PG_URL", test)
 }
 
 /// A schema name no other test (or run) uses.
