@@ -719,10 +719,10 @@ pub fn serve_with_stats<B: Backend>(
     let mut registry = None;
     match config.io {
         IoMode::Blocking => {
-            let max = config.max_connections;
-            let reg = Arc::new(Registry::with_room(max));
+            let reg = Arc::new(Registry::default());
             registry = Some(reg.clone());
             let (stop, wake_fd, stats) = (stop.clone(), wake_fd.clone(), stats.clone());
+            let max = config.max_connections;
             threads.push(
                 std::thread::Builder::new()
                     .name("gate-accept".into())
@@ -799,19 +799,6 @@ struct RegistryInner {
 }
 
 impl Registry {
-    /// Room for `max` connections (up to 4,096) reserved up front: the
-    /// acceptor registers a connection after its thread has started
-    /// answering, and growing the list then would be an allocation while
-    /// requests are being served (tests/gate_alloc.rs caught it once).
-    fn with_room(max: usize) -> Registry {
-        Registry {
-            inner: Mutex::new(RegistryInner {
-                conns: Vec::with_capacity(max.min(4096)),
-                ..RegistryInner::default()
-            }),
-        }
-    }
-
     fn close_all(&self) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.closed = true;
@@ -936,6 +923,11 @@ fn accept_loop<B: Backend>(
         let (backend, stats2, reg2) = (backend.clone(), stats.clone(), reg.clone());
         stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
         stats.connections_open.fetch_add(1, Ordering::Relaxed);
+        // Registered before its thread exists: growing the list once the
+        // thread answers would allocate while requests are being served
+        // (tests/gate_alloc.rs caught that once). The lock is held until
+        // the handle is stored, so the thread cannot remove it before.
+        g.conns.push((id, clone, None));
         let spawned = std::thread::Builder::new()
             .name("gate-conn".into())
             .stack_size(256 * 1024)
@@ -947,8 +939,13 @@ fn accept_loop<B: Backend>(
                 reg2.remove(id);
             });
         match spawned {
-            Ok(h) => g.conns.push((id, clone, Some(h))),
+            Ok(h) => {
+                if let Some(last) = g.conns.last_mut() {
+                    last.2 = Some(h);
+                }
+            }
             Err(e) => {
+                g.conns.pop();
                 stats.connections_open.fetch_sub(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "could not spawn a gate connection thread");
             }
