@@ -15,9 +15,9 @@ use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
+use tickgate::feed::verdict::judge;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
 use tickgate::gate::protocol::{answer, parse_request, write_verdict, SymbolLookup};
-use tickgate::gate::verdict::judge;
 use tickgate::wire::{Message, Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const T0: i64 = 1_796_025_600_000_000_000;

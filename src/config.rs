@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use crate::fills::config::FillsConfig;
+use crate::venue::VenueKind;
 use crate::wire::Symbol;
 
 /// Defaults of `semantics.md`.
@@ -24,6 +25,10 @@ pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1_000_000;
 /// Default bound on the symbols one feed tracks (the table is
 /// preallocated): the core's own default.
 pub const DEFAULT_MAX_SYMBOLS: usize = 100_000;
+/// venues.md: venue feeds' default `stale_ms`.
+pub const DEFAULT_VENUE_STALE_MS: u64 = 1500;
+/// venues.md: nasdaq-itch `max_orders` default.
+pub const DEFAULT_MAX_ORDERS: usize = 10_000_000;
 /// gate.md: default socket path and mode.
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
@@ -34,6 +39,9 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9477";
 const MAX_THRESHOLD_MS: u64 = 86_400_000;
 /// Hard upper bound on `max_symbols`, to catch typos that would preallocate gigabytes.
 const MAX_MAX_SYMBOLS: u64 = 1 << 20;
+/// The order table is allocated up front (lazily touched pages): 2^28
+/// orders is already several GiB of address space.
+const MAX_MAX_ORDERS: u64 = 1 << 28;
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -77,6 +85,11 @@ pub enum ClockOffset {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeedConfig {
     pub name: String,
+    /// The venue the feed speaks (venues.md; default `tickgate`).
+    pub venue: VenueKind,
+    /// nasdaq-itch: live orders the order table holds.
+    pub max_orders: usize,
+    /// Ignored on venue feeds (`mode` does not apply to them).
     pub mode: FeedMode,
     pub liveness: Liveness,
     pub stale_ms: u64,
@@ -100,6 +113,8 @@ impl FeedConfig {
     pub fn new(name: &str, mode: FeedMode) -> FeedConfig {
         FeedConfig {
             name: name.to_string(),
+            venue: VenueKind::Tickgate,
+            max_orders: DEFAULT_MAX_ORDERS,
             mode,
             liveness: Liveness::Symbol,
             stale_ms: DEFAULT_STALE_MS,
@@ -111,6 +126,34 @@ impl FeedConfig {
             symbols: Vec::new(),
             busy_poll: false,
             cpu: None,
+        }
+    }
+
+    /// The core's settings for this feed.
+    pub fn feed_settings(&self) -> crate::feed::FeedSettings {
+        use crate::feed::{ClockOffset as C, Liveness as L, Mode};
+        crate::feed::FeedSettings {
+            mode: match self.mode {
+                FeedMode::Full => Mode::Full,
+                FeedMode::Delta => Mode::Delta,
+            },
+            liveness: match self.liveness {
+                Liveness::Symbol => L::Symbol,
+                Liveness::Channel => L::Channel,
+            },
+            stale_ms: self.stale_ms,
+            source_max_age_ms: self.source_max_age_ms,
+            max_seq_jump: self.max_seq_jump,
+            clock_offset: match self.clock_offset {
+                ClockOffset::Auto => C::Auto,
+                ClockOffset::Off => C::Off,
+                ClockOffset::FixedMs(ms) => C::FixedNs(ms.saturating_mul(1_000_000)),
+            },
+            max_symbols: self.max_symbols,
+            venue: crate::venue::VenueSettings {
+                kind: self.venue,
+                max_orders: self.max_orders,
+            },
         }
     }
 
@@ -440,6 +483,12 @@ impl Config {
             if old.mode != newf.mode {
                 plan.needs_restart.push(format!("{k}.mode"));
             }
+            if old.venue != newf.venue {
+                plan.needs_restart.push(format!("{k}.venue"));
+            }
+            if old.max_orders != newf.max_orders {
+                plan.needs_restart.push(format!("{k}.max_orders"));
+            }
             if old.liveness != newf.liveness {
                 plan.needs_restart.push(format!("{k}.liveness"));
             }
@@ -540,12 +589,42 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     if let Err(p) = check_name(name) {
         return Err(s.err("name", p));
     }
-    let mode = match s.required_str("mode")? {
-        "full" => FeedMode::Full,
-        "delta" => FeedMode::Delta,
-        other => return Err(s.err("mode", format!("\"{other}\" is not one of: full, delta"))),
+    let venue = match s.str("venue")? {
+        None => VenueKind::Tickgate,
+        Some(v) => VenueKind::parse(v).ok_or_else(|| {
+            s.err(
+                "venue",
+                format!("\"{v}\" is not one of: tickgate, iex-tops, nasdaq-itch"),
+            )
+        })?,
     };
+    // venues.md: `mode` does not apply to venue feeds (an iex-tops quote
+    // is always whole, nasdaq-itch quotes come from the book).
+    let mode = if venue.is_venue_feed() {
+        if s.get("mode").is_some() {
+            return Err(s.err(
+                "mode",
+                format!("does not apply to {venue} feeds (remove it)"),
+            ));
+        }
+        FeedMode::Full
+    } else {
+        match s.required_str("mode")? {
+            "full" => FeedMode::Full,
+            "delta" => FeedMode::Delta,
+            other => return Err(s.err("mode", format!("\"{other}\" is not one of: full, delta"))),
+        }
+    };
+    let max_orders = match s.uint("max_orders", 1, MAX_MAX_ORDERS)? {
+        Some(_) if venue != VenueKind::NasdaqItch => {
+            return Err(s.err("max_orders", "applies to nasdaq-itch feeds only"))
+        }
+        Some(n) => n as usize,
+        None => DEFAULT_MAX_ORDERS,
+    };
+    // venues.md: venue feeds default to liveness = "channel", stale_ms = 1500.
     let liveness = match s.str("liveness")? {
+        None if venue.is_venue_feed() => Liveness::Channel,
         None | Some("symbol") => Liveness::Symbol,
         Some("channel") => Liveness::Channel,
         Some(other) => {
@@ -557,7 +636,11 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     };
     let stale_ms = s
         .uint("stale_ms", 1, MAX_THRESHOLD_MS)?
-        .unwrap_or(DEFAULT_STALE_MS);
+        .unwrap_or(if venue.is_venue_feed() {
+            DEFAULT_VENUE_STALE_MS
+        } else {
+            DEFAULT_STALE_MS
+        });
     let source_max_age_ms = s
         .uint("source_max_age_ms", 1, MAX_THRESHOLD_MS)?
         .unwrap_or(DEFAULT_SOURCE_MAX_AGE_MS);
@@ -605,6 +688,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     s.finish()?;
     Ok(FeedConfig {
         name: name.to_string(),
+        venue,
+        max_orders,
         mode,
         liveness,
         stale_ms,

@@ -1,8 +1,8 @@
 //! tickgate: a market-data freshness gate (at-most-once lane) and an
 //! exactly-once fills consumer (reliable lane) for trading hosts.
 //!
-//! Sans-I/O core: `wire`, `feed::{state, clock, channel}`, `gate::{verdict,
-//! protocol}` and `fills::model` take time as an argument and do no I/O.
+//! Sans-I/O core: `wire`, `venue`, `feed::{state, clock, channel, verdict}`,
+//! `gate::protocol` and `fills::model` take time as an argument and do no I/O.
 //! Sockets, files and clocks live in their own files (`feed::receiver`,
 //! `gate::server`, `fills::store`, `capture::pcap`, `daemon`).
 
@@ -13,4 +13,5 @@ pub mod feed;
 pub mod fills;
 pub mod gate;
 pub mod metrics;
+pub mod venue;
 pub mod wire;

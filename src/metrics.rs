@@ -945,7 +945,8 @@ mod tests {
         m.gate.ok.store(3, Ordering::Relaxed);
         m.gate.reject.store(2, Ordering::Relaxed);
         m.gate.rejects_by_reason[2].store(2, Ordering::Relaxed);
-        m.gate.rejects_by_reason[4].store(1, Ordering::Relaxed);
+        m.gate.rejects_by_reason[4].store(7, Ordering::Relaxed);
+        m.gate.rejects_by_reason[5].store(1, Ordering::Relaxed);
         m.gate.connections_open.store(1, Ordering::Relaxed);
         // 4 batches under 250 ns, 1 in (500 ns, 1 us], 1 beyond every bound.
         let mut rec = m.gate.service.small_recorder();
@@ -958,6 +959,7 @@ mod tests {
             "tickgate_gate_requests_total{verdict=\"ok\"} 3\n",
             "tickgate_gate_requests_total{verdict=\"reject\"} 2\n",
             "tickgate_gate_reject_reasons_total{reason=\"stale_quote\"} 2\n",
+            "tickgate_gate_reject_reasons_total{reason=\"halted\"} 7\n",
             "tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n",
             "tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n",
             "tickgate_gate_connections 1\n",

@@ -330,7 +330,7 @@ proptest! {
             let out = feed.on_datagram(*line, d, now);
             match Packet::parse(d) {
                 Err(e) if *line < 2 => {
-                    prop_assert_eq!(out, DatagramOutcome::Invalid(e));
+                    prop_assert_eq!(out, DatagramOutcome::Invalid(e.into()));
                     prop_assert_eq!(feed.counters().invalid_packets, invalid_before + 1);
                     prop_assert_eq!(observable(&feed), before);
                 }

@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tickgate::feed::reader::{feed_table, TablePublisher};
-use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode};
+use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::protocol::{answer, SymbolLookup};
 use tickgate::gate::server::{serve, Backend, Gate, IoMode, ServerConfig, ServerHandle};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+
+#[path = "common/scenarios.rs"]
+mod scenarios;
 
 /// The clock of every check in these tests (answers are deterministic).
 const NOW: i64 = 1_764_489_600_000_000_000;
@@ -451,41 +454,24 @@ fn check_command_exit_codes() {
     server.stop();
 }
 
-fn settings(feed: &Value) -> FeedSettings {
-    let d = FeedSettings::default();
-    FeedSettings {
-        mode: match feed["mode"].as_str() {
-            Some("delta") => Mode::Delta,
-            _ => Mode::Full,
-        },
-        liveness: match feed["liveness"].as_str() {
-            Some("channel") => Liveness::Channel,
-            _ => Liveness::Symbol,
-        },
-        stale_ms: feed["stale_ms"].as_u64().unwrap_or(d.stale_ms),
-        source_max_age_ms: feed["source_max_age_ms"]
-            .as_u64()
-            .unwrap_or(d.source_max_age_ms),
-        max_seq_jump: feed["max_seq_jump"].as_u64().unwrap_or(d.max_seq_jump),
-        clock_offset: match &feed["clock_offset"] {
-            Value::String(s) if s == "off" => ClockOffset::Off,
-            Value::Number(n) => ClockOffset::FixedNs(n.as_i64().unwrap() * 1_000_000),
-            _ => ClockOffset::Auto,
-        },
-        max_symbols: 64,
-    }
-}
-
-/// Every check of every spec scenario, asked of the table (what the
-/// daemon's gate reads) and of the feed itself: the same answer.
+/// Every check of every spec scenario (venue scenarios included), asked
+/// of the table (what the daemon's gate reads) and of the feed itself: the
+/// same answer.
 #[test]
 fn table_answers_equal_feed_answers_in_every_scenario() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/scenarios.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut checks = 0;
-    for sc in doc["scenarios"].as_array().unwrap() {
+    let mut all = Vec::new();
+    for file in ["scenarios.json", "venue_scenarios.json"] {
+        let text = std::fs::read_to_string(scenarios::spec_path(file)).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        all.extend(doc["scenarios"].as_array().unwrap().clone());
+    }
+    for sc in &all {
         let name = sc["name"].as_str().unwrap();
-        let s = settings(&sc["feed"]);
+        let s = FeedSettings {
+            max_symbols: 64,
+            ..scenarios::settings(&sc["feed"])
+        };
         let (publisher, reader) = feed_table(&s);
         let mut feed = Feed::with_publisher(s, 2, publisher);
         let gate = Gate::new(vec![("f".into(), reader)]);
@@ -508,7 +494,7 @@ fn table_answers_equal_feed_answers_in_every_scenario() {
             }
         }
     }
-    assert!(checks > 30);
+    assert!(checks > 60);
 }
 
 #[test]

@@ -167,7 +167,11 @@ fn invalid_vectors_are_rejected_and_change_nothing() {
         let view = *feed.feed_view();
         let sessions = feed.sessions().to_vec();
         let out = feed.on_datagram(1, &bytes, t + 1_000_000);
-        assert_eq!(out, tickgate::feed::DatagramOutcome::Invalid(err), "{name}");
+        assert_eq!(
+            out,
+            tickgate::feed::DatagramOutcome::Invalid(err.into()),
+            "{name}"
+        );
         let mut expected = counters.clone();
         expected.invalid_packets += 1;
         expected.lines[1].invalid_packets += 1;

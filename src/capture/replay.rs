@@ -519,27 +519,7 @@ pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
 
 /// The core's settings and the replay lines of one configured feed.
 pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
-    use crate::config::{ClockOffset as C, FeedMode, Liveness as L};
-    use crate::feed::{ClockOffset, Liveness};
-    let settings = FeedSettings {
-        mode: match f.mode {
-            FeedMode::Full => Mode::Full,
-            FeedMode::Delta => Mode::Delta,
-        },
-        liveness: match f.liveness {
-            L::Symbol => Liveness::Symbol,
-            L::Channel => Liveness::Channel,
-        },
-        stale_ms: f.stale_ms,
-        source_max_age_ms: f.source_max_age_ms,
-        max_seq_jump: f.max_seq_jump,
-        clock_offset: match f.clock_offset {
-            C::Auto => ClockOffset::Auto,
-            C::Off => ClockOffset::Off,
-            C::FixedMs(ms) => ClockOffset::FixedNs(ms.saturating_mul(1_000_000)),
-        },
-        max_symbols: f.max_symbols,
-    };
+    let settings = f.feed_settings();
     FeedSpec {
         name: f.name.clone(),
         settings,

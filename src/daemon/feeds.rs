@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
 use crate::feed::reader::{feed_table, FeedReader, TablePublisher};
 use crate::feed::receiver::{self, DatagramHandler, LineSpec};
-use crate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode};
+use crate::feed::{Feed, FeedSettings};
 use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
 use crate::wire::Symbol;
 
@@ -35,25 +35,7 @@ pub enum Control {
 
 /// The core's settings for a configured feed.
 pub fn settings(f: &FeedConfig) -> FeedSettings {
-    FeedSettings {
-        mode: match f.mode {
-            config::FeedMode::Full => Mode::Full,
-            config::FeedMode::Delta => Mode::Delta,
-        },
-        liveness: match f.liveness {
-            config::Liveness::Symbol => Liveness::Symbol,
-            config::Liveness::Channel => Liveness::Channel,
-        },
-        stale_ms: f.stale_ms,
-        source_max_age_ms: f.source_max_age_ms,
-        max_seq_jump: f.max_seq_jump,
-        clock_offset: match f.clock_offset {
-            config::ClockOffset::Auto => ClockOffset::Auto,
-            config::ClockOffset::Off => ClockOffset::Off,
-            config::ClockOffset::FixedMs(ms) => ClockOffset::FixedNs(ms.saturating_mul(1_000_000)),
-        },
-        max_symbols: f.max_symbols,
-    }
+    f.feed_settings()
 }
 
 /// The receiver's line specs, with interface names resolved now, so that

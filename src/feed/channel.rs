@@ -6,7 +6,8 @@
 //! (`engine`) applies the consequences to symbols, in O(1) per packet:
 //! C3/C5 become epoch increments, C6 a flag (see `view`).
 
-use crate::wire::{Packet, PacketKind, SessionId};
+pub use crate::venue::ChannelHeader;
+use crate::wire::{PacketKind, SessionId};
 
 /// How many sessions are remembered to recognise packets of a replaced
 /// session (C5) and to list sessions in order. Older ones are forgotten:
@@ -98,10 +99,16 @@ impl Channel {
         self.next = sequence;
     }
 
+    /// C6 signalled inside a data packet (IEX System Event `C`), after the
+    /// packet's other messages were applied.
+    pub fn end_session(&mut self) {
+        self.ended = true;
+    }
+
     /// Classifies a valid packet and advances the channel.
-    pub fn on_packet(&mut self, p: &Packet<'_>) -> (PacketAction, ChannelEvents) {
+    pub fn on_packet(&mut self, p: &ChannelHeader) -> (PacketAction, ChannelEvents) {
         let mut ev = ChannelEvents::default();
-        let kind = p.kind();
+        let kind = p.kind;
         match self.sessions.last() {
             None => {
                 // C1
@@ -111,8 +118,15 @@ impl Channel {
             Some(&current) if current == p.session => {
                 if self.ended {
                     // C6: later packets of the ended session are dropped;
-                    // the other line's copy of the end is a duplicate.
-                    let action = if kind == PacketKind::EndOfSession {
+                    // the other line's copy of the end (or of a packet
+                    // already delivered, such as the one that ended it on
+                    // IEX) is a duplicate.
+                    let copy = match kind {
+                        PacketKind::EndOfSession => true,
+                        PacketKind::Heartbeat => p.sequence < self.next,
+                        PacketKind::Data => p.sequence.saturating_add(p.count as u64) <= self.next,
+                    };
+                    let action = if copy {
                         PacketAction::Duplicate
                     } else {
                         PacketAction::StaleSession

@@ -138,12 +138,7 @@ pub fn delay_ns(now: i64, source_ts: u64) -> i64 {
     now.saturating_sub(ts_i64(source_ts))
 }
 
-/// Provider timestamps are u64 on the wire; beyond `i64::MAX` they are
-/// clamped (year 2262: a corrupt value, judged as far in the future).
-#[inline]
-pub fn ts_i64(ts: u64) -> i64 {
-    ts.min(i64::MAX as u64) as i64
-}
+pub use crate::wire::ts_i64;
 
 #[cfg(test)]
 mod tests {

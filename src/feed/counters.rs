@@ -51,6 +51,16 @@ pub struct FeedCounters {
     pub sessions_ended: u64,
     /// Messages for new symbols ignored because the table was full.
     pub symbols_overflow: u64,
+    /// nasdaq-itch (venues.md): messages naming an order the book does not
+    /// hold (a venue error, or a late join or gap's consequence).
+    pub unknown_orders: u64,
+    /// nasdaq-itch: Adds that did not fit the order table (`max_orders`).
+    pub orders_overflow: u64,
+    /// nasdaq-itch: an order reference reused while live, or an execution
+    /// or cancel larger than the order (the book stays consistent).
+    pub order_conflicts: u64,
+    /// nasdaq-itch: live orders in the books (a gauge, not a counter).
+    pub live_orders: u64,
 }
 
 impl FeedCounters {

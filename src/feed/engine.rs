@@ -5,17 +5,19 @@
 //! symbol table is sized once (`max_symbols`).
 
 use super::channel::{Channel, PacketAction};
-use super::clock::{delay_ns, ClockEstimator};
+use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, HOT_BYTES};
+use super::verdict::{resolve_cause, Thresholds};
 use super::view::{
-    FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_ENDED,
-    FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL,
+    FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
+    FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_TRUST_GAP,
+    FEED_TRUST_LATE_JOIN,
 };
-use crate::gate::verdict::{resolve_cause, Thresholds};
-use crate::wire::{decode_block, peek_first_symbol, Message, Packet, SessionId, Symbol, WireError};
+use crate::venue::{AnyVenue, Count, DatagramError, Policy, Rules, Venue, VenueKind};
+use crate::wire::{Heartbeat, Quote, SessionId, Side, Symbol};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,8 +25,9 @@ pub enum DatagramOutcome {
     /// Processed (blocks applied to the symbol rules, or a channel
     /// heartbeat / end of session taken into account).
     Applied,
-    /// Invalid per wire.md: dropped whole, counted, no state changed.
-    Invalid(WireError),
+    /// Invalid for the feed's venue (wire.md, venues.md): dropped whole,
+    /// counted, no state changed.
+    Invalid(DatagramError),
     /// C2: already delivered (by the other line).
     Duplicate,
     /// C5/C6: a packet of a replaced or ended session.
@@ -43,6 +46,8 @@ pub struct Feed<P: Publish = NoPublish> {
     view: FeedView,
     counters: FeedCounters,
     publisher: P,
+    venue: AnyVenue,
+    policy: Policy,
 }
 
 impl Feed<NoPublish> {
@@ -53,9 +58,18 @@ impl Feed<NoPublish> {
 
 impl<P: Publish> Feed<P> {
     pub fn with_publisher(settings: FeedSettings, lines: usize, publisher: P) -> Feed<P> {
-        let mut view = FeedView::default();
+        let venue = AnyVenue::new(&settings.venue);
+        let policy = venue.policy();
+        let mut view = FeedView {
+            channel_source_ts: i64::MIN,
+            ..FeedView::default()
+        };
         if settings.liveness == Liveness::Channel {
             view.flags |= FEED_LIVENESS_CHANNEL;
+            if policy.channel_source_time {
+                // V3 is for venue feeds with channel liveness only.
+                view.flags |= FEED_CHANNEL_SOURCE_TIME;
+            }
         }
         let mut feed = Feed {
             settings,
@@ -67,6 +81,8 @@ impl<P: Publish> Feed<P> {
             view,
             counters: FeedCounters::new(lines),
             publisher,
+            venue,
+            policy,
         };
         feed.view.offset_ns = feed.clock.offset_ns();
         feed.publisher.publish_feed(&feed.view);
@@ -80,6 +96,10 @@ impl<P: Publish> Feed<P> {
 
     pub fn settings(&self) -> &FeedSettings {
         &self.settings
+    }
+
+    pub fn venue(&self) -> VenueKind {
+        self.venue.kind()
     }
 
     pub fn counters(&self) -> &FeedCounters {
@@ -166,30 +186,15 @@ impl<P: Publish> Feed<P> {
     /// Slot lookup or creation; counts and returns `None` when full.
     #[inline]
     fn slot(&mut self, symbol: Symbol) -> Option<u32> {
-        let new_slot = self.symbols.len() as u32;
-        let symbols = &self.symbols;
-        match self
-            .index
-            .find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol)
-        {
-            Slot::Found(idx) => Some(idx),
-            Slot::Inserted => {
-                let st = SymbolState::new(
-                    symbol,
-                    self.view.gap_epoch,
-                    self.view.session_epoch,
-                    self.settings.stale_ms,
-                    self.settings.source_max_age_ms,
-                );
-                self.publisher.publish_symbol(new_slot, symbol, &st.view);
-                self.symbols.push(st);
-                Some(new_slot)
-            }
-            Slot::Full => {
-                self.counters.symbols_overflow += 1;
-                None
-            }
-        }
+        slot(
+            &mut self.index,
+            &mut self.symbols,
+            &mut self.counters,
+            &mut self.publisher,
+            &self.settings,
+            &self.view,
+            symbol,
+        )
     }
 
     /// Prefetch, first stage (a datagram several places ahead of the one
@@ -197,7 +202,7 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted (nothing is validated).
     #[inline]
     pub fn prefetch_index(&self, datagram: &[u8]) {
-        if let Some(symbol) = peek_first_symbol(datagram) {
+        if let Some(symbol) = self.venue.peek_symbol(datagram) {
             self.index.prefetch(symbol);
         }
     }
@@ -208,7 +213,7 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted.
     #[inline]
     pub fn prefetch_state(&self, datagram: &[u8]) {
-        let Some(symbol) = peek_first_symbol(datagram) else {
+        let Some(symbol) = self.venue.peek_symbol(datagram) else {
             return;
         };
         if let Some(idx) = self.index.home_slot(symbol) {
@@ -220,13 +225,14 @@ impl<P: Publish> Feed<P> {
     }
 
     /// One datagram received on `line` at `now` (Unix ns). The whole
-    /// datagram is validated before anything is applied.
+    /// datagram is validated (by the feed's venue) before anything is
+    /// applied.
     pub fn on_datagram(&mut self, line: usize, datagram: &[u8], now: i64) -> DatagramOutcome {
         if line >= self.counters.lines.len() {
             return DatagramOutcome::UnknownLine;
         }
-        let packet = match Packet::parse(datagram) {
-            Ok(p) => p,
+        let header = match self.venue.parse(datagram) {
+            Ok(h) => h,
             Err(e) => {
                 self.counters.invalid_packets += 1;
                 self.counters.lines[line].invalid_packets += 1;
@@ -235,10 +241,10 @@ impl<P: Publish> Feed<P> {
         };
         let lc = &mut self.counters.lines[line];
         lc.packets += 1;
-        lc.messages += packet.message_count() as u64;
+        lc.messages += header.channel.count as u64;
 
         let before = self.view;
-        let (action, ev) = self.channel.on_packet(&packet);
+        let (action, ev) = self.channel.on_packet(&header.channel);
         match action {
             PacketAction::Duplicate => {
                 self.counters.lines[line].duplicate_packets += 1;
@@ -250,6 +256,7 @@ impl<P: Publish> Feed<P> {
             }
             _ => {}
         }
+        let first_session = self.view.flags & FEED_HAS_SESSION == 0;
         self.view.flags |= FEED_HAS_SESSION;
         if ev.session_change {
             // C5, O(1): symbols catch up lazily (state::catch_up, verdict).
@@ -259,6 +266,19 @@ impl<P: Publish> Feed<P> {
             if self.view.session_epoch == 0 {
                 self.sweep_session_wrap();
             }
+        }
+        if ev.baseline {
+            // V3: the channel's source time belongs to its session.
+            self.view.channel_source_ts = i64::MIN;
+            if self.policy.trust_from_start {
+                // nasdaq-itch trust (replaces S7): only a session received
+                // from its sequence 1 starts trusted.
+                self.view.flags &= !(FEED_TRUST_LATE_JOIN | FEED_TRUST_GAP);
+                if header.channel.sequence != 1 {
+                    self.view.flags |= FEED_TRUST_LATE_JOIN;
+                }
+            }
+            self.venue.on_session_start(now, first_session);
         }
         if ev.lost > 0 {
             // C3, O(1): every symbol is unverified until S7.
@@ -270,6 +290,10 @@ impl<P: Publish> Feed<P> {
             if self.view.gap_epoch == 0 {
                 self.sweep_gap_wrap();
             }
+            if self.policy.trust_from_start {
+                // nasdaq-itch: no message verifies a symbol again.
+                self.view.flags |= FEED_TRUST_GAP;
+            }
         }
         if ev.alive {
             // C4
@@ -277,9 +301,18 @@ impl<P: Publish> Feed<P> {
             self.view.flags |= FEED_CHANNEL_ALIVE;
         }
         if action == PacketAction::EndOfSession {
-            // C6
-            self.counters.sessions_ended += 1;
-            self.view.flags |= FEED_ENDED;
+            self.end_session();
+        }
+        // V5: a heartbeat that reaches the rules samples the venue's send
+        // time, where it has one; V3 likewise for the channel's time.
+        if action == PacketAction::Heartbeat {
+            if let Some(sent) = header.send_time {
+                self.clock.sample_delays(now, now.saturating_sub(sent), 1);
+                self.view.offset_ns = self.clock.offset_ns();
+                if ev.alive {
+                    self.view.channel_source_ts = sent;
+                }
+            }
         }
         // Feed-level changes first (see `Publish`).
         if self.view != before {
@@ -293,65 +326,50 @@ impl<P: Publish> Feed<P> {
                 session_epoch: self.view.session_epoch,
                 now,
             };
-            // Clock samples of one packet share `now`: only the smallest
-            // matters (`ClockEstimator::sample_delays`).
-            let mut min_delay = i64::MAX;
-            let mut samples = 0;
-            for payload in packet.blocks().skip(skip as usize) {
-                if let Some(delay) = self.on_message(payload, &ctx) {
-                    min_delay = min_delay.min(delay);
-                    samples += 1;
+            let mut rules = SymbolRules {
+                ctx,
+                index: &mut self.index,
+                symbols: &mut self.symbols,
+                counters: &mut self.counters,
+                publisher: &mut self.publisher,
+                settings: &self.settings,
+                view: &self.view,
+            };
+            let applied = self.venue.apply(datagram, &header, skip, &mut rules);
+            let before = self.view;
+            // V5: one sample per packet: the send time where packets carry
+            // one, else the packet's smallest message delay (samples of one
+            // packet share `now`: only the smallest matters).
+            match header.send_time {
+                Some(sent) => self.clock.sample_delays(now, now.saturating_sub(sent), 1),
+                None => self
+                    .clock
+                    .sample_delays(now, applied.min_delay, applied.samples as u64),
+            }
+            self.view.offset_ns = self.clock.offset_ns();
+            if ev.alive {
+                // V3: the send time, else the latest message time.
+                if let Some(t) = header.send_time.or(applied.max_ts) {
+                    self.view.channel_source_ts = t;
                 }
             }
-            self.clock.sample_delays(now, min_delay, samples);
-            let offset = self.clock.offset_ns();
-            if offset != self.view.offset_ns {
-                self.view.offset_ns = offset;
+            if applied.end_of_session {
+                // C6 signalled by a message, after the packet's others.
+                self.channel.end_session();
+                self.end_session();
+            }
+            self.counters.live_orders = self.venue.live_orders();
+            if self.view != before {
                 self.publisher.publish_feed(&self.view);
             }
         }
         DatagramOutcome::Applied
     }
 
-    /// One message block that reached the symbol rules. Returns its clock
-    /// sample (`now - source_ts`), if it gives one.
-    #[inline]
-    fn on_message(&mut self, payload: &[u8], ctx: &Ctx) -> Option<i64> {
-        let msg = decode_block(payload);
-        let (symbol, source_ts) = match &msg {
-            Message::Quote(q) | Message::Snapshot(q) => (q.symbol, q.source_ts),
-            Message::Heartbeat(h) => (h.symbol, h.source_ts),
-            Message::Unknown { .. } => {
-                self.counters.unknown_messages += 1;
-                return None;
-            }
-        };
-        // Per-symbol sequences start at 1 (a Snapshot may carry 0).
-        let zero = match &msg {
-            Message::Quote(q) => q.seq == 0,
-            Message::Heartbeat(h) => h.next_seq == 0,
-            _ => false,
-        };
-        if zero {
-            self.counters.invalid_messages += 1;
-            return None;
-        }
-        // A sample about the provider's clock, whatever the rules decide.
-        let delay = delay_ns(ctx.now, source_ts);
-        let Some(idx) = self.slot(symbol) else {
-            return Some(delay);
-        };
-        let st = &mut self.symbols[idx as usize];
-        let changed = match &msg {
-            Message::Quote(q) => st.on_quote(q, ctx, &mut self.counters),
-            Message::Heartbeat(h) => st.on_heartbeat(h, ctx, &mut self.counters),
-            Message::Snapshot(s) => st.on_snapshot(s, ctx, &mut self.counters),
-            Message::Unknown { .. } => false,
-        };
-        if changed {
-            self.publisher.publish_symbol(idx, symbol, &st.view);
-        }
-        Some(delay)
+    /// C6
+    fn end_session(&mut self) {
+        self.counters.sessions_ended += 1;
+        self.view.flags |= FEED_ENDED;
     }
 
     /// C5 when `session_epoch` wraps to 0: resolve the session change
@@ -425,6 +443,155 @@ impl<P: Publish> Feed<P> {
             .iter()
             .filter(|st| resolve_cause(&st.view, &self.view) != SuspectCause::None)
             .count()
+    }
+}
+
+/// The symbol rules as a venue adapter drives them (`venue::Rules`): the
+/// feed's symbol table, counters and publisher, borrowed for one datagram.
+struct SymbolRules<'a, P: Publish> {
+    ctx: Ctx,
+    index: &'a mut SymbolIndex,
+    symbols: &'a mut Vec<SymbolState>,
+    counters: &'a mut FeedCounters,
+    publisher: &'a mut P,
+    settings: &'a FeedSettings,
+    view: &'a FeedView,
+}
+
+impl<P: Publish> SymbolRules<'_, P> {
+    #[inline]
+    fn publish(&mut self, idx: u32) {
+        let st = &self.symbols[idx as usize];
+        self.publisher.publish_symbol(idx, st.symbol, &st.view);
+    }
+}
+
+impl<P: Publish> Rules for SymbolRules<'_, P> {
+    #[inline]
+    fn now(&self) -> i64 {
+        self.ctx.now
+    }
+
+    #[inline]
+    fn quote(&mut self, q: &Quote) {
+        let Some(idx) = self.symbol(q.symbol) else {
+            return;
+        };
+        if self.symbols[idx as usize].on_quote(q, &self.ctx, self.counters) {
+            self.publish(idx);
+        }
+    }
+
+    #[inline]
+    fn heartbeat(&mut self, h: &Heartbeat) {
+        let Some(idx) = self.symbol(h.symbol) else {
+            return;
+        };
+        if self.symbols[idx as usize].on_heartbeat(h, &self.ctx, self.counters) {
+            self.publish(idx);
+        }
+    }
+
+    #[inline]
+    fn snapshot(&mut self, s: &Quote) {
+        let Some(idx) = self.symbol(s.symbol) else {
+            return;
+        };
+        if self.symbols[idx as usize].on_snapshot(s, &self.ctx, self.counters) {
+            self.publish(idx);
+        }
+    }
+
+    /// Slot lookup or creation; counts and returns `None` when full.
+    #[inline]
+    fn symbol(&mut self, symbol: Symbol) -> Option<u32> {
+        slot(
+            self.index,
+            self.symbols,
+            self.counters,
+            self.publisher,
+            self.settings,
+            self.view,
+            symbol,
+        )
+    }
+
+    #[inline]
+    fn venue_quote(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        source_ts: i64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+    ) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.on_venue_quote(seq, source_ts, bid, ask, &self.ctx);
+            self.publish(slot);
+        }
+    }
+
+    #[inline]
+    fn set_halt(&mut self, slot: u32, source: u8, halted: bool) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            if st.set_halt(source, halted, &self.ctx) {
+                self.publish(slot);
+            }
+        }
+    }
+
+    fn suspect_gap(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            if st.suspect_gap(&self.ctx) {
+                self.publish(slot);
+            }
+        }
+    }
+
+    #[inline]
+    fn count(&mut self, what: Count) {
+        let c = &mut *self.counters;
+        match what {
+            Count::UnknownMessage => c.unknown_messages += 1,
+            Count::InvalidMessage => c.invalid_messages += 1,
+            Count::UnknownOrder => c.unknown_orders += 1,
+            Count::OrderOverflow => c.orders_overflow += 1,
+            Count::OrderConflict => c.order_conflicts += 1,
+        }
+    }
+}
+
+/// Slot lookup or creation; counts and returns `None` when full. A free
+/// function over the borrowed parts so that `Feed` and `SymbolRules` share it.
+#[inline]
+fn slot<P: Publish>(
+    index: &mut SymbolIndex,
+    symbols: &mut Vec<SymbolState>,
+    counters: &mut FeedCounters,
+    publisher: &mut P,
+    settings: &FeedSettings,
+    view: &FeedView,
+    symbol: Symbol,
+) -> Option<u32> {
+    let new_slot = symbols.len() as u32;
+    match index.find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol) {
+        Slot::Found(idx) => Some(idx),
+        Slot::Inserted => {
+            let st = SymbolState::new(
+                symbol,
+                view.gap_epoch,
+                view.session_epoch,
+                settings.stale_ms,
+                settings.source_max_age_ms,
+            );
+            publisher.publish_symbol(new_slot, symbol, &st.view);
+            symbols.push(st);
+            Some(new_slot)
+        }
+        Slot::Full => {
+            counters.symbols_overflow += 1;
+            None
+        }
     }
 }
 

@@ -13,11 +13,12 @@ pub mod receiver;
 pub mod settings;
 pub mod state;
 pub mod table;
+pub mod verdict;
 pub mod view;
 
 pub use counters::{FeedCounters, LineCounters, SymbolSummary};
 pub use engine::{DatagramOutcome, Feed};
-pub use settings::{ClockOffset, FeedSettings, Liveness, Mode};
+pub use settings::{ClockOffset, FeedSettings, Liveness, Mode, VenueKind, VenueSettings};
 pub use view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,
 };

@@ -11,10 +11,10 @@
 #![forbid(unsafe_code)]
 
 use super::table::{seq_cell, table, CellReader, CellWriter, Plain, TableReader, TableWriter};
+use super::verdict::Thresholds;
 use super::view::{FeedView, Publish, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 use super::FeedSettings;
 use crate::gate::protocol::SymbolLookup;
-use crate::gate::verdict::Thresholds;
 use crate::wire::Symbol;
 
 impl Plain for SymbolView {

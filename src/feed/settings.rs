@@ -2,6 +2,8 @@
 //! both map onto this). Plain data; validation of user input is the config
 //! module's job, the core only clamps values it cannot work with.
 
+pub use crate::venue::{VenueKind, VenueSettings};
+
 /// `full`: every Quote is the whole quote. `delta`: a Quote changes only
 /// the sides it flags (wire.md "Quote").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -49,6 +51,8 @@ pub struct FeedSettings {
     /// Capacity of the symbol table, allocated up front. Symbols beyond it
     /// are counted (`symbols_overflow`) and ignored.
     pub max_symbols: usize,
+    /// The venue the feed speaks (venues.md) and its adapter's settings.
+    pub venue: VenueSettings,
 }
 
 impl Default for FeedSettings {
@@ -61,7 +65,28 @@ impl Default for FeedSettings {
             max_seq_jump: 1_000_000,
             clock_offset: ClockOffset::Auto,
             max_symbols: 100_000,
+            venue: VenueSettings::default(),
         }
+    }
+}
+
+impl FeedSettings {
+    /// The defaults of a venue's feeds (venues.md: venue feeds take
+    /// `liveness = "channel"` and `stale_ms = 1500`; every other setting
+    /// keeps semantics.md's default).
+    pub fn for_venue(kind: VenueKind) -> FeedSettings {
+        let mut s = FeedSettings {
+            venue: VenueSettings {
+                kind,
+                ..VenueSettings::default()
+            },
+            ..FeedSettings::default()
+        };
+        if kind.is_venue_feed() {
+            s.liveness = Liveness::Channel;
+            s.stale_ms = 1500;
+        }
+        s
     }
 }
 

@@ -8,9 +8,11 @@
 
 use super::counters::FeedCounters;
 use super::settings::Mode;
-use super::view::{SuspectCause, SymbolView, SYM_ASK, SYM_BID, SYM_HAS_QUOTE, SYM_HAS_SEQ};
+use super::view::{
+    SuspectCause, SymbolView, SYM_ASK, SYM_BID, SYM_HALTED, SYM_HAS_QUOTE, SYM_HAS_SEQ,
+};
 use crate::feed::clock::ts_i64;
-use crate::wire::{Heartbeat, Quote, Symbol, FLAG_ASK, FLAG_BID};
+use crate::wire::{Heartbeat, Quote, Side, Symbol, FLAG_ASK, FLAG_BID};
 
 /// What the symbol rules need to know about the feed, per message.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +41,9 @@ pub struct SymbolState {
     /// the seq that would extend it.
     pub run_len: u8,
     pub configured: bool,
+    /// V2: one bit per venue halt source (trading status, operational
+    /// halt, quote flag...); `SYM_HALTED` is set while any is.
+    pub halt_sources: u8,
     pub run_next: u64,
     pub ticks_lost: u64,
     pub stale_dropped: u64,
@@ -79,6 +84,7 @@ impl SymbolState {
             run_len: 0,
             run_next: 0,
             configured: false,
+            halt_sources: 0,
             ticks_lost: 0,
             stale_dropped: 0,
             seq_anomalies: 0,
@@ -128,9 +134,10 @@ impl SymbolState {
 
     /// C5: forget the sequence (the number shown stays), a quoted symbol
     /// becomes suspect `session_change`, one without a quote loses any
-    /// cause; a pending S5r run ends.
+    /// cause; a pending S5r run ends; the trading state is forgotten (V2).
     pub fn forget_session(&mut self, session_epoch: u16) {
-        self.view.flags &= !SYM_HAS_SEQ;
+        self.view.flags &= !(SYM_HAS_SEQ | SYM_HALTED);
+        self.halt_sources = 0;
         self.set_cause(if self.view.has_quote() {
             SuspectCause::SessionChange
         } else {
@@ -345,5 +352,73 @@ impl SymbolState {
         // A duplicate or a late copy: never roll a healthy symbol back.
         c.snapshots_ignored += 1;
         caught_up
+    }
+}
+
+/// The symbol rules of venue feeds (venues.md): V1 replaces S1-S6 (no
+/// per-symbol sequence), V2 adds the trading state. Pure, like the rest.
+impl SymbolState {
+    /// V1: a venue quote is the whole quote (S4 on a full feed): both sides
+    /// replaced (an empty side is `None`), `seq` = the channel sequence of
+    /// the message that set it, `alive_at = now`, verified (S7). It clears
+    /// the symbol's own cause except `gap`, which on nasdaq-itch (order
+    /// table overflow) lasts until the next session, even once the book
+    /// quotes again.
+    pub fn on_venue_quote(
+        &mut self,
+        seq: u64,
+        source_ts: i64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+        ctx: &Ctx,
+    ) {
+        self.catch_up(ctx);
+        let v = &mut self.view;
+        let b = bid.unwrap_or_default();
+        let a = ask.unwrap_or_default();
+        v.bid_px = b.px;
+        v.bid_qty = b.qty;
+        v.ask_px = a.px;
+        v.ask_qty = a.qty;
+        v.flags = (v.flags & !(SYM_BID | SYM_ASK))
+            | SYM_HAS_QUOTE
+            | SYM_HAS_SEQ
+            | if bid.is_some() { SYM_BID } else { 0 }
+            | if ask.is_some() { SYM_ASK } else { 0 };
+        v.seq = seq;
+        v.alive_at = ctx.now;
+        v.source_ts = source_ts;
+        if self.cause() != SuspectCause::Gap {
+            self.set_cause(SuspectCause::None);
+        }
+        self.verify(ctx);
+    }
+
+    /// V2: halt source `source` (a bit) says halted or not. Returns whether
+    /// the view changed.
+    pub fn set_halt(&mut self, source: u8, halted: bool, ctx: &Ctx) -> bool {
+        let caught_up = self.catch_up(ctx);
+        if halted {
+            self.halt_sources |= source;
+        } else {
+            self.halt_sources &= !source;
+        }
+        let flags = if self.halt_sources != 0 {
+            self.view.flags | SYM_HALTED
+        } else {
+            self.view.flags & !SYM_HALTED
+        };
+        let changed = flags != self.view.flags;
+        self.view.flags = flags;
+        changed || caught_up
+    }
+
+    /// nasdaq-itch: an Add that did not fit the order table; the book is
+    /// incomplete until the next session (cause `gap`).
+    pub fn suspect_gap(&mut self, ctx: &Ctx) -> bool {
+        let caught_up = self.catch_up(ctx);
+        let changed = self.cause() != SuspectCause::Gap;
+        self.set_cause(SuspectCause::Gap);
+        changed || caught_up
     }
 }

@@ -67,6 +67,9 @@ pub const SYM_ASK: u8 = 4;
 /// `seq` is the current `last_seq` (clear: none yet, or forgotten by a
 /// session change while `seq` still shows the number last set).
 pub const SYM_HAS_SEQ: u8 = 8;
+/// V2: the venue says the symbol is not trading (any of its halt sources).
+/// Forgotten by a session change (C5), also while it is still pending.
+pub const SYM_HALTED: u8 = 16;
 
 /// Everything the verdict needs about one symbol. 72 bytes (9 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -171,7 +174,7 @@ impl SymbolView {
 /// `SymbolView` size in u64 words.
 pub const SYMBOL_VIEW_WORDS: usize = 9;
 /// `FeedView` size in u64 words.
-pub const FEED_VIEW_WORDS: usize = 3;
+pub const FEED_VIEW_WORDS: usize = 4;
 
 /// `FeedView::flags`: the current session ended (C6).
 pub const FEED_ENDED: u8 = 1;
@@ -181,8 +184,18 @@ pub const FEED_LIVENESS_CHANNEL: u8 = 2;
 pub const FEED_CHANNEL_ALIVE: u8 = 4;
 /// A session has been seen (C1).
 pub const FEED_HAS_SESSION: u8 = 8;
+/// V3: a verified, non-suspect symbol takes the later of its quote's
+/// `source_ts` and the channel's `channel_source_ts` (venue feeds with
+/// `liveness = "channel"`).
+pub const FEED_CHANNEL_SOURCE_TIME: u8 = 16;
+/// nasdaq-itch trust (replaces S7): the current session was joined after
+/// its sequence 1, so every book may miss orders: `no_snapshot`.
+pub const FEED_TRUST_LATE_JOIN: u8 = 32;
+/// nasdaq-itch trust (replaces S7): a channel gap occurred in the current
+/// session, so every book may be wrong: `channel_gap` until a new session.
+pub const FEED_TRUST_GAP: u8 = 64;
 
-/// Feed-level state the verdict needs. 24 bytes (3 words).
+/// Feed-level state the verdict needs. 32 bytes (4 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FeedView {
@@ -190,6 +203,9 @@ pub struct FeedView {
     pub channel_alive_at: i64,
     /// Clock offset as of the latest sample, ns (see `feed::clock`).
     pub offset_ns: i64,
+    /// V3: the venue's send time of the latest packet or heartbeat that set
+    /// `channel_alive_at` (venue feeds; `i64::MIN` when none yet).
+    pub channel_source_ts: i64,
     /// Incremented by every channel gap (C3).
     pub gap_epoch: u32,
     /// Incremented by every session change (C5).
@@ -211,6 +227,7 @@ impl FeedView {
         [
             self.channel_alive_at as u64,
             self.offset_ns as u64,
+            self.channel_source_ts as u64,
             self.gap_epoch as u64
                 | (self.session_epoch as u64) << 32
                 | (self.flags as u64) << 48
@@ -223,10 +240,11 @@ impl FeedView {
         FeedView {
             channel_alive_at: w[0] as i64,
             offset_ns: w[1] as i64,
-            gap_epoch: w[2] as u32,
-            session_epoch: (w[2] >> 32) as u16,
-            flags: (w[2] >> 48) as u8,
-            _reserved: (w[2] >> 56) as u8,
+            channel_source_ts: w[2] as i64,
+            gap_epoch: w[3] as u32,
+            session_epoch: (w[3] >> 32) as u16,
+            flags: (w[3] >> 48) as u8,
+            _reserved: (w[3] >> 56) as u8,
         }
     }
 }
@@ -289,9 +307,10 @@ mod tests {
         let f = FeedView {
             channel_alive_at: -3,
             offset_ns: i64::MIN,
+            channel_source_ts: 7,
             gap_epoch: 0xDEAD_BEEF,
             session_epoch: 0xFFFF,
-            flags: 0x0F,
+            flags: 0x7F,
             _reserved: 0xFF,
         };
         assert_eq!(FeedView::from_words(&f.to_words()), f);

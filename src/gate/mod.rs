@@ -1,7 +1,7 @@
-//! The pre-trade check: the verdict (sans-I/O), the line protocol of
-//! gate.md (sans-I/O), and the Unix-socket server and client (I/O).
+//! The pre-trade check: the line protocol of
+//! gate.md (sans-I/O; the verdict is `feed::verdict`), and the Unix-socket
+//! server and client (I/O).
 
 pub mod client;
 pub mod protocol;
 pub mod server;
-pub mod verdict;

@@ -3,8 +3,8 @@
 //! formatting the answer (`answer`) into a reused buffer without any other
 //! allocation. The Unix-socket server and `replay --checks` both use it.
 
-use super::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
 use crate::feed::settings::ms_to_ns;
+use crate::feed::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
 use crate::feed::view::{FeedView, SymbolView};
 use crate::feed::{Feed, Publish};
 use crate::wire::{write_price, Side, Symbol};
@@ -944,7 +944,7 @@ mod tests {
             };
             let (r1, r2, r3) = (rnd(), rnd(), rnd());
             let v = Verdict {
-                reasons: (r1 % 32) as u8,
+                reasons: (r1 % 64) as u8,
                 cause: SuspectCause::from_u8((r2 % 7) as u8),
                 has_quote: !r3.is_multiple_of(4),
                 seq: rnd() >> (r1 % 64),

@@ -40,8 +40,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use super::protocol::{answer_with, write_error, write_i64, write_u64, ProtoError, SymbolLookup};
-use super::verdict::{judge, Thresholds};
 use crate::feed::reader::FeedReader;
+use crate::feed::verdict::{judge, Thresholds};
 use crate::feed::view::{FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
 use crate::metrics::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
@@ -263,7 +263,7 @@ impl Default for ServerConfig {
 
 /// Reasons of `REJECT` in gate.md's order; `GateStats::rejects_by_reason`
 /// counts them in this order.
-pub const REJECT_REASONS: [&str; 5] = super::verdict::REASON_NAMES;
+pub const REJECT_REASONS: [&str; 6] = crate::feed::verdict::REASON_NAMES;
 
 /// Plain atomic counters of the server, for the metrics exporter. Counted
 /// per read batch (one atomic add per field touched, not per request).
@@ -272,7 +272,7 @@ pub struct GateStats {
     pub ok: AtomicU64,
     pub reject: AtomicU64,
     /// Per reason (a REJECT with two reasons counts in both).
-    pub rejects_by_reason: [AtomicU64; 5],
+    pub rejects_by_reason: [AtomicU64; REJECT_REASONS.len()],
     pub err: AtomicU64,
     pub pong: AtomicU64,
     pub status: AtomicU64,
@@ -331,7 +331,7 @@ impl GateStats {
 struct BatchCounts {
     ok: u64,
     reject: u64,
-    reasons: [u64; 5],
+    reasons: [u64; REJECT_REASONS.len()],
     err: u64,
     pong: u64,
     status: u64,
@@ -1454,10 +1454,11 @@ mod tests {
         b.classify(b"OK EURUSD seq=1 bid=1@1 ask=2@2 silence_us=0 source_age_us=0\n");
         b.classify(b"REJECT EURUSD stale_quote,suspect seq=1 bid=- ask=- silence_us=1 source_age_us=1 suspect=gap\n");
         b.classify(b"REJECT X unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n");
+        b.classify(b"REJECT MILL halted seq=1 bid=- ask=- silence_us=1 source_age_us=1\n");
         b.classify(b"ERR bad request\n");
         b.classify(b"PONG\n");
-        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 2, 1, 1));
-        assert_eq!(b.reasons, [1, 0, 1, 0, 1]);
+        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 3, 1, 1));
+        assert_eq!(b.reasons, [1, 0, 1, 0, 1, 1]);
     }
 
     #[test]

@@ -347,10 +347,31 @@ pub fn peek_first_symbol(datagram: &[u8]) -> Option<Symbol> {
     }
 }
 
+/// The size of a tickgate message type (wire.md); 1 for unknown types.
+#[inline]
+fn tickgate_min_len(kind: u8) -> usize {
+    match kind {
+        TYPE_QUOTE | TYPE_SNAPSHOT => QUOTE_LEN,
+        TYPE_HEARTBEAT => HEARTBEAT_LEN,
+        _ => 1,
+    }
+}
+
 impl<'a> Packet<'a> {
     /// Validates the whole datagram (wire.md "valid") before anything can
     /// be applied: a packet that parses is safe to iterate without checks.
     pub fn parse(buf: &'a [u8]) -> Result<Packet<'a>, WireError> {
+        Packet::parse_with(buf, tickgate_min_len)
+    }
+
+    /// The MoldUDP64 framing of wire.md with another message set (e.g.
+    /// ITCH 5.0): `min_len(type)` is the size of a known type (a shorter
+    /// block makes the datagram invalid), 1 for an unknown one.
+    #[inline]
+    pub fn parse_with(
+        buf: &'a [u8],
+        min_len: impl Fn(u8) -> usize,
+    ) -> Result<Packet<'a>, WireError> {
         if buf.len() < HEADER_LEN {
             return Err(WireError::ShortHeader { len: buf.len() });
         }
@@ -379,12 +400,7 @@ impl<'a> Packet<'a> {
                     return Err(WireError::EmptyBlock { block });
                 }
                 let kind = rest[2];
-                let min = match kind {
-                    TYPE_QUOTE | TYPE_SNAPSHOT => QUOTE_LEN,
-                    TYPE_HEARTBEAT => HEARTBEAT_LEN,
-                    _ => 1,
-                };
-                if (len as usize) < min {
+                if (len as usize) < min_len(kind) {
                     return Err(WireError::ShortBlock { block, kind, len });
                 }
                 rest = &rest[end..];
@@ -399,6 +415,20 @@ impl<'a> Packet<'a> {
             count,
             blocks,
         })
+    }
+
+    /// A packet of a datagram that `parse` or `parse_with` already
+    /// accepted, without validating it again (the engine parses once, then
+    /// the venue adapter walks the blocks). On a datagram that was not
+    /// validated, iterating the blocks may panic.
+    #[inline]
+    pub fn validated(buf: &'a [u8]) -> Packet<'a> {
+        Packet {
+            session: SessionId(buf[0..10].try_into().unwrap()),
+            sequence: be_u64(&buf[10..]),
+            count: u16::from_be_bytes([buf[18], buf[19]]),
+            blocks: &buf[HEADER_LEN..],
+        }
     }
 
     pub fn kind(&self) -> PacketKind {
@@ -462,6 +492,13 @@ pub fn decode_block(payload: &[u8]) -> Message<'_> {
         TYPE_HEARTBEAT => Message::Heartbeat(Heartbeat::decode(payload)),
         kind => Message::Unknown { kind, payload },
     }
+}
+
+/// Provider timestamps are u64 on the wire; beyond `i64::MAX` they are
+/// clamped (year 2262: a corrupt value, judged as far in the future).
+#[inline]
+pub fn ts_i64(ts: u64) -> i64 {
+    ts.min(i64::MAX as u64) as i64
 }
 
 #[inline]

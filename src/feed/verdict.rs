@@ -1,10 +1,14 @@
 //! The pre-trade check's verdict (semantics.md "The pre-trade check"):
 //! a pure function of a symbol view, its feed view, `now` and thresholds.
-//! Read-only, no allocation; the concurrent table and `Feed` both feed it.
+//! Read-only, no allocation; the concurrent table, `Feed` and the
+//! shared-memory client all judge through it. The venue rules that change
+//! the verdict (venues.md V2 halted, V3 channel source time, nasdaq-itch's
+//! trust rules replacing S7) are here too, switched by feed flags.
 
 use crate::feed::settings::ms_to_ns;
 use crate::feed::view::{
-    FeedView, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_LIVENESS_CHANNEL,
+    FeedView, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_CHANNEL_SOURCE_TIME,
+    FEED_LIVENESS_CHANNEL, FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
 use crate::wire::Side;
 
@@ -41,14 +45,17 @@ pub const R_UNKNOWN_SYMBOL: u8 = 1;
 pub const R_NO_DATA: u8 = 2;
 pub const R_STALE_QUOTE: u8 = 4;
 pub const R_STALE_AT_SOURCE: u8 = 8;
-pub const R_SUSPECT: u8 = 16;
+/// V2: the venue says the symbol is not trading.
+pub const R_HALTED: u8 = 16;
+pub const R_SUSPECT: u8 = 32;
 
 /// Reason names in gate.md order, indexed by bit position.
-pub const REASON_NAMES: [&str; 5] = [
+pub const REASON_NAMES: [&str; 6] = [
     "unknown_symbol",
     "no_data",
     "stale_quote",
     "stale_at_source",
+    "halted",
     "suspect",
 ];
 
@@ -58,7 +65,8 @@ const _: () = assert!(
         && R_NO_DATA == 1 << 1
         && R_STALE_QUOTE == 1 << 2
         && R_STALE_AT_SOURCE == 1 << 3
-        && R_SUSPECT == 1 << 4
+        && R_HALTED == 1 << 4
+        && R_SUSPECT == 1 << 5
 );
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +128,12 @@ pub fn resolve_cause(sym: &SymbolView, feed: &FeedView) -> SuspectCause {
     };
     if own != SuspectCause::None {
         own
-    } else if sym.verified_epoch != feed.gap_epoch {
+    } else if feed.flags & FEED_TRUST_LATE_JOIN != 0 {
+        // nasdaq-itch (replaces S7): joined after sequence 1, books may
+        // miss orders; only a new session from its sequence 1 clears it.
+        SuspectCause::NoSnapshot
+    } else if feed.flags & FEED_TRUST_GAP != 0 || sym.verified_epoch != feed.gap_epoch {
+        // C3/S7; on nasdaq-itch (FEED_TRUST_GAP) no message verifies again.
         SuspectCause::ChannelGap
     } else {
         SuspectCause::None
@@ -146,16 +159,24 @@ pub fn judge(sym: Option<&SymbolView>, feed: &FeedView, now: i64, t: &Thresholds
     {
         alive = alive.max(feed.channel_alive_at);
     }
+    let mut source_ts = sym.source_ts;
+    // V3: on venue feeds the channel vouches for the time of a verified,
+    // non-suspect symbol's unchanged quote too.
+    if cause == SuspectCause::None && feed.flags & FEED_CHANNEL_SOURCE_TIME != 0 {
+        source_ts = source_ts.max(feed.channel_source_ts);
+    }
     let silence_ns = now.saturating_sub(alive);
-    let source_age_ns = now
-        .saturating_sub(sym.source_ts)
-        .saturating_sub(feed.offset_ns);
+    let source_age_ns = now.saturating_sub(source_ts).saturating_sub(feed.offset_ns);
     let mut reasons = 0;
     if silence_ns > t.stale_ns {
         reasons |= R_STALE_QUOTE;
     }
     if source_age_ns > t.source_max_age_ns {
         reasons |= R_STALE_AT_SOURCE;
+    }
+    // V2; a pending session change (C5) has already forgotten it.
+    if sym.flags & SYM_HALTED != 0 && sym.session_epoch == feed.session_epoch {
+        reasons |= R_HALTED;
     }
     if cause != SuspectCause::None {
         reasons |= R_SUSPECT;

@@ -1,0 +1,341 @@
+//! Venue adapters (venues.md): each turns one venue's datagrams into the
+//! events the rules of `semantics.md` already know, so the channel rules,
+//! A/B arbitration, the clock estimator, the state table and the gate stay
+//! one implementation (`feed::engine`). Pure code: no I/O, time passed in.
+//!
+//! One trait, `Venue`, and one adapter per venue in its own file or folder
+//! (`tickgate.rs`, `iex_tops/`, `nasdaq_itch/`); the engine drives an
+//! `AnyVenue` and never asks which one runs. Adding a venue: a new folder
+//! implementing `Venue`, one arm in `AnyVenue` and `VenueKind` below, and
+//! its config name (docs/venues.md "Adding a venue").
+//!
+//! An adapter:
+//! 1. `parse` validates a datagram whole (an invalid one changes nothing)
+//!    and returns its `Header`: session, channel sequence, kind;
+//! 2. the engine applies the channel rules (C1-C6) to the header;
+//! 3. `apply` feeds the messages the channel lets through (C2 skips those
+//!    another line already delivered) to `Rules`, the engine's symbol rules.
+
+pub mod iex_tops;
+pub mod nasdaq_itch;
+pub mod tickgate;
+
+use std::fmt;
+
+use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol, WireError};
+
+/// What the channel rules (C1-C6) need of a valid packet, whatever its
+/// venue's framing: the session, the channel sequence of its first message
+/// (for a heartbeat, the next sequence number) and what kind it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelHeader {
+    pub session: SessionId,
+    pub sequence: u64,
+    pub kind: PacketKind,
+    /// Message blocks of a data packet (0 otherwise).
+    pub count: u16,
+}
+
+/// The venue a feed speaks (config `venue`, `--venue`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum VenueKind {
+    /// tickgate's own protocol (wire.md).
+    #[default]
+    Tickgate,
+    /// IEX TOPS 1.6 over IEX-TP.
+    IexTops,
+    /// Nasdaq TotalView-ITCH 5.0 over MoldUDP64.
+    NasdaqItch,
+}
+
+impl VenueKind {
+    pub const ALL: [VenueKind; 3] = [
+        VenueKind::Tickgate,
+        VenueKind::IexTops,
+        VenueKind::NasdaqItch,
+    ];
+
+    /// The name used in config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            VenueKind::Tickgate => "tickgate",
+            VenueKind::IexTops => "iex-tops",
+            VenueKind::NasdaqItch => "nasdaq-itch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<VenueKind> {
+        VenueKind::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// venues.md: venue feeds default to `liveness = "channel"` and
+    /// `stale_ms = 1500`; `mode` does not apply to them.
+    pub fn is_venue_feed(self) -> bool {
+        self != VenueKind::Tickgate
+    }
+}
+
+impl fmt::Display for VenueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a datagram is invalid for its venue (dropped whole, counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatagramError {
+    /// MoldUDP64 framing or a block size (tickgate and nasdaq-itch).
+    Mold(WireError),
+    /// IEX-TP segment or TOPS message.
+    Iex(iex_tops::IexError),
+}
+
+impl From<WireError> for DatagramError {
+    fn from(e: WireError) -> DatagramError {
+        DatagramError::Mold(e)
+    }
+}
+
+impl From<iex_tops::IexError> for DatagramError {
+    fn from(e: iex_tops::IexError) -> DatagramError {
+        DatagramError::Iex(e)
+    }
+}
+
+impl fmt::Display for DatagramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatagramError::Mold(e) => e.fmt(f),
+            DatagramError::Iex(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DatagramError {}
+
+/// A valid datagram's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub channel: ChannelHeader,
+    /// The venue's send time of the packet, Unix ns, where its framing
+    /// carries one (IEX-TP), for V3 and V5.
+    pub send_time: Option<i64>,
+}
+
+/// What `apply` saw, for the engine's clock estimator (V5) and channel
+/// source time (V3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// Smallest `now - timestamp` of the processed timestamped messages
+    /// (`i64::MAX` when none), and how many there were.
+    pub min_delay: i64,
+    pub samples: u32,
+    /// Largest message timestamp processed (Unix ns), if any.
+    pub max_ts: Option<i64>,
+    /// C6 signalled by a message (IEX System Event `C`), to be applied
+    /// after the packet's other messages.
+    pub end_of_session: bool,
+}
+
+impl Default for Applied {
+    fn default() -> Applied {
+        Applied {
+            min_delay: i64::MAX,
+            samples: 0,
+            max_ts: None,
+            end_of_session: false,
+        }
+    }
+}
+
+impl Applied {
+    /// One processed message stamped `ts` (Unix ns), seen at `now`.
+    #[inline]
+    pub fn stamp(&mut self, now: i64, ts: i64) {
+        self.min_delay = self.min_delay.min(now.saturating_sub(ts));
+        self.samples += 1;
+        self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
+    }
+}
+
+/// Counters a venue adapter bumps through `Rules::count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// A message of a type the venue does not know, skipped by length.
+    UnknownMessage,
+    /// A message whose fields are not acceptable (e.g. a tickgate Quote
+    /// with `seq = 0`), ignored.
+    InvalidMessage,
+    /// nasdaq-itch: a message naming an order the book does not hold.
+    UnknownOrder,
+    /// nasdaq-itch: an Add that did not fit the order table.
+    OrderOverflow,
+    /// nasdaq-itch: an order reference reused while live, or an execution
+    /// or cancel larger than the order: counted, the book kept consistent.
+    OrderConflict,
+}
+
+/// How the verdict treats a venue's feeds (the engine sets feed flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// V3 (with `liveness = "channel"`): the channel vouches for the time.
+    pub channel_source_time: bool,
+    /// nasdaq-itch, replacing S7: trust only a session received from its
+    /// sequence 1 without a channel gap.
+    pub trust_from_start: bool,
+}
+
+/// The engine's symbol rules, as a venue adapter drives them. Slots are
+/// the feed's dense symbol indices.
+pub trait Rules {
+    /// The arrival time of the datagram being applied.
+    fn now(&self) -> i64;
+    /// tickgate protocol, S1-S6 (the engine validates nothing here).
+    fn quote(&mut self, q: &Quote);
+    fn heartbeat(&mut self, h: &Heartbeat);
+    /// S8.
+    fn snapshot(&mut self, s: &Quote);
+    /// Makes `symbol` known and returns its slot (`None`: table full,
+    /// counted by the engine).
+    fn symbol(&mut self, symbol: Symbol) -> Option<u32>;
+    /// V1: the whole quote of a venue feed.
+    fn venue_quote(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        source_ts: i64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+    );
+    /// V2: halt source `source` (one bit) of `slot` says halted or not.
+    fn set_halt(&mut self, slot: u32, source: u8, halted: bool);
+    /// The symbol's book is incomplete until the next session (`gap`).
+    fn suspect_gap(&mut self, slot: u32);
+    fn count(&mut self, what: Count);
+}
+
+/// One venue's adapter.
+pub trait Venue {
+    /// What this venue changes in the verdict.
+    fn policy(&self) -> Policy;
+
+    /// Validates the whole datagram; nothing may be applied before this.
+    fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError>;
+
+    /// The channel (re)baselined on a session (C1 first session, C5 a new
+    /// one) with this datagram, arriving at `now`; before `apply`.
+    fn on_session_start(&mut self, now: i64, first_session: bool);
+
+    /// Applies the messages of a datagram that `parse` accepted, from
+    /// message `skip` on (C2), to `rules`.
+    fn apply<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied;
+
+    /// Live orders held (venues that build books), for the gauge.
+    fn live_orders(&self) -> u64 {
+        0
+    }
+
+    /// The symbol of the datagram's first message, read without
+    /// validating anything, for prefetch hints only.
+    #[inline]
+    fn peek_symbol(&self, _datagram: &[u8]) -> Option<Symbol> {
+        None
+    }
+}
+
+/// Settings an adapter is built from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VenueSettings {
+    pub kind: VenueKind,
+    /// nasdaq-itch: live orders per feed (venues.md, default 10,000,000).
+    pub max_orders: usize,
+}
+
+impl Default for VenueSettings {
+    fn default() -> VenueSettings {
+        VenueSettings {
+            kind: VenueKind::Tickgate,
+            max_orders: 10_000_000,
+        }
+    }
+}
+
+/// The registry of venues: the one place that lists them.
+pub enum AnyVenue {
+    Tickgate(tickgate::Tickgate),
+    IexTops(iex_tops::IexTops),
+    NasdaqItch(Box<nasdaq_itch::NasdaqItch>),
+}
+
+impl AnyVenue {
+    pub fn new(s: &VenueSettings) -> AnyVenue {
+        match s.kind {
+            VenueKind::Tickgate => AnyVenue::Tickgate(tickgate::Tickgate),
+            VenueKind::IexTops => AnyVenue::IexTops(iex_tops::IexTops),
+            VenueKind::NasdaqItch => {
+                AnyVenue::NasdaqItch(Box::new(nasdaq_itch::NasdaqItch::new(s.max_orders)))
+            }
+        }
+    }
+
+    pub fn kind(&self) -> VenueKind {
+        match self {
+            AnyVenue::Tickgate(_) => VenueKind::Tickgate,
+            AnyVenue::IexTops(_) => VenueKind::IexTops,
+            AnyVenue::NasdaqItch(_) => VenueKind::NasdaqItch,
+        }
+    }
+}
+
+macro_rules! each_venue {
+    ($self:expr, $v:ident => $e:expr) => {
+        match $self {
+            AnyVenue::Tickgate($v) => $e,
+            AnyVenue::IexTops($v) => $e,
+            AnyVenue::NasdaqItch($v) => $e,
+        }
+    };
+}
+
+impl Venue for AnyVenue {
+    #[inline]
+    fn policy(&self) -> Policy {
+        each_venue!(self, v => v.policy())
+    }
+
+    #[inline]
+    fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
+        each_venue!(self, v => v.parse(datagram))
+    }
+
+    fn on_session_start(&mut self, now: i64, first_session: bool) {
+        each_venue!(self, v => v.on_session_start(now, first_session))
+    }
+
+    #[inline]
+    fn apply<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied {
+        each_venue!(self, v => v.apply(datagram, header, skip, rules))
+    }
+
+    #[inline]
+    fn live_orders(&self) -> u64 {
+        each_venue!(self, v => v.live_orders())
+    }
+
+    #[inline]
+    fn peek_symbol(&self, datagram: &[u8]) -> Option<Symbol> {
+        each_venue!(self, v => v.peek_symbol(datagram))
+    }
+}

@@ -1,0 +1,135 @@
+//! The conformance scenario harness shared by tests/spec_scenarios.rs
+//! (scenarios.json) and tests/venue_scenarios.rs (venue_scenarios.json):
+//! packets fed at time `t` on line A (0) or B (1), checks answered through
+//! the public `gate::protocol::answer` and compared whole (`expect`) or by
+//! prefix (`expect_prefix`).
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, VenueKind};
+use tickgate::gate::protocol::{answer, SymbolLookup};
+
+pub fn spec_path(file: &str) -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/").to_string() + file
+}
+
+/// A scenario's feed settings; unset keys keep the defaults (of the
+/// venue, venues.md, when the feed names one).
+pub fn settings(feed: &Value) -> FeedSettings {
+    let venue = match feed["venue"].as_str() {
+        None => VenueKind::Tickgate,
+        Some(v) => VenueKind::parse(v).unwrap_or_else(|| panic!("unknown venue {v}")),
+    };
+    let d = FeedSettings::for_venue(venue);
+    let mut venue_settings = d.venue;
+    if let Some(n) = feed["max_orders"].as_u64() {
+        venue_settings.max_orders = n as usize;
+    }
+    FeedSettings {
+        mode: match feed["mode"].as_str() {
+            Some("delta") => Mode::Delta,
+            Some("full") | None => Mode::Full,
+            Some(m) => panic!("unknown mode {m}"),
+        },
+        liveness: match feed["liveness"].as_str() {
+            Some("channel") => Liveness::Channel,
+            Some("symbol") => Liveness::Symbol,
+            None => d.liveness,
+            Some(l) => panic!("unknown liveness {l}"),
+        },
+        stale_ms: feed["stale_ms"].as_u64().unwrap_or(d.stale_ms),
+        source_max_age_ms: feed["source_max_age_ms"]
+            .as_u64()
+            .unwrap_or(d.source_max_age_ms),
+        max_seq_jump: feed["max_seq_jump"].as_u64().unwrap_or(d.max_seq_jump),
+        clock_offset: match &feed["clock_offset"] {
+            Value::String(s) if s == "off" => ClockOffset::Off,
+            Value::String(s) if s == "auto" => ClockOffset::Auto,
+            Value::Null => ClockOffset::Auto,
+            v => ClockOffset::FixedNs(
+                v.as_i64().unwrap_or_else(|| panic!("bad clock_offset {v}")) * 1_000_000,
+            ),
+        },
+        venue: venue_settings,
+        ..d
+    }
+}
+
+/// Runs one scenario; returns its failures.
+pub fn run(sc: &Value) -> Vec<String> {
+    let name = sc["name"].as_str().unwrap();
+    let mut feed = Feed::new(settings(&sc["feed"]), 2);
+    let mut failures = Vec::new();
+    let mut out = Vec::new();
+    for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
+        let t = step["t"].as_i64().unwrap();
+        if let Some(hex) = step["hex"].as_str() {
+            let line = match step["line"].as_str() {
+                Some("A") | None => 0,
+                Some("B") => 1,
+                Some(l) => panic!("{name}: unknown line {l}"),
+            };
+            let bytes = hex::decode(hex).unwrap();
+            feed.on_datagram(line, &bytes, t);
+        } else if let Some(check) = step["check"].as_str() {
+            out.clear();
+            let feeds: [&dyn SymbolLookup; 1] = [&feed];
+            answer(check.as_bytes(), &feeds, t, &mut out);
+            let got = std::str::from_utf8(&out).unwrap();
+            let got = got
+                .strip_suffix('\n')
+                .unwrap_or_else(|| panic!("{name}: answer without newline: {got:?}"));
+            assert!(!got.contains('\n'), "{name}: one line per answer");
+            if let Some(expect) = step["expect"].as_str() {
+                if got != expect {
+                    failures.push(format!(
+                        "{name} step {i} `{check}`:\n   expected {expect}\n   got      {got}"
+                    ));
+                }
+            } else if let Some(prefix) = step["expect_prefix"].as_str() {
+                if !got.starts_with(prefix) {
+                    failures.push(format!(
+                        "{name} step {i} `{check}`:\n   expected prefix {prefix:?}\n   got {got}"
+                    ));
+                }
+            } else {
+                panic!("{name} step {i}: check without expectation");
+            }
+        } else {
+            panic!("{name} step {i}: neither packet nor check");
+        }
+    }
+    failures
+}
+
+/// Every scenario of `file` (the contract's count given): all failures are
+/// collected and reported at once.
+pub fn run_file(file: &str, expected_scenarios: usize) {
+    let text = std::fs::read_to_string(spec_path(file)).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let scenarios = doc["scenarios"].as_array().unwrap();
+    assert_eq!(
+        scenarios.len(),
+        expected_scenarios,
+        "the contract's {file} has {expected_scenarios} scenarios"
+    );
+    let mut failures = Vec::new();
+    let mut checks = 0;
+    for sc in scenarios {
+        checks += sc["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s.get("check").is_some())
+            .count();
+        failures.extend(run(sc));
+    }
+    assert!(checks > scenarios.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {checks} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
