@@ -21,9 +21,35 @@ use super::frame::SkipCounts;
 use super::pcap::{CaptureError, CaptureReader, CaptureStats};
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::{answer, SymbolLookup};
-use crate::wire::{
-    PacketKind, SessionId, Side, Symbol, COUNT_END_OF_SESSION, COUNT_HEARTBEAT, HEADER_LEN,
-};
+use crate::venue::{ChannelHeader, VenueKind};
+use crate::wire::{PacketKind, SessionId, Side, Symbol};
+
+/// `--venue` of replay, record and simulate (venues.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VenueArg {
+    /// tickgate's own protocol (wire.md).
+    Tickgate,
+    /// IEX TOPS 1.6 over IEX-TP.
+    IexTops,
+    /// Nasdaq TotalView-ITCH 5.0 over MoldUDP64.
+    NasdaqItch,
+}
+
+impl VenueArg {
+    pub fn kind(self) -> VenueKind {
+        match self {
+            VenueArg::Tickgate => VenueKind::Tickgate,
+            VenueArg::IexTops => VenueKind::IexTops,
+            VenueArg::NasdaqItch => VenueKind::NasdaqItch,
+        }
+    }
+}
+
+impl std::fmt::Display for VenueArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind().name())
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {
@@ -39,9 +65,14 @@ pub struct ReplayArgs {
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
     pub config: Option<PathBuf>,
-    /// Without --config: the one feed's mode.
+    /// Without --config: the one feed's mode (default full; tickgate
+    /// venue only).
     #[arg(long, value_enum)]
     pub mode: Option<ReplayMode>,
+    /// Without --config: the venue the capture's feed speaks (venues.md),
+    /// with that venue's default settings.
+    #[arg(long, value_enum, default_value_t = VenueArg::Tickgate, conflicts_with = "config")]
+    pub venue: VenueArg,
     /// Keep only datagrams sent to this destination (repeatable).
     #[arg(long = "filter", value_name = "ADDR:PORT")]
     pub filter: Vec<SocketAddrV4>,
@@ -73,6 +104,7 @@ pub struct ReplayArgs {
 pub struct ReplayFeed {
     pub name: String,
     pub mode: Mode,
+    pub venue: VenueKind,
     pub feed: Feed,
     /// Each line (line index = position).
     pub lines: Vec<ReplayLine>,
@@ -128,12 +160,21 @@ pub struct Replay {
 impl Replay {
     /// One feed in `mode` with default settings; each destination one line.
     pub fn single_feed(mode: Mode, lines: &[SocketAddrV4]) -> Replay {
-        Replay::new(vec![FeedSpec {
-            name: "replay".to_string(),
-            settings: FeedSettings {
+        Replay::single_venue_feed(
+            FeedSettings {
                 mode,
                 ..FeedSettings::default()
             },
+            lines,
+        )
+    }
+
+    /// One feed with these settings (e.g. a venue's defaults); each
+    /// destination one line.
+    pub fn single_venue_feed(settings: FeedSettings, lines: &[SocketAddrV4]) -> Replay {
+        Replay::new(vec![FeedSpec {
+            name: "replay".to_string(),
+            settings,
             lines: lines
                 .iter()
                 .map(|&dst| ReplayLine { dst, source: None })
@@ -159,6 +200,7 @@ impl Replay {
                 ReplayFeed {
                     name: spec.name,
                     mode: spec.settings.mode,
+                    venue: spec.settings.venue.kind,
                     feed,
                     lines: spec.lines,
                     sessions: Vec::new(),
@@ -184,15 +226,21 @@ impl Replay {
             self.unmatched += 1;
             return;
         }
-        // The feed validates the whole datagram; the session notes need
-        // only the header of one it found valid (not a second validation).
+        // The feed's venue validates the whole datagram; the session notes
+        // take the header it found valid (not a second parse).
         match f.feed.on_datagram(li, payload, ts) {
             DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
             DatagramOutcome::StaleSession => f.stale_session_packets += 1,
             _ => {}
         }
-        if let Some(h) = Header::read(payload) {
-            note_session(&mut f.sessions, &h, ts);
+        if let Some(h) = f.feed.last_header() {
+            note_session(&mut f.sessions, h, ts);
+            // C6 inside a data packet (IEX System Event C).
+            if f.feed.session_ended() {
+                if let Some(s) = f.sessions.iter_mut().rfind(|s| s.id == h.session) {
+                    s.end_of_session = true;
+                }
+            }
         }
     }
 
@@ -210,34 +258,7 @@ impl Replay {
 /// Sessions described per feed; packets of further ones are still replayed.
 const MAX_SESSIONS_SHOWN: usize = 1000;
 
-/// The header of a datagram (wire.md "Packet": session id, channel
-/// sequence, count, big-endian), read without validating the blocks.
-struct Header {
-    session: SessionId,
-    sequence: u64,
-    count: u16,
-}
-
-impl Header {
-    fn read(d: &[u8]) -> Option<Header> {
-        let h: &[u8; HEADER_LEN] = d.get(..HEADER_LEN)?.try_into().ok()?;
-        Some(Header {
-            session: SessionId(h[0..10].try_into().expect("10 bytes")),
-            sequence: u64::from_be_bytes(h[10..18].try_into().expect("8 bytes")),
-            count: u16::from_be_bytes([h[18], h[19]]),
-        })
-    }
-
-    fn kind(&self) -> PacketKind {
-        match self.count {
-            COUNT_HEARTBEAT => PacketKind::Heartbeat,
-            COUNT_END_OF_SESSION => PacketKind::EndOfSession,
-            _ => PacketKind::Data,
-        }
-    }
-}
-
-fn note_session(sessions: &mut Vec<SessionInfo>, p: &Header, ts: i64) {
+fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
     // newest first: a new session's packets are the common case
     let i = match sessions.iter().rposition(|s| s.id == p.session) {
         Some(i) => i,
@@ -262,7 +283,7 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &Header, ts: i64) {
     s.first_ts = s.first_ts.min(ts);
     s.last_ts = s.last_ts.max(ts);
     s.first_sequence = s.first_sequence.min(p.sequence);
-    let next = match p.kind() {
+    let next = match p.kind {
         PacketKind::Data => {
             s.data_packets += 1;
             p.sequence.saturating_add(p.count as u64)
@@ -470,7 +491,13 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     let mut replay = match &args.config {
         Some(path) => replay_from_config(path)?,
         None => {
-            let mode = match args.mode.unwrap_or(ReplayMode::Full) {
+            let venue = args.venue.kind();
+            // venues.md: `mode` does not apply to venue feeds.
+            if venue.is_venue_feed() && args.mode.is_some() {
+                anyhow::bail!("--mode does not apply to --venue {venue} (its quotes are whole)");
+            }
+            let mut settings = FeedSettings::for_venue(venue);
+            settings.mode = match args.mode.unwrap_or(ReplayMode::Full) {
                 ReplayMode::Full => Mode::Full,
                 ReplayMode::Delta => Mode::Delta,
             };
@@ -479,7 +506,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             } else {
                 args.filter.clone()
             };
-            Replay::single_feed(mode, &lines)
+            Replay::single_venue_feed(settings, &lines)
         }
     };
     let stdout = std::io::stdout();
@@ -580,7 +607,36 @@ fn symbol_json(s: &SymbolSummary) -> Value {
         "seq_anomalies": s.seq_anomalies,
         "seq_resyncs": s.seq_resyncs,
         "snapshots_applied": s.snapshots_applied,
+        "trading": if s.halted { "halted" } else { "trading" },
     })
+}
+
+/// `{"Q": 27217, ...}`: messages applied by type, for venues that count.
+fn message_types_json(types: Option<&[u64; 256]>) -> Value {
+    let Some(types) = types else {
+        return Value::Null;
+    };
+    let mut m = Map::new();
+    for (b, &n) in types.iter().enumerate() {
+        if n > 0 {
+            let key = if (b as u8).is_ascii_graphic() {
+                (b as u8 as char).to_string()
+            } else {
+                format!("0x{b:02x}")
+            };
+            m.insert(key, json!(n));
+        }
+    }
+    Value::Object(m)
+}
+
+/// The feed's mode for the tickgate protocol, else its venue.
+fn feed_kind(f: &ReplayFeed) -> &'static str {
+    if f.venue.is_venue_feed() {
+        f.venue.name()
+    } else {
+        mode_name(f.mode)
+    }
 }
 
 fn session_json(s: &SessionInfo) -> Value {
@@ -645,6 +701,7 @@ pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
         feeds.push(json!({
             "name": f.name,
             "mode": mode_name(f.mode),
+            "venue": f.venue.name(),
             "lines": lines,
             "packets": c.packets(),
             "messages": c.messages(),
@@ -665,6 +722,13 @@ pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
             "sessions_ended": c.sessions_ended,
             "session_ended": f.feed.session_ended(),
             "symbols_suspect": f.feed.symbols_suspect(),
+            "symbols_halted": f.feed.symbols().filter(|(_, s)| s.halted).count(),
+            "symbols_quoted": f.feed.symbols().filter(|(_, s)| s.has_quote).count(),
+            "unknown_orders": c.unknown_orders,
+            "orders_overflow": c.orders_overflow,
+            "order_conflicts": c.order_conflicts,
+            "live_orders": c.live_orders,
+            "message_types": message_types_json(f.feed.message_types()),
             "clock_offset_ns": f.feed.clock_offset_ns(),
             "sessions": fsessions,
             "symbols": fsyms,
@@ -749,10 +813,11 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
         let c = f.feed.counters();
         let _ = writeln!(
             s,
-            "\nfeed {} ({}), {} lines",
+            "\nfeed {} ({}), {} {}",
             f.name,
-            mode_name(f.mode),
-            f.lines.len()
+            feed_kind(f),
+            f.lines.len(),
+            if f.lines.len() == 1 { "line" } else { "lines" }
         );
         for (line, l) in f.lines.iter().zip(&c.lines) {
             let _ = writeln!(
@@ -803,8 +868,38 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
             c.stale_session_dropped,
             if f.feed.session_ended() { ", session ended" } else { "" }
         );
+        if f.venue == VenueKind::NasdaqItch {
+            let _ = writeln!(
+                s,
+                "  unknown orders {}, orders overflow {}, order conflicts {}, live orders {}",
+                c.unknown_orders, c.orders_overflow, c.order_conflicts, c.live_orders
+            );
+        }
+        if let Some(types) = f.feed.message_types() {
+            let parts: Vec<String> = types
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(b, n)| match b as u8 {
+                    c if c.is_ascii_graphic() => format!("{} {n}", c as char),
+                    c => format!("0x{c:02x} {n}"),
+                })
+                .collect();
+            let _ = writeln!(s, "  message types: {}", parts.join(", "));
+        }
         let n = f.feed.symbol_count();
-        let _ = writeln!(s, "  {} symbols, {} suspect", n, f.feed.symbols_suspect());
+        let halted = f.feed.symbols().filter(|(_, s)| s.halted).count();
+        if f.venue.is_venue_feed() {
+            let _ = writeln!(
+                s,
+                "  {} symbols, {} suspect, {} halted",
+                n,
+                f.feed.symbols_suspect(),
+                halted
+            );
+        } else {
+            let _ = writeln!(s, "  {} symbols, {} suspect", n, f.feed.symbols_suspect());
+        }
         if n > 0 {
             let _ = writeln!(
                 s,
@@ -816,14 +911,15 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
             for (sym, sm) in syms {
                 let _ = writeln!(
                     s,
-                    "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  {}",
+                    "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  {}{}",
                     sym.to_string(),
                     sm.shown_seq.map_or("-".to_string(), |v| v.to_string()),
                     side_str(sm.bid).unwrap_or_else(|| "-".into()),
                     side_str(sm.ask).unwrap_or_else(|| "-".into()),
                     sm.ticks_lost,
                     sm.stale_dropped,
-                    sm.suspect.map_or("-", |c| c.as_str())
+                    sm.suspect.map_or("-", |c| c.as_str()),
+                    if sm.halted { "  halted" } else { "" }
                 );
             }
         }
@@ -836,7 +932,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_reads_what_the_full_parse_reads() {
+    fn session_notes_take_the_header_the_feed_validated() {
         use crate::wire::{Packet, PacketBuilder, Quote};
         let sid = SessionId::parse("20261130S1").unwrap();
         let sym = Symbol::parse("EURUSD").unwrap();
@@ -847,16 +943,19 @@ mod tests {
         let data = b.bytes().to_vec();
         let hb = PacketBuilder::channel_heartbeat(sid, 43);
         let eos = PacketBuilder::end_of_session(sid, 43);
+        let mut feed = Feed::new(FeedSettings::default(), 1);
         for d in [&data[..], &hb[..], &eos[..]] {
             let p = Packet::parse(d).unwrap();
-            let h = Header::read(d).unwrap();
+            feed.on_datagram(0, d, 1);
+            let h = feed.last_header().unwrap();
             assert_eq!(
-                (h.session, h.sequence, h.count, h.kind()),
-                (p.session, p.sequence, p.count, p.kind())
+                (h.session, h.sequence, h.count, h.kind),
+                (p.session, p.sequence, p.message_count(), p.kind())
             );
         }
-        assert_eq!(Header::read(&data).unwrap().count, 2);
-        assert!(Header::read(&hb[..HEADER_LEN - 1]).is_none());
+        // An invalid datagram leaves the last valid header.
+        feed.on_datagram(0, &hb[..19], 2);
+        assert_eq!(feed.last_header().unwrap().kind, PacketKind::EndOfSession);
     }
 
     #[test]

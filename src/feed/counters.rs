@@ -106,6 +106,8 @@ pub struct SymbolSummary {
     pub suspect: Option<SuspectCause>,
     /// S7: verified since the last channel gap.
     pub verified: bool,
+    /// V2: the venue says the symbol is not trading.
+    pub halted: bool,
     pub ticks_lost: u64,
     pub stale_dropped: u64,
     pub seq_anomalies: u64,

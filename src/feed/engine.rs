@@ -14,9 +14,11 @@ use super::verdict::{resolve_cause, Thresholds};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_TRUST_GAP,
-    FEED_TRUST_LATE_JOIN,
+    FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
-use crate::venue::{AnyVenue, Count, DatagramError, Policy, Rules, Venue, VenueKind};
+use crate::venue::{
+    AnyVenue, ChannelHeader, Count, DatagramError, Policy, Rules, Venue, VenueKind,
+};
 use crate::wire::{Heartbeat, Quote, SessionId, Side, Symbol};
 
 /// What one datagram did.
@@ -48,6 +50,9 @@ pub struct Feed<P: Publish = NoPublish> {
     publisher: P,
     venue: AnyVenue,
     policy: Policy,
+    /// The channel header of the latest valid datagram (for replay's
+    /// session notes, without parsing it again).
+    last_header: Option<ChannelHeader>,
 }
 
 impl Feed<NoPublish> {
@@ -83,6 +88,7 @@ impl<P: Publish> Feed<P> {
             publisher,
             venue,
             policy,
+            last_header: None,
         };
         feed.view.offset_ns = feed.clock.offset_ns();
         feed.publisher.publish_feed(&feed.view);
@@ -100,6 +106,18 @@ impl<P: Publish> Feed<P> {
 
     pub fn venue(&self) -> VenueKind {
         self.venue.kind()
+    }
+
+    /// The channel header of the latest datagram the venue found valid
+    /// (duplicates and packets of stale sessions included).
+    pub fn last_header(&self) -> Option<&ChannelHeader> {
+        self.last_header.as_ref()
+    }
+
+    /// Messages applied, by type byte (venues that count them), e.g. to
+    /// prove a capture's message mix.
+    pub fn message_types(&self) -> Option<&[u64; 256]> {
+        self.venue.message_types()
     }
 
     pub fn counters(&self) -> &FeedCounters {
@@ -239,6 +257,7 @@ impl<P: Publish> Feed<P> {
                 return DatagramOutcome::Invalid(e);
             }
         };
+        self.last_header = Some(header.channel);
         let lc = &mut self.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
@@ -426,6 +445,8 @@ impl<P: Publish> Feed<P> {
             quote_source_ts: has_quote.then_some(v.source_ts),
             suspect: (cause != SuspectCause::None).then_some(cause),
             verified: v.verified_epoch == self.view.gap_epoch,
+            // V2; a pending session change has forgotten it (C5).
+            halted: session_current && v.flags & SYM_HALTED != 0,
             ticks_lost: st.ticks_lost,
             stale_dropped: st.stale_dropped,
             seq_anomalies: st.seq_anomalies,

@@ -241,6 +241,11 @@ pub trait Venue {
         0
     }
 
+    /// Messages applied by type byte, for venues that count them.
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        None
+    }
+
     /// The symbol of the datagram's first message, read without
     /// validating anything, for prefetch hints only.
     #[inline]
@@ -277,7 +282,7 @@ impl AnyVenue {
     pub fn new(s: &VenueSettings) -> AnyVenue {
         match s.kind {
             VenueKind::Tickgate => AnyVenue::Tickgate(tickgate::Tickgate),
-            VenueKind::IexTops => AnyVenue::IexTops(iex_tops::IexTops),
+            VenueKind::IexTops => AnyVenue::IexTops(iex_tops::IexTops::default()),
             VenueKind::NasdaqItch => {
                 AnyVenue::NasdaqItch(Box::new(nasdaq_itch::NasdaqItch::new(s.max_orders)))
             }
@@ -332,6 +337,10 @@ impl Venue for AnyVenue {
     #[inline]
     fn live_orders(&self) -> u64 {
         each_venue!(self, v => v.live_orders())
+    }
+
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        each_venue!(self, v => v.message_types())
     }
 
     #[inline]

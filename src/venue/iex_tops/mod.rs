@@ -62,8 +62,18 @@ pub fn session_id(id: u32) -> SessionId {
     SessionId(out)
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct IexTops;
+pub struct IexTops {
+    /// Messages applied, by type byte.
+    types: Box<[u64; 256]>,
+}
+
+impl Default for IexTops {
+    fn default() -> IexTops {
+        IexTops {
+            types: Box::new([0; 256]),
+        }
+    }
+}
 
 #[inline]
 fn le_i64(b: &[u8]) -> i64 {
@@ -103,6 +113,10 @@ impl Venue for IexTops {
 
     fn on_session_start(&mut self, _now: i64, _first_session: bool) {}
 
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        Some(&self.types)
+    }
+
     fn apply<R: Rules>(
         &mut self,
         datagram: &[u8],
@@ -115,6 +129,7 @@ impl Venue for IexTops {
         let seg = Segment::validated(datagram);
         for (i, msg) in seg.messages().enumerate().skip(skip as usize) {
             let seq = first.saturating_add(i as u64);
+            self.types[msg[0] as usize] += 1;
             let Some(size) = message_size(msg[0]) else {
                 rules.count(Count::UnknownMessage);
                 continue;
