@@ -13,4 +13,5 @@ pub mod feed;
 pub mod fills;
 pub mod gate;
 pub mod metrics;
+pub mod venue;
 pub mod wire;
