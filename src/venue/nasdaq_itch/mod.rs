@@ -1,20 +1,148 @@
 //! `nasdaq-itch`: Nasdaq TotalView-ITCH 5.0 over MoldUDP64 (venues.md).
-//! Work in progress: framing only; the books come next.
+//! MoldUDP64 framing and the channel rules exactly as wire.md, ITCH 5.0
+//! message sizes (`messages`); order messages build per-locate books
+//! (`book`, `orders`), and after each packet a book whose best bid or
+//! offer changed gives its symbol a new quote (V1). Stock Trading Action
+//! and Operational Halt are the trading state (V2). The trust rules that
+//! replace S7 for this venue (late join, channel gap) are the engine's
+//! `Policy::trust_from_start`, judged in `feed::verdict`. Sans-I/O.
 
+pub mod book;
+pub mod messages;
+pub mod orders;
+
+use jiff::tz::TimeZone;
+
+use self::book::{Bbo, Books, Level, OrderError};
+use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
-use super::{Applied, DatagramError, Header, Policy, Rules, Venue};
-use crate::wire::Packet;
+use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
+use crate::wire::{Packet, Side, Symbol};
+
+/// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
+pub const PRICE_SCALE: i64 = 100_000;
+
+/// V2 halt sources: halted while either says so.
+const HALT_TRADING_ACTION: u8 = 1;
+const HALT_OPERATIONAL: u8 = 2;
+
+const NO_SLOT: u32 = u32::MAX;
+const LOCATES: usize = 1 << 16;
+
+/// What the adapter keeps per stock locate.
+#[derive(Clone, Copy, Debug)]
+struct Locate {
+    /// The feed's symbol slot the locate names (`NO_SLOT`: none yet, or
+    /// the symbol table was full).
+    slot: u32,
+    symbol: Symbol,
+    /// The book's best as of the end of the last packet that touched it:
+    /// what the symbol's quote was last set from.
+    published: Bbo,
+    /// In the dirty list of the packet being applied.
+    dirty: bool,
+    /// The last message of this packet whose own effect changed the best:
+    /// its channel sequence and time (the quote's `seq` and `source_ts`).
+    change_seq: u64,
+    change_ts: i64,
+}
+
+impl Default for Locate {
+    fn default() -> Locate {
+        Locate {
+            slot: NO_SLOT,
+            symbol: Symbol::default(),
+            published: Bbo::default(),
+            dirty: false,
+            change_seq: 0,
+            change_ts: 0,
+        }
+    }
+}
 
 pub struct NasdaqItch {
-    _max_orders: usize,
+    books: Books,
+    locates: Vec<Locate>,
+    /// Locates touched by the packet being applied (capacity: every locate,
+    /// so pushing never allocates).
+    dirty: Vec<u16>,
+    /// Unix ns of New York midnight of the session's date.
+    midnight_ns: i64,
+    new_york: TimeZone,
+    /// Messages applied, by type byte.
+    types: Box<[u64; 256]>,
 }
 
 impl NasdaqItch {
     pub fn new(max_orders: usize) -> NasdaqItch {
         NasdaqItch {
-            _max_orders: max_orders,
+            books: Books::new(max_orders),
+            locates: vec![Locate::default(); LOCATES],
+            dirty: Vec::with_capacity(LOCATES),
+            midnight_ns: 0,
+            // The zone database is built into the binary (jiff's
+            // tzdb-bundle-always): this cannot fail at run time.
+            new_york: TimeZone::get("America/New_York")
+                .expect("America/New_York is in the bundled zone database"),
+            types: Box::new([0; 256]),
         }
     }
+
+    /// The books (for tests and diagnostics).
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// The locate's symbol slot, naming it first if `stock` is new to it.
+    #[inline]
+    fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
+        let l = &mut self.locates[locate as usize];
+        if l.slot == NO_SLOT || l.symbol != stock {
+            l.slot = rules.symbol(stock).unwrap_or(NO_SLOT);
+            l.symbol = stock;
+        }
+        (l.slot != NO_SLOT).then_some(l.slot)
+    }
+
+    /// After a book operation on `locate` whose best was `before`: note the
+    /// message if its own effect changed the best, and mark the locate for
+    /// the end of the packet.
+    #[inline]
+    fn touched(&mut self, locate: u16, before: Bbo, seq: u64, ts: i64) {
+        let l = &mut self.locates[locate as usize];
+        if self.books.best(locate) != before {
+            l.change_seq = seq;
+            l.change_ts = ts;
+        }
+        if !l.dirty {
+            l.dirty = true;
+            self.dirty.push(locate);
+        }
+    }
+
+    /// The New York calendar date of `now`, its midnight as Unix ns.
+    fn new_york_midnight(&self, now: i64) -> i64 {
+        let at =
+            jiff::Timestamp::from_nanosecond(now as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        self.new_york
+            .to_datetime(at)
+            .date()
+            .to_zoned_datetime(self.new_york.clone())
+            .map_or(0, |z| z.timestamp().as_nanosecond() as i64)
+    }
+}
+
+#[inline]
+fn side(level: Option<Level>) -> Option<Side> {
+    level.map(|l| Side {
+        px: l.price as i64 * PRICE_SCALE,
+        qty: l.shares,
+    })
+}
+
+#[inline]
+fn itch_min_len(kind: u8) -> usize {
+    message_size(kind).unwrap_or(1)
 }
 
 impl Venue for NasdaqItch {
@@ -25,13 +153,230 @@ impl Venue for NasdaqItch {
         }
     }
 
+    #[inline]
     fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
-        Ok(mold_header(&Packet::parse_with(datagram, |_| 1)?))
+        // wire.md framing; a known ITCH type shorter than its size is
+        // invalid, longer is fine (bytes past its size are ignored).
+        Ok(mold_header(&Packet::parse_with(datagram, itch_min_len)?))
     }
 
-    fn on_session_start(&mut self, _now: i64, _first_session: bool) {}
+    fn on_session_start(&mut self, now: i64, first_session: bool) {
+        // The session's date: the New York date of its first packet.
+        self.midnight_ns = self.new_york_midnight(now);
+        if !first_session {
+            // C5: a new session empties every book; locates are the
+            // session's own numbering.
+            self.books.clear();
+            self.locates.fill(Locate::default());
+        }
+    }
 
-    fn apply<R: Rules>(&mut self, _: &[u8], _: &Header, _: u16, _: &mut R) -> Applied {
-        Applied::default()
+    fn apply<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied {
+        let now = rules.now();
+        let mut out = Applied::default();
+        let first = header.channel.sequence;
+        let packet = Packet::validated(datagram);
+        for (i, block) in packet.blocks().enumerate().skip(skip as usize) {
+            let seq = first.saturating_add(i as u64);
+            self.types[block[0] as usize] += 1;
+            let Some(msg) = messages::decode(block) else {
+                rules.count(Count::UnknownMessage);
+                continue;
+            };
+            let ts = self.midnight_ns.saturating_add(msg.timestamp() as i64);
+            out.stamp(now, ts);
+            match msg {
+                Message::StockDirectory { header, stock } => {
+                    self.name(header.locate, stock, rules);
+                }
+                Message::AddOrder {
+                    header,
+                    order_ref,
+                    side,
+                    shares,
+                    stock,
+                    price,
+                    ..
+                } => {
+                    let slot = self.name(header.locate, stock, rules);
+                    let before = self.books.best(header.locate);
+                    match self
+                        .books
+                        .add(header.locate, order_ref, side, shares, price)
+                    {
+                        Ok(()) => self.touched(header.locate, before, seq, ts),
+                        Err(OrderError::Overflow) => {
+                            // The book misses an order until the next session.
+                            rules.count(Count::OrderOverflow);
+                            if let Some(slot) = slot {
+                                rules.suspect_gap(slot);
+                            }
+                        }
+                        Err(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
+                        Err(_) => rules.count(Count::OrderConflict),
+                    }
+                }
+                Message::AddOrderBadSide { header, stock, .. } => {
+                    // It still names its locate's symbol (venues.md).
+                    self.name(header.locate, stock, rules);
+                    rules.count(Count::InvalidMessage);
+                }
+                Message::Executed {
+                    order_ref, shares, ..
+                }
+                | Message::Cancel {
+                    order_ref, shares, ..
+                } => self.on_order(self_reduce(order_ref, shares), seq, ts, rules),
+                Message::Delete { order_ref, .. } => {
+                    self.on_order(OrderOp::Delete(order_ref), seq, ts, rules)
+                }
+                Message::Replace {
+                    original,
+                    new_ref,
+                    shares,
+                    price,
+                    ..
+                } => self.on_order(
+                    OrderOp::Replace {
+                        original,
+                        new_ref,
+                        shares,
+                        price,
+                    },
+                    seq,
+                    ts,
+                    rules,
+                ),
+                Message::TradingAction {
+                    header,
+                    stock,
+                    state,
+                    ..
+                } => {
+                    let Some(slot) = self.name(header.locate, stock, rules) else {
+                        continue;
+                    };
+                    // V2: H halted, P paused, Q quotation only; T trading.
+                    match state {
+                        b'H' | b'P' | b'Q' => rules.set_halt(slot, HALT_TRADING_ACTION, true),
+                        b'T' => rules.set_halt(slot, HALT_TRADING_ACTION, false),
+                        _ => {}
+                    }
+                }
+                Message::OperationalHalt {
+                    header,
+                    stock,
+                    action,
+                    ..
+                } => {
+                    let Some(slot) = self.name(header.locate, stock, rules) else {
+                        continue;
+                    };
+                    // V2: H halted; T that halt ends, whatever the market.
+                    match action {
+                        b'H' => rules.set_halt(slot, HALT_OPERATIONAL, true),
+                        b'T' => rules.set_halt(slot, HALT_OPERATIONAL, false),
+                        _ => {}
+                    }
+                }
+                Message::SystemEvent { .. } | Message::Other { .. } => {}
+            }
+        }
+        // V1: a book whose best changed over the packet quotes anew; one
+        // that changed and came back does not.
+        for &locate in &self.dirty {
+            let l = &mut self.locates[locate as usize];
+            l.dirty = false;
+            let best = self.books.best(locate);
+            if best == l.published {
+                continue;
+            }
+            l.published = best;
+            if l.slot != NO_SLOT {
+                rules.venue_quote(
+                    l.slot,
+                    l.change_seq,
+                    l.change_ts,
+                    side(best.bid),
+                    side(best.ask),
+                );
+            }
+        }
+        self.dirty.clear();
+        out
+    }
+
+    fn live_orders(&self) -> u64 {
+        self.books.live_orders() as u64
+    }
+
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        Some(&self.types)
+    }
+}
+
+/// An order message acting on an order the book may hold.
+#[derive(Clone, Copy, Debug)]
+enum OrderOp {
+    Reduce {
+        order_ref: u64,
+        shares: u32,
+    },
+    Delete(u64),
+    Replace {
+        original: u64,
+        new_ref: u64,
+        shares: u32,
+        price: u32,
+    },
+}
+
+#[inline]
+fn self_reduce(order_ref: u64, shares: u32) -> OrderOp {
+    OrderOp::Reduce { order_ref, shares }
+}
+
+impl NasdaqItch {
+    /// E, C, X, D, U: act on the book of the order's own locate. An order
+    /// the book does not hold changes nothing and is counted.
+    #[inline]
+    fn on_order<R: Rules>(&mut self, op: OrderOp, seq: u64, ts: i64, rules: &mut R) {
+        // The order's locate, to read its best before the change.
+        let order_ref = match op {
+            OrderOp::Reduce { order_ref, .. } | OrderOp::Delete(order_ref) => order_ref,
+            OrderOp::Replace { original, .. } => original,
+        };
+        let Some(order) = self.books.order(order_ref) else {
+            rules.count(Count::UnknownOrder);
+            return;
+        };
+        let before = self.books.best(order.locate);
+        let result = match op {
+            OrderOp::Reduce { order_ref, shares } => self.books.reduce(order_ref, shares),
+            OrderOp::Delete(order_ref) => self.books.delete(order_ref),
+            OrderOp::Replace {
+                original,
+                new_ref,
+                shares,
+                price,
+            } => self.books.replace(original, new_ref, shares, price),
+        };
+        match result {
+            Ok(effect) => {
+                self.touched(effect.locate, before, seq, ts);
+                match effect.error {
+                    None => {}
+                    Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
+                    Some(_) => rules.count(Count::OrderConflict),
+                }
+            }
+            Err(_) => rules.count(Count::UnknownOrder),
+        }
     }
 }

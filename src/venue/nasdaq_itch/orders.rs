@@ -1,0 +1,336 @@
+//! The per-feed order table: order reference -> (live shares, price level).
+//!
+//! Fixed-capacity open addressing with linear probing and backward-shift
+//! deletion (no tombstones, so a long day of adds and deletes never
+//! degrades probes). All storage is one zeroed allocation made in `new`
+//! (`vec![[0u64; 2]; n]` is a calloc: untouched pages are never resident).
+//!
+//! Slot: 16 bytes, `[order ref, shares | level << 32]`; `level == 0` marks
+//! an empty slot (level 0 is the book's null node). The capacity is the
+//! power of two at or above 1.5 x `max_orders` (load at most 2/3; 10M
+//! orders: 2^24 slots, 256 MiB of virtual memory).
+//!
+//! Where a reference lands is the [`RefHash`] type parameter. The book uses
+//! [`Sequential`] (`slot = ref & mask`): Nasdaq numbers orders
+//! sequentially through the day, so consecutive adds fill consecutive
+//! slots (one cache line holds 4), the executions and cancels that follow
+//! soon after find their order in cache, and refs that are live at the
+//! same time rarely collide (two refs collide only when they differ by a
+//! multiple of the capacity). [`Scattered`] (Fibonacci hashing) is there
+//! for comparison in `benches/itch_book.rs` and for ref streams that are
+//! strided by a power of two, where `Sequential` would cluster.
+
+use std::marker::PhantomData;
+
+/// Maps an order reference to its home slot in a table of `1 << bits`.
+pub trait RefHash {
+    fn home(order_ref: u64, bits: u32) -> usize;
+}
+
+/// `ref & mask`: keeps sequential refs in sequential slots.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequential;
+
+impl RefHash for Sequential {
+    #[inline(always)]
+    fn home(order_ref: u64, bits: u32) -> usize {
+        (order_ref & ((1u64 << bits) - 1)) as usize
+    }
+}
+
+/// Fibonacci hashing (top bits of `ref * 2^64/phi`): spreads any pattern.
+#[derive(Debug, Clone, Copy)]
+pub struct Scattered;
+
+impl RefHash for Scattered {
+    #[inline(always)]
+    fn home(order_ref: u64, bits: u32) -> usize {
+        (order_ref.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+}
+
+/// A live order as the table holds it: its shares and its level's index
+/// (never 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Order {
+    pub shares: u32,
+    pub level: u32,
+}
+
+/// Fixed-capacity map from order reference to [`Order`].
+pub struct OrderTable<H: RefHash = Sequential> {
+    slots: Vec<[u64; 2]>,
+    bits: u32,
+    len: usize,
+    _hash: PhantomData<H>,
+}
+
+#[inline(always)]
+fn pack(o: Order) -> u64 {
+    o.shares as u64 | (o.level as u64) << 32
+}
+
+#[inline(always)]
+fn unpack(w: u64) -> Order {
+    Order {
+        shares: w as u32,
+        level: (w >> 32) as u32,
+    }
+}
+
+impl<H: RefHash> OrderTable<H> {
+    /// A table that can hold `max_orders` orders with room to spare (the
+    /// caller enforces the limit; the table is never filled, so a probe
+    /// always meets an empty slot).
+    pub fn new(max_orders: usize) -> OrderTable<H> {
+        let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
+        let cap = want.next_power_of_two().max(2);
+        OrderTable {
+            slots: vec![[0u64; 2]; cap],
+            bits: cap.trailing_zeros(),
+            len: 0,
+            _hash: PhantomData,
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// `Ok(slot)` where `order_ref` is, or `Err(slot)`: the empty slot
+    /// where it would go.
+    #[inline]
+    pub fn probe(&self, order_ref: u64) -> Result<usize, usize> {
+        let mask = self.mask();
+        let mut i = H::home(order_ref, self.bits);
+        loop {
+            let s = self.slots[i];
+            if s[1] >> 32 == 0 {
+                return Err(i);
+            }
+            if s[0] == order_ref {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, order_ref: u64) -> Option<Order> {
+        self.probe(order_ref).ok().map(|i| self.at(i))
+    }
+
+    /// The order in an occupied slot.
+    #[inline(always)]
+    pub fn at(&self, slot: usize) -> Order {
+        unpack(self.slots[slot][1])
+    }
+
+    /// Changes the shares of the order in an occupied slot.
+    #[inline(always)]
+    pub fn set_shares(&mut self, slot: usize, shares: u32) {
+        let w = &mut self.slots[slot][1];
+        *w = (*w & !0xFFFF_FFFF) | shares as u64;
+    }
+
+    /// Fills the empty slot `probe` returned. `order.level` must not be 0.
+    #[inline]
+    pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
+        debug_assert!(order.level != 0);
+        debug_assert!(self.slots[slot][1] >> 32 == 0);
+        debug_assert!(self.len + 1 < self.slots.len());
+        self.slots[slot] = [order_ref, pack(order)];
+        self.len += 1;
+    }
+
+    /// Empties an occupied slot, then moves later entries of its probe run
+    /// back so that every entry stays reachable from its home without
+    /// tombstones.
+    #[inline]
+    pub fn remove_at(&mut self, slot: usize) {
+        let mask = self.mask();
+        let mut hole = slot;
+        let mut j = slot;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.slots[j];
+            if s[1] >> 32 == 0 {
+                break;
+            }
+            let home = H::home(s[0], self.bits);
+            // The entry at j may fill the hole when the hole lies on its
+            // probe path, i.e. within the cyclic range [home, j].
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = s;
+                hole = j;
+            }
+        }
+        self.slots[hole] = [0, 0];
+        self.len -= 1;
+    }
+
+    /// Empties the table by replacing its storage with a fresh zeroed
+    /// allocation: the old pages are returned to the system (cost
+    /// proportional to the pages that were resident, in the kernel) and
+    /// the new ones cost a page fault each when first touched again. No
+    /// slot is written.
+    pub fn clear(&mut self) {
+        let cap = self.slots.len();
+        // Free first so that two tables never exist at once.
+        self.slots = Vec::new();
+        self.slots = vec![[0u64; 2]; cap];
+        self.len = 0;
+    }
+
+    /// Every live order with its reference, in slot order (O(capacity):
+    /// diagnostics and tests).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Order)> + '_ {
+        self.slots
+            .iter()
+            .filter(|s| s[1] >> 32 != 0)
+            .map(|s| (s[0], unpack(s[1])))
+    }
+
+    /// Length of the probe from each live order's home to its slot, summed
+    /// (diagnostics and benches: 0 means no collision at all).
+    pub fn total_displacement(&self) -> u64 {
+        let mask = self.mask();
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s[1] >> 32 != 0)
+            .map(|(i, s)| (i.wrapping_sub(H::home(s[0], self.bits)) & mask) as u64)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn o(shares: u32, level: u32) -> Order {
+        Order { shares, level }
+    }
+
+    #[test]
+    fn capacity_leaves_room() {
+        assert_eq!(OrderTable::<Sequential>::new(0).capacity(), 2);
+        assert_eq!(OrderTable::<Sequential>::new(1).capacity(), 2);
+        assert_eq!(OrderTable::<Sequential>::new(3).capacity(), 8);
+        assert_eq!(
+            OrderTable::<Sequential>::new(10_000_000).capacity(),
+            1 << 24
+        );
+    }
+
+    #[test]
+    fn insert_get_set_remove() {
+        let mut t = OrderTable::<Sequential>::new(4);
+        let slot = t.probe(7).unwrap_err();
+        t.insert_at(slot, 7, o(100, 3));
+        assert_eq!(t.get(7), Some(o(100, 3)));
+        assert_eq!(t.len(), 1);
+        let slot = t.probe(7).unwrap();
+        t.set_shares(slot, 40);
+        assert_eq!(t.get(7), Some(o(40, 3)));
+        t.remove_at(slot);
+        assert_eq!(t.get(7), None);
+        assert!(t.is_empty());
+    }
+
+    /// Refs that share a home slot, removed in every position of the run,
+    /// including runs that wrap past the end of the table.
+    fn colliding_run<H: RefHash>() {
+        for first in 0..8u64 {
+            for victim in 0..5usize {
+                let mut t = OrderTable::<H>::new(5); // 8 slots
+                let refs: Vec<u64> = (0..5).map(|k| first + 6 + k * 8).collect();
+                for (k, &r) in refs.iter().enumerate() {
+                    let s = t.probe(r).unwrap_err();
+                    t.insert_at(s, r, o(k as u32 + 1, 1));
+                }
+                t.remove_at(t.probe(refs[victim]).unwrap());
+                for (k, &r) in refs.iter().enumerate() {
+                    let want = (k != victim).then(|| o(k as u32 + 1, 1));
+                    assert_eq!(t.get(r), want, "first {first} victim {victim} ref {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backward_shift_keeps_every_entry_reachable() {
+        colliding_run::<Sequential>();
+        colliding_run::<Scattered>();
+    }
+
+    /// A deterministic random walk against a HashMap, on a small table so
+    /// that runs collide and wrap.
+    fn random_walk<H: RefHash>() {
+        let mut t = OrderTable::<H>::new(40);
+        let mut model: HashMap<u64, Order> = HashMap::new();
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let r = (x >> 8) % 97 * if x & 1 == 0 { 1 } else { 64 };
+            match t.probe(r) {
+                Ok(slot) => {
+                    assert_eq!(Some(&t.at(slot)), model.get(&r));
+                    t.remove_at(slot);
+                    model.remove(&r);
+                }
+                Err(slot) => {
+                    assert!(!model.contains_key(&r));
+                    if model.len() < 40 {
+                        let v = o(x as u32 >> 8, (x >> 40) as u32 | 1);
+                        t.insert_at(slot, r, v);
+                        model.insert(r, v);
+                    }
+                }
+            }
+            assert_eq!(t.len(), model.len());
+        }
+        for (r, v) in &model {
+            assert_eq!(t.get(*r), Some(*v));
+        }
+    }
+
+    #[test]
+    fn random_walk_matches_a_hashmap() {
+        random_walk::<Sequential>();
+        random_walk::<Scattered>();
+    }
+
+    #[test]
+    fn clear_empties() {
+        let mut t = OrderTable::<Sequential>::new(10);
+        for r in 0..10 {
+            let s = t.probe(r).unwrap_err();
+            t.insert_at(s, r, o(1, 1));
+        }
+        assert_eq!(t.total_displacement(), 0);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.capacity(), 16);
+        for r in 0..10 {
+            assert_eq!(t.get(r), None);
+        }
+    }
+}
