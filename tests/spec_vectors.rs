@@ -6,6 +6,9 @@
 //!   name describes), and fed to a `Feed` it counts one invalid packet and
 //!   changes nothing else.
 
+#[path = "common/captures.rs"]
+mod captures;
+
 use serde_json::Value;
 use tickgate::feed::{Feed, FeedSettings};
 use tickgate::wire::{
@@ -186,21 +189,10 @@ fn invalid_vectors_are_rejected_and_change_nothing() {
 
 /// UDP payloads of a capture in `shared/fixtures/real/`.
 fn real_payloads(file: &str) -> Vec<Vec<u8>> {
-    let path = format!(
+    captures::udp_payloads(&format!(
         "{}/../shared/fixtures/real/{file}",
         env!("CARGO_MANIFEST_DIR")
-    );
-    let mut reader = pcap_file::pcap::PcapReader::new(std::fs::File::open(&path).unwrap()).unwrap();
-    let mut out = Vec::new();
-    while let Some(p) = reader.next_packet() {
-        let p = p.unwrap();
-        let sliced = etherparse::SlicedPacket::from_ethernet(&p.data).unwrap();
-        match sliced.transport {
-            Some(etherparse::TransportSlice::Udp(udp)) => out.push(udp.payload().to_vec()),
-            other => panic!("{file}: not UDP: {other:?}"),
-        }
-    }
-    out
+    ))
 }
 
 /// Real Nasdaq MoldUDP64 traffic frames correctly: ITCH messages are
