@@ -125,6 +125,16 @@ stats! {
             "Packets of a replaced or ended session, dropped (C5, C6).";
         symbols_overflow: Counter, "tickgate_feed_symbols_overflow_total",
             "Messages for new symbols ignored because the symbol table was full (max_symbols).";
+        unknown_orders: Counter, "tickgate_feed_unknown_orders_total",
+            "nasdaq-itch: order messages naming an order the book does not hold (venues.md).";
+        orders_overflow: Counter, "tickgate_feed_orders_overflow_total",
+            "nasdaq-itch: Adds that did not fit the order table (max_orders); the symbol is suspect gap.";
+        order_conflicts: Counter, "tickgate_feed_order_conflicts_total",
+            "nasdaq-itch: an order reference reused while live, or an execution or cancel larger than the order.";
+        live_orders: Gauge, "tickgate_feed_live_orders",
+            "nasdaq-itch: live orders in the feed's books.";
+        symbols_halted: Gauge, "tickgate_feed_symbols_halted",
+            "Symbols the venue says are not trading (venues.md V2).";
         symbols: Gauge, "tickgate_feed_symbols",
             "Symbols the feed tracks.";
         symbols_suspect: Gauge, "tickgate_feed_symbols_suspect",

@@ -166,6 +166,7 @@ pub struct FeedWriter {
     last_publish: i64,
     last_suspect: i64,
     symbols_suspect: u64,
+    symbols_halted: u64,
     /// Feed-wide thresholds set by a reload, when they differ from the
     /// ones the feed was created with: symbols created later get the
     /// feed's original defaults from the core, so they are corrected here.
@@ -193,6 +194,7 @@ impl FeedWriter {
             last_publish: i64::MIN,
             last_suspect: i64::MIN,
             symbols_suspect: 0,
+            symbols_halted: 0,
             reloaded: None,
             corrected: 0,
         };
@@ -207,6 +209,7 @@ impl FeedWriter {
     pub fn publish(&mut self, now: i64) {
         if now.saturating_sub(self.last_suspect) >= SUSPECT_EVERY_NS {
             self.symbols_suspect = self.feed.symbols_suspect() as u64;
+            self.symbols_halted = self.feed.symbols_halted() as u64;
             self.last_suspect = now;
         }
         let c = self.feed.counters();
@@ -226,6 +229,11 @@ impl FeedWriter {
             sessions_ended: c.sessions_ended,
             stale_session_dropped: c.stale_session_dropped,
             symbols_overflow: c.symbols_overflow,
+            unknown_orders: c.unknown_orders,
+            orders_overflow: c.orders_overflow,
+            order_conflicts: c.order_conflicts,
+            live_orders: c.live_orders,
+            symbols_halted: self.symbols_halted,
             symbols: self.feed.symbol_count() as u64,
             symbols_suspect: self.symbols_suspect,
             session_ended: u64::from(self.feed.session_ended()),

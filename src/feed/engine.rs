@@ -458,6 +458,15 @@ impl<P: Publish> Feed<P> {
         }
     }
 
+    /// Symbols the venue says are not trading (V2; computed: O(symbols)).
+    pub fn symbols_halted(&self) -> usize {
+        let epoch = self.view.session_epoch;
+        self.symbols
+            .iter()
+            .filter(|st| st.view.session_epoch == epoch && st.view.flags & SYM_HALTED != 0)
+            .count()
+    }
+
     /// Symbols currently suspect or unverified (computed: O(symbols)).
     pub fn symbols_suspect(&self) -> usize {
         self.symbols
