@@ -6,8 +6,10 @@
 //! message sequence; the segment's send time is the channel's time (V3)
 //! and the clock sample (V5).
 
+mod encode;
 mod segment;
 
+pub use encode::SegmentBuilder;
 pub use segment::{IexError, Segment, MESSAGE_PROTOCOL, SEGMENT_HEADER_LEN};
 
 use super::{Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, Venue};
