@@ -7,6 +7,7 @@ pub mod pcap;
 pub mod record;
 pub mod replay;
 pub mod simulate;
+pub mod venue_sim;
 
 pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};
 pub use pcap::{

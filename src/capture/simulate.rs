@@ -25,6 +25,9 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::pcap::PcapWriter;
+use super::replay::VenueArg;
+use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
+use crate::venue::VenueKind;
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
     FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
@@ -123,6 +126,10 @@ pub struct SimConfig {
     pub bad_seq_at_ns: Option<i64>,
     /// Send an end-of-session packet at the end.
     pub end_session: bool,
+    /// The venue whose traffic the provider sends (venues.md).
+    pub venue: VenueKind,
+    /// nasdaq-itch: live orders the flow holds its books around.
+    pub orders: usize,
 }
 
 impl SimConfig {
@@ -145,6 +152,8 @@ impl SimConfig {
             session_change_at_ns: None,
             bad_seq_at_ns: None,
             end_session: false,
+            venue: VenueKind::Tickgate,
+            orders: 10_000,
         }
     }
 
@@ -157,6 +166,18 @@ impl SimConfig {
         }
         if self.lines.is_empty() {
             bail!("at least one line is needed");
+        }
+        if self.venue.is_venue_feed() {
+            // Venue feeds have no per-symbol sequence, heartbeat or snapshot.
+            if self.bad_seq_at_ns.is_some() {
+                bail!("--bad-seq-at applies to the tickgate protocol only");
+            }
+            if self.mode != SimMode::Full {
+                bail!("--mode does not apply to --venue {}", self.venue);
+            }
+            if self.symbols > 65_535 {
+                bail!("--symbols must be 1..=65535 for a venue (one stock locate each)");
+            }
         }
         if self.duration_ns < 0 || self.start_ns < 0 {
             bail!("start and duration must not be negative");
@@ -364,6 +385,11 @@ pub struct Simulator {
     rx_next: u64,
     rx_ended: bool,
     bad_seq_packet: Option<(u32, u64)>,
+    /// A venue's flow fills the packets instead of the tickgate protocol.
+    flow: Option<Box<dyn VenueFlow>>,
+    venue_buf: Vec<u8>,
+    /// The data packet that ends its session (IEX System Event C).
+    ending_packet: Option<(u32, u64)>,
     truth: SimTruth,
 }
 
@@ -398,7 +424,11 @@ impl Simulator {
         let min_delay = cfg.lines.iter().map(|l| l.delay_ns).min().unwrap_or(0);
         let truth = SimTruth {
             seed: cfg.seed,
-            mode: format!("{:?}", cfg.mode).to_lowercase(),
+            mode: if cfg.venue.is_venue_feed() {
+                cfg.venue.name().to_string()
+            } else {
+                format!("{:?}", cfg.mode).to_lowercase()
+            },
             symbols: cfg.symbols,
             start_ns: start,
             end_ns: start.saturating_add(cfg.duration_ns),
@@ -444,6 +474,18 @@ impl Simulator {
             rx_next: 0,
             rx_ended: false,
             bad_seq_packet: None,
+            flow: match cfg.venue {
+                VenueKind::Tickgate => None,
+                VenueKind::IexTops => Some(Box::new(IexFlow::new(cfg.symbols, cfg.seed))),
+                VenueKind::NasdaqItch => Some(Box::new(ItchFlow::new(
+                    cfg.symbols,
+                    cfg.orders,
+                    start,
+                    cfg.seed,
+                ))),
+            },
+            venue_buf: Vec::with_capacity(MAX_DATAGRAM),
+            ending_packet: None,
             truth,
             market,
             faults,
@@ -452,7 +494,14 @@ impl Simulator {
             cfg,
         };
         sim.session = sim.session_id(0);
-        sim.truth.sessions.push(sim.session.to_string());
+        let name = match sim.flow.as_mut() {
+            Some(flow) => {
+                flow.start_session(0, start);
+                flow.session_name()
+            }
+            None => sim.session.to_string(),
+        };
+        sim.truth.sessions.push(name);
         sim.next_data_t = start.saturating_add(sim.jitter());
         Ok(sim)
     }
@@ -552,6 +601,18 @@ impl Simulator {
             }
         }
         if self.rx_ended {
+            // C6: a copy of what was delivered (the other line's end of
+            // session, or of the packet that ended it) is a duplicate;
+            // anything later is a stale-session packet.
+            let copy = match count {
+                COUNT_END_OF_SESSION => true,
+                0 => sequence < self.rx_next,
+                n => sequence + n as u64 <= self.rx_next,
+            };
+            if copy {
+                self.truth.lines[line].expected_duplicate_packets += 1;
+                self.truth.expected_duplicate_packets += 1;
+            }
             return;
         }
         match count {
@@ -572,6 +633,9 @@ impl Simulator {
                         self.truth.expected_channel_lost += sequence - self.rx_next;
                     }
                     self.rx_next = end;
+                    if self.ending_packet == Some((session, sequence)) {
+                        self.rx_ended = true;
+                    }
                 }
             }
         }
@@ -647,9 +711,23 @@ impl Simulator {
             if earliest > self.end_t || earliest == i64::MAX {
                 if self.cfg.end_session {
                     let t = self.send_time(self.end_t);
-                    let eos = PacketBuilder::end_of_session(self.session, self.next_chan_seq);
                     self.truth.end_of_session_packets += 1;
-                    self.distribute(t, &eos, COUNT_END_OF_SESSION, self.next_chan_seq);
+                    let seq = self.next_chan_seq;
+                    if let Some(flow) = self.flow.as_mut() {
+                        let mut buf = std::mem::take(&mut self.venue_buf);
+                        let count = flow.end_of_session(seq, t, &mut buf);
+                        if count != COUNT_END_OF_SESSION {
+                            // A data packet ends it (IEX System Event C).
+                            self.ending_packet = Some((self.session_idx, seq));
+                            self.next_chan_seq += count as u64;
+                            self.truth.messages += count as u64;
+                        }
+                        self.distribute(t, &buf, count, seq);
+                        self.venue_buf = buf;
+                    } else {
+                        let eos = PacketBuilder::end_of_session(self.session, seq);
+                        self.distribute(t, &eos, COUNT_END_OF_SESSION, seq);
+                    }
                 }
                 self.provider_done = true;
                 return;
@@ -697,9 +775,17 @@ impl Simulator {
             }
             // channel heartbeat: the next sequence number
             let t = self.send_time(earliest);
-            let hb = PacketBuilder::channel_heartbeat(self.session, self.next_chan_seq);
             self.truth.channel_heartbeats += 1;
-            self.distribute(t, &hb, 0, self.next_chan_seq);
+            let seq = self.next_chan_seq;
+            if let Some(flow) = self.flow.as_mut() {
+                let mut buf = std::mem::take(&mut self.venue_buf);
+                flow.heartbeat(seq, t, &mut buf);
+                self.distribute(t, &buf, 0, seq);
+                self.venue_buf = buf;
+            } else {
+                let hb = PacketBuilder::channel_heartbeat(self.session, seq);
+                self.distribute(t, &hb, 0, seq);
+            }
             return;
         }
     }
@@ -707,7 +793,14 @@ impl Simulator {
     fn restart(&mut self, t: i64) {
         self.session_idx += 1;
         self.session = self.session_id(self.session_idx);
-        self.truth.sessions.push(self.session.to_string());
+        let name = match self.flow.as_mut() {
+            Some(flow) => {
+                flow.start_session(self.session_idx, t);
+                flow.session_name()
+            }
+            None => self.session.to_string(),
+        };
+        self.truth.sessions.push(name);
         self.truth.session_change_ns = Some(t);
         self.next_chan_seq = 1;
         for s in &mut self.syms {
@@ -752,6 +845,18 @@ impl Simulator {
 
     fn data_packet(&mut self, t: i64) {
         let t = self.send_time(t);
+        if let Some(flow) = self.flow.as_mut() {
+            let mut buf = std::mem::take(&mut self.venue_buf);
+            let seq = self.next_chan_seq;
+            let count = flow.data_packet(&mut self.market, seq, t, self.cfg.batch, &mut buf);
+            self.next_chan_seq += count as u64;
+            self.truth.data_packets += 1;
+            self.truth.messages += count as u64;
+            self.truth.quotes += count as u64;
+            self.distribute(t, &buf, count, seq);
+            self.venue_buf = buf;
+            return;
+        }
         self.builder.start(self.session, self.next_chan_seq);
         for _ in 0..self.cfg.batch {
             let i = self.market.below(self.syms.len() as u64) as usize;
@@ -1043,6 +1148,15 @@ pub struct SimulateArgs {
     /// End-of-session packet at the end.
     #[arg(long)]
     pub end_session: bool,
+    /// The venue's traffic (venues.md): iex-tops (Quote Updates, trading
+    /// status, trades, halts) or nasdaq-itch (order flow building books).
+    /// --mode, --heartbeat-ms, --snapshot-ms and --bad-seq-at are for the
+    /// tickgate protocol only; with a venue, --rate counts messages.
+    #[arg(long, value_enum, default_value_t = VenueArg::Tickgate)]
+    pub venue: VenueArg,
+    /// With --venue nasdaq-itch: live orders the books are held around.
+    #[arg(long, default_value_t = 10_000)]
+    pub orders: usize,
     /// Publish to the lines' multicast groups at the simulated pace
     /// (starting now) instead of writing a capture.
     #[arg(long, conflicts_with = "out")]
@@ -1104,6 +1218,13 @@ impl SimulateArgs {
             .map(|s| seconds_to_ns(s, "--bad-seq-at"))
             .transpose()?;
         cfg.end_session = self.end_session;
+        cfg.venue = self.venue.kind();
+        cfg.orders = self.orders;
+        if cfg.venue.is_venue_feed() {
+            // No per-symbol heartbeats or snapshots on venue feeds.
+            cfg.heartbeat_ms = 0;
+            cfg.snapshot_ms = 0;
+        }
         cfg.validate()?;
         Ok(cfg)
     }

@@ -80,10 +80,7 @@ impl NasdaqItch {
             locates: vec![Locate::default(); LOCATES],
             dirty: Vec::with_capacity(LOCATES),
             midnight_ns: 0,
-            // The zone database is built into the binary (jiff's
-            // tzdb-bundle-always): this cannot fail at run time.
-            new_york: TimeZone::get("America/New_York")
-                .expect("America/New_York is in the bundled zone database"),
+            new_york: new_york(),
             types: Box::new([0; 256]),
         }
     }
@@ -119,17 +116,22 @@ impl NasdaqItch {
             self.dirty.push(locate);
         }
     }
+}
 
-    /// The New York calendar date of `now`, its midnight as Unix ns.
-    fn new_york_midnight(&self, now: i64) -> i64 {
-        let at =
-            jiff::Timestamp::from_nanosecond(now as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        self.new_york
-            .to_datetime(at)
-            .date()
-            .to_zoned_datetime(self.new_york.clone())
-            .map_or(0, |z| z.timestamp().as_nanosecond() as i64)
-    }
+/// America/New_York from the zone database built into the binary (jiff's
+/// tzdb-bundle-always), so it cannot be missing at run time.
+pub fn new_york() -> TimeZone {
+    TimeZone::get("America/New_York").expect("America/New_York is in the bundled zone database")
+}
+
+/// Midnight, as Unix ns, of the calendar date `now` falls on in `tz`
+/// (New York: daylight saving included).
+pub fn midnight_in(tz: &TimeZone, now: i64) -> i64 {
+    let at = jiff::Timestamp::from_nanosecond(now as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    tz.to_datetime(at)
+        .date()
+        .to_zoned_datetime(tz.clone())
+        .map_or(0, |z| z.timestamp().as_nanosecond() as i64)
 }
 
 #[inline]
@@ -162,7 +164,7 @@ impl Venue for NasdaqItch {
 
     fn on_session_start(&mut self, now: i64, first_session: bool) {
         // The session's date: the New York date of its first packet.
-        self.midnight_ns = self.new_york_midnight(now);
+        self.midnight_ns = midnight_in(&self.new_york, now);
         if !first_session {
             // C5: a new session empties every book; locates are the
             // session's own numbering.

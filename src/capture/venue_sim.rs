@@ -1,0 +1,593 @@
+//! Seeded synthetic venue traffic for `tickgate simulate --venue` and the
+//! benchmarks: what a provider writes into each packet. The simulator
+//! (`simulate.rs`) owns the schedule, the lines and their faults; a
+//! `VenueFlow` only fills packets, so every fault works on every venue.
+//!
+//! - `ItchFlow`: Nasdaq TotalView-ITCH 5.0 over MoldUDP64. A session opens
+//!   with System Event `O` and a Stock Directory per symbol, then realistic
+//!   order flow: adds near the top of each book, partial and full
+//!   executions, partial cancels, replaces, deletes, trades, and halts with
+//!   their resumptions; the live order count is held around a target.
+//! - `IexFlow`: IEX TOPS 1.6 over IEX-TP. A session opens with System
+//!   Events and a Trading Status `T` per symbol, then Quote Updates, trade
+//!   reports and halts with resumptions; heartbeats and System Event `C`.
+
+use super::simulate::SplitMix64;
+use crate::venue::iex_tops::SegmentBuilder;
+use crate::venue::nasdaq_itch::messages::{self, Header, Message, Side};
+use crate::venue::nasdaq_itch::{midnight_in, new_york};
+use crate::wire::{PacketBuilder, SessionId, Symbol, COUNT_END_OF_SESSION, HEADER_LEN};
+
+/// A packet must fit this many bytes (as the tickgate protocol's).
+const MAX_DATAGRAM: usize = super::simulate::MAX_DATAGRAM;
+
+/// What a venue writes into the provider's packets.
+pub trait VenueFlow: Send {
+    /// A session starts at `t` (index 0 first; sequences restart at 1).
+    fn start_session(&mut self, index: u32, t: i64);
+    /// One data packet of at most `batch` messages, the first with
+    /// channel sequence `seq`, sent at `t`, into `out`; returns the count.
+    fn data_packet(
+        &mut self,
+        m: &mut SplitMix64,
+        seq: u64,
+        t: i64,
+        batch: usize,
+        out: &mut Vec<u8>,
+    ) -> u16;
+    /// A channel heartbeat: `seq` is the next sequence number.
+    fn heartbeat(&mut self, seq: u64, t: i64, out: &mut Vec<u8>);
+    /// The end of the session; returns its message count (`0xFFFF` for a
+    /// MoldUDP64 end-of-session packet, the messages of a data packet that
+    /// ends it otherwise).
+    fn end_of_session(&mut self, seq: u64, t: i64, out: &mut Vec<u8>) -> u16;
+    /// The session id as the receiver reports it.
+    fn session_name(&self) -> String;
+    /// Live orders now (order-book venues).
+    fn live_orders(&self) -> usize {
+        0
+    }
+}
+
+/// The symbols of a simulated venue: `S00001`, `S00002`, ...
+pub fn venue_symbol(i: usize) -> Symbol {
+    Symbol::parse(&format!("S{:05}", i + 1)).expect("valid generated symbol")
+}
+
+// ----------------------------------------------------------------- ITCH
+
+#[derive(Clone, Copy, Debug)]
+struct LiveOrder {
+    order_ref: u64,
+    locate: u16,
+    side: Side,
+    shares: u32,
+    price: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ItchSymbol {
+    /// Mid price in ticks of $0.01 (ITCH prices have 4 decimals: x100).
+    mid: u32,
+    halted: bool,
+}
+
+/// ITCH 5.0 order flow over MoldUDP64.
+pub struct ItchFlow {
+    symbols: Vec<ItchSymbol>,
+    live: Vec<LiveOrder>,
+    target_orders: usize,
+    next_ref: u64,
+    next_match: u64,
+    session: SessionId,
+    midnight_ns: i64,
+    tz: jiff::tz::TimeZone,
+    /// Stock Directory messages still to send at the session's start.
+    directory_left: usize,
+    system_event_sent: bool,
+    /// Order-flow messages written; halted symbols resume at a count.
+    messages: u64,
+    resumes: std::collections::VecDeque<(u64, usize)>,
+    builder: PacketBuilder,
+    scratch: Vec<u8>,
+    start_ns: i64,
+}
+
+impl ItchFlow {
+    /// `symbols` books (locates 1..), holding about `target_orders` live
+    /// orders once the flow has built them up.
+    pub fn new(symbols: usize, target_orders: usize, start_ns: i64, seed: u64) -> ItchFlow {
+        let mut m = SplitMix64::new(seed ^ 0x17C4_5EED);
+        let symbols = (0..symbols.clamp(1, 65_535))
+            .map(|_| ItchSymbol {
+                mid: 1_000 + m.below(49_000) as u32,
+                halted: false,
+            })
+            .collect();
+        ItchFlow {
+            symbols,
+            live: Vec::with_capacity(target_orders + 1024),
+            target_orders: target_orders.max(1),
+            next_ref: 1,
+            next_match: 1,
+            session: SessionId::default(),
+            midnight_ns: 0,
+            tz: new_york(),
+            directory_left: 0,
+            system_event_sent: false,
+            messages: 0,
+            resumes: std::collections::VecDeque::new(),
+            builder: PacketBuilder::new(),
+            scratch: Vec::with_capacity(64),
+            start_ns,
+        }
+    }
+
+    fn header(&self, locate: u16, t: i64) -> Header {
+        Header {
+            locate,
+            tracking: 0,
+            timestamp: (t - self.midnight_ns).clamp(0, messages::TIMESTAMP_MAX as i64) as u64,
+        }
+    }
+
+    /// The next order-flow message at `t`.
+    fn next_message(&mut self, m: &mut SplitMix64, t: i64) -> Message {
+        let n = self.symbols.len();
+        // Halts: rare; a halted symbol resumes after a while.
+        if m.below(20_000) == 0 {
+            let i = m.below(n as u64) as usize;
+            if !self.symbols[i].halted {
+                self.symbols[i].halted = true;
+                let at = self.messages + 1_000 + m.below(5_000);
+                self.resumes.push_back((at, i));
+                return Message::TradingAction {
+                    header: self.header(i as u16 + 1, t),
+                    stock: venue_symbol(i),
+                    state: b'H',
+                    reason: *b"T1  ",
+                };
+            }
+        }
+        let fill = self.live.len() as f64 / self.target_orders as f64;
+        let r = m.below(1000);
+        // Below the target: mostly adds; at or above it: removals balance.
+        let add_share = if fill < 0.95 { 800 } else { 400 };
+        if self.live.is_empty() || r < add_share {
+            return self.add(m, t);
+        }
+        let k = m.below(self.live.len() as u64) as usize;
+        let o = self.live[k];
+        let h = self.header(o.locate, t);
+        match r % 100 {
+            // Delete (the most common removal on Nasdaq).
+            0..=54 => {
+                self.live.swap_remove(k);
+                Message::Delete {
+                    header: h,
+                    order_ref: o.order_ref,
+                }
+            }
+            // Replace: new ref, price moves a tick or two, size changes.
+            55..=74 => {
+                self.live.swap_remove(k);
+                let new_ref = self.fresh_ref();
+                let price = self.near(m, o.locate, o.side);
+                let shares = lot(m);
+                self.live.push(LiveOrder {
+                    order_ref: new_ref,
+                    price,
+                    shares,
+                    ..o
+                });
+                Message::Replace {
+                    header: h,
+                    original: o.order_ref,
+                    new_ref,
+                    shares,
+                    price,
+                }
+            }
+            // Partial cancel.
+            75..=84 if o.shares > 100 => {
+                let shares = (1 + m.below(o.shares as u64 - 1)) as u32;
+                self.live[k].shares -= shares;
+                Message::Cancel {
+                    header: h,
+                    order_ref: o.order_ref,
+                    shares,
+                }
+            }
+            // Execution, partial or whole, with or without a price.
+            _ => {
+                let shares = if m.chance(0.5) {
+                    o.shares
+                } else {
+                    (1 + m.below(o.shares as u64)) as u32
+                };
+                if shares >= o.shares {
+                    self.live.swap_remove(k);
+                } else {
+                    self.live[k].shares -= shares;
+                }
+                let match_number = self.next_match;
+                self.next_match += 1;
+                let price = m.chance(0.1).then_some(messages::ExecPrice {
+                    printable: b'Y',
+                    price: o.price,
+                });
+                Message::Executed {
+                    header: h,
+                    order_ref: o.order_ref,
+                    shares,
+                    match_number,
+                    price,
+                }
+            }
+        }
+    }
+
+    fn fresh_ref(&mut self) -> u64 {
+        let r = self.next_ref;
+        self.next_ref += 1;
+        r
+    }
+
+    /// A price near the top of the book's `side`, moving the mid a little.
+    fn near(&mut self, m: &mut SplitMix64, locate: u16, side: Side) -> u32 {
+        let s = &mut self.symbols[locate as usize - 1];
+        match m.below(16) {
+            0 => s.mid = s.mid.saturating_sub(1).max(2),
+            1 => s.mid += 1,
+            _ => {}
+        }
+        // Geometric-ish depth: most orders within a few ticks of the top.
+        let depth = (m.next_u64().trailing_zeros() % 8) + m.below(2) as u32;
+        let ticks = match side {
+            Side::Buy => s.mid.saturating_sub(1 + depth).max(1),
+            Side::Sell => s.mid + 1 + depth,
+        };
+        ticks * 100
+    }
+
+    fn add(&mut self, m: &mut SplitMix64, t: i64) -> Message {
+        let i = m.below(self.symbols.len() as u64) as usize;
+        let locate = i as u16 + 1;
+        let side = if m.chance(0.5) { Side::Buy } else { Side::Sell };
+        let price = self.near(m, locate, side);
+        let shares = lot(m);
+        let order_ref = self.fresh_ref();
+        self.live.push(LiveOrder {
+            order_ref,
+            locate,
+            side,
+            shares,
+            price,
+        });
+        Message::AddOrder {
+            header: self.header(locate, t),
+            order_ref,
+            side,
+            shares,
+            stock: venue_symbol(i),
+            price,
+            attribution: m.chance(0.05).then_some(*b"NSDQ"),
+        }
+    }
+
+    fn push(&mut self, msg: &Message) -> bool {
+        self.scratch.clear();
+        messages::encode(msg, &mut self.scratch);
+        if self.builder.len() + 2 + self.scratch.len() > MAX_DATAGRAM {
+            return false;
+        }
+        self.builder.push_raw(&self.scratch);
+        true
+    }
+}
+
+fn lot(m: &mut SplitMix64) -> u32 {
+    100 * (1 + m.below(10) as u32)
+}
+
+impl VenueFlow for ItchFlow {
+    fn start_session(&mut self, index: u32, t: i64) {
+        let date = midnight_in(&self.tz, self.start_ns.max(t));
+        self.midnight_ns = date;
+        self.session = SessionId::parse(&format!("{:09}{}", 10_059 + index as u64, 'A'))
+            .expect("10-byte session id");
+        self.live.clear();
+        self.directory_left = self.symbols.len();
+        self.system_event_sent = false;
+        self.resumes.clear();
+        for s in &mut self.symbols {
+            s.halted = false;
+        }
+    }
+
+    fn data_packet(
+        &mut self,
+        m: &mut SplitMix64,
+        seq: u64,
+        t: i64,
+        batch: usize,
+        out: &mut Vec<u8>,
+    ) -> u16 {
+        self.builder.start(self.session, seq);
+        let mut count = 0;
+        while count < batch {
+            let msg = if !self.system_event_sent {
+                self.system_event_sent = true;
+                Message::SystemEvent {
+                    header: self.header(0, t),
+                    event: b'O',
+                }
+            } else if self.directory_left > 0 {
+                let i = self.symbols.len() - self.directory_left;
+                self.directory_left -= 1;
+                Message::StockDirectory {
+                    header: self.header(i as u16 + 1, t),
+                    stock: venue_symbol(i),
+                }
+            } else if let Some(&(_, i)) = self.resumes.front().filter(|r| r.0 <= self.messages) {
+                self.resumes.pop_front();
+                self.symbols[i].halted = false;
+                Message::TradingAction {
+                    header: self.header(i as u16 + 1, t),
+                    stock: venue_symbol(i),
+                    state: b'T',
+                    reason: *b"    ",
+                }
+            } else {
+                self.messages += 1;
+                self.next_message(m, t)
+            };
+            if !self.push(&msg) {
+                break;
+            }
+            count += 1;
+        }
+        out.clear();
+        out.extend_from_slice(self.builder.bytes());
+        count as u16
+    }
+
+    fn heartbeat(&mut self, seq: u64, _t: i64, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&PacketBuilder::channel_heartbeat(self.session, seq));
+    }
+
+    fn end_of_session(&mut self, seq: u64, _t: i64, out: &mut Vec<u8>) -> u16 {
+        out.clear();
+        out.extend_from_slice(&PacketBuilder::end_of_session(self.session, seq));
+        debug_assert_eq!(out.len(), HEADER_LEN);
+        COUNT_END_OF_SESSION
+    }
+
+    fn session_name(&self) -> String {
+        self.session.to_string()
+    }
+
+    fn live_orders(&self) -> usize {
+        self.live.len()
+    }
+}
+
+// ------------------------------------------------------------------ IEX
+
+#[derive(Clone, Copy, Debug)]
+struct IexSymbol {
+    /// Bid in cents; the ask is `bid + spread`.
+    bid: i64,
+    spread: i64,
+    halted_for: u32,
+}
+
+/// TOPS 1.6 over IEX-TP.
+pub struct IexFlow {
+    symbols: Vec<IexSymbol>,
+    session_id: u32,
+    /// Trading Status `T` messages still to send at the session's start.
+    status_left: usize,
+    system_events_left: u8,
+    builder: SegmentBuilder,
+}
+
+impl IexFlow {
+    pub fn new(symbols: usize, seed: u64) -> IexFlow {
+        let mut m = SplitMix64::new(seed ^ 0x1E85_EED);
+        IexFlow {
+            symbols: (0..symbols.max(1))
+                .map(|_| IexSymbol {
+                    bid: 1_000 + m.below(40_000) as i64,
+                    spread: 1 + m.below(3) as i64,
+                    halted_for: 0,
+                })
+                .collect(),
+            session_id: 0,
+            status_left: 0,
+            system_events_left: 0,
+            builder: SegmentBuilder::new(),
+        }
+    }
+
+    fn fits(&self, size: usize) -> bool {
+        self.builder.bytes().len() + 2 + size <= MAX_DATAGRAM
+    }
+}
+
+impl VenueFlow for IexFlow {
+    fn start_session(&mut self, index: u32, _t: i64) {
+        self.session_id = 0x43D0_0000 + index;
+        self.status_left = self.symbols.len();
+        self.system_events_left = 2; // O (start of messages), S (system hours)
+        for s in &mut self.symbols {
+            s.halted_for = 0;
+        }
+    }
+
+    fn data_packet(
+        &mut self,
+        m: &mut SplitMix64,
+        seq: u64,
+        t: i64,
+        batch: usize,
+        out: &mut Vec<u8>,
+    ) -> u16 {
+        self.builder.start(self.session_id, seq, t);
+        let n = self.symbols.len();
+        while (self.builder.count() as usize) < batch && self.fits(42) {
+            // Created up to 20 us before it is sent.
+            let ts = t - m.below(20_000) as i64;
+            if self.system_events_left > 0 {
+                let e = if self.system_events_left == 2 {
+                    b'O'
+                } else {
+                    b'S'
+                };
+                self.system_events_left -= 1;
+                self.builder.system_event(e, ts);
+                continue;
+            }
+            if self.status_left > 0 {
+                let i = n - self.status_left;
+                self.status_left -= 1;
+                self.builder
+                    .trading_status(b'T', ts, venue_symbol(i), *b"    ");
+                continue;
+            }
+            let i = m.below(n as u64) as usize;
+            let s = &mut self.symbols[i];
+            if s.halted_for > 0 {
+                s.halted_for -= 1;
+                if s.halted_for == 0 {
+                    self.builder
+                        .trading_status(b'T', ts, venue_symbol(i), *b"    ");
+                    continue;
+                }
+            } else if m.below(20_000) == 0 {
+                s.halted_for = 100 + m.below(400) as u32;
+                self.builder
+                    .trading_status(b'H', ts, venue_symbol(i), *b"T1  ");
+                continue;
+            }
+            if m.below(10) == 0 {
+                // A trade report: known by size, changes no quote.
+                let mut tr = [0u8; 38];
+                tr[0] = b'T';
+                tr[2..10].copy_from_slice(&ts.to_le_bytes());
+                tr[10..18].copy_from_slice(&venue_symbol(i).0);
+                self.builder.raw(&tr);
+                continue;
+            }
+            match m.below(8) {
+                0 => s.bid = (s.bid - 1).max(1),
+                1 => s.bid += 1,
+                _ => {}
+            }
+            let (bid, ask) = (s.bid, s.bid + s.spread);
+            let bid_size = 100 * (1 + m.below(10) as u32);
+            let ask_size = 100 * (1 + m.below(10) as u32);
+            // cents to 4 implied decimals
+            self.builder.quote_update(
+                0,
+                ts,
+                venue_symbol(i),
+                bid_size,
+                bid * 100,
+                ask * 100,
+                ask_size,
+            );
+        }
+        out.clear();
+        out.extend_from_slice(self.builder.bytes());
+        self.builder.count()
+    }
+
+    fn heartbeat(&mut self, seq: u64, t: i64, out: &mut Vec<u8>) {
+        self.builder.start(self.session_id, seq, t);
+        out.clear();
+        out.extend_from_slice(self.builder.bytes());
+    }
+
+    fn end_of_session(&mut self, seq: u64, t: i64, out: &mut Vec<u8>) -> u16 {
+        // System Event C (End of Messages) ends the session (C6).
+        self.builder
+            .start(self.session_id, seq, t)
+            .system_event(b'C', t);
+        out.clear();
+        out.extend_from_slice(self.builder.bytes());
+        1
+    }
+
+    fn session_name(&self) -> String {
+        crate::venue::iex_tops::session_id(self.session_id).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind};
+
+    /// Every packet the flows write is valid for its venue, applies
+    /// without unknown orders or invalid messages, and quotes symbols.
+    fn run(kind: VenueKind, flow: &mut dyn VenueFlow) -> Feed {
+        let mut feed = Feed::new(FeedSettings::for_venue(kind), 1);
+        let mut m = SplitMix64::new(7);
+        let mut out = Vec::new();
+        let t0 = 1_784_122_200_000_000_000;
+        flow.start_session(0, t0);
+        let mut seq = 1;
+        for i in 0..3_000 {
+            let t = t0 + i * 10_000;
+            let n = flow.data_packet(&mut m, seq, t, 8, &mut out);
+            assert!(n > 0 && out.len() <= MAX_DATAGRAM);
+            assert_eq!(
+                feed.on_datagram(0, &out, t + 1_000),
+                DatagramOutcome::Applied
+            );
+            seq += n as u64;
+        }
+        flow.heartbeat(seq, t0 + 40_000_000, &mut out);
+        assert_eq!(
+            feed.on_datagram(0, &out, t0 + 40_000_000),
+            DatagramOutcome::Applied
+        );
+        let c = feed.counters();
+        assert_eq!(
+            (c.invalid_packets, c.invalid_messages, c.unknown_messages),
+            (0, 0, 0)
+        );
+        assert_eq!(
+            (c.unknown_orders, c.order_conflicts, c.channel_gaps),
+            (0, 0, 0)
+        );
+        assert!(feed.symbols().filter(|(_, s)| s.has_quote).count() > 10);
+        feed
+    }
+
+    #[test]
+    fn itch_flow_is_valid_and_builds_books() {
+        let mut flow = ItchFlow::new(50, 2_000, 1_784_122_200_000_000_000, 1);
+        let feed = run(VenueKind::NasdaqItch, &mut flow);
+        assert_eq!(feed.counters().live_orders, flow.live_orders() as u64);
+        assert!(flow.live_orders() > 1_000);
+        let types = feed.message_types().unwrap();
+        for t in *b"RAFEXDU" {
+            assert!(types[t as usize] > 0, "no {}", t as char);
+        }
+    }
+
+    #[test]
+    fn iex_flow_is_valid_and_ends_its_session() {
+        let mut flow = IexFlow::new(50, 1);
+        let mut feed = run(VenueKind::IexTops, &mut flow);
+        let mut out = Vec::new();
+        let seq = feed.last_header().map(|h| h.sequence).unwrap();
+        let n = flow.end_of_session(seq, 1_784_122_300_000_000_000, &mut out);
+        assert_eq!(n, 1);
+        feed.on_datagram(0, &out, 1_784_122_300_000_000_000);
+        assert!(feed.session_ended());
+    }
+}
