@@ -8,6 +8,8 @@ use std::process::Command;
 
 use tickgate::capture::simulate::{SimConfig, SimMode, Simulator};
 use tickgate::capture::{CaptureReader, PcapWriter};
+use tickgate::feed::{Feed, FeedSettings, VenueKind};
+use tickgate::venue::nasdaq_itch::messages::message_size;
 use tickgate::wire::Packet;
 
 fn tshark_available() -> bool {
@@ -127,4 +129,78 @@ fn real_nasdaq_capture_decodes_the_same_in_tshark() {
             ("000010059B".to_string(), 19_009_117, 38)
         ]
     );
+}
+
+/// `simulate --venue nasdaq-itch`: tshark's moldudp64 dissector sees the
+/// sessions and sequences the nasdaq-itch venue reports, packet by packet,
+/// and its nasdaq_itch dissector decodes the message types tickgate reads.
+#[test]
+fn simulated_itch_decodes_the_same_in_tshark() {
+    if !tshark_available() {
+        println!("skipped: tshark is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("itch.pcap");
+    let mut c = SimConfig::new(5);
+    c.venue = VenueKind::NasdaqItch;
+    c.heartbeat_ms = 0;
+    c.symbols = 20;
+    c.orders = 500;
+    c.rate = 5000;
+    c.batch = 6;
+    c.duration_ns = 400_000_000;
+    c.channel_heartbeat_ms = 1;
+    c.lines[0].loss = 0.05;
+    c.lines[1].loss = 0.05;
+    c.session_change_at_ns = Some(200_000_000);
+    c.end_session = true;
+    let mut sim = Simulator::new(c).unwrap();
+    let mut w = PcapWriter::create(&file).unwrap();
+    let mut buf = Vec::new();
+    while let Some(ev) = sim.next_into(&mut buf) {
+        w.write_udp(ev.t_ns, ev.src, ev.dst, &buf).unwrap();
+    }
+    w.into_inner().unwrap();
+
+    // tickgate: the venue's header of each datagram, and its block types.
+    let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::NasdaqItch), 1);
+    let mut ours = Vec::new();
+    let mut our_types = Vec::new();
+    for d in CaptureReader::open(&file).unwrap() {
+        let d = d.unwrap();
+        feed.on_datagram(0, &d.payload, 0);
+        let h = feed.last_header().unwrap();
+        let count = match h.kind {
+            tickgate::wire::PacketKind::EndOfSession => 65535,
+            _ => h.count,
+        };
+        ours.push((h.session.to_string(), h.sequence, count));
+        let p = Packet::parse_with(&d.payload, |k| message_size(k).unwrap_or(1)).unwrap();
+        let types: Vec<String> = p.blocks().map(|b| format!("'{}'", b[0] as char)).collect();
+        our_types.push(types.join(","));
+    }
+    assert_eq!(feed.counters().invalid_packets, 0);
+    let theirs = tshark_fields(&file, 30001);
+    assert_eq!(ours, theirs);
+
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args(["-d", "udp.port==30001,moldudp64"])
+        .args(["-d", "moldudp64.payload,nasdaq_itch"])
+        .args(["-T", "fields", "-e", "nasdaq-itch.message_type"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let their_types: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(our_types, their_types);
+    let all = their_types.join(",");
+    for t in ["'R'", "'A'", "'D'", "'U'", "'E'"] {
+        assert!(all.contains(t), "tshark decoded no {t}");
+    }
 }
