@@ -70,6 +70,15 @@ fn free_port() -> u16 {
 /// (239.255.95.`base` and `base+1`, port `port`), and waits until its gate
 /// answers (which it does only once the groups are joined).
 fn start(base: u8, port: u16, stale_ms: u64) -> Daemon {
+    start_with(
+        base,
+        port,
+        &format!("mode = \"full\"\nstale_ms = {stale_ms}\nsource_max_age_ms = 600000"),
+    )
+}
+
+/// As `start`, with the feed's own keys (mode or venue, thresholds).
+fn start_with(base: u8, port: u16, feed_keys: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let groups = [
@@ -83,9 +92,7 @@ fn start(base: u8, port: u16, stale_ms: u64) -> Daemon {
             r#"
 [[feed]]
 name = "fx"
-mode = "full"
-stale_ms = {stale_ms}
-source_max_age_ms = 600000
+{feed_keys}
 clock_offset = "off"
 [[feed.line]]
 name = "A"
@@ -490,4 +497,108 @@ fn the_demo_runs_and_answers() {
     );
     assert!(dir.path().join("fills.db").exists());
     assert!(!socket.exists(), "socket removed at exit");
+}
+
+/// Venue feeds end to end (venues.md): the simulator's venue traffic over
+/// loopback multicast on lines A and B (A loses 10%), then one more packet
+/// that halts a quoted symbol; `tickgate check` answers `REJECT ... halted`
+/// with exit code 1, and the halted gauge says so.
+fn venue_halt_end_to_end(
+    base: u8,
+    port: u16,
+    venue: tickgate::feed::VenueKind,
+    halt: impl Fn(u64, i64) -> Vec<u8>,
+) {
+    let _serial = serial();
+    let d = start_with(
+        base,
+        port,
+        &format!(
+            "venue = \"{}\"\nstale_ms = 600000\nsource_max_age_ms = 600000{}",
+            venue.name(),
+            if venue == tickgate::feed::VenueKind::NasdaqItch {
+                "\nmax_orders = 100000"
+            } else {
+                ""
+            }
+        ),
+    );
+    let mut c = sim(31);
+    c.venue = venue;
+    c.heartbeat_ms = 0;
+    c.orders = 2_000;
+    c.batch = 4;
+    let truth = send(&d, c, [0.10, 0.0]);
+    assert_eq!(truth.expected_channel_lost, 0);
+    let m = wait_processed(&d, &truth);
+    assert_eq!(get(&m, LOST), 0, "B delivered every packet");
+    assert_eq!(
+        get(&m, "tickgate_feed_invalid_packets_total{feed=\"fx\"}"),
+        0
+    );
+    let ok = d.ask("CHECK S00001");
+    assert!(ok.starts_with("OK S00001 seq="), "{ok}");
+
+    // The next packet of the session halts S00001 (A and B both carry it).
+    let next = 1 + truth.messages;
+    let now = tickgate::feed::receiver::realtime_ns();
+    let bytes = halt(next, now);
+    let mut sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+    let stop = AtomicBool::new(false);
+    let items: Vec<_> = d.groups.iter().map(|g| (now, *g, bytes.clone())).collect();
+    send_paced(&mut sender, items, Pace::MaxSpeed, &stop, None).unwrap();
+    wait_for("the halt to be applied", || {
+        d.ask("CHECK S00001")
+            .starts_with("REJECT S00001 halted seq=")
+    });
+    let out = Command::new(bin())
+        .args(["check", "S00001", "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(line.starts_with("REJECT S00001 halted seq="), "{line}");
+    wait_for("the halted gauge", || {
+        d.metrics().get("tickgate_feed_symbols_halted{feed=\"fx\"}") == Some(&1.0)
+    });
+}
+
+#[test]
+fn nasdaq_itch_feed_end_to_end_with_a_halt() {
+    use tickgate::venue::nasdaq_itch::messages::{encode_to_vec, Header, Message};
+    venue_halt_end_to_end(
+        11,
+        46306,
+        tickgate::feed::VenueKind::NasdaqItch,
+        |seq, _| {
+            let mut b = tickgate::wire::PacketBuilder::new();
+            b.start(tickgate::wire::SessionId::parse("000010059A").unwrap(), seq);
+            b.push_raw(&encode_to_vec(&Message::TradingAction {
+                header: Header {
+                    locate: 1,
+                    tracking: 0,
+                    timestamp: 1,
+                },
+                stock: tickgate::wire::Symbol::parse("S00001").unwrap(),
+                state: b'H',
+                reason: *b"T1  ",
+            }));
+            b.bytes().to_vec()
+        },
+    );
+}
+
+#[test]
+fn iex_tops_feed_end_to_end_with_a_halt() {
+    venue_halt_end_to_end(13, 46307, tickgate::feed::VenueKind::IexTops, |seq, now| {
+        let mut b = tickgate::venue::iex_tops::SegmentBuilder::new();
+        b.start(0x43D0_0000, seq, now).trading_status(
+            b'H',
+            now,
+            tickgate::wire::Symbol::parse("S00001").unwrap(),
+            *b"T1  ",
+        );
+        b.bytes().to_vec()
+    });
 }
