@@ -1,7 +1,8 @@
 //! Core benchmarks: wire decode per message, decode + apply per message over
 //! a realistic stream (1,000 symbols, 20 quotes per packet, full feed, one
 //! long-lived feed, packets hot in cache as after the kernel's copy), the
-//! same stream on lines A and B, and the in-process check.
+//! same stream on lines A and B, the same stream as IEX TOPS Quote Updates
+//! over IEX-TP (the iex-tops venue, venues.md), and the in-process check.
 //!
 //! `cargo bench --bench core -- --warm-up-time 1 --measurement-time 3`
 //!
@@ -18,6 +19,8 @@ use std::time::Duration;
 use tickgate::feed::verdict::judge;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
 use tickgate::gate::protocol::{answer, parse_request, write_verdict, SymbolLookup};
+use tickgate::feed::VenueKind;
+use tickgate::venue::iex_tops::SegmentBuilder;
 use tickgate::wire::{Message, Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const T0: i64 = 1_796_025_600_000_000_000;
@@ -86,11 +89,66 @@ impl Provider {
         out.1 = self.now;
     }
 
+}
+
+/// A stream of packets for `timed_packets`.
+trait Stream {
+    fn next_into(&mut self, out: &mut (Vec<u8>, i64));
+
     /// The next `CHUNK` packets into `chunk`.
     fn fill(&mut self, chunk: &mut [(Vec<u8>, i64)]) {
         for p in chunk {
             self.next_into(p);
         }
+    }
+}
+
+impl Stream for Provider {
+    fn next_into(&mut self, out: &mut (Vec<u8>, i64)) {
+        Provider::next_into(self, out)
+    }
+}
+
+/// The same market as `Provider` (1,000 symbols, 20 whole quotes per
+/// packet, the same prices) as IEX TOPS Quote Updates in IEX-TP segments.
+struct IexProvider {
+    syms: Vec<Symbol>,
+    seq: u64,
+    now: i64,
+    x: u64,
+    builder: SegmentBuilder,
+}
+
+impl IexProvider {
+    fn new() -> IexProvider {
+        IexProvider {
+            syms: symbols(),
+            seq: 1,
+            now: T0,
+            x: 0x9E37_79B9,
+            builder: SegmentBuilder::new(),
+        }
+    }
+}
+
+impl Stream for IexProvider {
+    fn next_into(&mut self, out: &mut (Vec<u8>, i64)) {
+        self.now += 1_000;
+        let b = &mut self.builder;
+        b.start(1, self.seq, self.now - 300_000);
+        for _ in 0..PER_PACKET {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            let s = (self.x % SYMBOLS as u64) as usize;
+            // 4 implied decimals (the tickgate stream's 1.08512 + k * 0.00001)
+            let px = 10_851 + (self.x % 1000) as i64 / 10;
+            b.quote_update(0, self.now - 300_000, self.syms[s], 1_000, px, px + 3, 2_000);
+        }
+        self.seq += PER_PACKET as u64;
+        out.0.clear();
+        out.0.extend_from_slice(b.bytes());
+        out.1 = self.now;
     }
 }
 
@@ -111,7 +169,7 @@ fn timed_packets(
     iters: u64,
     clock: fn() -> Duration,
     mut work: impl FnMut(&[(Vec<u8>, i64)]),
-    provider: &mut Provider,
+    provider: &mut impl Stream,
 ) -> Duration {
     let mut chunk = vec![(Vec::with_capacity(1500), 0); CHUNK];
     let mut total = Duration::ZERO;
@@ -238,6 +296,34 @@ fn apply<M: Measurement<Value = Duration>>(
         });
         assert_eq!(feed.counters().ticks_lost, 0);
     });
+    g.bench_function(
+        "iex-tops decode+apply per message (Quote Updates, 1000 symbols)",
+        |bench| {
+            let mut provider = IexProvider::new();
+            let mut feed = Feed::new(
+                FeedSettings {
+                    max_symbols: 100_000,
+                    ..FeedSettings::for_venue(VenueKind::IexTops)
+                },
+                2,
+            );
+            bench.iter_custom(|iters| {
+                timed_packets(
+                    iters,
+                    clock,
+                    |chunk| {
+                        for (p, now) in chunk {
+                            feed.on_datagram(0, black_box(p), *now);
+                        }
+                    },
+                    &mut provider,
+                )
+            });
+            let c = feed.counters();
+            assert_eq!((c.invalid_packets, c.channel_gaps), (0, 0));
+            assert_eq!(feed.symbol_count(), SYMBOLS);
+        },
+    );
     g.bench_function("lines A+B per message (second copy duplicate)", |bench| {
         let mut provider = Provider::new();
         let mut feed = Feed::new(settings(), 2);
