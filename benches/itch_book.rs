@@ -522,15 +522,16 @@ fn table<H: RefHash, M: Measurement<Value = Duration>>(
     name: &str,
     clock: fn() -> Duration,
 ) {
+    // State lives across criterion's calls of the routine: set up once.
+    let mut venue = Venue::new();
+    let mut t = OrderTable::<H>::new(MAX_ORDERS);
+    for op in venue.preload() {
+        table_apply(&mut t, &op);
+    }
+    let mut ops = Vec::with_capacity(CHUNK);
     let mut g = c.benchmark_group(format!("itch table ({label})"));
     g.throughput(Throughput::Elements(1));
     g.bench_function(format!("order table alone, {name}"), |bench| {
-        let mut venue = Venue::new();
-        let mut t = OrderTable::<H>::new(MAX_ORDERS);
-        for op in venue.preload() {
-            table_apply(&mut t, &op);
-        }
-        let mut ops = Vec::with_capacity(CHUNK);
         bench.iter_custom(|iters| {
             timed(iters, clock, &mut venue, &mut ops, |_, ops| {
                 for op in ops {
@@ -538,37 +539,41 @@ fn table<H: RefHash, M: Measurement<Value = Duration>>(
                 }
             })
         });
-        eprintln!(
-            "{name}: {} live, mean displacement {:.3} slots",
-            t.len(),
-            t.total_displacement() as f64 / t.len() as f64
-        );
     });
     g.finish();
+    eprintln!(
+        "{name}: {} live, refs up to {}, mean displacement {:.3} slots",
+        t.len(),
+        venue.next_ref,
+        t.total_displacement() as f64 / t.len() as f64
+    );
 }
 
 fn book<M: Measurement<Value = Duration>>(c: &mut Criterion<M>, label: &str, clock: fn() -> Duration) {
     let mut g = c.benchmark_group(format!("itch book ({label})"));
     g.throughput(Throughput::Elements(1));
-    g.bench_function("book op (1M live, 8k locates)", |bench| {
+    {
         let (mut venue, mut books) = loaded();
         let mut ops = Vec::with_capacity(CHUNK);
         let mut sum = 0u64;
-        bench.iter_custom(|iters| {
-            timed(iters, clock, &mut venue, &mut ops, |_, ops| {
-                for op in ops {
-                    sum = sum.wrapping_add(apply(&mut books, black_box(op)) as u64);
-                }
-            })
+        g.bench_function("book op (1M live, 8k locates)", |bench| {
+            bench.iter_custom(|iters| {
+                timed(iters, clock, &mut venue, &mut ops, |_, ops| {
+                    for op in ops {
+                        sum = sum.wrapping_add(apply(&mut books, black_box(op)) as u64);
+                    }
+                })
+            });
         });
         black_box(sum);
         eprintln!(
-            "after book op: {} live, {} levels",
+            "after book op: {} live, {} levels, refs up to {}",
             books.live_orders(),
-            books.live_levels()
+            books.live_levels(),
+            venue.next_ref
         );
-    });
-    g.bench_function("decode", |bench| {
+    }
+    {
         let mut venue = Venue::new();
         let mut ops = Vec::new();
         venue.fill(&mut ops, CHUNK);
@@ -576,37 +581,40 @@ fn book<M: Measurement<Value = Duration>>(c: &mut Criterion<M>, label: &str, clo
         venue.encode(&ops, &mut buf, &mut offs);
         let mut sum = 0u64;
         let mut at = 0usize;
-        bench.iter(|| {
-            let m = decode(black_box(&buf[offs[at] as usize..])).unwrap();
-            at = (at + 1) % offs.len();
-            sum = sum.wrapping_add(m.timestamp());
+        g.bench_function("decode", |bench| {
+            bench.iter(|| {
+                let m = decode(black_box(&buf[offs[at] as usize..])).unwrap();
+                at = (at + 1) % offs.len();
+                sum = sum.wrapping_add(m.timestamp());
+            });
         });
         black_box(sum);
-    });
-    g.bench_function("decode+book+bbo (1M live, 8k locates)", |bench| {
+    }
+    {
         let (mut venue, mut books) = loaded();
         let mut ops = Vec::with_capacity(CHUNK);
         let (mut buf, mut offs) = (Vec::new(), Vec::new());
         let mut sum = 0u64;
-        let mut total = Duration::ZERO;
-        bench.iter_custom(|iters| {
-            total = Duration::ZERO;
-            let mut left = iters as usize;
-            while left > 0 {
-                let n = left.min(CHUNK);
-                venue.fill(&mut ops, n);
-                venue.encode(&ops, &mut buf, &mut offs);
-                let start = clock();
-                for &o in &offs {
-                    sum = sum.wrapping_add(apply_message(&mut books, black_box(&buf[o as usize..])));
+        g.bench_function("decode+book+bbo (1M live, 8k locates)", |bench| {
+            bench.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters as usize;
+                while left > 0 {
+                    let n = left.min(CHUNK);
+                    venue.fill(&mut ops, n);
+                    venue.encode(&ops, &mut buf, &mut offs);
+                    let start = clock();
+                    for &o in &offs {
+                        sum = sum.wrapping_add(apply_message(&mut books, black_box(&buf[o as usize..])));
+                    }
+                    total += clock().saturating_sub(start);
+                    left -= n;
                 }
-                total += clock().saturating_sub(start);
-                left -= n;
-            }
-            total
+                total
+            });
         });
         black_box(sum);
-    });
+    }
     g.finish();
 }
 
