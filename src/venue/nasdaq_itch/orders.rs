@@ -1,8 +1,10 @@
 //! The per-feed order table: order reference -> (live shares, price level).
 //!
-//! Fixed-capacity open addressing with linear probing and backward-shift
-//! deletion (no tombstones, so a long day of adds and deletes never
-//! degrades probes). All storage is one zeroed allocation made in `new`
+//! Fixed-capacity open addressing: linear probing in Robin Hood order
+//! (within a run of occupied slots, entries are ordered by home slot) with
+//! backward-shift deletion (no tombstones, so a long day of adds and
+//! deletes never degrades probes; see [`OrderTable::remove_at`] for why
+//! Robin Hood). All storage is one zeroed allocation made in `new`
 //! (`vec![[0u64; 2]; n]` is a calloc: untouched pages are never resident).
 //!
 //! Slot: 16 bytes, `[order ref, shares | level << 32]`; `level == 0` marks
@@ -111,12 +113,21 @@ impl<H: RefHash> OrderTable<H> {
         self.slots.len() - 1
     }
 
-    /// `Ok(slot)` where `order_ref` is, or `Err(slot)`: the empty slot
-    /// where it would go.
+    /// How far the entry in slot `i` sits from its home.
+    #[inline(always)]
+    fn dist(&self, i: usize, order_ref: u64) -> usize {
+        i.wrapping_sub(H::home(order_ref, self.bits)) & self.mask()
+    }
+
+    /// `Ok(slot)` where `order_ref` is, or `Err(slot)`: where it would be
+    /// inserted (an empty slot, or the first entry closer to its home than
+    /// `order_ref` would be there, which Robin Hood order says ends the
+    /// search).
     #[inline]
     pub fn probe(&self, order_ref: u64) -> Result<usize, usize> {
         let mask = self.mask();
         let mut i = H::home(order_ref, self.bits);
+        let mut d = 0;
         loop {
             let s = self.slots[i];
             if s[1] >> 32 == 0 {
@@ -125,7 +136,11 @@ impl<H: RefHash> OrderTable<H> {
             if s[0] == order_ref {
                 return Ok(i);
             }
+            if self.dist(i, s[0]) < d {
+                return Err(i);
+            }
             i = (i + 1) & mask;
+            d += 1;
         }
     }
 
@@ -147,37 +162,54 @@ impl<H: RefHash> OrderTable<H> {
         *w = (*w & !0xFFFF_FFFF) | shares as u64;
     }
 
-    /// Fills the empty slot `probe` returned. `order.level` must not be 0.
+    /// Inserts `order_ref` (not present) at the slot `probe` returned for
+    /// it, with no other change in between. `order.level` must not be 0.
+    /// An entry closer to its home is pushed on along the run (Robin Hood),
+    /// so entries stay ordered by home within a run.
     #[inline]
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
-        debug_assert!(self.slots[slot][1] >> 32 == 0);
         debug_assert!(self.len + 1 < self.slots.len());
-        self.slots[slot] = [order_ref, pack(order)];
+        let mask = self.mask();
+        let mut cur = [order_ref, pack(order)];
+        let mut i = slot;
+        loop {
+            let s = self.slots[i];
+            if s[1] >> 32 == 0 {
+                self.slots[i] = cur;
+                break;
+            }
+            if self.dist(i, cur[0]) > self.dist(i, s[0]) {
+                self.slots[i] = cur;
+                cur = s;
+            }
+            i = (i + 1) & mask;
+        }
         self.len += 1;
     }
 
-    /// Empties an occupied slot, then moves later entries of its probe run
-    /// back so that every entry stays reachable from its home without
-    /// tombstones.
+    /// Empties an occupied slot, then moves the rest of its run back one
+    /// slot up to the first entry that is at its home (backward shift, no
+    /// tombstones).
+    ///
+    /// Why Robin Hood order: sequential refs make the live orders one long
+    /// run of occupied slots, each at its home. Plain linear probing must
+    /// then scan to the end of the run on every removal to be sure no later
+    /// entry belongs in the hole (measured: about 0.9 us per operation with
+    /// 1M live orders); with Robin Hood order the next entry being at home
+    /// ends the shift at once.
     #[inline]
     pub fn remove_at(&mut self, slot: usize) {
         let mask = self.mask();
         let mut hole = slot;
-        let mut j = slot;
         loop {
-            j = (j + 1) & mask;
+            let j = (hole + 1) & mask;
             let s = self.slots[j];
-            if s[1] >> 32 == 0 {
+            if s[1] >> 32 == 0 || self.dist(j, s[0]) == 0 {
                 break;
             }
-            let home = H::home(s[0], self.bits);
-            // The entry at j may fill the hole when the hole lies on its
-            // probe path, i.e. within the cyclic range [home, j].
-            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.slots[hole] = s;
-                hole = j;
-            }
+            self.slots[hole] = s;
+            hole = j;
         }
         self.slots[hole] = [0, 0];
         self.len -= 1;
@@ -279,6 +311,20 @@ mod tests {
         colliding_run::<Scattered>();
     }
 
+    /// Within a run, an entry is at most one slot further from its home
+    /// than the one before it (what lets lookups and deletions stop early).
+    fn robin_hood_order<H: RefHash>(t: &OrderTable<H>) {
+        let n = t.slots.len();
+        for i in 0..n {
+            let (a, b) = (t.slots[i], t.slots[(i + 1) % n]);
+            if a[1] >> 32 != 0 && b[1] >> 32 != 0 {
+                assert!(t.dist((i + 1) % n, b[0]) <= t.dist(i, a[0]) + 1, "slot {i}");
+            } else if b[1] >> 32 != 0 {
+                assert_eq!(t.dist((i + 1) % n, b[0]), 0, "run starts away from home");
+            }
+        }
+    }
+
     /// A deterministic random walk against a HashMap, on a small table so
     /// that runs collide and wrap.
     fn random_walk<H: RefHash>() {
@@ -306,6 +352,7 @@ mod tests {
                 }
             }
             assert_eq!(t.len(), model.len());
+            robin_hood_order(&t);
         }
         for (r, v) in &model {
             assert_eq!(t.get(*r), Some(*v));
