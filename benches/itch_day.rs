@@ -1,7 +1,9 @@
 //! nasdaq-itch decode + book + BBO per message on a day-like mix: 8,000
 //! symbols, books built up to over 1,000,000 live orders, then a steady
 //! flow of adds, executions, partial cancels, replaces, deletes, trades and
-//! halts (the simulator's `ItchFlow`), 8 messages per MoldUDP64 packet.
+//! halts (the simulator's `ItchFlow`), 8 messages per MoldUDP64 packet;
+//! 90% of executions, cancels, replaces and deletes act on one of the
+//! 2,000 most recent orders (`ITCH_DAY_RECENT=0`: on any live order).
 //!
 //! `cargo bench --bench itch_day`
 //!
@@ -78,7 +80,13 @@ impl Gen {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; nothing else is taken.
+    // `cargo bench` passes --bench; ITCH_DAY_RECENT overrides the share of
+    // removals on recent orders (0.9 by default; 0 = any live order).
+    let recent: f64 = std::env::var("ITCH_DAY_RECENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.9);
+    println!("removals on one of the 2,000 most recent orders: {:.0}%", recent * 100.0);
     let mut feed = Feed::new(
         FeedSettings {
             venue: VenueSettings {
@@ -90,7 +98,7 @@ fn main() {
         1,
     );
     let mut g = Gen {
-        flow: ItchFlow::new(SYMBOLS, TARGET_ORDERS, T0, 42),
+        flow: ItchFlow::new(SYMBOLS, TARGET_ORDERS, T0, 42).with_recent_removals(recent),
         m: SplitMix64::new(42),
         seq: 1,
         t: T0,

@@ -91,7 +91,14 @@ pub struct ItchFlow {
     builder: PacketBuilder,
     scratch: Vec<u8>,
     start_ns: i64,
+    /// Share of executions, cancels, replaces and deletes that act on one
+    /// of the most recent orders rather than any live order.
+    recent: f64,
 }
+
+/// "Recent" orders: the last this many added (approximately: removals
+/// swap the newest order into the removed one's place).
+const RECENT_ORDERS: u64 = 2_000;
 
 impl ItchFlow {
     /// `symbols` books (locates 1..), holding about `target_orders` live
@@ -120,7 +127,17 @@ impl ItchFlow {
             builder: PacketBuilder::new(),
             scratch: Vec::with_capacity(64),
             start_ns,
+            recent: 0.9,
         }
+    }
+
+    /// Sets the share of removals that hit a recent order (default 0.9:
+    /// on Nasdaq most orders are cancelled or filled soon after they are
+    /// added, while a deep book rests; 0.0 picks any live order, the
+    /// cache-hostile extreme).
+    pub fn with_recent_removals(mut self, share: f64) -> ItchFlow {
+        self.recent = share;
+        self
     }
 
     fn header(&self, locate: u16, t: i64) -> Header {
@@ -156,7 +173,12 @@ impl ItchFlow {
         if self.live.is_empty() || r < add_share {
             return self.add(m, t);
         }
-        let k = m.below(self.live.len() as u64) as usize;
+        let len = self.live.len() as u64;
+        let k = if m.chance(self.recent) {
+            (len - 1 - m.below(len.min(RECENT_ORDERS))) as usize
+        } else {
+            m.below(len) as usize
+        };
         let o = self.live[k];
         let h = self.header(o.locate, t);
         match r % 100 {
