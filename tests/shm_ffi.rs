@@ -36,7 +36,13 @@ fn libdir() -> &'static Path {
         let exe = std::env::current_exe().unwrap();
         let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(root()).args(["build", "-p", "tickgate-c"]);
+        // Without the variables cargo set for this test (CARGO_PKG_*,
+        // CARGO_MANIFEST_DIR, ...): the build is then the one a shell
+        // would run, and reuses its artifacts instead of rebuilding.
+        cmd.env_clear()
+            .envs(std::env::vars().filter(|(k, _)| !k.starts_with("CARGO_") || k == "CARGO_HOME"))
+            .current_dir(root())
+            .args(["build", "-p", "tickgate-c"]);
         if dir.file_name().unwrap() == "release" {
             cmd.arg("--release");
         }
