@@ -34,8 +34,8 @@ pub struct CheckArgs {
     /// Judge in this process from the shared state file instead of asking
     /// the socket (`--shm` alone: $TICKGATE_SHM, else state.shm next to
     /// the socket; `--shm=PATH` another file).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    pub shm: Option<PathBuf>,
+    #[arg(long, num_args = 0..=1, require_equals = true)]
+    pub shm: Option<Option<PathBuf>>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -127,8 +127,7 @@ pub fn exit_code(answer: &str) -> i32 {
 pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
     let request = check_request(&args.symbol, args.stale_ms, args.source_ms)?;
     if let Some(shm) = &args.shm {
-        let given = (!shm.as_os_str().is_empty()).then_some(shm.as_path());
-        let path = shm_path(given, args.socket.as_deref());
+        let path = shm_path(shm.as_deref(), args.socket.as_deref());
         let mut client = crate::client::Client::open(&path)?;
         let mut out = Vec::new();
         client.answer(
@@ -161,7 +160,15 @@ pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
 /// `tickgate status`: the `STATUS` listing as a table.
 pub fn status_main(args: StatusArgs) -> anyhow::Result<i32> {
     let path = socket_path(args.socket.as_deref());
-    let mut stream = connect(&path, args.timeout_ms)?;
+    let shm = crate::client::describe(&shm_path(args.shm.as_deref(), args.socket.as_deref()));
+    let mut stream = match connect(&path, args.timeout_ms) {
+        Ok(s) => s,
+        Err(e) => {
+            // The file says whether the daemon stopped.
+            println!("{shm}");
+            return Err(e);
+        }
+    };
     stream
         .write_all(b"STATUS\n")
         .with_context(|| format!("sending STATUS to {}", path.display()))?;
@@ -189,10 +196,7 @@ pub fn status_main(args: StatusArgs) -> anyhow::Result<i32> {
     if !args.raw {
         print!("{}", format_status(&lines));
     }
-    println!(
-        "{}",
-        crate::client::describe(&shm_path(args.shm.as_deref(), args.socket.as_deref()))
-    );
+    println!("{shm}");
     Ok(0)
 }
 
