@@ -463,6 +463,37 @@ mod tests {
         assert_eq!(parse_header(&w), Err(LayoutError::BadName { feed: 0 }));
     }
 
+    /// The numbers docs/shm-layout.md gives.
+    #[test]
+    fn the_documented_layout() {
+        assert_eq!(MAGIC, 0x4554_4147_4B43_4954);
+        assert_eq!(stride::<SymbolView>(), 10);
+        assert_eq!(stride::<FeedView>(), 8);
+        let up = |n: usize, m: usize| n.div_ceil(m) * m;
+        for caps in [vec![1u32], vec![100, 3], vec![100_001, 0, 7]] {
+            let p = plan(&caps);
+            assert_eq!(p.header_words * 8, up(8 * (16 + 32 * caps.len()), 4096));
+            let mut expect_cell = p.header_words * 8;
+            for (f, &c) in p.feeds.iter().zip(&caps) {
+                let c = c as usize;
+                let b = (2 * c).next_power_of_two().max(2);
+                let (cell, table) = (f.cell_at * 8, f.table_at * 8);
+                assert_eq!(cell, expect_cell);
+                assert_eq!(table, cell + 64);
+                let slots = table + f.table.slots_at * 8;
+                let keys = table + f.table.keys_at * 8;
+                let buckets = table + f.table.buckets_at * 8;
+                assert_eq!(slots, table + 64);
+                assert_eq!(keys, slots + up(80 * c, 64));
+                assert_eq!(buckets, keys + up(8 * c, 64));
+                assert_eq!(f.table.buckets as usize, b);
+                assert_eq!(f.end_at * 8, table + up(buckets - table + 16 * b, 64));
+                expect_cell = up(f.end_at * 8, 4096);
+            }
+            assert_eq!(p.words * 8, expect_cell);
+        }
+    }
+
     #[test]
     fn errors_say_what_is_wrong() {
         assert_eq!(
