@@ -296,7 +296,10 @@ fn shm_child(path: &str) {
     }
     println!(
         "T {}",
-        t.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ")
+        t.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
     );
 }
 
@@ -324,7 +327,11 @@ fn run_shm(path: &Path, clients: usize, measure: Duration, totals: &mut ShmTotal
     let mut hist = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
     let mut t = vec![0u64; 7];
     for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let w: Vec<u64> = l.split(' ').skip(1).filter_map(|x| x.parse().ok()).collect();
+        let w: Vec<u64> = l
+            .split(' ')
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
         if l.starts_with("H ") {
             hist.record_n(w[0], w[1]).unwrap();
         } else if l.starts_with("T ") {

@@ -886,12 +886,7 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
         Some(Value::Boolean(false)) => None,
         Some(Value::Boolean(true)) => Some(default_shm(&g.socket)),
         Some(Value::String(p)) if !p.is_empty() => Some(PathBuf::from(p)),
-        Some(other) => {
-            return Err(s.err(
-                "shm",
-                format!("{} is not a path or false", show(other)),
-            ))
-        }
+        Some(other) => return Err(s.err("shm", format!("{} is not a path or false", show(other)))),
     };
     s.finish()?;
     Ok(g)

@@ -504,8 +504,8 @@ fn without_ages(answer: &str) -> String {
 
 fn tickgate(args: &[&str]) -> (i32, String) {
     let out = Command::new(bin()).args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -524,7 +524,11 @@ fn the_daemon_publishes_the_state_file_and_the_cli_reads_it() {
     for symbol in ["EURUSD", "USDJPY", "NOPE"] {
         let socket = d.ask(&format!("CHECK {symbol}"));
         let (code, mapped) = tickgate(&["check", "--socket", sock, "--shm", symbol]);
-        assert_eq!(without_ages(mapped.trim_end()), without_ages(&socket), "{symbol}");
+        assert_eq!(
+            without_ages(mapped.trim_end()),
+            without_ages(&socket),
+            "{symbol}"
+        );
         assert_eq!(code, if socket.starts_with("OK ") { 0 } else { 1 });
     }
     let (code, status) = tickgate(&["status", "--socket", sock]);
@@ -540,7 +544,10 @@ fn the_daemon_publishes_the_state_file_and_the_cli_reads_it() {
     d.child.wait().unwrap();
     let shm = shm.to_str().unwrap().to_string();
     let (code, answer) = tickgate(&["check", &format!("--shm={shm}"), "EURUSD"]);
-    assert!(answer.starts_with("OK EURUSD") || answer.starts_with("REJECT EURUSD"), "{answer}");
+    assert!(
+        answer.starts_with("OK EURUSD") || answer.starts_with("REJECT EURUSD"),
+        "{answer}"
+    );
     assert!(code == 0 || code == 1);
     let (code, status) = tickgate(&["status", "--socket", sock, "--shm", &shm]);
     assert_ne!(code, 0, "the socket is gone");

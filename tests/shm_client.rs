@@ -55,8 +55,20 @@ fn market() -> Rig {
         side(1_085_120_000, 1_000_000),
         side(1_085_150_000, 2_000_000),
     );
-    let gbp = Quote::new(sym("GBPUSD"), 7, (NOW - 3000 * MS) as u64, None, side(-500_000_000, 1));
-    let jpy = Quote::new(sym("USDJPY"), 3, (NOW - 10 * MS) as u64, side(150_000_000_000, 5), None);
+    let gbp = Quote::new(
+        sym("GBPUSD"),
+        7,
+        (NOW - 3000 * MS) as u64,
+        None,
+        side(-500_000_000, 1),
+    );
+    let jpy = Quote::new(
+        sym("USDJPY"),
+        3,
+        (NOW - 10 * MS) as u64,
+        side(150_000_000_000, 5),
+        None,
+    );
     f[0].on_datagram(0, &packet(1, &gbp), NOW - 3000 * MS);
     f[0].on_datagram(0, &packet(2, &eur), NOW - 100 * MS);
     f[1].on_datagram(0, &packet(1, &jpy), NOW - 5 * MS);
@@ -177,7 +189,10 @@ fn torn_or_foreign_files_are_refused_at_open() {
     let msg = try_open(&good[..good.len() - 8]);
     assert!(msg.contains("file size"), "{msg}");
     let msg = try_open(&good[..4096]);
-    assert!(msg.contains("file_bytes") || msg.contains("file size"), "{msg}");
+    assert!(
+        msg.contains("file_bytes") || msg.contains("file size"),
+        "{msg}"
+    );
     let msg = try_open(&[]);
     assert!(msg.contains("file size 0"), "{msg}");
     let mut b = good.clone();
@@ -208,7 +223,8 @@ fn torn_or_foreign_files_are_refused_at_open() {
 /// access could; the client's mapping sees it at once).
 fn poke(path: &std::path::Path, word: usize, value: u64) {
     let f = OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&value.to_le_bytes(), (word * 8) as u64).unwrap();
+    f.write_all_at(&value.to_le_bytes(), (word * 8) as u64)
+        .unwrap();
 }
 
 #[test]
@@ -248,7 +264,13 @@ fn hostile_writes_give_errors_never_a_hang_or_an_out_of_bounds_read() {
     poke(&rig.shm, buckets + 2 * home + 1, t.capacity as u64 + 5);
     let got = client.check(b"EURUSD", NOW, None, None);
     assert!(
-        matches!(got, Err(Error::Read { source: ReadError::Corrupt, .. })),
+        matches!(
+            got,
+            Err(Error::Read {
+                source: ReadError::Corrupt,
+                ..
+            })
+        ),
         "{got:?}"
     );
     let mut out = Vec::new();
@@ -280,4 +302,21 @@ fn hostile_writes_give_errors_never_a_hang_or_an_out_of_bounds_read() {
     assert!(client.check(b"EURUSD", NOW, None, None).unwrap().ok());
     poke(&rig.shm, W_STATE, STATE_LIVE);
     assert_eq!(client.stats().remaps, 0);
+}
+
+#[test]
+fn config_shm_defaults_next_to_the_socket_and_can_be_turned_off() {
+    use std::path::PathBuf;
+    use tickgate::config::Config;
+    let feed = "[[feed]]\nname = \"fx\"\nmode = \"full\"\n[[feed.line]]\nname = \"A\"\ngroup = \"239.1.1.1\"\nport = 31001\ninterface = \"127.0.0.1\"\n";
+    let c = Config::parse(feed).unwrap();
+    assert_eq!(c.gate.shm, Some(PathBuf::from("/run/tickgate/state.shm")));
+    let c = Config::parse(&format!("{feed}[gate]\nsocket = \"/tmp/x/gate.sock\"\n")).unwrap();
+    assert_eq!(c.gate.shm, Some(PathBuf::from("/tmp/x/state.shm")));
+    let c = Config::parse(&format!("{feed}[gate]\nshm = \"/dev/shm/tg.shm\"\n")).unwrap();
+    assert_eq!(c.gate.shm, Some(PathBuf::from("/dev/shm/tg.shm")));
+    let c = Config::parse(&format!("{feed}[gate]\nshm = false\n")).unwrap();
+    assert_eq!(c.gate.shm, None);
+    let e = Config::parse(&format!("{feed}[gate]\nshm = 3\n")).unwrap_err();
+    assert!(e.to_string().contains("gate.shm"), "{e}");
 }

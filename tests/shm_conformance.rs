@@ -17,16 +17,21 @@ use serde_json::Value;
 use tickgate::capture::simulate::{symbol_name, SimConfig, SimMode, Simulator};
 use tickgate::feed::{ClockOffset, FeedSettings, Liveness, Mode};
 
-#[path = "common/shm.rs"]
-mod shm;
 #[path = "common/scenarios.rs"]
 mod scenarios;
+#[path = "common/shm.rs"]
+mod shm;
 use shm::{shm_answer, Rig};
 
 const MS: i64 = 1_000_000;
 
 /// Asks `lines` both ways at `now`; the first difference, if any.
-fn compare(rig: &mut Rig, client: &mut tickgate::client::Client, lines: &[String], now: i64) -> Result<(), String> {
+fn compare(
+    rig: &mut Rig,
+    client: &mut tickgate::client::Client,
+    lines: &[String],
+    now: i64,
+) -> Result<(), String> {
     for l in lines {
         let socket = rig.socket_answer(l, now);
         let mapped = shm_answer(client, l, now);
@@ -215,7 +220,13 @@ proptest! {
 fn iex_halts_are_seen_through_the_mapping() {
     let mut halted = 0;
     for (feed, packets, symbols) in iex_scenarios() {
-        let mut rig = Rig::new(&[("iex", FeedSettings { max_symbols: 64, ..scenarios::settings(&feed) })]);
+        let mut rig = Rig::new(&[(
+            "iex",
+            FeedSettings {
+                max_symbols: 64,
+                ..scenarios::settings(&feed)
+            },
+        )]);
         let mut client = rig.client();
         let lines = requests(&symbols);
         let mut t = 1_768_487_400_000_000_000i64;

@@ -131,11 +131,23 @@ fn header_is_in_step_with_the_library() {
             .lines()
             .find(|l| l.starts_with(&format!("#define {name} ")))
             .unwrap_or_else(|| panic!("{name} not defined"));
-        l.split_whitespace().nth(2).unwrap().trim_matches(['(', ')']).parse().unwrap()
+        l.split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_matches(['(', ')'])
+            .parse()
+            .unwrap()
     };
     for l in rs.lines().filter(|l| l.starts_with("pub const TICKGATE_")) {
         let (name, value) = l["pub const ".len()..].split_once(':').unwrap();
-        let value: i64 = value.split('=').nth(1).unwrap().trim().trim_end_matches(';').parse().unwrap();
+        let value: i64 = value
+            .split('=')
+            .nth(1)
+            .unwrap()
+            .trim()
+            .trim_end_matches(';')
+            .parse()
+            .unwrap();
         assert_eq!(define(name), value, "{name}");
     }
     for (name, bit) in [
@@ -173,21 +185,42 @@ fn market() -> (Rig, Vec<&'static str>) {
     let f = &mut rig.feeds[0];
     f.add_symbol(sym("USDJPY")).unwrap();
     let quotes = [
-        ("EURUSD", 41, 150, Some((1_085_120_000, 1_000_000)), Some((1_085_150_000, 7))),
+        (
+            "EURUSD",
+            41,
+            150,
+            Some((1_085_120_000, 1_000_000)),
+            Some((1_085_150_000, 7)),
+        ),
         ("GBPUSD", 7, 3000, None, Some((1_270_000_000, 1))),
         ("SPREAD", 9, 10, Some((-500_000_000, 3)), Some((0, 4))),
         ("AUDUSD", 2, 100, Some((650_000_000, 2)), None),
     ];
     for (i, (s, seq, age_ms, bid, ask)) in quotes.into_iter().enumerate() {
         let side = |x: Option<(i64, u64)>| x.map(|(px, qty)| Side { px, qty });
-        let q = Quote::new(sym(s), seq, (NOW - age_ms * MS) as u64, side(bid), side(ask));
+        let q = Quote::new(
+            sym(s),
+            seq,
+            (NOW - age_ms * MS) as u64,
+            side(bid),
+            side(ask),
+        );
         let mut b = PacketBuilder::new();
-        b.start(SessionId::parse("S1").unwrap(), i as u64 + 1).quote(&q);
+        b.start(SessionId::parse("S1").unwrap(), i as u64 + 1)
+            .quote(&q);
         f.on_datagram(0, b.bytes(), NOW - age_ms * MS + 50 * MS);
     }
     (
         rig,
-        vec!["EURUSD", "GBPUSD", "SPREAD", "AUDUSD", "USDJPY", "NOPE", "TOOLONGSYM"],
+        vec![
+            "EURUSD",
+            "GBPUSD",
+            "SPREAD",
+            "AUDUSD",
+            "USDJPY",
+            "NOPE",
+            "TOOLONGSYM",
+        ],
     )
 }
 
@@ -197,7 +230,14 @@ fn c_program_answers_as_the_socket() {
     let (rig, symbols) = market();
     let exe = rig.dir.path().join("check");
     let st = Command::new("cc")
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-D_DEFAULT_SOURCE", "-I"])
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-D_DEFAULT_SOURCE",
+            "-I",
+        ])
         .arg(root().join("include"))
         .arg(root().join("clients/c/tests/check.c"))
         .arg("-L")
@@ -208,10 +248,21 @@ fn c_program_answers_as_the_socket() {
         .arg(&exe)
         .status()
         .expect("cc runs");
-    assert!(st.success(), "the C test program compiles against tickgate.h");
+    assert!(
+        st.success(),
+        "the C test program compiles against tickgate.h"
+    );
     rig.now.store(NOW, std::sync::atomic::Ordering::SeqCst);
     let mut args: Vec<String> = symbols.iter().map(|s| s.to_string()).collect();
-    args.extend(["EURUSD 50 -1", "EURUSD 200 100", "GBPUSD -1 5000", "EURUSD 99999 -1"].map(String::from));
+    args.extend(
+        [
+            "EURUSD 50 -1",
+            "EURUSD 200 100",
+            "GBPUSD -1 5000",
+            "EURUSD 99999 -1",
+        ]
+        .map(String::from),
+    );
     let out = Command::new(&exe)
         .arg(&rig.shm)
         .arg(&rig.sock)
@@ -222,7 +273,10 @@ fn c_program_answers_as_the_socket() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert_eq!(stdout.trim(), format!("{} checks, 0 mismatches", args.len()));
+    assert_eq!(
+        stdout.trim(),
+        format!("{} checks, 0 mismatches", args.len())
+    );
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tickgate::client::Client;
-use tickgate::feed::verdict::Verdict;
 use tickgate::feed::reader::TablePublisher;
+use tickgate::feed::verdict::Verdict;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -121,7 +121,9 @@ fn readers_in_threads_and_processes_see_only_whole_quotes() {
     let path = dir.path().join("state.shm");
     let (published, mut feeds, _gate) = shm::publish_feeds(&path, &[("md1", settings)]);
     let mut feed = feeds.pop().unwrap();
-    let syms: Vec<Symbol> = (0..SYMBOLS).map(|i| Symbol::parse(&name(i)).unwrap()).collect();
+    let syms: Vec<Symbol> = (0..SYMBOLS)
+        .map(|i| Symbol::parse(&name(i)).unwrap())
+        .collect();
     // Every symbol has a first quote before any reader starts.
     let mut pseq = 0u64;
     let mut counts = vec![0u64; SYMBOLS as usize];
@@ -145,7 +147,11 @@ fn readers_in_threads_and_processes_see_only_whole_quotes() {
             let start = Instant::now();
             while !stop.load(Ordering::Relaxed) && start.elapsed() < CAP {
                 // The hot symbol every other packet, the others in turn.
-                let s = if i % 2 == 0 { 0 } else { 1 + (i / 2) % (SYMBOLS as usize - 1) };
+                let s = if i % 2 == 0 {
+                    0
+                } else {
+                    1 + (i / 2) % (SYMBOLS as usize - 1)
+                };
                 send(&mut feed, s);
                 i += 1;
             }

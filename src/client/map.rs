@@ -32,7 +32,7 @@ impl Mapping {
     /// of 8 bytes and at most `MAX_BYTES`.
     pub fn read_only(file: &File) -> io::Result<Mapping> {
         let len = file.metadata()?.len();
-        if len == 0 || len % 8 != 0 || len > MAX_BYTES {
+        if len == 0 || !len.is_multiple_of(8) || len > MAX_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("file size {len} is not a state file's (a multiple of 8 bytes, at most {MAX_BYTES})"),
@@ -44,7 +44,7 @@ impl Mapping {
     /// Sizes `file` (new and empty) to `bytes` (a multiple of 8) and maps
     /// it read-write; the words start zeroed.
     pub fn create(file: &File, bytes: usize) -> io::Result<Mapping> {
-        if bytes == 0 || bytes % 8 != 0 || bytes as u64 > MAX_BYTES {
+        if bytes == 0 || !bytes.is_multiple_of(8) || bytes as u64 > MAX_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("cannot map {bytes} bytes as words"),
@@ -71,9 +71,8 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| {
-            io::Error::other("mmap returned a null mapping")
-        })?;
+        let ptr = NonNull::new(p.cast::<AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
         Ok(Mapping {
             ptr,
             words: bytes / 8,
@@ -110,6 +109,8 @@ impl Drop for Mapping {
 
 impl std::fmt::Debug for Mapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mapping").field("bytes", &(self.words * 8)).finish()
+        f.debug_struct("Mapping")
+            .field("bytes", &(self.words * 8))
+            .finish()
     }
 }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 
 use crate::client::map::Mapping;
-use crate::feed::shm::{self, FeedSpec, MAGIC, STATE_LIVE, STATE_RETIRED, STATE_STOPPED, W_MAGIC, W_PID, W_STATE};
+use crate::feed::shm::{
+    self, FeedSpec, MAGIC, STATE_LIVE, STATE_RETIRED, STATE_STOPPED, W_MAGIC, W_PID, W_STATE,
+};
 use crate::feed::table::{WordStore, Words};
 
 /// File mode of the state file: the owner writes, the socket's group
@@ -90,10 +92,15 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("opening the old state file {}", path.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("opening the old state file {}", path.display()))
+        }
     };
     if !file.metadata()?.is_file() {
-        bail!("{} exists and is not a regular file; refusing to replace it", path.display());
+        bail!(
+            "{} exists and is not a regular file; refusing to replace it",
+            path.display()
+        );
     }
     let word = |i: usize| -> io::Result<u64> {
         let mut b = [0u8; 8];
@@ -102,7 +109,10 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     };
     match word(W_MAGIC) {
         Ok(MAGIC) => {}
-        _ => bail!("{} exists and is not a tickgate state file; refusing to replace it", path.display()),
+        _ => bail!(
+            "{} exists and is not a tickgate state file; refusing to replace it",
+            path.display()
+        ),
     }
     let state = word(W_STATE)?;
     let pid = word(W_PID)?;
@@ -116,9 +126,17 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
 }
 
 /// Creates and publishes the state file for these feeds.
-pub fn publish(path: &Path, mode: u32, specs: &[FeedSpec]) -> anyhow::Result<(Published, Vec<FeedRegion>)> {
+pub fn publish(
+    path: &Path,
+    mode: u32,
+    specs: &[FeedSpec],
+) -> anyhow::Result<(Published, Vec<FeedRegion>)> {
     if specs.len() > shm::MAX_FEEDS {
-        bail!("{} feeds; the state file holds at most {}", specs.len(), shm::MAX_FEEDS);
+        bail!(
+            "{} feeds; the state file holds at most {}",
+            specs.len(),
+            shm::MAX_FEEDS
+        );
     }
     for s in specs {
         if shm::name_words(&s.name).is_none() {
@@ -158,11 +176,22 @@ pub fn publish(path: &Path, mode: u32, specs: &[FeedSpec]) -> anyhow::Result<(Pu
         // The umask may have narrowed the mode: set it exactly.
         file.set_permissions(std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("setting mode {mode:o} on {}", tmp.display()))?;
-        let mapping = Mapping::create(&file, plan.words * 8)
-            .with_context(|| format!("sizing and mapping {} ({} bytes)", tmp.display(), plan.words * 8))?;
+        let mapping = Mapping::create(&file, plan.words * 8).with_context(|| {
+            format!(
+                "sizing and mapping {} ({} bytes)",
+                tmp.display(),
+                plan.words * 8
+            )
+        })?;
         let now = crate::client::realtime_ns();
         let generation = new_generation(now);
-        shm::write_header(mapping.words(), specs, generation, std::process::id() as u64, now);
+        shm::write_header(
+            mapping.words(),
+            specs,
+            generation,
+            std::process::id() as u64,
+            now,
+        );
         std::fs::rename(&tmp, path)
             .with_context(|| format!("moving the state file into place at {}", path.display()))?;
         Ok((mapping, generation))
@@ -187,8 +216,12 @@ pub fn publish(path: &Path, mode: u32, specs: &[FeedSpec]) -> anyhow::Result<(Pu
         .iter()
         .map(|p| FeedRegion {
             capacity: p.table.capacity,
-            cell: all.range(p.cell_at, p.table_at - p.cell_at).expect("planned inside the file"),
-            table: all.range(p.table_at, p.table.words).expect("planned inside the file"),
+            cell: all
+                .range(p.cell_at, p.table_at - p.cell_at)
+                .expect("planned inside the file"),
+            table: all
+                .range(p.table_at, p.table.words)
+                .expect("planned inside the file"),
         })
         .collect();
     tracing::info!(path = %path.display(), generation, bytes = plan.words * 8, "state file published");

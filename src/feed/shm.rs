@@ -216,7 +216,13 @@ pub fn name_words(name: &str) -> Option<[u64; NAME_BYTES / 8]> {
 /// # Panics
 /// When `words` is shorter than the plan or a name does not fit (the
 /// daemon checks names first with `name_words`).
-pub fn write_header(words: &[AtomicU64], specs: &[FeedSpec], generation: u64, pid: u64, started_ns: i64) {
+pub fn write_header(
+    words: &[AtomicU64],
+    specs: &[FeedSpec],
+    generation: u64,
+    pid: u64,
+    started_ns: i64,
+) {
     let caps: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
     let p = plan(&caps);
     assert!(words.len() >= p.words, "file shorter than its plan");
@@ -306,9 +312,17 @@ pub fn parse_header(words: &[AtomicU64]) -> Result<Header, LayoutError> {
             expected,
         })
     };
-    want("symbol_view_words", W_SYMBOL_VIEW_WORDS, SYMBOL_VIEW_WORDS as u64)?;
+    want(
+        "symbol_view_words",
+        W_SYMBOL_VIEW_WORDS,
+        SYMBOL_VIEW_WORDS as u64,
+    )?;
     want("feed_view_words", W_FEED_VIEW_WORDS, FEED_VIEW_WORDS as u64)?;
-    want("symbol_stride", W_SYMBOL_STRIDE, stride::<SymbolView>() as u64)?;
+    want(
+        "symbol_stride",
+        W_SYMBOL_STRIDE,
+        stride::<SymbolView>() as u64,
+    )?;
     want("feed_stride", W_FEED_STRIDE, stride::<FeedView>() as u64)?;
     let desc_end = W_FEEDS + count * DESC_WORDS;
     if words.len() < desc_end {
@@ -440,7 +454,9 @@ mod tests {
             W_FEED_STRIDE,
         ]
         .into_iter()
-        .chain((0..2).flat_map(|f| (D_CAPACITY..=D_END_AT).map(move |d| W_FEEDS + f * DESC_WORDS + d)))
+        .chain(
+            (0..2).flat_map(|f| (D_CAPACITY..=D_END_AT).map(move |d| W_FEEDS + f * DESC_WORDS + d)),
+        )
         .collect();
         for i in layout_words {
             let old = w[i].load(Ordering::Relaxed);

@@ -593,7 +593,8 @@ impl<T: Plain> TableWriter<T> {
 
     /// The key stored in `slot` (`None` when not inserted).
     pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len).then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
+        (slot < self.len)
+            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
     }
 
     pub fn len(&self) -> u32 {
@@ -700,7 +701,8 @@ impl<T: Plain> TableReader<T> {
 
     /// The key of a published slot.
     pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len()).then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
+        (slot < self.len())
+            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
     }
 
     /// Published slots: `0..len()` are all readable.

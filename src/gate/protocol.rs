@@ -3,8 +3,8 @@
 //! formatting the answer (`answer`) into a reused buffer without any other
 //! allocation. The Unix-socket server and `replay --checks` both use it.
 
-use crate::feed::settings::ms_to_ns;
 use crate::feed::reader::first_quoted;
+use crate::feed::settings::ms_to_ns;
 use crate::feed::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
 use crate::feed::view::{FeedView, SymbolView};
 use crate::feed::{Feed, Publish};
