@@ -191,10 +191,10 @@ fn market(
                 continue;
             }
             seq += 1;
-            if seq % 64 == 0 {
+            if seq.is_multiple_of(64) {
                 now = unix_now();
             }
-            let (sym, k) = if seq % 4 == 0 {
+            let (sym, k) = if seq.is_multiple_of(4) {
                 (eur, names.len())
             } else {
                 let i = (seq as usize) % names.len();
@@ -253,7 +253,7 @@ fn shm_child(path: &str) {
                 let s0 = c.stats();
                 loop {
                     // The wall clock is read 1 in 64 checks (Instant).
-                    if all % 64 == 0 && Instant::now() >= end {
+                    if all.is_multiple_of(64) && Instant::now() >= end {
                         break;
                     }
                     let t0 = clock.raw();

@@ -118,7 +118,7 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     let pid = word(W_PID)?;
     if state == STATE_LIVE && pid != std::process::id() as u64 && alive(pid) {
         bail!(
-            "{} is published by a running tickgate (pid {pid}); is tickgate already running?",
+            "{} is published by a running tickgate (pid {pid}); is tickgate already running? (if pid {pid} is not tickgate, remove the file)",
             path.display()
         );
     }
