@@ -153,8 +153,12 @@ proptest! {
     }
 }
 
-/// The IEX scenarios of venue_scenarios.json: their feed and packets.
-fn iex_scenarios() -> Vec<(Value, Vec<(usize, Vec<u8>)>, Vec<String>)> {
+/// A venue scenario: its feed, its packets (line, bytes), the symbols it
+/// checks.
+type Scenario = (Value, Vec<(usize, Vec<u8>)>, Vec<String>);
+
+/// The IEX scenarios of venue_scenarios.json.
+fn iex_scenarios() -> Vec<Scenario> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = ["../shared/spec", "../../shared/spec"]
         .iter()

@@ -147,7 +147,7 @@ fn readers_in_threads_and_processes_see_only_whole_quotes() {
             let start = Instant::now();
             while !stop.load(Ordering::Relaxed) && start.elapsed() < CAP {
                 // The hot symbol every other packet, the others in turn.
-                let s = if i % 2 == 0 {
+                let s = if i.is_multiple_of(2) {
                     0
                 } else {
                     1 + (i / 2) % (SYMBOLS as usize - 1)

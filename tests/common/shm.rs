@@ -62,7 +62,7 @@ pub fn publish_feeds(
     let mut readers = Vec::new();
     for ((name, s), r) in feeds.iter().zip(&regions) {
         let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
-        out.push(Feed::with_publisher(s.clone(), 2, publisher));
+        out.push(Feed::with_publisher(*s, 2, publisher));
         readers.push((name.to_string(), reader));
     }
     (published, out, Gate::new(readers))
