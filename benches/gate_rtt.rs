@@ -8,7 +8,17 @@
 //!   blocking (thread per connection) and spinning (epoll_wait(0));
 //! - `redis/GET`: GET of the same answer line from a private redis-server
 //!   on a Unix socket (skipped if `redis-server` is not installed);
-//! - in-process: `Gate::answer` over the table, per call.
+//! - in-process: `Gate::answer` over the table, per call;
+//! - `shm check`: `tickgate::client::Client::check_now` through the state
+//!   file, from another process (this binary again, with
+//!   `GATE_BENCH_SHM_CHILD` set), each client thread with its own mapping;
+//!   latency per check by the TSC (quanta), seqlock retries counted.
+//!
+//! The feed's table lives in the shared state file (as in the daemon), and
+//! a writer thread publishes `GATE_BENCH_WRITER_RATE` (default 1,000,000)
+//! datagrams a second into it during the whole run: EURUSD every fourth,
+//! the other 100,000 symbols in turn, so every row includes the seqlock
+//! retries and cache misses of a live writer.
 //!
 //! Clients are blocking threads (1 and 16), each sending one request and
 //! reading its answer before the next. Percentiles from hdrhistogram.
@@ -39,7 +49,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tickgate::feed::reader::feed_table;
+use tickgate::client::Client;
+use tickgate::daemon::shm::{publish, Published, DEFAULT_MODE};
+use tickgate::feed::reader::feed_table_in;
+use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::{serve, unix_now, Backend, Gate, IoMode, ServerConfig};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
@@ -80,6 +93,7 @@ enum Config {
     Gate(&'static str, IoMode),
     Echo(&'static str, bool),
     Redis,
+    Shm,
 }
 
 impl Config {
@@ -87,6 +101,7 @@ impl Config {
         match self {
             Config::Gate(n, _) | Config::Echo(n, _) => n,
             Config::Redis => "redis GET (unix socket)",
+            Config::Shm => "shm check (other process)",
         }
     }
 }
@@ -110,39 +125,86 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// A feed of 100k symbols plus EURUSD, and a thread keeping EURUSD fresh.
-fn market(stop: Arc<AtomicBool>) -> (Gate, std::thread::JoinHandle<()>) {
+/// Datagrams a second the writer publishes (`GATE_BENCH_WRITER_RATE`).
+fn writer_rate() -> u64 {
+    std::env::var("GATE_BENCH_WRITER_RATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000)
+}
+
+/// What the writer did: datagrams sent and the time it ran.
+struct WriterStats {
+    datagrams: u64,
+    elapsed: Duration,
+}
+
+/// A feed of 100k symbols plus EURUSD in a state file at `shm`, and a
+/// writer thread publishing `writer_rate()` datagrams a second.
+fn market(
+    shm: &Path,
+    stop: Arc<AtomicBool>,
+) -> (Gate, Published, std::thread::JoinHandle<WriterStats>) {
     let settings = FeedSettings {
         clock_offset: ClockOffset::Off,
         max_symbols: SYMBOLS as usize + 1,
         ..FeedSettings::default()
     };
     let before = rss_kib();
-    let (publisher, reader) = feed_table(&settings);
+    let spec = FeedSpec {
+        name: "md1".into(),
+        capacity: SYMBOLS + 1,
+        stale_ms: settings.stale_ms,
+        source_max_age_ms: settings.source_max_age_ms,
+    };
+    let (published, regions) = publish(shm, DEFAULT_MODE, &[spec]).unwrap();
+    let r = &regions[0];
+    let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
     let table_kib = rss_kib().saturating_sub(before);
     let mut feed = Feed::with_publisher(settings, 1, publisher);
-    for i in 0..SYMBOLS {
-        feed.add_symbol(Symbol::parse(&format!("S{i:06}")).unwrap())
-            .unwrap();
+    let names: Vec<Symbol> = (0..SYMBOLS)
+        .map(|i| Symbol::parse(&format!("S{i:06}")).unwrap())
+        .collect();
+    for s in &names {
+        feed.add_symbol(*s).unwrap();
     }
     eprintln!(
-        "{} symbols: RSS grew by {table_kib} KiB for the gate table, {} KiB for table + Feed (process RSS {} KiB)",
+        "{} symbols: RSS grew by {table_kib} KiB for the gate table (state file), {} KiB for table + Feed (process RSS {} KiB)",
         SYMBOLS + 1,
         rss_kib().saturating_sub(before),
         rss_kib()
     );
     let eur = Symbol::parse("EURUSD").unwrap();
     let session = SessionId::parse("BENCH").unwrap();
+    let rate = writer_rate();
     let feeder = std::thread::spawn(move || {
         let mut seq = 0u64;
+        let mut sym_seq = vec![0u64; names.len() + 1];
         let mut b = PacketBuilder::new();
+        let start = Instant::now();
+        let mut now = unix_now();
         while !stop.load(Ordering::Relaxed) {
+            // Paced: as many datagrams as the rate allows so far, then spin.
+            let due = (start.elapsed().as_nanos() as u64).saturating_mul(rate) / 1_000_000_000;
+            if seq >= due {
+                std::hint::spin_loop();
+                continue;
+            }
             seq += 1;
-            let now = unix_now();
+            if seq.is_multiple_of(64) {
+                now = unix_now();
+            }
+            let (sym, k) = if seq.is_multiple_of(4) {
+                (eur, names.len())
+            } else {
+                let i = (seq as usize) % names.len();
+                (names[i], i)
+            };
+            sym_seq[k] += 1;
             let px = 1_085_120_000 + (seq % 100) as i64 * 10_000;
             let q = Quote::new(
-                eur,
-                seq,
+                sym,
+                sym_seq[k],
                 now as u64,
                 Some(Side { px, qty: 1_000_000 }),
                 Some(Side {
@@ -152,10 +214,143 @@ fn market(stop: Arc<AtomicBool>) -> (Gate, std::thread::JoinHandle<()>) {
             );
             b.start(session, seq).quote(&q);
             feed.on_datagram(0, b.bytes(), now);
-            std::thread::sleep(Duration::from_millis(1));
+        }
+        WriterStats {
+            datagrams: seq,
+            elapsed: start.elapsed(),
         }
     });
-    (Gate::new(vec![("md1".into(), reader)]), feeder)
+    (Gate::new(vec![("md1".into(), reader)]), published, feeder)
+}
+
+/// The shared-memory client side, in a child process: `clients` threads
+/// checking EURUSD for `GATE_BENCH_SHM_SECS` after a 100 ms warm-up.
+/// Prints the merged histogram (`H <ns> <count>` lines) and `T` totals.
+fn shm_child(path: &str) {
+    let clients: usize = std::env::var("GATE_BENCH_SHM_CLIENTS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let secs: f64 = std::env::var("GATE_BENCH_SHM_SECS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(clients));
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let path = path.to_string();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::open(&path).expect("open the state file");
+                let clock = quanta::Clock::new();
+                let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+                barrier.wait();
+                let (cpu0, ru0) = (thread_cpu_ns(), cpu::rusage(libc::RUSAGE_THREAD));
+                let start = Instant::now();
+                let warm_end = start + Duration::from_millis(100);
+                let end = warm_end + Duration::from_secs_f64(secs);
+                let (mut n, mut all, mut oks) = (0u64, 0u64, 0u64);
+                let s0 = c.stats();
+                loop {
+                    // The wall clock is read 1 in 64 checks (Instant).
+                    if all.is_multiple_of(64) && Instant::now() >= end {
+                        break;
+                    }
+                    let t0 = clock.raw();
+                    let v = c.check_now(b"EURUSD", None, None).expect("check");
+                    let t1 = clock.raw();
+                    oks += v.ok() as u64;
+                    all += 1;
+                    if all % 64 == 1 && Instant::now() < warm_end {
+                        continue;
+                    }
+                    h.record(clock.delta_as_nanos(t0, t1).max(1)).unwrap();
+                    n += 1;
+                }
+                let ru = cpu::rusage(libc::RUSAGE_THREAD);
+                let st = c.stats();
+                (
+                    h,
+                    n,
+                    all,
+                    thread_cpu_ns() - cpu0,
+                    (ru.ru_nvcsw - ru0.ru_nvcsw) as u64,
+                    (ru.ru_nivcsw - ru0.ru_nivcsw) as u64,
+                    st.retries - s0.retries,
+                    oks,
+                )
+            })
+        })
+        .collect();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+    let mut t = [0u64; 7];
+    for h in handles {
+        let (h, n, all, cpu, v, i, retries, oks) = h.join().unwrap();
+        hist.add(&h).unwrap();
+        for (a, b) in t.iter_mut().zip([n, all, cpu, v, i, retries, oks]) {
+            *a += b;
+        }
+    }
+    for v in hist.iter_recorded() {
+        println!("H {} {}", v.value_iterated_to(), v.count_at_value());
+    }
+    println!(
+        "T {}",
+        t.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+/// Checks, retries and OK answers of the shared-memory rows.
+#[derive(Default, Clone, Copy)]
+struct ShmTotals {
+    checks: u64,
+    retries: u64,
+    oks: u64,
+}
+
+/// One slice of the shared-memory row: a child process of `clients`.
+fn run_shm(path: &Path, clients: usize, measure: Duration, totals: &mut ShmTotals) -> Run {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("GATE_BENCH_SHM_CHILD", path)
+        .env("GATE_BENCH_SHM_CLIENTS", clients.to_string())
+        .env("GATE_BENCH_SHM_SECS", measure.as_secs_f64().to_string())
+        .output()
+        .expect("spawn the shm client process");
+    assert!(
+        out.status.success(),
+        "shm client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+    let mut t = vec![0u64; 7];
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let w: Vec<u64> = l
+            .split(' ')
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if l.starts_with("H ") {
+            hist.record_n(w[0], w[1]).unwrap();
+        } else if l.starts_with("T ") {
+            t = w;
+        }
+    }
+    totals.checks += t[1];
+    totals.retries += t[5];
+    totals.oks += t[6];
+    Run {
+        hist,
+        requests: t[0],
+        elapsed: measure,
+        all_requests: t[1],
+        client_cpu_ns: t[2],
+        server_cpu_ns: 0,
+        client_vcsw: t[3],
+        client_icsw: t[4],
+    }
 }
 
 /// How a client knows its answer is complete.
@@ -312,7 +507,7 @@ fn row(name: &str, clients: usize, r: &Run) -> String {
     let us = |q: f64| r.hist.value_at_quantile(q) as f64 / 1000.0;
     let per_req = |ns: u64| ns as f64 / 1000.0 / r.all_requests.max(1) as f64;
     format!(
-        "| {name} | {clients} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} |",
+        "| {name} | {clients} | {:.3} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} |",
         us(0.5),
         us(0.99),
         us(0.999),
@@ -500,12 +695,16 @@ fn smoke() -> bool {
 }
 
 fn main() {
+    if let Ok(path) = std::env::var("GATE_BENCH_SHM_CHILD") {
+        return shm_child(&path);
+    }
     if smoke() {
         println!("gate_rtt: smoke run (use `cargo bench --bench gate_rtt` to measure)");
     }
     let stop_feed = Arc::new(AtomicBool::new(false));
-    let (gate, feeder) = market(stop_feed.clone());
     let dir = tempfile::tempdir().unwrap();
+    let shm_path = dir.path().join("state.shm");
+    let (gate, published, feeder) = market(&shm_path, stop_feed.clone());
     let cpu = spin_cpu();
     let mut rows = Vec::new();
 
@@ -555,6 +754,19 @@ fn main() {
             h.value_at_quantile(0.99),
             h.value_at_quantile(0.999)
         );
+        // The shared-memory client in this process, for reference.
+        let mut c = Client::open(&shm_path).unwrap();
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(c.check(b"EURUSD", fixed, None, None).unwrap());
+        }
+        let mean_shm = start.elapsed().as_nanos() as f64 / n as f64;
+        let mut line = Vec::new();
+        c.answer(b"CHECK EURUSD", unix_now(), &mut line).unwrap();
+        println!(
+            "in-process shm Client::check without the clock read: mean {mean_shm:.0} ns/call; sample {}",
+            String::from_utf8_lossy(&line).trim_end()
+        );
     }
 
     // Every configuration runs in `rounds` short slices, interleaved, so
@@ -590,11 +802,13 @@ fn main() {
         Config::Echo("echo blocking (thread/conn)", false),
         Config::Echo("echo spinning", true),
         Config::Redis,
+        Config::Shm,
     ]
     .into_iter()
     .filter(|c| !matches!(c, Config::Redis) || redis.is_some())
     .filter(|c| only().is_none_or(|o| o.iter().any(|w| c.name().contains(w.as_str()))))
     .collect();
+    let mut shm_totals = ShmTotals::default();
     let mut results: Vec<(String, usize, Option<Run>)> = Vec::new();
     for c in &configs {
         for clients in [1, 16] {
@@ -635,6 +849,7 @@ fn main() {
                         let p = redis.as_ref().unwrap();
                         run_clients(p, &get, Framing::RespBulk, clients, slice, redis_pid)
                     }
+                    Config::Shm => run_shm(&shm_path, clients, slice, &mut shm_totals),
                 };
                 let acc = &mut results[ci * 2 + k].2;
                 match acc {
@@ -662,7 +877,42 @@ fn main() {
     }
 
     stop_feed.store(true, Ordering::Relaxed);
-    feeder.join().unwrap();
+    let w = feeder.join().unwrap();
+    drop(published);
+    println!(
+        "writer: {} datagrams in {:.1} s = {:.0} datagrams/s (target {})",
+        w.datagrams,
+        w.elapsed.as_secs_f64(),
+        w.datagrams as f64 / w.elapsed.as_secs_f64(),
+        writer_rate()
+    );
+    if shm_totals.checks > 0 {
+        println!(
+            "shm: {} checks, {} seqlock retries ({:.4} per check), {:.1}% OK",
+            shm_totals.checks,
+            shm_totals.retries,
+            shm_totals.retries as f64 / shm_totals.checks as f64,
+            100.0 * shm_totals.oks as f64 / shm_totals.checks as f64
+        );
+    }
+    for clients in [1usize, 16] {
+        let p50 = |pred: &dyn Fn(&str) -> bool| {
+            results
+                .iter()
+                .filter(|(n, c, _)| *c == clients && pred(n))
+                .filter_map(|(_, _, r)| r.as_ref().map(|r| r.hist.value_at_quantile(0.5)))
+                .min()
+        };
+        if let (Some(shm), Some(sock)) = (
+            p50(&|n: &str| n.starts_with("shm")),
+            p50(&|n: &str| n.starts_with("gate")),
+        ) {
+            println!(
+                "{clients} client(s): shm p50 {shm} ns vs best gate socket p50 {sock} ns: {:.0}x",
+                sock as f64 / shm.max(1) as f64
+            );
+        }
+    }
 
     println!();
     println!(

@@ -32,6 +32,9 @@ pub const DEFAULT_MAX_ORDERS: usize = 10_000_000;
 /// gate.md: default socket path and mode.
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+/// The shared state file's name, next to the socket unless `[gate] shm`
+/// says otherwise (docs/shm.md).
+pub const DEFAULT_SHM_NAME: &str = "state.shm";
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9477";
 
 /// Largest threshold accepted: a day. Anything larger is a typo (seconds
@@ -237,6 +240,17 @@ pub struct GateConfig {
     pub cpu: Option<usize>,
     /// Connections beyond this are refused (and counted).
     pub max_connections: usize,
+    /// The shared state file (`shm = "<path>"`, or `false`: none). By
+    /// default `state.shm` in the socket's directory.
+    pub shm: Option<PathBuf>,
+}
+
+/// `state.shm` next to `socket`.
+pub fn default_shm(socket: &std::path::Path) -> PathBuf {
+    socket
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join(DEFAULT_SHM_NAME)
 }
 
 impl Default for GateConfig {
@@ -247,6 +261,7 @@ impl Default for GateConfig {
             server_mode: ServerMode::Blocking,
             cpu: None,
             max_connections: 1024,
+            shm: Some(default_shm(std::path::Path::new(DEFAULT_SOCKET))),
         }
     }
 }
@@ -866,6 +881,13 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
     if let Some(n) = s.uint("max_connections", 1, 1_000_000)? {
         g.max_connections = n as usize;
     }
+    g.shm = match s.get("shm") {
+        None => Some(default_shm(&g.socket)),
+        Some(Value::Boolean(false)) => None,
+        Some(Value::Boolean(true)) => Some(default_shm(&g.socket)),
+        Some(Value::String(p)) if !p.is_empty() => Some(PathBuf::from(p)),
+        Some(other) => return Err(s.err("shm", format!("{} is not a path or false", show(other)))),
+    };
     s.finish()?;
     Ok(g)
 }

@@ -14,6 +14,7 @@ pub mod feeds;
 pub mod fills_lane;
 pub mod logging;
 pub mod notify;
+pub mod shm;
 pub mod watchdog;
 
 use std::net::SocketAddr;
@@ -121,6 +122,8 @@ pub struct Daemon {
     beats: Vec<Arc<Beat>>,
     gate: Option<ServerHandle>,
     gate_backend: Gate,
+    /// The shared state file the feed tables live in (`[gate] shm`).
+    shm: Option<shm::Published>,
     metrics: Arc<Metrics>,
     metrics_addr: Option<SocketAddr>,
     metrics_stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -207,11 +210,37 @@ impl Daemon {
         };
         let metrics_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        let (published, regions) = match &config.gate.shm {
+            None => (None, Vec::new()),
+            Some(path) => {
+                let specs: Vec<_> = config
+                    .feeds
+                    .iter()
+                    .map(|f| crate::feed::shm::FeedSpec {
+                        name: f.name.clone(),
+                        capacity: f.max_symbols.min(u32::MAX as usize - 1) as u32,
+                        stale_ms: f.stale_ms,
+                        source_max_age_ms: f.source_max_age_ms,
+                    })
+                    .collect();
+                let (p, r) = shm::publish(path, shm::DEFAULT_MODE, &specs).with_context(|| {
+                    format!("publishing the shared state file {}", path.display())
+                })?;
+                (Some(p), r)
+            }
+        };
+
         let mut running = Vec::with_capacity(config.feeds.len());
         let mut beats = Vec::new();
         let mut readers = Vec::new();
-        for ((f, lines), fm) in config.feeds.iter().zip(&specs).zip(&metrics.feeds) {
-            let (feed, reader) = feeds::build(f);
+        for (i, ((f, lines), fm)) in config
+            .feeds
+            .iter()
+            .zip(&specs)
+            .zip(&metrics.feeds)
+            .enumerate()
+        {
+            let (feed, reader) = feeds::build_in(f, regions.get(i));
             let beat = Beat::new(&format!("feed-{}", f.name));
             let (writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
             // On error the feeds already running are stopped by drop.
@@ -279,6 +308,7 @@ impl Daemon {
             beats,
             gate: Some(gate),
             gate_backend,
+            shm: published,
             metrics,
             metrics_addr,
             metrics_stop,
@@ -287,6 +317,11 @@ impl Daemon {
             fills,
             rt: Some(rt),
         })
+    }
+
+    /// The shared state file, when published.
+    pub fn shm(&self) -> Option<&shm::Published> {
+        self.shm.as_ref()
     }
 
     /// The lock-free view the gate socket answers from.
@@ -438,6 +473,10 @@ impl Daemon {
             if let Err(e) = f.thread.stop() {
                 tracing::error!(feed = f.name.as_str(), error = %format!("{e:#}"), "feed thread failed");
             }
+        }
+        if let Some(p) = self.shm.take() {
+            // Clients keep the mapping; their quotes age from here.
+            p.stop();
         }
         if let Some(tx) = self.metrics_stop.take() {
             let _ = tx.send(());

@@ -7,6 +7,7 @@
 //! `gate::server`, `fills::store`, `capture::pcap`, `daemon`).
 
 pub mod capture;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod feed;

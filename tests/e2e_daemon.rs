@@ -602,3 +602,65 @@ fn iex_tops_feed_end_to_end_with_a_halt() {
         b.bytes().to_vec()
     });
 }
+
+/// `time`-free part of an answer line (the two ages differ between two
+/// askings).
+fn without_ages(answer: &str) -> String {
+    answer
+        .split(' ')
+        .filter(|w| !w.starts_with("silence_us=") && !w.starts_with("source_age_us="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tickgate(args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn the_daemon_publishes_the_state_file_and_the_cli_reads_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = serial();
+    let mut d = start(9, 46305, 600_000);
+    let truth = send(&d, sim(21), [0.0, 0.0]);
+    wait_processed(&d, &truth);
+    let shm = d.dir.path().join("state.shm");
+    let mode = std::fs::metadata(&shm).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "state.shm next to the socket, mode 0640");
+    let sock = d.socket();
+    let sock = sock.to_str().unwrap();
+    for symbol in ["EURUSD", "USDJPY", "NOPE"] {
+        let socket = d.ask(&format!("CHECK {symbol}"));
+        let (code, mapped) = tickgate(&["check", "--socket", sock, "--shm", symbol]);
+        assert_eq!(
+            without_ages(mapped.trim_end()),
+            without_ages(&socket),
+            "{symbol}"
+        );
+        assert_eq!(code, if socket.starts_with("OK ") { 0 } else { 1 });
+    }
+    let (code, status) = tickgate(&["status", "--socket", sock]);
+    assert_eq!(code, 0, "{status}");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("shared memory "))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(line.contains(": live, generation "), "{line}");
+    assert!(line.contains("fx (100000 slots)"), "{line}");
+    // Stopped: the file stays and says so; checks still answer (and age).
+    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
+    d.child.wait().unwrap();
+    let shm = shm.to_str().unwrap().to_string();
+    let (code, answer) = tickgate(&["check", &format!("--shm={shm}"), "EURUSD"]);
+    assert!(
+        answer.starts_with("OK EURUSD") || answer.starts_with("REJECT EURUSD"),
+        "{answer}"
+    );
+    assert!(code == 0 || code == 1);
+    let (code, status) = tickgate(&["status", "--socket", sock, "--shm", &shm]);
+    assert_ne!(code, 0, "the socket is gone");
+    assert!(status.contains(": stopped, generation "), "{status}");
+}

@@ -329,6 +329,7 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr)
         gate: GateConfig {
             socket: args.dir.join("gate.sock"),
             socket_mode: 0o600,
+            shm: Some(crate::config::default_shm(&args.dir.join("gate.sock"))),
             ..GateConfig::default()
         },
         metrics: MetricsConfig {
@@ -390,6 +391,13 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
         "    echo 'CHECK GBPUSD' | socat - UNIX-CONNECT:{}",
         socket.display()
     );
+    if let Some(p) = daemon.shm() {
+        println!(
+            "    TICKGATE_SOCKET={} tickgate check --shm EURUSD   # from the shared state file {}",
+            socket.display(),
+            p.path().display()
+        );
+    }
     if let Some(addr) = daemon.metrics_addr() {
         println!("  metrics: http://{addr}/metrics");
     }

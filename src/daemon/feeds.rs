@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
-use crate::feed::reader::{feed_table, FeedReader, TablePublisher};
+use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
 use crate::feed::receiver::{self, DatagramHandler, LineSpec};
 use crate::feed::{Feed, FeedSettings};
 use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
@@ -129,8 +129,21 @@ fn interface_exists(name: &str) -> bool {
 /// A feed's writer half and the gate's reader half, with the configured
 /// symbols and thresholds in place.
 pub fn build(f: &FeedConfig) -> (Feed<TablePublisher>, FeedReader) {
+    build_in(f, None)
+}
+
+/// `build` with the table in `region` of the shared state file (sized for
+/// the feed's `max_symbols` by `daemon::shm`), or on the heap.
+pub fn build_in(
+    f: &FeedConfig,
+    region: Option<&super::shm::FeedRegion>,
+) -> (Feed<TablePublisher>, FeedReader) {
     let settings = settings(f);
-    let (publisher, reader) = feed_table(&settings);
+    let (publisher, reader) = match region {
+        Some(r) => feed_table_in(r.capacity, &r.cell, &r.table)
+            .expect("the region is laid out for this capacity"),
+        None => feed_table(&settings),
+    };
     let mut feed = Feed::with_publisher(settings, f.lines.len(), publisher);
     apply_overrides(&mut feed, f.stale_ms, f.source_max_age_ms, &f.symbols);
     (feed, reader)

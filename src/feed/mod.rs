@@ -11,6 +11,7 @@ pub mod prefetch;
 pub mod reader;
 pub mod receiver;
 pub mod settings;
+pub mod shm;
 pub mod state;
 pub mod table;
 pub mod verdict;

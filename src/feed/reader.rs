@@ -10,7 +10,10 @@
 
 #![forbid(unsafe_code)]
 
-use super::table::{seq_cell, table, CellReader, CellWriter, Plain, TableReader, TableWriter};
+use super::table::{
+    cell_reader_in, reader_in, seq_cell, seq_cell_in, table, table_in, Busy, CellReader,
+    CellWriter, Corrupt, Plain, TableReader, TableWriter, TooSmall, Words,
+};
 use super::verdict::Thresholds;
 use super::view::{FeedView, Publish, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 use super::FeedSettings;
@@ -132,7 +135,116 @@ pub fn with_capacity(capacity: u32) -> (TablePublisher, FeedReader) {
     )
 }
 
+/// A feed's table in shared words (the daemon's file, see `feed::shm`):
+/// the feed view cell in `cell`, the symbol table in `table`, both zeroed.
+pub fn feed_table_in(
+    capacity: u32,
+    cell: &Words,
+    table: &Words,
+) -> Result<(TablePublisher, FeedReader), TooSmall> {
+    let (sw, sr) = table_in::<SymbolView>(table, capacity)?;
+    let (fw, fr) = seq_cell_in(cell, FeedView::default())?;
+    Ok((
+        TablePublisher {
+            symbols: sw,
+            feed: fw,
+            overflow: 0,
+        },
+        FeedReader {
+            symbols: sr,
+            feed: fr,
+        },
+    ))
+}
+
+/// A reader of a feed's table that another process writes (the client).
+pub fn feed_reader_in(capacity: u32, cell: &Words, table: &Words) -> Result<FeedReader, TooSmall> {
+    Ok(FeedReader {
+        symbols: reader_in::<SymbolView>(table, capacity)?,
+        feed: cell_reader_in::<FeedView>(cell)?,
+    })
+}
+
+/// Why a bounded lookup failed: the shared memory is not what this code
+/// writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// The symbol index is corrupt.
+    Corrupt,
+    /// A slot stayed mid-write or kept changing for every try.
+    Busy,
+}
+
+impl From<Corrupt> for ReadError {
+    fn from(_: Corrupt) -> Self {
+        ReadError::Corrupt
+    }
+}
+
+impl From<Busy> for ReadError {
+    fn from(_: Busy) -> Self {
+        ReadError::Busy
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Corrupt => Corrupt.fmt(f),
+            ReadError::Busy => Busy.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// What a lookup finds: the symbol's view, its feed's view and the
+/// symbol's configured thresholds.
+pub type Found = (SymbolView, FeedView, Thresholds);
+
+/// Several feeds may know a symbol: the first (in the given order) where
+/// it has a quote wins, else the first that knows it (gate.md answers
+/// over several feeds, the socket and the shared-memory client alike).
+#[inline]
+pub fn first_quoted<E>(
+    found: impl IntoIterator<Item = Result<Option<Found>, E>>,
+) -> Result<Option<Found>, E> {
+    let mut known = None;
+    for f in found {
+        if let Some(f) = f? {
+            if f.0.has_quote() {
+                return Ok(Some(f));
+            }
+            if known.is_none() {
+                known = Some(f);
+            }
+        }
+    }
+    Ok(known)
+}
+
 impl FeedReader {
+    /// `lookup` for memory another process writes: every read gives up
+    /// after `tries` attempts, and an index that is not one this code
+    /// writes is an error, not a hang. `retries` counts the seqlock
+    /// retries taken.
+    #[inline]
+    pub fn lookup_within(
+        &self,
+        symbol: Symbol,
+        tries: u32,
+        retries: &mut u64,
+    ) -> Result<Option<Found>, ReadError> {
+        let Some(slot) = self.symbols.try_find(symbol.key())? else {
+            return Ok(None);
+        };
+        // Feed view first, as in `lookup`.
+        let (feed, r1) = self.feed.read_within(tries)?;
+        let (view, r2) = self.symbols.read_within(slot, tries)?;
+        *retries += (r1 + r2) as u64;
+        Ok(Some((view, feed, Thresholds::of(&view))))
+    }
+
     /// The feed view as last published.
     #[inline]
     pub fn feed_view(&self) -> FeedView {

@@ -19,7 +19,12 @@
 //! [`TableReader`] (`Clone + Send + Sync`). [`seq_cell`] is the same
 //! seqlock for a single value (the per-feed view).
 //!
-//! No `unsafe`: values are packed into words by their own safe code
+//! A table lives in [`Words`]: zeroed words on the heap, or a range of a
+//! [`WordStore`] (the shared-memory file of `client`, whose mapping code
+//! holds the only `unsafe`). Its word layout ([`TableLayout`]) is the same
+//! in both, and is the byte layout docs/shm-layout.md describes.
+//!
+//! No `unsafe` here: values are packed into words by their own safe code
 //! ([`Plain`]).
 
 #![forbid(unsafe_code)]
@@ -95,27 +100,158 @@ impl<T: Plain> Layout<T> {
     };
 }
 
-/// A fixed array of atomic words starting on a cache-line boundary (the
-/// allocation has 7 spare words; the start is chosen inside it).
-struct Words {
-    words: Box<[AtomicU64]>,
+/// Memory that atomic words live in, other than the heap: a shared
+/// mapping. `words()` must return the same slice every time.
+pub trait WordStore: Send + Sync + 'static {
+    fn words(&self) -> &[AtomicU64];
+}
+
+#[derive(Clone)]
+enum Store {
+    Heap(Arc<[AtomicU64]>),
+    Shared(Arc<dyn WordStore>),
+}
+
+/// A range of atomic words: on the heap (starting on a cache-line
+/// boundary) or in a [`WordStore`]. Cloning shares the words.
+#[derive(Clone)]
+pub struct Words {
+    store: Store,
     start: usize,
     len: usize,
 }
 
 impl Words {
-    fn new(len: usize) -> Words {
-        let words: Box<[AtomicU64]> = (0..len + 7).map(|_| AtomicU64::new(0)).collect();
+    /// `len` zeroed words on the heap, starting on a cache line (the
+    /// allocation has 7 spare words; the start is chosen inside it).
+    pub fn heap(len: usize) -> Words {
+        let words: Arc<[AtomicU64]> = (0..len + 7).map(|_| AtomicU64::new(0)).collect();
         let misalign = (words.as_ptr() as usize % 64) / 8;
         let start = (8 - misalign) % 8;
-        Words { words, start, len }
+        Words {
+            store: Store::Heap(words),
+            start,
+            len,
+        }
+    }
+
+    /// All the words of a store.
+    pub fn shared(store: Arc<dyn WordStore>) -> Words {
+        let len = store.words().len();
+        Words {
+            store: Store::Shared(store),
+            start: 0,
+            len,
+        }
+    }
+
+    /// Words `at..at + len` of this range; `None` when outside it.
+    pub fn range(&self, at: usize, len: usize) -> Option<Words> {
+        let end = at.checked_add(len)?;
+        (end <= self.len).then(|| Words {
+            store: self.store.clone(),
+            start: self.start + at,
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     #[inline]
-    fn slice(&self) -> &[AtomicU64] {
-        &self.words[self.start..self.start + self.len]
+    pub fn slice(&self) -> &[AtomicU64] {
+        let all: &[AtomicU64] = match &self.store {
+            Store::Heap(w) => w,
+            Store::Shared(s) => s.words(),
+        };
+        &all[self.start..self.start + self.len]
     }
 }
+
+impl fmt::Debug for Words {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Words")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Slot stride in words of a `T` cell (sequence word plus payload,
+/// rounded; see the layout doc).
+pub const fn stride<T: Plain>() -> usize {
+    Layout::<T>::STRIDE
+}
+
+/// Where the parts of a table of `capacity` slots of `T` lie in its words
+/// (offsets in words from the table's start; every part starts on a
+/// 64-byte boundary of the table):
+///
+/// - `[0]`: the count of published slots (`len`), alone on its line;
+/// - `slots_at`: `capacity` seqlock cells of `stride` words;
+/// - `keys_at`: the key of each slot, `capacity` words;
+/// - `buckets_at`: `buckets` index pairs `[key, slot + 1]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableLayout {
+    pub capacity: u32,
+    pub stride: usize,
+    pub buckets: u64,
+    pub slots_at: usize,
+    pub keys_at: usize,
+    pub buckets_at: usize,
+    /// Words of the whole table (a multiple of 8).
+    pub words: usize,
+}
+
+const fn round8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+impl TableLayout {
+    /// The layout of a table of `capacity` (at most `u32::MAX - 1`).
+    pub fn of<T: Plain>(capacity: u32) -> TableLayout {
+        let capacity = capacity.min(u32::MAX - 1);
+        let stride = Layout::<T>::STRIDE;
+        let buckets = (capacity as u64 * 2).next_power_of_two().max(2);
+        let slots_at = 8;
+        let keys_at = slots_at + round8(capacity as usize * stride);
+        let buckets_at = keys_at + round8(capacity as usize);
+        let words = round8(buckets_at + buckets as usize * 2);
+        TableLayout {
+            capacity,
+            stride,
+            buckets,
+            slots_at,
+            keys_at,
+            buckets_at,
+            words,
+        }
+    }
+}
+
+/// A table's words do not fit its layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooSmall {
+    pub needed: usize,
+    pub got: usize,
+}
+
+impl fmt::Display for TooSmall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "table region holds {} words, its layout needs {}",
+            self.got, self.needed
+        )
+    }
+}
+
+impl std::error::Error for TooSmall {}
 
 /// Seqlock write of one cell (`cell[0]` is the sequence, `cell[1..]` the
 /// payload). Only one thread may write a given cell.
@@ -140,6 +276,18 @@ fn seq_write<T: Plain>(cell: &[AtomicU64], value: &T) {
 /// Seqlock read: a copy that the writer did not change while it was taken.
 #[inline]
 fn seq_read<T: Plain>(cell: &[AtomicU64]) -> T {
+    loop {
+        if let Ok((v, _)) = seq_read_within::<T>(cell, u32::MAX) {
+            return v;
+        }
+    }
+}
+
+/// Seqlock read giving up after `tries` attempts (`Err(tries)`), for
+/// memory another process writes (a writer that never finishes must not
+/// hang the reader). `Ok` carries the value and the retries it took.
+#[inline]
+fn seq_read_within<T: Plain>(cell: &[AtomicU64], tries: u32) -> Result<(T, u32), u32> {
     let w = Layout::<T>::WORDS;
     let cell = &cell[..=w];
     let mut buf = [0u64; MAX_WORDS];
@@ -155,10 +303,13 @@ fn seq_read<T: Plain>(cell: &[AtomicU64]) -> T {
             let s2 = cell[0].load(Ordering::Relaxed);
             if s1 == s2 {
                 // The unchanged even sequence: all words come from one write.
-                return T::from_words(&buf[..w]);
+                return Ok((T::from_words(&buf[..w]), spins));
             }
         }
         spins = spins.wrapping_add(1);
+        if spins >= tries {
+            return Err(spins);
+        }
         if spins.is_multiple_of(1024) {
             // The writer was descheduled mid-write: let it run.
             std::thread::yield_now();
@@ -197,14 +348,39 @@ impl fmt::Display for TableFull {
 
 impl std::error::Error for TableFull {}
 
+/// A shared table's index names a slot out of range or has no empty
+/// bucket: not written by this code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrupt;
+
+impl fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("symbol index is corrupt")
+    }
+}
+
+impl std::error::Error for Corrupt {}
+
+/// A seqlock cell stayed mid-write (or kept changing) for every try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("state slot kept changing while read")
+    }
+}
+
+impl std::error::Error for Busy {}
+
 struct Inner<T> {
     capacity: u32,
     /// Slots published to readers (Release after the slot and its bucket).
-    len: AtomicU64,
+    len: Words,
     /// `capacity` seqlock cells of `STRIDE` words.
     slots: Words,
     /// The key of each slot, for listing (written before `len` moves).
-    slot_keys: Box<[AtomicU64]>,
+    slot_keys: Words,
     /// Index buckets: pairs `[key, slot + 1]`; `slot + 1 == 0` is empty.
     buckets: Words,
     bucket_mask: u64,
@@ -212,7 +388,40 @@ struct Inner<T> {
     _t: PhantomData<fn() -> T>,
 }
 
+/// Outcome of a probe.
+enum Probe {
+    Found(u32),
+    /// Absent; the empty bucket (word index) where it would go.
+    Vacant(usize),
+    /// No empty bucket in the whole index, or a bucket naming a slot out
+    /// of range: impossible for a table this code wrote, possible in a
+    /// corrupt shared file.
+    Corrupt,
+}
+
 impl<T: Plain> Inner<T> {
+    fn new(region: &Words, capacity: u32) -> Result<Inner<T>, TooSmall> {
+        let l = TableLayout::of::<T>(capacity);
+        let part = |at: usize, len: usize| {
+            region.range(at, len).ok_or(TooSmall {
+                needed: l.words,
+                got: region.len(),
+            })
+        };
+        let bits = l.buckets.trailing_zeros();
+        Ok(Inner {
+            capacity: l.capacity,
+            len: part(0, 1)?,
+            slots: part(l.slots_at, l.capacity as usize * l.stride)?,
+            slot_keys: part(l.keys_at, l.capacity as usize)?,
+            buckets: part(l.buckets_at, l.buckets as usize * 2)?,
+            bucket_mask: l.buckets - 1,
+            // `>> 64` is not allowed; a table of 1 bucket pair uses bit 63.
+            bucket_shift: 64 - bits.max(1),
+            _t: PhantomData,
+        })
+    }
+
     #[inline]
     fn cell(&self, slot: u32) -> &[AtomicU64] {
         let s = Layout::<T>::STRIDE;
@@ -227,52 +436,70 @@ impl<T: Plain> Inner<T> {
         key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.bucket_shift
     }
 
-    /// Probes for `key`: `Ok(slot)` when present, `Err(bucket)` with the
-    /// empty bucket where it would go.
+    /// Probes for `key`, at most once around the index.
     #[inline]
-    fn probe(&self, key: u64) -> Result<u32, usize> {
+    fn probe(&self, key: u64) -> Probe {
         let b = self.buckets.slice();
         let mut i = self.home(key);
-        loop {
+        for _ in 0..=self.bucket_mask {
             let at = (i as usize) * 2;
             let tag = b[at + 1].load(Ordering::Acquire);
             if tag == 0 {
-                return Err(at);
+                return Probe::Vacant(at);
             }
             if b[at].load(Ordering::Relaxed) == key {
-                return Ok((tag - 1) as u32);
+                return match tag - 1 < self.capacity as u64 {
+                    true => Probe::Found((tag - 1) as u32),
+                    false => Probe::Corrupt,
+                };
             }
             i = (i + 1) & self.bucket_mask;
         }
+        Probe::Corrupt
+    }
+
+    /// Published slots, never more than the capacity.
+    #[inline]
+    fn published(&self) -> u32 {
+        self.len.slice()[0]
+            .load(Ordering::Acquire)
+            .min(self.capacity as u64) as u32
     }
 }
 
-/// Creates a table for `capacity` keys (at most `u32::MAX - 1`).
+/// Creates a table for `capacity` keys (at most `u32::MAX - 1`) on the
+/// heap.
 ///
 /// Memory: `capacity` slots of `STRIDE` words plus an index of twice the
 /// capacity rounded up to a power of two (16 bytes a bucket, load <= 0.5).
 pub fn table<T: Plain>(capacity: u32) -> (TableWriter<T>, TableReader<T>) {
-    let capacity = capacity.min(u32::MAX - 1);
-    let buckets = (capacity as u64 * 2).next_power_of_two().max(2);
-    let bits = buckets.trailing_zeros();
-    let inner = Arc::new(Inner::<T> {
-        capacity,
-        len: AtomicU64::new(0),
-        slots: Words::new(capacity as usize * Layout::<T>::STRIDE),
-        slot_keys: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
-        buckets: Words::new(buckets as usize * 2),
-        bucket_mask: buckets - 1,
-        // `>> 64` is not allowed; a table of 1 bucket pair uses bit 63.
-        bucket_shift: 64 - bits.max(1),
-        _t: PhantomData,
-    });
-    (
+    let words = Words::heap(TableLayout::of::<T>(capacity).words);
+    table_in(&words, capacity).expect("the heap region is sized by the layout")
+}
+
+/// Creates a table in `region` (zeroed, at least
+/// `TableLayout::of::<T>(capacity).words` long): a shared mapping the
+/// daemon publishes.
+pub fn table_in<T: Plain>(
+    region: &Words,
+    capacity: u32,
+) -> Result<(TableWriter<T>, TableReader<T>), TooSmall> {
+    let inner = Arc::new(Inner::<T>::new(region, capacity)?);
+    Ok((
         TableWriter {
             inner: inner.clone(),
             len: 0,
         },
         TableReader { inner },
-    )
+    ))
+}
+
+/// A reader of a table another process writes in `region`. Every access
+/// stays inside the region whatever its words say.
+pub fn reader_in<T: Plain>(region: &Words, capacity: u32) -> Result<TableReader<T>, TooSmall> {
+    Ok(TableReader {
+        inner: Arc::new(Inner::<T>::new(region, capacity)?),
+    })
 }
 
 /// The one writer of a table (the feed's thread). Not `Clone`.
@@ -284,7 +511,10 @@ pub struct TableWriter<T: Plain> {
 impl<T: Plain> TableWriter<T> {
     /// The slot of `key`, if it was inserted.
     pub fn find(&self, key: u64) -> Option<u32> {
-        self.inner.probe(key).ok()
+        match self.inner.probe(key) {
+            Probe::Found(slot) => Some(slot),
+            _ => None,
+        }
     }
 
     /// Writes `value` under `key`, inserting the key on first use. Returns
@@ -292,11 +522,12 @@ impl<T: Plain> TableWriter<T> {
     /// slot is taken.
     pub fn upsert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
         match self.inner.probe(key) {
-            Ok(slot) => {
+            Probe::Found(slot) => {
                 seq_write(self.inner.cell(slot), value);
                 Ok(slot)
             }
-            Err(bucket) => self.insert_at(bucket, key, value),
+            Probe::Vacant(bucket) => self.insert_at(bucket, key, value),
+            Probe::Corrupt => Err(self.full()),
         }
     }
 
@@ -304,28 +535,33 @@ impl<T: Plain> TableWriter<T> {
     /// value (and slot).
     pub fn insert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
         match self.inner.probe(key) {
-            Ok(slot) => Ok(slot),
-            Err(bucket) => self.insert_at(bucket, key, value),
+            Probe::Found(slot) => Ok(slot),
+            Probe::Vacant(bucket) => self.insert_at(bucket, key, value),
+            Probe::Corrupt => Err(self.full()),
+        }
+    }
+
+    fn full(&self) -> TableFull {
+        TableFull {
+            capacity: self.inner.capacity,
         }
     }
 
     fn insert_at(&mut self, bucket: usize, key: u64, value: &T) -> Result<u32, TableFull> {
         let inner = &*self.inner;
         if self.len >= inner.capacity {
-            return Err(TableFull {
-                capacity: inner.capacity,
-            });
+            return Err(self.full());
         }
         let slot = self.len;
         // The slot first, then the bucket (Release): a reader that finds the
         // key sees at least this first value.
         seq_write(inner.cell(slot), value);
-        inner.slot_keys[slot as usize].store(key, Ordering::Relaxed);
+        inner.slot_keys.slice()[slot as usize].store(key, Ordering::Relaxed);
         let b = inner.buckets.slice();
         b[bucket].store(key, Ordering::Relaxed);
         b[bucket + 1].store(slot as u64 + 1, Ordering::Release);
         self.len = slot + 1;
-        inner.len.store(self.len as u64, Ordering::Release);
+        inner.len.slice()[0].store(self.len as u64, Ordering::Release);
         Ok(slot)
     }
 
@@ -357,7 +593,8 @@ impl<T: Plain> TableWriter<T> {
 
     /// The key stored in `slot` (`None` when not inserted).
     pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len).then(|| self.inner.slot_keys[slot as usize].load(Ordering::Relaxed))
+        (slot < self.len)
+            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
     }
 
     pub fn len(&self) -> u32 {
@@ -415,7 +652,29 @@ impl<T: Plain> TableReader<T> {
     /// The slot of `key`, if the writer has published it.
     #[inline]
     pub fn find(&self, key: u64) -> Option<u32> {
-        self.inner.probe(key).ok()
+        self.try_find(key).ok().flatten()
+    }
+
+    /// The slot of `key`; `Err(Corrupt)` when the index is not one this
+    /// code could have written (a shared file written by someone else).
+    #[inline]
+    pub fn try_find(&self, key: u64) -> Result<Option<u32>, Corrupt> {
+        match self.inner.probe(key) {
+            Probe::Found(slot) => Ok(Some(slot)),
+            Probe::Vacant(_) => Ok(None),
+            Probe::Corrupt => Err(Corrupt),
+        }
+    }
+
+    /// A consistent copy of a slot, giving up after `tries` attempts
+    /// (`Err(Busy)`: the slot kept changing or stayed mid-write). `Ok`
+    /// also says how many retries it took.
+    #[inline]
+    pub fn read_within(&self, slot: u32, tries: u32) -> Result<(T, u32), Busy> {
+        if slot >= self.inner.capacity {
+            return Err(Busy);
+        }
+        seq_read_within(self.inner.cell(slot), tries).map_err(|_| Busy)
     }
 
     /// A consistent copy of `key`'s value.
@@ -442,13 +701,14 @@ impl<T: Plain> TableReader<T> {
 
     /// The key of a published slot.
     pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len()).then(|| self.inner.slot_keys[slot as usize].load(Ordering::Relaxed))
+        (slot < self.len())
+            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
     }
 
     /// Published slots: `0..len()` are all readable.
     #[inline]
     pub fn len(&self) -> u32 {
-        self.inner.len.load(Ordering::Acquire) as u32
+        self.inner.published()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -465,20 +725,40 @@ struct CellInner<T> {
     _t: PhantomData<fn() -> T>,
 }
 
-/// A single seqlocked value: one [`CellWriter`], any number of
-/// [`CellReader`]s.
+/// A single seqlocked value on the heap: one [`CellWriter`], any number
+/// of [`CellReader`]s.
 pub fn seq_cell<T: Plain>(value: T) -> (CellWriter<T>, CellReader<T>) {
-    let inner = Arc::new(CellInner::<T> {
-        words: Words::new(Layout::<T>::STRIDE),
-        _t: PhantomData,
-    });
-    seq_write(inner.words.slice(), &value);
-    (
-        CellWriter {
-            inner: inner.clone(),
-        },
-        CellReader { inner },
-    )
+    seq_cell_in(&Words::heap(Layout::<T>::STRIDE), value)
+        .expect("the heap cell is sized by the layout")
+}
+
+/// A seqlocked value in `words` (at least `stride::<T>()` long), first
+/// written with `value`.
+pub fn seq_cell_in<T: Plain>(
+    words: &Words,
+    value: T,
+) -> Result<(CellWriter<T>, CellReader<T>), TooSmall> {
+    let reader = cell_reader_in::<T>(words)?;
+    let mut writer = CellWriter {
+        inner: reader.inner.clone(),
+    };
+    writer.write(&value);
+    Ok((writer, reader))
+}
+
+/// A reader of a seqlocked value another process writes in `words`.
+pub fn cell_reader_in<T: Plain>(words: &Words) -> Result<CellReader<T>, TooSmall> {
+    let s = Layout::<T>::STRIDE;
+    let words = words.range(0, s).ok_or(TooSmall {
+        needed: s,
+        got: words.len(),
+    })?;
+    Ok(CellReader {
+        inner: Arc::new(CellInner {
+            words,
+            _t: PhantomData,
+        }),
+    })
 }
 
 /// The one writer of a [`seq_cell`]. Not `Clone`.
@@ -532,6 +812,12 @@ impl<T: Plain> CellReader<T> {
     #[inline]
     pub fn read(&self) -> T {
         seq_read(self.inner.words.slice())
+    }
+
+    /// As [`TableReader::read_within`].
+    #[inline]
+    pub fn read_within(&self, tries: u32) -> Result<(T, u32), Busy> {
+        seq_read_within(self.inner.words.slice(), tries).map_err(|_| Busy)
     }
 }
 
@@ -661,7 +947,7 @@ mod tests {
     #[test]
     fn words_start_on_a_cache_line() {
         for len in [1, 2, 9, 100] {
-            let w = Words::new(len);
+            let w = Words::heap(len);
             assert_eq!(w.slice().as_ptr() as usize % 64, 0);
             assert_eq!(w.slice().len(), len);
         }

@@ -31,10 +31,19 @@ pub struct CheckArgs {
     /// Give up waiting for the answer after this many ms.
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
+    /// Judge in this process from the shared state file instead of asking
+    /// the socket (`--shm` alone: $TICKGATE_SHM, else state.shm next to
+    /// the socket; `--shm=PATH` another file).
+    #[arg(long, num_args = 0..=1, require_equals = true)]
+    pub shm: Option<Option<PathBuf>>,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
+    /// The shared state file to describe [default: $TICKGATE_SHM, else
+    /// state.shm next to the socket].
+    #[arg(long)]
+    pub shm: Option<PathBuf>,
     /// Gate socket [default: $TICKGATE_SOCKET, else /run/tickgate/gate.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
@@ -54,6 +63,18 @@ pub fn socket_path(arg: Option<&Path>) -> PathBuf {
     match std::env::var_os(SOCKET_ENV) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => PathBuf::from(DEFAULT_SOCKET),
+    }
+}
+
+/// The state file: `--shm=PATH`, else `$TICKGATE_SHM`, else `state.shm`
+/// next to the socket (the daemon's default).
+pub fn shm_path(arg: Option<&Path>, socket: Option<&Path>) -> PathBuf {
+    if let Some(p) = arg {
+        return p.to_path_buf();
+    }
+    match std::env::var_os(crate::client::PATH_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => crate::config::default_shm(&socket_path(socket)),
     }
 }
 
@@ -104,8 +125,22 @@ pub fn exit_code(answer: &str) -> i32 {
 
 /// `tickgate check`: prints the answer line; exit 0 OK, 1 REJECT, 2 error.
 pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
-    let path = socket_path(args.socket.as_deref());
     let request = check_request(&args.symbol, args.stale_ms, args.source_ms)?;
+    if let Some(shm) = &args.shm {
+        let path = shm_path(shm.as_deref(), args.socket.as_deref());
+        let mut client = crate::client::Client::open(&path)?;
+        let mut out = Vec::new();
+        client.answer(
+            request.trim_end().as_bytes(),
+            crate::client::realtime_ns(),
+            &mut out,
+        )?;
+        let answer = String::from_utf8_lossy(&out);
+        let answer = answer.trim_end();
+        println!("{answer}");
+        return Ok(exit_code(answer));
+    }
+    let path = socket_path(args.socket.as_deref());
     let mut stream = connect(&path, args.timeout_ms)?;
     stream
         .write_all(request.as_bytes())
@@ -125,7 +160,15 @@ pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
 /// `tickgate status`: the `STATUS` listing as a table.
 pub fn status_main(args: StatusArgs) -> anyhow::Result<i32> {
     let path = socket_path(args.socket.as_deref());
-    let mut stream = connect(&path, args.timeout_ms)?;
+    let shm = crate::client::describe(&shm_path(args.shm.as_deref(), args.socket.as_deref()));
+    let mut stream = match connect(&path, args.timeout_ms) {
+        Ok(s) => s,
+        Err(e) => {
+            // The file says whether the daemon stopped.
+            println!("{shm}");
+            return Err(e);
+        }
+    };
     stream
         .write_all(b"STATUS\n")
         .with_context(|| format!("sending STATUS to {}", path.display()))?;
@@ -153,6 +196,7 @@ pub fn status_main(args: StatusArgs) -> anyhow::Result<i32> {
     if !args.raw {
         print!("{}", format_status(&lines));
     }
+    println!("{shm}");
     Ok(0)
 }
 

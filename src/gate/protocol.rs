@@ -3,6 +3,7 @@
 //! formatting the answer (`answer`) into a reused buffer without any other
 //! allocation. The Unix-socket server and `replay --checks` both use it.
 
+use crate::feed::reader::first_quoted;
 use crate::feed::settings::ms_to_ns;
 use crate::feed::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
 use crate::feed::view::{FeedView, SymbolView};
@@ -192,7 +193,7 @@ impl<P: Publish> SymbolLookup for Feed<P> {
 /// The token as a wire symbol: `None` when longer than 8 bytes (such a
 /// symbol cannot exist).
 #[inline]
-fn to_symbol(token: &[u8]) -> Option<Symbol> {
+pub fn to_symbol(token: &[u8]) -> Option<Symbol> {
     if token.len() > 8 {
         return None;
     }
@@ -207,18 +208,8 @@ fn lookup_in(
     feeds: &[&dyn SymbolLookup],
     symbol: Symbol,
 ) -> Option<(SymbolView, FeedView, Thresholds)> {
-    let mut known = None;
-    for f in feeds {
-        if let Some(found) = f.lookup(symbol) {
-            if found.0.has_quote() {
-                return Some(found);
-            }
-            if known.is_none() {
-                known = Some(found);
-            }
-        }
-    }
-    known
+    let found = feeds.iter().map(|f| Ok::<_, ()>(f.lookup(symbol)));
+    first_quoted(found).unwrap_or(None)
 }
 
 /// Answers one request line (without `\r\n`) at `now`: appends exactly one
@@ -241,30 +232,45 @@ where
             source_ms,
         }) => {
             let found = to_symbol(symbol).and_then(lookup);
-            let verdict = match found {
-                None => judge(None, &FeedView::default(), now, &Thresholds::default()),
-                Some((view, feed, mut t)) => {
-                    // A request may only tighten its thresholds.
-                    if let Some(ms) = stale_ms {
-                        let ns = ms_to_ns(ms);
-                        if ns > t.stale_ns {
-                            return write_error(out, ProtoError::LooserThanConfigured);
-                        }
-                        t.stale_ns = ns;
-                    }
-                    if let Some(ms) = source_ms {
-                        let ns = ms_to_ns(ms);
-                        if ns > t.source_max_age_ns {
-                            return write_error(out, ProtoError::LooserThanConfigured);
-                        }
-                        t.source_max_age_ns = ns;
-                    }
-                    judge(Some(&view), &feed, now, &t)
-                }
+            let verdict = match verdict_for(found, stale_ms, source_ms, now) {
+                Ok(v) => v,
+                Err(e) => return write_error(out, e),
             };
             write_verdict(out, symbol, &verdict);
         }
     }
+}
+
+/// The verdict of a check once its symbol is looked up (`None`: unknown),
+/// with the request's thresholds applied: a request may only tighten
+/// them. The socket and the shared-memory client both judge through it.
+#[inline]
+pub fn verdict_for(
+    found: Option<(SymbolView, FeedView, Thresholds)>,
+    stale_ms: Option<u64>,
+    source_ms: Option<u64>,
+    now: i64,
+) -> Result<Verdict, ProtoError> {
+    Ok(match found {
+        None => judge(None, &FeedView::default(), now, &Thresholds::default()),
+        Some((view, feed, mut t)) => {
+            if let Some(ms) = stale_ms {
+                let ns = ms_to_ns(ms);
+                if ns > t.stale_ns {
+                    return Err(ProtoError::LooserThanConfigured);
+                }
+                t.stale_ns = ns;
+            }
+            if let Some(ms) = source_ms {
+                let ns = ms_to_ns(ms);
+                if ns > t.source_max_age_ns {
+                    return Err(ProtoError::LooserThanConfigured);
+                }
+                t.source_max_age_ns = ns;
+            }
+            judge(Some(&view), &feed, now, &t)
+        }
+    })
 }
 
 /// `ERR <reason>\n`.

@@ -1,0 +1,151 @@
+"""tickgate's pre-trade check from the shared state file, through
+libtickgate (ctypes; no compiled extension). The verdict and the answer
+line are exactly the gate socket's (gate.md).
+
+    from tickgate import Client
+    with Client() as gate:               # $TICKGATE_SHM or /run/tickgate/state.shm
+        a = gate.check("EURUSD")
+        if a.ok: ...
+        print(a.line)                    # "OK EURUSD seq=... \\n"
+
+The library is found at $TICKGATE_LIB, else by the linker's search
+(ctypes.util.find_library("tickgate")). A Client is for one thread at a
+time; open one per thread.
+"""
+
+import ctypes
+import ctypes.util
+import os
+from decimal import Decimal
+
+REASONS = ["unknown_symbol", "no_data", "stale_quote", "stale_at_source", "halted", "suspect"]
+CAUSES = ["", "gap", "channel_gap", "seq_anomaly", "session_change", "no_snapshot", "session_ended"]
+E_LOOSER = -3
+
+
+class _Answer(ctypes.Structure):
+    # include/tickgate.h, field for field.
+    _fields_ = [
+        ("verdict", ctypes.c_int32),
+        ("reasons", ctypes.c_uint32),
+        ("cause", ctypes.c_uint32),
+        ("has_quote", ctypes.c_uint32),
+        ("seq", ctypes.c_uint64),
+        ("price_scale", ctypes.c_uint32),
+        ("sides", ctypes.c_uint32),
+        ("bid_px", ctypes.c_int64),
+        ("bid_qty", ctypes.c_uint64),
+        ("ask_px", ctypes.c_int64),
+        ("ask_qty", ctypes.c_uint64),
+        ("silence_ns", ctypes.c_int64),
+        ("source_age_ns", ctypes.c_int64),
+    ]
+
+
+def _load():
+    path = os.environ.get("TICKGATE_LIB") or ctypes.util.find_library("tickgate")
+    if not path:
+        raise OSError("libtickgate not found: set TICKGATE_LIB to libtickgate.so")
+    lib = ctypes.CDLL(path)
+    lib.tickgate_open.restype = ctypes.c_void_p
+    lib.tickgate_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.tickgate_close.argtypes = [ctypes.c_void_p]
+    lib.tickgate_check.restype = ctypes.c_int
+    lib.tickgate_check.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                                   ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(_Answer)]
+    lib.tickgate_format.restype = ctypes.c_int64
+    lib.tickgate_format.argtypes = [ctypes.POINTER(_Answer), ctypes.c_char_p,
+                                    ctypes.c_char_p, ctypes.c_size_t]
+    lib.tickgate_generation.restype = ctypes.c_uint64
+    lib.tickgate_generation.argtypes = [ctypes.c_void_p]
+    lib.tickgate_retries.restype = ctypes.c_uint64
+    lib.tickgate_retries.argtypes = [ctypes.c_void_p]
+    lib.tickgate_answer_size.restype = ctypes.c_size_t
+    lib.tickgate_strerror.restype = ctypes.c_char_p
+    lib.tickgate_strerror.argtypes = [ctypes.c_int]
+    if lib.tickgate_answer_size() != ctypes.sizeof(_Answer):
+        raise OSError("libtickgate's tickgate_answer differs from this module's")
+    return lib
+
+
+_lib = None
+
+
+def _get_lib():
+    global _lib
+    if _lib is None:
+        _lib = _load()
+    return _lib
+
+
+class TickgateError(Exception):
+    """A check refused (code < 0); `code` is the TICKGATE_E_* value."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class Answer:
+    """One check's answer: `ok`, `reasons` (names in gate.md order),
+    `cause`, `seq`, `bid`/`ask` as (Decimal price, qty) or None, ages in
+    ns, and `line`, the socket's answer line."""
+
+    def __init__(self, raw, line):
+        self.ok = raw.verdict == 0
+        self.reasons = [n for i, n in enumerate(REASONS) if raw.reasons & (1 << i)]
+        self.cause = CAUSES[raw.cause] if raw.cause < len(CAUSES) else ""
+        self.has_quote = bool(raw.has_quote)
+        scale = Decimal(10) ** raw.price_scale
+        self.seq = raw.seq if self.has_quote else None
+        self.bid = (Decimal(raw.bid_px) / scale, raw.bid_qty) if raw.sides & 1 else None
+        self.ask = (Decimal(raw.ask_px) / scale, raw.ask_qty) if raw.sides & 2 else None
+        self.silence_ns = raw.silence_ns if self.has_quote else None
+        self.source_age_ns = raw.source_age_ns if self.has_quote else None
+        self.line = line
+
+
+class Client:
+    def __init__(self, path=None):
+        lib = _get_lib()
+        err = ctypes.create_string_buffer(512)
+        p = None if path is None else os.fsencode(path)
+        self._c = lib.tickgate_open(p, err, len(err))
+        if not self._c:
+            raise OSError(err.value.decode(errors="replace"))
+        self._buf = ctypes.create_string_buffer(512)
+
+    def check(self, symbol, now_ns=0, stale_ms=None, source_ms=None):
+        """The verdict for `symbol` at `now_ns` (0: the wall clock)."""
+        lib = _get_lib()
+        raw = _Answer()
+        sym = symbol.encode("ascii")
+        rc = lib.tickgate_check(self._c, sym, now_ns,
+                                -1 if stale_ms is None else stale_ms,
+                                -1 if source_ms is None else source_ms,
+                                ctypes.byref(raw))
+        if rc != 0:
+            raise TickgateError(rc, lib.tickgate_strerror(rc).decode())
+        n = lib.tickgate_format(ctypes.byref(raw), sym, self._buf, len(self._buf))
+        if n >= len(self._buf):
+            self._buf = ctypes.create_string_buffer(n + 1)
+            lib.tickgate_format(ctypes.byref(raw), sym, self._buf, len(self._buf))
+        return Answer(raw, self._buf.value.decode("ascii"))
+
+    @property
+    def generation(self):
+        return _get_lib().tickgate_generation(self._c)
+
+    def close(self):
+        if self._c:
+            _get_lib().tickgate_close(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()

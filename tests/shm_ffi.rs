@@ -1,0 +1,299 @@
+//! The C ABI and the Python module: `include/tickgate.h` in step with
+//! clients/c/src/lib.rs; a C program built with `cc` and the ctypes module
+//! under `python3` both answer exactly as the socket does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tickgate::feed::verdict::{
+    R_HALTED, R_NO_DATA, R_STALE_AT_SOURCE, R_STALE_QUOTE, R_SUSPECT, R_UNKNOWN_SYMBOL,
+};
+use tickgate::feed::{ClockOffset, FeedSettings, SuspectCause};
+use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+
+#[path = "common/shm.rs"]
+mod shm;
+use shm::Rig;
+
+const NOW: i64 = 1_764_489_600_000_000_000;
+const MS: i64 = 1_000_000;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(root().join(p)).unwrap()
+}
+
+/// `cargo build -p tickgate-c` once (same profile as this test); the
+/// library's directory.
+fn libdir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // target/<profile>/deps/<this test>
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let mut cmd = Command::new(env!("CARGO"));
+        // Without the variables cargo set for this test (CARGO_PKG_*,
+        // CARGO_MANIFEST_DIR, ...): the build is then the one a shell
+        // would run, and reuses its artifacts instead of rebuilding.
+        cmd.env_clear()
+            .envs(std::env::vars().filter(|(k, _)| !k.starts_with("CARGO_") || k == "CARGO_HOME"))
+            .current_dir(root())
+            .args(["build", "-p", "tickgate-c"]);
+        if dir.file_name().unwrap() == "release" {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().unwrap();
+        assert!(st.success(), "cargo build -p tickgate-c failed");
+        assert!(dir.join("libtickgate.so").exists());
+        dir
+    })
+}
+
+/// `name` words of `text` after `prefix` up to `(`: declared functions.
+fn names_after(text: &str, prefix: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let at = l.find(prefix)? + prefix.len();
+            let rest = &l[at..];
+            let end = rest.find('(')?;
+            let name = rest[..end].trim_start_matches('*').trim();
+            name.starts_with("tickgate_").then(|| name.to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn header_is_in_step_with_the_library() {
+    let h = read("include/tickgate.h");
+    let rs = read("clients/c/src/lib.rs");
+    // Functions: every exported one declared, nothing else.
+    let exported = {
+        let mut v = names_after(&rs, "extern \"C\" fn ");
+        v.dedup();
+        v
+    };
+    let declared: Vec<String> = {
+        let mut v: Vec<String> = h
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && !l.trim_start().starts_with('*'))
+            .filter_map(|l| {
+                let end = l.find('(')?;
+                let name = l[..end].rsplit([' ', '*']).next()?;
+                name.starts_with("tickgate_").then(|| name.to_string())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(exported, declared);
+    assert!(exported.len() >= 8);
+    // The answer struct: same fields, same order, same widths.
+    let rust_fields: Vec<(String, String)> = {
+        let body = &rs[rs.find("pub struct tickgate_answer {").unwrap()..];
+        let body = &body[..body.find('}').unwrap()];
+        body.lines()
+            .filter_map(|l| {
+                let l = l.trim().strip_prefix("pub ")?;
+                let (n, t) = l.trim_end_matches(',').split_once(": ")?;
+                let c = match t {
+                    "i32" => "int32_t",
+                    "u32" => "uint32_t",
+                    "i64" => "int64_t",
+                    "u64" => "uint64_t",
+                    other => panic!("type {other} has no C twin here"),
+                };
+                Some((c.to_string(), n.to_string()))
+            })
+            .collect()
+    };
+    let c_fields: Vec<(String, String)> = {
+        let body = &h[h.find("typedef struct tickgate_answer {").unwrap()..];
+        let body = &body[body.find('{').unwrap() + 1..body.find('}').unwrap()];
+        body.lines()
+            .filter_map(|l| {
+                let decl = l.split(';').next()?.trim();
+                let (t, n) = decl.split_once(' ')?;
+                Some((t.to_string(), n.trim().to_string()))
+            })
+            .collect()
+    };
+    assert_eq!(rust_fields, c_fields);
+    // Constants: the library's and the core's values.
+    let define = |name: &str| -> i64 {
+        let l = h
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("{name} not defined"));
+        l.split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_matches(['(', ')'])
+            .parse()
+            .unwrap()
+    };
+    for l in rs.lines().filter(|l| l.starts_with("pub const TICKGATE_")) {
+        let (name, value) = l["pub const ".len()..].split_once(':').unwrap();
+        let value: i64 = value
+            .split('=')
+            .nth(1)
+            .unwrap()
+            .trim()
+            .trim_end_matches(';')
+            .parse()
+            .unwrap();
+        assert_eq!(define(name), value, "{name}");
+    }
+    for (name, bit) in [
+        ("UNKNOWN_SYMBOL", R_UNKNOWN_SYMBOL),
+        ("NO_DATA", R_NO_DATA),
+        ("STALE_QUOTE", R_STALE_QUOTE),
+        ("STALE_AT_SOURCE", R_STALE_AT_SOURCE),
+        ("HALTED", R_HALTED),
+        ("SUSPECT", R_SUSPECT),
+    ] {
+        assert_eq!(define(&format!("TICKGATE_R_{name}")), bit as i64, "{name}");
+    }
+    for c in 0..=6u8 {
+        let cause = SuspectCause::from_u8(c);
+        let name = match cause {
+            SuspectCause::None => "NONE".to_string(),
+            other => other.as_str().to_uppercase(),
+        };
+        assert_eq!(define(&format!("TICKGATE_CAUSE_{name}")), c as i64);
+    }
+}
+
+fn sym(s: &str) -> Symbol {
+    Symbol::parse(s).unwrap()
+}
+
+/// Fresh, stale, negative price, one-sided, no data, unknown.
+fn market() -> (Rig, Vec<&'static str>) {
+    let settings = FeedSettings {
+        clock_offset: ClockOffset::Off,
+        max_symbols: 100,
+        ..FeedSettings::default()
+    };
+    let mut rig = Rig::new(&[("md1", settings)]);
+    let f = &mut rig.feeds[0];
+    f.add_symbol(sym("USDJPY")).unwrap();
+    let quotes = [
+        (
+            "EURUSD",
+            41,
+            150,
+            Some((1_085_120_000, 1_000_000)),
+            Some((1_085_150_000, 7)),
+        ),
+        ("GBPUSD", 7, 3000, None, Some((1_270_000_000, 1))),
+        ("SPREAD", 9, 10, Some((-500_000_000, 3)), Some((0, 4))),
+        ("AUDUSD", 2, 100, Some((650_000_000, 2)), None),
+    ];
+    for (i, (s, seq, age_ms, bid, ask)) in quotes.into_iter().enumerate() {
+        let side = |x: Option<(i64, u64)>| x.map(|(px, qty)| Side { px, qty });
+        let q = Quote::new(
+            sym(s),
+            seq,
+            (NOW - age_ms * MS) as u64,
+            side(bid),
+            side(ask),
+        );
+        let mut b = PacketBuilder::new();
+        b.start(SessionId::parse("S1").unwrap(), i as u64 + 1)
+            .quote(&q);
+        f.on_datagram(0, b.bytes(), NOW - age_ms * MS + 50 * MS);
+    }
+    (
+        rig,
+        vec![
+            "EURUSD",
+            "GBPUSD",
+            "SPREAD",
+            "AUDUSD",
+            "USDJPY",
+            "NOPE",
+            "TOOLONGSYM",
+        ],
+    )
+}
+
+#[test]
+fn c_program_answers_as_the_socket() {
+    let dir = libdir();
+    let (rig, symbols) = market();
+    let exe = rig.dir.path().join("check");
+    let st = Command::new("cc")
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-D_DEFAULT_SOURCE",
+            "-I",
+        ])
+        .arg(root().join("include"))
+        .arg(root().join("clients/c/tests/check.c"))
+        .arg("-L")
+        .arg(dir)
+        .arg("-ltickgate")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("cc runs");
+    assert!(
+        st.success(),
+        "the C test program compiles against tickgate.h"
+    );
+    rig.now.store(NOW, std::sync::atomic::Ordering::SeqCst);
+    let mut args: Vec<String> = symbols.iter().map(|s| s.to_string()).collect();
+    args.extend(
+        [
+            "EURUSD 50 -1",
+            "EURUSD 200 100",
+            "GBPUSD -1 5000",
+            "EURUSD 99999 -1",
+        ]
+        .map(String::from),
+    );
+    let out = Command::new(&exe)
+        .arg(&rig.shm)
+        .arg(&rig.sock)
+        .arg(NOW.to_string())
+        .args(&args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        format!("{} checks, 0 mismatches", args.len())
+    );
+}
+
+#[test]
+fn python_module_answers_as_the_socket() {
+    let dir = libdir();
+    let (rig, symbols) = market();
+    rig.now.store(NOW, std::sync::atomic::Ordering::SeqCst);
+    let out = Command::new("python3")
+        .arg(root().join("clients/python/test_tickgate.py"))
+        .env("TICKGATE_LIB", dir.join("libtickgate.so"))
+        .env("TICKGATE_TEST_SHM", &rig.shm)
+        .env("TICKGATE_TEST_SOCK", &rig.sock)
+        .env("TICKGATE_TEST_NOW", NOW.to_string())
+        .env("TICKGATE_TEST_SYMBOLS", symbols.join(","))
+        .output()
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Ran 1 test"), "{stderr}");
+}
