@@ -53,7 +53,13 @@ fn order_ref() -> impl Strategy<Value = u64> {
 }
 
 fn price() -> impl Strategy<Value = u32> {
-    prop_oneof![Just(100u32), Just(101), Just(102), Just(105), Just(u32::MAX)]
+    prop_oneof![
+        Just(100u32),
+        Just(101),
+        Just(102),
+        Just(105),
+        Just(u32::MAX)
+    ]
 }
 
 fn side() -> impl Strategy<Value = Side> {
@@ -148,16 +154,7 @@ impl Model {
                 let Some(o) = self.live.remove(&original) else {
                     return Some(Err(OrderError::Unknown));
                 };
-                let error = self
-                    .add(
-                        Live {
-                            shares,
-                            price,
-                            ..o
-                        },
-                        new_ref,
-                    )
-                    .err();
+                let error = self.add(Live { shares, price, ..o }, new_ref).err();
                 Some(Ok(Effect {
                     locate: o.locate,
                     error,
@@ -211,10 +208,14 @@ fn run(books: &mut Books, op: &Op) -> Option<Result<Effect, OrderError>> {
             side,
             shares,
             price,
-        } => Some(books.add(locate, order_ref, side, shares, price).map(|()| Effect {
-            locate: 0,
-            error: None,
-        })),
+        } => Some(
+            books
+                .add(locate, order_ref, side, shares, price)
+                .map(|()| Effect {
+                    locate: 0,
+                    error: None,
+                }),
+        ),
         Op::Reduce { order_ref, shares } => Some(books.reduce(order_ref, shares)),
         Op::Delete { order_ref } => Some(books.delete(order_ref)),
         Op::Replace {

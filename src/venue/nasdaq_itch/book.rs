@@ -225,7 +225,10 @@ impl Books {
     /// contradicts the book). `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn reduce(&mut self, order_ref: u64, shares: u32) -> Result<Effect, OrderError> {
-        let slot = self.orders.probe(order_ref).map_err(|_| OrderError::Unknown)?;
+        let slot = self
+            .orders
+            .probe(order_ref)
+            .map_err(|_| OrderError::Unknown)?;
         let order = self.orders.at(slot);
         let locate = self.locate_of(order.level);
         if shares < order.shares {
@@ -246,7 +249,10 @@ impl Books {
     /// D: removes the order. `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn delete(&mut self, order_ref: u64) -> Result<Effect, OrderError> {
-        let slot = self.orders.probe(order_ref).map_err(|_| OrderError::Unknown)?;
+        let slot = self
+            .orders
+            .probe(order_ref)
+            .map_err(|_| OrderError::Unknown)?;
         let order = self.orders.at(slot);
         let locate = self.locate_of(order.level);
         self.remove(slot, order);
@@ -270,7 +276,10 @@ impl Books {
         shares: u32,
         price: u32,
     ) -> Result<Effect, OrderError> {
-        let slot = self.orders.probe(original).map_err(|_| OrderError::Unknown)?;
+        let slot = self
+            .orders
+            .probe(original)
+            .map_err(|_| OrderError::Unknown)?;
         let order = self.orders.at(slot);
         let book = self.nodes[order.level as usize].book;
         let locate = (book >> 1) as u16;
@@ -306,7 +315,11 @@ impl Books {
         let n = &self.nodes[o.level as usize];
         Some(LiveOrder {
             locate: (n.book >> 1) as u16,
-            side: if n.book & 1 == 0 { Side::Buy } else { Side::Sell },
+            side: if n.book & 1 == 0 {
+                Side::Buy
+            } else {
+                Side::Sell
+            },
             shares: o.shares,
             price: n.price,
         })
@@ -812,7 +825,11 @@ mod tests {
             let r = next();
             let order_ref = r % 400;
             let locate = (r >> 20) as u16 % 3;
-            let side = if r >> 30 & 1 == 0 { Side::Buy } else { Side::Sell };
+            let side = if r >> 30 & 1 == 0 {
+                Side::Buy
+            } else {
+                Side::Sell
+            };
             let price = 1000 + (r >> 32) as u32 % 64;
             let shares = 1 + (r >> 40) as u32 % 50;
             match r >> 60 {
@@ -839,7 +856,13 @@ mod tests {
                             } else {
                                 o.2 -= shares;
                             }
-                            assert_eq!(got, Ok(Effect { locate: l, error: err }));
+                            assert_eq!(
+                                got,
+                                Ok(Effect {
+                                    locate: l,
+                                    error: err
+                                })
+                            );
                         }
                     }
                 }
@@ -856,13 +879,22 @@ mod tests {
                     match model.remove(&order_ref) {
                         None => assert_eq!(got, Err(OrderError::Unknown)),
                         Some(o) => {
-                            let err = if model.contains_key(&new_ref) {
-                                Some(OrderError::RefInUse)
-                            } else {
-                                model.insert(new_ref, (o.0, o.1, shares, price));
-                                None
+                            let err = match model.entry(new_ref) {
+                                std::collections::hash_map::Entry::Occupied(_) => {
+                                    Some(OrderError::RefInUse)
+                                }
+                                std::collections::hash_map::Entry::Vacant(v) => {
+                                    v.insert((o.0, o.1, shares, price));
+                                    None
+                                }
                             };
-                            assert_eq!(got, Ok(Effect { locate: o.0, error: err }));
+                            assert_eq!(
+                                got,
+                                Ok(Effect {
+                                    locate: o.0,
+                                    error: err
+                                })
+                            );
                         }
                     }
                 }

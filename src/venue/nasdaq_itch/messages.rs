@@ -220,7 +220,8 @@ impl Message {
         match *self {
             Message::SystemEvent { .. } => TYPE_SYSTEM_EVENT,
             Message::StockDirectory { .. } => TYPE_STOCK_DIRECTORY,
-            Message::AddOrder { attribution, .. } | Message::AddOrderBadSide { attribution, .. } => {
+            Message::AddOrder { attribution, .. }
+            | Message::AddOrderBadSide { attribution, .. } => {
                 if attribution.is_some() {
                     TYPE_ADD_MPID
                 } else {
@@ -405,7 +406,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         );
     }
     let h = msg.header();
-    assert!(h.timestamp <= TIMESTAMP_MAX, "encode: timestamp over 48 bits");
+    assert!(
+        h.timestamp <= TIMESTAMP_MAX,
+        "encode: timestamp over 48 bits"
+    );
     let start = out.len();
     out.resize(start + size, 0);
     let m = &mut out[start..];
@@ -592,8 +596,8 @@ mod tests {
         assert_eq!(
             b,
             [
-                b'D', 0xBE, 0xEF, 0x12, 0x34, 0xA1, 0xB2, 0xC3, 0xD4, 0xE5, 0xF6, 1, 2, 3, 4, 5,
-                6, 7, 8
+                b'D', 0xBE, 0xEF, 0x12, 0x34, 0xA1, 0xB2, 0xC3, 0xD4, 0xE5, 0xF6, 1, 2, 3, 4, 5, 6,
+                7, 8
             ]
         );
     }
@@ -634,7 +638,10 @@ mod tests {
         let header = hdr();
         let aapl = sym("AAPL");
         vec![
-            Message::SystemEvent { header, event: b'O' },
+            Message::SystemEvent {
+                header,
+                event: b'O',
+            },
             Message::StockDirectory {
                 header,
                 stock: sym("ZVZZT"),

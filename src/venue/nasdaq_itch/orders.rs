@@ -264,7 +264,10 @@ mod tests {
         assert_eq!(OrderTable::<Sequential>::new(0).capacity(), 2);
         assert_eq!(OrderTable::<Sequential>::new(1).capacity(), 2);
         assert_eq!(OrderTable::<Sequential>::new(3).capacity(), 8);
-        assert_eq!(OrderTable::<Sequential>::new(10_000_000).capacity(), 1 << 24);
+        assert_eq!(
+            OrderTable::<Sequential>::new(10_000_000).capacity(),
+            1 << 24
+        );
     }
 
     #[test]
