@@ -191,7 +191,8 @@ impl Books {
         self.orders.len()
     }
 
-    /// Price levels in use across all books.
+    /// Price levels in use across all books (walks the free list:
+    /// diagnostics and benches, not the message path).
     pub fn live_levels(&self) -> usize {
         let mut free = 0;
         let mut f = self.free;
