@@ -159,7 +159,7 @@ impl Venue {
     fn pick(&mut self, l: usize) -> usize {
         let n = self.live[l].len();
         let r = self.next();
-        if r % 5 != 0 {
+        if !r.is_multiple_of(5) {
             n - 1 - (r >> 8) as usize % n.min(16)
         } else {
             (r >> 8) as usize % n
@@ -173,7 +173,7 @@ impl Venue {
 
     fn op(&mut self) -> Op {
         let l = self.symbol();
-        if self.next() % 50 == 0 {
+        if self.next().is_multiple_of(50) {
             // The mid moves a tick now and then; resting orders stay.
             let m = &mut self.mids[l];
             *m = if self.rng & 1 == 0 {
@@ -236,7 +236,11 @@ impl Venue {
                 // Executions hit partly or fully.
                 let whole = self.next() & 1 == 0;
                 let o = &mut self.live[l][i];
-                let shares = if whole { o.shares } else { (o.shares / 3).max(1) };
+                let shares = if whole {
+                    o.shares
+                } else {
+                    (o.shares / 3).max(1)
+                };
                 let order_ref = o.order_ref;
                 o.shares -= shares;
                 if o.shares == 0 {
@@ -347,7 +351,12 @@ fn apply(books: &mut Books, op: &Op) -> u16 {
             new_ref,
             shares,
             price,
-        } => books.replace(original, new_ref, shares, price).unwrap().locate,
+        } => {
+            books
+                .replace(original, new_ref, shares, price)
+                .unwrap()
+                .locate
+        }
     }
 }
 
@@ -549,7 +558,11 @@ fn table<H: RefHash, M: Measurement<Value = Duration>>(
     );
 }
 
-fn book<M: Measurement<Value = Duration>>(c: &mut Criterion<M>, label: &str, clock: fn() -> Duration) {
+fn book<M: Measurement<Value = Duration>>(
+    c: &mut Criterion<M>,
+    label: &str,
+    clock: fn() -> Duration,
+) {
     let mut g = c.benchmark_group(format!("itch book ({label})"));
     g.throughput(Throughput::Elements(1));
     {
@@ -605,7 +618,8 @@ fn book<M: Measurement<Value = Duration>>(c: &mut Criterion<M>, label: &str, clo
                     venue.encode(&ops, &mut buf, &mut offs);
                     let start = clock();
                     for &o in &offs {
-                        sum = sum.wrapping_add(apply_message(&mut books, black_box(&buf[o as usize..])));
+                        sum = sum
+                            .wrapping_add(apply_message(&mut books, black_box(&buf[o as usize..])));
                     }
                     total += clock().saturating_sub(start);
                     left -= n;

@@ -20,7 +20,10 @@
 //! same time rarely collide (two refs collide only when they differ by a
 //! multiple of the capacity). [`Scattered`] (Fibonacci hashing) is there
 //! for comparison in `benches/itch_book.rs` and for ref streams that are
-//! strided by a power of two, where `Sequential` would cluster.
+//! strided by a power of two, where `Sequential` would cluster. Measured
+//! (`itch table` bench, 1M live orders, 2^24 slots, thread CPU time on a
+//! loaded 2-core host, 2026-12-01): `Sequential` 66 ns per operation,
+//! `Scattered` 87 ns; neither had any displacement on that stream.
 
 use std::marker::PhantomData;
 
