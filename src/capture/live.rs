@@ -364,50 +364,10 @@ pub fn simulate_live(args: &super::simulate::SimulateArgs) -> anyhow::Result<i32
     Ok(0)
 }
 
-/// `tickgate replay CAPTURE --send`: the capture's datagrams re-sent to
-/// their destinations, in time order, at the recorded pace (`--speed`) or
-/// as fast as possible (`--max-speed`).
-pub fn replay_send(
-    args: &super::replay::ReplayArgs,
-    cap: &super::replay::LoadedCapture,
-) -> anyhow::Result<i32> {
-    let pace = if args.max_speed {
-        Pace::MaxSpeed
-    } else {
-        Pace::Recorded {
-            speed: args.speed.unwrap_or(1.0),
-        }
-    };
-    pace.validate()?;
-    let iface = args.interface.resolve()?;
-    let mut opts = SenderOptions::new(iface);
-    opts.ttl = args.ttl;
-    let mut tx = McastSender::open(&opts)?;
-    for dst in cap.destinations() {
-        refuse_unroutable(*dst.ip(), iface)?;
-    }
-    let stop = stop_on_signals();
-    let items = (0..cap.len()).map(|i| {
-        let d = cap.get(i);
-        (d.ts, d.dst, d.payload)
-    });
-    let st = send_paced(&mut tx, items, pace, stop, None)?;
-    eprintln!(
-        "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
-        st.datagrams,
-        cap.len(),
-        st.bytes,
-        cap.destinations().len(),
-        st.elapsed.as_secs_f64(),
-        st.rate()
-    );
-    Ok(0)
-}
-
 /// Only multicast groups (TTL-limited, sent via the chosen interface) or,
 /// from loopback, loopback addresses: a capture's unicast destinations are
 /// somebody else's hosts.
-fn refuse_unroutable(dst: Ipv4Addr, iface: Ipv4Addr) -> anyhow::Result<()> {
+pub fn refuse_unroutable(dst: Ipv4Addr, iface: Ipv4Addr) -> anyhow::Result<()> {
     if dst.is_multicast() || (dst.is_loopback() && iface.is_loopback()) {
         Ok(())
     } else {

@@ -973,9 +973,11 @@ fn ser_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Resul
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// The capture to write (nanosecond pcap).
+    /// The capture to write (nanosecond pcap; `.gz`/`.zst`: compressed).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub compress: super::compress::CompressArgs,
     /// Write what was injected (JSON) to this file.
     #[arg(long, value_name = "FILE")]
     pub truth: Option<PathBuf>,
@@ -1125,14 +1127,15 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
         bail!("--out FILE is required");
     };
     let mut sim = Simulator::new(cfg)?;
-    let mut w =
-        PcapWriter::create(out_path).with_context(|| format!("creating {}", out_path.display()))?;
+    let (compression, level) = args.compress.for_path(out_path);
+    let mut w = PcapWriter::create_compressed(out_path, compression, level)
+        .with_context(|| format!("creating {}", out_path.display()))?;
     let mut buf = Vec::with_capacity(MAX_DATAGRAM);
     while let Some(ev) = sim.next_into(&mut buf) {
         w.write_udp(ev.t_ns, ev.src, ev.dst, &buf)
             .with_context(|| format!("writing {}", out_path.display()))?;
     }
-    w.into_inner()
+    w.finish()
         .with_context(|| format!("writing {}", out_path.display()))?;
     let truth = sim.truth();
     eprint!("{}", summary(truth));
