@@ -24,6 +24,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::live::{
+    refuse_unroutable, send_paced, stop_on_signals, McastSender, Pace, SenderOptions,
+};
 use super::pcap::PcapWriter;
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
@@ -1120,7 +1123,7 @@ fn seconds_to_ns(s: f64, what: &str) -> anyhow::Result<i64> {
 
 pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     if args.live {
-        return super::live::simulate_live(&args);
+        return simulate_live(&args);
     }
     let cfg = args.to_config()?;
     let Some(out_path) = args.out.as_ref() else {
@@ -1143,6 +1146,46 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
         let json = serde_json::to_string_pretty(truth)?;
         std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
     }
+    Ok(0)
+}
+
+/// `tickgate simulate --live`: the simulator's stream published to its
+/// lines' groups at the simulated pace, starting now (so `source_ts` is
+/// current), for `--duration` seconds or, with `--forever`, until Ctrl-C.
+pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
+    let mut cfg = args.to_config()?;
+    cfg.start_ns = crate::feed::receiver::realtime_ns();
+    if args.forever {
+        // A century: the stream outlives any run.
+        cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;
+    }
+    let iface = args.interface.resolve()?;
+    let mut opts = SenderOptions::new(iface);
+    opts.ttl = args.ttl;
+    let mut tx = McastSender::open(&opts)?;
+    let stop = stop_on_signals();
+    let mut sim = Simulator::new(cfg)?;
+    for l in sim.lines() {
+        refuse_unroutable(*l.dst.ip(), iface)?;
+        eprintln!(
+            "line {} -> {} via {iface} (ttl {})",
+            l.name, l.dst, args.ttl
+        );
+    }
+    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
+    let items = std::iter::from_fn(|| {
+        let ev = sim.next_into(&mut buf)?;
+        Some((ev.t_ns, ev.dst, buf.clone()))
+    });
+    let st = send_paced(&mut tx, items, Pace::Recorded { speed: 1.0 }, stop, None)?;
+    eprintln!(
+        "sent {} datagrams ({} bytes) in {:.3} s, {:.0}/s",
+        st.datagrams,
+        st.bytes,
+        st.elapsed.as_secs_f64(),
+        st.rate()
+    );
+    eprint!("{}", summary(sim.truth()));
     Ok(0)
 }
 

@@ -31,6 +31,13 @@ pub const DEFAULT_WINDOW_NS: i64 = 1_000_000_000;
 /// Default bound of what the window holds (payload capacity + bookkeeping).
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 
+/// Size classes of payload buffers: 64 B, 128 B, ... 64 KiB.
+const CLASSES: usize = 11;
+
+fn class_of(len: usize) -> usize {
+    ((len.max(64).next_power_of_two().trailing_zeros() - 6) as usize).min(CLASSES - 1)
+}
+
 /// Bookkeeping counted per held datagram on top of its payload's capacity.
 const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>();
 
@@ -107,8 +114,11 @@ pub struct ReorderWindow {
     fifo: VecDeque<Entry>,
     /// Datagrams pushed out of order.
     heap: BinaryHeap<Reverse<Entry>>,
-    /// Buffers of released datagrams, for the next pushes.
-    pool: Vec<Vec<u8>>,
+    /// Buffers of released datagrams, for the next pushes, by size class
+    /// (capacity a power of two from 64 bytes): a buffer never has to
+    /// grow, so a stream allocates nothing once each class has been at its
+    /// largest.
+    pool: [Vec<Vec<u8>>; CLASSES],
     /// The buffer handed out by the last pop, recycled at the next call.
     out: Option<Vec<u8>>,
     seq: u64,
@@ -139,7 +149,7 @@ impl ReorderWindow {
             max_bytes,
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
-            pool: Vec::new(),
+            pool: Default::default(),
             out: None,
             seq: 0,
             newest: None,
@@ -237,7 +247,10 @@ impl ReorderWindow {
         if !in_order || late {
             self.stats.out_of_order += 1;
         }
-        let mut buf = self.pool.pop().unwrap_or_default();
+        let class = class_of(payload.len());
+        let mut buf = self.pool[class]
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(payload.len().max(64).next_power_of_two()));
         buf.clear();
         buf.extend_from_slice(payload);
         self.bytes += buf.capacity() + ENTRY_OVERHEAD;
@@ -339,7 +352,12 @@ impl ReorderWindow {
 
     fn recycle_out(&mut self) {
         if let Some(b) = self.out.take() {
-            self.pool.push(b);
+            // the class whose payloads it holds without growing
+            let class = match b.capacity() {
+                c if c.is_power_of_two() => class_of(c),
+                c => class_of(c / 2 + 1),
+            };
+            self.pool[class].push(b);
         }
     }
 }
@@ -518,6 +536,17 @@ mod tests {
         }
         // window 0: each is released when the next (later) one arrives
         assert!(w.stats().peak_len <= 2);
-        assert!(w.pool.len() + w.len() + w.out.is_some() as usize <= 3);
+        let pooled: usize = w.pool.iter().map(Vec::len).sum();
+        assert!(pooled + w.len() + w.out.is_some() as usize <= 3);
+    }
+
+    #[test]
+    fn size_classes() {
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(64), 0);
+        assert_eq!(class_of(65), 1);
+        assert_eq!(class_of(1500), 5); // 2 KiB
+        assert_eq!(class_of(65_507), 10);
+        assert_eq!(class_of(1 << 20), 10);
     }
 }
