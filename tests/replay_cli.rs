@@ -591,6 +591,25 @@ fn simulate_writes_compressed_captures_that_replay_the_same() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("12 is not a gzip compression level"));
+    // a level for a plain capture is a mistake, said before anything runs
+    let plain = dir.path().join("x.pcap");
+    let bad = tickgate(&["simulate", "--out", p(&plain), "--compress-level", "5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("--compress-level needs a compressed capture"));
+    assert!(!plain.exists());
+    // the level applies to a compression told by the name too
+    let named = dir.path().join("x.pcap.gz");
+    stdout_of(&[
+        "simulate",
+        "--out",
+        p(&named),
+        "--duration",
+        "0.1",
+        "--compress-level",
+        "1",
+    ]);
+    assert!(std::fs::read(&named).unwrap().starts_with(&[0x1f, 0x8b]));
 }
 
 #[test]

@@ -94,18 +94,23 @@ pub struct CompressArgs {
     #[arg(long, value_enum, value_name = "HOW")]
     pub compress: Option<Compression>,
     /// Compression level (default: 3 for zstd, 6 for gzip).
-    #[arg(long, value_name = "N", requires = "compress")]
+    #[arg(long, value_name = "N")]
     pub compress_level: Option<i32>,
 }
 
 impl CompressArgs {
     /// What to write to `path`.
-    pub fn for_path(&self, path: &Path) -> (Compression, Option<i32>) {
-        (
-            self.compress
-                .unwrap_or_else(|| Compression::from_name(path)),
-            self.compress_level,
-        )
+    pub fn for_path(&self, path: &Path) -> io::Result<(Compression, Option<i32>)> {
+        let c = self
+            .compress
+            .unwrap_or_else(|| Compression::from_name(path));
+        if c == Compression::None && self.compress_level.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--compress-level needs a compressed capture (--compress, or a .gz/.zst name)",
+            ));
+        }
+        Ok((c, self.compress_level))
     }
 }
 

@@ -138,6 +138,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
             bail!("--duration must be a positive number of seconds, got {d}");
         }
     }
+    let (compression, level) = args.compress.for_path(&args.out)?;
     let lines: Vec<LineSpec> = args
         .groups
         .iter()
@@ -154,7 +155,6 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         ..ReceiverOptions::default()
     };
     let mut rx = Receiver::open(&lines, opts)?;
-    let (compression, level) = args.compress.for_path(&args.out);
     let pcap = PcapWriter::create_compressed(&args.out, compression, level)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut w = Writer {

@@ -1130,7 +1130,7 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
         bail!("--out FILE is required");
     };
     let mut sim = Simulator::new(cfg)?;
-    let (compression, level) = args.compress.for_path(out_path);
+    let (compression, level) = args.compress.for_path(out_path)?;
     let mut w = PcapWriter::create_compressed(out_path, compression, level)
         .with_context(|| format!("creating {}", out_path.display()))?;
     let mut buf = Vec::with_capacity(MAX_DATAGRAM);
