@@ -7,11 +7,12 @@
 //! 16 quotes a packet, heartbeat and snapshot rounds, 0.3 % loss per line)
 //! writes a nanosecond pcap into a `Vec<u8>`. Timed, in phases:
 //!
-//! - load: `LoadedCapture::read` over the in-memory pcap (record headers,
-//!   Ethernet/IPv4/UDP parsing, payloads into the arena, the time-order
-//!   check and, if needed, the sort) and the line list (`destinations`);
-//! - feed: every datagram through `Replay::on_datagram` (routing, session
-//!   notes, `Feed::on_datagram`), capture time as the clock;
+//! - stream only: a `CaptureStream` over the in-memory pcap (record
+//!   headers, Ethernet/IPv4/UDP parsing, the reorder window with its copy
+//!   of each payload), every datagram taken and dropped;
+//! - stream + feed: the same, every datagram through `Replay::on_datagram`
+//!   (routing, lines found as they come, session notes,
+//!   `Feed::on_datagram`), capture time as the clock;
 //! - summary: `summary_json` serialized into a buffer.
 //!
 //! Then, separately, the core alone: the same datagrams pre-extracted as
@@ -30,8 +31,9 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::replay::{summary_json, LoadedCapture, Replay};
+use tickgate::capture::replay::{summary_json, Replay};
 use tickgate::capture::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
+use tickgate::capture::stream::{CaptureStream, StreamOptions};
 use tickgate::capture::{CaptureReader, PcapWriter};
 use tickgate::feed::{Feed, FeedSettings, Mode};
 
@@ -186,21 +188,30 @@ fn main() {
     };
     let name = Path::new("in-memory.pcap");
 
-    // The whole path, phase by phase.
+    // The whole path, phase by phase: the stream alone (read, parse, the
+    // reorder window), then the stream into the replay, then the summary.
     let (mut load, mut feed, mut summary, mut total) = (vec![], vec![], vec![], vec![]);
     let mut json_len = 0;
     for _ in 0..rounds {
-        let ((cap, mut replay), t_load) = timed(|| {
+        let (count, t_load) = timed(|| {
             let r = CaptureReader::new(&pcap[..]).unwrap();
-            let cap = LoadedCapture::read(r, &[]).unwrap();
-            let replay = Replay::single_feed(Mode::Full, &cap.destinations());
-            (cap, replay)
+            let mut cap = CaptureStream::new(r, StreamOptions::default());
+            let mut n = 0u64;
+            while let Some(d) = cap.next_datagram() {
+                black_box(d.payload);
+                n += 1;
+            }
+            n
         });
-        let ((), t_feed) = timed(|| {
-            for i in 0..cap.len() {
-                let d = cap.get(i);
+        assert_eq!(count, truth.datagrams);
+        let ((cap, replay), t_feed) = timed(|| {
+            let r = CaptureReader::new(&pcap[..]).unwrap();
+            let mut cap = CaptureStream::new(r, StreamOptions::default());
+            let mut replay = Replay::single_feed(Mode::Full, &[]).discover_lines();
+            while let Some(d) = cap.next_datagram() {
                 replay.on_datagram(d.src, d.dst, d.payload, d.ts);
             }
+            (cap.summary(), replay)
         });
         let (json, t_summary) = timed(|| {
             let v = summary_json(name, &cap, &replay);
@@ -210,8 +221,8 @@ fn main() {
         });
         // what the replay found is what the simulator injected
         let c = replay.feeds[0].feed.counters();
-        assert_eq!(cap.len() as u64, truth.datagrams);
-        assert!(cap.was_sorted);
+        assert_eq!(cap.released, truth.datagrams);
+        assert!(cap.was_sorted());
         assert_eq!(c.channel_messages_lost, truth.expected_channel_lost);
         assert_eq!(c.duplicate_packets(), truth.expected_duplicate_packets);
         assert_eq!(replay.unmatched, 0);
@@ -220,21 +231,35 @@ fn main() {
         feed.push(t_feed);
         summary.push(t_summary);
         total.push(Took {
-            wall: t_load.wall + t_feed.wall + t_summary.wall,
-            cpu: t_load.cpu + t_feed.cpu + t_summary.cpu,
+            wall: t_feed.wall + t_summary.wall,
+            cpu: t_feed.cpu + t_summary.cpu,
         });
     }
 
-    // The core alone, over the same datagrams pre-extracted.
-    let cap = LoadedCapture::read(CaptureReader::new(&pcap[..]).unwrap(), &[]).unwrap();
+    // The core alone, over the same datagrams pre-extracted into an arena.
+    let mut arena = Vec::new();
+    let mut records: Vec<(usize, i64, usize, usize)> = Vec::new();
+    let mut dsts = Vec::new();
+    let mut cap = CaptureStream::new(
+        CaptureReader::new(&pcap[..]).unwrap(),
+        StreamOptions::default(),
+    );
+    while let Some(d) = cap.next_datagram() {
+        let line = match dsts.iter().position(|&x| x == d.dst) {
+            Some(l) => l,
+            None => {
+                dsts.push(d.dst);
+                dsts.len() - 1
+            }
+        };
+        records.push((line, d.ts, arena.len(), d.payload.len()));
+        arena.extend_from_slice(d.payload);
+    }
+    drop(cap);
     drop(pcap);
-    let dsts = cap.destinations();
-    let extracted: Vec<(usize, i64, &[u8])> = (0..cap.len())
-        .map(|i| {
-            let d = cap.get(i);
-            let line = dsts.iter().position(|&x| x == d.dst).unwrap();
-            (line, d.ts, d.payload)
-        })
+    let extracted: Vec<(usize, i64, &[u8])> = records
+        .iter()
+        .map(|&(line, ts, start, len)| (line, ts, &arena[start..start + len]))
         .collect();
     let mut core = vec![];
     for _ in 0..rounds {
@@ -262,14 +287,14 @@ fn main() {
     );
     println!("| phase | thread CPU | CPU rate | wall | wall rate |");
     println!("|---|---:|---:|---:|---:|");
-    row("whole replay (load + feed + summary)", med(&total), &n);
+    row("whole replay (stream + feed, summary)", med(&total), &n);
     row(
-        "load: pcap read, frame parse, arena, order check",
+        "stream only: pcap read, frame parse, reorder window",
         med(&load),
         &n,
     );
     row(
-        "feed: `Replay::on_datagram` for every datagram",
+        "stream + feed: `Replay::on_datagram` for every datagram",
         med(&feed),
         &n,
     );

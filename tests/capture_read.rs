@@ -423,3 +423,116 @@ fn not_a_capture_and_corrupt_block_are_errors() {
     assert!(r.next().unwrap().is_err());
     assert!(r.next().is_none());
 }
+
+// ---- compressed captures (told by content, not by name) ----
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    zstd::encode_all(bytes, 3).unwrap()
+}
+
+/// Every datagram, or the error that ended the reading, with the stats.
+fn read_until_error(
+    path: &std::path::Path,
+) -> (
+    Vec<CapturedDatagram>,
+    Option<String>,
+    tickgate::capture::CaptureStats,
+) {
+    let mut r = CaptureReader::open(path).unwrap();
+    let mut out = Vec::new();
+    let mut err = None;
+    for d in r.by_ref() {
+        match d {
+            Ok(d) => out.push(d),
+            Err(e) => err = Some(e.to_string()),
+        }
+    }
+    (out, err, *r.stats())
+}
+
+#[test]
+fn real_iex_sample_gzip_reads_every_packet() {
+    let path = fixture("real/iex-tops16-sample.pcap.gz");
+    let r = CaptureReader::open(&path).unwrap();
+    assert_eq!(
+        r.get_ref().compression(),
+        tickgate::capture::Compression::Gzip
+    );
+    assert_eq!(
+        r.format(),
+        CaptureFormat::Pcap {
+            nanosecond: false,
+            big_endian: false
+        }
+    );
+    let (ds, stats) = read_all(&path);
+    assert_eq!(stats.frames, 13_022);
+    assert_eq!(stats.datagrams, 13_022);
+    assert_eq!(ds.len(), 13_022);
+    assert_eq!(stats.skipped.total(), 0);
+    assert!(!stats.truncated_tail);
+    assert!(ds.iter().all(|d| d.dst == addr("224.67.0.199:16642")));
+    // microsecond stamps, 2017-07-10 14:32:18.433824 .. 14:38:58.888647
+    assert_eq!(ds[0].ts_ns, 1_499_697_138_433_824_000);
+    assert_eq!(ds[13_021].ts_ns, 1_499_697_538_888_647_000);
+    assert!(ds.iter().all(|d| d.ts_ns % 1_000 == 0));
+    // IEX-TP, not the tickgate protocol (a later adapter decodes it)
+    assert!(ds.iter().all(|d| Packet::parse(&d.payload).is_err()));
+}
+
+#[test]
+fn compressed_pcap_and_pcapng_read_as_the_plain_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "gen/nasdaq.pcapng",
+        "gen/merged3.pcapng",
+        "real/nasdaq-totalview-itch50-moldudp64.pcap",
+    ] {
+        let plain = std::fs::read(fixture(name)).unwrap();
+        let (want, want_stats) = read_bytes(plain.clone());
+        let plain_format = CaptureReader::new(Cursor::new(&plain)).unwrap().format();
+        for (kind, bytes) in [("gz", gzip(&plain)), ("zst", zstd(&plain))] {
+            // named as if plain: the first bytes decide
+            let path = dir
+                .path()
+                .join(format!("{kind}-{}", name.replace('/', "-")));
+            std::fs::write(&path, bytes).unwrap();
+            let r = CaptureReader::open(&path).unwrap();
+            assert_eq!(r.format(), plain_format, "{name} {kind}");
+            let (got, err, stats) = read_until_error(&path);
+            assert_eq!(err, None, "{name} {kind}");
+            assert_eq!(got, want, "{name} {kind}");
+            assert_eq!(stats, want_stats, "{name} {kind}");
+        }
+    }
+}
+
+#[test]
+fn truncated_compressed_capture_is_an_error_after_what_was_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = std::fs::read(fixture("real/iex-tops16-sample.pcap.gz")).unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&plain[..]), &mut raw)
+        .unwrap();
+    for (kind, bytes) in [("gzip", gzip(&raw)), ("zstd", zstd(&raw))] {
+        let path = dir.path().join(format!("cut.{kind}"));
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        let (got, err, stats) = read_until_error(&path);
+        let err = err.unwrap_or_else(|| panic!("{kind}: a cut stream must be an error"));
+        assert!(err.contains(&format!("{kind} stream")), "{kind}: {err}");
+        // about half of the 13,022 packets came out before the error
+        assert!(
+            got.len() > 3_000 && got.len() < 13_022,
+            "{kind}: {}",
+            got.len()
+        );
+        assert_eq!(stats.datagrams, got.len() as u64);
+    }
+}

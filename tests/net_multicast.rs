@@ -456,6 +456,8 @@ fn without_times(v: &mut serde_json::Value) {
         serde_json::Value::Object(m) => {
             for k in [
                 "capture",
+                "compression",
+                "reorder_peak_bytes",
                 "first_ts",
                 "last_ts",
                 "alive_at",
@@ -472,10 +474,27 @@ fn without_times(v: &mut serde_json::Value) {
 
 #[test]
 fn record_of_a_replay_sent_to_multicast_replays_the_same() {
+    record_of_a_replay(&[], "rec.pcap", &[0x4D, 0x3C, 0xB2, 0xA1]);
+}
+
+#[test]
+fn record_compressed_with_zstd_replays_the_same() {
+    // any name: --compress decides, replay goes by the content
+    record_of_a_replay(
+        &["--compress", "zstd"],
+        "rec.cap",
+        &[0x28, 0xb5, 0x2f, 0xfd],
+    );
+}
+
+/// Simulates a capture, sends it with `replay --send`, records it with
+/// `record` (plus `record_args`) into `rec_name`, whose file must start
+/// with `magic`; both replay to the same summary.
+fn record_of_a_replay(record_args: &[&str], rec_name: &str, magic: &[u8]) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-    let (sim, truth, rec) = (p("sim.pcap"), p("truth.json"), p("rec.pcap"));
+    let (sim, truth, rec) = (p("sim.pcap"), p("truth.json"), p(rec_name));
     let (ga, gb) = ("239.255.77.30:47301", "239.255.77.31:47302");
     // A small stream with losses on both lines, so that arbitration and
     // gap counting have something to do.
@@ -507,7 +526,8 @@ fn record_of_a_replay_sent_to_multicast_replays_the_same() {
     let n = t["datagrams"].as_u64().unwrap();
     assert!(n > 1000 && t["channel_lost"].as_u64().is_none());
 
-    let mut child = start_record(&[
+    let count = n.to_string();
+    let mut args = vec![
         "--group",
         ga,
         "--group",
@@ -517,10 +537,12 @@ fn record_of_a_replay_sent_to_multicast_replays_the_same() {
         "--out",
         &rec,
         "--count",
-        &n.to_string(),
+        &count,
         "--duration",
         "30",
-    ]);
+    ];
+    args.extend_from_slice(record_args);
+    let mut child = start_record(&args);
     tickgate(&[
         "replay",
         &sim,
@@ -530,6 +552,7 @@ fn record_of_a_replay_sent_to_multicast_replays_the_same() {
         "127.0.0.1",
     ]);
     assert!(wait_child(&mut child).success());
+    assert!(std::fs::read(&rec).unwrap().starts_with(magic));
 
     let summary = |f: &str| -> serde_json::Value {
         let out = tickgate(&["replay", f, "--json"]);

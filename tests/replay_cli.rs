@@ -467,3 +467,299 @@ fn config_maps_feeds_lines_and_symbols() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
 }
+
+// ---- compressed and streamed captures ----
+
+fn gzip_members(bytes: &[u8], members: usize) -> Vec<u8> {
+    use std::io::Write;
+    // several members, split anywhere (mid-record): a multi-member file
+    let mut out = Vec::new();
+    for part in bytes.chunks(bytes.len().div_ceil(members)) {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(part).unwrap();
+        out.extend(e.finish().unwrap());
+    }
+    out
+}
+
+/// The JSON summary without the fields that name the file.
+fn without_name(mut v: Value) -> Value {
+    let m = v.as_object_mut().unwrap();
+    assert!(m.remove("capture").is_some());
+    assert!(m.remove("compression").is_some());
+    v
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = tickgate(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn gzip_and_zstd_captures_replay_exactly_as_the_plain_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, t) = simulate(
+        dir.path(),
+        &[
+            "--seed",
+            "41",
+            "--duration",
+            "2",
+            "--loss-a",
+            "0.05",
+            "--loss-b",
+            "0.05",
+        ],
+    );
+    let plain = std::fs::read(&cap).unwrap();
+    let gz = dir.path().join("sim.pcap.gz");
+    let zst = dir.path().join("sim.pcap.zst");
+    // zstd content under a plain name: the content decides
+    let disguised = dir.path().join("disguised.pcap");
+    std::fs::write(&gz, gzip_members(&plain, 3)).unwrap();
+    std::fs::write(&zst, zstd::encode_all(&plain[..], 3).unwrap()).unwrap();
+    std::fs::copy(&zst, &disguised).unwrap();
+
+    let want = replay_json(&[p(&cap)]);
+    assert_eq!(want["datagrams"], t["datagrams"]);
+    assert_eq!(want["channel_lost"], t["expected_channel_lost"]);
+    assert_eq!(want["compression"], "none");
+    let checks = dir.path().join("checks.txt");
+    let t_end = t["end_ns"].as_i64().unwrap();
+    let lines: Vec<String> = (1..=8)
+        .map(|i| format!("{} CHECK EURUSD", t_end / 8 * i))
+        .collect();
+    std::fs::write(&checks, lines.join("\n") + "\n").unwrap();
+    let want_checks = stdout_of(&["replay", p(&cap), "--checks", p(&checks)]);
+    let want_text = stdout_of(&["replay", p(&cap)]);
+    for (f, kind) in [(&gz, "gzip"), (&zst, "zstd"), (&disguised, "zstd")] {
+        let got = replay_json(&[p(f)]);
+        assert_eq!(got["compression"], kind, "{}", f.display());
+        assert_eq!(
+            without_name(got),
+            without_name(want.clone()),
+            "{}",
+            f.display()
+        );
+        let got_checks = stdout_of(&["replay", p(f), "--checks", p(&checks)]);
+        assert_eq!(got_checks, want_checks, "{}", f.display());
+        // the readable summary differs in its first line only (the name)
+        let got_text = stdout_of(&["replay", p(f)]);
+        let tail = |s: &str| s.lines().skip(1).collect::<Vec<_>>().join("\n");
+        assert_eq!(tail(&got_text), tail(&want_text), "{}", f.display());
+    }
+}
+
+#[test]
+fn simulate_writes_compressed_captures_that_replay_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--seed", "43", "--duration", "1", "--loss-a", "0.1"];
+    let (cap, _) = simulate(dir.path(), &args);
+    let want = without_name(replay_json(&[p(&cap)]));
+    for (name, extra, magic) in [
+        ("a.pcap.zst", None, &[0x28u8, 0xb5, 0x2f, 0xfd][..]),
+        ("b.pcap.gz", None, &[0x1f, 0x8b][..]),
+        (
+            "c.pcap",
+            Some(["--compress", "zstd", "--compress-level", "19"]),
+            &[0x28, 0xb5][..],
+        ),
+    ] {
+        let out = dir.path().join(name);
+        let mut all = vec!["simulate", "--out", p(&out)];
+        all.extend_from_slice(&args);
+        if let Some(e) = &extra {
+            all.extend_from_slice(e);
+        }
+        stdout_of(&all);
+        assert!(std::fs::read(&out).unwrap().starts_with(magic), "{name}");
+        assert_eq!(without_name(replay_json(&[p(&out)])), want, "{name}");
+    }
+    let bad = tickgate(&[
+        "simulate",
+        "--out",
+        p(&dir.path().join("x.gz")),
+        "--compress",
+        "gzip",
+        "--compress-level",
+        "12",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("12 is not a gzip compression level"));
+    // a level for a plain capture is a mistake, said before anything runs
+    let plain = dir.path().join("x.pcap");
+    let bad = tickgate(&["simulate", "--out", p(&plain), "--compress-level", "5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("--compress-level needs a compressed capture"));
+    assert!(!plain.exists());
+    // the level applies to a compression told by the name too
+    let named = dir.path().join("x.pcap.gz");
+    stdout_of(&[
+        "simulate",
+        "--out",
+        p(&named),
+        "--duration",
+        "0.1",
+        "--compress-level",
+        "1",
+    ]);
+    assert!(std::fs::read(&named).unwrap().starts_with(&[0x1f, 0x8b]));
+}
+
+#[test]
+fn compressed_pcapng_replays_as_the_plain_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain_path = fixture("gen/merged3.pcapng");
+    let plain = std::fs::read(&plain_path).unwrap();
+    let want = without_name(replay_json(&[p(&plain_path)]));
+    assert_eq!(want["frames"], 4);
+    let gz = dir.path().join("merged3.pcapng.gz");
+    let zst = dir.path().join("merged3.pcapng.zst");
+    std::fs::write(&gz, gzip_members(&plain, 2)).unwrap();
+    std::fs::write(&zst, zstd::encode_all(&plain[..], 1).unwrap()).unwrap();
+    for f in [&gz, &zst] {
+        assert_eq!(without_name(replay_json(&[p(f)])), want, "{}", f.display());
+    }
+}
+
+#[test]
+fn truncated_compressed_capture_reports_what_was_read_then_fails_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, t) = simulate(dir.path(), &["--seed", "45", "--duration", "2"]);
+    let plain = std::fs::read(&cap).unwrap();
+    let total = t["datagrams"].as_u64().unwrap();
+    for (kind, bytes) in [
+        ("gzip", gzip_members(&plain, 1)),
+        ("zstd", zstd::encode_all(&plain[..], 3).unwrap()),
+    ] {
+        let f = dir.path().join(format!("cut-{kind}.pcap.x"));
+        std::fs::write(&f, &bytes[..bytes.len() * 3 / 5]).unwrap();
+        let out = tickgate(&["replay", "--json", p(&f)]);
+        assert_eq!(out.status.code(), Some(2), "{kind}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(p(&f)), "{kind}: {err}");
+        assert!(
+            err.contains(&format!("{kind} stream ends early")),
+            "{kind}: {err}"
+        );
+        // what was read was replayed and reported first
+        let v: Value = serde_json::from_slice(&out.stdout).expect("a summary before the error");
+        let got = v["datagrams"].as_u64().unwrap();
+        assert!(got > total / 3 && got < total, "{kind}: {got} of {total}");
+        assert_eq!(v["packets"].as_u64().unwrap(), got);
+        assert!(
+            err.contains(&format!("after {got} datagrams")),
+            "{kind}: {err}"
+        );
+        // checks: answered while what they need was read (their time plus
+        // the reorder window), none after the break
+        let checks = dir.path().join("checks.txt");
+        let t0 = v["first_ts"].as_i64().unwrap();
+        std::fs::write(
+            &checks,
+            format!("{} PING\n{} PING\n", t0, t["end_ns"].as_i64().unwrap()),
+        )
+        .unwrap();
+        let out = tickgate(&[
+            "replay",
+            p(&f),
+            "--checks",
+            p(&checks),
+            "--reorder-window-ms",
+            "10",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{kind}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "PONG\n", "{kind}");
+    }
+}
+
+#[test]
+fn later_than_the_window_is_counted_and_applied_at_the_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.pcap");
+    let s = SessionId::parse("LATE000001").unwrap();
+    let src: SocketAddrV4 = "127.0.0.1:40000".parse().unwrap();
+    let dst: SocketAddrV4 = "239.255.0.1:30001".parse().unwrap();
+    let mut b = PacketBuilder::new();
+    let mut pkt = |seq: u64, ts: i64| {
+        b.start(s, seq)
+            .quote(&quote("EURUSD", seq, ts, 1_085_000_000, 1_085_100_000))
+            .bytes()
+            .to_vec()
+    };
+    let (p1, p2, p3) = (pkt(1, T0), pkt(2, T0 + 100 * MS), pkt(3, T0 + 400 * MS));
+    let mut w = PcapWriter::create(&path).unwrap();
+    // packet 1 is written 400 ms late
+    w.write_udp(T0 + 100 * MS, src, dst, &p2).unwrap();
+    w.write_udp(T0 + 400 * MS, src, dst, &p3).unwrap();
+    w.write_udp(T0, src, dst, &p1).unwrap();
+    w.into_inner().unwrap();
+
+    // the default window (1 s) puts it back in its place
+    let v = replay_json(&[p(&path)]);
+    assert_eq!(v["sorted"], false);
+    assert_eq!(v["out_of_order"], 1);
+    assert_eq!(v["out_of_order_beyond_window"], 0);
+    assert_eq!(v["duplicate_packets"], 0);
+    assert_eq!(v["channel_lost"], 0);
+
+    // a 100 ms window: packet 2 is released when packet 3 arrives, so
+    // packet 1 is beyond the window; it is applied then (after 2: a
+    // sequence already passed, counted as a duplicate), and said so
+    let out = tickgate(&["replay", "--json", "--reorder-window-ms", "100", p(&path)]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["out_of_order_beyond_window"], 1);
+    assert_eq!(v["reorder_window_ns"], 100_000_000);
+    assert_eq!(v["duplicate_packets"], 1);
+    assert_eq!(v["first_ts"], T0 + 100 * MS);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 datagrams arrived later than the reorder window allows (100 ms or 64 MiB)"),
+        "{err}"
+    );
+    let text = stdout_of(&["replay", "--reorder-window-ms", "100", p(&path)]);
+    assert!(
+        text.contains("applied at the watermark (out_of_order_beyond_window)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_small_reorder_memory_bound_holds_and_changes_nothing_on_a_sorted_capture() {
+    // a 10 MB capture replayed with at most 1 MiB held: the bound holds,
+    // and a sorted capture replays exactly as with the default window
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, _) = simulate(
+        dir.path(),
+        &[
+            "--seed",
+            "47",
+            "--duration",
+            "2",
+            "--symbols",
+            "50",
+            "--rate",
+            "20000",
+        ],
+    );
+    assert!(std::fs::metadata(&cap).unwrap().len() > 8 << 20);
+    let mut want = replay_json(&[p(&cap)]);
+    let mut got = replay_json(&["--reorder-max-mib", "1", p(&cap)]);
+    let peak = got["reorder_peak_bytes"].as_u64().unwrap();
+    assert!(peak <= (1 << 20) + 2_048, "{peak}");
+    assert!(want["reorder_peak_bytes"].as_u64().unwrap() > 4 << 20);
+    for v in [&mut want, &mut got] {
+        let m = v.as_object_mut().unwrap();
+        m.remove("reorder_peak_bytes");
+        m.remove("reorder_max_bytes");
+    }
+    assert_eq!(got, want);
+    assert_eq!(got["out_of_order_beyond_window"], 0);
+}

@@ -1,6 +1,7 @@
-//! Sending datagrams to multicast groups (I/O shell, Linux): the live
-//! output of `tickgate simulate --live` and `tickgate replay --send`, and
-//! the sender of the tests and the receive benchmark.
+//! Sending datagrams to multicast groups (I/O shell, Linux): the sender of
+//! `tickgate simulate --live` and `tickgate replay --send` (which live with
+//! their commands: this module imports none of its siblings), of the tests
+//! and of the receive benchmark.
 //!
 //! Packets leave through one chosen interface (IP_MULTICAST_IF) with TTL 1
 //! by default, so they are not routed beyond the local segment; loopback
@@ -323,91 +324,10 @@ pub fn stop_on_signals() -> &'static AtomicBool {
     &STOP_SIGNAL
 }
 
-/// `tickgate simulate --live`: the simulator's stream published to its
-/// lines' groups at the simulated pace, starting now (so `source_ts` is
-/// current), for `--duration` seconds or, with `--forever`, until Ctrl-C.
-pub fn simulate_live(args: &super::simulate::SimulateArgs) -> anyhow::Result<i32> {
-    use super::simulate::Simulator;
-    let mut cfg = args.to_config()?;
-    cfg.start_ns = crate::feed::receiver::realtime_ns();
-    if args.forever {
-        // A century: the stream outlives any run.
-        cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;
-    }
-    let iface = args.interface.resolve()?;
-    let mut opts = SenderOptions::new(iface);
-    opts.ttl = args.ttl;
-    let mut tx = McastSender::open(&opts)?;
-    let stop = stop_on_signals();
-    let mut sim = Simulator::new(cfg)?;
-    for l in sim.lines() {
-        refuse_unroutable(*l.dst.ip(), iface)?;
-        eprintln!(
-            "line {} -> {} via {iface} (ttl {})",
-            l.name, l.dst, args.ttl
-        );
-    }
-    let mut buf = Vec::with_capacity(super::simulate::MAX_DATAGRAM);
-    let items = std::iter::from_fn(|| {
-        let ev = sim.next_into(&mut buf)?;
-        Some((ev.t_ns, ev.dst, buf.clone()))
-    });
-    let st = send_paced(&mut tx, items, Pace::Recorded { speed: 1.0 }, stop, None)?;
-    eprintln!(
-        "sent {} datagrams ({} bytes) in {:.3} s, {:.0}/s",
-        st.datagrams,
-        st.bytes,
-        st.elapsed.as_secs_f64(),
-        st.rate()
-    );
-    eprint!("{}", super::simulate::summary(sim.truth()));
-    Ok(0)
-}
-
-/// `tickgate replay CAPTURE --send`: the capture's datagrams re-sent to
-/// their destinations, in time order, at the recorded pace (`--speed`) or
-/// as fast as possible (`--max-speed`).
-pub fn replay_send(
-    args: &super::replay::ReplayArgs,
-    cap: &super::replay::LoadedCapture,
-) -> anyhow::Result<i32> {
-    let pace = if args.max_speed {
-        Pace::MaxSpeed
-    } else {
-        Pace::Recorded {
-            speed: args.speed.unwrap_or(1.0),
-        }
-    };
-    pace.validate()?;
-    let iface = args.interface.resolve()?;
-    let mut opts = SenderOptions::new(iface);
-    opts.ttl = args.ttl;
-    let mut tx = McastSender::open(&opts)?;
-    for dst in cap.destinations() {
-        refuse_unroutable(*dst.ip(), iface)?;
-    }
-    let stop = stop_on_signals();
-    let items = (0..cap.len()).map(|i| {
-        let d = cap.get(i);
-        (d.ts, d.dst, d.payload)
-    });
-    let st = send_paced(&mut tx, items, pace, stop, None)?;
-    eprintln!(
-        "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
-        st.datagrams,
-        cap.len(),
-        st.bytes,
-        cap.destinations().len(),
-        st.elapsed.as_secs_f64(),
-        st.rate()
-    );
-    Ok(0)
-}
-
 /// Only multicast groups (TTL-limited, sent via the chosen interface) or,
 /// from loopback, loopback addresses: a capture's unicast destinations are
 /// somebody else's hosts.
-fn refuse_unroutable(dst: Ipv4Addr, iface: Ipv4Addr) -> anyhow::Result<()> {
+pub fn refuse_unroutable(dst: Ipv4Addr, iface: Ipv4Addr) -> anyhow::Result<()> {
     if dst.is_multicast() || (dst.is_loopback() && iface.is_loopback()) {
         Ok(())
     } else {

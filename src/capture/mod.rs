@@ -1,14 +1,19 @@
 //! Captures: pcap/pcapng reading and writing, replay through the core,
 //! the synthetic provider (simulate) and recording live lines.
 
+pub mod compress;
 pub mod frame;
 pub mod live;
 pub mod pcap;
+pub mod progress;
 pub mod record;
 pub mod replay;
 pub mod simulate;
+pub mod stream;
 pub mod venue_sim;
+pub mod window;
 
+pub use compress::{CaptureInput, CaptureOutput, Compression};
 pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};
 pub use pcap::{
     CaptureError, CaptureFormat, CaptureReader, CaptureStats, CapturedDatagram, DatagramRef,

@@ -9,11 +9,12 @@
 //! on any bytes (see the proptests in `tests/capture_fuzz.rs`).
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::net::SocketAddrV4;
 use std::ops::Range;
 use std::path::Path;
 
+use super::compress::{CaptureInput, CaptureOutput, Compression};
 use super::frame::{linktype, udp_span, SkipCounts, UdpSpan};
 
 const PCAP_MAGIC_US: u32 = 0xA1B2_C3D4;
@@ -63,7 +64,7 @@ impl DatagramRef<'_> {
 /// A capture that cannot be read on (skipped frames are not errors).
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("reading the capture: {0}")]
+    #[error("{0}")]
     Io(#[from] io::Error),
     #[error("not a pcap or pcapng file (first bytes {0:02x?})")]
     NotACapture(Vec<u8>),
@@ -134,13 +135,12 @@ pub struct CaptureReader<R> {
     done: bool,
 }
 
-impl CaptureReader<BufReader<File>> {
+impl CaptureReader<CaptureInput> {
+    /// Opens a capture file, plain, gzip or zstd compressed (decided by its
+    /// first bytes, see `compress`). Errors do not repeat the path: the
+    /// caller names the file once.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CaptureError> {
-        let path = path.as_ref();
-        let f = File::open(path).map_err(|e| {
-            CaptureError::Io(io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-        })?;
-        CaptureReader::new(BufReader::with_capacity(1 << 16, f))
+        CaptureReader::new(CaptureInput::open(path.as_ref())?)
     }
 }
 
@@ -212,6 +212,16 @@ impl<R: Read> CaptureReader<R> {
 
     pub fn stats(&self) -> &CaptureStats {
         &self.stats
+    }
+
+    /// The source being read.
+    pub fn get_ref(&self) -> &R {
+        &self.r
+    }
+
+    /// Bytes of (decompressed) capture read so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 
     /// The next IPv4 UDP datagram, borrowing the reader's buffer. Frames
@@ -609,6 +619,23 @@ impl PcapWriter<BufWriter<File>> {
         let f = File::create(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         PcapWriter::new(BufWriter::with_capacity(1 << 16, f))
+    }
+}
+
+impl PcapWriter<CaptureOutput> {
+    /// Creates (or truncates) `path`, compressed as told, and writes the
+    /// file header. End with [`PcapWriter::finish`].
+    pub fn create_compressed(
+        path: impl AsRef<Path>,
+        compression: Compression,
+        level: Option<i32>,
+    ) -> io::Result<Self> {
+        PcapWriter::new(CaptureOutput::create(path.as_ref(), compression, level)?)
+    }
+
+    /// Flushes, ends the compressed stream and the file.
+    pub fn finish(self) -> io::Result<()> {
+        self.into_inner()?.finish()
     }
 }
 

@@ -5,8 +5,6 @@
 //! receive time (SO_TIMESTAMPNS): `tickgate replay` of the file uses those
 //! stamps as its clock.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -14,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use super::compress::CaptureOutput;
 use super::pcap::PcapWriter;
 use crate::feed::receiver::{DatagramHandler, InterfaceSpec, LineSpec, Receiver, ReceiverOptions};
 
@@ -29,9 +28,12 @@ pub struct RecordArgs {
     /// Source-specific multicast: only datagrams from this sender.
     #[arg(long)]
     pub source: Option<Ipv4Addr>,
-    /// The pcap to write (nanosecond timestamps, Ethernet frames).
+    /// The pcap to write (nanosecond timestamps, Ethernet frames; `.gz` or
+    /// `.zst`: compressed, see --compress).
     #[arg(long, short)]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub compress: super::compress::CompressArgs,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -58,7 +60,7 @@ struct Held {
 }
 
 struct Writer {
-    pcap: PcapWriter<BufWriter<File>>,
+    pcap: PcapWriter<CaptureOutput>,
     /// Destination of each line (the group), for the frame headers.
     dst: Vec<SocketAddrV4>,
     limit: u64,
@@ -136,6 +138,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
             bail!("--duration must be a positive number of seconds, got {d}");
         }
     }
+    let (compression, level) = args.compress.for_path(&args.out)?;
     let lines: Vec<LineSpec> = args
         .groups
         .iter()
@@ -152,7 +155,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         ..ReceiverOptions::default()
     };
     let mut rx = Receiver::open(&lines, opts)?;
-    let pcap = PcapWriter::create(&args.out)
+    let pcap = PcapWriter::create_compressed(&args.out, compression, level)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut w = Writer {
         pcap,
@@ -168,10 +171,14 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     eprintln!(
-        "recording {} line(s) on {} to {}",
+        "recording {} line(s) on {} to {}{}",
         lines.len(),
         args.interface,
-        args.out.display()
+        args.out.display(),
+        match compression {
+            super::compress::Compression::None => String::new(),
+            c => format!(" ({})", c.name()),
+        }
     );
     loop {
         // --count: once enough arrived, the rest of the held ones are
@@ -195,8 +202,9 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
     if let Some(e) = w.error.take() {
         return Err(e).with_context(|| format!("writing {}", args.out.display()));
     }
+    let written = w.written;
     w.pcap
-        .flush()
+        .finish()
         .with_context(|| format!("writing {}", args.out.display()))?;
     let stats = rx.stats();
     for (l, s) in lines.iter().zip(stats.iter()) {
@@ -208,7 +216,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
     }
     eprintln!(
         "wrote {} datagrams in {:.3} s",
-        w.written,
+        written,
         start.elapsed().as_secs_f64()
     );
     Ok(0)

@@ -1,12 +1,16 @@
 //! `tickgate replay`: a capture through the same core, capture time as the
 //! clock (gate.md "Asking the past: replay with checks").
 //!
-//! The capture is read whole (payloads in one arena, not one allocation per
-//! packet), stably sorted by timestamp (merged captures are not always
-//! sorted; equal stamps keep capture order), and fed to `feed::Feed` with
-//! each packet's stamp as `now`. Checks are answered by the same
+//! The capture is streamed, never loaded whole (`stream`: plain, gzip or
+//! zstd, pcap or pcapng), through a bounded reorder window (`window`):
+//! merged captures are not always sorted, so datagrams are taken in
+//! timestamp order (capture order among equal stamps) as long as they
+//! arrive within the window; one arriving later is applied at the
+//! watermark and counted (`out_of_order_beyond_window`). Each datagram goes
+//! to `feed::Feed` with its stamp as `now`. Checks are answered by the same
 //! `gate::protocol::answer` the socket uses, with `now = T`, after every
-//! packet stamped at or before `T` and before any later one.
+//! packet stamped at or before `T` and before any later one: the stream is
+//! read on until the window has passed `T`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -18,7 +22,11 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
-use super::pcap::{CaptureError, CaptureReader, CaptureStats};
+use super::live::{
+    refuse_unroutable, send_paced, stop_on_signals, McastSender, Pace, SenderOptions,
+};
+use super::progress::Progress;
+use super::stream::{CaptureStream, StreamOptions, StreamSummary};
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::{answer, SymbolLookup};
 use crate::venue::{ChannelHeader, VenueKind};
@@ -59,7 +67,8 @@ pub enum ReplayMode {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// The capture (pcap or pcapng).
+    /// The capture: pcap or pcapng, plain, gzip or zstd compressed (told
+    /// by its content, not its name).
     pub capture: PathBuf,
     /// Feeds and lines from a tickgate config file (each feed's lines are
     /// matched by group:port).
@@ -98,6 +107,26 @@ pub struct ReplayArgs {
     /// With --send: multicast TTL (1 stays on the local segment).
     #[arg(long, default_value_t = 1)]
     pub ttl: u32,
+    /// Capture time a datagram may arrive behind the newest one read and
+    /// still be replayed in its place (an unsorted, merged capture).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub reorder_window_ms: u64,
+    /// Most memory the reorder window holds, MiB (beyond it the earliest
+    /// datagram goes on whatever the window).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub reorder_max_mib: usize,
+}
+
+impl ReplayArgs {
+    /// How the capture is streamed.
+    pub fn stream_options(&self) -> StreamOptions {
+        StreamOptions {
+            filter: self.filter.clone(),
+            window_ns: i64::try_from(self.reorder_window_ms.saturating_mul(1_000_000))
+                .unwrap_or(i64::MAX),
+            max_bytes: self.reorder_max_mib.saturating_mul(1 << 20),
+        }
+    }
 }
 
 /// One feed of a replay and what was seen of its sessions.
@@ -155,6 +184,8 @@ pub struct Replay {
     /// Datagrams whose destination is no line (or whose source is not the
     /// one a source-specific line accepts).
     pub unmatched: u64,
+    /// A destination that is no line yet becomes one of the first feed.
+    discover_lines: bool,
 }
 
 impl Replay {
@@ -212,14 +243,35 @@ impl Replay {
             feeds,
             route,
             unmatched: 0,
+            discover_lines: false,
         }
+    }
+
+    /// From now on each new destination becomes a line of the first feed,
+    /// in order of first appearance: a streamed capture's destinations are
+    /// known only as they come.
+    pub fn discover_lines(mut self) -> Replay {
+        self.discover_lines = !self.feeds.is_empty();
+        self
+    }
+
+    fn add_line(&mut self, dst: SocketAddrV4) -> (usize, usize) {
+        let f = &mut self.feeds[0];
+        f.lines.push(ReplayLine { dst, source: None });
+        let li = f.feed.add_line();
+        self.route.insert(dst, (0, li));
+        (0, li)
     }
 
     /// One datagram from `src` to `dst`, stamped `ts` (the clock).
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
-        let Some(&(fi, li)) = self.route.get(&dst) else {
-            self.unmatched += 1;
-            return;
+        let (fi, li) = match self.route.get(&dst) {
+            Some(&r) => r,
+            None if self.discover_lines => self.add_line(dst),
+            None => {
+                self.unmatched += 1;
+                return;
+            }
         };
         let f = &mut self.feeds[fi];
         if f.lines[li].source.is_some_and(|s| s != *src.ip()) {
@@ -300,120 +352,6 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
     s.next_sequence = s.next_sequence.max(next);
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Record {
-    ts: i64,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
-    start: usize,
-    len: usize,
-}
-
-/// One datagram of a loaded capture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplayDatagram<'a> {
-    pub ts: i64,
-    pub src: SocketAddrV4,
-    pub dst: SocketAddrV4,
-    pub payload: &'a [u8],
-}
-
-/// A capture in memory: payloads in one arena, records sorted by time.
-pub struct LoadedCapture {
-    arena: Vec<u8>,
-    /// Stably sorted by `ts`.
-    records: Vec<Record>,
-    pub stats: CaptureStats,
-    /// Datagrams removed by the destination filter.
-    pub filtered_out: u64,
-    /// Whether the capture was already in time order.
-    pub was_sorted: bool,
-}
-
-impl LoadedCapture {
-    /// Reads `path`, keeping datagrams sent to `filter` (all when empty).
-    pub fn load(path: &Path, filter: &[SocketAddrV4]) -> anyhow::Result<LoadedCapture> {
-        let r = CaptureReader::open(path).with_context(|| format!("opening {}", path.display()))?;
-        LoadedCapture::read(r, filter).with_context(|| format!("reading {}", path.display()))
-    }
-
-    /// Reads the rest of `r` (a file, or a capture already in memory),
-    /// keeping datagrams sent to `filter` (all when empty).
-    pub fn read<R: Read>(
-        mut r: CaptureReader<R>,
-        filter: &[SocketAddrV4],
-    ) -> Result<LoadedCapture, CaptureError> {
-        let mut arena = Vec::new();
-        let mut records = Vec::new();
-        let mut filtered_out = 0;
-        while let Some(d) = r.next_ref() {
-            let d = d?;
-            if !filter.is_empty() && !filter.contains(&d.dst) {
-                filtered_out += 1;
-                continue;
-            }
-            records.push(Record {
-                ts: d.ts_ns,
-                src: d.src,
-                dst: d.dst,
-                start: arena.len(),
-                len: d.payload.len(),
-            });
-            arena.extend_from_slice(d.payload);
-        }
-        let was_sorted = records.windows(2).all(|w| w[0].ts <= w[1].ts);
-        if !was_sorted {
-            records.sort_by_key(|r| r.ts); // stable: capture order among equal stamps
-        }
-        Ok(LoadedCapture {
-            arena,
-            records,
-            stats: *r.stats(),
-            filtered_out,
-            was_sorted,
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
-    /// Datagram `i` in time order.
-    pub fn get(&self, i: usize) -> ReplayDatagram<'_> {
-        let r = self.records[i];
-        ReplayDatagram {
-            ts: r.ts,
-            src: r.src,
-            dst: r.dst,
-            payload: &self.arena[r.start..r.start + r.len],
-        }
-    }
-
-    /// Destinations in order of first appearance (in time order).
-    pub fn destinations(&self) -> Vec<SocketAddrV4> {
-        let mut seen = std::collections::HashSet::new();
-        let mut out: Vec<SocketAddrV4> = Vec::new();
-        for r in &self.records {
-            if seen.insert(r.dst) {
-                out.push(r.dst);
-            }
-        }
-        out
-    }
-
-    pub fn first_ts(&self) -> Option<i64> {
-        self.records.first().map(|r| r.ts)
-    }
-
-    pub fn last_ts(&self) -> Option<i64> {
-        self.records.last().map(|r| r.ts)
-    }
-}
-
 /// Why a checks-file line is answered `ERR` before it reaches the gate.
 fn split_check(line: &[u8]) -> Result<(i64, &[u8]), &'static str> {
     let (stamp, rest) = match line.iter().position(|&c| c == b' ') {
@@ -431,11 +369,18 @@ fn split_check(line: &[u8]) -> Result<(i64, &[u8]), &'static str> {
     Ok((t, rest))
 }
 
-/// Answers every line of `checks` against `cap` replayed into `replay`;
-/// appends one answer line per check to `out`. Blank lines and lines
-/// starting with `#` are not checks and get no answer.
-pub fn run_checks(replay: &mut Replay, cap: &LoadedCapture, checks: &[u8], out: &mut Vec<u8>) {
-    let mut next = 0;
+/// Answers every line of `checks` against the capture streamed into
+/// `replay`; appends one answer line per check to `out`. Blank lines and
+/// lines starting with `#` are not checks and get no answer. A stream that
+/// ends in an error stops the answers at the check it was reading for
+/// (the caller reports the error): later answers would miss data.
+pub fn run_checks<R: Read>(
+    replay: &mut Replay,
+    cap: &mut CaptureStream<R>,
+    checks: &[u8],
+    out: &mut Vec<u8>,
+    progress: &mut Progress,
+) {
     let mut clock: Option<i64> = None;
     for raw in checks.split(|&c| c == b'\n') {
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -454,14 +399,15 @@ pub fn run_checks(replay: &mut Replay, cap: &LoadedCapture, checks: &[u8], out: 
             out.extend_from_slice(b"ERR check stamped earlier than the previous check\n");
             continue;
         }
-        while next < cap.len() {
-            let d = cap.get(next);
-            if d.ts > t {
-                break;
-            }
+        while let Some(d) = cap.next_through(t) {
             replay.on_datagram(d.src, d.dst, d.payload, d.ts);
-            next += 1;
+            let ts = d.ts;
+            progress.tick(cap.released(), ts);
         }
+        if cap.error().is_some() {
+            return;
+        }
+        cap.close_through(t);
         replay.answer(request, t, out);
         clock = Some(t);
     }
@@ -478,15 +424,9 @@ impl std::fmt::Write for Utf8<'_> {
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
-    let cap = LoadedCapture::load(&args.capture, &args.filter)?;
-    if cap.stats.truncated_tail {
-        eprintln!(
-            "tickgate: warning: {} ends in the middle of a record; replaying what came before",
-            args.capture.display()
-        );
-    }
+    let mut cap = CaptureStream::open(&args.capture, args.stream_options())?;
     if args.send {
-        return super::live::replay_send(&args, &cap);
+        return replay_send(&args, cap);
     }
     let mut replay = match &args.config {
         Some(path) => replay_from_config(path)?,
@@ -501,37 +441,156 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
                 ReplayMode::Full => Mode::Full,
                 ReplayMode::Delta => Mode::Delta,
             };
-            let lines = if args.filter.is_empty() {
-                cap.destinations()
+            if args.filter.is_empty() {
+                Replay::single_venue_feed(settings, &[]).discover_lines()
             } else {
-                args.filter.clone()
-            };
-            Replay::single_venue_feed(settings, &lines)
+                Replay::single_venue_feed(settings, &args.filter)
+            }
         }
     };
+    let checks = match &args.checks {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("reading checks {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut progress = Progress::stderr();
+    let mut out = Vec::with_capacity(4096);
+    if let Some(checks) = &checks {
+        run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress);
+    } else {
+        while let Some(d) = cap.next_datagram() {
+            replay.on_datagram(d.src, d.dst, d.payload, d.ts);
+            let ts = d.ts;
+            progress.tick(cap.released(), ts);
+        }
+    }
+    progress.finish();
+    let sum = cap.summary();
+    warn_about_order(&args.capture, &sum);
+    if sum.stats.truncated_tail {
+        eprintln!(
+            "tickgate: warning: {} ends in the middle of a record; replayed what came before",
+            args.capture.display()
+        );
+    }
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
-    if let Some(path) = &args.checks {
-        let checks =
-            std::fs::read(path).with_context(|| format!("reading checks {}", path.display()))?;
-        let mut out = Vec::with_capacity(4096);
-        run_checks(&mut replay, &cap, &checks, &mut out);
+    if checks.is_some() {
         w.write_all(&out)?;
-        w.flush()?;
-        return Ok(0);
-    }
-    for i in 0..cap.len() {
-        let d = cap.get(i);
-        replay.on_datagram(d.src, d.dst, d.payload, d.ts);
-    }
-    if args.json {
-        let v = summary_json(&args.capture, &cap, &replay);
+    } else if args.json {
+        let v = summary_json(&args.capture, &sum, &replay);
         serde_json::to_writer(&mut w, &v)?;
         w.write_all(b"\n")?;
     } else {
-        w.write_all(summary_text(&args.capture, &cap, &replay).as_bytes())?;
+        w.write_all(summary_text(&args.capture, &sum, &replay).as_bytes())?;
     }
     w.flush()?;
+    drop(w);
+    if let Some(e) = cap.take_error() {
+        anyhow::bail!(
+            "{}: {e}, after {} datagrams ({} of the capture); {} above is of what came before",
+            args.capture.display(),
+            sum.released,
+            ts_span(&sum),
+            if checks.is_some() {
+                "the checks answered"
+            } else {
+                "the summary"
+            }
+        );
+    }
+    Ok(0)
+}
+
+/// Up to where a stream got, for an error.
+fn ts_span(sum: &StreamSummary) -> String {
+    match (sum.first_ts, sum.last_ts) {
+        (Some(a), Some(b)) => format!("{} .. {}", ts_str(a), ts_str(b)),
+        _ => "nothing".to_string(),
+    }
+}
+
+/// Datagrams that came too late for the reorder window are not an error,
+/// but the replay differs from a sorted one: say so on stderr too.
+fn warn_about_order(path: &Path, sum: &StreamSummary) {
+    let w = &sum.window;
+    if w.out_of_order_beyond_window > 0 {
+        eprintln!(
+            "tickgate: warning: {}: {} datagrams arrived later than the reorder window allows ({}); applied at the watermark",
+            path.display(),
+            w.out_of_order_beyond_window,
+            window_str(sum)
+        );
+    }
+}
+
+fn window_str(sum: &StreamSummary) -> String {
+    format!(
+        "{} ms or {} MiB",
+        sum.window_ns / 1_000_000,
+        sum.max_bytes >> 20
+    )
+}
+
+/// `tickgate replay CAPTURE --send`: the capture's datagrams re-sent to
+/// their destinations, in time order, at the recorded pace (`--speed`) or
+/// as fast as possible (`--max-speed`). Streamed: a destination is checked
+/// when it first comes, and one that may not be sent to ends the run there.
+fn replay_send(args: &ReplayArgs, mut cap: CaptureStream) -> anyhow::Result<i32> {
+    let pace = if args.max_speed {
+        Pace::MaxSpeed
+    } else {
+        Pace::Recorded {
+            speed: args.speed.unwrap_or(1.0),
+        }
+    };
+    pace.validate()?;
+    let iface = args.interface.resolve()?;
+    let mut opts = SenderOptions::new(iface);
+    opts.ttl = args.ttl;
+    let mut tx = McastSender::open(&opts)?;
+    let stop = stop_on_signals();
+    let mut destinations: Vec<SocketAddrV4> = Vec::new();
+    let mut refused: Option<anyhow::Error> = None;
+    let mut progress = Progress::stderr();
+    let items = std::iter::from_fn(|| {
+        let d = cap.next_datagram()?;
+        if !destinations.contains(&d.dst) {
+            if let Err(e) = refuse_unroutable(*d.dst.ip(), iface) {
+                refused = Some(e);
+                return None;
+            }
+            destinations.push(d.dst);
+        }
+        let item = (d.ts, d.dst, d.payload.to_vec());
+        progress.tick(cap.released(), item.0);
+        Some(item)
+    });
+    let st = send_paced(&mut tx, items, pace, stop, None)?;
+    progress.finish();
+    if let Some(e) = refused {
+        return Err(e);
+    }
+    let sum = cap.summary();
+    warn_about_order(&args.capture, &sum);
+    eprintln!(
+        "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
+        st.datagrams,
+        sum.released,
+        st.bytes,
+        destinations.len(),
+        st.elapsed.as_secs_f64(),
+        st.rate()
+    );
+    if let Some(e) = cap.take_error() {
+        anyhow::bail!(
+            "{}: {e}, after {} datagrams ({} of the capture)",
+            args.capture.display(),
+            sum.released,
+            ts_span(&sum)
+        );
+    }
     Ok(0)
 }
 
@@ -654,7 +713,7 @@ fn session_json(s: &SessionInfo) -> Value {
 }
 
 /// The `--json` summary: totals over feeds at the top, details per feed.
-pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
+pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
     let mut totals = [0u64; 9];
     let mut symbols = Map::new();
     let mut sessions = Vec::new();
@@ -744,9 +803,15 @@ pub fn summary_json(path: &Path, cap: &LoadedCapture, r: &Replay) -> Value {
         "truncated_tail": st.truncated_tail,
         "filtered_out": cap.filtered_out,
         "unmatched": r.unmatched,
-        "sorted": cap.was_sorted,
-        "first_ts": cap.first_ts(),
-        "last_ts": cap.last_ts(),
+        "compression": cap.compression.name(),
+        "sorted": cap.was_sorted(),
+        "out_of_order": cap.window.out_of_order,
+        "out_of_order_beyond_window": cap.window.out_of_order_beyond_window,
+        "reorder_window_ns": cap.window_ns,
+        "reorder_max_bytes": cap.max_bytes,
+        "reorder_peak_bytes": cap.window.peak_bytes,
+        "first_ts": cap.first_ts,
+        "last_ts": cap.last_ts,
         "packets": totals[0],
         "invalid_packets": totals[1],
         "duplicate_packets": totals[2],
@@ -774,13 +839,17 @@ fn ts_str(ts: i64) -> String {
 
 /// The readable summary: capture, then per feed its lines, sessions,
 /// counters and a symbol table.
-pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
+pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
     let st = &cap.stats;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "capture {}: {} frames, {} UDP datagrams, {} frames skipped",
+        "capture {}{}: {} frames, {} UDP datagrams, {} frames skipped",
         path.display(),
+        match cap.compression {
+            super::compress::Compression::None => String::new(),
+            c => format!(" ({})", c.name()),
+        },
         st.frames,
         st.datagrams,
         st.skipped.total()
@@ -797,7 +866,7 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
     if st.truncated_tail {
         let _ = writeln!(s, "  the file ends in the middle of a record");
     }
-    if let (Some(a), Some(b)) = (cap.first_ts(), cap.last_ts()) {
+    if let (Some(a), Some(b)) = (cap.first_ts, cap.last_ts) {
         let _ = writeln!(s, "  time {} .. {}", ts_str(a), ts_str(b));
     }
     if cap.filtered_out > 0 {
@@ -806,8 +875,20 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
     if r.unmatched > 0 {
         let _ = writeln!(s, "  {} datagrams to no configured line", r.unmatched);
     }
-    if !cap.was_sorted {
-        let _ = writeln!(s, "  not in time order: sorted by timestamp");
+    if !cap.was_sorted() {
+        let _ = writeln!(
+            s,
+            "  not in time order: {} datagrams put back in timestamp order",
+            cap.window.out_of_order - cap.window.out_of_order_beyond_window
+        );
+    }
+    if cap.window.out_of_order_beyond_window > 0 {
+        let _ = writeln!(
+            s,
+            "  {} datagrams arrived later than the reorder window allows ({}): applied at the watermark (out_of_order_beyond_window)",
+            cap.window.out_of_order_beyond_window,
+            window_str(cap)
+        );
     }
     for f in &r.feeds {
         let c = f.feed.counters();

@@ -24,6 +24,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::live::{
+    refuse_unroutable, send_paced, stop_on_signals, McastSender, Pace, SenderOptions,
+};
 use super::pcap::PcapWriter;
 use super::replay::VenueArg;
 use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
@@ -1078,9 +1081,11 @@ fn ser_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Resul
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// The capture to write (nanosecond pcap).
+    /// The capture to write (nanosecond pcap; `.gz`/`.zst`: compressed).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub compress: super::compress::CompressArgs,
     /// Write what was injected (JSON) to this file.
     #[arg(long, value_name = "FILE")]
     pub truth: Option<PathBuf>,
@@ -1239,21 +1244,22 @@ fn seconds_to_ns(s: f64, what: &str) -> anyhow::Result<i64> {
 
 pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     if args.live {
-        return super::live::simulate_live(&args);
+        return simulate_live(&args);
     }
     let cfg = args.to_config()?;
     let Some(out_path) = args.out.as_ref() else {
         bail!("--out FILE is required");
     };
     let mut sim = Simulator::new(cfg)?;
-    let mut w =
-        PcapWriter::create(out_path).with_context(|| format!("creating {}", out_path.display()))?;
+    let (compression, level) = args.compress.for_path(out_path)?;
+    let mut w = PcapWriter::create_compressed(out_path, compression, level)
+        .with_context(|| format!("creating {}", out_path.display()))?;
     let mut buf = Vec::with_capacity(MAX_DATAGRAM);
     while let Some(ev) = sim.next_into(&mut buf) {
         w.write_udp(ev.t_ns, ev.src, ev.dst, &buf)
             .with_context(|| format!("writing {}", out_path.display()))?;
     }
-    w.into_inner()
+    w.finish()
         .with_context(|| format!("writing {}", out_path.display()))?;
     let truth = sim.truth();
     eprint!("{}", summary(truth));
@@ -1261,6 +1267,46 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
         let json = serde_json::to_string_pretty(truth)?;
         std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
     }
+    Ok(0)
+}
+
+/// `tickgate simulate --live`: the simulator's stream published to its
+/// lines' groups at the simulated pace, starting now (so `source_ts` is
+/// current), for `--duration` seconds or, with `--forever`, until Ctrl-C.
+pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
+    let mut cfg = args.to_config()?;
+    cfg.start_ns = crate::feed::receiver::realtime_ns();
+    if args.forever {
+        // A century: the stream outlives any run.
+        cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;
+    }
+    let iface = args.interface.resolve()?;
+    let mut opts = SenderOptions::new(iface);
+    opts.ttl = args.ttl;
+    let mut tx = McastSender::open(&opts)?;
+    let stop = stop_on_signals();
+    let mut sim = Simulator::new(cfg)?;
+    for l in sim.lines() {
+        refuse_unroutable(*l.dst.ip(), iface)?;
+        eprintln!(
+            "line {} -> {} via {iface} (ttl {})",
+            l.name, l.dst, args.ttl
+        );
+    }
+    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
+    let items = std::iter::from_fn(|| {
+        let ev = sim.next_into(&mut buf)?;
+        Some((ev.t_ns, ev.dst, buf.clone()))
+    });
+    let st = send_paced(&mut tx, items, Pace::Recorded { speed: 1.0 }, stop, None)?;
+    eprintln!(
+        "sent {} datagrams ({} bytes) in {:.3} s, {:.0}/s",
+        st.datagrams,
+        st.bytes,
+        st.elapsed.as_secs_f64(),
+        st.rate()
+    );
+    eprint!("{}", summary(sim.truth()));
     Ok(0)
 }
 

@@ -100,6 +100,13 @@ impl<P: Publish> Feed<P> {
         self.counters.lines.len()
     }
 
+    /// One more line (its counters start at zero); returns its index.
+    /// Lines only count: the channel rules do not depend on them.
+    pub fn add_line(&mut self) -> usize {
+        self.counters.lines.push(Default::default());
+        self.counters.lines.len() - 1
+    }
+
     pub fn settings(&self) -> &FeedSettings {
         &self.settings
     }
