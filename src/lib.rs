@@ -13,5 +13,6 @@ pub mod feed;
 pub mod fills;
 pub mod gate;
 pub mod metrics;
+pub mod text;
 pub mod venue;
 pub mod wire;

@@ -333,6 +333,7 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr)
         },
         metrics: MetricsConfig {
             listen: Some(metrics),
+            ..MetricsConfig::default()
         },
         log: LogConfig {
             level: "warn".to_string(),
