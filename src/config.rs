@@ -238,6 +238,9 @@ pub struct GateConfig {
     pub cpu: Option<usize>,
     /// Connections beyond this are refused (and counted).
     pub max_connections: usize,
+    /// Connections of one peer user (SO_PEERCRED) beyond this are refused;
+    /// default three quarters of `max_connections`.
+    pub max_connections_per_uid: usize,
 }
 
 impl Default for GateConfig {
@@ -248,6 +251,7 @@ impl Default for GateConfig {
             server_mode: ServerMode::Blocking,
             cpu: None,
             max_connections: 1024,
+            max_connections_per_uid: 768,
         }
     }
 }
@@ -939,6 +943,10 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
     if let Some(n) = s.uint("max_connections", 1, 1_000_000)? {
         g.max_connections = n as usize;
     }
+    g.max_connections_per_uid = default_per_uid(g.max_connections);
+    if let Some(n) = s.uint("max_connections_per_uid", 1, g.max_connections as u64)? {
+        g.max_connections_per_uid = n as usize;
+    }
     s.finish()?;
     Ok(g)
 }
@@ -1275,6 +1283,12 @@ fn value_positions(
         }
         _ => {}
     }
+}
+
+/// One local user may hold three quarters of the gate's connections: the
+/// rest stay for the others.
+fn default_per_uid(max_connections: usize) -> usize {
+    (max_connections - max_connections / 4).max(1)
 }
 
 /// Feed and line names appear in metric labels and log lines.

@@ -270,6 +270,7 @@ impl Daemon {
             },
             cpu: config.gate.cpu,
             max_connections: config.gate.max_connections,
+            max_connections_per_uid: config.gate.max_connections_per_uid,
         };
         let gate = server::serve_with_stats(&server_config, gate_backend.clone(), gate_stats)
             .with_context(|| {
