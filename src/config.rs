@@ -408,6 +408,21 @@ impl Config {
         Ok(config)
     }
 
+    /// The `[fills]` section of a document alone, with the checks and
+    /// messages of a whole file (`fills consume` reads only that section;
+    /// the rest of the file does not matter to it). `None` when the
+    /// section is absent or `enabled = false`.
+    pub fn fills_only(doc: &Table) -> Result<Option<FillsConfig>> {
+        let sink = Sink::default();
+        let mut root = Section::root(doc, &sink);
+        let fills = match root.table("fills")? {
+            Some(s) => keep(&sink, parse_fills(s)).flatten(),
+            None => None,
+        };
+        ConfigError::from_all(sink.into_inner())?;
+        Ok(fills)
+    }
+
     fn walk(table: &Table, sink: &Sink) -> Result<Config> {
         let mut root = Section::root(table, sink);
         let feeds = root

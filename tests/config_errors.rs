@@ -287,16 +287,26 @@ fn the_shipped_example_config_is_valid() {
     }
 }
 
-/// The example's commented `[fills]` block is valid once uncommented.
+/// The example's `[fills]` is on (so `fills consume --config
+/// config/tickgate.toml` works as the README says), and its commented
+/// `[fills.nats]` block is valid once uncommented.
 #[test]
 fn the_examples_fills_block_is_valid() {
     let example =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tickgate.toml"))
             .unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let example = example
         .replace("interface = \"eth1\"", "interface = \"lo\"")
-        .replace("interface = \"eth2\"", "interface = \"127.0.0.1\"");
-    let start = example.find("# [fills]\n").expect("a [fills] example");
+        .replace("interface = \"eth2\"", "interface = \"127.0.0.1\"")
+        .replace(
+            "/run/tickgate/gate.sock",
+            &dir.path().join("gate.sock").display().to_string(),
+        );
+    assert!(example.contains("\n[fills]\nenabled = true\n"));
+    let start = example
+        .find("# [fills.nats]\n")
+        .expect("a [fills.nats] example");
     let mut text = example[..start].to_string();
     for line in example[start..].lines() {
         if line.starts_with("# # ") {
@@ -305,7 +315,6 @@ fn the_examples_fills_block_is_valid() {
         text.push_str(line.strip_prefix("# ").unwrap_or(line));
         text.push('\n');
     }
-    let dir = tempfile::tempdir().unwrap();
     let out = run(&write_config(dir.path(), &text), &["--check-config"]);
     assert_eq!(
         out.status.code(),

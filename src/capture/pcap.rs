@@ -60,11 +60,19 @@ impl DatagramRef<'_> {
     }
 }
 
+impl From<io::Error> for CaptureError {
+    fn from(e: io::Error) -> Self {
+        CaptureError::Io(e)
+    }
+}
+
 /// A capture that cannot be read on (skipped frames are not errors).
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// The I/O error is in the message, not also a source: an error chain
+    /// (`{:#}`) would say it twice.
     #[error("reading the capture: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     #[error("not a pcap or pcapng file (first bytes {0:02x?})")]
     NotACapture(Vec<u8>),
     #[error("corrupt capture at byte {offset}: {what}")]
@@ -137,9 +145,8 @@ pub struct CaptureReader<R> {
 impl CaptureReader<BufReader<File>> {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CaptureError> {
         let path = path.as_ref();
-        let f = File::open(path).map_err(|e| {
-            CaptureError::Io(io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-        })?;
+        // The caller says which file (`opening PATH: ...`): not repeated here.
+        let f = File::open(path).map_err(CaptureError::Io)?;
         CaptureReader::new(BufReader::with_capacity(1 << 16, f))
     }
 }

@@ -39,7 +39,7 @@ pub struct ReplayArgs {
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
     pub config: Option<PathBuf>,
-    /// Without --config: the one feed's mode.
+    /// Without --config: the one feed's mode (default: full).
     #[arg(long, value_enum)]
     pub mode: Option<ReplayMode>,
     /// Keep only datagrams sent to this destination (repeatable).
@@ -715,11 +715,11 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "capture {}: {} frames, {} UDP datagrams, {} frames skipped",
+        "capture {}: {}, {}, {} skipped",
         path.display(),
-        st.frames,
-        st.datagrams,
-        st.skipped.total()
+        crate::text::plural(st.frames, "frame"),
+        crate::text::plural(st.datagrams, "UDP datagram"),
+        crate::text::plural(st.skipped.total(), "frame")
     );
     if st.skipped.total() > 0 {
         let parts: Vec<String> = st
@@ -781,12 +781,12 @@ pub fn summary_text(path: &Path, cap: &LoadedCapture, r: &Replay) -> String {
         }
         let _ = writeln!(
             s,
-            "  packets {}, invalid {}, duplicate {}, channel lost {} ({} gaps), unknown messages {}, invalid messages {}",
+            "  packets {}, invalid {}, duplicate {}, channel lost {} ({}), unknown messages {}, invalid messages {}",
             c.packets(),
             c.invalid_packets,
             c.duplicate_packets(),
             c.channel_messages_lost,
-            c.channel_gaps,
+            crate::text::plural(c.channel_gaps, "gap"),
             c.unknown_messages,
             c.invalid_messages
         );

@@ -1135,7 +1135,8 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     w.into_inner()
         .with_context(|| format!("writing {}", out_path.display()))?;
     let truth = sim.truth();
-    eprint!("{}", summary(truth));
+    // A result: standard output (progress and diagnostics go to stderr).
+    print!("{}", summary(truth));
     if let Some(p) = &args.truth {
         let json = serde_json::to_string_pretty(truth)?;
         std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
@@ -1143,7 +1144,7 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The human summary printed on stderr.
+/// The human summary printed on standard output.
 pub fn summary(t: &SimTruth) -> String {
     use std::fmt::Write;
     let mut s = String::new();

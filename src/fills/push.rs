@@ -192,10 +192,12 @@ async fn run(args: PushArgs, url: String, token: String) -> anyhow::Result<i32> 
     progress.finish();
     println!("{}", summary.render(&args.dead_letter_dir));
     Ok(
-        if summary.batches_failed == 0 && summary.unreadable_lines == 0 {
-            0
-        } else {
+        if summary.batches_failed > 0 || summary.unreadable_lines > 0 {
             1
+        } else if summary.events_rejected + summary.events_held > 0 {
+            super::EXIT_NOT_ALL_APPLIED
+        } else {
+            0
         },
     )
 }
