@@ -262,6 +262,8 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
     /// A non-loopback `listen` needs this (there is no authentication).
     pub allow_remote: bool,
+    /// Timeouts and connection cap of the metrics listener.
+    pub limits: crate::http_limits::HttpLimits,
 }
 
 impl Default for MetricsConfig {
@@ -269,6 +271,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: Some(DEFAULT_METRICS_LISTEN.parse().expect("valid default")),
             allow_remote: false,
+            limits: crate::http_limits::HttpLimits::metrics_default(),
         }
     }
 }
@@ -969,6 +972,11 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
 fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
     let enabled = s.boolean("enabled")?.unwrap_or(true);
     let allow_remote = s.boolean("allow_remote")?.unwrap_or(false);
+    let limits = parse_limits(
+        &mut s,
+        crate::http_limits::HttpLimits::metrics_default(),
+        false,
+    );
     let listen = match s.str("listen")? {
         None => DEFAULT_METRICS_LISTEN.parse().expect("valid default"),
         Some(text) => text.parse::<SocketAddr>().map_err(|_| {
@@ -987,8 +995,68 @@ fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
     Ok(MetricsConfig {
         listen: enabled.then_some(listen),
         allow_remote,
+        limits,
     })
 }
+
+/// An HTTP listener's limits (`crate::http_limits`) from its table:
+/// `header_timeout`, `body_timeout`, `idle_timeout` (durations such as
+/// "10s"), `max_connections`, and with `rate`, `rate_per_client`
+/// (requests a second per client token, 0 = off) and `rate_burst`.
+fn parse_limits(
+    s: &mut Section<'_>,
+    defaults: crate::http_limits::HttpLimits,
+    rate: bool,
+) -> crate::http_limits::HttpLimits {
+    let mut l = defaults;
+    for (key, slot) in [
+        ("header_timeout", &mut l.header_timeout),
+        ("body_timeout", &mut l.body_timeout),
+        ("idle_timeout", &mut l.idle_timeout),
+    ] {
+        let value = match s.get(key) {
+            None => continue,
+            Some(Value::Integer(n)) if *n > 0 => Ok(std::time::Duration::from_secs(*n as u64)),
+            Some(Value::String(t)) => crate::fills::config::parse_duration(t).and_then(|d| {
+                if d.is_zero() {
+                    Err("must be more than 0".into())
+                } else {
+                    Ok(d)
+                }
+            }),
+            Some(v) => Err(format!(
+                "expected a duration such as \"10s\", got {}",
+                show(v)
+            )),
+        };
+        match value {
+            Ok(d) => *slot = d,
+            Err(p) => s.sink.borrow_mut().push(s.err(key, p)),
+        }
+    }
+    if let Ok(Some(n)) = s.uint("max_connections", 1, 1_000_000) {
+        l.max_connections = n as usize;
+    }
+    if rate {
+        if let Ok(Some(n)) = s.uint("rate_per_client", 0, 1_000_000) {
+            l.rate_per_sec = n as u32;
+        }
+        if let Ok(Some(n)) = s.uint("rate_burst", 1, 1_000_000) {
+            l.rate_burst = n as u32;
+        }
+    }
+    l
+}
+
+/// The limit keys of `[fills.http]` (read by `parse_limits`, not serde).
+const FILLS_HTTP_LIMIT_KEYS: [&str; 6] = [
+    "header_timeout",
+    "body_timeout",
+    "idle_timeout",
+    "max_connections",
+    "rate_per_client",
+    "rate_burst",
+];
 
 /// HTTP endpoints (metrics, the fills API) listen on loopback unless the
 /// operator says otherwise: metrics have no authentication at all.
@@ -1033,7 +1101,19 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
     let mut rest = s.table.clone();
     rest.remove("enabled");
     let mut allow_remote = false;
+    let mut limits = crate::http_limits::HttpLimits::default();
     if let Some(Value::Table(http)) = rest.get_mut("http") {
+        let copy = http.clone();
+        let mut hs = Section {
+            path: s.key("http"),
+            table: &copy,
+            asked: Vec::new(),
+            sink: s.sink,
+        };
+        limits = parse_limits(&mut hs, limits, true);
+        for k in FILLS_HTTP_LIMIT_KEYS {
+            http.remove(k);
+        }
         match http.remove("allow_remote") {
             None => {}
             Some(Value::Boolean(b)) => allow_remote = b,
@@ -1043,7 +1123,7 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
             )),
         }
     }
-    let fills: FillsConfig = match deserialize_all(rest, &s.path) {
+    let mut fills: FillsConfig = match deserialize_all(rest, &s.path) {
         Ok(f) => f,
         Err(all) => {
             s.sink.borrow_mut().extend(all);
@@ -1064,6 +1144,7 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
             }
         }
     }
+    fills.http.limits = limits;
     if let Err(e) = fills.validate() {
         // The lane's own checks say "fills.max_batch must be >= 1": the
         // key path is their first word.
@@ -1957,6 +2038,34 @@ enabled = false
             "[fills]\n[fills.http]\nlisten = \"0.0.0.0:8088\"\nallow_remote = true\n",
         );
         assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
+    fn http_limits_are_read_from_their_tables() {
+        let c = Config::parse(
+            "[fills]\n[fills.http]\nheader_timeout = \"3s\"\nbody_timeout = 7\nmax_connections = 1500\nrate_per_client = 0\n[metrics]\nidle_timeout = \"90s\"\n",
+        )
+        .unwrap();
+        let l = &c.fills.unwrap().http.limits;
+        assert_eq!(l.header_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(l.body_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(l.max_connections, 1500);
+        assert_eq!(l.rate_per_sec, 0);
+        assert_eq!(
+            c.metrics.limits.idle_timeout,
+            std::time::Duration::from_secs(90)
+        );
+        let e = err_of("[fills]\n[fills.http]\nheader_timeout = \"soon\"\nmax_connections = 0\n");
+        let keys: Vec<_> = e
+            .problems()
+            .iter()
+            .map(|p| p.key().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            ["fills.http.header_timeout", "fills.http.max_connections"],
+            "{e}"
+        );
     }
 
     #[test]

@@ -277,17 +277,43 @@ impl Daemon {
                 format!("starting the gate socket {}", config.gate.socket.display())
             })?;
 
-        let fills = match &config.fills {
-            Some(cfg) => Some(rt.block_on(fills_lane::FillsLane::start(cfg, &metrics.registry))?),
+        // The HTTP listeners' connection caps stay below the open-file
+        // limit (raised to its hard limit), with room for every gate
+        // connection: the HTTP side cannot take the gate's descriptors.
+        let nofile = crate::http_limits::raise_nofile();
+        let mut fills_cfg = config.fills.clone();
+        let mut metrics_limits = config.metrics.limits.clone();
+        {
+            let mut caps: Vec<&mut usize> = vec![&mut metrics_limits.max_connections];
+            if let Some(f) = fills_cfg.as_mut() {
+                caps.push(&mut f.http.limits.max_connections);
+            }
+            crate::http_limits::cap_below_nofile(nofile, config.gate.max_connections, &mut caps);
+        }
+        let limited = crate::http_limits::LimitStats::family(&metrics.registry)
+            .context("registering the HTTP limit metrics")?;
+        let fills = match &fills_cfg {
+            Some(cfg) => Some(rt.block_on(fills_lane::FillsLane::start(
+                cfg,
+                &metrics.registry,
+                &limited,
+            ))?),
             None => None,
         };
 
         let (metrics_stop, metrics_task) = match listener {
             Some(l) => {
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let task = rt.spawn(metrics::serve(l, Arc::clone(&metrics), async move {
-                    let _ = rx.await;
-                }));
+                let stats = crate::http_limits::LimitStats::of(&limited, "metrics");
+                let task = rt.spawn(metrics::serve(
+                    l,
+                    Arc::clone(&metrics),
+                    metrics_limits,
+                    stats,
+                    async move {
+                        let _ = rx.await;
+                    },
+                ));
                 (Some(tx), Some(task))
             }
             None => (None, None),

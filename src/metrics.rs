@@ -901,15 +901,18 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves until `shutdown` completes.
+/// Serves until `shutdown` completes, with `limits` (timeouts and a
+/// connection cap: `crate::http_limits`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    limits: crate::http_limits::HttpLimits,
+    stats: crate::http_limits::LimitStats,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app =
+        crate::http_limits::limit_requests(router(metrics), &limits, &[], 1 << 16, stats.clone());
+    crate::http_limits::serve(listener, app, limits, stats, shutdown).await
 }
 
 #[cfg(test)]
