@@ -2025,11 +2025,7 @@ enabled = false
             ),
         ];
         for (body, needle) in cases {
-            let text = if body.starts_with('[') {
-                format!("[fills]\n{body}\n")
-            } else {
-                format!("[fills]\n{body}\n")
-            };
+            let text = format!("[fills]\n{body}\n");
             let e = err_of(&text);
             assert!(e.to_string().starts_with(needle), "{body}: {e}");
             assert_eq!(e.problems().len(), 1, "{body}: {e}");

@@ -175,13 +175,16 @@ impl LimitStats {
     }
 }
 
+/// Tokens left and when they were counted.
+type Bucket = (f64, Instant);
+
 /// Token buckets per client token (by SHA-256), one shared by requests
 /// without a known token.
 struct RateLimiter {
     rate: f64,
     burst: f64,
     known: Vec<[u8; 32]>,
-    buckets: Mutex<HashMap<Option<[u8; 32]>, (f64, Instant)>>,
+    buckets: Mutex<HashMap<Option<[u8; 32]>, Bucket>>,
 }
 
 impl RateLimiter {

@@ -295,8 +295,7 @@ token = "t"
         let r = s.read(&mut buf);
         let lived = opened.elapsed();
         assert!(
-            matches!(r, Ok(_))
-                || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            r.is_ok() || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
             "{r:?} after {lived:?}"
         );
         assert!(

@@ -240,7 +240,7 @@ fn main() {
         let start = Instant::now();
         let mut execs = 0u64;
         let mut crashes = 0u64;
-        let mut run = |input: &[u8], execs: &mut u64, crashes: &mut u64| {
+        let run = |input: &[u8], execs: &mut u64, crashes: &mut u64| {
             *execs += 1;
             if std::panic::catch_unwind(|| target(input)).is_err() {
                 *crashes += 1;
