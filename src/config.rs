@@ -7,6 +7,7 @@
 //! over a `toml::Table` rather than deserialized by serde: serde's errors
 //! carry a line number but not the key, and lose the array index.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -240,6 +241,9 @@ pub struct GateConfig {
     pub cpu: Option<usize>,
     /// Connections beyond this are refused (and counted).
     pub max_connections: usize,
+    /// Connections of one peer user (SO_PEERCRED) beyond this are refused;
+    /// default three quarters of `max_connections`.
+    pub max_connections_per_uid: usize,
     /// The shared state file (`shm = "<path>"`, or `false`: none). By
     /// default `state.shm` in the socket's directory.
     pub shm: Option<PathBuf>,
@@ -262,6 +266,7 @@ impl Default for GateConfig {
             cpu: None,
             max_connections: 1024,
             shm: Some(default_shm(std::path::Path::new(DEFAULT_SOCKET))),
+            max_connections_per_uid: 768,
         }
     }
 }
@@ -270,12 +275,18 @@ impl Default for GateConfig {
 pub struct MetricsConfig {
     /// `None` when `[metrics] enabled = false`.
     pub listen: Option<SocketAddr>,
+    /// A non-loopback `listen` needs this (there is no authentication).
+    pub allow_remote: bool,
+    /// Timeouts and connection cap of the metrics listener.
+    pub limits: crate::http_limits::HttpLimits,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: Some(DEFAULT_METRICS_LISTEN.parse().expect("valid default")),
+            allow_remote: false,
+            limits: crate::http_limits::HttpLimits::metrics_default(),
         }
     }
 }
@@ -303,16 +314,21 @@ impl Default for LogConfig {
     }
 }
 
-/// A config that cannot be used. `Display` is the one line shown to the user.
+/// A config that cannot be used. `Display` is the one line shown to the user
+/// (one line per problem for [`ConfigError::Several`]); callers put the
+/// file's name in front, so no variant repeats it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: cannot read: {message}")]
+    #[error("cannot read: {message}")]
     Read { path: String, message: String },
     #[error("{message}")]
     Syntax { message: String },
     /// `key` is the key path (`feed[0].line[1].group`).
     #[error("{key}: {problem}")]
     Invalid { key: String, problem: String },
+    /// Every problem found, in file order (never fewer than two).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<ConfigError>),
 }
 
 impl ConfigError {
@@ -323,11 +339,45 @@ impl ConfigError {
         }
     }
 
-    /// The key path this error is about, when it is about one.
+    /// The key path this error is about, when it is about one (the
+    /// first problem's, for several).
     pub fn key(&self) -> Option<&str> {
         match self {
             ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::Several(all) => all.first().and_then(|e| e.key()),
             _ => None,
+        }
+    }
+
+    /// Each problem on its own (one line each).
+    pub fn problems(&self) -> Vec<&ConfigError> {
+        match self {
+            ConfigError::Several(all) => all.iter().flat_map(|e| e.problems()).collect(),
+            e => vec![e],
+        }
+    }
+
+    /// `Ok` for no problem, the problem for one, `Several` for more.
+    pub fn from_all(mut all: Vec<ConfigError>) -> Result<()> {
+        match all.len() {
+            0 => Ok(()),
+            1 => Err(all.pop().expect("one")),
+            _ => Err(ConfigError::Several(all)),
+        }
+    }
+}
+
+/// Problems found while walking the file: the walk goes on after a
+/// problem so that every one is reported, not only the first.
+type Sink = RefCell<Vec<ConfigError>>;
+
+/// Records `r`'s error, if any, and goes on without the value.
+fn keep<T>(sink: &Sink, r: Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            sink.borrow_mut().push(e);
+            None
         }
     }
 }
@@ -361,52 +411,78 @@ impl Config {
                 None => format!("TOML syntax error: {}", e.message().trim_end()),
             },
         })?;
-        Config::from_table(&table)
+        Config::from_table(&table).map_err(|e| in_file_order(e, text))
     }
 
-    /// Validates a parsed TOML document.
+    /// Validates a parsed TOML document. Every problem is reported (in
+    /// the order the walk meets them; [`Config::parse`] sorts them into
+    /// file order).
     pub fn from_table(table: &Table) -> Result<Config> {
-        let mut root = Section::root(table);
+        let sink = Sink::default();
+        let config = Config::walk(table, &sink);
+        ConfigError::from_all(sink.into_inner())?;
+        let config = config?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The `[fills]` section of a document alone, with the checks and
+    /// messages of a whole file (`fills consume` reads only that section;
+    /// the rest of the file does not matter to it). `None` when the
+    /// section is absent or `enabled = false`.
+    pub fn fills_only(doc: &Table) -> Result<Option<FillsConfig>> {
+        let sink = Sink::default();
+        let mut root = Section::root(doc, &sink);
+        let fills = match root.table("fills")? {
+            Some(s) => keep(&sink, parse_fills(s)).flatten(),
+            None => None,
+        };
+        ConfigError::from_all(sink.into_inner())?;
+        Ok(fills)
+    }
+
+    fn walk(table: &Table, sink: &Sink) -> Result<Config> {
+        let mut root = Section::root(table, sink);
         let feeds = root
             .array_of_tables("feed")?
             .into_iter()
-            .map(parse_feed)
-            .collect::<Result<Vec<_>>>()?;
+            .filter_map(|s| keep(sink, parse_feed(s)))
+            .collect::<Vec<_>>();
         let gate = match root.table("gate")? {
-            Some(s) => parse_gate(s)?,
+            Some(s) => keep(sink, parse_gate(s)).unwrap_or_default(),
             None => GateConfig::default(),
         };
         let metrics = match root.table("metrics")? {
-            Some(s) => parse_metrics(s)?,
+            Some(s) => keep(sink, parse_metrics(s)).unwrap_or_default(),
             None => MetricsConfig::default(),
         };
         let log = match root.table("log")? {
-            Some(s) => parse_log(s)?,
+            Some(s) => keep(sink, parse_log(s)).unwrap_or_default(),
             None => LogConfig::default(),
         };
         let fills_section = root.table("fills")?.map(|s| s.table.clone());
         let fills = match root.table("fills")? {
-            Some(s) => parse_fills(s)?,
+            Some(s) => keep(sink, parse_fills(s)).flatten(),
             None => None,
         };
         root.finish()?;
-        let config = Config {
+        Ok(Config {
             feeds,
             gate,
             metrics,
             log,
             fills,
             fills_section,
-        };
-        config.validate()?;
-        Ok(config)
+        })
     }
 
     /// Rules that span several sections. Also run on configs built in code
     /// (the demo), so they hold for every config the daemon starts with.
+    /// Every broken rule is reported.
     pub fn validate(&self) -> Result<()> {
+        let mut out = Vec::new();
         if self.feeds.is_empty() && self.fills.is_none() {
-            return Err(ConfigError::invalid(
+            out.push(ConfigError::invalid(
                 "feed",
                 "no feed configured and the fills lane is off: nothing to run (add a [[feed]] table)",
             ));
@@ -417,13 +493,13 @@ impl Config {
         for (i, feed) in self.feeds.iter().enumerate() {
             let fkey = format!("feed[{i}]");
             if let Some(j) = names.insert(&feed.name, i) {
-                return Err(ConfigError::invalid(
+                out.push(ConfigError::invalid(
                     format!("{fkey}.name"),
                     format!("\"{}\" is already the name of feed[{j}]", feed.name),
                 ));
             }
             if feed.lines.is_empty() {
-                return Err(ConfigError::invalid(
+                out.push(ConfigError::invalid(
                     format!("{fkey}.line"),
                     "a feed needs at least one [[feed.line]]",
                 ));
@@ -432,7 +508,7 @@ impl Config {
             for (k, line) in feed.lines.iter().enumerate() {
                 let lkey = format!("{fkey}.line[{k}]");
                 if !line_names.insert(line.name.as_str()) {
-                    return Err(ConfigError::invalid(
+                    out.push(ConfigError::invalid(
                         format!("{lkey}.name"),
                         format!("\"{}\" is already a line of this feed", line.name),
                     ));
@@ -447,7 +523,7 @@ impl Config {
                 let ep = (line.group, line.port, iface);
                 let here = format!("{fkey}.line[{k}]");
                 if let Some(other) = endpoints.insert(ep, here) {
-                    return Err(ConfigError::invalid(
+                    out.push(ConfigError::invalid(
                         lkey,
                         format!(
                             "{}:{} on this interface is already used by {other}",
@@ -457,7 +533,7 @@ impl Config {
                 }
             }
             if feed.symbols.len() > feed.max_symbols {
-                return Err(ConfigError::invalid(
+                out.push(ConfigError::invalid(
                     format!("{fkey}.max_symbols"),
                     format!(
                         "{} is fewer than the {} symbols configured in feed.symbols",
@@ -469,14 +545,14 @@ impl Config {
             for s in &feed.symbols {
                 // The gate looks a symbol up across feeds: it must have one home.
                 if let Some(other) = symbols.insert(s.symbol, &feed.name) {
-                    return Err(ConfigError::invalid(
+                    out.push(ConfigError::invalid(
                         format!("{fkey}.symbols.{}", s.symbol),
                         format!("also configured in feed \"{other}\""),
                     ));
                 }
             }
         }
-        Ok(())
+        ConfigError::from_all(out)
     }
 
     /// What a reload (SIGHUP) may apply without dropping state: thresholds.
@@ -692,8 +768,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     let lines = s
         .array_of_tables("line")?
         .into_iter()
-        .map(parse_line)
-        .collect::<Result<Vec<_>>>()?;
+        .filter_map(|l| keep(s.sink, parse_line(l)))
+        .collect::<Vec<_>>();
     let symbols = match s.table("symbols")? {
         None => Vec::new(),
         Some(syms) => parse_symbols(syms)?,
@@ -720,33 +796,51 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
 }
 
 fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
-    let name = s.required_str("name")?;
+    // Each problem is recorded and the walk goes on (a placeholder stands
+    // in; the recorded problem refuses the config), so that the line's
+    // other keys are checked too.
+    let sink = s.sink;
+    let name = keep(sink, s.required_str("name")).unwrap_or_default();
     if let Err(p) = check_name(name) {
-        return Err(s.err("name", p));
+        sink.borrow_mut().push(s.err("name", p));
     }
-    let group_text = s.required_str("group")?;
-    let group = parse_ipv4(group_text).map_err(|p| s.err("group", p))?;
+    let group = keep(sink, s.required_str("group"))
+        .and_then(|text| keep(sink, parse_ipv4(text).map_err(|p| s.err("group", p))))
+        .unwrap_or(Ipv4Addr::new(239, 0, 0, 0));
     if !group.is_multicast() {
-        return Err(s.err(
+        sink.borrow_mut().push(s.err(
             "group",
             format!("{group} is not a multicast address (224.0.0.0/4)"),
         ));
     }
-    let port = s
-        .uint("port", 1, u16::MAX as u64)?
-        .ok_or_else(|| s.err("port", "missing (the UDP port of the group)"))? as u16;
+    let port = keep(
+        sink,
+        s.required_uint(
+            "port",
+            1,
+            u16::MAX as u64,
+            "missing (the UDP port of the group)",
+        ),
+    )
+    .unwrap_or(1) as u16;
     let interface = match s.str("interface")? {
         None => None,
-        Some(text) => Some(parse_interface(text).map_err(|p| s.err("interface", p))?),
+        Some(text) => keep(
+            sink,
+            parse_interface(text).map_err(|p| s.err("interface", p)),
+        ),
     };
     let source = match s.str("source")? {
         None => None,
         Some(text) => {
-            let a = parse_ipv4(text).map_err(|p| s.err("source", p))?;
-            if a.is_multicast() || a.is_unspecified() || a.is_broadcast() {
-                return Err(s.err("source", format!("{a} is not a unicast sender address")));
+            let a = keep(sink, parse_ipv4(text).map_err(|p| s.err("source", p)));
+            if let Some(a) =
+                a.filter(|a| a.is_multicast() || a.is_unspecified() || a.is_broadcast())
+            {
+                sink.borrow_mut()
+                    .push(s.err("source", format!("{a} is not a unicast sender address")));
             }
-            Some(a)
+            a
         }
     };
     let rcvbuf = s.uint("rcvbuf", 4096, i32::MAX as u64)?.map(|n| n as usize);
@@ -798,12 +892,13 @@ fn parse_interface(text: &str) -> std::result::Result<InterfaceSpec, String> {
 fn parse_symbols(syms: Section<'_>) -> Result<Vec<SymbolConfig>> {
     let mut out = Vec::new();
     for (name, mut s) in syms.into_tables()? {
-        let symbol = Symbol::parse(&name).ok_or_else(|| {
-            ConfigError::invalid(
+        let Some(symbol) = Symbol::parse(&name) else {
+            s.sink.borrow_mut().push(ConfigError::invalid(
                 s.path.clone(),
                 format!("\"{name}\" is not a symbol (1 to 8 printable ASCII characters)"),
-            )
-        })?;
+            ));
+            continue;
+        };
         let stale_ms = s.uint("stale_ms", 1, MAX_THRESHOLD_MS)?;
         let source_max_age_ms = s.uint("source_max_age_ms", 1, MAX_THRESHOLD_MS)?;
         s.finish()?;
@@ -888,12 +983,22 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
         Some(Value::String(p)) if !p.is_empty() => Some(PathBuf::from(p)),
         Some(other) => return Err(s.err("shm", format!("{} is not a path or false", show(other)))),
     };
+    g.max_connections_per_uid = default_per_uid(g.max_connections);
+    if let Some(n) = s.uint("max_connections_per_uid", 1, g.max_connections as u64)? {
+        g.max_connections_per_uid = n as usize;
+    }
     s.finish()?;
     Ok(g)
 }
 
 fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
     let enabled = s.boolean("enabled")?.unwrap_or(true);
+    let allow_remote = s.boolean("allow_remote")?.unwrap_or(false);
+    let limits = parse_limits(
+        &mut s,
+        crate::http_limits::HttpLimits::metrics_default(),
+        false,
+    );
     let listen = match s.str("listen")? {
         None => DEFAULT_METRICS_LISTEN.parse().expect("valid default"),
         Some(text) => text.parse::<SocketAddr>().map_err(|_| {
@@ -903,10 +1008,88 @@ fn parse_metrics(mut s: Section<'_>) -> Result<MetricsConfig> {
             )
         })?,
     };
+    if enabled {
+        if let Err(p) = check_local(listen, allow_remote) {
+            s.sink.borrow_mut().push(s.err("listen", p));
+        }
+    }
     s.finish()?;
     Ok(MetricsConfig {
         listen: enabled.then_some(listen),
+        allow_remote,
+        limits,
     })
+}
+
+/// An HTTP listener's limits (`crate::http_limits`) from its table:
+/// `header_timeout`, `body_timeout`, `idle_timeout` (durations such as
+/// "10s"), `max_connections`, and with `rate`, `rate_per_client`
+/// (requests a second per client token, 0 = off) and `rate_burst`.
+fn parse_limits(
+    s: &mut Section<'_>,
+    defaults: crate::http_limits::HttpLimits,
+    rate: bool,
+) -> crate::http_limits::HttpLimits {
+    let mut l = defaults;
+    for (key, slot) in [
+        ("header_timeout", &mut l.header_timeout),
+        ("body_timeout", &mut l.body_timeout),
+        ("idle_timeout", &mut l.idle_timeout),
+    ] {
+        let value = match s.get(key) {
+            None => continue,
+            Some(Value::Integer(n)) if *n > 0 => Ok(std::time::Duration::from_secs(*n as u64)),
+            Some(Value::String(t)) => crate::fills::config::parse_duration(t).and_then(|d| {
+                if d.is_zero() {
+                    Err("must be more than 0".into())
+                } else {
+                    Ok(d)
+                }
+            }),
+            Some(v) => Err(format!(
+                "expected a duration such as \"10s\", got {}",
+                show(v)
+            )),
+        };
+        match value {
+            Ok(d) => *slot = d,
+            Err(p) => s.sink.borrow_mut().push(s.err(key, p)),
+        }
+    }
+    if let Ok(Some(n)) = s.uint("max_connections", 1, 1_000_000) {
+        l.max_connections = n as usize;
+    }
+    if rate {
+        if let Ok(Some(n)) = s.uint("rate_per_client", 0, 1_000_000) {
+            l.rate_per_sec = n as u32;
+        }
+        if let Ok(Some(n)) = s.uint("rate_burst", 1, 1_000_000) {
+            l.rate_burst = n as u32;
+        }
+    }
+    l
+}
+
+/// The limit keys of `[fills.http]` (read by `parse_limits`, not serde).
+const FILLS_HTTP_LIMIT_KEYS: [&str; 6] = [
+    "header_timeout",
+    "body_timeout",
+    "idle_timeout",
+    "max_connections",
+    "rate_per_client",
+    "rate_burst",
+];
+
+/// HTTP endpoints (metrics, the fills API) listen on loopback unless the
+/// operator says otherwise: metrics have no authentication at all.
+fn check_local(addr: SocketAddr, allow_remote: bool) -> std::result::Result<(), String> {
+    if addr.ip().is_loopback() || allow_remote {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr} is not a loopback address; set allow_remote = true in this table to listen there"
+        ))
+    }
 }
 
 fn parse_log(mut s: Section<'_>) -> Result<LogConfig> {
@@ -935,16 +1118,295 @@ fn parse_log(mut s: Section<'_>) -> Result<LogConfig> {
 
 fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
     let enabled = s.boolean("enabled")?.unwrap_or(true);
-    // The rest of the section belongs to the fills lane's own schema.
+    // The rest of the section belongs to the fills lane's own schema
+    // (serde), but for the keys read here.
     let mut rest = s.table.clone();
     rest.remove("enabled");
-    let fills: FillsConfig = Value::Table(rest)
-        .try_into()
-        .map_err(|e: toml::de::Error| ConfigError::invalid("fills", e.message().to_string()))?;
-    fills
-        .validate()
-        .map_err(|e| ConfigError::invalid("fills", format!("{e:#}")))?;
+    let mut allow_remote = false;
+    let mut limits = crate::http_limits::HttpLimits::default();
+    if let Some(Value::Table(http)) = rest.get_mut("http") {
+        let copy = http.clone();
+        let mut hs = Section {
+            path: s.key("http"),
+            table: &copy,
+            asked: Vec::new(),
+            sink: s.sink,
+        };
+        limits = parse_limits(&mut hs, limits, true);
+        for k in FILLS_HTTP_LIMIT_KEYS {
+            http.remove(k);
+        }
+        match http.remove("allow_remote") {
+            None => {}
+            Some(Value::Boolean(b)) => allow_remote = b,
+            Some(v) => s.sink.borrow_mut().push(ConfigError::invalid(
+                s.key("http.allow_remote"),
+                format!("expected true or false, found {}", type_name(&v)),
+            )),
+        }
+    }
+    let mut fills: FillsConfig = match deserialize_all(rest, &s.path) {
+        Ok(f) => f,
+        Err(all) => {
+            s.sink.borrow_mut().extend(all);
+            return Ok(None);
+        }
+    };
+    match fills.http.listen.parse::<SocketAddr>() {
+        Err(_) => s.sink.borrow_mut().push(s.err(
+            "http.listen",
+            format!(
+                "\"{}\" is not an address:port such as \"127.0.0.1:8088\"",
+                fills.http.listen
+            ),
+        )),
+        Ok(addr) => {
+            if let Err(p) = check_local(addr, allow_remote) {
+                s.sink.borrow_mut().push(s.err("http.listen", p));
+            }
+        }
+    }
+    fills.http.limits = limits;
+    if let Err(e) = fills.validate() {
+        // The lane's own checks say "fills.max_batch must be >= 1": the
+        // key path is their first word.
+        let text = format!("{e:#}");
+        let (key, problem) = match text.split_once(' ') {
+            Some((k, p)) if k.starts_with("fills.") || k.starts_with("fills:") => {
+                (k.trim_end_matches(':').to_string(), p.to_string())
+            }
+            _ => (s.path.clone(), text.clone()),
+        };
+        s.sink.borrow_mut().push(ConfigError::invalid(key, problem));
+    }
     Ok(enabled.then_some(fills))
+}
+
+/// Deserializes `table` (the section at `prefix`) with serde, reporting
+/// every problem with its key path: after a problem, the offending key is
+/// taken out and the rest tried again.
+fn deserialize_all<T: serde::de::DeserializeOwned>(
+    mut table: Table,
+    prefix: &str,
+) -> std::result::Result<T, Vec<ConfigError>> {
+    use serde_path_to_error::Segment;
+    let mut errors = Vec::new();
+    // Each round takes one key out: a bounded number of rounds.
+    for _ in 0..256 {
+        let e = match serde_path_to_error::deserialize::<_, T>(Value::Table(table.clone())) {
+            Ok(v) if errors.is_empty() => return Ok(v),
+            Ok(_) => return Err(errors),
+            Err(e) => e,
+        };
+        let mut key = prefix.to_string();
+        let mut segments = Vec::new();
+        for seg in e.path().iter() {
+            match seg {
+                Segment::Map { key: k } => {
+                    key.push('.');
+                    key.push_str(k);
+                    segments.push(Ok(k.clone()));
+                }
+                Segment::Seq { index } => {
+                    key.push_str(&format!("[{index}]"));
+                    segments.push(Err(*index));
+                }
+                Segment::Enum { .. } | Segment::Unknown => {}
+            }
+        }
+        let (extra, problem) = serde_problem(e.inner().message());
+        if let Some(extra) = extra {
+            key.push('.');
+            key.push_str(&extra);
+        }
+        errors.push(ConfigError::invalid(key, problem));
+        // An unknown key is the key itself; otherwise the path ends at
+        // the value that did not fit.
+        if let Some(extra) = serde_unknown_field(e.inner().message()) {
+            segments.push(Ok(extra));
+        }
+        if !remove_at(&mut table, &segments) {
+            break;
+        }
+    }
+    Err(errors)
+}
+
+/// Takes the value at `path` out of `table`; false when that cannot be
+/// done without renumbering an array (then the caller stops).
+fn remove_at(table: &mut Table, path: &[std::result::Result<String, usize>]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut cur = table;
+    for seg in parents {
+        let next = match seg {
+            Ok(k) => cur.get_mut(k),
+            Err(_) => return false,
+        };
+        cur = match next {
+            Some(Value::Table(t)) => t,
+            Some(Value::Array(items)) => {
+                // Only a path through an array of one table continues.
+                match items.as_mut_slice() {
+                    [Value::Table(t)] => t,
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        };
+    }
+    match last {
+        Ok(k) => cur.remove(k).is_some(),
+        Err(_) => false,
+    }
+}
+
+/// serde's messages in this file's words: `invalid type: string "many",
+/// expected usize` is `expected a whole number, got "many"`. Returns the
+/// key a message names (a missing field) and the problem.
+fn serde_problem(message: &str) -> (Option<String>, String) {
+    let message = message.trim();
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        return (
+            Some(rest.trim_end_matches('`').to_string()),
+            "missing".into(),
+        );
+    }
+    if let Some(field) = serde_unknown_field(message) {
+        let expected = message
+            .split_once(", expected one of ")
+            .map(|(_, e)| e.replace('`', ""))
+            .or_else(|| {
+                message
+                    .split_once(", expected ")
+                    .map(|(_, e)| e.replace('`', ""))
+            });
+        let _ = field;
+        return (
+            None,
+            match expected {
+                Some(e) => format!("unknown key (expected one of: {e})"),
+                None => "unknown key".into(),
+            },
+        );
+    }
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            if let Some((got, expected)) = rest.split_once(", expected ") {
+                return (
+                    None,
+                    format!(
+                        "expected {}, got {}",
+                        serde_expected(expected),
+                        serde_got(got)
+                    ),
+                );
+            }
+        }
+    }
+    if message.starts_with("data did not match any variant") {
+        return (None, "expected a duration such as \"5s\" or \"72h\"".into());
+    }
+    (None, message.to_string())
+}
+
+fn serde_unknown_field(message: &str) -> Option<String> {
+    let rest = message.trim().strip_prefix("unknown field `")?;
+    Some(rest.split('`').next().unwrap_or_default().to_string())
+}
+
+fn serde_expected(expected: &str) -> String {
+    match expected.trim() {
+        "usize" | "u8" | "u16" | "u32" | "u64" | "u128" | "isize" | "i8" | "i16" | "i32"
+        | "i64" | "i128" => "a whole number".into(),
+        "a boolean" => "true or false".into(),
+        "a sequence" => "an array".into(),
+        "f32" | "f64" => "a number".into(),
+        e if e.starts_with("struct ") || e.starts_with("a map") => "a table".into(),
+        e => e.to_string(),
+    }
+}
+
+fn serde_got(got: &str) -> String {
+    let got = got.trim();
+    for prefix in [
+        "string ",
+        "integer ",
+        "floating point ",
+        "boolean ",
+        "unsigned integer ",
+    ] {
+        if let Some(v) = got.strip_prefix(prefix) {
+            return v.trim_matches('`').to_string();
+        }
+    }
+    match got {
+        "sequence" => "an array".into(),
+        "map" => "a table".into(),
+        g => g.to_string(),
+    }
+}
+
+/// Sorts several problems into the order of the keys in `text`.
+fn in_file_order(e: ConfigError, text: &str) -> ConfigError {
+    let ConfigError::Several(mut all) = e else {
+        return e;
+    };
+    let mut at = HashMap::new();
+    if let Ok(doc) = toml::de::DeTable::parse(text) {
+        key_positions("", doc.get_ref(), &mut at);
+    }
+    let position = |e: &ConfigError| -> usize {
+        let mut key = e.key().unwrap_or_default();
+        loop {
+            if let Some(p) = at.get(key) {
+                return *p;
+            }
+            match key.rfind(['.', '[']) {
+                Some(i) => key = &key[..i],
+                None => return usize::MAX,
+            }
+        }
+    };
+    all.sort_by_key(position);
+    ConfigError::Several(all)
+}
+
+fn key_positions(prefix: &str, table: &toml::de::DeTable<'_>, at: &mut HashMap<String, usize>) {
+    for (k, v) in table.iter() {
+        let path = if prefix.is_empty() {
+            k.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", k.get_ref())
+        };
+        at.insert(path.clone(), k.span().start);
+        value_positions(&path, v, at);
+    }
+}
+
+fn value_positions(
+    path: &str,
+    v: &toml::Spanned<toml::de::DeValue<'_>>,
+    at: &mut HashMap<String, usize>,
+) {
+    match v.get_ref() {
+        toml::de::DeValue::Table(t) => key_positions(path, t, at),
+        toml::de::DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                at.insert(p.clone(), item.span().start);
+                value_positions(&p, item, at);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One local user may hold three quarters of the gate's connections: the
+/// rest stay for the others.
+fn default_per_uid(max_connections: usize) -> usize {
+    (max_connections - max_connections / 4).max(1)
 }
 
 /// Feed and line names appear in metric labels and log lines.
@@ -989,19 +1451,32 @@ fn type_name(v: &Value) -> &'static str {
 
 /// One table of the file being read: remembers its key path and which keys
 /// were asked for, so that `finish` can refuse the ones nobody asked for (a
-/// misspelt key must not silently fall back to a default).
+/// misspelt key must not silently fall back to a default). A key of the
+/// wrong type is recorded in the sink and read as absent, so the walk goes
+/// on and reports the next problem too.
 struct Section<'a> {
     path: String,
     table: &'a Table,
     asked: Vec<&'static str>,
+    sink: &'a Sink,
 }
 
 impl<'a> Section<'a> {
-    fn root(table: &'a Table) -> Section<'a> {
+    fn root(table: &'a Table, sink: &'a Sink) -> Section<'a> {
         Section {
             path: String::new(),
             table,
             asked: Vec::new(),
+            sink,
+        }
+    }
+
+    fn child(&self, path: String, table: &'a Table) -> Section<'a> {
+        Section {
+            path,
+            table,
+            asked: Vec::new(),
+            sink: self.sink,
         }
     }
 
@@ -1017,6 +1492,12 @@ impl<'a> Section<'a> {
         ConfigError::invalid(self.key(key), problem)
     }
 
+    /// Records a problem and reads the key as absent.
+    fn report<T>(&self, e: ConfigError) -> Result<Option<T>> {
+        self.sink.borrow_mut().push(e);
+        Ok(None)
+    }
+
     fn get(&mut self, key: &'static str) -> Option<&'a Value> {
         self.asked.push(key);
         self.table.get(key)
@@ -1026,21 +1507,42 @@ impl<'a> Section<'a> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.as_str())),
-            Some(v) => Err(self.err(key, format!("expected a string, found {}", type_name(v)))),
+            Some(v) => {
+                self.report(self.err(key, format!("expected a string, found {}", type_name(v))))
+            }
         }
     }
 
+    /// A key without which the table means nothing: its problem ends the
+    /// table's walk (returned, not recorded).
     fn required_str(&mut self, key: &'static str) -> Result<&'a str> {
-        self.str(key)?.ok_or_else(|| self.err(key, "missing"))
+        match self.get(key) {
+            None => Err(self.err(key, "missing")),
+            Some(Value::String(s)) => Ok(s.as_str()),
+            Some(v) => Err(self.err(key, format!("expected a string, found {}", type_name(v)))),
+        }
     }
 
     fn boolean(&mut self, key: &'static str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Boolean(b)) => Ok(Some(*b)),
-            Some(v) => Err(self.err(
+            Some(v) => self.report(self.err(
                 key,
                 format!("expected true or false, found {}", type_name(v)),
+            )),
+        }
+    }
+
+    fn uint_problem(&self, key: &str, v: &Value, min: u64, max: u64) -> Option<ConfigError> {
+        match v {
+            Value::Integer(i) if *i < 0 || (*i as u64) < min || (*i as u64) > max => {
+                Some(self.err(key, format!("{i} is out of range {min}..={max}")))
+            }
+            Value::Integer(_) => None,
+            v => Some(self.err(
+                key,
+                format!("expected a whole number, found {}", type_name(v)),
             )),
         }
     }
@@ -1048,17 +1550,27 @@ impl<'a> Section<'a> {
     fn uint(&mut self, key: &'static str, min: u64, max: u64) -> Result<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Integer(i)) => {
-                if *i < 0 || (*i as u64) < min || (*i as u64) > max {
-                    Err(self.err(key, format!("{i} is out of range {min}..={max}")))
-                } else {
-                    Ok(Some(*i as u64))
-                }
-            }
-            Some(v) => Err(self.err(
-                key,
-                format!("expected a whole number, found {}", type_name(v)),
-            )),
+            Some(v) => match self.uint_problem(key, v, min, max) {
+                Some(e) => self.report(e),
+                None => Ok(v.as_integer().map(|i| i as u64)),
+            },
+        }
+    }
+
+    /// Like `required_str`, for a whole number.
+    fn required_uint(
+        &mut self,
+        key: &'static str,
+        min: u64,
+        max: u64,
+        missing: &str,
+    ) -> Result<u64> {
+        match self.get(key) {
+            None => Err(self.err(key, missing)),
+            Some(v) => match self.uint_problem(key, v, min, max) {
+                Some(e) => Err(e),
+                None => Ok(v.as_integer().unwrap_or_default() as u64),
+            },
         }
     }
 
@@ -1066,12 +1578,8 @@ impl<'a> Section<'a> {
         let path = self.key(key);
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Table(t)) => Ok(Some(Section {
-                path,
-                table: t,
-                asked: Vec::new(),
-            })),
-            Some(v) => Err(ConfigError::invalid(
+            Some(Value::Table(t)) => Ok(Some(self.child(path, t))),
+            Some(v) => self.report(ConfigError::invalid(
                 path,
                 format!("expected a table ([{key}]), found {}", type_name(v)),
             )),
@@ -1083,28 +1591,30 @@ impl<'a> Section<'a> {
         let path = self.key(key);
         match self.get(key) {
             None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
+            Some(Value::Array(items)) => Ok(items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| match v {
-                    Value::Table(t) => Ok(Section {
-                        path: format!("{path}[{i}]"),
-                        table: t,
-                        asked: Vec::new(),
-                    }),
-                    other => Err(ConfigError::invalid(
-                        format!("{path}[{i}]"),
-                        format!("expected a table, found {}", type_name(other)),
-                    )),
+                .filter_map(|(i, v)| match v {
+                    Value::Table(t) => Some(self.child(format!("{path}[{i}]"), t)),
+                    other => {
+                        self.sink.borrow_mut().push(ConfigError::invalid(
+                            format!("{path}[{i}]"),
+                            format!("expected a table, found {}", type_name(other)),
+                        ));
+                        None
+                    }
                 })
-                .collect(),
-            Some(v) => Err(ConfigError::invalid(
-                path.clone(),
-                format!(
-                    "expected an array of tables ([[{path}]]), found {}",
-                    type_name(v)
-                ),
-            )),
+                .collect()),
+            Some(v) => {
+                self.sink.borrow_mut().push(ConfigError::invalid(
+                    path.clone(),
+                    format!(
+                        "expected an array of tables ([[{path}]]), found {}",
+                        type_name(v)
+                    ),
+                ));
+                Ok(Vec::new())
+            }
         }
     }
 
@@ -1116,34 +1626,25 @@ impl<'a> Section<'a> {
             let path = self.key(k);
             match v {
                 Value::Table(t) => {
-                    out.insert(
-                        k.clone(),
-                        Section {
-                            path,
-                            table: t,
-                            asked: Vec::new(),
-                        },
-                    );
+                    out.insert(k.clone(), self.child(path, t));
                 }
-                other => {
-                    return Err(ConfigError::invalid(
-                        path,
-                        format!("expected a table of thresholds, found {}", type_name(other)),
-                    ))
-                }
+                other => self.sink.borrow_mut().push(ConfigError::invalid(
+                    path,
+                    format!("expected a table of thresholds, found {}", type_name(other)),
+                )),
             }
         }
         Ok(out)
     }
 
-    /// Refuses keys that no parser asked for.
+    /// Refuses (records) every key that no parser asked for.
     fn finish(self) -> Result<()> {
+        let mut expected: Vec<&str> = self.asked.clone();
+        expected.sort_unstable();
+        expected.dedup();
         for k in self.table.keys() {
             if !self.asked.contains(&k.as_str()) {
-                let mut expected: Vec<&str> = self.asked.clone();
-                expected.sort_unstable();
-                expected.dedup();
-                return Err(ConfigError::invalid(
+                self.sink.borrow_mut().push(ConfigError::invalid(
                     self.key(k),
                     format!("unknown key (expected one of: {})", expected.join(", ")),
                 ));
@@ -1500,9 +2001,143 @@ enabled = false
         assert_eq!(c.fills.unwrap().db, "sqlite:/tmp/x.db");
         assert_eq!(err_of("[fills]\nenabled = false\n").key(), Some("feed"));
         let e = err_of("[fills]\nbogus = 1\n");
-        assert_eq!(e.key(), Some("fills"), "{e}");
+        assert_eq!(e.key(), Some("fills.bogus"), "{e}");
+        assert!(
+            e.to_string().contains("unknown key (expected one of: "),
+            "{e}"
+        );
         let e = err_of("[fills]\ndb = \"mysql://x\"\n");
-        assert_eq!(e.key(), Some("fills"), "{e}");
+        assert_eq!(e.key(), Some("fills.db"), "{e}");
+    }
+
+    #[test]
+    fn fills_type_errors_name_the_key() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "max_batch = \"many\"",
+                "fills.max_batch: expected a whole number, got \"many\"",
+            ),
+            (
+                "max_batch = 0",
+                "fills.max_batch: must be >= 1",
+            ),
+            (
+                "[fills.http]\nlisten = \"not-an-addr\"",
+                "fills.http.listen: \"not-an-addr\" is not an address:port",
+            ),
+            (
+                "[fills.http]\nlisten = \"0.0.0.0:8088\"",
+                "fills.http.listen: 0.0.0.0:8088 is not a loopback address; set allow_remote = true",
+            ),
+            (
+                "[fills.http]\nmax_body_bytes = true",
+                "fills.http.max_body_bytes: expected a whole number, got true",
+            ),
+            (
+                "[[fills.http.clients]]\ntoken = \"t\"",
+                "fills.http.clients[0].name: missing",
+            ),
+            (
+                "[fills.retention]\npause = \"5 parsecs\"",
+                "fills.retention.pause: ",
+            ),
+            (
+                "[fills.nats]\nmax_deliver = \"x\"",
+                "fills.nats.max_deliver: expected a whole number, got \"x\"",
+            ),
+        ];
+        for (body, needle) in cases {
+            let text = format!("[fills]\n{body}\n");
+            let e = err_of(&text);
+            assert!(e.to_string().starts_with(needle), "{body}: {e}");
+            assert_eq!(e.problems().len(), 1, "{body}: {e}");
+        }
+        let ok = Config::parse(
+            "[fills]\n[fills.http]\nlisten = \"0.0.0.0:8088\"\nallow_remote = true\n",
+        );
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
+    fn http_limits_are_read_from_their_tables() {
+        let c = Config::parse(
+            "[fills]\n[fills.http]\nheader_timeout = \"3s\"\nbody_timeout = 7\nmax_connections = 1500\nrate_per_client = 0\n[metrics]\nidle_timeout = \"90s\"\n",
+        )
+        .unwrap();
+        let l = &c.fills.unwrap().http.limits;
+        assert_eq!(l.header_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(l.body_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(l.max_connections, 1500);
+        assert_eq!(l.rate_per_sec, 0);
+        assert_eq!(
+            c.metrics.limits.idle_timeout,
+            std::time::Duration::from_secs(90)
+        );
+        let e = err_of("[fills]\n[fills.http]\nheader_timeout = \"soon\"\nmax_connections = 0\n");
+        let keys: Vec<_> = e
+            .problems()
+            .iter()
+            .map(|p| p.key().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            ["fills.http.header_timeout", "fills.http.max_connections"],
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_file_order() {
+        let text = r#"
+[[feed]]
+name = "fx"
+mode = "full"
+stale_ms = "soon"
+[[feed.line]]
+name = "A"
+group = "10.0.0.1"
+port = 31001
+[[feed.line]]
+name = "B"
+group = "239.1.1.2"
+port = "x"
+rcvbuff = 1
+
+[gate]
+server_mode = "spin"
+
+[metrics]
+listen = "0.0.0.0:9477"
+
+[fills]
+max_batch = "many"
+key_ttl = true
+"#;
+        let e = err_of(text);
+        let keys: Vec<_> = e
+            .problems()
+            .iter()
+            .map(|p| p.key().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "feed[0].stale_ms",
+                "feed[0].line[0].group",
+                "feed[0].line[1].port",
+                "feed[0].line[1].rcvbuff",
+                "gate.server_mode",
+                "metrics.listen",
+                "fills.max_batch",
+                "fills.key_ttl",
+            ],
+            "{e}"
+        );
+        assert_eq!(e.to_string().lines().count(), keys.len());
+        let ok = Config::parse(&format!(
+            "{MINIMAL}[metrics]\nlisten = \"0.0.0.0:9477\"\nallow_remote = true\n"
+        ));
+        assert!(ok.is_ok());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod feeds;
 pub mod fills_lane;
 pub mod logging;
 pub mod notify;
+pub mod preflight;
 pub mod shm;
 pub mod watchdog;
 
@@ -50,25 +51,43 @@ pub struct RunArgs {
     /// The config file (config/tickgate.toml is a commented example).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: PathBuf,
-    /// Only validate the config file: exit 0 when it is valid, 2 when not.
+    /// Only check the config file, against this host too (interfaces,
+    /// directories): exit 0 when `run` would accept it, 2 (every problem on
+    /// standard error) when not. Nothing is started or created.
     #[arg(long)]
     pub check_config: bool,
 }
 
+/// Prints each problem of a refused config on its own line.
+pub fn report_config_error(path: &std::path::Path, e: &ConfigError) {
+    for p in e.problems() {
+        eprintln!("tickgate: config {}: {p}", path.display());
+    }
+}
+
 pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
-    let config = match Config::load(&args.config) {
+    // One validation path for --check-config and run: the file, then the
+    // host; whatever either refuses exits 2 before anything starts.
+    let config = match Config::load(&args.config).and_then(|c| preflight::check(&c).map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("tickgate: config {}: {e}", args.config.display());
+            report_config_error(&args.config, &e);
             return Ok(EXIT_CONFIG);
         }
     };
     if args.check_config {
         println!(
-            "{}: valid ({} feed(s), {} line(s))",
+            "{}: valid ({}, {})",
             args.config.display(),
-            config.feeds.len(),
-            config.feeds.iter().map(|f| f.lines.len()).sum::<usize>()
+            crate::text::plural(config.feeds.len() as u64, "feed"),
+            crate::text::plural(
+                config
+                    .feeds
+                    .iter()
+                    .map(|f| f.lines.len() as u64)
+                    .sum::<u64>(),
+                "line"
+            )
         );
         return Ok(0);
     }
@@ -77,7 +96,7 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
     let daemon = match Daemon::start(config, Some(args.config.clone()), notifier) {
         Ok(d) => d,
         Err(StartError::Config(e)) => {
-            eprintln!("tickgate: config {}: {e}", args.config.display());
+            report_config_error(&args.config, &e);
             return Ok(EXIT_CONFIG);
         }
         Err(StartError::Other(e)) => {
@@ -160,6 +179,7 @@ impl Daemon {
         notifier: Notifier,
     ) -> Result<Daemon, StartError> {
         config.validate().map_err(StartError::Config)?;
+        preflight::check(&config).map_err(StartError::Config)?;
         // Names first: a missing interface is a config error, found before
         // any socket exists.
         let mut specs = Vec::with_capacity(config.feeds.len());
@@ -279,23 +299,50 @@ impl Daemon {
             },
             cpu: config.gate.cpu,
             max_connections: config.gate.max_connections,
+            max_connections_per_uid: config.gate.max_connections_per_uid,
         };
         let gate = server::serve_with_stats(&server_config, gate_backend.clone(), gate_stats)
             .with_context(|| {
                 format!("starting the gate socket {}", config.gate.socket.display())
             })?;
 
-        let fills = match &config.fills {
-            Some(cfg) => Some(rt.block_on(fills_lane::FillsLane::start(cfg, &metrics.registry))?),
+        // The HTTP listeners' connection caps stay below the open-file
+        // limit (raised to its hard limit), with room for every gate
+        // connection: the HTTP side cannot take the gate's descriptors.
+        let nofile = crate::http_limits::raise_nofile();
+        let mut fills_cfg = config.fills.clone();
+        let mut metrics_limits = config.metrics.limits.clone();
+        {
+            let mut caps: Vec<&mut usize> = vec![&mut metrics_limits.max_connections];
+            if let Some(f) = fills_cfg.as_mut() {
+                caps.push(&mut f.http.limits.max_connections);
+            }
+            crate::http_limits::cap_below_nofile(nofile, config.gate.max_connections, &mut caps);
+        }
+        let limited = crate::http_limits::LimitStats::family(&metrics.registry)
+            .context("registering the HTTP limit metrics")?;
+        let fills = match &fills_cfg {
+            Some(cfg) => Some(rt.block_on(fills_lane::FillsLane::start(
+                cfg,
+                &metrics.registry,
+                &limited,
+            ))?),
             None => None,
         };
 
         let (metrics_stop, metrics_task) = match listener {
             Some(l) => {
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let task = rt.spawn(metrics::serve(l, Arc::clone(&metrics), async move {
-                    let _ = rx.await;
-                }));
+                let stats = crate::http_limits::LimitStats::of(&limited, "metrics");
+                let task = rt.spawn(metrics::serve(
+                    l,
+                    Arc::clone(&metrics),
+                    metrics_limits,
+                    stats,
+                    async move {
+                        let _ = rx.await;
+                    },
+                ));
                 (Some(tx), Some(task))
             }
             None => (None, None),
@@ -352,8 +399,8 @@ impl Daemon {
     /// `stop_after`), and stops everything. Returns the exit code.
     pub fn run(mut self, mut opts: RunOptions<'_>) -> i32 {
         let ready = format!(
-            "{} feed(s) joined, gate socket {}",
-            self.feeds.len(),
+            "{} joined, gate socket {}",
+            crate::text::plural(self.feeds.len() as u64, "feed"),
             self.config.gate.socket.display()
         );
         self.metrics.health.ready.store(true, Ordering::Relaxed);

@@ -13,6 +13,8 @@ pub mod daemon;
 pub mod feed;
 pub mod fills;
 pub mod gate;
+pub mod http_limits;
 pub mod metrics;
+pub mod text;
 pub mod venue;
 pub mod wire;

@@ -6,7 +6,12 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "tickgate",
     version,
-    about = "Market-data freshness gate and exactly-once fills consumer"
+    about = "Market-data freshness gate and exactly-once fills consumer",
+    after_help = "Output: results go to standard output, progress and diagnostics \
+(logs, warnings, errors) to standard error.\n\
+Exit status: 0 success; 1 failure at run time (or REJECT for `check`); \
+2 a bad config, bad arguments or an error that stopped the command; \
+3 (`fills apply`, `fills push`) events rejected or held."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,8 +42,15 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum FillsCommand {
     /// Apply JSON-lines events from a file or standard input (-).
+    #[command(after_help = "Exit status: 0 every event applied (or a duplicate); \
+3 some events rejected or held (a BUST waiting for its FILL); 2 an error stopped the run.\n\
+The summary goes to standard output, rejected lines to standard error.")]
     Apply(tickgate::fills::cli::ApplyArgs),
     /// Send a JSON-lines file to a tickgate HTTP endpoint, retrying safely.
+    #[command(after_help = "Exit status: 0 every event applied (or a duplicate); \
+3 some events rejected or held; 1 batches failed (dead-lettered) or unreadable lines; \
+2 an error stopped the run.\n\
+The summary goes to standard output, progress to standard error.")]
     Push(tickgate::fills::push::PushArgs),
     /// Consume events from a NATS JetStream stream (durable pull consumer).
     Consume(Box<tickgate::fills::nats::ConsumeArgs>),

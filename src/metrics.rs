@@ -568,7 +568,15 @@ const GATE_ACCEPTED: (&str, &str) = (
 );
 const GATE_REFUSED: (&str, &str) = (
     "tickgate_gate_connections_refused_total",
-    "Client connections refused (max_connections reached).",
+    "Client connections refused (max_connections or max_connections_per_uid reached).",
+);
+const GATE_REFUSED_UID: (&str, &str) = (
+    "tickgate_gate_connections_refused_uid_total",
+    "Client connections refused because the peer's user held max_connections_per_uid.",
+);
+const GATE_REAPED: (&str, &str) = (
+    "tickgate_gate_connections_reaped_total",
+    "Client connections closed because the client had already hung up (connect-and-close churn).",
 );
 const GATE_OPEN: (&str, &str) = (
     "tickgate_gate_connections",
@@ -620,6 +628,8 @@ impl SnapshotCollector {
             (GATE_REASONS.0, GATE_REASONS.1, vec!["reason".to_string()]),
             (GATE_ACCEPTED.0, GATE_ACCEPTED.1, vec![]),
             (GATE_REFUSED.0, GATE_REFUSED.1, vec![]),
+            (GATE_REFUSED_UID.0, GATE_REFUSED_UID.1, vec![]),
+            (GATE_REAPED.0, GATE_REAPED.1, vec![]),
             (GATE_OPEN.0, GATE_OPEN.1, vec![]),
             (READY.0, READY.1, vec![]),
         ] {
@@ -810,6 +820,12 @@ fn gate_families(g: &GateStats) -> Vec<MetricFamily> {
         (GATE_ACCEPTED, Kind::Counter, load(&g.connections_accepted)),
         (GATE_REFUSED, Kind::Counter, load(&g.connections_refused)),
         (
+            GATE_REFUSED_UID,
+            Kind::Counter,
+            load(&g.connections_refused_uid),
+        ),
+        (GATE_REAPED, Kind::Counter, load(&g.connections_reaped)),
+        (
             GATE_OPEN,
             Kind::Gauge,
             g.connections_open.load(Ordering::Relaxed).max(0) as u64,
@@ -895,15 +911,18 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves until `shutdown` completes.
+/// Serves until `shutdown` completes, with `limits` (timeouts and a
+/// connection cap: `crate::http_limits`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    limits: crate::http_limits::HttpLimits,
+    stats: crate::http_limits::LimitStats,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app =
+        crate::http_limits::limit_requests(router(metrics), &limits, &[], 1 << 16, stats.clone());
+    crate::http_limits::serve(listener, app, limits, stats, shutdown).await
 }
 
 #[cfg(test)]

@@ -55,7 +55,13 @@ fn serve(m: Arc<Metrics>) -> (SocketAddr, tokio::runtime::Runtime) {
         .block_on(metrics::bind("127.0.0.1:0".parse().unwrap()))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    rt.spawn(metrics::serve(listener, m, std::future::pending()));
+    rt.spawn(metrics::serve(
+        listener,
+        m,
+        tickgate::http_limits::HttpLimits::metrics_default(),
+        tickgate::http_limits::LimitStats::unregistered(),
+        std::future::pending(),
+    ));
     (addr, rt)
 }
 

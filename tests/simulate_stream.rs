@@ -255,8 +255,9 @@ fn cli_writes_capture_and_truth() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("line B"), "{stderr}");
+    // The summary is a result: standard output.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("line B"), "{stdout}");
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
     let n = CaptureReader::open(&pcap).unwrap().count() as u64;
     assert_eq!(n, t["datagrams"].as_u64().unwrap());

@@ -61,11 +61,19 @@ impl DatagramRef<'_> {
     }
 }
 
+impl From<io::Error> for CaptureError {
+    fn from(e: io::Error) -> Self {
+        CaptureError::Io(e)
+    }
+}
+
 /// A capture that cannot be read on (skipped frames are not errors).
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("{0}")]
-    Io(#[from] io::Error),
+    /// The I/O error is in the message, not also a source: an error chain
+    /// (`{:#}`) would say it twice.
+    #[error("reading the capture: {0}")]
+    Io(io::Error),
     #[error("not a pcap or pcapng file (first bytes {0:02x?})")]
     NotACapture(Vec<u8>),
     #[error("corrupt capture at byte {offset}: {what}")]
@@ -140,7 +148,8 @@ impl CaptureReader<CaptureInput> {
     /// first bytes, see `compress`). Errors do not repeat the path: the
     /// caller names the file once.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CaptureError> {
-        CaptureReader::new(CaptureInput::open(path.as_ref())?)
+        // The caller says which file: not repeated here.
+        CaptureReader::new(CaptureInput::open(path.as_ref()).map_err(CaptureError::Io)?)
     }
 }
 

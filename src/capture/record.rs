@@ -171,8 +171,8 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     eprintln!(
-        "recording {} line(s) on {} to {}{}",
-        lines.len(),
+        "recording {} on {} to {}{}",
+        crate::text::plural(lines.len() as u64, "line"),
         args.interface,
         args.out.display(),
         match compression {
@@ -209,14 +209,20 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
     let stats = rx.stats();
     for (l, s) in lines.iter().zip(stats.iter()) {
         let s = s.snapshot();
-        eprintln!(
-            "line {} {}:{}: {} datagrams, {} bytes, kernel drops {}",
-            l.name, l.group, l.port, s.datagrams, s.bytes, s.kernel_drops
+        // Results: standard output.
+        println!(
+            "line {} {}:{}: {}, {}, kernel drops {}",
+            l.name,
+            l.group,
+            l.port,
+            crate::text::plural(s.datagrams, "datagram"),
+            crate::text::plural(s.bytes, "byte"),
+            s.kernel_drops
         );
     }
-    eprintln!(
-        "wrote {} datagrams in {:.3} s",
-        written,
+    println!(
+        "wrote {} in {:.3} s",
+        crate::text::plural(written, "datagram"),
         start.elapsed().as_secs_f64()
     );
     Ok(0)

@@ -74,7 +74,7 @@ pub struct ReplayArgs {
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
     pub config: Option<PathBuf>,
-    /// Without --config: the one feed's mode (default full; tickgate
+    /// Without --config: the one feed's mode (default: full; tickgate
     /// venue only).
     #[arg(long, value_enum)]
     pub mode: Option<ReplayMode>,
@@ -844,15 +844,15 @@ pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "capture {}{}: {} frames, {} UDP datagrams, {} frames skipped",
+        "capture {}{}: {}, {}, {} skipped",
         path.display(),
         match cap.compression {
             super::compress::Compression::None => String::new(),
             c => format!(" ({})", c.name()),
         },
-        st.frames,
-        st.datagrams,
-        st.skipped.total()
+        crate::text::plural(st.frames, "frame"),
+        crate::text::plural(st.datagrams, "UDP datagram"),
+        crate::text::plural(st.skipped.total(), "frame")
     );
     if st.skipped.total() > 0 {
         let parts: Vec<String> = st
@@ -927,12 +927,12 @@ pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
         }
         let _ = writeln!(
             s,
-            "  packets {}, invalid {}, duplicate {}, channel lost {} ({} gaps), unknown messages {}, invalid messages {}",
+            "  packets {}, invalid {}, duplicate {}, channel lost {} ({}), unknown messages {}, invalid messages {}",
             c.packets(),
             c.invalid_packets,
             c.duplicate_packets(),
             c.channel_messages_lost,
-            c.channel_gaps,
+            crate::text::plural(c.channel_gaps, "gap"),
             c.unknown_messages,
             c.invalid_messages
         );

@@ -1262,7 +1262,8 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     w.finish()
         .with_context(|| format!("writing {}", out_path.display()))?;
     let truth = sim.truth();
-    eprint!("{}", summary(truth));
+    // A result: standard output (progress and diagnostics go to stderr).
+    print!("{}", summary(truth));
     if let Some(p) = &args.truth {
         let json = serde_json::to_string_pretty(truth)?;
         std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
@@ -1306,11 +1307,12 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         st.elapsed.as_secs_f64(),
         st.rate()
     );
-    eprint!("{}", summary(sim.truth()));
+    // Results: standard output.
+    print!("{}", summary(sim.truth()));
     Ok(0)
 }
 
-/// The human summary printed on stderr.
+/// The human summary printed on standard output.
 pub fn summary(t: &SimTruth) -> String {
     use std::fmt::Write;
     let mut s = String::new();

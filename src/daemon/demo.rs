@@ -9,7 +9,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +50,8 @@ const BOTH_LINES_BURST_AT: i64 = 10 * SEC;
 const BOTH_LINES_BURST: u32 = 3;
 const SILENCE: (i64, i64) = (14 * SEC, 18 * SEC);
 const SESSION_CHANGE_AT: i64 = 22 * SEC;
+/// How long the status line announces the session change.
+const SESSION_CHANGE_SHOWN: i64 = 2 * SEC;
 
 /// What the provider is doing right now (for the status line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,9 +79,11 @@ impl Phase {
         match self {
             Phase::Normal => "",
             Phase::LineAOutage => "line A down; B has every packet: no loss",
-            Phase::BothLinesLoss => "3 packets lost on both lines (a channel gap)",
+            Phase::BothLinesLoss => {
+                "3 packets lost on both lines (one channel gap: msgs_lost and gaps go up)"
+            }
             Phase::SymbolSilent => "provider stopped pricing GBPUSD (stale_quote after 500 ms)",
-            Phase::SessionChanged => "provider restarted at 22 s (new session, sequences from 1)",
+            Phase::SessionChanged => "provider restarted (new session, sequences from 1)",
         }
     }
 }
@@ -115,6 +119,11 @@ pub struct DemoProvider {
     loss: f64,
     burst_left: u32,
     phase: Phase,
+    /// The session changed in this cycle already.
+    restarted: bool,
+    /// Packets the random loss took from both lines (each a channel gap
+    /// of its own, announced by the status line).
+    random_both_lost: u64,
     builder: PacketBuilder,
 }
 
@@ -142,6 +151,8 @@ impl DemoProvider {
             loss,
             burst_left: 0,
             phase: Phase::Normal,
+            restarted: false,
+            random_both_lost: 0,
             builder: PacketBuilder::new(),
         };
         p.session = p.session_id();
@@ -156,6 +167,11 @@ impl DemoProvider {
         self.phase
     }
 
+    /// Packets the random loss took from both lines so far.
+    pub fn random_both_lost(&self) -> u64 {
+        self.random_both_lost
+    }
+
     /// Everything due at `now` (Unix ns), appended to `out`.
     pub fn step(&mut self, now: i64, out: &mut Vec<Outgoing>) {
         let elapsed = (now - self.start).max(0);
@@ -164,18 +180,26 @@ impl DemoProvider {
         if cycle != self.cycle {
             self.cycle = cycle;
             self.phase = Phase::Normal;
+            self.restarted = false;
         }
-        // The session change happens once per cycle, at its time.
-        if t >= SESSION_CHANGE_AT && self.phase != Phase::SessionChanged {
+        // The session change happens once per cycle, at its time, and is
+        // announced for a moment.
+        if t >= SESSION_CHANGE_AT && !self.restarted {
             self.session_no += 1;
             self.session = self.session_id();
             self.next_chan = 1;
             for s in &mut self.symbols {
                 s.seq = 0;
             }
-            self.phase = Phase::SessionChanged;
+            self.restarted = true;
         }
-        if self.phase != Phase::SessionChanged {
+        if self.restarted {
+            self.phase = if t < SESSION_CHANGE_AT + SESSION_CHANGE_SHOWN {
+                Phase::SessionChanged
+            } else {
+                Phase::Normal
+            };
+        } else {
             self.phase = if (LINE_A_OUTAGE.0..LINE_A_OUTAGE.1).contains(&t) {
                 Phase::LineAOutage
             } else if (SILENCE.0..SILENCE.1).contains(&t) {
@@ -241,6 +265,11 @@ impl DemoProvider {
     fn emit(&mut self, out: &mut Vec<Outgoing>) {
         self.next_chan += u64::from(self.builder.count());
         let (mut a, mut b) = (!self.rng.chance(self.loss), !self.rng.chance(self.loss));
+        let scripted = self.phase == Phase::LineAOutage
+            || (self.phase == Phase::BothLinesLoss && self.burst_left > 0);
+        if !a && !b && !scripted {
+            self.random_both_lost += 1;
+        }
         if self.phase == Phase::LineAOutage {
             // B alone carries the feed, and carries all of it: the outage
             // must cost nothing.
@@ -334,6 +363,7 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr)
         },
         metrics: MetricsConfig {
             listen: Some(metrics),
+            ..MetricsConfig::default()
         },
         log: LogConfig {
             level: "warn".to_string(),
@@ -342,6 +372,41 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr)
         fills,
         fills_section: None,
     }
+}
+
+/// Ports tried, from `--port` up, for groups nobody else sends on.
+const PORT_TRIES: u16 = 16;
+/// How long a port is listened to before it counts as free.
+const PROBE_FOR: Duration = Duration::from_millis(300);
+
+/// The first port from `first` on whose demo groups nothing arrives for
+/// [`PROBE_FOR`] (another demo's provider sends every few milliseconds).
+fn free_demo_port(first: u16) -> Option<u16> {
+    (0..PORT_TRIES)
+        .filter_map(|i| first.checked_add(i))
+        .find(|&port| !someone_sends_on(port))
+}
+
+fn someone_sends_on(port: u16) -> bool {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let Ok(s) = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)) else {
+        return false;
+    };
+    let _ = s.set_reuse_address(true);
+    let bound = s
+        .bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())
+        .is_ok();
+    for g in [
+        Ipv4Addr::new(239, 255, 77, 1),
+        Ipv4Addr::new(239, 255, 77, 2),
+    ] {
+        let _ = s.join_multicast_v4(&g, &Ipv4Addr::LOCALHOST);
+    }
+    if !bound || s.set_read_timeout(Some(PROBE_FOR)).is_err() {
+        return false;
+    }
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    s.recv(&mut buf).is_ok()
 }
 
 /// `addr`, or an ephemeral port on its address when `addr` is taken (a
@@ -361,7 +426,27 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
     let dir = std::fs::canonicalize(&args.dir)?;
-    let args = DemoArgs { dir, ..args };
+    // Another demo (or anything) already sending on our groups would mix
+    // its packets with ours: find a port where nobody is.
+    let port = match free_demo_port(args.port) {
+        Some(p) if p == args.port => p,
+        Some(p) => {
+            eprintln!(
+                "tickgate demo: another provider is sending on 239.255.77.1/.2:{}; using port {p} instead",
+                args.port
+            );
+            p
+        }
+        None => {
+            eprintln!(
+                "tickgate: demo: other providers are sending on 239.255.77.1/.2 ports {} to {}; choose another with --port",
+                args.port,
+                args.port.saturating_add(PORT_TRIES - 1)
+            );
+            return Ok(EXIT_FAILURE);
+        }
+    };
+    let args = DemoArgs { dir, port, ..args };
     let config = demo_config(
         &args,
         free_or_ephemeral(args.metrics),
@@ -410,19 +495,31 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             "    curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \\\n      -d '{{\"events\":[{{\"kind\":\"FILL\",\"event_id\":\"E-1\",\"deal_id\":\"D-1\",\"account\":\"ACC-7\",\"symbol\":\"EURUSD\",\"side\":\"BUY\",\"qty\":\"100000\",\"price\":\"1.08512\",\"exec_time\":\"2026-11-30T08:00:00Z\"}}]}}' http://{addr}/v1/fills"
         );
     }
-    println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s, GBPUSD silent 14-18 s, a session change at 22 s.");
+    println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s (msgs_lost counts the messages they held), GBPUSD silent 14-18 s, a session change at 22 s.");
+    if args.loss_percent > 0.0 {
+        println!(
+            "  besides: {}% random loss per line; a packet it takes from both lines is a channel gap too, announced when it happens.",
+            args.loss_percent
+        );
+    }
     println!("  Ctrl-C stops.");
 
     let stop = Arc::new(AtomicBool::new(false));
     let phase = Arc::new(AtomicU8::new(Phase::Normal as u8));
+    let both_lost = Arc::new(AtomicU64::new(0));
     let provider = {
-        let (stop, phase) = (Arc::clone(&stop), Arc::clone(&phase));
+        let (stop, phase, both) = (
+            Arc::clone(&stop),
+            Arc::clone(&phase),
+            Arc::clone(&both_lost),
+        );
         let (port, seed, loss) = (args.port, args.seed, args.loss_percent / 100.0);
         std::thread::Builder::new()
             .name("demo-provider".into())
-            .spawn(move || provide(port, seed, loss, &stop, &phase))
+            .spawn(move || provide(port, seed, loss, &stop, &phase, &both))
             .context("starting the demo provider")?
     };
+    let mut both_announced = 0u64;
     let started = realtime_ns();
     let mut out = Vec::with_capacity(512);
     let tick = Box::new(move |d: &Daemon| {
@@ -434,7 +531,17 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             Phase::from_u8(phase.load(Ordering::Relaxed)),
             &mut out,
         );
-        println!("{line}");
+        let both = both_lost.load(Ordering::Relaxed);
+        let random = match both - both_announced {
+            0 => String::new(),
+            n => format!(
+                " | random loss took {} from both lines ({})",
+                crate::text::plural(n, "packet"),
+                crate::text::plural(n, "channel gap")
+            ),
+        };
+        both_announced = both;
+        println!("{line}{random}");
     });
     let code = daemon.run(RunOptions {
         on_tick: Some((Duration::from_secs(1), tick)),
@@ -458,6 +565,7 @@ fn provide(
     loss: f64,
     stop: &AtomicBool,
     phase: &AtomicU8,
+    both_lost: &AtomicU64,
 ) -> anyhow::Result<()> {
     let sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))
         .context("opening the demo's multicast sender on 127.0.0.1")?;
@@ -477,6 +585,7 @@ fn provide(
             }
         }
         phase.store(p.phase() as u8, Ordering::Relaxed);
+        both_lost.store(p.random_both_lost(), Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
@@ -531,7 +640,7 @@ fn status_line(d: &Daemon, now: i64, secs: i64, phase: Phase, out: &mut Vec<u8>)
         e => format!(" | {e}"),
     };
     format!(
-        "{secs:>4}s  ok={ok} reject={}{rejects} | EURUSD {eur} | pkts A={} B={} dup={} lost={} gaps={} ticks_lost={} suspect={} sessions={}{event}",
+        "{secs:>4}s  ok={ok} reject={}{rejects} | EURUSD {eur} | pkts A={} B={} dup={} msgs_lost={} gaps={} ticks_lost={} suspect={} sessions={}{event}",
         rejected.len(),
         la.packets,
         lb.packets,

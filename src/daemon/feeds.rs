@@ -42,7 +42,9 @@ pub fn settings(f: &FeedConfig) -> FeedSettings {
 /// a missing interface is a config error naming its key, before anything
 /// starts. `feed_index` is for the key path.
 pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, config::ConfigError> {
-    f.lines
+    // Every line's problem, not only the first.
+    let (ok, problems): (Vec<_>, Vec<_>) = f
+        .lines
         .iter()
         .enumerate()
         .map(|(k, l)| {
@@ -86,7 +88,9 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
                 rcvbuf: l.rcvbuf,
             })
         })
-        .collect()
+        .partition(Result::is_ok);
+    config::ConfigError::from_all(problems.into_iter().filter_map(Result::err).collect())?;
+    Ok(ok.into_iter().filter_map(Result::ok).collect())
 }
 
 /// Every IPv4 address of this host's interfaces (`getifaddrs`); empty if

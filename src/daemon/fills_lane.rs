@@ -35,7 +35,11 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 impl FillsLane {
     /// Opens the store (running its migrations), binds the HTTP address
     /// and starts the tasks. Errors name what failed.
-    pub async fn start(cfg: &FillsConfig, registry: &Registry) -> anyhow::Result<FillsLane> {
+    pub async fn start(
+        cfg: &FillsConfig,
+        registry: &Registry,
+        limited: &prometheus::IntCounterVec,
+    ) -> anyhow::Result<FillsLane> {
         let metrics = FillsMetrics::new(registry).context("registering the fills metrics")?;
         let store = Store::open(cfg, metrics.clone())
             .await
@@ -52,7 +56,24 @@ impl FillsLane {
             .with_context(|| format!("binding the fills HTTP address {}", cfg.http.listen))?;
         let http_addr = listener.local_addr()?;
         let (stop, rx) = watch::channel(false);
-        let http = tokio::spawn(http::serve(listener, state, stopped(rx.clone())));
+        // The limits (timeouts, connection cap, rate per client token)
+        // in front of the API: crate::http_limits.
+        let tokens: Vec<String> = cfg.http.clients.iter().map(|c| c.token.clone()).collect();
+        let limit_stats = crate::http_limits::LimitStats::of(limited, "fills");
+        let app = crate::http_limits::limit_requests(
+            http::router(state),
+            &cfg.http.limits,
+            &tokens,
+            cfg.http.max_body_bytes,
+            limit_stats.clone(),
+        );
+        let http = tokio::spawn(crate::http_limits::serve(
+            listener,
+            app,
+            cfg.http.limits.clone(),
+            limit_stats,
+            stopped(rx.clone()),
+        ));
         let consumer = match NatsSettings::from_fills_config(cfg) {
             Some(settings) => {
                 let m = NatsMetrics::new(registry, metrics.clone())

@@ -1,8 +1,10 @@
 //! `tickgate fills apply`: JSON-lines events from a file or standard input,
 //! for replays and recovery. Prints a summary; rejected lines go to stderr
-//! with their line number and reason. Exit 0 unless an I/O or database
-//! error stops the run (then everything before the failing batch is
-//! committed, and re-running the same file is harmless: F1).
+//! with their line number and reason. Exit 0 when every event was applied
+//! (or was a duplicate), 3 ([`super::EXIT_NOT_ALL_APPLIED`]) when some were
+//! rejected or held, 2 when an I/O or database error stops the run (then
+//! everything before the failing batch is committed, and re-running the
+//! same file is harmless: F1).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -67,7 +69,11 @@ pub fn apply_main(args: ApplyArgs) -> anyhow::Result<i32> {
         .await
     })?;
     println!("{summary}");
-    Ok(0)
+    Ok(if summary.totals.rejected + summary.totals.held > 0 {
+        super::EXIT_NOT_ALL_APPLIED
+    } else {
+        0
+    })
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

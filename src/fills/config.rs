@@ -82,6 +82,10 @@ pub struct HttpConfig {
     pub clients: Vec<ClientConfig>,
     /// Largest accepted request body; larger is 413 (fills::http).
     pub max_body_bytes: usize,
+    /// Timeouts, connection cap and rate limit (`crate::http_limits`):
+    /// read from the same table by `crate::config`, not by serde.
+    #[serde(skip)]
+    pub limits: crate::http_limits::HttpLimits,
 }
 
 impl Default for HttpConfig {
@@ -90,6 +94,7 @@ impl Default for HttpConfig {
             listen: "127.0.0.1:8088".into(),
             clients: Vec::new(),
             max_body_bytes: 1 << 20,
+            limits: crate::http_limits::HttpLimits::default(),
         }
     }
 }

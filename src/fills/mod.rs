@@ -4,10 +4,17 @@
 //! `hash` (K3), `plan` (per-batch decisions). I/O: `store` (SQLite,
 //! PostgreSQL), `retention` (F5/K7 sweeper), `cli`, `push`.
 
+/// Exit status of `fills apply` and `fills push` when every event was
+/// read and answered but some were rejected (invalid) or held (a BUST
+/// waiting for its FILL): distinct from 1 (batches failed) and 2 (an
+/// error stopped the run), so that scripts can tell.
+pub const EXIT_NOT_ALL_APPLIED: i32 = 3;
+
 pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod files;
 pub mod hash;
 pub mod http;
 pub mod metrics;

@@ -28,7 +28,6 @@ use async_nats::jetstream::{self, consumer::pull, AckKind};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
-use serde::Deserialize as _;
 
 use super::config::{FillsConfig, NatsConfig};
 use super::metrics::FillsMetrics;
@@ -730,6 +729,7 @@ pub struct ConsumeArgs {
     /// NATS server URL.
     #[arg(long)]
     pub nats: Option<String>,
+    /// JetStream stream to consume (created when missing; default FILLS).
     #[arg(long)]
     pub stream: Option<String>,
     /// Subject filter of the consumer.
@@ -738,11 +738,14 @@ pub struct ConsumeArgs {
     /// Durable consumer name.
     #[arg(long)]
     pub durable: Option<String>,
+    /// Subject that messages failing --max-deliver times are published to
+    /// with their last error (default dlq.fills; must not match --subject).
     #[arg(long)]
     pub dlq_subject: Option<String>,
     /// Stream created for dead letters when none captures --dlq-subject.
     #[arg(long)]
     pub dlq_stream: Option<String>,
+    /// Deliveries of one message before it is dead-lettered (default 5).
     #[arg(long)]
     pub max_deliver: Option<i64>,
     /// e.g. 30s, 500ms.
@@ -760,15 +763,19 @@ impl ConsumeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                // Only the [fills] table is read, so the rest of a daemon
-                // config file does not matter here.
-                let mut doc: toml::Table =
+                let doc: toml::Table =
                     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-                let table = doc
-                    .remove("fills")
-                    .with_context(|| format!("{} has no [fills] section", path.display()))?;
-                FillsConfig::deserialize(table)
-                    .with_context(|| format!("{}: [fills]", path.display()))?
+                anyhow::ensure!(
+                    doc.contains_key("fills"),
+                    "{} has no [fills] section",
+                    path.display()
+                );
+                // Only the [fills] table is read, so the rest of a daemon
+                // config file does not matter here; it is read as `run`
+                // reads it (`enabled`, key paths in every message).
+                crate::config::Config::fills_only(&doc)
+                    .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
+                    .with_context(|| format!("{}: [fills] has enabled = false", path.display()))?
             }
             None => FillsConfig::default(),
         };

@@ -192,10 +192,12 @@ async fn run(args: PushArgs, url: String, token: String) -> anyhow::Result<i32> 
     progress.finish();
     println!("{}", summary.render(&args.dead_letter_dir));
     Ok(
-        if summary.batches_failed == 0 && summary.unreadable_lines == 0 {
-            0
-        } else {
+        if summary.batches_failed > 0 || summary.unreadable_lines > 0 {
             1
+        } else if summary.events_rejected + summary.events_held > 0 {
+            super::EXIT_NOT_ALL_APPLIED
+        } else {
+            0
         },
     )
 }
@@ -459,7 +461,7 @@ fn write_dead_letter(
     attempts: u32,
     last_error: &str,
 ) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    crate::fills::files::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = match &batch.dead_letter {
         Some(p) => p.clone(),
         None => {
@@ -489,8 +491,8 @@ fn write_dead_letter(
 
 fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut f = crate::fills::files::create_file(&tmp, crate::fills::files::RECORD_MODE)
+        .with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(data)
         .and_then(|_| f.sync_all())
         .with_context(|| format!("writing {}", tmp.display()))?;

@@ -245,8 +245,13 @@ pub struct ServerConfig {
     pub io: IoMode,
     /// `BusyPoll`/`Epoll`: pin the serving thread to this CPU.
     pub cpu: Option<usize>,
-    /// Connections beyond this are closed at once.
+    /// Connections beyond this are refused (`ERR too_many_connections`,
+    /// then closed).
     pub max_connections: usize,
+    /// Connections of one peer user (SO_PEERCRED) beyond this are refused
+    /// (`ERR too_many_connections_for_uid`), so that one local user cannot
+    /// take every slot.
+    pub max_connections_per_uid: usize,
 }
 
 impl Default for ServerConfig {
@@ -257,6 +262,7 @@ impl Default for ServerConfig {
             io: IoMode::Blocking,
             cpu: None,
             max_connections: 1024,
+            max_connections_per_uid: 1024,
         }
     }
 }
@@ -279,7 +285,13 @@ pub struct GateStats {
     /// Answers of requests this server does not classify.
     pub other: AtomicU64,
     pub connections_accepted: AtomicU64,
+    /// Every refusal (the server full, or the peer's user at its cap).
     pub connections_refused: AtomicU64,
+    /// The refusals because the peer's user was at its cap.
+    pub connections_refused_uid: AtomicU64,
+    /// Connections whose client had already hung up when the server came
+    /// to them (connect-and-close churn): closed without taking a slot.
+    pub connections_reaped: AtomicU64,
     pub connections_open: AtomicI64,
     /// Time from a batch of request bytes read to its answers written
     /// (HDR; each serving thread records through its own recorder).
@@ -722,11 +734,13 @@ pub fn serve_with_stats<B: Backend>(
             let reg = Arc::new(Registry::default());
             registry = Some(reg.clone());
             let (stop, wake_fd, stats) = (stop.clone(), wake_fd.clone(), stats.clone());
-            let max = config.max_connections;
+            let (max, per_uid) = (config.max_connections, config.max_connections_per_uid);
             threads.push(
                 std::thread::Builder::new()
                     .name("gate-accept".into())
-                    .spawn(move || accept_loop(listener, backend, stats, stop, wake_fd, reg, max))
+                    .spawn(move || {
+                        accept_loop(listener, backend, stats, stop, wake_fd, reg, max, per_uid)
+                    })
                     .context("spawning the gate acceptor")?,
             );
         }
@@ -734,6 +748,7 @@ pub fn serve_with_stats<B: Backend>(
             let spin = config.io == IoMode::BusyPoll;
             let (stop, wake_fd, stats) = (stop.clone(), wake_fd.clone(), stats.clone());
             let (cpu, max) = (config.cpu, config.max_connections);
+            let per_uid = config.max_connections_per_uid;
             listener
                 .set_nonblocking(true)
                 .context("making the gate listener non-blocking")?;
@@ -744,8 +759,9 @@ pub fn serve_with_stats<B: Backend>(
                         if let Some(cpu) = cpu {
                             pin_to_cpu(cpu);
                         }
+                        let limits = (max, per_uid);
                         if let Err(e) =
-                            epoll_loop(listener, &*backend, &stats, &stop, &wake_fd, spin, max)
+                            epoll_loop(listener, &*backend, &stats, &stop, &wake_fd, spin, limits)
                         {
                             tracing::error!(error = %e, "gate server loop failed");
                         }
@@ -794,15 +810,17 @@ struct Registry {
 #[derive(Default)]
 struct RegistryInner {
     next: u64,
-    conns: Vec<(u64, UnixStream, Option<JoinHandle<()>>)>,
+    /// Id, a clone of the stream, the thread, the peer's uid.
+    conns: Vec<(u64, UnixStream, Option<JoinHandle<()>>, u32)>,
     closed: bool,
+    uids: UidCounts,
 }
 
 impl Registry {
     fn close_all(&self) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.closed = true;
-        for (_, s, _) in &g.conns {
+        for (_, s, _, _) in &g.conns {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
@@ -812,7 +830,7 @@ impl Registry {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             g.conns
                 .iter_mut()
-                .filter_map(|(_, _, h)| h.take())
+                .filter_map(|(_, _, h, _)| h.take())
                 .collect()
         };
         for h in handles {
@@ -822,11 +840,170 @@ impl Registry {
 
     fn remove(&self, id: u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = g.conns.iter().position(|(x, _, _)| *x == id) {
-            g.conns.swap_remove(i);
+        if let Some(i) = g.conns.iter().position(|(x, _, _, _)| *x == id) {
+            let (_, _, _, uid) = g.conns.swap_remove(i);
+            g.uids.remove(uid);
         }
     }
 }
+
+impl RegistryInner {
+    /// Takes out every connection whose client has hung up (its thread
+    /// sees the shutdown and ends by itself): their slots are free now,
+    /// not when their threads get round to it. Returns how many.
+    fn reap(&mut self, sweep: &mut Vec<libc::pollfd>) -> usize {
+        sweep.clear();
+        sweep.extend(self.conns.iter().map(|(_, s, _, _)| libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        }));
+        if !poll_now(sweep) {
+            return 0;
+        }
+        let mut reaped = 0;
+        // Backwards: swap_remove moves the last entry into the hole, and
+        // `sweep` is in the same order as `conns`.
+        for i in (0..sweep.len()).rev() {
+            if hung_up(sweep[i].revents) {
+                let (_, s, _, uid) = self.conns.swap_remove(i);
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                self.uids.remove(uid);
+                reaped += 1;
+            }
+        }
+        reaped
+    }
+}
+
+/// Open connections per peer uid.
+#[derive(Default)]
+struct UidCounts {
+    map: std::collections::HashMap<u32, usize>,
+}
+
+impl UidCounts {
+    fn get(&self, uid: u32) -> usize {
+        self.map.get(&uid).copied().unwrap_or(0)
+    }
+    fn add(&mut self, uid: u32) {
+        *self.map.entry(uid).or_insert(0) += 1;
+    }
+    fn remove(&mut self, uid: u32) {
+        if let Some(n) = self.map.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.map.remove(&uid);
+            }
+        }
+    }
+}
+
+/// The uid of the process at the other end (SO_PEERCRED: the credentials
+/// of the connecting process, as of `connect`). `u32::MAX` when the
+/// kernel does not say (then all such peers share one count).
+fn peer_uid(fd: RawFd) -> u32 {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for getsockopt to write.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        cred.uid
+    } else {
+        u32::MAX
+    }
+}
+
+/// Polls `fds` without waiting; false when nothing is ready (or on error).
+fn poll_now(fds: &mut [libc::pollfd]) -> bool {
+    // SAFETY: `fds` is a valid array of pollfd of that length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) > 0 }
+}
+
+/// POLLHUP on a Unix stream socket: the peer has closed (both directions
+/// shut). Nothing it sent can be answered, so the connection can go.
+fn hung_up(revents: i16) -> bool {
+    revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+/// Whether the client of a just-accepted connection is already gone.
+fn peer_gone(fd: RawFd) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    }];
+    poll_now(&mut p) && hung_up(p[0].revents)
+}
+
+/// Why a connection is refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Full,
+    Uid,
+}
+
+/// Says why, in one line the client can read (best effort, never
+/// blocking), then closes.
+fn refuse(
+    stream: UnixStream,
+    why: Refusal,
+    stats: &GateStats,
+    log: &mut Throttle,
+    max: usize,
+    per_uid: usize,
+) {
+    stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+    let line: &[u8] = match why {
+        Refusal::Full => {
+            log.warn(
+                "connection refused",
+                &format_args!("{max} connections open"),
+            );
+            b"ERR too_many_connections\n"
+        }
+        Refusal::Uid => {
+            stats
+                .connections_refused_uid
+                .fetch_add(1, Ordering::Relaxed);
+            log.warn(
+                "connection refused",
+                &format_args!(
+                    "the peer's user has {per_uid} connections open (max_connections_per_uid)"
+                ),
+            );
+            b"ERR too_many_connections_for_uid\n"
+        }
+    };
+    // SAFETY: a valid socket and buffer; MSG_DONTWAIT never blocks,
+    // MSG_NOSIGNAL never raises SIGPIPE.
+    unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    drop(stream);
+}
+
+/// At most this many connections are accepted per turn of the epoll loop
+/// before the connections' own events (hang-ups among them) are handled:
+/// closed peers are reaped as fast as new ones arrive.
+const ACCEPT_BATCH: usize = 32;
 
 /// At most one warning a second for a repeating condition (accept
 /// failures, refused connections), with the count of the ones left out.
@@ -855,6 +1032,7 @@ impl Throttle {
 /// listener that stays readable does not turn the loop hot.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
 
+#[allow(clippy::too_many_arguments)]
 fn accept_loop<B: Backend>(
     listener: UnixListener,
     backend: Arc<B>,
@@ -863,7 +1041,9 @@ fn accept_loop<B: Backend>(
     wake_fd: Arc<OwnedFd>,
     reg: Arc<Registry>,
     max: usize,
+    per_uid: usize,
 ) {
+    let mut sweep: Vec<libc::pollfd> = Vec::new();
     let mut fds = [
         libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -903,16 +1083,33 @@ fn accept_loop<B: Backend>(
                 continue;
             }
         };
+        // A client that connected and closed again: no thread for it.
+        if peer_gone(stream.as_raw_fd()) {
+            stats.connections_reaped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let uid = peer_uid(stream.as_raw_fd());
         let mut g = reg.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.closed {
             return;
         }
-        if g.conns.len() >= max {
-            stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-            refused.warn(
-                "connection refused",
-                &format_args!("{max} connections open"),
-            );
+        // Full, or this user at its cap: first free the slots of clients
+        // that have gone (their threads may not have noticed yet), so that
+        // only connections really open count.
+        if g.conns.len() >= max || g.uids.get(uid) >= per_uid {
+            let n = g.reap(&mut sweep);
+            stats
+                .connections_reaped
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+        if g.conns.len() >= max || g.uids.get(uid) >= per_uid {
+            let why = if g.conns.len() >= max {
+                Refusal::Full
+            } else {
+                Refusal::Uid
+            };
+            drop(g);
+            refuse(stream, why, &stats, &mut refused, max, per_uid);
             continue;
         }
         let Ok(clone) = stream.try_clone() else {
@@ -927,7 +1124,8 @@ fn accept_loop<B: Backend>(
         // thread answers would allocate while requests are being served
         // (tests/gate_alloc.rs caught that once). The lock is held until
         // the handle is stored, so the thread cannot remove it before.
-        g.conns.push((id, clone, None));
+        g.conns.push((id, clone, None, uid));
+        g.uids.add(uid);
         let spawned = std::thread::Builder::new()
             .name("gate-conn".into())
             .stack_size(256 * 1024)
@@ -946,6 +1144,7 @@ fn accept_loop<B: Backend>(
             }
             Err(e) => {
                 g.conns.pop();
+                g.uids.remove(uid);
                 stats.connections_open.fetch_sub(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "could not spawn a gate connection thread");
             }
@@ -1000,6 +1199,8 @@ const WAKE: u64 = u64::MAX - 1;
 struct EpollConn {
     stream: UnixStream,
     conn: Conn,
+    /// The peer's uid (SO_PEERCRED), for the per-uid cap.
+    uid: u32,
     /// Registered for EPOLLOUT (output blocked) instead of EPOLLIN.
     want_out: bool,
     /// In the `again` list (at most once).
@@ -1023,7 +1224,7 @@ fn epoll_loop<B: Backend>(
     stop: &AtomicBool,
     wake_fd: &OwnedFd,
     spin: bool,
-    max: usize,
+    (max, per_uid): (usize, usize),
 ) -> io::Result<()> {
     // SAFETY: plain syscall; the fd is owned from here on.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -1050,6 +1251,8 @@ fn epoll_loop<B: Backend>(
     let mut conns: Vec<Option<EpollConn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut open = 0usize;
+    let mut uids = UidCounts::default();
+    let mut sweep: (Vec<libc::pollfd>, Vec<usize>) = (Vec::new(), Vec::new());
     // Connections with complete lines left in their buffer (served in
     // turns so that one pipelining client cannot starve the others).
     let mut again: Vec<usize> = Vec::new();
@@ -1091,60 +1294,16 @@ fn epoll_loop<B: Backend>(
             continue;
         }
         std::mem::swap(&mut again, &mut again_now);
+        let mut listener_ready = false;
         for ev in &events[..n as usize] {
             let token = ev.u64;
             if token == WAKE {
                 continue;
             }
             if token == LISTENER {
-                loop {
-                    match listener.accept() {
-                        Ok((s, _)) => {
-                            if open >= max {
-                                stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-                                refused.warn(
-                                    "connection refused",
-                                    &format_args!("{max} connections open"),
-                                );
-                                continue;
-                            }
-                            if s.set_nonblocking(true).is_err() {
-                                continue;
-                            }
-                            let idx = free.pop().unwrap_or_else(|| {
-                                conns.push(None);
-                                conns.len() - 1
-                            });
-                            if epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), in_ev, idx as u64)
-                                .is_err()
-                            {
-                                free.push(idx);
-                                continue;
-                            }
-                            conns[idx] = Some(EpollConn {
-                                stream: s,
-                                conn: Conn::new(),
-                                want_out: false,
-                                queued: false,
-                            });
-                            open += 1;
-                            stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                            stats.connections_open.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            throttle.warn("accept failed", &e);
-                            // Stop listening for a moment (the listener
-                            // stays readable while descriptors are short).
-                            let fd = listener.as_raw_fd();
-                            if epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, 0, LISTENER).is_ok() {
-                                resume_accept = Some(Instant::now() + ACCEPT_BACKOFF);
-                            }
-                            break;
-                        }
-                    }
-                }
+                // After the connections' events of this turn: hang-ups
+                // free their slots before new connections take any.
+                listener_ready = true;
                 continue;
             }
             let idx = token as usize;
@@ -1153,12 +1312,80 @@ fn epoll_loop<B: Backend>(
                 &mut conns,
                 &mut free,
                 &mut open,
+                &mut uids,
                 idx,
                 backend,
                 stats,
                 &mut service,
                 &mut again,
             );
+        }
+        // A bounded batch: the listener stays readable (level-triggered),
+        // the rest is accepted next turn, after the hang-ups of this one.
+        for _ in 0..if listener_ready { ACCEPT_BATCH } else { 0 } {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    // A client that connected and closed again: gone
+                    // before it took a slot.
+                    if peer_gone(s.as_raw_fd()) {
+                        stats.connections_reaped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let uid = peer_uid(s.as_raw_fd());
+                    if open >= max || uids.get(uid) >= per_uid {
+                        let n = reap_epoll(
+                            ep, &mut conns, &mut free, &mut open, &mut uids, stats, &mut sweep,
+                        );
+                        stats
+                            .connections_reaped
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    if open >= max || uids.get(uid) >= per_uid {
+                        let why = if open >= max {
+                            Refusal::Full
+                        } else {
+                            Refusal::Uid
+                        };
+                        refuse(s, why, stats, &mut refused, max, per_uid);
+                        continue;
+                    }
+                    if s.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let idx = free.pop().unwrap_or_else(|| {
+                        conns.push(None);
+                        conns.len() - 1
+                    });
+                    if epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), in_ev, idx as u64).is_err()
+                    {
+                        free.push(idx);
+                        continue;
+                    }
+                    conns[idx] = Some(EpollConn {
+                        stream: s,
+                        conn: Conn::new(),
+                        uid,
+                        want_out: false,
+                        queued: false,
+                    });
+                    open += 1;
+                    uids.add(uid);
+                    stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                    stats.connections_open.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    throttle.warn("accept failed", &e);
+                    // Stop listening for a moment (the listener
+                    // stays readable while descriptors are short).
+                    let fd = listener.as_raw_fd();
+                    if epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, 0, LISTENER).is_ok() {
+                        resume_accept = Some(Instant::now() + ACCEPT_BACKOFF);
+                    }
+                    break;
+                }
+            }
         }
         for idx in again_now.drain(..) {
             if let Some(Some(c)) = conns.get_mut(idx) {
@@ -1169,6 +1396,7 @@ fn epoll_loop<B: Backend>(
                 &mut conns,
                 &mut free,
                 &mut open,
+                &mut uids,
                 idx,
                 backend,
                 stats,
@@ -1196,6 +1424,7 @@ fn service_epoll<B: Backend>(
     conns: &mut [Option<EpollConn>],
     free: &mut Vec<usize>,
     open: &mut usize,
+    uids: &mut UidCounts,
     idx: usize,
     backend: &B,
     stats: &GateStats,
@@ -1207,21 +1436,73 @@ fn service_epoll<B: Backend>(
     };
     let step = drive(ep, c, idx, backend, stats, service, again);
     if let Step::Close = step {
-        let c = conns[idx].take().expect("present");
-        // SAFETY: deregistering an fd we registered; closing follows.
-        unsafe {
-            libc::epoll_ctl(
-                ep,
-                libc::EPOLL_CTL_DEL,
-                c.stream.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
-        drop(c);
-        free.push(idx);
-        *open -= 1;
-        stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+        close_epoll(ep, conns, free, open, uids, stats, idx);
     }
+}
+
+fn close_epoll(
+    ep: RawFd,
+    conns: &mut [Option<EpollConn>],
+    free: &mut Vec<usize>,
+    open: &mut usize,
+    uids: &mut UidCounts,
+    stats: &GateStats,
+    idx: usize,
+) {
+    let Some(c) = conns[idx].take() else {
+        return;
+    };
+    // SAFETY: deregistering an fd we registered; closing follows.
+    unsafe {
+        libc::epoll_ctl(
+            ep,
+            libc::EPOLL_CTL_DEL,
+            c.stream.as_raw_fd(),
+            std::ptr::null_mut(),
+        )
+    };
+    uids.remove(c.uid);
+    drop(c);
+    free.push(idx);
+    *open -= 1;
+    stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Closes every connection whose client has hung up (before its event
+/// comes round): at the cap, only connections really open count.
+/// Returns how many.
+fn reap_epoll(
+    ep: RawFd,
+    conns: &mut [Option<EpollConn>],
+    free: &mut Vec<usize>,
+    open: &mut usize,
+    uids: &mut UidCounts,
+    stats: &GateStats,
+    (fds, idxs): &mut (Vec<libc::pollfd>, Vec<usize>),
+) -> usize {
+    fds.clear();
+    idxs.clear();
+    for (i, c) in conns.iter().enumerate() {
+        if let Some(c) = c {
+            fds.push(libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            });
+            idxs.push(i);
+        }
+    }
+    if !poll_now(fds) {
+        return 0;
+    }
+    let mut reaped = 0;
+    for (p, &i) in fds.iter().zip(idxs.iter()) {
+        if hung_up(p.revents) {
+            close_epoll(ep, conns, free, open, uids, stats, i);
+            reaped += 1;
+        }
+    }
+    reaped
 }
 
 /// Serves one ready connection without blocking: flush, read, answer,

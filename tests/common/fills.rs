@@ -66,20 +66,49 @@ pub async fn sqlite_db(opts: StoreOptions) -> Db {
     }
 }
 
-/// The URL in `$var`, or None: the test prints that it was skipped (with
-/// TICKGATE_REQUIRE_SERVICES=1, as in CI, it fails instead).
+/// The standard local address of each service variable: used when the
+/// variable is unset and something answers there.
+fn local_default(var: &str) -> Option<(&'static str, &'static str)> {
+    match var {
+        "TICKGATE_TEST_PG_URL" => {
+            Some(("postgres://postgres@127.0.0.1:5432/test", "127.0.0.1:5432"))
+        }
+        "TICKGATE_TEST_NATS_URL" => Some(("nats://127.0.0.1:4222", "127.0.0.1:4222")),
+        _ => None,
+    }
+}
+
+/// The URL in `$var`; unset, the standard local address when a server
+/// answers there (plain `cargo test` on a machine running the services
+/// needs no variables); else None: the test is skipped, and says so on the
+/// real standard error, past libtest's capture, so that the skip shows in
+/// the output a user reads (with TICKGATE_REQUIRE_SERVICES=1, as in CI, it
+/// fails instead).
 pub fn service_url(var: &str, test: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(
-                std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{var} is required (TICKGATE_REQUIRE_SERVICES=1)"
-            );
-            println!("skipped: {test} needs {var}");
-            None
+    if let Ok(u) = std::env::var(var) {
+        if !u.is_empty() {
+            return Some(u);
         }
     }
+    if let Some((url, addr)) = local_default(var) {
+        let answers = addr.parse().ok().is_some_and(|a| {
+            std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(300)).is_ok()
+        });
+        if answers {
+            return Some(url.to_string());
+        }
+    }
+    assert!(
+        std::env::var("TICKGATE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{var} is required (TICKGATE_REQUIRE_SERVICES=1)"
+    );
+    let why = match local_default(var) {
+        Some((_, addr)) => format!("{var} is unset and nothing answers on {addr}"),
+        None => format!("{var} is unset"),
+    };
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
+    None
 }
 
 /// $TICKGATE_TEST_PG_URL (see [`service_url`]).

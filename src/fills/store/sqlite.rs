@@ -43,9 +43,11 @@ impl SqliteStore {
         let wait = opts.key_wait;
         let conn = tokio::task::spawn_blocking(move || -> anyhow::Result<Connection> {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
+                crate::fills::files::create_dir(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
             }
+            crate::fills::files::prepare_db_file(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
             let mut conn = Connection::open(&path)
                 .with_context(|| format!("opening SQLite {}", path.display()))?;
             conn.busy_timeout(wait.max(std::time::Duration::from_millis(100)))?;

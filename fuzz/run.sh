@@ -1,0 +1,24 @@
+#!/bin/sh
+# Runs every fuzz target for SECONDS each (default 60), seeded from the
+# spec's vectors and the fixtures. Not part of CI.
+#
+# With a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`):
+# libFuzzer, coverage-guided. Otherwise, or with FUZZ_ENGINE=replay: the
+# same target bodies under the stable replay runner (seeds, then random
+# mutations of them). Crashes are written to fuzz/artifacts/<target>/.
+set -eu
+cd "$(dirname "$0")"
+SECONDS_EACH="${1:-60}"
+TARGETS="wire_feed gate_request capture_reader fills_events"
+engine="${FUZZ_ENGINE:-}"
+if [ -z "$engine" ]; then
+    if cargo +nightly fuzz --version >/dev/null 2>&1; then engine=libfuzzer; else engine=replay; fi
+fi
+if [ "$engine" = replay ]; then
+    exec cargo run --release --bin replay -- --seconds "$SECONDS_EACH" $TARGETS
+fi
+cargo run --release --bin replay -- --write-seeds corpus $TARGETS
+for t in $TARGETS; do
+    cargo +nightly fuzz run --features libfuzzer "$t" "corpus/$t" -- \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 2>&1 | tail -n 12
+done

@@ -1,0 +1,273 @@
+//! The fuzz targets without libFuzzer (stable Rust): each target runs over
+//! its seed corpus, then over random mutations of it (bit flips, byte
+//! changes, insertions, deletions, duplicated ranges, splices, cuts) for a
+//! while. A panic is a crash: the input is written to
+//! `fuzz/artifacts/<target>/` and the run exits 1.
+//!
+//! ```text
+//! cargo run --release --bin replay -- [--seconds S] [--write-seeds DIR] [TARGET...]
+//! ```
+//!
+//! `--write-seeds DIR` writes each target's seed corpus to `DIR/<target>/`
+//! (what `fuzz/run.sh` gives libFuzzer) and exits.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tickgate_fuzz::TARGETS;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    out.retain(|p| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| exts.contains(&e))
+    });
+    out.sort();
+    out
+}
+
+fn captures() -> Vec<PathBuf> {
+    let mut v = files(&repo().join("fixtures/real"), &["pcap", "pcapng"]);
+    v.extend(files(&repo().join("fixtures/gen"), &["pcap", "pcapng"]));
+    v
+}
+
+/// The spec's test vectors (hex datagrams), wherever the spec is.
+fn vectors() -> Vec<Vec<u8>> {
+    let candidates = [
+        std::env::var("TICKGATE_SPEC_DIR").map(PathBuf::from).ok(),
+        Some(repo().join("../shared/spec")),
+        Some(repo().join("../../shared/spec")),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        let Ok(text) = std::fs::read_to_string(dir.join("vectors.json")) else {
+            continue;
+        };
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        return doc["vectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["hex"].as_str())
+            .filter_map(|h| {
+                (0..h.len() / 2)
+                    .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok())
+                    .collect()
+            })
+            .collect();
+    }
+    Vec::new()
+}
+
+fn frame(datagrams: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for d in datagrams {
+        out.extend_from_slice(&(d.len().min(u16::MAX as usize) as u16).to_le_bytes());
+        out.extend_from_slice(&d[..d.len().min(u16::MAX as usize)]);
+    }
+    out
+}
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    match target {
+        "wire_feed" => {
+            let v = vectors();
+            let mut out: Vec<Vec<u8>> = v.iter().map(|d| frame(std::slice::from_ref(d))).collect();
+            out.push(frame(&v));
+            for c in captures() {
+                let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
+                    continue;
+                };
+                let payloads: Vec<Vec<u8>> =
+                    r.take(64).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+                out.push(frame(&payloads));
+            }
+            out
+        }
+        "capture_reader" => captures()
+            .iter()
+            .filter_map(|p| std::fs::read(p).ok())
+            .map(|b| b[..b.len().min(1 << 16)].to_vec())
+            .collect(),
+        "gate_request" => [
+            "PING",
+            "CHECK EURUSD",
+            "CHECK EURUSD stale_ms=100",
+            "CHECK EURUSD stale_ms=100 source_max_age_ms=5",
+            "CHECK USDJPY source_max_age_ms=18446744073709551615",
+            "STATUS",
+            "CHECK",
+            "CHECK  EURUSD",
+            "check eurusd",
+            "PING x",
+            "CHECK EURUSD\r\nPING\nSTATUS\n",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect(),
+        "fills_events" => {
+            let text = std::fs::read_to_string(repo().join("fixtures/events.jsonl")).unwrap_or_default();
+            let mut out: Vec<Vec<u8>> = text.lines().map(|l| l.as_bytes().to_vec()).collect();
+            out.push(text.as_bytes().to_vec());
+            let events: Vec<&str> = text.lines().collect();
+            out.push(format!("{{\"events\":[{}]}}", events.join(",")).into_bytes());
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+}
+
+fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], input: &mut Vec<u8>) {
+    input.clear();
+    input.extend_from_slice(&seeds[rng.below(seeds.len())]);
+    for _ in 0..1 + rng.below(4) {
+        let len = input.len();
+        match rng.below(8) {
+            0 if len > 0 => {
+                let i = rng.below(len);
+                input[i] ^= 1 << rng.below(8);
+            }
+            1 if len > 0 => {
+                let i = rng.below(len);
+                input[i] = [0, 0xff, 0x7f, 0x80, b' ', b'\n', b'=', b'9'][rng.below(8)];
+            }
+            2 => {
+                let i = rng.below(len + 1);
+                let n = 1 + rng.below(16);
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                input.splice(i..i, bytes);
+            }
+            3 if len > 0 => {
+                let i = rng.below(len);
+                let n = 1 + rng.below((len - i).min(64));
+                input.drain(i..i + n);
+            }
+            4 if len > 0 => {
+                let i = rng.below(len);
+                let n = 1 + rng.below((len - i).min(64));
+                let copy = input[i..i + n].to_vec();
+                let at = rng.below(input.len() + 1);
+                input.splice(at..at, copy);
+            }
+            5 => {
+                let other = &seeds[rng.below(seeds.len())];
+                if !other.is_empty() {
+                    let i = rng.below(other.len());
+                    let at = rng.below(len + 1);
+                    input.truncate(at);
+                    input.extend_from_slice(&other[i..]);
+                }
+            }
+            6 if len > 0 => input.truncate(rng.below(len)),
+            _ if len >= 8 => {
+                // An interesting integer at a random place.
+                let i = rng.below(len - 7);
+                let v: u64 = [0, 1, u64::MAX, u64::MAX >> 1, 1 << 63, 0xffff][rng.below(6)];
+                input[i..i + 8].copy_from_slice(&v.to_be_bytes());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut seconds = 10.0f64;
+    let mut write_seeds = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--seconds" => {
+                seconds = args[i + 1].parse().expect("--seconds S");
+                args.drain(i..i + 2);
+            }
+            "--write-seeds" => {
+                write_seeds = Some(PathBuf::from(&args[i + 1]));
+                args.drain(i..i + 2);
+            }
+            _ => i += 1,
+        }
+    }
+    let chosen: Vec<_> = TARGETS
+        .iter()
+        .filter(|(n, _)| args.is_empty() || args.iter().any(|a| a == n))
+        .collect();
+    if let Some(dir) = write_seeds {
+        for (name, _) in &chosen {
+            let d = dir.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            for (k, s) in seeds(name).iter().enumerate() {
+                std::fs::write(d.join(format!("seed-{k:04}")), s).unwrap();
+            }
+        }
+        return;
+    }
+    // A panic is reported by us, once, with the input saved.
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut crashed = false;
+    for (name, target) in chosen {
+        let seeds = seeds(name);
+        assert!(!seeds.is_empty(), "{name}: no seeds");
+        let mut rng = Rng(0x5EED ^ name.len() as u64);
+        let mut input = Vec::new();
+        let start = Instant::now();
+        let mut execs = 0u64;
+        let mut crashes = 0u64;
+        let run = |input: &[u8], execs: &mut u64, crashes: &mut u64| {
+            *execs += 1;
+            if std::panic::catch_unwind(|| target(input)).is_err() {
+                *crashes += 1;
+                let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts").join(name);
+                let _ = std::fs::create_dir_all(&d);
+                let _ = std::fs::write(d.join(format!("crash-{}", *crashes)), input);
+            }
+        };
+        for s in &seeds {
+            run(s, &mut execs, &mut crashes);
+        }
+        while start.elapsed() < Duration::from_secs_f64(seconds) {
+            for _ in 0..256 {
+                mutate(&mut rng, &seeds, &mut input);
+                run(&input, &mut execs, &mut crashes);
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "{name}: {execs} executions in {secs:.1} s ({:.0}/s), {} seeds, {crashes} crashes",
+            execs as f64 / secs,
+            seeds.len()
+        );
+        crashed |= crashes > 0;
+    }
+    if crashed {
+        eprintln!("crashes written to fuzz/artifacts/");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,92 @@
+//! The bodies of the fuzz targets: each takes arbitrary bytes and must
+//! neither panic nor hang, whatever they are. The libFuzzer targets
+//! (`fuzz_targets/`) and the stable replay runner (`src/bin/replay.rs`)
+//! call the same functions.
+
+use tickgate::feed::{Feed, FeedSettings};
+use tickgate::gate::protocol::{answer_with, parse_request};
+use tickgate::wire::Packet;
+
+/// The wire decoder and the feed: the input is cut into datagrams (a
+/// two-byte length before each), each decoded (`Packet::parse`, every
+/// block) and given to a feed on line `len % 2`, time moving on.
+pub fn wire_feed(data: &[u8]) {
+    let mut feed = Feed::new(
+        FeedSettings {
+            max_symbols: 64,
+            ..FeedSettings::default()
+        },
+        2,
+    );
+    let mut now = 1_796_025_600_000_000_000i64;
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let n = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        let dgram = &rest[2..2 + n];
+        rest = &rest[2 + n..];
+        if let Ok(p) = Packet::parse(dgram) {
+            for b in p.blocks() {
+                let _ = b;
+            }
+        }
+        feed.on_datagram(n % 2, dgram, now);
+        now += 1_000_000 * (1 + (n as i64 % 700));
+    }
+    // The whole input as one datagram too.
+    let _ = Packet::parse(data);
+    feed.on_datagram(0, data, now);
+}
+
+/// The gate's request parser and answer, one line at a time (lines cut at
+/// `\n`, as the server frames them).
+pub fn gate_request(data: &[u8]) {
+    let mut out = Vec::with_capacity(512);
+    for line in data.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() > tickgate::gate::protocol::MAX_LINE {
+            continue;
+        }
+        let _ = parse_request(line);
+        out.clear();
+        answer_with(line, |_| None, 1_796_025_600_000_000_000, &mut out);
+        assert!(out.ends_with(b"\n"), "an answer is one whole line");
+    }
+}
+
+/// The pcap/pcapng readers over the bytes as a file.
+pub fn capture_reader(data: &[u8]) {
+    let Ok(r) = tickgate::capture::pcap::CaptureReader::new(std::io::Cursor::new(data)) else {
+        return;
+    };
+    for d in r.take(100_000) {
+        if d.is_err() {
+            break;
+        }
+    }
+}
+
+/// The fills event parser (one event per JSON line) and the HTTP batch
+/// body (`{"events":[...]}`, hashed as K3 does).
+pub fn fills_events(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        for line in text.lines() {
+            let _ = tickgate::fills::model::parse_line(line);
+        }
+    }
+    if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(data) {
+        let _ = tickgate::fills::hash::value_hash(&doc);
+        if let Some(events) = doc.get("events").and_then(|e| e.as_array()) {
+            for e in events {
+                let _ = tickgate::fills::model::parse_value(e);
+            }
+        }
+    }
+}
+
+/// The targets by name.
+pub const TARGETS: [(&str, fn(&[u8])); 4] = [
+    ("wire_feed", wire_feed),
+    ("gate_request", gate_request),
+    ("capture_reader", capture_reader),
+    ("fills_events", fills_events),
+];

@@ -1,0 +1,120 @@
+//! The config checked against this host: what `run` needs the host to
+//! have before anything starts (interfaces that exist, directories it can
+//! create). `run --check-config` and `run` both call [`check`] after
+//! [`Config::load`], so the check refuses everything the start would refuse
+//! as a config problem, with the same message and exit code 2.
+//!
+//! Nothing is created here: a check has no side effects.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::config::{Config, ConfigError};
+use crate::fills::config::DbTarget;
+
+use super::feeds;
+
+/// Every host problem of `config`, in file order (feeds, gate, fills).
+pub fn check(config: &Config) -> Result<(), ConfigError> {
+    let mut out: Vec<ConfigError> = Vec::new();
+    for (i, f) in config.feeds.iter().enumerate() {
+        if let Err(e) = feeds::line_specs(i, f) {
+            out.extend(e.problems().into_iter().cloned());
+        }
+    }
+    if let Some(dir) = parent(&config.gate.socket) {
+        if let Err(p) = can_create_in(dir) {
+            out.push(invalid("gate.socket", p));
+        }
+    }
+    if let Some(fills) = &config.fills {
+        if let Ok(DbTarget::Sqlite(path)) = fills.db_target() {
+            if let Some(dir) = parent(&path) {
+                if let Err(p) = can_create_in(dir) {
+                    out.push(invalid("fills.db", p));
+                }
+            }
+        }
+    }
+    ConfigError::from_all(out)
+}
+
+fn invalid(key: &str, problem: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        problem,
+    }
+}
+
+fn parent(path: &Path) -> Option<&Path> {
+    Some(
+        path.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    )
+}
+
+/// Whether this process could create `dir` (and its missing parents) and
+/// files in it: the nearest existing ancestor must be a directory this
+/// user may write.
+fn can_create_in(dir: &Path) -> Result<(), String> {
+    let mut existing = dir;
+    loop {
+        match std::fs::metadata(existing) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                return Err(format!(
+                    "cannot create {}: {} is not a directory",
+                    dir.display(),
+                    existing.display()
+                ))
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                match existing.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => existing = p,
+                    _ => {
+                        existing = Path::new(".");
+                        break;
+                    }
+                }
+            }
+            Err(e) => return Err(format!("cannot use {}: {e}", existing.display())),
+        }
+    }
+    let c = CString::new(existing.as_os_str().as_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", dir.display()))?;
+    // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if existing == dir {
+            format!("cannot create files in {}: {e}", dir.display())
+        } else {
+            format!(
+                "cannot create {}: {} is not writable: {e}",
+                dir.display(),
+                existing.display()
+            )
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_under_a_file_cannot_be_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        let e = can_create_in(&file.join("sub/deeper")).unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+        can_create_in(&dir.path().join("new/dir")).unwrap();
+        can_create_in(dir.path()).unwrap();
+    }
+}

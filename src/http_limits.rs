@@ -1,0 +1,478 @@
+//! Limits of the daemon's HTTP endpoints (the fills API and `/metrics`),
+//! so that slow or greedy clients cannot hold the daemon: what nginx and
+//! HAProxy do for every listener.
+//!
+//! - header read timeout: a request's head (and the wait for the next
+//!   request on a kept-alive connection) must arrive within it, else the
+//!   connection is closed (hyper's own timer);
+//! - body read timeout: the body must arrive within it, else `408`;
+//! - idle timeout: a connection on which no byte moves either way for this
+//!   long is closed, whatever it is waiting for;
+//! - a connection cap: one more is answered `503` with `Retry-After` and
+//!   closed at once, so the refusal is clear and costs no task;
+//! - a request rate per client token (a token bucket per bearer token;
+//!   requests without a known token share one bucket): over it, `429` with
+//!   `Retry-After` (K6);
+//! - the cap is kept below the open-file limit, with room left for the
+//!   gate socket's connections and the feeds' sockets
+//!   ([`cap_below_nofile`]): the HTTP side cannot take the gate's
+//!   descriptors.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// The limits of one HTTP listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpLimits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    /// Requests per second per client token; 0 = no rate limit.
+    pub rate_per_sec: u32,
+    /// Requests a client may make at once above the rate.
+    pub rate_burst: u32,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 256,
+            rate_per_sec: 200,
+            rate_burst: 400,
+        }
+    }
+}
+
+impl HttpLimits {
+    /// `/metrics`: a scraper or two, no tokens.
+    pub fn metrics_default() -> Self {
+        HttpLimits {
+            max_connections: 32,
+            rate_per_sec: 0,
+            ..HttpLimits::default()
+        }
+    }
+}
+
+/// Descriptors kept for the rest of the daemon besides the gate's
+/// connections: feed sockets, the store, the runtime, logs.
+pub const FD_RESERVE: u64 = 128;
+
+/// The soft open-file limit raised to the hard one (the daemon needs a
+/// descriptor per gate and HTTP connection); returns the soft limit now in
+/// force.
+pub fn raise_nofile() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+/// The HTTP connection caps lowered, when needed, so that `nofile` keeps
+/// room for `gate_connections` gate connections and [`FD_RESERVE`]: the
+/// HTTP side runs out of connections before the gate runs out of
+/// descriptors. Caps are shared in proportion; each keeps at least 1.
+pub fn cap_below_nofile(nofile: u64, gate_connections: usize, caps: &mut [&mut usize]) {
+    let room = nofile.saturating_sub(gate_connections as u64 + FD_RESERVE);
+    let asked: u64 = caps.iter().map(|c| **c as u64).sum();
+    if asked <= room {
+        return;
+    }
+    for c in caps.iter_mut() {
+        let share = (**c as u64 * room / asked.max(1)).max(1) as usize;
+        tracing::warn!(
+            asked = **c,
+            now = share,
+            nofile,
+            gate_connections,
+            "HTTP connection cap lowered to keep file descriptors for the gate socket"
+        );
+        **c = share;
+    }
+}
+
+/// Counters of the limits at work, one listener's
+/// (`tickgate_http_limited_total{endpoint,reason}`).
+#[derive(Debug, Clone)]
+pub struct LimitStats {
+    pub refused_connections: prometheus::IntCounter,
+    pub idle_closed: prometheus::IntCounter,
+    pub body_timeouts: prometheus::IntCounter,
+    pub rate_limited: prometheus::IntCounter,
+}
+
+impl LimitStats {
+    /// The counters of every listener, registered once in `registry`.
+    pub fn family(
+        registry: &prometheus::Registry,
+    ) -> prometheus::Result<prometheus::IntCounterVec> {
+        let v = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "tickgate_http_limited_total",
+                "HTTP connections and requests stopped by a limit, by endpoint (fills, metrics) and reason (connections, idle, body_timeout, rate).",
+            ),
+            &["endpoint", "reason"],
+        )?;
+        registry.register(Box::new(v.clone()))?;
+        Ok(v)
+    }
+
+    /// One listener's counters out of [`LimitStats::family`].
+    pub fn of(family: &prometheus::IntCounterVec, endpoint: &str) -> LimitStats {
+        let c = |reason: &str| family.with_label_values(&[endpoint, reason]);
+        LimitStats {
+            refused_connections: c("connections"),
+            idle_closed: c("idle"),
+            body_timeouts: c("body_timeout"),
+            rate_limited: c("rate"),
+        }
+    }
+
+    /// Counters registered nowhere (tests).
+    pub fn unregistered() -> LimitStats {
+        let family = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("tickgate_http_limited_total", "-"),
+            &["endpoint", "reason"],
+        )
+        .expect("valid metric");
+        LimitStats::of(&family, "test")
+    }
+}
+
+/// Tokens left and when they were counted.
+type Bucket = (f64, Instant);
+
+/// Token buckets per client token (by SHA-256), one shared by requests
+/// without a known token.
+struct RateLimiter {
+    rate: f64,
+    burst: f64,
+    known: Vec<[u8; 32]>,
+    buckets: Mutex<HashMap<Option<[u8; 32]>, Bucket>>,
+}
+
+impl RateLimiter {
+    fn new(limits: &HttpLimits, tokens: &[String]) -> Option<RateLimiter> {
+        if limits.rate_per_sec == 0 {
+            return None;
+        }
+        Some(RateLimiter {
+            rate: f64::from(limits.rate_per_sec),
+            burst: f64::from(limits.rate_burst.max(1)),
+            known: tokens.iter().map(|t| Sha256::digest(t).into()).collect(),
+            buckets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `Ok` to go on, or the seconds until the client's next request.
+    fn take(&self, req: &Request) -> Result<(), u64> {
+        let token = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| -> [u8; 32] { Sha256::digest(t.trim()).into() })
+            .filter(|h| self.known.contains(h));
+        let now = Instant::now();
+        let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let (level, at) = b.entry(token).or_insert((self.burst, now));
+        *level = (*level + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
+        *at = now;
+        if *level >= 1.0 {
+            *level -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - *level) / self.rate).ceil().max(1.0) as u64)
+        }
+    }
+}
+
+fn problem(status: StatusCode, kind: &str, detail: &str) -> Response {
+    let body = serde_json::json!({
+        "type": format!("urn:tickgate:problem:{kind}"),
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut resp = (status, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
+/// The router with the per-request limits (rate, body read timeout) in
+/// front of it. Bodies are read here, at most `max_body` bytes (413 above,
+/// as the handlers answer).
+pub fn limit_requests(
+    router: Router,
+    limits: &HttpLimits,
+    tokens: &[String],
+    max_body: usize,
+    stats: LimitStats,
+) -> Router {
+    let limiter = RateLimiter::new(limits, tokens).map(Arc::new);
+    let body_timeout = limits.body_timeout;
+    router.layer(axum::middleware::from_fn(
+        move |req: Request, next: axum::middleware::Next| {
+            let (limiter, stats) = (limiter.clone(), stats.clone());
+            async move {
+                if let Some(l) = &limiter {
+                    if let Err(secs) = l.take(&req) {
+                        stats.rate_limited.inc();
+                        let mut resp = problem(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "rate-limited",
+                            "too many requests from this client; retry after Retry-After seconds",
+                        );
+                        resp.headers_mut()
+                            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                        return resp;
+                    }
+                }
+                // The body is read here, within its timeout (the handler
+                // then reads it from memory); the body limit stays the
+                // handler's (413).
+                let (parts, body) = req.into_parts();
+                let bytes = match tokio::time::timeout(
+                    body_timeout,
+                    axum::body::to_bytes(body, max_body.saturating_add(1)),
+                )
+                .await
+                {
+                    Ok(Ok(b)) => b,
+                    Ok(Err(_)) => {
+                        return problem(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            "body-too-large",
+                            &format!("the body is over {max_body} bytes (or could not be read)"),
+                        )
+                    }
+                    Err(_) => {
+                        stats.body_timeouts.inc();
+                        let mut resp = problem(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "body-timeout",
+                            "the request body did not arrive in time",
+                        );
+                        resp.headers_mut()
+                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        return resp;
+                    }
+                };
+                next.run(Request::from_parts(parts, Body::from(bytes)))
+                    .await
+            }
+        },
+    ))
+}
+
+/// Serves `router` on `listener` with the connection limits until
+/// `shutdown` completes; connections in flight then finish their request.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    stats: LimitStats,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors or memory: pause, do not spin.
+                    tracing::warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            stats.refused_connections.inc();
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let (router, stats, mut stop) = (router.clone(), stats.clone(), stop_rx.clone());
+        let limits = limits.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            serve_connection(stream, peer, router, &limits, &stats, &mut stop).await;
+        });
+    }
+    let _ = stop_tx.send(true);
+    // Let connections in flight finish (bounded by their own timeouts).
+    let all = limits.max_connections.max(1) as u32;
+    let _ = tokio::time::timeout(Duration::from_secs(10), slots.acquire_many(all)).await;
+    Ok(())
+}
+
+/// Over the cap: a short, complete answer and the connection closed.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    const BODY: &str = "{\"type\":\"urn:tickgate:problem:too-many-connections\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many connections; retry later\"}";
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(head.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Bytes moved on a connection, in either direction (for the idle timer).
+struct Activity {
+    io: tokio::net::TcpStream,
+    moved: Arc<AtomicU64>,
+}
+
+impl tokio::io::AsyncRead for Activity {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.moved.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Activity {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            self.moved.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: &HttpLimits,
+    stats: &LimitStats,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let moved = Arc::new(AtomicU64::new(0));
+    let io = TokioIo::new(Activity {
+        io: stream,
+        moved: moved.clone(),
+    });
+    let service = TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let idle = limits.idle_timeout;
+    let mut last = (0u64, Instant::now());
+    let mut tick = tokio::time::interval(
+        idle.min(Duration::from_secs(1))
+            .max(Duration::from_millis(10)),
+    );
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                }
+                return;
+            }
+            _ = tick.tick() => {
+                let now = moved.load(Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() >= idle {
+                    stats.idle_closed.inc();
+                    tracing::debug!(%peer, "HTTP connection idle too long; closed");
+                    return;
+                }
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_stay_below_the_descriptor_limit() {
+        let (mut a, mut b) = (1000usize, 1000usize);
+        cap_below_nofile(4096, 1024, &mut [&mut a, &mut b]);
+        assert_eq!((a, b), (1000, 1000));
+        cap_below_nofile(2048, 1024, &mut [&mut a, &mut b]);
+        assert!(a + b <= 2048 - 1024 - FD_RESERVE as usize, "{a} {b}");
+        assert!(a >= 1 && b >= 1);
+    }
+}
