@@ -84,9 +84,61 @@ pub fn fills_events(data: &[u8]) {
 }
 
 /// The targets by name.
-pub const TARGETS: [(&str, fn(&[u8])); 4] = [
+/// A venue adapter and the feed (venues.md): the input cut into datagrams
+/// as for `wire_feed`, each given to a feed of that venue on line
+/// `len % 2`; an invalid datagram must change nothing (no counter but the
+/// invalid ones, no symbol, no book: the live order count).
+pub fn venue_feed(venue: tickgate::feed::VenueKind, data: &[u8]) {
+    let mut feed = Feed::new(
+        FeedSettings {
+            max_symbols: 64,
+            venue: tickgate::feed::VenueSettings {
+                kind: venue,
+                max_orders: 64,
+            },
+            ..FeedSettings::for_venue(venue)
+        },
+        2,
+    );
+    let mut now = 1_784_122_200_000_000_000i64;
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let n = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        let dgram = &rest[2..2 + n];
+        rest = &rest[2 + n..];
+        let before = (
+            feed.symbol_count(),
+            feed.counters().live_orders,
+            feed.counters().unknown_messages,
+            *feed.feed_view(),
+        );
+        let out = feed.on_datagram(n % 2, dgram, now);
+        if let tickgate::feed::DatagramOutcome::Invalid(_) = out {
+            let after = (
+                feed.symbol_count(),
+                feed.counters().live_orders,
+                feed.counters().unknown_messages,
+                *feed.feed_view(),
+            );
+            assert_eq!(before, after, "an invalid datagram changed the feed");
+        }
+        now += 1_000_000 * (1 + (n as i64 % 700));
+    }
+}
+
+pub fn iex_tops_feed(data: &[u8]) {
+    venue_feed(tickgate::feed::VenueKind::IexTops, data)
+}
+
+pub fn nasdaq_itch_feed(data: &[u8]) {
+    venue_feed(tickgate::feed::VenueKind::NasdaqItch, data)
+}
+
+pub const TARGETS: [(&str, fn(&[u8])); 6] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
     ("fills_events", fills_events),
+    ("iex_tops_feed", iex_tops_feed),
+    ("nasdaq_itch_feed", nasdaq_itch_feed),
 ];

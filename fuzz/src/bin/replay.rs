@@ -75,8 +75,30 @@ fn frame(datagrams: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
+/// UDP payloads of the real captures whose name starts with `prefix`
+/// (their venue's datagrams), framed for a feed target.
+fn venue_seeds(prefix: &str) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for c in files(&repo().join("fixtures/real"), &["pcap", "gz"]) {
+        let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
+            continue;
+        };
+        let payloads: Vec<Vec<u8>> = r.take(256).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+        for chunk in payloads.chunks(16) {
+            out.push(frame(chunk));
+        }
+    }
+    out
+}
+
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
+        "iex_tops_feed" => venue_seeds("iex-"),
+        "nasdaq_itch_feed" => venue_seeds("nasdaq-"),
         "wire_feed" => {
             let v = vectors();
             let mut out: Vec<Vec<u8>> = v.iter().map(|d| frame(std::slice::from_ref(d))).collect();
