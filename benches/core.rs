@@ -17,9 +17,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
 use tickgate::feed::verdict::judge;
+use tickgate::feed::VenueKind;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
 use tickgate::gate::protocol::{answer, parse_request, write_verdict, SymbolLookup};
-use tickgate::feed::VenueKind;
 use tickgate::venue::iex_tops::SegmentBuilder;
 use tickgate::wire::{Message, Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -88,7 +88,6 @@ impl Provider {
         out.0.extend_from_slice(b.bytes());
         out.1 = self.now;
     }
-
 }
 
 /// A stream of packets for `timed_packets`.
@@ -143,7 +142,15 @@ impl Stream for IexProvider {
             let s = (self.x % SYMBOLS as u64) as usize;
             // 4 implied decimals (the tickgate stream's 1.08512 + k * 0.00001)
             let px = 10_851 + (self.x % 1000) as i64 / 10;
-            b.quote_update(0, self.now - 300_000, self.syms[s], 1_000, px, px + 3, 2_000);
+            b.quote_update(
+                0,
+                self.now - 300_000,
+                self.syms[s],
+                1_000,
+                px,
+                px + 3,
+                2_000,
+            );
         }
         self.seq += PER_PACKET as u64;
         out.0.clear();

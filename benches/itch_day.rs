@@ -86,7 +86,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.9);
-    println!("removals on one of the 2,000 most recent orders: {:.0}%", recent * 100.0);
+    println!(
+        "removals on one of the 2,000 most recent orders: {:.0}%",
+        recent * 100.0
+    );
     let mut feed = Feed::new(
         FeedSettings {
             venue: VenueSettings {
@@ -154,7 +157,10 @@ fn main() {
         rates.push(per(cpu));
     }
     let c = feed.counters();
-    assert_eq!((c.invalid_packets, c.unknown_orders, c.order_conflicts), (0, 0, 0));
+    assert_eq!(
+        (c.invalid_packets, c.unknown_orders, c.order_conflicts),
+        (0, 0, 0)
+    );
     rates.sort_by(|a, b| a.total_cmp(b));
     println!(
         "median {:.1} ns/msg thread CPU ({:.1} M msg/s); RSS {} MiB",

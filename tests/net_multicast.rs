@@ -348,6 +348,7 @@ fn start_record(args: &[&str]) -> std::process::Child {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tickgate"))
         .arg("record")
         .args(args)
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -402,6 +403,8 @@ fn record_writes_a_nanosecond_pcap_of_both_lines() {
         &o,
         "--count",
         &(2 * N).to_string(),
+        "--venue",
+        "iex-tops",
     ]);
     let before = realtime_ns();
     let mut tx = sender(None);
@@ -409,6 +412,14 @@ fn record_writes_a_nanosecond_pcap_of_both_lines() {
     send_all(&mut tx, items);
     assert!(wait_child(&mut child).success());
     let after = realtime_ns();
+    // Recorded byte for byte; the summary says none was IEX-TP.
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
+    assert_eq!(
+        text.matches(&format!("not valid iex-tops {N}\n")).count(),
+        2,
+        "{text}"
+    );
 
     let mut r = tickgate::capture::CaptureReader::open(&out).unwrap();
     assert!(matches!(

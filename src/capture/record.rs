@@ -43,6 +43,11 @@ pub struct RecordArgs {
     /// Receive buffer per line, bytes.
     #[arg(long, default_value_t = 16 << 20)]
     pub rcvbuf: usize,
+    /// The venue the lines carry (venues.md): datagrams are recorded byte
+    /// for byte whatever they are; at the end, how many were not valid for
+    /// this venue is said per line (a wrong group or venue shows at once).
+    #[arg(long, value_enum, default_value_t = super::replay::VenueArg::Tickgate)]
+    pub venue: super::replay::VenueArg,
 }
 
 /// Datagrams are held this long before being written, so that what the
@@ -69,6 +74,10 @@ struct Writer {
     held: Vec<Held>,
     arena: Vec<u8>,
     error: Option<std::io::Error>,
+    /// Validates datagrams for `--venue` (nothing is applied).
+    venue: crate::venue::AnyVenue,
+    /// Per line: datagrams not valid for the venue.
+    invalid: Vec<u64>,
 }
 
 impl Writer {
@@ -117,6 +126,11 @@ impl DatagramHandler for Writer {
 
     fn on_datagram_from(&mut self, line: usize, src: SocketAddrV4, d: &[u8], arrival: i64) {
         self.received += 1;
+        if crate::venue::Venue::parse(&self.venue, d).is_err() {
+            if let Some(n) = self.invalid.get_mut(line) {
+                *n += 1;
+            }
+        }
         self.held.push(Held {
             ts: arrival,
             line,
@@ -166,6 +180,12 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         held: Vec::new(),
         arena: Vec::new(),
         error: None,
+        venue: crate::venue::AnyVenue::new(&crate::venue::VenueSettings {
+            kind: args.venue.kind(),
+            // Only `parse` is used: no book is ever filled.
+            max_orders: 1,
+        }),
+        invalid: vec![0; lines.len()],
     };
     let interrupted = super::live::stop_on_signals();
     let start = Instant::now();
@@ -207,17 +227,19 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         .finish()
         .with_context(|| format!("writing {}", args.out.display()))?;
     let stats = rx.stats();
-    for (l, s) in lines.iter().zip(stats.iter()) {
+    for (i, (l, s)) in lines.iter().zip(stats.iter()).enumerate() {
         let s = s.snapshot();
         // Results: standard output.
         println!(
-            "line {} {}:{}: {}, {}, kernel drops {}",
+            "line {} {}:{}: {}, {}, kernel drops {}, not valid {} {}",
             l.name,
             l.group,
             l.port,
             crate::text::plural(s.datagrams, "datagram"),
             crate::text::plural(s.bytes, "byte"),
-            s.kernel_drops
+            s.kernel_drops,
+            args.venue,
+            w.invalid[i]
         );
     }
     println!(
