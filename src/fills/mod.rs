@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod exact;
 pub mod hash;
 pub mod http;
 pub mod metrics;
