@@ -101,7 +101,8 @@ pub struct ClientConfig {
     pub name: String,
     /// Bearer token that authenticates this client.
     pub token: String,
-    /// Accounts whose positions the client may read; `"*"` means all.
+    /// Accounts the client may read positions of and post events for
+    /// (K2); `"*"` means all.
     #[serde(default)]
     pub accounts: Vec<String>,
 }
@@ -109,6 +110,20 @@ pub struct ClientConfig {
 impl ClientConfig {
     pub fn may_see(&self, account: &str) -> bool {
         self.accounts.iter().any(|a| a == "*" || a == account)
+    }
+
+    /// Write scope: the same list as for reading.
+    pub fn may_write(&self, account: &str) -> bool {
+        self.may_see(account)
+    }
+
+    /// The `accounts` list for messages: `["A", "B"]`, or `no account`.
+    pub fn accounts_list(&self) -> String {
+        if self.accounts.is_empty() {
+            "no account".to_owned()
+        } else {
+            format!("{:?}", self.accounts)
+        }
     }
 }
 

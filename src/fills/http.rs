@@ -64,12 +64,14 @@ pub struct PositionView {
 /// What the HTTP layer needs from the store. Implemented for the fills
 /// store; tests may implement it to inject failures.
 pub trait FillsBackend: Send + Sync + 'static {
-    /// Runs the batch under `(client, key)` exactly once (K2-K5): `events`
-    /// are the raw JSON events, validated one by one by the store's model
-    /// (a bad event is rejected in the answer, not the batch).
+    /// Runs the batch under `(client.name, key)` exactly once (K2-K5):
+    /// `events` are the raw JSON events, validated one by one by the
+    /// store's model (a bad event is rejected in the answer, not the
+    /// batch), and an event for an account outside `client.accounts` is
+    /// rejected (K2 write scope), that event only.
     fn apply_batch<'a>(
         &'a self,
-        client: &'a str,
+        client: &'a ClientConfig,
         key: &'a str,
         request_hash: &'a str,
         events: &'a [Value],
@@ -576,7 +578,7 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
     let task = {
         let (state, client, key, hash) = (
             state.clone(),
-            client.name.clone(),
+            client.clone(),
             key.clone(),
             request_hash.clone(),
         );
@@ -590,7 +592,7 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
                 BatchOutcome::Fresh { status, body } | BatchOutcome::Replayed { status, body },
             ) = &outcome
             {
-                remember(&state, &client, &key, &hash, *status, body);
+                remember(&state, &client.name, &key, &hash, *status, body);
             }
             outcome
         })
@@ -666,6 +668,29 @@ fn key_reused(state: &HttpState) -> Response {
 
 // ---------------------------------------------------------------- the store
 
+/// Start of the reason of an event rejected by the write scope.
+pub const OUT_OF_SCOPE: &str = "account not writable by this client";
+
+/// K2 write scope: a valid event for an account outside the client's
+/// `accounts` becomes a rejection with its reason (a BUST too: its
+/// account must be writable, and the store checks that it is the
+/// account of the fill it reverses).
+pub fn scoped(client: &ClientConfig, parsed: Parsed) -> Parsed {
+    match parsed {
+        Ok(ev) if !client.may_write(ev.account()) => Err(model::Invalid {
+            kind: Some(ev.kind().as_str().to_owned()),
+            event_id: Some(ev.event_id().to_owned()),
+            reason: format!(
+                "{OUT_OF_SCOPE}: client {:?} may write only {}, not {:?}",
+                client.name,
+                client.accounts_list(),
+                ev.account()
+            ),
+        }),
+        other => other,
+    }
+}
+
 /// The fills store as the HTTP layer's backend: events are validated one by
 /// one by the model (a bad one is rejected in the answer, K4 stores that
 /// answer too), and the `200` body is the model's `batch_answer`, built
@@ -673,22 +698,37 @@ fn key_reused(state: &HttpState) -> Response {
 impl FillsBackend for Store {
     fn apply_batch<'a>(
         &'a self,
-        client: &'a str,
+        client: &'a ClientConfig,
         key: &'a str,
         request_hash: &'a str,
         events: &'a [Value],
     ) -> BoxFuture<'a, anyhow::Result<BatchOutcome>> {
         Box::pin(async move {
-            let parsed: Vec<Parsed> = events.iter().map(model::parse_value).collect();
+            let parsed: Vec<Parsed> = events
+                .iter()
+                .map(|v| scoped(client, model::parse_value(v)))
+                .collect();
+            let out_of_scope = parsed
+                .iter()
+                .filter(|p| matches!(p, Err(i) if i.reason.starts_with(OUT_OF_SCOPE)))
+                .count();
             let build: AnswerFn = Arc::new(model::batch_answer);
             let outcome = self
-                .apply_http_batch(client, key, request_hash, parsed, build)
+                .apply_http_batch(&client.name, key, request_hash, parsed, build)
                 .await?;
             Ok(match outcome {
-                HttpOutcome::Fresh { status, body, .. } => BatchOutcome::Fresh {
-                    status,
-                    body: Bytes::from(body),
-                },
+                HttpOutcome::Fresh { status, body, .. } => {
+                    // Counted once, when the answer that rejects them is
+                    // committed (a replay does not count them again).
+                    self.metrics()
+                        .out_of_scope
+                        .with_label_values(&["http"])
+                        .inc_by(out_of_scope as u64);
+                    BatchOutcome::Fresh {
+                        status,
+                        body: Bytes::from(body),
+                    }
+                }
                 HttpOutcome::Replayed { status, body } => BatchOutcome::Replayed {
                     status,
                     body: Bytes::from(body),
@@ -891,6 +931,10 @@ mod tests {
         for path in ["/v1/fills", "/v1/positions", "/openapi.json"] {
             assert!(v["paths"][path].is_object(), "{path}");
         }
+        let account = &v["components"]["schemas"]["Event"]["properties"]["account"];
+        assert!(account["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(OUT_OF_SCOPE)));
         for status in ["400", "401", "409", "413", "422", "429"] {
             assert!(
                 v["paths"]["/v1/fills"]["post"]["responses"][status].is_object(),
