@@ -284,7 +284,7 @@ proptest! {
                     // overflow of the average-price path.
                     let notional = Big::of(qty).mul(&Big::of(price));
                     let exact_fails = !want.representable()
-                        || (!p.qty.is_zero() && p.qty.is_sign_negative() == !buy
+                        || (!p.qty.is_zero() && p.qty.is_sign_negative() != buy
                             && !notional.representable())
                         || (p.qty.is_zero() && !notional.representable());
                     prop_assert!(

@@ -100,7 +100,7 @@ fn pow10(k: u32) -> i128 {
 /// How many times `p` divides `m` (`m` > 0).
 fn valuation(mut m: u128, p: u128) -> u32 {
     let mut n = 0;
-    while m % p == 0 {
+    while m.is_multiple_of(p) {
         m /= p;
         n += 1;
     }

@@ -32,6 +32,7 @@ use super::backoff::SplitMix64;
 use super::cache::{AnswerCache, CachedAnswer};
 use super::config::{ClientConfig, FillsConfig};
 use super::model::{self, Parsed};
+use super::shared_cache::{Lookup, SharedCache, SharedCacheOptions};
 use super::store::{AnswerFn, HttpOutcome, Store};
 
 /// The hand-written OpenAPI 3.1 description of this API.
@@ -109,6 +110,9 @@ pub struct HttpOptions {
     /// Seed of the fault switch's PRNG (tests: reproducible faults); None =
     /// seeded from the clock.
     pub fault_seed: Option<u64>,
+    /// K8: committed answers shared by several instances in Redis
+    /// (`[fills.cache] redis`); None = off.
+    pub shared_cache: Option<SharedCacheOptions>,
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -126,6 +130,7 @@ impl Default for HttpOptions {
             conflict_retry_after_secs: 1,
             fault_429_after_commit: 0.0,
             fault_seed: None,
+            shared_cache: None,
         }
     }
 }
@@ -137,6 +142,11 @@ impl HttpOptions {
             max_batch: cfg.max_batch,
             max_in_flight: cfg.max_in_flight,
             key_ttl: cfg.key_ttl,
+            shared_cache: cfg.cache.redis.as_ref().map(|url| SharedCacheOptions {
+                url: url.clone(),
+                prefix: cfg.cache.prefix.clone(),
+                timeout: cfg.cache.timeout,
+            }),
             ..HttpOptions::default()
         };
         if let Ok(v) = std::env::var(FAULT_ENV) {
@@ -227,6 +237,8 @@ pub struct HttpState {
     options: HttpOptions,
     in_flight: Arc<Semaphore>,
     cache: AnswerCache,
+    /// K8: the Redis cache shared with other instances, if configured.
+    shared: Option<SharedCache>,
     metrics: HttpMetrics,
     fault_rng: Mutex<SplitMix64>,
     started: Instant,
@@ -263,6 +275,10 @@ impl HttpState {
                 options.cache_capacity,
                 i64::try_from(options.key_ttl.as_nanos()).unwrap_or(i64::MAX),
             ),
+            shared: match &options.shared_cache {
+                Some(o) => Some(SharedCache::new(o.clone(), registry)?),
+                None => None,
+            },
             metrics: HttpMetrics::new(registry)?,
             fault_rng: Mutex::new(
                 options
@@ -567,6 +583,15 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
         state.metrics.replays.with_label_values(&["cache"]).inc();
         return answer(hit.status, hit.body, true);
     }
+    // K8: an answer another instance committed, from the shared cache. Only
+    // a value of this client and key with this request's hash is used;
+    // anything else (including a Redis outage) goes to the database.
+    if let Some(shared) = &state.shared {
+        if let Lookup::Hit(hit) = shared.get(&client.name, &key, &request_hash).await {
+            state.metrics.replays.with_label_values(&["redis"]).inc();
+            return answer(hit.status, hit.body, true);
+        }
+    }
 
     // K6: bounded work in flight; never an unbounded queue.
     let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
@@ -584,6 +609,9 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
         );
         tokio::spawn(async move {
             let _permit = permit;
+            // Before the transaction that may create the key row: an entry
+            // timed from here never outlives the row (K7).
+            let started = Instant::now();
             let outcome = state
                 .backend
                 .apply_batch(&client, &key, &hash, &events)
@@ -593,6 +621,20 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             ) = &outcome
             {
                 remember(&state, &client.name, &key, &hash, *status, body);
+            }
+            // Shared with the other instances once committed, and only a
+            // fresh answer: its key row's age is known (a replayed one's
+            // is not, and its first attempt shared it already).
+            if let (Some(shared), Ok(BatchOutcome::Fresh { status, body })) =
+                (&state.shared, &outcome)
+            {
+                let ttl = state.options.key_ttl.saturating_sub(started.elapsed());
+                let a = CachedAnswer {
+                    request_hash: hash.clone(),
+                    status: *status,
+                    body: body.clone(),
+                };
+                shared.put(&client.name, &key, &a, ttl).await;
             }
             outcome
         })

@@ -18,4 +18,5 @@ pub mod plan;
 pub mod position;
 pub mod push;
 pub mod retention;
+pub mod shared_cache;
 pub mod store;

@@ -87,6 +87,32 @@ pub fn pg_url(test: &str) -> Option<String> {
     service_url("TICKGATE_TEST_PG_URL", test)
 }
 
+/// $TICKGATE_TEST_REDIS_URL (see [`service_url`]).
+pub fn redis_url(test: &str) -> Option<String> {
+    service_url("TICKGATE_TEST_REDIS_URL", test)
+}
+
+/// $TICKGATE_TEST_KAFKA_URL, a `host:port` bootstrap server (see
+/// [`service_url`]).
+pub fn kafka_url(test: &str) -> Option<String> {
+    service_url("TICKGATE_TEST_KAFKA_URL", test)
+}
+
+/// A second store on the same PostgreSQL schema as `db` (another
+/// instance behind the same database: its own pool and connections).
+pub async fn pg_same_db(db: &Db, opts: StoreOptions) -> Store {
+    let (url, schema) = db.pg.as_ref().expect("a PostgreSQL test database");
+    let opts = StoreOptions {
+        pg_schema: Some(schema.clone()),
+        ..opts
+    };
+    Store::Postgres(
+        PgStore::connect(url, opts, FillsMetrics::unregistered())
+            .await
+            .unwrap(),
+    )
+}
+
 /// A schema name no other test (or run) uses.
 pub fn unique_schema(prefix: &str, test: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
