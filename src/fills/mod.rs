@@ -11,6 +11,7 @@ pub mod config;
 pub mod exact;
 pub mod hash;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod model;
 pub mod nats;

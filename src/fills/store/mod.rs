@@ -144,8 +144,19 @@ impl SweepTable {
     }
 }
 
+/// Runs inside a stream batch's transaction after its events were applied
+/// and before COMMIT, with the batch's outcomes; an error rolls the whole
+/// transaction back (the Kafka source dead-letters the events the store
+/// rejected here, so that the offset never moves past an event that is in
+/// neither the database nor the dead-letter topic).
+pub type BeforeCommit = Arc<
+    dyn Fn(Vec<EventOutcome>) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
+        + Send
+        + Sync,
+>;
+
 /// What the transaction does besides applying events.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Extra {
     None,
     Stream {
@@ -153,6 +164,28 @@ pub(crate) enum Extra {
         consumer: String,
         last_seq: u64,
     },
+    /// A partition offset, moved by compare-and-set (first statement of the
+    /// transaction, so it also serialises instances on one partition):
+    /// from `expected` (None = no row yet) to `last`, and only forwards.
+    Offset {
+        stream: String,
+        consumer: String,
+        expected: Option<i64>,
+        last: i64,
+        before_commit: Option<BeforeCommit>,
+    },
+}
+
+/// The stored offset was not the one the batch was read after: another
+/// instance applied this partition's records meanwhile (or the row moved
+/// by hand). Nothing of the batch was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("consumer position {stream}/{consumer} is {stored:?}, expected {expected:?}: another consumer moved it")]
+pub struct OffsetConflict {
+    pub stream: String,
+    pub consumer: String,
+    pub expected: Option<i64>,
+    pub stored: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -265,6 +298,48 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.apply_batch("nats", events, extra).await,
             Store::Postgres(s) => s.apply_batch("nats", events, extra).await,
+        }
+    }
+
+    /// Events of one partition fetch with the partition's offset, in one
+    /// transaction (F1): the consumer position `stream`/`consumer` moves
+    /// from `expected` (the stored offset the batch was read after; None =
+    /// none stored) to `last` by compare-and-set, never backwards. If it
+    /// is not `expected`, nothing is applied and the result is
+    /// `Err(OffsetConflict)` (another instance applied these records).
+    /// `before_commit` runs inside the transaction with the outcomes.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply_partition_batch(
+        &self,
+        source: &str,
+        stream: &str,
+        consumer: &str,
+        expected: Option<i64>,
+        last: i64,
+        events: Vec<Parsed>,
+        before_commit: Option<BeforeCommit>,
+    ) -> anyhow::Result<Result<Vec<EventOutcome>, OffsetConflict>> {
+        anyhow::ensure!(
+            expected.is_none_or(|e| last > e),
+            "offset {last} is not after {expected:?}"
+        );
+        let extra = Extra::Offset {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            expected,
+            last,
+            before_commit,
+        };
+        let r = match self {
+            Store::Sqlite(s) => s.apply_batch(source, events, extra).await,
+            Store::Postgres(s) => s.apply_batch(source, events, extra).await,
+        };
+        match r {
+            Ok(outs) => Ok(Ok(outs)),
+            Err(e) => match e.downcast_ref::<OffsetConflict>() {
+                Some(c) => Ok(Err(c.clone())),
+                None => Err(e),
+            },
         }
     }
 

@@ -26,8 +26,8 @@ use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 
 use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
 use super::{
-    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, PositionRow,
-    StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
+    PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
@@ -57,6 +57,9 @@ struct Stmts {
     sel_key: Statement,
     upd_key: Statement,
     upsert_consumer: Statement,
+    cas_insert_consumer: Statement,
+    cas_update_consumer: Statement,
+    sel_consumer: Statement,
 }
 
 struct Conn {
@@ -275,6 +278,21 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                      updated_ns = EXCLUDED.updated_ns",
             )
             .await?,
+        cas_insert_consumer: c
+            .prepare(
+                "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (stream, consumer) DO NOTHING",
+            )
+            .await?,
+        cas_update_consumer: c
+            .prepare(
+                "UPDATE consumer_positions SET last_seq = $3, updated_ns = $5
+                 WHERE stream = $1 AND consumer = $2 AND last_seq = $4 AND last_seq < $3",
+            )
+            .await?,
+        sel_consumer: c
+            .prepare("SELECT last_seq FROM consumer_positions WHERE stream = $1 AND consumer = $2")
+            .await?,
     })
 }
 
@@ -361,7 +379,54 @@ impl PgStore {
                     let timer = m.tx_seconds.start_timer();
                     let tx = c.client.transaction().await?;
                     let now = clock();
+                    if let Extra::Offset {
+                        stream,
+                        consumer,
+                        expected,
+                        last,
+                        ..
+                    } = &extra
+                    {
+                        // First: the row lock serialises instances on one
+                        // partition, and a loser does no work.
+                        let n = match expected {
+                            None => {
+                                tx.execute(
+                                    &c.st.cas_insert_consumer,
+                                    &[stream, consumer, last, &now],
+                                )
+                                .await?
+                            }
+                            Some(e) => {
+                                tx.execute(
+                                    &c.st.cas_update_consumer,
+                                    &[stream, consumer, last, e, &now],
+                                )
+                                .await?
+                            }
+                        };
+                        if n != 1 {
+                            let stored = tx
+                                .query_opt(&c.st.sel_consumer, &[stream, consumer])
+                                .await?
+                                .map(|r| r.get::<_, i64>(0));
+                            return Err(OffsetConflict {
+                                stream: stream.clone(),
+                                consumer: consumer.clone(),
+                                expected: *expected,
+                                stored,
+                            }
+                            .into());
+                        }
+                    }
                     let r = apply_in_tx(&tx, &c.st, &src, &events, now).await?;
+                    if let Extra::Offset {
+                        before_commit: Some(hook),
+                        ..
+                    } = &extra
+                    {
+                        hook(r.0.clone()).await?;
+                    }
                     if let Extra::Stream {
                         stream,
                         consumer,
