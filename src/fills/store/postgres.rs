@@ -354,6 +354,11 @@ impl PgStore {
         self.opts.max_batch
     }
 
+    /// Connections that `Store::apply_events` uses at once (the pool size).
+    pub(crate) fn lanes(&self) -> usize {
+        self.opts.pg_pool_size.max(1)
+    }
+
     pub(crate) async fn apply_batch(
         &self,
         source: &str,
