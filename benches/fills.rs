@@ -366,7 +366,7 @@ async fn handwritten_pg(
         }
         let col =
             |g: &dyn Fn(&Fill) -> String| -> Vec<String> { fresh.iter().map(|f| g(f)).collect() };
-        let d = col(&|f| f.deal_id.clone());
+        let deals = col(&|f| f.deal_id.clone());
         let e = col(&|f| f.event_id.clone());
         let a = col(&|f| f.account.clone());
         let s = col(&|f| f.symbol.clone());
@@ -374,7 +374,7 @@ async fn handwritten_pg(
         let q = col(&|f| f.qty.to_string());
         let p = col(&|f| f.price.to_string());
         let ts: Vec<i64> = fresh.iter().map(|f| f.exec_time).collect();
-        tx.execute(&ins_fills, &[&d, &e, &a, &s, &si, &q, &p, &ts])
+        tx.execute(&ins_fills, &[&deals, &e, &a, &s, &si, &q, &p, &ts])
             .await
             .expect("fills");
         let mut keys: Vec<(&str, &str)> = fresh
