@@ -38,6 +38,9 @@ const SCHEMA_V1: &str = include_str!("schema_postgres.sql");
 /// Serialises migrations of instances starting together.
 const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
 const MAX_ATTEMPTS: usize = 5;
+/// From this many events on, dedup and deal rows are probed first and
+/// inserted with a plain INSERT (see `sel_processed`).
+const PLAIN_INSERT_MIN: usize = 64;
 
 struct Stmts {
     sel_processed: Statement,
@@ -875,7 +878,11 @@ async fn apply_in_tx(
     sorted.sort_by(|a, b| (a.kind(), a.event_id()).cmp(&(b.kind(), b.event_id())));
     let kinds: Vec<&str> = sorted.iter().map(|e| e.kind().as_str()).collect();
     let ids: Vec<&str> = sorted.iter().map(|e| e.event_id()).collect();
-    let fresh: HashSet<(String, String)> = if contended {
+    // Small batches (a stream fetch of a few messages) take the single
+    // ON CONFLICT statement: one round trip less matters more there than
+    // the per-row saving of the probe.
+    let oc = contended || sorted.len() < PLAIN_INSERT_MIN;
+    let fresh: HashSet<(String, String)> = if oc {
         tx.query(&st.ins_processed_oc, &[&kinds, &ids, &now])
             .await?
             .iter()
@@ -992,10 +999,12 @@ async fn apply_in_tx(
         // The deals that exist already, locked (deal_id order); the rest
         // are inserted with a plain INSERT (see `sel_processed` for why
         // and what a concurrent insert does).
-        let all: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
-        for r in tx.query(&st.sel_deals, &[&all]).await? {
-            let (id, row) = deal_of(&r)?;
-            deals.insert(id, Some(row));
+        if !oc {
+            let all: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
+            for r in tx.query(&st.sel_deals, &[&all]).await? {
+                let (id, row) = deal_of(&r)?;
+                deals.insert(id, Some(row));
+            }
         }
         let new: Vec<&(String, DealRow, Option<i64>)> = firsts
             .iter()
@@ -1016,11 +1025,7 @@ async fn apply_in_tx(
             let be: Vec<Option<&str>> = cols.iter().map(|c| c.bust_event_id.as_deref()).collect();
             let ba: Vec<Option<&str>> = cols.iter().map(|c| c.bust_account.as_deref()).collect();
             let bt: Vec<Option<i64>> = cols.iter().map(|c| c.bust_ns).collect();
-            let stmt = if contended {
-                &st.ins_deals_oc
-            } else {
-                &st.ins_deals
-            };
+            let stmt = if oc { &st.ins_deals_oc } else { &st.ins_deals };
             let rows = tx
                 .query(
                     stmt,
