@@ -276,6 +276,149 @@ async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64,
     (applied, t.elapsed().as_secs_f64(), cpu_secs() - cpu)
 }
 
+/// A plain hand-written set-based version, as a team would write it (the
+/// comparison of issue 10): batches through `unnest` arrays, the dedup
+/// `INSERT … ON CONFLICT DO NOTHING RETURNING`, the new fills in one
+/// insert, the touched positions locked and read in one statement, the
+/// average price and P&L computed in Rust (same `Position::apply`), and
+/// one upsert of the positions. Same work and durability as tickgate:
+/// dedup, fill rows, positions with average price and P&L, one
+/// transaction per batch.
+async fn handwritten_pg(
+    url: &str,
+    schema: &str,
+    events: &[Parsed],
+    batch: usize,
+) -> (usize, f64, f64) {
+    let (mut c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    c.batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .expect("schema");
+    let dedup = c
+        .prepare(
+            "INSERT INTO processed_events (kind, event_id, created_ns)
+             SELECT 'FILL', e, 0 FROM unnest($1::text[]) AS u(e)
+             ON CONFLICT DO NOTHING RETURNING event_id",
+        )
+        .await
+        .expect("prepare");
+    let ins_fills = c
+        .prepare(
+            "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                                exec_ns, applied_seq, created_ns, updated_ns)
+             SELECT d, 'applied', e, a, s, si, q::numeric, p::numeric, t,
+                    nextval('fills_applied_seq'), 0, 0
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::int8[]) AS u(d, e, a, s, si, q, p, t)",
+        )
+        .await
+        .expect("prepare");
+    let sel_pos = c
+        .prepare(
+            "SELECT p.account, p.symbol, p.qty::text, p.avg_price::text, p.realized_pnl::text
+             FROM positions p JOIN unnest($1::text[], $2::text[]) AS u(a, s)
+                  ON p.account = u.a AND p.symbol = u.s
+             ORDER BY p.account, p.symbol FOR UPDATE OF p",
+        )
+        .await
+        .expect("prepare");
+    let upsert_pos = c
+        .prepare(
+            "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+             SELECT a, s, q::numeric, ap::numeric, r::numeric, 0
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                  AS u(a, s, q, ap, r)
+             ORDER BY a, s
+             ON CONFLICT (account, symbol) DO UPDATE SET qty = EXCLUDED.qty,
+                 avg_price = EXCLUDED.avg_price, realized_pnl = EXCLUDED.realized_pnl",
+        )
+        .await
+        .expect("prepare");
+    let chunks: Vec<Vec<&Fill>> = events
+        .chunks(batch)
+        .map(|c| fills_of(c).collect())
+        .collect();
+    let cpu = cpu_secs();
+    let t = Instant::now();
+    let mut applied = 0;
+    for chunk in chunks {
+        let tx = c.transaction().await.expect("begin");
+        let ids: Vec<&str> = chunk.iter().map(|f| f.event_id.as_str()).collect();
+        let new: std::collections::HashSet<String> = tx
+            .query(&dedup, &[&ids])
+            .await
+            .expect("dedup")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut taken = std::collections::HashSet::new();
+        let fresh: Vec<&Fill> = chunk
+            .iter()
+            .copied()
+            .filter(|f| new.contains(&f.event_id) && taken.insert(f.event_id.as_str()))
+            .collect();
+        if fresh.is_empty() {
+            tx.commit().await.expect("commit");
+            continue;
+        }
+        let col =
+            |g: &dyn Fn(&Fill) -> String| -> Vec<String> { fresh.iter().map(|f| g(f)).collect() };
+        let deals = col(&|f| f.deal_id.clone());
+        let e = col(&|f| f.event_id.clone());
+        let a = col(&|f| f.account.clone());
+        let s = col(&|f| f.symbol.clone());
+        let si = col(&|f| f.side.as_str().to_owned());
+        let q = col(&|f| f.qty.to_string());
+        let p = col(&|f| f.price.to_string());
+        let ts: Vec<i64> = fresh.iter().map(|f| f.exec_time).collect();
+        tx.execute(&ins_fills, &[&deals, &e, &a, &s, &si, &q, &p, &ts])
+            .await
+            .expect("fills");
+        let mut keys: Vec<(&str, &str)> = fresh
+            .iter()
+            .map(|f| (f.account.as_str(), f.symbol.as_str()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let ka: Vec<&str> = keys.iter().map(|k| k.0).collect();
+        let ks: Vec<&str> = keys.iter().map(|k| k.1).collect();
+        let mut pos: HashMap<(String, String), Position> = HashMap::new();
+        for r in tx.query(&sel_pos, &[&ka, &ks]).await.expect("lock") {
+            pos.insert(
+                (r.get(0), r.get(1)),
+                Position {
+                    qty: d(r.get(2)),
+                    avg_price: d(r.get(3)),
+                    realized_pnl: d(r.get(4)),
+                },
+            );
+        }
+        for f in &fresh {
+            let p = pos
+                .entry((f.account.clone(), f.symbol.clone()))
+                .or_default();
+            *p = p.apply(f.side, f.qty, f.price).expect("arithmetic");
+        }
+        let (mut pa, mut ps, mut pq, mut pp, mut pr) = (vec![], vec![], vec![], vec![], vec![]);
+        for ((acc, sym), p) in &pos {
+            pa.push(acc.as_str());
+            ps.push(sym.as_str());
+            pq.push(p.qty.to_string());
+            pp.push(p.avg_price.to_string());
+            pr.push(p.realized_pnl.to_string());
+        }
+        tx.execute(&upsert_pos, &[&pa, &ps, &pq, &pp, &pr])
+            .await
+            .expect("positions");
+        applied += fresh.len();
+        tx.commit().await.expect("commit");
+    }
+    (applied, t.elapsed().as_secs_f64(), cpu_secs() - cpu)
+}
+
 /// The stored positions must equal applying each unique event once.
 async fn check(store: &Store, events: &[Parsed]) {
     let mut seen = std::collections::HashSet::new();
@@ -365,7 +508,7 @@ fn main() {
                 let fs: String = c.query_one("SHOW fsync", &[]).await.expect("show").get(0);
                 println!("postgres: synchronous_commit={sc} fsync={fs}");
                 let mut schemas = Vec::new();
-                for tag in ["tb", "b"] {
+                for tag in ["tb", "b", "hw"] {
                     let s = format!("bench_{tag}_{}", std::process::id());
                     c.batch_execute(&format!(
                         "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s}"
@@ -379,6 +522,9 @@ fn main() {
                     pg_pool_size: 1,
                     ..opts.clone()
                 };
+                // tickgate's own path: the whole input to apply_events,
+                // which splits it by account over `lanes` connections.
+                let lanes = env_usize("FILLS_BENCH_PG_LANES", 2);
                 // Migrate the textbook schema through the store, then run raw SQL.
                 let tstore = Store::Postgres(
                     PgStore::connect(&url, pg(&schemas[0]), FillsMetrics::unregistered())
@@ -396,16 +542,39 @@ fn main() {
                     cpu,
                 });
                 let bstore = Store::Postgres(
-                    PgStore::connect(&url, pg(&schemas[1]), FillsMetrics::unregistered())
-                        .await
-                        .expect("pg"),
+                    PgStore::connect(
+                        &url,
+                        StoreOptions {
+                            pg_pool_size: lanes,
+                            ..pg(&schemas[1])
+                        },
+                        FillsMetrics::unregistered(),
+                    )
+                    .await
+                    .expect("pg"),
                 );
-                let (a, secs, cpu) = batched(&bstore, evs.clone(), batch).await;
+                let (a, secs, cpu) = batched(&bstore, evs.clone(), evs.len()).await;
                 assert_eq!(a, n);
                 check(&bstore, &evs).await;
                 rows.push(Row {
                     backend: "postgres",
-                    design: format!("tickgate: {batch} events per tx"),
+                    design: format!("tickgate: {batch} events per tx, {lanes} lanes by account"),
+                    events: evs.len(),
+                    secs,
+                    cpu,
+                });
+                // The hand-written set-based version on the same workload.
+                let hstore = Store::Postgres(
+                    PgStore::connect(&url, pg(&schemas[2]), FillsMetrics::unregistered())
+                        .await
+                        .expect("pg"),
+                );
+                let (a, secs, cpu) = handwritten_pg(&url, &schemas[2], &evs, batch).await;
+                assert_eq!(a, n);
+                check(&hstore, &evs).await;
+                rows.push(Row {
+                    backend: "postgres",
+                    design: format!("hand-written set-based: {batch} events per tx"),
                     events: evs.len(),
                     secs,
                     cpu,
@@ -420,6 +589,22 @@ fn main() {
     println!(
         "\n| backend | design | events (10% repeats) | seconds | events/s | CPU s | events per CPU s |\n|---|---|---:|---:|---:|---:|---:|"
     );
+    let rate = |backend: &str, design: &str| {
+        rows.iter()
+            .find(|r| r.backend == backend && r.design.starts_with(design))
+            .map(|r| r.events as f64 / r.secs)
+    };
+    if let (Some(t), Some(h), Some(tb)) = (
+        rate("postgres", "tickgate"),
+        rate("postgres", "hand-written"),
+        rate("postgres", "textbook"),
+    ) {
+        println!(
+            "postgres ratios: tickgate / hand-written = {:.2}x, tickgate / textbook = {:.1}x",
+            t / h,
+            t / tb
+        );
+    }
     for r in &rows {
         println!(
             "| {} | {} | {} | {:.2} | {:.0} | {:.2} | {:.0} |",

@@ -54,6 +54,8 @@ The summary goes to standard output, progress to standard error.")]
     Push(tickgate::fills::push::PushArgs),
     /// Consume events from a NATS JetStream stream (durable pull consumer).
     Consume(Box<tickgate::fills::nats::ConsumeArgs>),
+    /// Consume events from a Kafka topic (offsets kept in the store).
+    ConsumeKafka(Box<tickgate::fills::kafka::ConsumeKafkaArgs>),
 }
 
 fn main() {
@@ -69,6 +71,9 @@ fn main() {
         Command::Fills(FillsCommand::Apply(a)) => tickgate::fills::cli::apply_main(a),
         Command::Fills(FillsCommand::Push(a)) => tickgate::fills::push::main(a),
         Command::Fills(FillsCommand::Consume(a)) => tickgate::fills::nats::consume_main(*a),
+        Command::Fills(FillsCommand::ConsumeKafka(a)) => {
+            tickgate::fills::kafka::consume_kafka_main(*a)
+        }
     };
     match result {
         Ok(code) => std::process::exit(code),

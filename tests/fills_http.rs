@@ -150,7 +150,7 @@ struct Gated {
 impl FillsBackend for Gated {
     fn apply_batch<'a>(
         &'a self,
-        client: &'a str,
+        client: &'a ClientConfig,
         key: &'a str,
         request_hash: &'a str,
         events: &'a [Value],
@@ -514,6 +514,184 @@ async fn bad_events_rejected_individually() {
     assert_eq!(
         position_qty(&db.store, "ACC-A", "EURUSD").await,
         Some(dec("5"))
+    );
+}
+
+/// K2 write scope (issue 10 item 4): alice may write only ACC-A. Her
+/// events for other accounts (a FILL, and a BUST of bob's fill: the attack
+/// the adversarial test found) are rejected one by one with the reason,
+/// counted, and the rest of her batch is applied; bob ("*") is unaffected.
+async fn write_scope(db: &Db) {
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let r = srv
+        .post(
+            Some("token-bob"),
+            Some("bob-1"),
+            batch(&[fill("E1", "D1", "ACC-B", "EURUSD", "BUY", "10", "1.5")]),
+        )
+        .await;
+    assert_eq!(json(&r)["totals"]["applied"], 1);
+    let body = batch(&[
+        fill("E2", "D2", "ACC-A", "EURUSD", "BUY", "3", "1.1"),
+        fill("E3", "D3", "ACC-B", "EURUSD", "BUY", "5", "1.1"),
+        serde_json::json!({"kind":"BUST","event_id":"B1","deal_id":"D1","account":"ACC-B",
+            "exec_time":"2026-11-30T08:05:00Z"}),
+        // Naming her own account does not let her reverse bob's fill either.
+        serde_json::json!({"kind":"BUST","event_id":"B2","deal_id":"D1","account":"ACC-A",
+            "exec_time":"2026-11-30T08:05:00Z"}),
+        fill("E4", "D4", "ACC-A", "EURUSD", "SELL", "1", "1.2"),
+    ]);
+    let r = srv.post(Some("token-alice"), Some("alice-1"), body).await;
+    assert_eq!(r.status, 200);
+    let v = json(&r);
+    let results = v["results"].as_array().unwrap();
+    let status: Vec<&str> = results
+        .iter()
+        .map(|x| x["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        ["applied", "rejected", "rejected", "rejected", "applied"]
+    );
+    for i in [1, 2] {
+        let reason = results[i]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("not writable") && reason.contains("\"ACC-B\""),
+            "{reason}"
+        );
+    }
+    assert!(results[3]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("was filled for account \"ACC-B\""));
+    assert_eq!(
+        db.store
+            .metrics()
+            .out_of_scope
+            .with_label_values(&["http"])
+            .get(),
+        2
+    );
+    // Bob's fill stands, untouched; alice's own events were applied.
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "EURUSD").await,
+        Some(dec("10"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("2"))
+    );
+    // A replay of the answer does not count the rejections again.
+    let r = srv
+        .post(
+            Some("token-alice"),
+            Some("alice-1"),
+            batch(&[
+                fill("E2", "D2", "ACC-A", "EURUSD", "BUY", "3", "1.1"),
+                fill("E3", "D3", "ACC-B", "EURUSD", "BUY", "5", "1.1"),
+                serde_json::json!({"kind":"BUST","event_id":"B1","deal_id":"D1","account":"ACC-B",
+                    "exec_time":"2026-11-30T08:05:00Z"}),
+                serde_json::json!({"kind":"BUST","event_id":"B2","deal_id":"D1","account":"ACC-A",
+                    "exec_time":"2026-11-30T08:05:00Z"}),
+                fill("E4", "D4", "ACC-A", "EURUSD", "SELL", "1", "1.2"),
+            ]),
+        )
+        .await;
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        db.store
+            .metrics()
+            .out_of_scope
+            .with_label_values(&["http"])
+            .get(),
+        2
+    );
+    // The rejected event was not recorded as processed: bob may post it.
+    let r = srv
+        .post(
+            Some("token-bob"),
+            Some("bob-2"),
+            batch(&[fill("E3", "D3", "ACC-B", "EURUSD", "BUY", "5", "1.1")]),
+        )
+        .await;
+    assert_eq!(json(&r)["totals"]["applied"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_scope_sqlite() {
+    write_scope(&sqlite_db(StoreOptions::default()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_scope_postgres() {
+    let Some(db) = pg_db("write_scope", StoreOptions::default()).await else {
+        return;
+    };
+    write_scope(&db).await;
+    db.cleanup().await;
+}
+
+/// Exact decimals on the HTTP path (issue 10 item 5): the two values the
+/// adversarial test saw rounded are rejected with their reason; the rest
+/// of the batch is applied with every digit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inexact_decimals_are_rejected_not_rounded() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[
+        fill(
+            "E1",
+            "D1",
+            "ACC-A",
+            "EURUSD",
+            "BUY",
+            "1.0000000000000000000000000000000000001",
+            "1",
+        ),
+        fill(
+            "E2",
+            "D2",
+            "ACC-A",
+            "EURUSD",
+            "BUY",
+            "0.00000000000000000000000000001",
+            "1",
+        ),
+        fill(
+            "E3",
+            "D3",
+            "ACC-A",
+            "EURUSD",
+            "BUY",
+            "0.0000000000000000000000000001",
+            "1",
+        ),
+        fill(
+            "E4",
+            "D4",
+            "ACC-A",
+            "EURUSD",
+            "BUY",
+            "79228162514264337593543950335",
+            "1",
+        ),
+    ]);
+    let r = srv.post(Some("token-alice"), Some("exact-1"), body).await;
+    let v = json(&r);
+    let results = v["results"].as_array().unwrap();
+    for i in [0, 1] {
+        assert_eq!(results[i]["status"], "rejected");
+        let reason = results[i]["reason"].as_str().unwrap();
+        assert!(reason.contains("cannot be held exactly"), "{reason}");
+    }
+    assert_eq!(results[2]["status"], "applied");
+    // The position would be rounded: rejected, nothing applied for it.
+    assert_eq!(results[3]["status"], "rejected");
+    let reason = results[3]["reason"].as_str().unwrap();
+    assert!(reason.contains("position quantity"), "{reason}");
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("0.0000000000000000000000000001"))
     );
 }
 

@@ -51,7 +51,7 @@ struct Down;
 impl FillsBackend for Down {
     fn apply_batch<'a>(
         &'a self,
-        _client: &'a str,
+        _client: &'a ClientConfig,
         _key: &'a str,
         _request_hash: &'a str,
         _events: &'a [Value],

@@ -25,6 +25,22 @@
 //! max_deliver = 5
 //! ack_wait = "30s"
 //!
+//! [fills.cache]              # K8: answers shared by several instances
+//! redis = "redis://127.0.0.1:6379/"   # absent = off (default)
+//! prefix = "tickgate:fills:answer:"
+//! timeout = "100ms"
+//!
+//! [fills.kafka]
+//! bootstrap_servers = ["127.0.0.1:9092"]
+//! topic = "fills"
+//! partitions = []             # empty = all partitions of the topic
+//! start = "earliest"          # or "latest": where a partition with no stored offset starts
+//! batch = 1000
+//! dead_letter_topic = "fills.dlq"
+//! consumer = "tickgate"
+//! max_wait = "500ms"
+//! # sasl_mechanism = "SCRAM-SHA-512"; sasl_username = "..."; sasl_password = "..."
+//!
 //! [fills.retention]
 //! chunk = 10000           # at most 10,000 (F5)
 //! pause = "50ms"
@@ -55,6 +71,8 @@ pub struct FillsConfig {
     pub max_in_flight: usize,
     pub http: HttpConfig,
     pub nats: Option<NatsConfig>,
+    pub kafka: Option<KafkaConfig>,
+    pub cache: CacheConfig,
     pub retention: RetentionConfig,
 }
 
@@ -70,6 +88,8 @@ impl Default for FillsConfig {
             max_in_flight: 64,
             http: HttpConfig::default(),
             nats: None,
+            kafka: None,
+            cache: CacheConfig::default(),
             retention: RetentionConfig::default(),
         }
     }
@@ -106,7 +126,8 @@ pub struct ClientConfig {
     pub name: String,
     /// Bearer token that authenticates this client.
     pub token: String,
-    /// Accounts whose positions the client may read; `"*"` means all.
+    /// Accounts the client may read positions of and post events for
+    /// (K2); `"*"` means all.
     #[serde(default)]
     pub accounts: Vec<String>,
 }
@@ -114,6 +135,20 @@ pub struct ClientConfig {
 impl ClientConfig {
     pub fn may_see(&self, account: &str) -> bool {
         self.accounts.iter().any(|a| a == "*" || a == account)
+    }
+
+    /// Write scope: the same list as for reading.
+    pub fn may_write(&self, account: &str) -> bool {
+        self.may_see(account)
+    }
+
+    /// The `accounts` list for messages: `["A", "B"]`, or `no account`.
+    pub fn accounts_list(&self) -> String {
+        if self.accounts.is_empty() {
+            "no account".to_owned()
+        } else {
+            format!("{:?}", self.accounts)
+        }
     }
 }
 
@@ -142,6 +177,75 @@ impl Default for NatsConfig {
             dlq_subject: "dlq.fills".into(),
             max_deliver: 5,
             ack_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[fills.cache]`: the answer cache shared by several instances (K8).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// `redis://host:port/db`; absent = no shared cache (the default).
+    pub redis: Option<String>,
+    /// Prefix of the Redis keys.
+    pub prefix: String,
+    /// Bound on one Redis operation; past it the database answers.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            redis: None,
+            prefix: super::shared_cache::DEFAULT_PREFIX.into(),
+            timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+/// `[fills.kafka]`: the Kafka source (`fills::kafka`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `host:port` list.
+    pub bootstrap_servers: Vec<String>,
+    pub topic: String,
+    /// Partitions to consume; empty = all of the topic's.
+    pub partitions: Vec<i32>,
+    /// Where to start a partition with no stored offset: "earliest" or "latest".
+    pub start: String,
+    /// Most records per transaction.
+    pub batch: usize,
+    /// Topic that receives undecodable and rejected events.
+    pub dead_letter_topic: String,
+    /// Name of this consumer in the consumer-positions table (one row per
+    /// partition: stream = "kafka:<topic>:<partition>").
+    pub consumer: String,
+    /// Longest wait of one fetch for new records.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_wait: Duration,
+    /// SASL, passed to the client: mechanism "PLAIN", "SCRAM-SHA-256" or
+    /// "SCRAM-SHA-512".
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub sasl_password: Option<String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            bootstrap_servers: vec!["127.0.0.1:9092".into()],
+            topic: "fills".into(),
+            partitions: Vec::new(),
+            start: "earliest".into(),
+            batch: 1000,
+            dead_letter_topic: "fills.dlq".into(),
+            consumer: "tickgate".into(),
+            max_wait: Duration::from_millis(500),
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
         }
     }
 }
@@ -215,6 +319,29 @@ impl FillsConfig {
         }
         if let Some(n) = &self.nats {
             anyhow::ensure!(n.max_deliver >= 1, "fills.nats.max_deliver must be >= 1");
+        }
+        if let Some(k) = &self.kafka {
+            anyhow::ensure!(
+                !k.bootstrap_servers.is_empty(),
+                "fills.kafka.bootstrap_servers must not be empty"
+            );
+            anyhow::ensure!(!k.topic.is_empty(), "fills.kafka.topic must not be empty");
+            anyhow::ensure!(
+                k.start == "earliest" || k.start == "latest",
+                "fills.kafka.start must be \"earliest\" or \"latest\", not {:?}",
+                k.start
+            );
+            anyhow::ensure!(k.batch >= 1, "fills.kafka.batch must be >= 1");
+            anyhow::ensure!(
+                k.dead_letter_topic != k.topic,
+                "fills.kafka.dead_letter_topic must differ from topic (dead letters would be consumed again)"
+            );
+        }
+        if let Some(r) = &self.cache.redis {
+            anyhow::ensure!(
+                r.starts_with("redis://") || r.starts_with("rediss://") || r.starts_with("unix://"),
+                "fills.cache.redis: {r:?} is not a redis:// URL"
+            );
         }
         Ok(())
     }

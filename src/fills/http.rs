@@ -32,6 +32,7 @@ use super::backoff::SplitMix64;
 use super::cache::{AnswerCache, CachedAnswer};
 use super::config::{ClientConfig, FillsConfig};
 use super::model::{self, Parsed};
+use super::shared_cache::{Lookup, SharedCache, SharedCacheOptions};
 use super::store::{AnswerFn, HttpOutcome, Store};
 
 /// The hand-written OpenAPI 3.1 description of this API.
@@ -64,12 +65,14 @@ pub struct PositionView {
 /// What the HTTP layer needs from the store. Implemented for the fills
 /// store; tests may implement it to inject failures.
 pub trait FillsBackend: Send + Sync + 'static {
-    /// Runs the batch under `(client, key)` exactly once (K2-K5): `events`
-    /// are the raw JSON events, validated one by one by the store's model
-    /// (a bad event is rejected in the answer, not the batch).
+    /// Runs the batch under `(client.name, key)` exactly once (K2-K5):
+    /// `events` are the raw JSON events, validated one by one by the
+    /// store's model (a bad event is rejected in the answer, not the
+    /// batch), and an event for an account outside `client.accounts` is
+    /// rejected (K2 write scope), that event only.
     fn apply_batch<'a>(
         &'a self,
-        client: &'a str,
+        client: &'a ClientConfig,
         key: &'a str,
         request_hash: &'a str,
         events: &'a [Value],
@@ -107,6 +110,9 @@ pub struct HttpOptions {
     /// Seed of the fault switch's PRNG (tests: reproducible faults); None =
     /// seeded from the clock.
     pub fault_seed: Option<u64>,
+    /// K8: committed answers shared by several instances in Redis
+    /// (`[fills.cache] redis`); None = off.
+    pub shared_cache: Option<SharedCacheOptions>,
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -124,6 +130,7 @@ impl Default for HttpOptions {
             conflict_retry_after_secs: 1,
             fault_429_after_commit: 0.0,
             fault_seed: None,
+            shared_cache: None,
         }
     }
 }
@@ -135,6 +142,11 @@ impl HttpOptions {
             max_batch: cfg.max_batch,
             max_in_flight: cfg.max_in_flight,
             key_ttl: cfg.key_ttl,
+            shared_cache: cfg.cache.redis.as_ref().map(|url| SharedCacheOptions {
+                url: url.clone(),
+                prefix: cfg.cache.prefix.clone(),
+                timeout: cfg.cache.timeout,
+            }),
             ..HttpOptions::default()
         };
         if let Ok(v) = std::env::var(FAULT_ENV) {
@@ -225,6 +237,8 @@ pub struct HttpState {
     options: HttpOptions,
     in_flight: Arc<Semaphore>,
     cache: AnswerCache,
+    /// K8: the Redis cache shared with other instances, if configured.
+    shared: Option<SharedCache>,
     metrics: HttpMetrics,
     fault_rng: Mutex<SplitMix64>,
     started: Instant,
@@ -261,6 +275,10 @@ impl HttpState {
                 options.cache_capacity,
                 i64::try_from(options.key_ttl.as_nanos()).unwrap_or(i64::MAX),
             ),
+            shared: match &options.shared_cache {
+                Some(o) => Some(SharedCache::new(o.clone(), registry)?),
+                None => None,
+            },
             metrics: HttpMetrics::new(registry)?,
             fault_rng: Mutex::new(
                 options
@@ -565,6 +583,15 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
         state.metrics.replays.with_label_values(&["cache"]).inc();
         return answer(hit.status, hit.body, true);
     }
+    // K8: an answer another instance committed, from the shared cache. Only
+    // a value of this client and key with this request's hash is used;
+    // anything else (including a Redis outage) goes to the database.
+    if let Some(shared) = &state.shared {
+        if let Lookup::Hit(hit) = shared.get(&client.name, &key, &request_hash).await {
+            state.metrics.replays.with_label_values(&["redis"]).inc();
+            return answer(hit.status, hit.body, true);
+        }
+    }
 
     // K6: bounded work in flight; never an unbounded queue.
     let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
@@ -576,12 +603,15 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
     let task = {
         let (state, client, key, hash) = (
             state.clone(),
-            client.name.clone(),
+            client.clone(),
             key.clone(),
             request_hash.clone(),
         );
         tokio::spawn(async move {
             let _permit = permit;
+            // Before the transaction that may create the key row: an entry
+            // timed from here never outlives the row (K7).
+            let started = Instant::now();
             let outcome = state
                 .backend
                 .apply_batch(&client, &key, &hash, &events)
@@ -590,7 +620,21 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
                 BatchOutcome::Fresh { status, body } | BatchOutcome::Replayed { status, body },
             ) = &outcome
             {
-                remember(&state, &client, &key, &hash, *status, body);
+                remember(&state, &client.name, &key, &hash, *status, body);
+            }
+            // Shared with the other instances once committed, and only a
+            // fresh answer: its key row's age is known (a replayed one's
+            // is not, and its first attempt shared it already).
+            if let (Some(shared), Ok(BatchOutcome::Fresh { status, body })) =
+                (&state.shared, &outcome)
+            {
+                let ttl = state.options.key_ttl.saturating_sub(started.elapsed());
+                let a = CachedAnswer {
+                    request_hash: hash.clone(),
+                    status: *status,
+                    body: body.clone(),
+                };
+                shared.put(&client.name, &key, &a, ttl).await;
             }
             outcome
         })
@@ -666,6 +710,29 @@ fn key_reused(state: &HttpState) -> Response {
 
 // ---------------------------------------------------------------- the store
 
+/// Start of the reason of an event rejected by the write scope.
+pub const OUT_OF_SCOPE: &str = "account not writable by this client";
+
+/// K2 write scope: a valid event for an account outside the client's
+/// `accounts` becomes a rejection with its reason (a BUST too: its
+/// account must be writable, and the store checks that it is the
+/// account of the fill it reverses).
+pub fn scoped(client: &ClientConfig, parsed: Parsed) -> Parsed {
+    match parsed {
+        Ok(ev) if !client.may_write(ev.account()) => Err(model::Invalid {
+            kind: Some(ev.kind().as_str().to_owned()),
+            event_id: Some(ev.event_id().to_owned()),
+            reason: format!(
+                "{OUT_OF_SCOPE}: client {:?} may write only {}, not {:?}",
+                client.name,
+                client.accounts_list(),
+                ev.account()
+            ),
+        }),
+        other => other,
+    }
+}
+
 /// The fills store as the HTTP layer's backend: events are validated one by
 /// one by the model (a bad one is rejected in the answer, K4 stores that
 /// answer too), and the `200` body is the model's `batch_answer`, built
@@ -673,22 +740,37 @@ fn key_reused(state: &HttpState) -> Response {
 impl FillsBackend for Store {
     fn apply_batch<'a>(
         &'a self,
-        client: &'a str,
+        client: &'a ClientConfig,
         key: &'a str,
         request_hash: &'a str,
         events: &'a [Value],
     ) -> BoxFuture<'a, anyhow::Result<BatchOutcome>> {
         Box::pin(async move {
-            let parsed: Vec<Parsed> = events.iter().map(model::parse_value).collect();
+            let parsed: Vec<Parsed> = events
+                .iter()
+                .map(|v| scoped(client, model::parse_value(v)))
+                .collect();
+            let out_of_scope = parsed
+                .iter()
+                .filter(|p| matches!(p, Err(i) if i.reason.starts_with(OUT_OF_SCOPE)))
+                .count();
             let build: AnswerFn = Arc::new(model::batch_answer);
             let outcome = self
-                .apply_http_batch(client, key, request_hash, parsed, build)
+                .apply_http_batch(&client.name, key, request_hash, parsed, build)
                 .await?;
             Ok(match outcome {
-                HttpOutcome::Fresh { status, body, .. } => BatchOutcome::Fresh {
-                    status,
-                    body: Bytes::from(body),
-                },
+                HttpOutcome::Fresh { status, body, .. } => {
+                    // Counted once, when the answer that rejects them is
+                    // committed (a replay does not count them again).
+                    self.metrics()
+                        .out_of_scope
+                        .with_label_values(&["http"])
+                        .inc_by(out_of_scope as u64);
+                    BatchOutcome::Fresh {
+                        status,
+                        body: Bytes::from(body),
+                    }
+                }
                 HttpOutcome::Replayed { status, body } => BatchOutcome::Replayed {
                     status,
                     body: Bytes::from(body),
@@ -891,6 +973,10 @@ mod tests {
         for path in ["/v1/fills", "/v1/positions", "/openapi.json"] {
             assert!(v["paths"][path].is_object(), "{path}");
         }
+        let account = &v["components"]["schemas"]["Event"]["properties"]["account"];
+        assert!(account["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(OUT_OF_SCOPE)));
         for status in ["400", "401", "409", "413", "422", "429"] {
             assert!(
                 v["paths"]["/v1/fills"]["post"]["responses"][status].is_object(),

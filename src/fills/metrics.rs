@@ -21,6 +21,8 @@ pub struct FillsMetrics {
     /// Held BUSTs applied when their FILL arrived.
     pub busts_released: IntCounter,
     pub dead_lettered: IntCounterVec,
+    /// K2 write scope: events for an account the client may not write.
+    pub out_of_scope: IntCounterVec,
     pub tx_seconds: Histogram,
     pub tx_retries: IntCounter,
     pub retention_rows: IntCounterVec,
@@ -64,6 +66,11 @@ impl FillsMetrics {
             "Events moved to dead letters with a reason",
             &["source"],
         )?;
+        let out_of_scope = cv(
+            "fills_events_out_of_scope_total",
+            "Events rejected because the client may not write their account (K2)",
+            &["source"],
+        )?;
         let busts_released = IntCounter::new(
             "fills_busts_released_total",
             "Held BUSTs applied when their FILL arrived",
@@ -104,6 +111,7 @@ impl FillsMetrics {
             held,
             busts_released,
             dead_lettered,
+            out_of_scope,
             tx_seconds,
             tx_retries,
             retention_rows,

@@ -5,7 +5,6 @@
 //! parsed from JSON *strings*; a JSON number is rejected, never rounded.
 
 use std::fmt;
-use std::str::FromStr;
 
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
@@ -293,18 +292,11 @@ fn field_decimal(obj: &Map<String, Value>, name: &str) -> Result<Decimal, String
 }
 
 /// Strict decimal: optional '-', digits, optional '.' and digits. No exponent,
-/// no '+', no spaces, no NaN/Infinity, at most 28 significant digits.
+/// no '+', no spaces, no NaN/Infinity; a value that cannot be held exactly
+/// (more than 28 significant digits, or out of range) is an error, never
+/// rounded (`fills::exact`).
 pub fn parse_decimal(s: &str) -> Result<Decimal, String> {
-    let body = s.strip_prefix('-').unwrap_or(s);
-    let (int, frac) = match body.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (body, None),
-    };
-    let digits_ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-    if !digits_ok(int) || !frac.is_none_or(digits_ok) {
-        return Err(format!("{s:?} is not a decimal number"));
-    }
-    Decimal::from_str(s).map_err(|_| format!("{s:?} is out of range (max 28 significant digits)"))
+    super::exact::parse(s)
 }
 
 /// What happened to one input of a batch.
@@ -418,6 +410,7 @@ pub fn batch_answer(outcomes: &[EventOutcome]) -> (u16, Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     fn fill_json() -> Value {
         serde_json::json!({"kind":"FILL","event_id":"E-881","deal_id":"D-1001","account":"ACC-7",
@@ -490,7 +483,14 @@ mod tests {
         let too_many = "1".repeat(40);
         assert!(parse_decimal(&too_many)
             .unwrap_err()
-            .contains("out of range"));
+            .contains("significant digits"));
+        // The two values of issue 10 that used to be rounded.
+        let mut v = fill_json();
+        v["qty"] = "1.0000000000000000000000000000000000001".into();
+        assert!(reason(v).contains("cannot be held exactly"));
+        let mut v = fill_json();
+        v["qty"] = "0.00000000000000000000000000001".into();
+        assert!(reason(v).contains("cannot be held exactly"));
     }
 
     #[test]

@@ -837,7 +837,7 @@ pub fn consume_main(args: ConsumeArgs) -> anyhow::Result<i32> {
 }
 
 /// SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

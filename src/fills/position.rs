@@ -1,9 +1,19 @@
 //! Position arithmetic (F6): signed quantity, average price, realized P&L,
 //! all `Decimal`. Pure; every operation is checked, so absurd inputs give an
 //! error, never a panic or a silently wrapped number.
+//!
+//! Exactness (fills.md "Events"): the position quantity and each fill's
+//! notional (`qty × price`) are exact or the fill is rejected
+//! ([`super::exact`]). The average price is a quotient (cost / quantity),
+//! which in general has no finite decimal expansion (100 @ 1.1 + 200 @ 1.2
+//! averages 1.1666...), so it and the P&L computed from it are carried at
+//! `rust_decimal`'s full precision (28 significant digits): the one place a
+//! digit can be dropped, and only in a derived value, never in a quantity
+//! or a price that was sent. Overflow anywhere rejects the fill.
 
 use rust_decimal::Decimal;
 
+use super::exact::{self, Inexact};
 use super::model::Side;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -15,9 +25,24 @@ pub struct Position {
     pub realized_pnl: Decimal,
 }
 
+/// Why a fill cannot be applied exactly: which value, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("position arithmetic overflows the decimal range")]
-pub struct Overflow;
+#[error("position arithmetic: {what} {why}")]
+pub struct Overflow {
+    pub what: &'static str,
+    pub why: Inexact,
+}
+
+fn overflow(what: &'static str) -> impl Fn(Inexact) -> Overflow {
+    move |why| Overflow { what, why }
+}
+
+fn range(what: &'static str) -> Overflow {
+    Overflow {
+        what,
+        why: Inexact::Overflow,
+    }
+}
 
 impl Position {
     pub const FLAT: Position = Position {
@@ -31,39 +56,49 @@ impl Position {
     /// is the fill price when the position flips side, and realized P&L
     /// accrues on the closed quantity when it shrinks.
     pub fn apply(&self, side: Side, qty: Decimal, price: Decimal) -> Result<Position, Overflow> {
-        let delta = side.sign() * qty;
+        let delta = match side {
+            Side::Buy => qty,
+            Side::Sell => -qty,
+        };
         let old = self.qty;
         let mut next = *self;
+        let new_qty = exact::add(old, delta).map_err(overflow("the position quantity"))?;
         if old.is_zero() || old.is_sign_negative() == delta.is_sign_negative() {
             // Grows (or opens).
-            let new_qty = old.checked_add(delta).ok_or(Overflow)?;
+            let notional = exact::mul(qty, price).map_err(overflow("the notional qty × price"))?;
             let cost = old
                 .abs()
                 .checked_mul(self.avg_price)
-                .and_then(|a| qty.checked_mul(price).and_then(|b| a.checked_add(b)))
-                .ok_or(Overflow)?;
-            next.avg_price = cost.checked_div(new_qty.abs()).ok_or(Overflow)?.normalize();
+                .and_then(|a| a.checked_add(notional))
+                .ok_or_else(|| range("the position cost"))?;
+            next.avg_price = cost
+                .checked_div(new_qty.abs())
+                .ok_or_else(|| range("the average price"))?
+                .normalize();
             next.qty = new_qty;
             return Ok(next);
         }
         // Shrinks, closes or flips.
         let closed = qty.min(old.abs());
-        let per_unit = price.checked_sub(self.avg_price).ok_or(Overflow)?;
+        let per_unit = price
+            .checked_sub(self.avg_price)
+            .ok_or_else(|| range("the realized P&L"))?;
         let pnl = closed
             .checked_mul(per_unit)
-            .ok_or(Overflow)?
-            .checked_mul(if old.is_sign_negative() {
-                Decimal::NEGATIVE_ONE
-            } else {
-                Decimal::ONE
+            .and_then(|p| {
+                p.checked_mul(if old.is_sign_negative() {
+                    Decimal::NEGATIVE_ONE
+                } else {
+                    Decimal::ONE
+                })
             })
-            .ok_or(Overflow)?;
+            .ok_or_else(|| range("the realized P&L"))?;
         next.realized_pnl = self
             .realized_pnl
             .checked_add(pnl)
-            .ok_or(Overflow)?
+            .ok_or_else(|| range("the realized P&L"))?
             .normalize();
-        next.qty = old.checked_add(delta).ok_or(Overflow)?;
+        next.qty = new_qty;
         if next.qty.is_zero() {
             next.qty = Decimal::ZERO;
             next.avg_price = Decimal::ZERO;
@@ -181,6 +216,22 @@ mod tests {
     fn overflow_is_an_error_not_a_panic() {
         let big = Decimal::MAX;
         let p = Position::FLAT.apply(Side::Buy, big, d("2"));
-        assert_eq!(p, Err(Overflow));
+        assert_eq!(p.unwrap_err().why, Inexact::Overflow);
+        // A quantity that would be rounded is an error too.
+        let p = Position::FLAT.apply(Side::Buy, big, d("1")).unwrap().apply(
+            Side::Sell,
+            d("0.5"),
+            d("1"),
+        );
+        let e = p.unwrap_err();
+        assert_eq!(e.why, Inexact::LosesDigits);
+        assert!(e.to_string().contains("position quantity"), "{e}");
+        // A notional that would be rounded.
+        let tiny = d("0.00000000000000000001");
+        let e = Position::FLAT.apply(Side::Buy, tiny, tiny).unwrap_err();
+        assert_eq!(
+            (e.what, e.why),
+            ("the notional qty × price", Inexact::LosesDigits)
+        );
     }
 }

@@ -116,6 +116,50 @@ pub fn pg_url(test: &str) -> Option<String> {
     service_url("TICKGATE_TEST_PG_URL", test)
 }
 
+/// $TICKGATE_TEST_REDIS_URL (see [`service_url`]).
+pub fn redis_url(test: &str) -> Option<String> {
+    service_url("TICKGATE_TEST_REDIS_URL", test)
+}
+
+/// $TICKGATE_TEST_KAFKA_URL, a `host:port` bootstrap server (see
+/// [`service_url`]). Not made mandatory by TICKGATE_REQUIRE_SERVICES: the
+/// Kafka source does not yet pass against the broker CI has (tansu 0.6.0's
+/// memory engine gives a multi-record batch one offset; issue 10), so CI
+/// skips these tests, visibly, until TICKGATE_REQUIRE_KAFKA=1 says they
+/// must run.
+pub fn kafka_url(test: &str) -> Option<String> {
+    if let Ok(u) = std::env::var("TICKGATE_TEST_KAFKA_URL") {
+        if !u.is_empty() {
+            return Some(u);
+        }
+    }
+    assert!(
+        std::env::var("TICKGATE_REQUIRE_KAFKA").as_deref() != Ok("1"),
+        "TICKGATE_TEST_KAFKA_URL is required (TICKGATE_REQUIRE_KAFKA=1)"
+    );
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: TICKGATE_TEST_KAFKA_URL is unset (the Kafka source is not yet verified against a broker)"
+    );
+    None
+}
+
+/// A second store on the same PostgreSQL schema as `db` (another
+/// instance behind the same database: its own pool and connections).
+pub async fn pg_same_db(db: &Db, opts: StoreOptions) -> Store {
+    let (url, schema) = db.pg.as_ref().expect("a PostgreSQL test database");
+    let opts = StoreOptions {
+        pg_schema: Some(schema.clone()),
+        ..opts
+    };
+    Store::Postgres(
+        PgStore::connect(url, opts, FillsMetrics::unregistered())
+            .await
+            .unwrap(),
+    )
+}
+
 /// A schema name no other test (or run) uses.
 pub fn unique_schema(prefix: &str, test: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -144,8 +144,19 @@ impl SweepTable {
     }
 }
 
+/// Runs inside a stream batch's transaction after its events were applied
+/// and before COMMIT, with the batch's outcomes; an error rolls the whole
+/// transaction back (the Kafka source dead-letters the events the store
+/// rejected here, so that the offset never moves past an event that is in
+/// neither the database nor the dead-letter topic).
+pub type BeforeCommit = Arc<
+    dyn Fn(Vec<EventOutcome>) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
+        + Send
+        + Sync,
+>;
+
 /// What the transaction does besides applying events.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Extra {
     None,
     Stream {
@@ -153,6 +164,28 @@ pub(crate) enum Extra {
         consumer: String,
         last_seq: u64,
     },
+    /// A partition offset, moved by compare-and-set (first statement of the
+    /// transaction, so it also serialises instances on one partition):
+    /// from `expected` (None = no row yet) to `last`, and only forwards.
+    Offset {
+        stream: String,
+        consumer: String,
+        expected: Option<i64>,
+        last: i64,
+        before_commit: Option<BeforeCommit>,
+    },
+}
+
+/// The stored offset was not the one the batch was read after: another
+/// instance applied this partition's records meanwhile (or the row moved
+/// by hand). Nothing of the batch was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("consumer position {stream}/{consumer} is {stored:?}, expected {expected:?}: another consumer moved it")]
+pub struct OffsetConflict {
+    pub stream: String,
+    pub consumer: String,
+    pub expected: Option<i64>,
+    pub stored: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -186,11 +219,27 @@ impl Store {
     /// (F1-F3). Outcomes in input order; `index` is the input position.
     /// Inputs longer than `max_batch` commit in several transactions; every
     /// outcome returned has been committed.
+    ///
+    /// PostgreSQL with a pool of N > 1 connections: the events are split by
+    /// account into N lanes (a hash of the account), and the lanes run at
+    /// once, one connection each, each lane's events in input order in
+    /// transactions of at most `max_batch`. One account's events (and so
+    /// one position's, and a deal's FILL and its BUST, which must name the
+    /// same account) stay in one lane, in order, so the result is the same
+    /// as one after the other; lanes touch disjoint positions. On error,
+    /// other lanes' transactions may have committed (re-running is
+    /// harmless: dedup).
     pub async fn apply_events(
         &self,
         source: &str,
         events: Vec<Parsed>,
     ) -> anyhow::Result<Vec<EventOutcome>> {
+        if let Store::Postgres(s) = self {
+            let lanes = s.lanes();
+            if lanes > 1 && events.len() > 1 {
+                return apply_in_lanes(s, source, events, lanes).await;
+            }
+        }
         let max_batch = match self {
             Store::Sqlite(s) => s.max_batch(),
             Store::Postgres(s) => s.max_batch(),
@@ -268,6 +317,48 @@ impl Store {
         }
     }
 
+    /// Events of one partition fetch with the partition's offset, in one
+    /// transaction (F1): the consumer position `stream`/`consumer` moves
+    /// from `expected` (the stored offset the batch was read after; None =
+    /// none stored) to `last` by compare-and-set, never backwards. If it
+    /// is not `expected`, nothing is applied and the result is
+    /// `Err(OffsetConflict)` (another instance applied these records).
+    /// `before_commit` runs inside the transaction with the outcomes.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply_partition_batch(
+        &self,
+        source: &str,
+        stream: &str,
+        consumer: &str,
+        expected: Option<i64>,
+        last: i64,
+        events: Vec<Parsed>,
+        before_commit: Option<BeforeCommit>,
+    ) -> anyhow::Result<Result<Vec<EventOutcome>, OffsetConflict>> {
+        anyhow::ensure!(
+            expected.is_none_or(|e| last > e),
+            "offset {last} is not after {expected:?}"
+        );
+        let extra = Extra::Offset {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            expected,
+            last,
+            before_commit,
+        };
+        let r = match self {
+            Store::Sqlite(s) => s.apply_batch(source, events, extra).await,
+            Store::Postgres(s) => s.apply_batch(source, events, extra).await,
+        };
+        match r {
+            Ok(outs) => Ok(Ok(outs)),
+            Err(e) => match e.downcast_ref::<OffsetConflict>() {
+                Some(c) => Ok(Err(c.clone())),
+                None => Err(e),
+            },
+        }
+    }
+
     /// Last stream sequence committed by `apply_stream_batch`.
     pub async fn consumer_position(
         &self,
@@ -326,6 +417,58 @@ impl Store {
             Store::Postgres(s) => s.count_rows(table).await,
         }
     }
+}
+
+/// A stable lane of an account (FNV-1a): the same account always goes to
+/// the same lane.
+fn lane_of(account: &str, lanes: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in account.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % lanes as u64) as usize
+}
+
+async fn apply_in_lanes(
+    s: &PgStore,
+    source: &str,
+    events: Vec<Parsed>,
+    lanes: usize,
+) -> anyhow::Result<Vec<EventOutcome>> {
+    let total = events.len();
+    let max_batch = s.max_batch();
+    let mut groups: Vec<Vec<(usize, Parsed)>> = (0..lanes).map(|_| Vec::new()).collect();
+    for (i, p) in events.into_iter().enumerate() {
+        let g = match &p {
+            Ok(ev) => lane_of(ev.account(), lanes),
+            Err(_) => 0,
+        };
+        groups[g].push((i, p));
+    }
+    let runs = groups
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| async move {
+            let mut outs = Vec::with_capacity(g.len());
+            let mut rest = g;
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(max_batch));
+                let (idx, evs): (Vec<usize>, Vec<Parsed>) = rest.into_iter().unzip();
+                for mut o in s.apply_batch(source, evs, Extra::None).await? {
+                    o.index = idx[o.index];
+                    outs.push(o);
+                }
+                rest = tail;
+            }
+            anyhow::Ok(outs)
+        });
+    let mut all = Vec::with_capacity(total);
+    for r in futures::future::join_all(runs).await {
+        all.extend(r?);
+    }
+    all.sort_by_key(|o| o.index);
+    Ok(all)
 }
 
 /// Split a batch into the first occurrence of each `(kind, event_id)` and

@@ -26,8 +26,8 @@ use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 
 use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
 use super::{
-    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, PositionRow,
-    StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
+    PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
@@ -38,10 +38,16 @@ const SCHEMA_V1: &str = include_str!("schema_postgres.sql");
 /// Serialises migrations of instances starting together.
 const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
 const MAX_ATTEMPTS: usize = 5;
+/// From this many events on, dedup and deal rows are probed first and
+/// inserted with a plain INSERT (see `sel_processed`).
+const PLAIN_INSERT_MIN: usize = 64;
 
 struct Stmts {
+    sel_processed: Statement,
     ins_processed: Statement,
+    ins_processed_oc: Statement,
     ins_deals: Statement,
+    ins_deals_oc: Statement,
     next_seqs: Statement,
     peek_deals: Statement,
     sel_deals: Statement,
@@ -57,6 +63,9 @@ struct Stmts {
     sel_key: Statement,
     upd_key: Statement,
     upsert_consumer: Statement,
+    cas_insert_consumer: Statement,
+    cas_update_consumer: Statement,
+    sel_consumer: Statement,
 }
 
 struct Conn {
@@ -159,11 +168,45 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
 
 async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
     Ok(Stmts {
+        // Which events are processed already: an index probe each. The
+        // others are inserted with a plain INSERT (no speculative
+        // insertion: one WAL record and one index check less per row than
+        // ON CONFLICT). A concurrent insert of the same key makes it wait
+        // for that transaction and, if it committed, fail with a unique
+        // violation: the transaction is then retried and sees the row.
+        sel_processed: c
+            .prepare(
+                "SELECT p.kind, p.event_id FROM processed_events p
+                 JOIN unnest($1::text[], $2::text[]) AS u(k, e)
+                   ON p.kind = u.k AND p.event_id = u.e",
+            )
+            .await?,
         ins_processed: c
+            .prepare(
+                "INSERT INTO processed_events (kind, event_id, created_ns)
+                 SELECT k, e, $3 FROM unnest($1::text[], $2::text[]) AS u(k, e)",
+            )
+            .await?,
+        // After a unique violation (contention), the retry uses these:
+        // slower, but they cannot fail on a concurrent insert.
+        ins_processed_oc: c
             .prepare(
                 "INSERT INTO processed_events (kind, event_id, created_ns)
                  SELECT k, e, $3 FROM unnest($1::text[], $2::text[]) AS u(k, e)
                  ON CONFLICT DO NOTHING RETURNING kind, event_id",
+            )
+            .await?,
+        ins_deals_oc: c
+            .prepare(
+                "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty,
+                                    price, exec_ns, bust_event_id, bust_account, bust_ns,
+                                    applied_seq, created_ns, updated_ns)
+                 SELECT d, st, fe, a, sy, si, q::numeric, p::numeric, t, be, ba, bt, sq, $14, $14
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
+                             $11::text[], $12::int8[], $13::int8[])
+                      AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
+                 ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id",
             )
             .await?,
         ins_deals: c
@@ -176,7 +219,7 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                              $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
                              $11::text[], $12::int8[], $13::int8[])
                       AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
-                 ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id",
+                 RETURNING deal_id",
             )
             .await?,
         next_seqs: c
@@ -275,6 +318,21 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                      updated_ns = EXCLUDED.updated_ns",
             )
             .await?,
+        cas_insert_consumer: c
+            .prepare(
+                "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (stream, consumer) DO NOTHING",
+            )
+            .await?,
+        cas_update_consumer: c
+            .prepare(
+                "UPDATE consumer_positions SET last_seq = $3, updated_ns = $5
+                 WHERE stream = $1 AND consumer = $2 AND last_seq = $4 AND last_seq < $3",
+            )
+            .await?,
+        sel_consumer: c
+            .prepare("SELECT last_seq FROM consumer_positions WHERE stream = $1 AND consumer = $2")
+            .await?,
     })
 }
 
@@ -283,8 +341,21 @@ fn retryable(e: &anyhow::Error) -> bool {
         c.downcast_ref::<tokio_postgres::Error>()
             .and_then(|e| e.code())
             .is_some_and(|c| {
-                *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    // A concurrent transaction inserted the same event or
+                    // deal between our check and our plain insert (see
+                    // `sel_processed`): the retry sees its row.
+                    || *c == SqlState::UNIQUE_VIOLATION
             })
+    })
+}
+
+fn is_unique_violation(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.code())
+            .is_some_and(|c| *c == SqlState::UNIQUE_VIOLATION)
     })
 }
 
@@ -336,6 +407,11 @@ impl PgStore {
         self.opts.max_batch
     }
 
+    /// Connections that `Store::apply_events` uses at once (the pool size).
+    pub(crate) fn lanes(&self) -> usize {
+        self.opts.pg_pool_size.max(1)
+    }
+
     pub(crate) async fn apply_batch(
         &self,
         source: &str,
@@ -347,6 +423,7 @@ impl PgStore {
         let clock = self.opts.clock.clone();
         let metrics = self.metrics.clone();
         let mut attempt = 0;
+        let mut contended = false;
         loop {
             attempt += 1;
             let (events, src, clock, extra, m) = (
@@ -361,7 +438,54 @@ impl PgStore {
                     let timer = m.tx_seconds.start_timer();
                     let tx = c.client.transaction().await?;
                     let now = clock();
-                    let r = apply_in_tx(&tx, &c.st, &src, &events, now).await?;
+                    if let Extra::Offset {
+                        stream,
+                        consumer,
+                        expected,
+                        last,
+                        ..
+                    } = &extra
+                    {
+                        // First: the row lock serialises instances on one
+                        // partition, and a loser does no work.
+                        let n = match expected {
+                            None => {
+                                tx.execute(
+                                    &c.st.cas_insert_consumer,
+                                    &[stream, consumer, last, &now],
+                                )
+                                .await?
+                            }
+                            Some(e) => {
+                                tx.execute(
+                                    &c.st.cas_update_consumer,
+                                    &[stream, consumer, last, e, &now],
+                                )
+                                .await?
+                            }
+                        };
+                        if n != 1 {
+                            let stored = tx
+                                .query_opt(&c.st.sel_consumer, &[stream, consumer])
+                                .await?
+                                .map(|r| r.get::<_, i64>(0));
+                            return Err(OffsetConflict {
+                                stream: stream.clone(),
+                                consumer: consumer.clone(),
+                                expected: *expected,
+                                stored,
+                            }
+                            .into());
+                        }
+                    }
+                    let r = apply_in_tx(&tx, &c.st, &src, &events, now, contended).await?;
+                    if let Extra::Offset {
+                        before_commit: Some(hook),
+                        ..
+                    } = &extra
+                    {
+                        hook(r.0.clone()).await?;
+                    }
                     if let Extra::Stream {
                         stream,
                         consumer,
@@ -385,6 +509,7 @@ impl PgStore {
                 }
                 Err(e) if attempt < MAX_ATTEMPTS && retryable(&e) => {
                     self.metrics.tx_retries.inc();
+                    contended |= is_unique_violation(&e);
                     tracing::debug!(error = %e, attempt, "fills: retrying transaction");
                 }
                 Err(e) => return Err(e),
@@ -405,6 +530,7 @@ impl PgStore {
         let wait_ms = self.opts.key_wait.as_millis().max(1);
         let clock = self.opts.clock.clone();
         let mut attempt = 0;
+        let mut contended = false;
         loop {
             attempt += 1;
             let (events, ids, clock, build_answer, m) = (
@@ -450,7 +576,8 @@ impl PgStore {
                             SideEffects::default(),
                         ));
                     }
-                    let (outs, se) = apply_in_tx(&tx, &c.st, "http", &events, now).await?;
+                    let (outs, se) =
+                        apply_in_tx(&tx, &c.st, "http", &events, now, contended).await?;
                     let (status, body) = build_answer(&outs);
                     tx.execute(&c.st.upd_key, &[client, key, &i32::from(status), &body])
                         .await?;
@@ -476,6 +603,7 @@ impl PgStore {
                 }
                 Err(e) if attempt < MAX_ATTEMPTS && retryable(&e) => {
                     self.metrics.tx_retries.inc();
+                    contended |= is_unique_violation(&e);
                 }
                 Err(e) => return Err(e),
             }
@@ -736,6 +864,7 @@ async fn apply_in_tx(
     source: &str,
     events: &[Parsed],
     now: i64,
+    contended: bool,
 ) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
     let (unique, mut outs) = presort(events);
     let valid: Vec<(usize, &Event)> = unique
@@ -749,11 +878,41 @@ async fn apply_in_tx(
     sorted.sort_by(|a, b| (a.kind(), a.event_id()).cmp(&(b.kind(), b.event_id())));
     let kinds: Vec<&str> = sorted.iter().map(|e| e.kind().as_str()).collect();
     let ids: Vec<&str> = sorted.iter().map(|e| e.event_id()).collect();
-    let rows = tx.query(&st.ins_processed, &[&kinds, &ids, &now]).await?;
-    let fresh: HashSet<(String, String)> = rows
-        .iter()
-        .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-        .collect();
+    // Small batches (a stream fetch of a few messages) take the single
+    // ON CONFLICT statement: one round trip less matters more there than
+    // the per-row saving of the probe.
+    let oc = contended || sorted.len() < PLAIN_INSERT_MIN;
+    let fresh: HashSet<(String, String)> = if oc {
+        tx.query(&st.ins_processed_oc, &[&kinds, &ids, &now])
+            .await?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect()
+    } else {
+        let seen: HashSet<(String, String)> = tx
+            .query(&st.sel_processed, &[&kinds, &ids])
+            .await?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        let mut fresh = HashSet::with_capacity(sorted.len());
+        let (mut nk, mut ni) = (
+            Vec::with_capacity(sorted.len()),
+            Vec::with_capacity(sorted.len()),
+        );
+        for (k, e) in kinds.iter().zip(&ids) {
+            let key = ((*k).to_owned(), (*e).to_owned());
+            if !seen.contains(&key) {
+                nk.push(*k);
+                ni.push(*e);
+                fresh.insert(key);
+            }
+        }
+        if !nk.is_empty() {
+            tx.execute(&st.ins_processed, &[&nk, &ni, &now]).await?;
+        }
+        fresh
+    };
     let mut new_events: Vec<(usize, &Event)> = Vec::with_capacity(fresh.len());
     for (i, e) in valid {
         if fresh.contains(&(e.kind().as_str().to_owned(), e.event_id().to_owned())) {
@@ -837,43 +996,62 @@ async fn apply_in_tx(
     let mut inserted: HashMap<String, (DealRow, Option<i64>)> = HashMap::new();
     let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
     if !firsts.is_empty() {
-        let cols: Vec<DealCols> = firsts.iter().map(|(_, r, _)| DealCols::of(r)).collect();
-        let d: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
-        let sq: Vec<Option<i64>> = firsts.iter().map(|f| f.2).collect();
-        let stt: Vec<&str> = cols.iter().map(|c| c.status).collect();
-        let fe: Vec<Option<&str>> = cols.iter().map(|c| c.fill_event_id.as_deref()).collect();
-        let a: Vec<Option<&str>> = cols.iter().map(|c| c.account.as_deref()).collect();
-        let sy: Vec<Option<&str>> = cols.iter().map(|c| c.symbol.as_deref()).collect();
-        let si: Vec<Option<&str>> = cols.iter().map(|c| c.side).collect();
-        let q: Vec<Option<&str>> = cols.iter().map(|c| c.qty.as_deref()).collect();
-        let p: Vec<Option<&str>> = cols.iter().map(|c| c.price.as_deref()).collect();
-        let t: Vec<Option<i64>> = cols.iter().map(|c| c.exec_ns).collect();
-        let be: Vec<Option<&str>> = cols.iter().map(|c| c.bust_event_id.as_deref()).collect();
-        let ba: Vec<Option<&str>> = cols.iter().map(|c| c.bust_account.as_deref()).collect();
-        let bt: Vec<Option<i64>> = cols.iter().map(|c| c.bust_ns).collect();
-        let rows = tx
-            .query(
-                &st.ins_deals,
-                &[
-                    &d, &stt, &fe, &a, &sy, &si, &q, &p, &t, &be, &ba, &bt, &sq, &now,
-                ],
-            )
-            .await?;
-        let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
-        let existing: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
-        for (deal_id, row, seq) in &firsts {
-            if ins.contains(deal_id) {
-                deals.insert(deal_id.clone(), None);
-                inserted.insert(deal_id.clone(), (row.clone(), *seq));
-            }
-        }
-        if !existing.is_empty() {
-            for r in tx.query(&st.sel_deals, &[&existing]).await? {
+        // The deals that exist already, locked (deal_id order); the rest
+        // are inserted with a plain INSERT (see `sel_processed` for why
+        // and what a concurrent insert does).
+        if !oc {
+            let all: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
+            for r in tx.query(&st.sel_deals, &[&all]).await? {
                 let (id, row) = deal_of(&r)?;
                 deals.insert(id, Some(row));
             }
-            if let Some(missing) = existing.iter().find(|x| !deals.contains_key(**x)) {
-                anyhow::bail!("deal {missing} conflicted on insert but cannot be read");
+        }
+        let new: Vec<&(String, DealRow, Option<i64>)> = firsts
+            .iter()
+            .filter(|(d, _, _)| !deals.contains_key(d))
+            .collect();
+        if !new.is_empty() {
+            let cols: Vec<DealCols> = new.iter().map(|(_, r, _)| DealCols::of(r)).collect();
+            let d: Vec<&str> = new.iter().map(|(d, _, _)| d.as_str()).collect();
+            let sq: Vec<Option<i64>> = new.iter().map(|f| f.2).collect();
+            let stt: Vec<&str> = cols.iter().map(|c| c.status).collect();
+            let fe: Vec<Option<&str>> = cols.iter().map(|c| c.fill_event_id.as_deref()).collect();
+            let a: Vec<Option<&str>> = cols.iter().map(|c| c.account.as_deref()).collect();
+            let sy: Vec<Option<&str>> = cols.iter().map(|c| c.symbol.as_deref()).collect();
+            let si: Vec<Option<&str>> = cols.iter().map(|c| c.side).collect();
+            let q: Vec<Option<&str>> = cols.iter().map(|c| c.qty.as_deref()).collect();
+            let p: Vec<Option<&str>> = cols.iter().map(|c| c.price.as_deref()).collect();
+            let t: Vec<Option<i64>> = cols.iter().map(|c| c.exec_ns).collect();
+            let be: Vec<Option<&str>> = cols.iter().map(|c| c.bust_event_id.as_deref()).collect();
+            let ba: Vec<Option<&str>> = cols.iter().map(|c| c.bust_account.as_deref()).collect();
+            let bt: Vec<Option<i64>> = cols.iter().map(|c| c.bust_ns).collect();
+            let stmt = if oc { &st.ins_deals_oc } else { &st.ins_deals };
+            let rows = tx
+                .query(
+                    stmt,
+                    &[
+                        &d, &stt, &fe, &a, &sy, &si, &q, &p, &t, &be, &ba, &bt, &sq, &now,
+                    ],
+                )
+                .await?;
+            let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+            // Only with ON CONFLICT: inserted by another transaction
+            // since our check; lock and read them now.
+            let late: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
+            if !late.is_empty() {
+                for r in tx.query(&st.sel_deals, &[&late]).await? {
+                    let (id, row) = deal_of(&r)?;
+                    deals.insert(id, Some(row));
+                }
+                if let Some(missing) = late.iter().find(|x| !deals.contains_key(**x)) {
+                    anyhow::bail!("deal {missing} conflicted on insert but cannot be read");
+                }
+            }
+            for (deal_id, row, seq) in new {
+                if ins.contains(deal_id) {
+                    deals.insert(deal_id.clone(), None);
+                    inserted.insert(deal_id.clone(), (row.clone(), *seq));
+                }
             }
         }
     }

@@ -15,8 +15,8 @@ use rust_decimal::Decimal;
 use tokio::sync::Mutex;
 
 use super::{
-    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, PositionRow,
-    StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
+    PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Bust, Event, EventOutcome, Fill, Outcome, Parsed, Side};
@@ -108,7 +108,53 @@ impl SqliteStore {
                 let timer = metrics.tx_seconds.start_timer();
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let now = clock();
+                if let Extra::Offset {
+                    stream,
+                    consumer,
+                    expected,
+                    last,
+                    ..
+                } = &extra
+                {
+                    let n = match expected {
+                        None => tx.execute(
+                            "INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+                             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (stream, consumer) DO NOTHING",
+                            params![stream, consumer, last, now],
+                        )?,
+                        Some(e) => tx.execute(
+                            "UPDATE consumer_positions SET last_seq = ?3, updated_ns = ?5
+                             WHERE stream = ?1 AND consumer = ?2 AND last_seq = ?4 AND last_seq < ?3",
+                            params![stream, consumer, last, e, now],
+                        )?,
+                    };
+                    if n != 1 {
+                        let stored: Option<i64> = tx
+                            .query_row(
+                                "SELECT last_seq FROM consumer_positions
+                                 WHERE stream = ?1 AND consumer = ?2",
+                                params![stream, consumer],
+                                |r| r.get(0),
+                            )
+                            .optional()?;
+                        return Err(OffsetConflict {
+                            stream: stream.clone(),
+                            consumer: consumer.clone(),
+                            expected: *expected,
+                            stored,
+                        }
+                        .into());
+                    }
+                }
                 let (outs, dl) = apply_in_tx(&tx, &src, &events, now)?;
+                if let Extra::Offset {
+                    before_commit: Some(hook),
+                    ..
+                } = &extra
+                {
+                    // A blocking-pool thread: it may wait on the runtime.
+                    tokio::runtime::Handle::current().block_on(hook(outs.clone()))?;
+                }
                 if let Extra::Stream {
                     stream,
                     consumer,
