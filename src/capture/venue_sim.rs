@@ -417,7 +417,7 @@ pub struct IexFlow {
 
 impl IexFlow {
     pub fn new(symbols: usize, seed: u64) -> IexFlow {
-        let mut m = SplitMix64::new(seed ^ 0x1E85_EED);
+        let mut m = SplitMix64::new(seed ^ 0x01E8_5EED);
         IexFlow {
             symbols: (0..symbols.max(1))
                 .map(|_| IexSymbol {
