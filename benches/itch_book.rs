@@ -21,7 +21,11 @@
 //! `benches/core.rs`: on a shared machine CPU time leaves out waiting for
 //! a core). Chunks of the stream are generated outside the timed region.
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::{thread_cpu_now, ThreadCpu};
+
+use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
@@ -483,46 +487,6 @@ fn timed(
 fn wall_now() -> Duration {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START.get_or_init(std::time::Instant::now).elapsed()
-}
-
-/// The calling thread's CPU time (as `benches/core.rs`).
-struct ThreadCpu;
-
-fn thread_cpu_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a
-    // constant Linux supports for every thread.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-impl Measurement for ThreadCpu {
-    type Intermediate = Duration;
-    type Value = Duration;
-
-    fn start(&self) -> Duration {
-        thread_cpu_now()
-    }
-    fn end(&self, start: Duration) -> Duration {
-        thread_cpu_now().saturating_sub(start)
-    }
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-    fn to_f64(&self, v: &Duration) -> f64 {
-        v.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        static WALL: WallTime = WallTime;
-        WALL.formatter()
-    }
 }
 
 fn table<H: RefHash, M: Measurement<Value = Duration>>(

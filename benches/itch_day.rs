@@ -15,6 +15,10 @@
 //! packets once more through decode alone (validation + ITCH decode, no
 //! book), to say where the time goes.
 
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_now;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -30,17 +34,6 @@ const PER_PACKET: usize = 8;
 const PASS_MESSAGES: u64 = 2_000_000;
 const PASSES: usize = 3;
 const T0: i64 = 1_784_122_200_000_000_000;
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec and a clock id Linux supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -126,13 +119,13 @@ fn main() {
     let mut rates = Vec::new();
     for pass in 0..PASSES {
         let (packets, n) = g.packets(PASS_MESSAGES);
-        let (w0, c0) = (Instant::now(), thread_cpu());
+        let (w0, c0) = (Instant::now(), thread_cpu_now());
         for (p, now) in &packets {
             feed.on_datagram(0, black_box(p), *now);
         }
-        let (wall, cpu) = (w0.elapsed(), thread_cpu() - c0);
+        let (wall, cpu) = (w0.elapsed(), thread_cpu_now() - c0);
         // Decode alone, same packets: MoldUDP64 validation + ITCH decode.
-        let d0 = thread_cpu();
+        let d0 = thread_cpu_now();
         let mut sum = 0u64;
         for (p, _) in &packets {
             let p = Packet::parse_with(black_box(p), |k| messages::message_size(k).unwrap_or(1))
@@ -144,7 +137,7 @@ fn main() {
             }
         }
         black_box(sum);
-        let decode = thread_cpu() - d0;
+        let decode = thread_cpu_now() - d0;
         let per = |d: Duration| d.as_nanos() as f64 / n as f64;
         println!(
             "pass {pass}: {n} messages, decode+book+BBO {:.1} ns/msg wall ({:.1} M msg/s), {:.1} ns/msg thread CPU; decode alone {:.1} ns/msg CPU; live orders {}",
