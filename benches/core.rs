@@ -292,7 +292,7 @@ fn apply<M: Measurement<Value = Duration>>(
             });
             let c = feed.counters();
             assert_eq!((c.invalid_packets, c.channel_gaps), (0, 0));
-            assert_eq!(feed.symbol_count(), SYMBOLS);
+            assert!(feed.symbol_count() <= SYMBOLS);
         },
     );
     g.bench_function("lines A+B per message (second copy duplicate)", |bench| {
