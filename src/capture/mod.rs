@@ -8,6 +8,7 @@ pub mod pcap;
 pub mod progress;
 pub mod record;
 pub mod replay;
+pub mod seeded;
 pub mod simulate;
 pub mod stream;
 pub mod venue_sim;

@@ -36,8 +36,7 @@ use crate::wire::{
     FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
 };
 
-/// Datagram budget: fits a 1500-byte Ethernet MTU with room to spare.
-pub const MAX_DATAGRAM: usize = 1400;
+pub use super::seeded::{SplitMix64, MAX_DATAGRAM};
 /// Quotes (or snapshots) per packet at most.
 pub const MAX_BATCH: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + QUOTE_LEN);
 const MAX_HEARTBEATS_PER_PACKET: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + HEARTBEAT_LEN);
@@ -48,35 +47,6 @@ pub const BAD_SEQ_JUMP: u64 = 1_000_000_000_000;
 const MIN_SPACING_NS: i64 = 100;
 /// 2026-11-30T09:00:00Z.
 pub const DEFAULT_START_NS: i64 = 1_796_029_200_000_000_000;
-
-/// splitmix64: tiny, fast, and fixed forever (unlike a crate's PRNG).
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`; the modulo bias is irrelevant here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// True with probability `p` (exact: 53-bit uniform, no libm).
-    pub fn chance(&mut self, p: f64) -> bool {
-        let u = (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-        u < p
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

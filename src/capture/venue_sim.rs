@@ -12,14 +12,11 @@
 //!   Events and a Trading Status `T` per symbol, then Quote Updates, trade
 //!   reports and halts with resumptions; heartbeats and System Event `C`.
 
-use super::simulate::SplitMix64;
+use super::seeded::{SplitMix64, MAX_DATAGRAM};
 use crate::venue::iex_tops::SegmentBuilder;
 use crate::venue::nasdaq_itch::messages::{self, Header, Message, Side};
 use crate::venue::nasdaq_itch::{midnight_in, new_york};
 use crate::wire::{PacketBuilder, SessionId, Symbol, COUNT_END_OF_SESSION, HEADER_LEN};
-
-/// A packet must fit this many bytes (as the tickgate protocol's).
-const MAX_DATAGRAM: usize = super::simulate::MAX_DATAGRAM;
 
 /// What a venue writes into the provider's packets.
 pub trait VenueFlow: Send {
