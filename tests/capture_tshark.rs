@@ -68,6 +68,18 @@ fn tickgate_fields(file: &Path) -> Vec<(String, u64, u16)> {
         .collect()
 }
 
+/// The simulator's whole stream written to `file` (nanosecond pcap).
+fn write_capture(c: SimConfig, file: &Path) -> Simulator {
+    let mut sim = Simulator::new(c).unwrap();
+    let mut w = PcapWriter::create(file).unwrap();
+    let mut buf = Vec::new();
+    while let Some(ev) = sim.next_into(&mut buf) {
+        w.write_udp(ev.t_ns, ev.src, ev.dst, &buf).unwrap();
+    }
+    w.into_inner().unwrap();
+    sim
+}
+
 #[test]
 fn simulator_capture_decodes_the_same_in_tshark() {
     if !tshark_available() {
@@ -91,13 +103,7 @@ fn simulator_capture_decodes_the_same_in_tshark() {
     c.session_change_at_ns = Some(700_000_000);
     c.bad_seq_at_ns = Some(300_000_000);
     c.end_session = true;
-    let mut sim = Simulator::new(c).unwrap();
-    let mut w = PcapWriter::create(&file).unwrap();
-    let mut buf = Vec::new();
-    while let Some(ev) = sim.next_into(&mut buf) {
-        w.write_udp(ev.t_ns, ev.src, ev.dst, &buf).unwrap();
-    }
-    w.into_inner().unwrap();
+    let sim = write_capture(c, &file);
     let ours = tickgate_fields(&file);
     let theirs = tshark_fields(&file, 30001);
     assert_eq!(ours.len() as u64, sim.truth().datagrams);
@@ -155,13 +161,7 @@ fn simulated_itch_decodes_the_same_in_tshark() {
     c.lines[1].loss = 0.05;
     c.session_change_at_ns = Some(200_000_000);
     c.end_session = true;
-    let mut sim = Simulator::new(c).unwrap();
-    let mut w = PcapWriter::create(&file).unwrap();
-    let mut buf = Vec::new();
-    while let Some(ev) = sim.next_into(&mut buf) {
-        w.write_udp(ev.t_ns, ev.src, ev.dst, &buf).unwrap();
-    }
-    w.into_inner().unwrap();
+    write_capture(c, &file);
 
     // tickgate: the venue's header of each datagram, and its block types.
     let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::NasdaqItch), 1);
