@@ -148,21 +148,7 @@ pub fn publish(
         }
     }
     let old = previous(path)?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the state file directory {}", dir.display()))?;
-    }
-    let name = path
-        .file_name()
-        .with_context(|| format!("state file path {} has no file name", path.display()))?;
-    let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = crate::gate::server::temp_beside(path, "state file")?;
     let caps: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
     let plan = shm::plan(&caps);
     let made = (|| -> anyhow::Result<(Mapping, u64)> {

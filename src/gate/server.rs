@@ -648,6 +648,29 @@ fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A fresh temporary name beside `path` (its directory created if need
+/// be), so that the finished file can be renamed into place atomically:
+/// a reader of `path` sees the old file or the new one, never half of one.
+/// `what` names the file in errors ("socket", "state file").
+pub fn temp_beside(path: &Path, what: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the {what} directory {}", dir.display()))?;
+    }
+    let name = path
+        .file_name()
+        .with_context(|| format!("{what} path {} has no file name", path.display()))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    Ok(tmp)
+}
+
 /// Binds the socket at `path` with `mode` (gate.md), replacing a stale
 /// socket file from a crashed run and refusing when a live server answers
 /// there. The socket is bound under a temporary name, given its mode and
@@ -678,21 +701,7 @@ pub fn bind(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("inspecting {}", path.display())),
     }
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating socket directory {}", dir.display()))?;
-    }
-    let name = path
-        .file_name()
-        .with_context(|| format!("socket path {} has no file name", path.display()))?;
-    let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = temp_beside(path, "socket")?;
     let listener =
         UnixListener::bind(&tmp).with_context(|| format!("binding {}", tmp.display()))?;
     let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
