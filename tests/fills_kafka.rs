@@ -177,15 +177,19 @@ async fn produce(c: &Client, topic: &str, p: i32, values: &[Option<Vec<u8>>]) {
     }
 }
 
+/// The high watermark of partition `p` (the offset the next record will
+/// get) as a Fetch response reports it.
+async fn high_watermark(c: &Client, topic: &str, p: i32) -> i64 {
+    let pc = partition(c, topic, p).await;
+    let earliest = pc.get_offset(OffsetAt::Earliest).await.unwrap();
+    pc.fetch_records(earliest, 1..1_000, 0).await.unwrap().1
+}
+
 /// Offset of the last record of each partition (None = empty).
 async fn last_offsets(c: &Client, topic: &str, partitions: i32) -> Vec<Option<i64>> {
     let mut v = Vec::new();
     for p in 0..partitions {
-        let hw = partition(c, topic, p)
-            .await
-            .get_offset(OffsetAt::Latest)
-            .await
-            .unwrap();
+        let hw = high_watermark(c, topic, p).await;
         v.push((hw > 0).then_some(hw - 1));
     }
     v
@@ -211,6 +215,18 @@ async fn stored_offsets(
 /// Waits until the store's offsets reach the partitions' last records
 /// (a condition, bounded only so that a broken consumer fails the test).
 async fn wait_caught_up(c: &Client, store: &Store, topic: &str, partitions: i32, consumer: &str) {
+    wait_caught_up_logged(c, store, topic, partitions, consumer, None).await
+}
+
+/// [`wait_caught_up`], with the consumer process's log in the failure.
+async fn wait_caught_up_logged(
+    c: &Client,
+    store: &Store,
+    topic: &str,
+    partitions: i32,
+    consumer: &str,
+    log: Option<&std::path::Path>,
+) {
     let want = last_offsets(c, topic, partitions).await;
     let t0 = Instant::now();
     loop {
@@ -219,8 +235,13 @@ async fn wait_caught_up(c: &Client, store: &Store, topic: &str, partitions: i32,
         }
         assert!(
             t0.elapsed() < Duration::from_secs(180),
-            "consumer did not reach {want:?}: at {:?}",
-            stored_offsets(store, topic, partitions, consumer).await
+            "consumer did not reach {want:?}: at {:?}{}",
+            stored_offsets(store, topic, partitions, consumer).await,
+            log.map(|l| format!(
+                "; its log:\n{}",
+                std::fs::read_to_string(l).unwrap_or_default()
+            ))
+            .unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -331,7 +352,13 @@ async fn broker_serves_the_clients_requests() {
         .await
         .expect("Produce");
     assert_eq!(offsets, vec![0, 1, 2]);
-    assert_eq!(pc.get_offset(OffsetAt::Latest).await.unwrap(), 3);
+    // After one batch of three records (tansu 0.6.0's memory engine
+    // answers 1 here, the batch's base offset + 1, and fetches from inside
+    // a batch return nothing: CI runs its SQLite engine, which is right).
+    assert_eq!(
+        pc.get_offset(OffsetAt::Latest).await.expect("ListOffsets"),
+        3
+    );
     let (recs, hw) = pc
         .fetch_records(1, 1..1_000_000, 1_000)
         .await
@@ -346,14 +373,29 @@ async fn broker_serves_the_clients_requests() {
     let (recs, _) = pc.fetch_records(0, 1..1_000_000, 1_000).await.unwrap();
     assert_eq!(recs[0].record.headers["tickgate-reason"], b"why".to_vec());
     // Other partitions are untouched.
-    assert_eq!(
-        partition(&c, &topic, 0)
-            .await
-            .get_offset(OffsetAt::Latest)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(high_watermark(&c, &topic, 0).await, 0);
+    assert_eq!(high_watermark(&c, &topic, 1).await, 3);
+}
+
+/// Where a partition with no stored offset starts: "earliest" is the first
+/// record, "latest" the offset the next record will get, after batches of
+/// several records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_offsets_earliest_and_latest() {
+    let Some(url) = fills_common::kafka_url("start_offsets_earliest_and_latest") else {
+        return;
+    };
+    let c = client(&url).await;
+    let topic = unique("start");
+    create_topic(&c, &topic, 1).await;
+    let pc = partition(&c, &topic, 0).await;
+    assert_eq!(kafka::start_offset(&pc, Start::Latest).await.unwrap(), 0);
+    for _ in 0..2 {
+        let batch = (0..3).map(|i| record(Some(vec![b'a' + i]))).collect();
+        pc.produce(batch, Compression::NoCompression).await.unwrap();
+    }
+    assert_eq!(kafka::start_offset(&pc, Start::Earliest).await.unwrap(), 0);
+    assert_eq!(kafka::start_offset(&pc, Start::Latest).await.unwrap(), 6);
 }
 
 /// Every event 1-3 times, spread over 3 partitions (a repeat may land on
@@ -764,7 +806,7 @@ async fn crash_test(url: &str, db: &str, open: impl AsyncFn() -> Store) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    wait_caught_up(&c, &watcher, &topic, 3, "crash").await;
+    wait_caught_up_logged(&c, &watcher, &topic, 3, "crash", Some(&final_log)).await;
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
@@ -791,11 +833,7 @@ async fn crash_test(url: &str, db: &str, open: impl AsyncFn() -> Store) {
     // Nothing was dead-lettered: the dead-letter topic is empty or absent.
     let topics = c.list_topics().await.unwrap();
     if topics.iter().any(|t| t.name == format!("{topic}-dlq")) {
-        let hw = partition(&c, &format!("{topic}-dlq"), 0)
-            .await
-            .get_offset(OffsetAt::Latest)
-            .await
-            .unwrap();
+        let hw = high_watermark(&c, &format!("{topic}-dlq"), 0).await;
         assert_eq!(hw, 0, "nothing dead-lettered");
     }
 }

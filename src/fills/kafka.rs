@@ -30,7 +30,7 @@
 //! offset we give it, which is exactly what an offset kept outside Kafka
 //! needs; no librdkafka C build, no consumer-group machinery to switch off).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -452,6 +452,19 @@ async fn session(
     Ok(())
 }
 
+/// Where a partition with no stored offset starts (`start`): its earliest
+/// record, or the offset the next record will get.
+pub async fn start_offset(
+    pc: &PartitionClient,
+    start: Start,
+) -> Result<i64, rskafka::client::error::Error> {
+    pc.get_offset(match start {
+        Start::Earliest => OffsetAt::Earliest,
+        Start::Latest => OffsetAt::Latest,
+    })
+    .await
+}
+
 /// The stored offset of a partition (last record applied).
 pub async fn stored_offset(
     store: &Store,
@@ -483,6 +496,12 @@ async fn partition_loop(
     let mut fresh_start: Option<i64> = None;
     let mut store_pause = Duration::ZERO;
     let max_wait_ms = i32::try_from(s.max_wait.as_millis()).unwrap_or(i32::MAX);
+    // Records fetched and not yet applied: a fetch returns up to
+    // FETCH_MAX_BYTES, applied `batch` at a time without fetching the rest
+    // again (brokers whose fetch cost grows with what is left, tansu's
+    // SQLite engine for one, made a small batch size quadratic).
+    let mut pending: VecDeque<RecordAndOffset> = VecDeque::new();
+    let mut pending_high_watermark = 0;
     loop {
         if *stop.borrow() {
             return Ok(());
@@ -492,12 +511,7 @@ async fn partition_loop(
             None => match fresh_start {
                 Some(o) => o,
                 None => {
-                    let at = match s.start {
-                        Start::Earliest => OffsetAt::Earliest,
-                        Start::Latest => OffsetAt::Latest,
-                    };
-                    let o = pc
-                        .get_offset(at)
+                    let o = start_offset(&pc, s.start)
                         .await
                         .context("listing the start offset")?;
                     fresh_start = Some(o);
@@ -505,22 +519,14 @@ async fn partition_loop(
                 }
             },
         };
-        let fetched = tokio::select! {
-            _ = stop.changed() => return Ok(()),
-            r = pc.fetch_records(next, 1..FETCH_MAX_BYTES, max_wait_ms) => r,
-        };
-        let (records, high_watermark) = match fetched {
-            Ok(r) => r,
-            Err(rskafka::client::error::Error::ServerError {
-                protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
-                ..
-            }) => {
-                let earliest = pc.get_offset(OffsetAt::Earliest).await?;
-                if next < earliest {
-                    // Retention deleted records before they were applied:
-                    // they are gone from Kafka; say so loudly and go on.
-                    tracing::error!(topic = %s.topic, partition, next, earliest,
-                        "fills kafka: records deleted by retention before they were applied; resuming at the earliest offset");
+        // What the stored offset has passed (a conflict) is not applied.
+        while pending.front().is_some_and(|r| r.offset < next) {
+            pending.pop_front();
+        }
+        if pending.is_empty() {
+            match fetch_after(&s, &pc, partition, next, max_wait_ms, &mut stop).await? {
+                Fetched::Stop => return Ok(()),
+                Fetched::Rewind(earliest) => {
                     if stored.is_none() {
                         fresh_start = Some(earliest);
                     } else {
@@ -528,30 +534,26 @@ async fn partition_loop(
                     }
                     continue;
                 }
-                anyhow::bail!(
-                    "offset {next} of {} partition {partition} is beyond the log (high watermark moved back?)",
-                    s.topic
-                );
+                Fetched::Records(records, high_watermark) => {
+                    lag.set(high_watermark - next);
+                    pending = records.into();
+                    pending_high_watermark = high_watermark;
+                }
             }
-            Err(e) => return Err(e).context(format!("fetching {} partition {partition}", s.topic)),
-        };
-        let mut records: Vec<RecordAndOffset> =
-            records.into_iter().filter(|r| r.offset >= next).collect();
-        records.sort_by_key(|r| r.offset);
-        lag.set(high_watermark - next);
-        if records.is_empty() {
-            continue;
+            if pending.is_empty() {
+                continue;
+            }
         }
-        records.truncate(s.batch);
+        let batch: Vec<RecordAndOffset> = pending.drain(..s.batch.min(pending.len())).collect();
         // Not selected against `stop`: a started batch is finished.
         match process_batch(
-            &s, partition, &stream, &dlq, &store, &metrics, stored, records,
+            &s, partition, &stream, &dlq, &store, &metrics, stored, batch,
         )
         .await
         {
             Ok(BatchResult::Committed(last)) => {
                 stored = Some(last);
-                lag.set(high_watermark - last - 1);
+                lag.set(pending_high_watermark - last - 1);
                 store_pause = Duration::ZERO;
             }
             Ok(BatchResult::Conflict(now)) => {
@@ -561,6 +563,7 @@ async fn partition_loop(
                 stored = now;
             }
             Err(e) => {
+                pending.clear();
                 metrics.store_failures.inc();
                 store_pause =
                     (store_pause * 2).clamp(Duration::from_millis(200), Duration::from_secs(10));
@@ -578,6 +581,56 @@ async fn partition_loop(
                 }
             }
         }
+    }
+}
+
+/// What one fetch gave.
+enum Fetched {
+    Stop,
+    /// Retention deleted records before they were applied: resume here.
+    Rewind(i64),
+    /// Records from `next` on, in offset order, and the high watermark.
+    Records(Vec<RecordAndOffset>, i64),
+}
+
+async fn fetch_after(
+    s: &KafkaSettings,
+    pc: &PartitionClient,
+    partition: i32,
+    next: i64,
+    max_wait_ms: i32,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Fetched> {
+    {
+        let fetched = tokio::select! {
+            _ = stop.changed() => return Ok(Fetched::Stop),
+            r = pc.fetch_records(next, 1..FETCH_MAX_BYTES, max_wait_ms) => r,
+        };
+        let (records, high_watermark) = match fetched {
+            Ok(r) => r,
+            Err(rskafka::client::error::Error::ServerError {
+                protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+                ..
+            }) => {
+                let earliest = pc.get_offset(OffsetAt::Earliest).await?;
+                if next < earliest {
+                    // Retention deleted records before they were applied:
+                    // they are gone from Kafka; say so loudly and go on.
+                    tracing::error!(topic = %s.topic, partition, next, earliest,
+                        "fills kafka: records deleted by retention before they were applied; resuming at the earliest offset");
+                    return Ok(Fetched::Rewind(earliest));
+                }
+                anyhow::bail!(
+                    "offset {next} of {} partition {partition} is beyond the log (high watermark moved back?)",
+                    s.topic
+                );
+            }
+            Err(e) => return Err(e).context(format!("fetching {} partition {partition}", s.topic)),
+        };
+        let mut records: Vec<RecordAndOffset> =
+            records.into_iter().filter(|r| r.offset >= next).collect();
+        records.sort_by_key(|r| r.offset);
+        Ok(Fetched::Records(records, high_watermark))
     }
 }
 

@@ -74,6 +74,8 @@ fn local_default(var: &str) -> Option<(&'static str, &'static str)> {
             Some(("postgres://postgres@127.0.0.1:5432/test", "127.0.0.1:5432"))
         }
         "TICKGATE_TEST_NATS_URL" => Some(("nats://127.0.0.1:4222", "127.0.0.1:4222")),
+        "TICKGATE_TEST_REDIS_URL" => Some(("redis://127.0.0.1:6379/", "127.0.0.1:6379")),
+        "TICKGATE_TEST_KAFKA_URL" => Some(("127.0.0.1:9092", "127.0.0.1:9092")),
         _ => None,
     }
 }
@@ -122,27 +124,9 @@ pub fn redis_url(test: &str) -> Option<String> {
 }
 
 /// $TICKGATE_TEST_KAFKA_URL, a `host:port` bootstrap server (see
-/// [`service_url`]). Not made mandatory by TICKGATE_REQUIRE_SERVICES: the
-/// Kafka source does not yet pass against the broker CI has (tansu 0.6.0's
-/// memory engine gives a multi-record batch one offset; issue 10), so CI
-/// skips these tests, visibly, until TICKGATE_REQUIRE_KAFKA=1 says they
-/// must run.
+/// [`service_url`]). CI runs tansu 0.6.0 with its SQLite storage engine.
 pub fn kafka_url(test: &str) -> Option<String> {
-    if let Ok(u) = std::env::var("TICKGATE_TEST_KAFKA_URL") {
-        if !u.is_empty() {
-            return Some(u);
-        }
-    }
-    assert!(
-        std::env::var("TICKGATE_REQUIRE_KAFKA").as_deref() != Ok("1"),
-        "TICKGATE_TEST_KAFKA_URL is required (TICKGATE_REQUIRE_KAFKA=1)"
-    );
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: TICKGATE_TEST_KAFKA_URL is unset (the Kafka source is not yet verified against a broker)"
-    );
-    None
+    service_url("TICKGATE_TEST_KAFKA_URL", test)
 }
 
 /// A second store on the same PostgreSQL schema as `db` (another
