@@ -349,36 +349,32 @@ impl NasdaqItch {
     /// the book does not hold changes nothing and is counted.
     #[inline]
     fn on_order<R: Rules>(&mut self, op: OrderOp, seq: u64, ts: i64, rules: &mut R) {
-        // The order's locate, to read its best before the change.
+        // One probe of the order table: the order's locate (to read its
+        // best before the change), then the operation on that slot.
         let order_ref = match op {
             OrderOp::Reduce { order_ref, .. } | OrderOp::Delete(order_ref) => order_ref,
             OrderOp::Replace { original, .. } => original,
         };
-        let Some(order) = self.books.order(order_ref) else {
+        let Some(found) = self.books.lookup(order_ref) else {
             rules.count(Count::UnknownOrder);
             return;
         };
-        let before = self.books.best(order.locate);
-        let result = match op {
-            OrderOp::Reduce { order_ref, shares } => self.books.reduce(order_ref, shares),
-            OrderOp::Delete(order_ref) => self.books.delete(order_ref),
+        let before = self.books.best(found.locate);
+        let effect = match op {
+            OrderOp::Reduce { shares, .. } => self.books.reduce_found(found, shares),
+            OrderOp::Delete(_) => self.books.delete_found(found),
             OrderOp::Replace {
-                original,
                 new_ref,
                 shares,
                 price,
-            } => self.books.replace(original, new_ref, shares, price),
+                ..
+            } => self.books.replace_found(found, new_ref, shares, price),
         };
-        match result {
-            Ok(effect) => {
-                self.touched(effect.locate, before, seq, ts);
-                match effect.error {
-                    None => {}
-                    Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
-                    Some(_) => rules.count(Count::OrderConflict),
-                }
-            }
-            Err(_) => rules.count(Count::UnknownOrder),
+        self.touched(effect.locate, before, seq, ts);
+        match effect.error {
+            None => {}
+            Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
+            Some(_) => rules.count(Count::OrderConflict),
         }
     }
 }
