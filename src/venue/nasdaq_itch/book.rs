@@ -40,6 +40,7 @@
 
 use super::messages::Side;
 use super::orders::{Order, OrderTable, Sequential};
+use crate::feed::prefetch::{prefetch, prefetch_prefix};
 
 /// Stock locates are u16: one book per value.
 pub const LOCATES: usize = 1 << 16;
@@ -432,6 +433,27 @@ impl Books {
             locate: found.locate,
             error: self.add(found.locate, new_ref, side, shares, price).err(),
         }
+    }
+
+    /// Cache hints ahead of a message (they change nothing): the order
+    /// table slot `order_ref` starts its probe at.
+    #[inline(always)]
+    pub fn prefetch_order(&self, order_ref: u64) {
+        self.orders.prefetch(order_ref);
+    }
+
+    /// The first line (best, treap root, window) of both sides of
+    /// `locate`'s book.
+    #[inline(always)]
+    pub fn prefetch_book(&self, locate: u16) {
+        prefetch_prefix(&self.sides[book_id(locate, Side::Buy)], 64);
+        prefetch_prefix(&self.sides[book_id(locate, Side::Sell)], 64);
+    }
+
+    /// The whole ladder of one side of `locate`'s book (ahead of an add).
+    #[inline(always)]
+    pub fn prefetch_side(&self, locate: u16, side: Side) {
+        prefetch(&self.sides[book_id(locate, side)]);
     }
 
     /// Best bid and offer of `locate`, O(1).

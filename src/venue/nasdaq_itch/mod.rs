@@ -17,6 +17,7 @@ use self::book::{Bbo, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
 use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
+use crate::feed::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
@@ -99,6 +100,41 @@ impl NasdaqItch {
             l.symbol = stock;
         }
         (l.slot != NO_SLOT).then_some(l.slot)
+    }
+
+    /// Cache hints for the state `block` (a message not yet applied) will
+    /// touch, read from its raw bytes (ITCH: locate at 1, order reference
+    /// at 11, an add's side at 19). A hint changes nothing, so a short or
+    /// unknown block just gets none.
+    #[inline(always)]
+    fn prefetch(&self, block: &[u8]) {
+        let (Some(&kind), Some(&[hi, lo])) = (block.first(), block.get(1..3)) else {
+            return;
+        };
+        let locate = u16::from_be_bytes([hi, lo]);
+        match kind {
+            messages::TYPE_ADD | messages::TYPE_ADD_MPID => {
+                prefetch(&self.locates[locate as usize]);
+                let side = match block.get(19) {
+                    Some(b'S') => messages::Side::Sell,
+                    _ => messages::Side::Buy,
+                };
+                self.books.prefetch_side(locate, side);
+            }
+            messages::TYPE_EXECUTED
+            | messages::TYPE_EXECUTED_PRICE
+            | messages::TYPE_CANCEL
+            | messages::TYPE_DELETE
+            | messages::TYPE_REPLACE => {
+                if let Some(r) = block.get(11..19) {
+                    let r: [u8; 8] = r.try_into().expect("8 bytes");
+                    self.books.prefetch_order(u64::from_be_bytes(r));
+                }
+                prefetch(&self.locates[locate as usize]);
+                self.books.prefetch_book(locate);
+            }
+            _ => {}
+        }
     }
 
     /// After a book operation on `locate` whose best was `before`: note the
@@ -184,6 +220,12 @@ impl Venue for NasdaqItch {
         let mut out = Applied::default();
         let first = header.channel.sequence;
         let packet = Packet::validated(datagram);
+        // Cache hints for every message first, so that the misses of one
+        // message's order slot, book and locate overlap those of the
+        // others instead of following one another.
+        for block in packet.blocks().skip(skip as usize) {
+            self.prefetch(block);
+        }
         for (i, block) in packet.blocks().enumerate().skip(skip as usize) {
             let seq = first.saturating_add(i as u64);
             self.types[block[0] as usize] += 1;
