@@ -27,43 +27,66 @@ pub const PRICE_SCALE: i64 = 100_000;
 const HALT_TRADING_ACTION: u8 = 1;
 const HALT_OPERATIONAL: u8 = 2;
 
-const NO_SLOT: u32 = u32::MAX;
 const LOCATES: usize = 1 << 16;
 
-/// What the adapter keeps per stock locate.
-#[derive(Clone, Copy, Debug)]
+/// What the adapter keeps per stock locate. Integers only, and all zeros
+/// is a locate never seen: the array comes from one zeroed allocation (a
+/// calloc), so only the pages of locates in use ever become resident.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 struct Locate {
-    /// The feed's symbol slot the locate names (`NO_SLOT`: none yet, or
+    /// The feed's symbol slot the locate names, plus one (0: none yet, or
     /// the symbol table was full).
-    slot: u32,
+    slot1: u32,
+    /// In the dirty list of the packet being applied.
+    dirty: bool,
     symbol: Symbol,
     /// The book's best as of the end of the last packet that touched it:
     /// what the symbol's quote was last set from.
-    published: Bbo,
-    /// In the dirty list of the packet being applied.
-    dirty: bool,
+    published: Published,
     /// The last message of this packet whose own effect changed the best:
     /// its channel sequence and time (the quote's `seq` and `source_ts`).
     change_seq: u64,
     change_ts: i64,
 }
 
-impl Default for Locate {
-    fn default() -> Locate {
-        Locate {
-            slot: NO_SLOT,
-            symbol: Symbol::default(),
-            published: Bbo::default(),
-            dirty: false,
-            change_seq: 0,
-            change_ts: 0,
+/// A [`Bbo`] as integers: shares 0 is an empty side (a level always has
+/// live shares), so all zeros is the empty book.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+struct Published {
+    bid_price: u32,
+    ask_price: u32,
+    bid_shares: u64,
+    ask_shares: u64,
+}
+
+impl Published {
+    #[inline]
+    fn of(b: Bbo) -> Published {
+        let (bid_price, bid_shares) = b.bid.map_or((0, 0), |l| (l.price, l.shares));
+        let (ask_price, ask_shares) = b.ask.map_or((0, 0), |l| (l.price, l.shares));
+        Published {
+            bid_price,
+            ask_price,
+            bid_shares,
+            ask_shares,
         }
     }
 }
 
+/// `LOCATES` never-seen locates from one zeroed allocation.
+fn zeroed_locates() -> Box<[Locate]> {
+    let l = Box::<[Locate]>::new_zeroed_slice(LOCATES);
+    // SAFETY: every field of Locate is an integer, a bool or a byte array
+    // (Symbol), for each of which all-zero bits are a valid value (false
+    // for the bool); all zeros is the Default locate.
+    unsafe { l.assume_init() }
+}
+
 pub struct NasdaqItch {
     books: Books,
-    locates: Vec<Locate>,
+    locates: Box<[Locate]>,
     /// Locates touched by the packet being applied (capacity: every locate,
     /// so pushing never allocates).
     dirty: Vec<u16>,
@@ -78,7 +101,7 @@ impl NasdaqItch {
     pub fn new(max_orders: usize) -> NasdaqItch {
         NasdaqItch {
             books: Books::new(max_orders),
-            locates: vec![Locate::default(); LOCATES],
+            locates: zeroed_locates(),
             dirty: Vec::with_capacity(LOCATES),
             midnight_ns: 0,
             new_york: new_york(),
@@ -95,11 +118,14 @@ impl NasdaqItch {
     #[inline]
     fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
         let l = &mut self.locates[locate as usize];
-        if l.slot == NO_SLOT || l.symbol != stock {
-            l.slot = rules.symbol(stock).unwrap_or(NO_SLOT);
+        if l.slot1 == 0 || l.symbol != stock {
+            l.slot1 = rules
+                .symbol(stock)
+                .and_then(|s| s.checked_add(1))
+                .unwrap_or(0);
             l.symbol = stock;
         }
-        (l.slot != NO_SLOT).then_some(l.slot)
+        l.slot1.checked_sub(1)
     }
 
     /// Cache hints for the state `block` (a message not yet applied) will
@@ -205,7 +231,9 @@ impl Venue for NasdaqItch {
             // C5: a new session empties every book; locates are the
             // session's own numbering.
             self.books.clear();
-            self.locates.fill(Locate::default());
+            // A fresh zeroed allocation: nothing written per locate.
+            self.locates = Box::new([]);
+            self.locates = zeroed_locates();
         }
     }
 
@@ -338,13 +366,14 @@ impl Venue for NasdaqItch {
             let l = &mut self.locates[locate as usize];
             l.dirty = false;
             let best = self.books.best(locate);
-            if best == l.published {
+            let published = Published::of(best);
+            if published == l.published {
                 continue;
             }
-            l.published = best;
-            if l.slot != NO_SLOT {
+            l.published = published;
+            if let Some(slot) = l.slot1.checked_sub(1) {
                 rules.venue_quote(
-                    l.slot,
+                    slot,
                     l.change_seq,
                     l.change_ts,
                     side(best.bid),
