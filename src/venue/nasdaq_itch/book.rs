@@ -178,6 +178,27 @@ impl SideBook {
     }
 }
 
+/// Per locate, both sides' best level as `best` reads it (index, price,
+/// shares; `[buy, sell]`), 32 bytes: two books per cache line, so a
+/// message's best-before and best-after read one line and no level node.
+/// A mirror of `SideBook::best` and its node, kept by `set_best` and
+/// `sync_top`; all zeros is an empty book.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+struct Top {
+    level: [u32; 2],
+    price: [u32; 2],
+    shares: [u64; 2],
+}
+
+/// `LOCATES` empty tops from one zeroed allocation.
+fn zeroed_tops() -> Box<[Top]> {
+    let tops = Box::<[Top]>::new_zeroed_slice(LOCATES);
+    // SAFETY: Top is integers only: all zeros is a valid value (an empty
+    // book).
+    unsafe { tops.assume_init() }
+}
+
 /// `2 * LOCATES` empty sides from one zeroed allocation (a calloc: the
 /// pages of books never used are never resident).
 fn zeroed_sides() -> Box<[SideBook]> {
@@ -228,6 +249,8 @@ pub struct Books {
     free: u32,
     /// Per `book_id`.
     sides: Box<[SideBook]>,
+    /// Per locate.
+    tops: Box<[Top]>,
     /// Direct-mapped hint from (book, price) to a level index: lets an add
     /// at an existing level off the ladder skip the treap search. A hint
     /// is used only when that node is live with the same book and price,
@@ -257,6 +280,7 @@ impl Books {
             nodes: Vec::new(),
             free: 0,
             sides: Box::new([]),
+            tops: Box::new([]),
             level_cache: Vec::new(),
             max_orders,
         };
@@ -272,6 +296,8 @@ impl Books {
         self.free = 0;
         self.sides = Box::new([]);
         self.sides = zeroed_sides();
+        self.tops = Box::new([]);
+        self.tops = zeroed_tops();
         self.level_cache = Vec::new();
         self.level_cache = vec![0u32; 1 << LEVEL_CACHE_BITS];
     }
@@ -335,8 +361,10 @@ impl Books {
         if self.orders.len() >= self.max_orders {
             return Err(OrderError::Overflow);
         }
-        let level = self.level_for(book_id(locate, side), price);
+        let b = book_id(locate, side);
+        let level = self.level_for(b, price);
         self.nodes[level as usize].shares += shares as u64;
+        self.sync_top(b, level);
         self.orders
             .insert_at(slot, order_ref, Order { shares, level });
         Ok(())
@@ -374,7 +402,10 @@ impl Books {
             locate,
         } = found;
         if shares < order.shares {
-            self.nodes[order.level as usize].shares -= shares as u64;
+            let n = &mut self.nodes[order.level as usize];
+            n.shares -= shares as u64;
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
             self.orders.set_shares(slot, order.shares - shares);
             return Effect {
                 locate,
@@ -442,35 +473,58 @@ impl Books {
         self.orders.prefetch(order_ref);
     }
 
-    /// The first line (best, treap root, window) of both sides of
-    /// `locate`'s book.
+    /// `locate`'s top (both bests) and the first line (best, treap root,
+    /// window) of both its sides.
     #[inline(always)]
     pub fn prefetch_book(&self, locate: u16) {
+        prefetch(&self.tops[locate as usize]);
         prefetch_prefix(&self.sides[book_id(locate, Side::Buy)], 64);
         prefetch_prefix(&self.sides[book_id(locate, Side::Sell)], 64);
     }
 
-    /// The whole ladder of one side of `locate`'s book (ahead of an add).
+    /// `locate`'s top and the whole ladder of one side of its book (ahead
+    /// of an add).
     #[inline(always)]
     pub fn prefetch_side(&self, locate: u16, side: Side) {
+        prefetch(&self.tops[locate as usize]);
         prefetch(&self.sides[book_id(locate, side)]);
     }
 
-    /// Best bid and offer of `locate`, O(1).
+    /// Best bid and offer of `locate`, O(1): one 32-byte record.
     #[inline]
     pub fn best(&self, locate: u16) -> Bbo {
-        let level = |n: u32| {
-            (n != 0).then(|| {
-                let n = &self.nodes[n as usize];
-                Level {
-                    price: n.price,
-                    shares: n.shares,
-                }
+        let t = &self.tops[locate as usize];
+        let level = |s: usize| {
+            (t.level[s] != 0).then_some(Level {
+                price: t.price[s],
+                shares: t.shares[s],
             })
         };
         Bbo {
-            bid: level(self.sides[book_id(locate, Side::Buy)].best),
-            ask: level(self.sides[book_id(locate, Side::Sell)].best),
+            bid: level(0),
+            ask: level(1),
+        }
+    }
+
+    /// Makes `n` (0: none) the best of side `b`.
+    #[inline(always)]
+    fn set_best(&mut self, b: usize, n: u32) {
+        self.sides[b].best = n;
+        let node = self.nodes[n as usize];
+        let t = &mut self.tops[b >> 1];
+        let s = b & 1;
+        t.level[s] = n;
+        t.price[s] = if n == 0 { 0 } else { node.price };
+        t.shares[s] = node.shares;
+    }
+
+    /// After the shares of level `n` of side `b` changed: the top follows
+    /// when `n` is the best.
+    #[inline(always)]
+    fn sync_top(&mut self, b: usize, n: u32) {
+        let t = &mut self.tops[b >> 1];
+        if t.level[b & 1] == n {
+            t.shares[b & 1] = self.nodes[n as usize].shares;
         }
     }
 
@@ -503,6 +557,9 @@ impl Books {
         n.shares -= order.shares as u64;
         if n.shares == 0 {
             self.drop_level(order.level);
+        } else {
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
         }
     }
 
@@ -548,7 +605,7 @@ impl Books {
         let s = &mut self.sides[b];
         s.put(i, n);
         if best == 0 || better(b, price, self.nodes[best as usize].price) {
-            self.sides[b].best = n;
+            self.set_best(b, n);
         }
         n
     }
@@ -578,7 +635,7 @@ impl Books {
         self.tree_insert(b, n);
         self.level_cache[h as usize] = n;
         if best == 0 || better(b, price, self.nodes[best as usize].price) {
-            self.sides[b].best = n;
+            self.set_best(b, n);
         }
         n
     }
@@ -824,7 +881,7 @@ impl Books {
         if s.best == n {
             // The new best: the better of the ladder's and the treap's.
             let (l, t) = (s.ladder_extreme(is_buy(b)), s.tree_best);
-            self.sides[b].best = if l == 0 {
+            let best = if l == 0 {
                 t
             } else if t == 0 {
                 l
@@ -837,6 +894,7 @@ impl Books {
             } else {
                 l
             };
+            self.set_best(b, best);
         }
         let node = &mut self.nodes[n as usize];
         node.shares = 0;
@@ -896,6 +954,12 @@ impl Books {
             let s = &self.sides[b];
             if s.bits == 0 && s.root == 0 {
                 assert_eq!((s.best, s.tree_best), (0, 0), "best of an empty side");
+                let t = &self.tops[b >> 1];
+                assert_eq!(
+                    (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
+                    (0, 0, 0),
+                    "top of empty book {b}"
+                );
                 continue;
             }
             let mut extreme = 0u32;
@@ -951,6 +1015,13 @@ impl Books {
             }
             assert_eq!(s.tree_best, tree_extreme, "tree_best of book {b}");
             assert_eq!(s.best, extreme, "best is not the extreme of book {b}");
+            let t = &self.tops[b >> 1];
+            let e = self.nodes[extreme as usize];
+            assert_eq!(
+                (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
+                (extreme, e.price, e.shares),
+                "top of book {b}"
+            );
         }
         assert_eq!(seen_levels, self.live_levels(), "levels leaked");
     }
