@@ -45,7 +45,8 @@ use crate::feed::prefetch::{prefetch, prefetch_prefix};
 /// Stock locates are u16: one book per value.
 pub const LOCATES: usize = 1 << 16;
 
-/// log2 of the entries of the level cache (4 MiB of u32).
+/// log2 of the most entries of the level cache (4 MiB of u32); a feed of
+/// fewer orders gets one entry per order (at least 1,024).
 const LEVEL_CACHE_BITS: u32 = 20;
 
 /// One side of a book's best: a price and the sum of the live shares there.
@@ -191,22 +192,24 @@ struct Top {
     shares: [u64; 2],
 }
 
-/// `LOCATES` empty tops from one zeroed allocation.
-fn zeroed_tops() -> Box<[Top]> {
-    let tops = Box::<[Top]>::new_zeroed_slice(LOCATES);
-    // SAFETY: Top is integers only: all zeros is a valid value (an empty
-    // book).
-    unsafe { tops.assume_init() }
+/// The per-locate part of the books: every top and every side, in one
+/// zeroed allocation (a calloc of about 39 MiB: the pages of books never
+/// used are never resident). One allocation, and larger than glibc's
+/// largest dynamic mmap threshold (32 MiB), so that it is always a fresh
+/// mapping: a zeroed allocation of a size the heap can serve would be
+/// cleared by a memset, touching every page (this is what keeps a
+/// short-lived feed, in the fuzz targets, cheap to build).
+#[repr(C)]
+struct PerLocate {
+    tops: [Top; LOCATES],
+    sides: [SideBook; 2 * LOCATES],
 }
 
-/// `2 * LOCATES` empty sides from one zeroed allocation (a calloc: the
-/// pages of books never used are never resident).
-fn zeroed_sides() -> Box<[SideBook]> {
-    let sides = Box::<[SideBook]>::new_zeroed_slice(2 * LOCATES);
-    // SAFETY: SideBook is integers only (repr(C), no padding that matters,
-    // no references): every bit pattern, all zeros included, is a valid
-    // value, and all zeros is an empty side.
-    unsafe { sides.assume_init() }
+fn zeroed_per_locate() -> Box<PerLocate> {
+    let m = Box::<PerLocate>::new_zeroed();
+    // SAFETY: Top and SideBook are integers only: all zeros is a valid
+    // value of both (an empty book), so of PerLocate.
+    unsafe { m.assume_init() }
 }
 
 #[inline(always)]
@@ -247,16 +250,15 @@ pub struct Books {
     nodes: Vec<Node>,
     /// Head of the free list of nodes (linked through `left`), 0: empty.
     free: u32,
-    /// Per `book_id`.
-    sides: Box<[SideBook]>,
-    /// Per locate.
-    tops: Box<[Top]>,
+    /// Tops per locate, sides per `book_id`.
+    mem: Box<PerLocate>,
     /// Direct-mapped hint from (book, price) to a level index: lets an add
     /// at an existing level off the ladder skip the treap search. A hint
     /// is used only when that node is live with the same book and price,
     /// and a live level is unique per book and price, so a stale or
     /// colliding hint just falls back to the search.
     level_cache: Vec<u32>,
+    level_cache_bits: u32,
     max_orders: usize,
 }
 
@@ -275,17 +277,21 @@ impl Books {
     /// be below 2^32 (level indices are u32).
     pub fn new(max_orders: usize) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
-        let mut b = Books {
+        let level_cache_bits = max_orders
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(10, LEVEL_CACHE_BITS);
+        let mut nodes = Vec::with_capacity(max_orders + 1);
+        nodes.push(Node::default());
+        Books {
             orders: OrderTable::new(max_orders),
-            nodes: Vec::new(),
+            nodes,
             free: 0,
-            sides: Box::new([]),
-            tops: Box::new([]),
-            level_cache: Vec::new(),
+            mem: zeroed_per_locate(),
+            level_cache: vec![0u32; 1 << level_cache_bits],
+            level_cache_bits,
             max_orders,
-        };
-        b.reset_levels();
-        b
+        }
     }
 
     fn reset_levels(&mut self) {
@@ -294,12 +300,11 @@ impl Books {
         self.nodes = Vec::with_capacity(self.max_orders + 1);
         self.nodes.push(Node::default());
         self.free = 0;
-        self.sides = Box::new([]);
-        self.sides = zeroed_sides();
-        self.tops = Box::new([]);
-        self.tops = zeroed_tops();
+        // (The new mapping exists for a moment beside the old one: virtual
+        // memory only, none of its pages is touched before the old goes.)
+        self.mem = zeroed_per_locate();
         self.level_cache = Vec::new();
-        self.level_cache = vec![0u32; 1 << LEVEL_CACHE_BITS];
+        self.level_cache = vec![0u32; 1 << self.level_cache_bits];
     }
 
     /// Empties every book (a session change, C5). Nothing is written per
@@ -477,23 +482,23 @@ impl Books {
     /// window) of both its sides.
     #[inline(always)]
     pub fn prefetch_book(&self, locate: u16) {
-        prefetch(&self.tops[locate as usize]);
-        prefetch_prefix(&self.sides[book_id(locate, Side::Buy)], 64);
-        prefetch_prefix(&self.sides[book_id(locate, Side::Sell)], 64);
+        prefetch(&self.mem.tops[locate as usize]);
+        prefetch_prefix(&self.mem.sides[book_id(locate, Side::Buy)], 64);
+        prefetch_prefix(&self.mem.sides[book_id(locate, Side::Sell)], 64);
     }
 
     /// `locate`'s top and the whole ladder of one side of its book (ahead
     /// of an add).
     #[inline(always)]
     pub fn prefetch_side(&self, locate: u16, side: Side) {
-        prefetch(&self.tops[locate as usize]);
-        prefetch(&self.sides[book_id(locate, side)]);
+        prefetch(&self.mem.tops[locate as usize]);
+        prefetch(&self.mem.sides[book_id(locate, side)]);
     }
 
     /// Best bid and offer of `locate`, O(1): one 32-byte record.
     #[inline]
     pub fn best(&self, locate: u16) -> Bbo {
-        let t = &self.tops[locate as usize];
+        let t = &self.mem.tops[locate as usize];
         let level = |s: usize| {
             (t.level[s] != 0).then_some(Level {
                 price: t.price[s],
@@ -509,9 +514,9 @@ impl Books {
     /// Makes `n` (0: none) the best of side `b`.
     #[inline(always)]
     fn set_best(&mut self, b: usize, n: u32) {
-        self.sides[b].best = n;
+        self.mem.sides[b].best = n;
         let node = self.nodes[n as usize];
-        let t = &mut self.tops[b >> 1];
+        let t = &mut self.mem.tops[b >> 1];
         let s = b & 1;
         t.level[s] = n;
         t.price[s] = if n == 0 { 0 } else { node.price };
@@ -522,7 +527,7 @@ impl Books {
     /// when `n` is the best.
     #[inline(always)]
     fn sync_top(&mut self, b: usize, n: u32) {
-        let t = &mut self.tops[b >> 1];
+        let t = &mut self.mem.tops[b >> 1];
         if t.level[b & 1] == n {
             t.shares[b & 1] = self.nodes[n as usize].shares;
         }
@@ -566,7 +571,7 @@ impl Books {
     /// The level at `price` in book side `b`, created when absent.
     #[inline]
     fn level_for(&mut self, b: usize, price: u32) -> u32 {
-        let s = &self.sides[b];
+        let s = &self.mem.sides[b];
         if let Some(i) = s.slot(price) {
             let n = s.slots[i];
             if n != 0 {
@@ -586,7 +591,7 @@ impl Books {
                 }
         } {
             self.recenter(b, price / TICK);
-            let s = &self.sides[b];
+            let s = &self.mem.sides[b];
             let i = s.slot(price).expect("the window was just centred on it");
             let n = s.slots[i];
             if n != 0 {
@@ -601,8 +606,8 @@ impl Books {
     #[inline]
     fn new_ladder_level(&mut self, b: usize, i: usize, price: u32) -> u32 {
         let n = self.alloc(price, b as u32);
-        let best = self.sides[b].best;
-        let s = &mut self.sides[b];
+        let best = self.mem.sides[b].best;
+        let s = &mut self.mem.sides[b];
         s.put(i, n);
         if best == 0 || better(b, price, self.nodes[best as usize].price) {
             self.set_best(b, n);
@@ -613,12 +618,12 @@ impl Books {
     /// The level at `price` (off the ladder) in the treap of `b`, created
     /// when absent.
     fn tree_level_for(&mut self, b: usize, price: u32) -> u32 {
-        let SideBook { root, best, .. } = self.sides[b];
+        let SideBook { root, best, .. } = self.mem.sides[b];
         if best != 0 && self.nodes[best as usize].price == price {
             return best;
         }
         let h = ((b as u64) << 32 | price as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            >> (64 - LEVEL_CACHE_BITS);
+            >> (64 - self.level_cache_bits);
         let hint = self.level_cache[h as usize];
         if hint != 0 {
             let n = &self.nodes[hint as usize];
@@ -652,9 +657,9 @@ impl Books {
         } else {
             tick.saturating_sub(HEADROOM)
         };
-        let old = self.sides[b];
+        let old = self.mem.sides[b];
         {
-            let s = &mut self.sides[b];
+            let s = &mut self.mem.sides[b];
             s.base = base;
             s.bits = 0;
             s.slots = [0; LADDER as usize];
@@ -665,8 +670,8 @@ impl Books {
             bits &= bits - 1;
             let n = old.slots[i];
             let price = self.nodes[n as usize].price;
-            match self.sides[b].slot(price) {
-                Some(j) => self.sides[b].put(j, n),
+            match self.mem.sides[b].slot(price) {
+                Some(j) => self.mem.sides[b].put(j, n),
                 None => self.tree_insert(b, n),
             }
         }
@@ -678,15 +683,15 @@ impl Books {
             base as u64 * TICK as u64,
             (base as u64 + LADDER as u64) * TICK as u64,
         );
-        self.collect_range(self.sides[b].root, lo, hi, &mut inside, &mut count);
+        self.collect_range(self.mem.sides[b].root, lo, hi, &mut inside, &mut count);
         for &n in &inside[..count] {
             self.tree_unlink(b, n);
             let price = self.nodes[n as usize].price;
-            let i = self.sides[b].slot(price).expect("collected inside");
+            let i = self.mem.sides[b].slot(price).expect("collected inside");
             let node = &mut self.nodes[n as usize];
             node.left = 0;
             node.right = 0;
-            self.sides[b].put(i, n);
+            self.mem.sides[b].put(i, n);
         }
     }
 
@@ -811,7 +816,7 @@ impl Books {
         let price = self.nodes[n as usize].price;
         let pn = prio(n);
         let (mut parent, mut left) = (0u32, false);
-        let mut t = self.sides[b].root;
+        let mut t = self.mem.sides[b].root;
         while t != 0 && prio(t) > pn {
             let node = &self.nodes[t as usize];
             parent = t;
@@ -823,9 +828,9 @@ impl Books {
         node.left = l;
         node.right = r;
         self.set_link(b, parent, left, n);
-        let tb = self.sides[b].tree_best;
+        let tb = self.mem.sides[b].tree_best;
         if tb == 0 || better(b, price, self.nodes[tb as usize].price) {
-            self.sides[b].tree_best = n;
+            self.mem.sides[b].tree_best = n;
         }
     }
 
@@ -838,7 +843,7 @@ impl Books {
             ..
         } = self.nodes[n as usize];
         let (mut parent, mut left) = (0u32, false);
-        let mut t = self.sides[b].root;
+        let mut t = self.mem.sides[b].root;
         while t != n {
             let node = &self.nodes[t as usize];
             parent = t;
@@ -847,14 +852,14 @@ impl Books {
         }
         let m = self.merge(nl, nr);
         self.set_link(b, parent, left, m);
-        if self.sides[b].tree_best == n {
-            self.sides[b].tree_best = self.tree_extreme(b, self.sides[b].root);
+        if self.mem.sides[b].tree_best == n {
+            self.mem.sides[b].tree_best = self.tree_extreme(b, self.mem.sides[b].root);
         }
     }
 
     fn set_link(&mut self, b: usize, parent: u32, left: bool, to: u32) {
         if parent == 0 {
-            self.sides[b].root = to;
+            self.mem.sides[b].root = to;
         } else if left {
             self.nodes[parent as usize].left = to;
         } else {
@@ -868,7 +873,7 @@ impl Books {
     fn drop_level(&mut self, n: u32) {
         let Node { price, book, .. } = self.nodes[n as usize];
         let b = book as usize;
-        let s = &mut self.sides[b];
+        let s = &mut self.mem.sides[b];
         match s.slot(price) {
             Some(i) => {
                 debug_assert_eq!(s.slots[i], n, "a level in the window is on the ladder");
@@ -877,7 +882,7 @@ impl Books {
             }
             None => self.tree_unlink(b, n),
         }
-        let s = &self.sides[b];
+        let s = &self.mem.sides[b];
         if s.best == n {
             // The new best: the better of the ladder's and the treap's.
             let (l, t) = (s.ladder_extreme(is_buy(b)), s.tree_best);
@@ -908,7 +913,7 @@ impl Books {
     #[cfg(test)]
     fn levels(&self, locate: u16, side: Side) -> Vec<(u32, u64)> {
         let b = book_id(locate, side);
-        let s = &self.sides[b];
+        let s = &self.mem.sides[b];
         let mut out: Vec<(u32, u64)> = s
             .slots
             .iter()
@@ -951,10 +956,10 @@ impl Books {
         }
         let mut seen_levels = 0usize;
         for b in 0..books {
-            let s = &self.sides[b];
+            let s = &self.mem.sides[b];
             if s.bits == 0 && s.root == 0 {
                 assert_eq!((s.best, s.tree_best), (0, 0), "best of an empty side");
-                let t = &self.tops[b >> 1];
+                let t = &self.mem.tops[b >> 1];
                 assert_eq!(
                     (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
                     (0, 0, 0),
@@ -1015,7 +1020,7 @@ impl Books {
             }
             assert_eq!(s.tree_best, tree_extreme, "tree_best of book {b}");
             assert_eq!(s.best, extreme, "best is not the extreme of book {b}");
-            let t = &self.tops[b >> 1];
+            let t = &self.mem.tops[b >> 1];
             let e = self.nodes[extreme as usize];
             assert_eq!(
                 (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
