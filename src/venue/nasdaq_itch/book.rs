@@ -495,6 +495,26 @@ impl Books {
         prefetch(&self.mem.sides[book_id(locate, side)]);
     }
 
+    /// The level node of live order `order_ref` (second stage: reads the
+    /// order's slot, which `prefetch_order` asked for earlier).
+    #[inline(always)]
+    pub fn prefetch_order_level(&self, order_ref: u64) {
+        if let Ok(slot) = self.orders.probe(order_ref) {
+            prefetch(&self.nodes[self.orders.at(slot).level as usize]);
+        }
+    }
+
+    /// The level node an add at `price` would join, when it is on the
+    /// ladder (second stage: reads the side, which `prefetch_side` asked
+    /// for earlier).
+    #[inline(always)]
+    pub fn prefetch_add_level(&self, locate: u16, side: Side, price: u32) {
+        let s = &self.mem.sides[book_id(locate, side)];
+        if let Some(i) = s.slot(price) {
+            prefetch(&self.nodes[s.slots[i] as usize]);
+        }
+    }
+
     /// Best bid and offer of `locate`, O(1): one 32-byte record.
     #[inline]
     pub fn best(&self, locate: u16) -> Bbo {

@@ -29,6 +29,11 @@ const HALT_OPERATIONAL: u8 = 2;
 
 const LOCATES: usize = 1 << 16;
 
+/// How many messages ahead of the one applied the level nodes are
+/// prefetched (the order slots and books of the whole packet are
+/// prefetched before its first message).
+const LEVEL_AHEAD: usize = 2;
+
 /// What the adapter keeps per stock locate. Integers only, and all zeros
 /// is a locate never seen: the array comes from one zeroed allocation (a
 /// calloc), so only the pages of locates in use ever become resident.
@@ -163,6 +168,43 @@ impl NasdaqItch {
         }
     }
 
+    /// The second stage of [`NasdaqItch::prefetch`]: the level node the
+    /// message will touch (a live order's level, or the ladder level an
+    /// add joins).
+    #[inline(always)]
+    fn prefetch_level(&self, block: &[u8]) {
+        match block.first() {
+            Some(&(messages::TYPE_ADD | messages::TYPE_ADD_MPID)) => {
+                let (Some(&[hi, lo]), Some(&side), Some(p)) =
+                    (block.get(1..3), block.get(19), block.get(32..36))
+                else {
+                    return;
+                };
+                let side = if side == b'S' {
+                    messages::Side::Sell
+                } else {
+                    messages::Side::Buy
+                };
+                let price = u32::from_be_bytes(p.try_into().expect("4 bytes"));
+                self.books
+                    .prefetch_add_level(u16::from_be_bytes([hi, lo]), side, price);
+            }
+            Some(
+                &(messages::TYPE_EXECUTED
+                | messages::TYPE_EXECUTED_PRICE
+                | messages::TYPE_CANCEL
+                | messages::TYPE_DELETE
+                | messages::TYPE_REPLACE),
+            ) => {
+                if let Some(r) = block.get(11..19) {
+                    let r: [u8; 8] = r.try_into().expect("8 bytes");
+                    self.books.prefetch_order_level(u64::from_be_bytes(r));
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// After a book operation on `locate` whose best was `before`: note the
     /// message if its own effect changed the best, and mark the locate for
     /// the end of the packet.
@@ -254,7 +296,16 @@ impl Venue for NasdaqItch {
         for block in packet.blocks().skip(skip as usize) {
             self.prefetch(block);
         }
+        // Second stage, `LEVEL_AHEAD` messages ahead of the one applied:
+        // through the slots now in cache, the level nodes.
+        let mut ahead = packet.blocks().skip(skip as usize);
+        for block in ahead.by_ref().take(LEVEL_AHEAD) {
+            self.prefetch_level(block);
+        }
         for (i, block) in packet.blocks().enumerate().skip(skip as usize) {
+            if let Some(next) = ahead.next() {
+                self.prefetch_level(next);
+            }
             let seq = first.saturating_add(i as u64);
             self.types[block[0] as usize] += 1;
             let Some(msg) = messages::decode(block) else {
