@@ -11,16 +11,20 @@
 //!   holds `max_orders + 1` nodes (node 0 is the null link). The pool is
 //!   reserved but filled by `push` as levels are first needed, so its pages
 //!   become resident only when used;
-//! - per locate and side (2 x 65,536, 280 bytes each, one zeroed
-//!   allocation): the best level, a price ladder (a window of 64 cent ticks
-//!   holding level indices directly by `price / 100 - base`, with a bitmap
-//!   of the occupied ticks) and the root of a treap, keyed by price, of the
-//!   levels off the window or off the cent grid;
-//! - a 4 MiB direct-mapped cache from (book, price) to level, a hint that
-//!   spares most adds off the ladder the treap search.
+//! - per locate and side (2 x 65,536, 280 bytes each): the best level, a
+//!   price ladder (a window of 64 cent ticks holding level indices
+//!   directly by `price / 100 - base`, with a bitmap of the occupied
+//!   ticks) and the root of a treap, keyed by price, of the levels off the
+//!   window or off the cent grid;
+//! - per locate (65,536 x 32 bytes): its top, both sides' best level
+//!   index, price and shares, which is all `best` reads; with the sides,
+//!   one zeroed allocation of about 39 MiB (see `PerLocate`);
+//! - a direct-mapped cache from (book, price) to level (one u32 entry per
+//!   order up to 2^20, 4 MiB), a hint that spares most adds off the ladder
+//!   the treap search.
 //!
 //! Virtual memory for `max_orders` = 10M: 256 MiB of slots + 240 MiB of
-//! level nodes + 35 MiB of sides + 4 MiB of level cache, about 535 MiB,
+//! level nodes + 39 MiB per locate + 4 MiB of level cache, about 539 MiB,
 //! resident only as touched.
 //!
 //! Cost per message: an order's slot keeps its level's index, so an
