@@ -35,8 +35,12 @@ const LOCATES: usize = 1 << 16;
 const LEVEL_AHEAD: usize = 2;
 
 /// What the adapter keeps per stock locate. Integers only, and all zeros
-/// is a locate never seen: the array comes from one zeroed allocation (a
-/// calloc), so only the pages of locates in use ever become resident.
+/// is a locate never seen: the array (3 MiB) comes from one zeroed
+/// allocation, so nothing is written per locate; as a fresh mapping only
+/// the pages of locates in use become resident. (glibc may serve a later
+/// one, after a session change, from its heap and clear it with a
+/// memset: once per session. See `fuzz/src/lib.rs` for the harness that
+/// builds a feed per input.)
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 struct Locate {
