@@ -11,22 +11,32 @@
 //!   holds `max_orders + 1` nodes (node 0 is the null link). The pool is
 //!   reserved but filled by `push` as levels are first needed, so its pages
 //!   become resident only when used;
-//! - per locate and side (2 x 65,536): the root of a treap of its levels
-//!   keyed by price, and its best level (highest bid, lowest ask), 8 bytes;
-//! - a 4 MiB direct-mapped cache from (book, price) to level, a hint that
-//!   spares most adds the treap search.
+//! - per locate and side (2 x 65,536, 280 bytes each): the best level, a
+//!   price ladder (a window of 64 cent ticks holding level indices
+//!   directly by `price / 100 - base`, with a bitmap of the occupied
+//!   ticks) and the root of a treap, keyed by price, of the levels off the
+//!   window or off the cent grid;
+//! - per locate (65,536 x 32 bytes): its top, both sides' best level
+//!   index, price and shares, which is all `best` reads; with the sides,
+//!   one zeroed allocation of about 39 MiB (see `PerLocate`);
+//! - a direct-mapped cache from (book, price) to level (one u32 entry per
+//!   order up to 2^20, 4 MiB), a hint that spares most adds off the ladder
+//!   the treap search.
 //!
 //! Virtual memory for `max_orders` = 10M: 256 MiB of slots + 240 MiB of
-//! level nodes + 1 MiB of sides + 4 MiB of level cache, about 501 MiB,
+//! level nodes + 39 MiB per locate + 4 MiB of level cache, about 539 MiB,
 //! resident only as touched.
 //!
 //! Cost per message: an order's slot keeps its level's index, so an
-//! execution, cancel or delete finds its level in O(1); only adding a level
-//! (a new price) or removing one (its last shares gone) walks the treap,
-//! O(log levels) expected. The cached best changes on a new better level
-//! (O(1)) or when the best level empties (one more walk down the treap).
-//! An add at the best price, or at a level the cache remembers, skips the
-//! treap search.
+//! execution, cancel or delete finds its level in O(1). A price on the
+//! ladder is O(1) to add or to empty; the best moves in O(1) on a new
+//! better level and, when the best level empties, to the better of the
+//! ladder's extreme (a bit scan) and the treap's (cached per side). Off the
+//! window, adding or removing a level walks the treap, O(log levels)
+//! expected. The window follows the market: a grid price past its better
+//! end (or any grid price while the ladder is empty) re-centres it with
+//! that price 16 ticks from the better end, moving at most 64 levels
+//! between ladder and treap (rare: only when the best leaves the window).
 //!
 //! The treap's heap priority is a hash of the node's index (not stored:
 //! nodes stay 24 bytes), so its shape does not depend on the order in which
@@ -34,11 +44,13 @@
 
 use super::messages::Side;
 use super::orders::{Order, OrderTable, Sequential};
+use crate::feed::prefetch::{prefetch, prefetch_prefix};
 
 /// Stock locates are u16: one book per value.
 pub const LOCATES: usize = 1 << 16;
 
-/// log2 of the entries of the level cache (4 MiB of u32).
+/// log2 of the most entries of the level cache (4 MiB of u32); a feed of
+/// fewer orders gets one entry per order (at least 1,024).
 const LEVEL_CACHE_BITS: u32 = 20;
 
 /// One side of a book's best: a price and the sum of the live shares there.
@@ -94,10 +106,12 @@ pub struct LiveOrder {
     pub price: u32,
 }
 
-/// A price level: a treap node in the shared pool.
+/// A price level: a node in the shared pool, on its side's ladder or in its
+/// side's treap.
 #[derive(Clone, Copy, Debug, Default)]
 struct Node {
     price: u32,
+    /// Treap children (0 while on the ladder; `left` links the free list).
     left: u32,
     right: u32,
     /// `locate << 1 | side` (0 buy, 1 sell).
@@ -106,9 +120,120 @@ struct Node {
     shares: u64,
 }
 
+/// The ladder's grid: one slot per $0.01 (V4: 4 implied decimals, so 100).
+const TICK: u32 = 100;
+/// Slots of a ladder window (one bit each in `SideBook::bits`).
+const LADDER: u32 = 64;
+/// Ticks kept free on the better side of the price a window is re-centred
+/// on, so a best that moves a little stays in the window.
+const HEADROOM: u32 = 16;
+
+/// One side of one book: its best, its price ladder (a direct-indexed
+/// window of `LADDER` ticks: level indices by `price / TICK - base`) and,
+/// for the levels off the window (or off the cent grid), a treap.
+///
+/// Invariants: a level whose price is a multiple of `TICK` inside the
+/// window is on the ladder, never in the treap; `bits` has bit `i` set
+/// exactly when `slots[i] != 0`; `tree_best` is the treap's extreme (0:
+/// empty treap); `best` is the better of the ladder's and the treap's
+/// extremes. All zeros is an empty side (so the array comes from a zeroed
+/// allocation, resident only where touched).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct SideBook {
+    best: u32,
+    root: u32,
+    tree_best: u32,
+    /// Tick (`price / TICK`) of `slots[0]`.
+    base: u32,
+    bits: u64,
+    slots: [u32; LADDER as usize],
+}
+
+impl SideBook {
+    /// The ladder slot `price` belongs to, if it is on the grid and in the
+    /// window.
+    #[inline(always)]
+    fn slot(&self, price: u32) -> Option<usize> {
+        if !price.is_multiple_of(TICK) {
+            return None;
+        }
+        let off = (price / TICK).wrapping_sub(self.base);
+        (off < LADDER).then_some(off as usize)
+    }
+
+    /// The ladder's extreme level (highest bid, lowest ask), 0 if none.
+    #[inline(always)]
+    fn ladder_extreme(&self, buy: bool) -> u32 {
+        if self.bits == 0 {
+            return 0;
+        }
+        let i = if buy {
+            63 - self.bits.leading_zeros()
+        } else {
+            self.bits.trailing_zeros()
+        };
+        self.slots[i as usize]
+    }
+
+    #[inline(always)]
+    fn put(&mut self, i: usize, n: u32) {
+        self.slots[i] = n;
+        self.bits |= 1 << i;
+    }
+}
+
+/// Per locate, both sides' best level as `best` reads it (index, price,
+/// shares; `[buy, sell]`), 32 bytes: two books per cache line, so a
+/// message's best-before and best-after read one line and no level node.
+/// A mirror of `SideBook::best` and its node, kept by `set_best` and
+/// `sync_top`; all zeros is an empty book.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+struct Top {
+    level: [u32; 2],
+    price: [u32; 2],
+    shares: [u64; 2],
+}
+
+/// The per-locate part of the books: every top and every side, in one
+/// zeroed allocation (a calloc of about 39 MiB: the pages of books never
+/// used are never resident). One allocation, and larger than glibc's
+/// largest dynamic mmap threshold (32 MiB), so that it is always a fresh
+/// mapping: a zeroed allocation of a size the heap can serve would be
+/// cleared by a memset, touching every page (this is what keeps a
+/// short-lived feed, in the fuzz targets, cheap to build).
+#[repr(C)]
+struct PerLocate {
+    tops: [Top; LOCATES],
+    sides: [SideBook; 2 * LOCATES],
+}
+
+fn zeroed_per_locate() -> Box<PerLocate> {
+    let m = Box::<PerLocate>::new_zeroed();
+    // SAFETY: Top and SideBook are integers only: all zeros is a valid
+    // value of both (an empty book), so of PerLocate.
+    unsafe { m.assume_init() }
+}
+
 #[inline(always)]
 fn book_id(locate: u16, side: Side) -> usize {
     (locate as usize) << 1 | (side == Side::Sell) as usize
+}
+
+#[inline(always)]
+fn is_buy(b: usize) -> bool {
+    b & 1 == 0
+}
+
+/// Whether `a` is a better price than `than` on book side `b`.
+#[inline(always)]
+fn better(b: usize, a: u32, than: u32) -> bool {
+    if is_buy(b) {
+        a > than
+    } else {
+        a < than
+    }
 }
 
 /// The treap priority of node `i`: a bijective mix of its index (murmur3's
@@ -129,16 +254,25 @@ pub struct Books {
     nodes: Vec<Node>,
     /// Head of the free list of nodes (linked through `left`), 0: empty.
     free: u32,
-    /// `[treap root, best level]` per `book_id`.
-    sides: Vec<[u32; 2]>,
+    /// Tops per locate, sides per `book_id`.
+    mem: Box<PerLocate>,
     /// Direct-mapped hint from (book, price) to a level index: lets an add
-    /// at an existing level skip the treap search (one cache miss instead
-    /// of one per treap node, which `perf` showed as most of an add). A
-    /// hint is used only when that node is live with the same book and
-    /// price, and a live level is unique per book and price, so a stale
-    /// or colliding hint just falls back to the search.
+    /// at an existing level off the ladder skip the treap search. A hint
+    /// is used only when that node is live with the same book and price,
+    /// and a live level is unique per book and price, so a stale or
+    /// colliding hint just falls back to the search.
     level_cache: Vec<u32>,
+    level_cache_bits: u32,
     max_orders: usize,
+}
+
+/// An order found by [`Books::lookup`]: where it is, what it is, its
+/// locate. Valid until the next change to the books.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    slot: usize,
+    order: Order,
+    pub locate: u16,
 }
 
 impl Books {
@@ -147,16 +281,21 @@ impl Books {
     /// be below 2^32 (level indices are u32).
     pub fn new(max_orders: usize) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
-        let mut b = Books {
+        let level_cache_bits = max_orders
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(10, LEVEL_CACHE_BITS);
+        let mut nodes = Vec::with_capacity(max_orders + 1);
+        nodes.push(Node::default());
+        Books {
             orders: OrderTable::new(max_orders),
-            nodes: Vec::new(),
+            nodes,
             free: 0,
-            sides: Vec::new(),
-            level_cache: Vec::new(),
+            mem: zeroed_per_locate(),
+            level_cache: vec![0u32; 1 << level_cache_bits],
+            level_cache_bits,
             max_orders,
-        };
-        b.reset_levels();
-        b
+        }
     }
 
     fn reset_levels(&mut self) {
@@ -165,10 +304,11 @@ impl Books {
         self.nodes = Vec::with_capacity(self.max_orders + 1);
         self.nodes.push(Node::default());
         self.free = 0;
-        self.sides = Vec::new();
-        self.sides = vec![[0u32; 2]; 2 * LOCATES];
+        // (The new mapping exists for a moment beside the old one: virtual
+        // memory only, none of its pages is touched before the old goes.)
+        self.mem = zeroed_per_locate();
         self.level_cache = Vec::new();
-        self.level_cache = vec![0u32; 1 << LEVEL_CACHE_BITS];
+        self.level_cache = vec![0u32; 1 << self.level_cache_bits];
     }
 
     /// Empties every book (a session change, C5). Nothing is written per
@@ -230,11 +370,26 @@ impl Books {
         if self.orders.len() >= self.max_orders {
             return Err(OrderError::Overflow);
         }
-        let level = self.level_for(book_id(locate, side), side, price);
+        let b = book_id(locate, side);
+        let level = self.level_for(b, price);
         self.nodes[level as usize].shares += shares as u64;
+        self.sync_top(b, level);
         self.orders
             .insert_at(slot, order_ref, Order { shares, level });
         Ok(())
+    }
+
+    /// The live order `order_ref` and its locate, for one of the `*_found`
+    /// operations (one probe of the order table for both).
+    #[inline]
+    pub fn lookup(&self, order_ref: u64) -> Option<Found> {
+        let slot = self.orders.probe(order_ref).ok()?;
+        let order = self.orders.at(slot);
+        Some(Found {
+            slot,
+            order,
+            locate: self.locate_of(order.level),
+        })
     }
 
     /// E, C, X: removes `shares` from the order; at 0 the order leaves.
@@ -243,41 +398,51 @@ impl Books {
     /// contradicts the book). `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn reduce(&mut self, order_ref: u64, shares: u32) -> Result<Effect, OrderError> {
-        let slot = self
-            .orders
-            .probe(order_ref)
-            .map_err(|_| OrderError::Unknown)?;
-        let order = self.orders.at(slot);
-        let locate = self.locate_of(order.level);
+        let found = self.lookup(order_ref).ok_or(OrderError::Unknown)?;
+        Ok(self.reduce_found(found, shares))
+    }
+
+    /// [`Books::reduce`] of an order [`Books::lookup`] just found.
+    #[inline]
+    pub fn reduce_found(&mut self, found: Found, shares: u32) -> Effect {
+        let Found {
+            slot,
+            order,
+            locate,
+        } = found;
         if shares < order.shares {
-            self.nodes[order.level as usize].shares -= shares as u64;
+            let n = &mut self.nodes[order.level as usize];
+            n.shares -= shares as u64;
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
             self.orders.set_shares(slot, order.shares - shares);
-            return Ok(Effect {
+            return Effect {
                 locate,
                 error: None,
-            });
+            };
         }
         self.remove(slot, order);
-        Ok(Effect {
+        Effect {
             locate,
             error: (shares > order.shares).then_some(OrderError::TooLarge),
-        })
+        }
     }
 
     /// D: removes the order. `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn delete(&mut self, order_ref: u64) -> Result<Effect, OrderError> {
-        let slot = self
-            .orders
-            .probe(order_ref)
-            .map_err(|_| OrderError::Unknown)?;
-        let order = self.orders.at(slot);
-        let locate = self.locate_of(order.level);
-        self.remove(slot, order);
-        Ok(Effect {
-            locate,
+        let found = self.lookup(order_ref).ok_or(OrderError::Unknown)?;
+        Ok(self.delete_found(found))
+    }
+
+    /// [`Books::delete`] of an order [`Books::lookup`] just found.
+    #[inline]
+    pub fn delete_found(&mut self, found: Found) -> Effect {
+        self.remove(found.slot, found.order);
+        Effect {
+            locate: found.locate,
             error: None,
-        })
+        }
     }
 
     /// U: removes `original`, then adds `new_ref` with the original's side
@@ -294,36 +459,101 @@ impl Books {
         shares: u32,
         price: u32,
     ) -> Result<Effect, OrderError> {
-        let slot = self
-            .orders
-            .probe(original)
-            .map_err(|_| OrderError::Unknown)?;
-        let order = self.orders.at(slot);
-        let book = self.nodes[order.level as usize].book;
-        let locate = (book >> 1) as u16;
-        let side = if book & 1 == 0 { Side::Buy } else { Side::Sell };
-        self.remove(slot, order);
-        Ok(Effect {
-            locate,
-            error: self.add(locate, new_ref, side, shares, price).err(),
-        })
+        let found = self.lookup(original).ok_or(OrderError::Unknown)?;
+        Ok(self.replace_found(found, new_ref, shares, price))
     }
 
-    /// Best bid and offer of `locate`, O(1).
+    /// [`Books::replace`] of an order [`Books::lookup`] just found.
+    #[inline]
+    pub fn replace_found(&mut self, found: Found, new_ref: u64, shares: u32, price: u32) -> Effect {
+        let book = self.nodes[found.order.level as usize].book;
+        let side = if book & 1 == 0 { Side::Buy } else { Side::Sell };
+        self.remove(found.slot, found.order);
+        Effect {
+            locate: found.locate,
+            error: self.add(found.locate, new_ref, side, shares, price).err(),
+        }
+    }
+
+    /// Cache hints ahead of a message (they change nothing): the order
+    /// table slot `order_ref` starts its probe at.
+    #[inline(always)]
+    pub fn prefetch_order(&self, order_ref: u64) {
+        self.orders.prefetch(order_ref);
+    }
+
+    /// `locate`'s top (both bests) and the first line (best, treap root,
+    /// window) of both its sides.
+    #[inline(always)]
+    pub fn prefetch_book(&self, locate: u16) {
+        prefetch(&self.mem.tops[locate as usize]);
+        prefetch_prefix(&self.mem.sides[book_id(locate, Side::Buy)], 64);
+        prefetch_prefix(&self.mem.sides[book_id(locate, Side::Sell)], 64);
+    }
+
+    /// `locate`'s top and the whole ladder of one side of its book (ahead
+    /// of an add).
+    #[inline(always)]
+    pub fn prefetch_side(&self, locate: u16, side: Side) {
+        prefetch(&self.mem.tops[locate as usize]);
+        prefetch(&self.mem.sides[book_id(locate, side)]);
+    }
+
+    /// The level node of live order `order_ref` (second stage: reads the
+    /// order's slot, which `prefetch_order` asked for earlier).
+    #[inline(always)]
+    pub fn prefetch_order_level(&self, order_ref: u64) {
+        if let Ok(slot) = self.orders.probe(order_ref) {
+            prefetch(&self.nodes[self.orders.at(slot).level as usize]);
+        }
+    }
+
+    /// The level node an add at `price` would join, when it is on the
+    /// ladder (second stage: reads the side, which `prefetch_side` asked
+    /// for earlier).
+    #[inline(always)]
+    pub fn prefetch_add_level(&self, locate: u16, side: Side, price: u32) {
+        let s = &self.mem.sides[book_id(locate, side)];
+        if let Some(i) = s.slot(price) {
+            prefetch(&self.nodes[s.slots[i] as usize]);
+        }
+    }
+
+    /// Best bid and offer of `locate`, O(1): one 32-byte record.
     #[inline]
     pub fn best(&self, locate: u16) -> Bbo {
-        let level = |n: u32| {
-            (n != 0).then(|| {
-                let n = &self.nodes[n as usize];
-                Level {
-                    price: n.price,
-                    shares: n.shares,
-                }
+        let t = &self.mem.tops[locate as usize];
+        let level = |s: usize| {
+            (t.level[s] != 0).then_some(Level {
+                price: t.price[s],
+                shares: t.shares[s],
             })
         };
         Bbo {
-            bid: level(self.sides[book_id(locate, Side::Buy)][1]),
-            ask: level(self.sides[book_id(locate, Side::Sell)][1]),
+            bid: level(0),
+            ask: level(1),
+        }
+    }
+
+    /// Makes `n` (0: none) the best of side `b`.
+    #[inline(always)]
+    fn set_best(&mut self, b: usize, n: u32) {
+        self.mem.sides[b].best = n;
+        let node = self.nodes[n as usize];
+        let t = &mut self.mem.tops[b >> 1];
+        let s = b & 1;
+        t.level[s] = n;
+        t.price[s] = if n == 0 { 0 } else { node.price };
+        t.shares[s] = node.shares;
+    }
+
+    /// After the shares of level `n` of side `b` changed: the top follows
+    /// when `n` is the best.
+    #[inline(always)]
+    fn sync_top(&mut self, b: usize, n: u32) {
+        let t = &mut self.mem.tops[b >> 1];
+        if t.level[b & 1] == n {
+            t.shares[b & 1] = self.nodes[n as usize].shares;
         }
     }
 
@@ -356,19 +586,68 @@ impl Books {
         n.shares -= order.shares as u64;
         if n.shares == 0 {
             self.drop_level(order.level);
+        } else {
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
         }
     }
 
     /// The level at `price` in book side `b`, created when absent.
     #[inline]
-    fn level_for(&mut self, b: usize, side: Side, price: u32) -> u32 {
-        let [root, best] = self.sides[b];
-        // Most adds arrive at or near the top: skip the search at the best.
+    fn level_for(&mut self, b: usize, price: u32) -> u32 {
+        let s = &self.mem.sides[b];
+        if let Some(i) = s.slot(price) {
+            let n = s.slots[i];
+            if n != 0 {
+                return n;
+            }
+            return self.new_ladder_level(b, i, price);
+        }
+        if price.is_multiple_of(TICK) && {
+            // Off the window: move the window when the side has no ladder
+            // level or the price is past its better end (the best moved).
+            let tick = price / TICK;
+            s.bits == 0
+                || if is_buy(b) {
+                    tick >= s.base + LADDER
+                } else {
+                    tick < s.base
+                }
+        } {
+            self.recenter(b, price / TICK);
+            let s = &self.mem.sides[b];
+            let i = s.slot(price).expect("the window was just centred on it");
+            let n = s.slots[i];
+            if n != 0 {
+                // A treap level the new window took in.
+                return n;
+            }
+            return self.new_ladder_level(b, i, price);
+        }
+        self.tree_level_for(b, price)
+    }
+
+    #[inline]
+    fn new_ladder_level(&mut self, b: usize, i: usize, price: u32) -> u32 {
+        let n = self.alloc(price, b as u32);
+        let best = self.mem.sides[b].best;
+        let s = &mut self.mem.sides[b];
+        s.put(i, n);
+        if best == 0 || better(b, price, self.nodes[best as usize].price) {
+            self.set_best(b, n);
+        }
+        n
+    }
+
+    /// The level at `price` (off the ladder) in the treap of `b`, created
+    /// when absent.
+    fn tree_level_for(&mut self, b: usize, price: u32) -> u32 {
+        let SideBook { root, best, .. } = self.mem.sides[b];
         if best != 0 && self.nodes[best as usize].price == price {
             return best;
         }
         let h = ((b as u64) << 32 | price as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            >> (64 - LEVEL_CACHE_BITS);
+            >> (64 - self.level_cache_bits);
         let hint = self.level_cache[h as usize];
         if hint != 0 {
             let n = &self.nodes[hint as usize];
@@ -382,19 +661,89 @@ impl Books {
             return found;
         }
         let n = self.alloc(price, b as u32);
-        self.insert(b, n);
+        self.tree_insert(b, n);
         self.level_cache[h as usize] = n;
-        let better = best == 0 || {
-            let bp = self.nodes[best as usize].price;
-            match side {
-                Side::Buy => price > bp,
-                Side::Sell => price < bp,
-            }
-        };
-        if better {
-            self.sides[b][1] = n;
+        if best == 0 || better(b, price, self.nodes[best as usize].price) {
+            self.set_best(b, n);
         }
         n
+    }
+
+    /// Moves the window of side `b` so that `tick` is in it, `HEADROOM`
+    /// ticks from its better end: ladder levels left outside go into the
+    /// treap, treap levels now inside come onto the ladder. The set of
+    /// levels (and so the best) is unchanged. At most `LADDER` levels move
+    /// each way (a level is unique per price), each O(log levels).
+    #[cold]
+    fn recenter(&mut self, b: usize, tick: u32) {
+        let base = if is_buy(b) {
+            tick.saturating_sub(LADDER - 1 - HEADROOM)
+        } else {
+            tick.saturating_sub(HEADROOM)
+        };
+        let old = self.mem.sides[b];
+        {
+            let s = &mut self.mem.sides[b];
+            s.base = base;
+            s.bits = 0;
+            s.slots = [0; LADDER as usize];
+        }
+        let mut bits = old.bits;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let n = old.slots[i];
+            let price = self.nodes[n as usize].price;
+            match self.mem.sides[b].slot(price) {
+                Some(j) => self.mem.sides[b].put(j, n),
+                None => self.tree_insert(b, n),
+            }
+        }
+        // Treap levels on the grid inside the new window (at most one per
+        // slot, and none of them was on the old ladder).
+        let mut inside = [0u32; LADDER as usize];
+        let mut count = 0;
+        let (lo, hi) = (
+            base as u64 * TICK as u64,
+            (base as u64 + LADDER as u64) * TICK as u64,
+        );
+        self.collect_range(self.mem.sides[b].root, lo, hi, &mut inside, &mut count);
+        for &n in &inside[..count] {
+            self.tree_unlink(b, n);
+            let price = self.nodes[n as usize].price;
+            let i = self.mem.sides[b].slot(price).expect("collected inside");
+            let node = &mut self.nodes[n as usize];
+            node.left = 0;
+            node.right = 0;
+            self.mem.sides[b].put(i, n);
+        }
+    }
+
+    /// The nodes of treap `t` on the `TICK` grid with `lo <= price < hi`
+    /// (a range of at most `LADDER` ticks, so they fit `out`).
+    fn collect_range(
+        &self,
+        t: u32,
+        lo: u64,
+        hi: u64,
+        out: &mut [u32; LADDER as usize],
+        count: &mut usize,
+    ) {
+        if t == 0 {
+            return;
+        }
+        let n = self.nodes[t as usize];
+        let p = n.price as u64;
+        if p >= lo {
+            self.collect_range(n.left, lo, hi, out, count);
+        }
+        if p >= lo && p < hi && n.price.is_multiple_of(TICK) {
+            out[*count] = t;
+            *count += 1;
+        }
+        if p < hi {
+            self.collect_range(n.right, lo, hi, out, count);
+        }
     }
 
     fn alloc(&mut self, price: u32, book: u32) -> u32 {
@@ -428,6 +777,22 @@ impl Books {
             t = if price < n.price { n.left } else { n.right };
         }
         0
+    }
+
+    /// The extreme node of treap `t` for side `b` (right-most for bids,
+    /// left-most for asks), 0 for an empty treap.
+    fn tree_extreme(&self, b: usize, mut t: u32) -> u32 {
+        if t == 0 {
+            return 0;
+        }
+        loop {
+            let node = &self.nodes[t as usize];
+            let next = if is_buy(b) { node.right } else { node.left };
+            if next == 0 {
+                return t;
+            }
+            t = next;
+        }
     }
 
     /// Splits treap `t` (which has no node at `price`) into the nodes below
@@ -467,14 +832,15 @@ impl Books {
         }
     }
 
-    /// Links new node `n` into book side `b`: down from the root while the
-    /// nodes outrank it, then it takes that place with the subtree split
-    /// around its price as children.
-    fn insert(&mut self, b: usize, n: u32) {
+    /// Links node `n` (no treap level has its price) into the treap of
+    /// side `b`: down from the root while the nodes outrank it, then it
+    /// takes that place with the subtree split around its price as
+    /// children. Keeps `tree_best`.
+    fn tree_insert(&mut self, b: usize, n: u32) {
         let price = self.nodes[n as usize].price;
         let pn = prio(n);
         let (mut parent, mut left) = (0u32, false);
-        let mut t = self.sides[b][0];
+        let mut t = self.mem.sides[b].root;
         while t != 0 && prio(t) > pn {
             let node = &self.nodes[t as usize];
             parent = t;
@@ -486,31 +852,22 @@ impl Books {
         node.left = l;
         node.right = r;
         self.set_link(b, parent, left, n);
-    }
-
-    fn set_link(&mut self, b: usize, parent: u32, left: bool, to: u32) {
-        if parent == 0 {
-            self.sides[b][0] = to;
-        } else if left {
-            self.nodes[parent as usize].left = to;
-        } else {
-            self.nodes[parent as usize].right = to;
+        let tb = self.mem.sides[b].tree_best;
+        if tb == 0 || better(b, price, self.nodes[tb as usize].price) {
+            self.mem.sides[b].tree_best = n;
         }
     }
 
-    /// Unlinks an emptied level from its treap, moves the best when it was
-    /// the best, and frees the node.
-    fn drop_level(&mut self, n: u32) {
+    /// Unlinks node `n` from the treap of side `b`. Keeps `tree_best`.
+    fn tree_unlink(&mut self, b: usize, n: u32) {
         let Node {
             price,
             left: nl,
             right: nr,
-            book,
             ..
         } = self.nodes[n as usize];
-        let b = book as usize;
         let (mut parent, mut left) = (0u32, false);
-        let mut t = self.sides[b][0];
+        let mut t = self.mem.sides[b].root;
         while t != n {
             let node = &self.nodes[t as usize];
             parent = t;
@@ -519,21 +876,54 @@ impl Books {
         }
         let m = self.merge(nl, nr);
         self.set_link(b, parent, left, m);
-        if self.sides[b][1] == n {
-            // The new best is the extreme of what is left: right-most for
-            // bids, left-most for asks.
-            let mut t = self.sides[b][0];
-            if t != 0 {
-                loop {
-                    let node = &self.nodes[t as usize];
-                    let next = if book & 1 == 0 { node.right } else { node.left };
-                    if next == 0 {
-                        break;
-                    }
-                    t = next;
-                }
+        if self.mem.sides[b].tree_best == n {
+            self.mem.sides[b].tree_best = self.tree_extreme(b, self.mem.sides[b].root);
+        }
+    }
+
+    fn set_link(&mut self, b: usize, parent: u32, left: bool, to: u32) {
+        if parent == 0 {
+            self.mem.sides[b].root = to;
+        } else if left {
+            self.nodes[parent as usize].left = to;
+        } else {
+            self.nodes[parent as usize].right = to;
+        }
+    }
+
+    /// Takes an emptied level off its ladder slot or out of its treap,
+    /// moves the best when it was the best, and frees the node.
+    #[inline]
+    fn drop_level(&mut self, n: u32) {
+        let Node { price, book, .. } = self.nodes[n as usize];
+        let b = book as usize;
+        let s = &mut self.mem.sides[b];
+        match s.slot(price) {
+            Some(i) => {
+                debug_assert_eq!(s.slots[i], n, "a level in the window is on the ladder");
+                s.slots[i] = 0;
+                s.bits &= !(1 << i);
             }
-            self.sides[b][1] = t;
+            None => self.tree_unlink(b, n),
+        }
+        let s = &self.mem.sides[b];
+        if s.best == n {
+            // The new best: the better of the ladder's and the treap's.
+            let (l, t) = (s.ladder_extreme(is_buy(b)), s.tree_best);
+            let best = if l == 0 {
+                t
+            } else if t == 0 {
+                l
+            } else if better(
+                b,
+                self.nodes[t as usize].price,
+                self.nodes[l as usize].price,
+            ) {
+                t
+            } else {
+                l
+            };
+            self.set_best(b, best);
         }
         let node = &mut self.nodes[n as usize];
         node.shares = 0;
@@ -542,26 +932,91 @@ impl Books {
         self.free = n;
     }
 
+    /// Every level of book side `(locate, side)` as (price, shares), in
+    /// price order, from the ladder and the treap. Tests only.
+    #[cfg(test)]
+    fn levels(&self, locate: u16, side: Side) -> Vec<(u32, u64)> {
+        let b = book_id(locate, side);
+        let s = &self.mem.sides[b];
+        let mut out: Vec<(u32, u64)> = s
+            .slots
+            .iter()
+            .filter(|&&n| n != 0)
+            .map(|&n| (self.nodes[n as usize].price, self.nodes[n as usize].shares))
+            .collect();
+        let mut stack = vec![s.root];
+        while let Some(t) = stack.pop() {
+            if t != 0 {
+                let n = self.nodes[t as usize];
+                out.push((n.price, n.shares));
+                stack.push(n.left);
+                stack.push(n.right);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// Full consistency check, O(everything): every treap is ordered by
     /// price and heap-ordered by priority, holds only its own book's
-    /// levels, each with shares equal to the sum of its live orders, and
-    /// each side's best is its extreme. Tests only.
+    /// levels and none that belong on its ladder; every ladder slot holds
+    /// its own price's level and `bits` says which; each level's shares
+    /// equal the sum of its live orders; `tree_best` and `best` are the
+    /// extremes. Tests only.
     #[cfg(test)]
     fn check(&self) {
+        self.check_first(2 * LOCATES);
+    }
+
+    /// [`Books::check`] of the first `books` book ids only (every level
+    /// must be in them): the same result, faster, when the locates used
+    /// are the first few.
+    #[cfg(test)]
+    fn check_first(&self, books: usize) {
         let mut sum = vec![0u64; self.nodes.len()];
         for (_, o) in self.orders.iter() {
             assert!(o.shares > 0, "live order without shares");
             sum[o.level as usize] += o.shares as u64;
         }
         let mut seen_levels = 0usize;
-        for b in 0..2 * LOCATES {
-            let [root, best] = self.sides[b];
-            if root == 0 {
-                assert_eq!(best, 0, "best of an empty side");
+        for b in 0..books {
+            let s = &self.mem.sides[b];
+            if s.bits == 0 && s.root == 0 {
+                assert_eq!((s.best, s.tree_best), (0, 0), "best of an empty side");
+                let t = &self.mem.tops[b >> 1];
+                assert_eq!(
+                    (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
+                    (0, 0, 0),
+                    "top of empty book {b}"
+                );
                 continue;
             }
-            let mut stack = vec![(root, 0u32, u32::MAX, u32::MAX)];
             let mut extreme = 0u32;
+            let consider = |t: u32, extreme: &mut u32| {
+                if *extreme == 0
+                    || better(b, self.nodes[t as usize].price, {
+                        self.nodes[*extreme as usize].price
+                    })
+                {
+                    *extreme = t;
+                }
+            };
+            for i in 0..LADDER as usize {
+                let n = s.slots[i];
+                assert_eq!(s.bits >> i & 1 == 1, n != 0, "bits disagree with slots");
+                if n == 0 {
+                    continue;
+                }
+                let node = self.nodes[n as usize];
+                seen_levels += 1;
+                assert_eq!(node.book as usize, b, "ladder level in the wrong book");
+                assert_eq!(node.price, (s.base + i as u32) * TICK, "ladder slot price");
+                assert!(node.shares > 0, "empty level kept");
+                assert_eq!(sum[n as usize], node.shares, "level shares != its orders'");
+                consider(n, &mut extreme);
+            }
+            let mut tree_extreme = 0u32;
+            let mut stack = vec![(s.root, 0u32, u32::MAX, u32::MAX)];
             while let Some((t, lo, hi, parent_prio)) = stack.pop() {
                 if t == 0 {
                     continue;
@@ -573,17 +1028,13 @@ impl Books {
                 assert!(prio(t) <= parent_prio, "heap order broken");
                 assert!(n.shares > 0, "empty level kept");
                 assert_eq!(sum[t as usize], n.shares, "level shares != its orders'");
-                let better = extreme == 0 || {
-                    let e = self.nodes[extreme as usize].price;
-                    if b & 1 == 0 {
-                        n.price > e
-                    } else {
-                        n.price < e
-                    }
-                };
-                if better {
-                    extreme = t;
-                }
+                assert_eq!(
+                    s.slot(n.price),
+                    None,
+                    "treap level that belongs on the ladder"
+                );
+                consider(t, &mut tree_extreme);
+                consider(t, &mut extreme);
                 if n.price > 0 {
                     stack.push((n.left, lo, n.price - 1, prio(t)));
                 }
@@ -591,7 +1042,15 @@ impl Books {
                     stack.push((n.right, n.price + 1, hi, prio(t)));
                 }
             }
-            assert_eq!(best, extreme, "best is not the extreme of book {b}");
+            assert_eq!(s.tree_best, tree_extreme, "tree_best of book {b}");
+            assert_eq!(s.best, extreme, "best is not the extreme of book {b}");
+            let t = &self.mem.tops[b >> 1];
+            let e = self.nodes[extreme as usize];
+            assert_eq!(
+                (t.level[b & 1], t.price[b & 1], t.shares[b & 1]),
+                (extreme, e.price, e.shares),
+                "top of book {b}"
+            );
         }
         assert_eq!(seen_levels, self.live_levels(), "levels leaked");
     }
@@ -937,5 +1396,173 @@ mod tests {
             assert_eq!(b.live_orders(), model.len());
         }
         b.check();
+    }
+}
+
+/// The price ladder and its treap fallback against a model: a BTreeMap of
+/// levels per book side. Prices come from a centre that drifts (so windows
+/// re-centre, both ways), plus prices far outside any window, off the cent
+/// grid, and at the ends of the u32 range; after every operation the books
+/// pass the structural check and every side's levels equal the model's.
+#[cfg(test)]
+mod ladder_props {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    const MAX_ORDERS: usize = 100;
+    const USED_LOCATES: u16 = 2;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Price {
+        /// `centre + ticks` on the grid.
+        Near(i32),
+        /// Any grid price.
+        Far(u32),
+        /// `centre * TICK + sub` (sub in 1..TICK): off the grid.
+        Off(u32),
+        Min,
+        Max,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Add(u16, u64, Side, u32, Price),
+        Reduce(u64, u32),
+        Delete(u64),
+        Replace(u64, u64, u32, Price),
+        /// Moves the centre by this many ticks.
+        Drift(i32),
+        Clear,
+    }
+
+    fn price() -> impl Strategy<Value = Price> {
+        prop_oneof![
+            12 => (-90i32..90).prop_map(Price::Near),
+            2 => (0u32..=u32::MAX / TICK).prop_map(|t| Price::Far(t * TICK)),
+            2 => (1u32..TICK).prop_map(Price::Off),
+            1 => Just(Price::Min),
+            1 => Just(Price::Max),
+        ]
+    }
+
+    fn side() -> impl Strategy<Value = Side> {
+        prop_oneof![Just(Side::Buy), Just(Side::Sell)]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let r = || 0u64..130;
+        prop_oneof![
+            10 => (0..USED_LOCATES, r(), side(), 0u32..5, price())
+                .prop_map(|(l, o, s, n, p)| Op::Add(l, o, s, n, p)),
+            3 => (r(), 0u32..6).prop_map(|(o, n)| Op::Reduce(o, n)),
+            3 => r().prop_map(Op::Delete),
+            3 => (r(), r(), 0u32..5, price()).prop_map(|(o, n, s, p)| Op::Replace(o, n, s, p)),
+            2 => (-40i32..40).prop_map(Op::Drift),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn resolve(p: Price, centre: u32) -> u32 {
+        match p {
+            Price::Near(d) => {
+                (centre as i64 + d as i64).clamp(0, (u32::MAX / TICK) as i64) as u32 * TICK
+            }
+            Price::Far(p) => p,
+            Price::Off(sub) => centre * TICK + sub,
+            Price::Min => 0,
+            Price::Max => u32::MAX,
+        }
+    }
+
+    type Orders = HashMap<u64, (u16, Side, u32, u32)>;
+
+    fn model_levels(orders: &Orders, locate: u16, side: Side) -> Vec<(u32, u64)> {
+        let mut m: BTreeMap<u32, u64> = BTreeMap::new();
+        for &(l, s, shares, price) in orders.values() {
+            if l == locate && s == side {
+                *m.entry(price).or_default() += shares as u64;
+            }
+        }
+        m.into_iter().collect()
+    }
+
+    fn model_add(orders: &mut Orders, r: u64, o: (u16, Side, u32, u32)) -> Option<OrderError> {
+        if o.2 == 0 {
+            Some(OrderError::ZeroShares)
+        } else if orders.contains_key(&r) {
+            Some(OrderError::RefInUse)
+        } else if orders.len() >= MAX_ORDERS {
+            Some(OrderError::Overflow)
+        } else {
+            orders.insert(r, o);
+            None
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn ladder_and_treap_match_a_btreemap(
+            start in prop_oneof![Just(1u32), 5u32..200_000, Just(u32::MAX / TICK - 20)],
+            ops in prop::collection::vec(op(), 1..300),
+        ) {
+            let mut b = Books::new(MAX_ORDERS);
+            let mut orders: Orders = HashMap::new();
+            let mut centre = start;
+            for (step, &op) in ops.iter().enumerate() {
+                match op {
+                    Op::Add(l, r, s, n, p) => {
+                        let p = resolve(p, centre);
+                        let want = model_add(&mut orders, r, (l, s, n, p));
+                        prop_assert_eq!(b.add(l, r, s, n, p).err(), want, "step {}", step);
+                    }
+                    Op::Reduce(r, n) => {
+                        let got = b.reduce(r, n);
+                        match orders.get_mut(&r) {
+                            None => prop_assert_eq!(got, Err(OrderError::Unknown)),
+                            Some(o) => {
+                                let want = Effect { locate: o.0, error: (n > o.2).then_some(OrderError::TooLarge) };
+                                if n >= o.2 { orders.remove(&r); } else { o.2 -= n; }
+                                prop_assert_eq!(got, Ok(want));
+                            }
+                        }
+                    }
+                    Op::Delete(r) => {
+                        let got = b.delete(r);
+                        match orders.remove(&r) {
+                            None => prop_assert_eq!(got, Err(OrderError::Unknown)),
+                            Some(o) => prop_assert_eq!(got, Ok(Effect { locate: o.0, error: None })),
+                        }
+                    }
+                    Op::Replace(r, new, n, p) => {
+                        let p = resolve(p, centre);
+                        let got = b.replace(r, new, n, p);
+                        match orders.remove(&r) {
+                            None => prop_assert_eq!(got, Err(OrderError::Unknown)),
+                            Some(o) => {
+                                let error = model_add(&mut orders, new, (o.0, o.1, n, p));
+                                prop_assert_eq!(got, Ok(Effect { locate: o.0, error }));
+                            }
+                        }
+                    }
+                    Op::Drift(d) => {
+                        centre = (centre as i64 + d as i64).clamp(1, (u32::MAX / TICK) as i64 - 1) as u32;
+                    }
+                    Op::Clear => {
+                        b.clear();
+                        orders.clear();
+                    }
+                }
+                b.check_first(2 * USED_LOCATES as usize);
+                for l in 0..USED_LOCATES {
+                    for s in [Side::Buy, Side::Sell] {
+                        prop_assert_eq!(b.levels(l, s), model_levels(&orders, l, s), "step {} {:?}", step, op);
+                    }
+                }
+                prop_assert_eq!(b.live_orders(), orders.len());
+            }
+        }
     }
 }

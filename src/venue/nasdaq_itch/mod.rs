@@ -17,6 +17,7 @@ use self::book::{Bbo, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
 use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
+use crate::feed::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
@@ -26,43 +27,75 @@ pub const PRICE_SCALE: i64 = 100_000;
 const HALT_TRADING_ACTION: u8 = 1;
 const HALT_OPERATIONAL: u8 = 2;
 
-const NO_SLOT: u32 = u32::MAX;
 const LOCATES: usize = 1 << 16;
 
-/// What the adapter keeps per stock locate.
-#[derive(Clone, Copy, Debug)]
+/// How many messages ahead of the one applied the level nodes are
+/// prefetched (the order slots and books of the whole packet are
+/// prefetched before its first message).
+const LEVEL_AHEAD: usize = 2;
+
+/// What the adapter keeps per stock locate. Integers only, and all zeros
+/// is a locate never seen: the array (3 MiB) comes from one zeroed
+/// allocation, so nothing is written per locate; as a fresh mapping only
+/// the pages of locates in use become resident. (glibc may serve a later
+/// one, after a session change, from its heap and clear it with a
+/// memset: once per session. See `fuzz/src/lib.rs` for the harness that
+/// builds a feed per input.)
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 struct Locate {
-    /// The feed's symbol slot the locate names (`NO_SLOT`: none yet, or
+    /// The feed's symbol slot the locate names, plus one (0: none yet, or
     /// the symbol table was full).
-    slot: u32,
+    slot1: u32,
+    /// In the dirty list of the packet being applied.
+    dirty: bool,
     symbol: Symbol,
     /// The book's best as of the end of the last packet that touched it:
     /// what the symbol's quote was last set from.
-    published: Bbo,
-    /// In the dirty list of the packet being applied.
-    dirty: bool,
+    published: Published,
     /// The last message of this packet whose own effect changed the best:
     /// its channel sequence and time (the quote's `seq` and `source_ts`).
     change_seq: u64,
     change_ts: i64,
 }
 
-impl Default for Locate {
-    fn default() -> Locate {
-        Locate {
-            slot: NO_SLOT,
-            symbol: Symbol::default(),
-            published: Bbo::default(),
-            dirty: false,
-            change_seq: 0,
-            change_ts: 0,
+/// A [`Bbo`] as integers: shares 0 is an empty side (a level always has
+/// live shares), so all zeros is the empty book.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+struct Published {
+    bid_price: u32,
+    ask_price: u32,
+    bid_shares: u64,
+    ask_shares: u64,
+}
+
+impl Published {
+    #[inline]
+    fn of(b: Bbo) -> Published {
+        let (bid_price, bid_shares) = b.bid.map_or((0, 0), |l| (l.price, l.shares));
+        let (ask_price, ask_shares) = b.ask.map_or((0, 0), |l| (l.price, l.shares));
+        Published {
+            bid_price,
+            ask_price,
+            bid_shares,
+            ask_shares,
         }
     }
 }
 
+/// `LOCATES` never-seen locates from one zeroed allocation.
+fn zeroed_locates() -> Box<[Locate]> {
+    let l = Box::<[Locate]>::new_zeroed_slice(LOCATES);
+    // SAFETY: every field of Locate is an integer, a bool or a byte array
+    // (Symbol), for each of which all-zero bits are a valid value (false
+    // for the bool); all zeros is the Default locate.
+    unsafe { l.assume_init() }
+}
+
 pub struct NasdaqItch {
     books: Books,
-    locates: Vec<Locate>,
+    locates: Box<[Locate]>,
     /// Locates touched by the packet being applied (capacity: every locate,
     /// so pushing never allocates).
     dirty: Vec<u16>,
@@ -77,7 +110,7 @@ impl NasdaqItch {
     pub fn new(max_orders: usize) -> NasdaqItch {
         NasdaqItch {
             books: Books::new(max_orders),
-            locates: vec![Locate::default(); LOCATES],
+            locates: zeroed_locates(),
             dirty: Vec::with_capacity(LOCATES),
             midnight_ns: 0,
             new_york: new_york(),
@@ -94,11 +127,86 @@ impl NasdaqItch {
     #[inline]
     fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
         let l = &mut self.locates[locate as usize];
-        if l.slot == NO_SLOT || l.symbol != stock {
-            l.slot = rules.symbol(stock).unwrap_or(NO_SLOT);
+        if l.slot1 == 0 || l.symbol != stock {
+            l.slot1 = rules
+                .symbol(stock)
+                .and_then(|s| s.checked_add(1))
+                .unwrap_or(0);
             l.symbol = stock;
         }
-        (l.slot != NO_SLOT).then_some(l.slot)
+        l.slot1.checked_sub(1)
+    }
+
+    /// Cache hints for the state `block` (a message not yet applied) will
+    /// touch, read from its raw bytes (ITCH: locate at 1, order reference
+    /// at 11, an add's side at 19). A hint changes nothing, so a short or
+    /// unknown block just gets none.
+    #[inline(always)]
+    fn prefetch(&self, block: &[u8]) {
+        let (Some(&kind), Some(&[hi, lo])) = (block.first(), block.get(1..3)) else {
+            return;
+        };
+        let locate = u16::from_be_bytes([hi, lo]);
+        match kind {
+            messages::TYPE_ADD | messages::TYPE_ADD_MPID => {
+                prefetch(&self.locates[locate as usize]);
+                let side = match block.get(19) {
+                    Some(b'S') => messages::Side::Sell,
+                    _ => messages::Side::Buy,
+                };
+                self.books.prefetch_side(locate, side);
+            }
+            messages::TYPE_EXECUTED
+            | messages::TYPE_EXECUTED_PRICE
+            | messages::TYPE_CANCEL
+            | messages::TYPE_DELETE
+            | messages::TYPE_REPLACE => {
+                if let Some(r) = block.get(11..19) {
+                    let r: [u8; 8] = r.try_into().expect("8 bytes");
+                    self.books.prefetch_order(u64::from_be_bytes(r));
+                }
+                prefetch(&self.locates[locate as usize]);
+                self.books.prefetch_book(locate);
+            }
+            _ => {}
+        }
+    }
+
+    /// The second stage of [`NasdaqItch::prefetch`]: the level node the
+    /// message will touch (a live order's level, or the ladder level an
+    /// add joins).
+    #[inline(always)]
+    fn prefetch_level(&self, block: &[u8]) {
+        match block.first() {
+            Some(&(messages::TYPE_ADD | messages::TYPE_ADD_MPID)) => {
+                let (Some(&[hi, lo]), Some(&side), Some(p)) =
+                    (block.get(1..3), block.get(19), block.get(32..36))
+                else {
+                    return;
+                };
+                let side = if side == b'S' {
+                    messages::Side::Sell
+                } else {
+                    messages::Side::Buy
+                };
+                let price = u32::from_be_bytes(p.try_into().expect("4 bytes"));
+                self.books
+                    .prefetch_add_level(u16::from_be_bytes([hi, lo]), side, price);
+            }
+            Some(
+                &(messages::TYPE_EXECUTED
+                | messages::TYPE_EXECUTED_PRICE
+                | messages::TYPE_CANCEL
+                | messages::TYPE_DELETE
+                | messages::TYPE_REPLACE),
+            ) => {
+                if let Some(r) = block.get(11..19) {
+                    let r: [u8; 8] = r.try_into().expect("8 bytes");
+                    self.books.prefetch_order_level(u64::from_be_bytes(r));
+                }
+            }
+            _ => {}
+        }
     }
 
     /// After a book operation on `locate` whose best was `before`: note the
@@ -169,7 +277,9 @@ impl Venue for NasdaqItch {
             // C5: a new session empties every book; locates are the
             // session's own numbering.
             self.books.clear();
-            self.locates.fill(Locate::default());
+            // A fresh zeroed allocation: nothing written per locate.
+            self.locates = Box::new([]);
+            self.locates = zeroed_locates();
         }
     }
 
@@ -184,7 +294,22 @@ impl Venue for NasdaqItch {
         let mut out = Applied::default();
         let first = header.channel.sequence;
         let packet = Packet::validated(datagram);
+        // Cache hints for every message first, so that the misses of one
+        // message's order slot, book and locate overlap those of the
+        // others instead of following one another.
+        for block in packet.blocks().skip(skip as usize) {
+            self.prefetch(block);
+        }
+        // Second stage, `LEVEL_AHEAD` messages ahead of the one applied:
+        // through the slots now in cache, the level nodes.
+        let mut ahead = packet.blocks().skip(skip as usize);
+        for block in ahead.by_ref().take(LEVEL_AHEAD) {
+            self.prefetch_level(block);
+        }
         for (i, block) in packet.blocks().enumerate().skip(skip as usize) {
+            if let Some(next) = ahead.next() {
+                self.prefetch_level(next);
+            }
             let seq = first.saturating_add(i as u64);
             self.types[block[0] as usize] += 1;
             let Some(msg) = messages::decode(block) else {
@@ -296,13 +421,14 @@ impl Venue for NasdaqItch {
             let l = &mut self.locates[locate as usize];
             l.dirty = false;
             let best = self.books.best(locate);
-            if best == l.published {
+            let published = Published::of(best);
+            if published == l.published {
                 continue;
             }
-            l.published = best;
-            if l.slot != NO_SLOT {
+            l.published = published;
+            if let Some(slot) = l.slot1.checked_sub(1) {
                 rules.venue_quote(
-                    l.slot,
+                    slot,
                     l.change_seq,
                     l.change_ts,
                     side(best.bid),
@@ -349,36 +475,32 @@ impl NasdaqItch {
     /// the book does not hold changes nothing and is counted.
     #[inline]
     fn on_order<R: Rules>(&mut self, op: OrderOp, seq: u64, ts: i64, rules: &mut R) {
-        // The order's locate, to read its best before the change.
+        // One probe of the order table: the order's locate (to read its
+        // best before the change), then the operation on that slot.
         let order_ref = match op {
             OrderOp::Reduce { order_ref, .. } | OrderOp::Delete(order_ref) => order_ref,
             OrderOp::Replace { original, .. } => original,
         };
-        let Some(order) = self.books.order(order_ref) else {
+        let Some(found) = self.books.lookup(order_ref) else {
             rules.count(Count::UnknownOrder);
             return;
         };
-        let before = self.books.best(order.locate);
-        let result = match op {
-            OrderOp::Reduce { order_ref, shares } => self.books.reduce(order_ref, shares),
-            OrderOp::Delete(order_ref) => self.books.delete(order_ref),
+        let before = self.books.best(found.locate);
+        let effect = match op {
+            OrderOp::Reduce { shares, .. } => self.books.reduce_found(found, shares),
+            OrderOp::Delete(_) => self.books.delete_found(found),
             OrderOp::Replace {
-                original,
                 new_ref,
                 shares,
                 price,
-            } => self.books.replace(original, new_ref, shares, price),
+                ..
+            } => self.books.replace_found(found, new_ref, shares, price),
         };
-        match result {
-            Ok(effect) => {
-                self.touched(effect.locate, before, seq, ts);
-                match effect.error {
-                    None => {}
-                    Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
-                    Some(_) => rules.count(Count::OrderConflict),
-                }
-            }
-            Err(_) => rules.count(Count::UnknownOrder),
+        self.touched(effect.locate, before, seq, ts);
+        match effect.error {
+            None => {}
+            Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
+            Some(_) => rules.count(Count::OrderConflict),
         }
     }
 }

@@ -27,6 +27,8 @@
 
 use std::marker::PhantomData;
 
+use crate::feed::prefetch::prefetch;
+
 /// Maps an order reference to its home slot in a table of `1 << bits`.
 pub trait RefHash {
     fn home(order_ref: u64, bits: u32) -> usize;
@@ -145,6 +147,13 @@ impl<H: RefHash> OrderTable<H> {
             i = (i + 1) & mask;
             d += 1;
         }
+    }
+
+    /// Asks the CPU to bring `order_ref`'s home slot into the cache, ahead
+    /// of a probe (a hint: changes nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, order_ref: u64) {
+        prefetch(&self.slots[H::home(order_ref, self.bits)]);
     }
 
     #[inline]
