@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -24,6 +25,7 @@ use tokio::sync::Semaphore;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 
+use super::pg_fast;
 use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
 use super::{
     outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
@@ -43,6 +45,7 @@ const MAX_ATTEMPTS: usize = 5;
 const PLAIN_INSERT_MIN: usize = 64;
 
 struct Stmts {
+    fast: Statement,
     sel_processed: Statement,
     ins_processed: Statement,
     ins_processed_oc: Statement,
@@ -168,6 +171,7 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
 
 async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
     Ok(Stmts {
+        fast: c.prepare(pg_fast::FAST_SQL).await?,
         // Which events are processed already: an index probe each. The
         // others are inserted with a plain INSERT (no speculative
         // insertion: one WAL record and one index check less per row than
@@ -368,6 +372,48 @@ pub struct PgStore {
     pool: Arc<Pool>,
     opts: StoreOptions,
     metrics: FillsMetrics,
+    /// Hints for the one-statement fast path (`pg_fast`): checked there.
+    cache: Arc<Mutex<pg_fast::Cache>>,
+    fast: Arc<FastGate>,
+}
+
+/// After a fast attempt fell back to the careful path, the next batches
+/// skip it (1, 2, 4 ... 64 of them while it keeps failing): a workload of
+/// old repeats or several writers of one position should not pay for a
+/// statement that fails every time.
+#[derive(Default)]
+struct FastGate {
+    skip: AtomicU32,
+    streak: AtomicU32,
+    committed: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+impl FastGate {
+    fn allowed(&self) -> bool {
+        self.skip
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_sub(1))
+            .is_err()
+    }
+    fn succeeded(&self) {
+        self.streak.store(0, Ordering::Relaxed);
+        self.committed.fetch_add(1, Ordering::Relaxed);
+    }
+    fn failed(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let n = self.streak.fetch_add(1, Ordering::Relaxed).min(6);
+        self.skip.store(1 << n, Ordering::Relaxed);
+    }
+}
+
+/// Result of one fast attempt.
+enum Fast {
+    Committed(Vec<EventOutcome>),
+    /// Not a fast batch (a BUST, ...): take the careful path.
+    Careful,
+    /// The database refused an assumption (nothing was written): take
+    /// the careful path.
+    Refused,
 }
 
 impl PgStore {
@@ -395,7 +441,90 @@ impl PgStore {
             pool,
             opts,
             metrics,
+            cache: Arc::default(),
+            fast: Arc::default(),
         })
+    }
+
+    /// Batches committed by the fast path, and fast attempts that went to
+    /// the careful path (tests and benchmarks).
+    #[doc(hidden)]
+    pub fn fast_path_counts(&self) -> (u64, u64) {
+        (
+            self.fast.committed.load(Ordering::Relaxed),
+            self.fast.fallbacks.load(Ordering::Relaxed),
+        )
+    }
+
+    /// After COMMIT: the positions the batch wrote and its applied FILLs.
+    fn remember(&self, outs: &[EventOutcome], finals: &[(PosKey, Position)]) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.store_positions(
+                finals
+                    .iter()
+                    .map(|((a, s), p)| (a.as_str(), s.as_str(), *p)),
+            );
+            c.store_events(outs.iter().filter_map(|o| {
+                (o.outcome == Outcome::Applied && o.kind.as_deref() == Some("FILL"))
+                    .then_some(o.event_id.as_deref())
+                    .flatten()
+            }));
+        }
+    }
+
+    /// The batch's outcome is unknown: drop its positions from the cache.
+    fn forget(&self, events: &[Parsed]) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.forget(events);
+        }
+    }
+
+    /// The one-statement path (`pg_fast`), if the batch is a fast one.
+    async fn apply_fast(&self, events: &Arc<Vec<Parsed>>) -> anyhow::Result<Fast> {
+        let (events, cache, clock, m) = (
+            events.clone(),
+            self.cache.clone(),
+            self.opts.clock.clone(),
+            self.metrics.clone(),
+        );
+        let body: TxBody<Fast> = Box::new(move |c: &mut Conn| {
+            Box::pin(async move {
+                let plan = {
+                    let cache = cache
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
+                    pg_fast::plan(&events, &cache)
+                };
+                let Some(plan) = plan else {
+                    return Ok(Fast::Careful);
+                };
+                let timer = m.tx_seconds.start_timer();
+                let now = clock();
+                match plan.execute(&c.client, &c.st.fast, now).await {
+                    Ok(n) => {
+                        anyhow::ensure!(
+                            n == plan.fills.len() as i64,
+                            "fast path inserted {n} fill rows, expected {}",
+                            plan.fills.len()
+                        );
+                        timer.observe_duration();
+                        if let Ok(mut c) = cache.lock() {
+                            c.store_positions(plan.positions.iter().copied());
+                            c.store_events(plan.fills.iter().map(|f| f.event_id.as_str()));
+                        }
+                        Ok(Fast::Committed(plan.outcomes))
+                    }
+                    // The server refused the statement: it rolled back.
+                    Err(e) if e.as_db_error().is_some() => {
+                        tracing::debug!(error = %e, "fills: fast path refused, careful path");
+                        Ok(Fast::Refused)
+                    }
+                    // Connection lost: the commit may or may not have happened.
+                    Err(e) => Err(anyhow::Error::new(e).context("PostgreSQL fast path")),
+                }
+            })
+        });
+        self.pool.run(body).await
     }
 
     pub fn metrics(&self) -> &FillsMetrics {
@@ -422,6 +551,22 @@ impl PgStore {
         let source = source.to_owned();
         let clock = self.opts.clock.clone();
         let metrics = self.metrics.clone();
+        if self.opts.pg_fast_path && matches!(extra, Extra::None) && self.fast.allowed() {
+            match self.apply_fast(&events).await {
+                Ok(Fast::Committed(outs)) => {
+                    self.fast.succeeded();
+                    self.metrics.record(&source, &outs);
+                    return Ok(outs);
+                }
+                Ok(Fast::Careful) => {}
+                Ok(Fast::Refused) => self.fast.failed(),
+                Err(e) => {
+                    self.forget(&events);
+                    return Err(e);
+                }
+            }
+        }
+        let batch = events.clone();
         let mut attempt = 0;
         let mut contended = false;
         loop {
@@ -433,7 +578,7 @@ impl PgStore {
                 extra.clone(),
                 metrics.clone(),
             );
-            let body: TxBody<(Vec<EventOutcome>, SideEffects)> = Box::new(move |c: &mut Conn| {
+            let body: TxBody<Applied> = Box::new(move |c: &mut Conn| {
                 Box::pin(async move {
                     let timer = m.tx_seconds.start_timer();
                     let tx = c.client.transaction().await?;
@@ -502,7 +647,8 @@ impl PgStore {
                 })
             });
             match self.pool.run(body).await {
-                Ok((outs, se)) => {
+                Ok((outs, se, finals)) => {
+                    self.remember(&outs, &finals);
                     self.metrics.record(&source, &outs);
                     count_side_effects(&self.metrics, &source, &se);
                     return Ok(outs);
@@ -512,7 +658,10 @@ impl PgStore {
                     contended |= is_unique_violation(&e);
                     tracing::debug!(error = %e, attempt, "fills: retrying transaction");
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.forget(&batch);
+                    return Err(e);
+                }
             }
         }
     }
@@ -529,6 +678,7 @@ impl PgStore {
         let ids = Arc::new((client.to_owned(), key.to_owned(), request_hash.to_owned()));
         let wait_ms = self.opts.key_wait.as_millis().max(1);
         let clock = self.opts.clock.clone();
+        let batch = events.clone();
         let mut attempt = 0;
         let mut contended = false;
         loop {
@@ -540,7 +690,7 @@ impl PgStore {
                 build_answer.clone(),
                 self.metrics.clone(),
             );
-            let body: TxBody<(HttpOutcome, SideEffects)> = Box::new(move |c: &mut Conn| {
+            let body: TxBody<(HttpOutcome, SideEffects, Finals)> = Box::new(move |c: &mut Conn| {
                 Box::pin(async move {
                     let (client, key, hash) = &*ids;
                     let timer = m.tx_seconds.start_timer();
@@ -554,7 +704,11 @@ impl PgStore {
                     let inserted = match tx.query(&c.st.ins_key, &[client, key, hash, &now]).await {
                         Ok(rows) => !rows.is_empty(),
                         Err(e) if is_lock_timeout(&e) => {
-                            return Ok((HttpOutcome::InProgressTimeout, SideEffects::default()))
+                            return Ok((
+                                HttpOutcome::InProgressTimeout,
+                                SideEffects::default(),
+                                vec![],
+                            ))
                         }
                         Err(e) => return Err(e.into()),
                     };
@@ -564,7 +718,7 @@ impl PgStore {
                         let stored_hash: String = row.get(0);
                         tx.commit().await?;
                         if &stored_hash != hash {
-                            return Ok((HttpOutcome::HashMismatch, SideEffects::default()));
+                            return Ok((HttpOutcome::HashMismatch, SideEffects::default(), vec![]));
                         }
                         let status: Option<i32> = row.get(1);
                         let body: Option<Vec<u8>> = row.get(2);
@@ -574,9 +728,10 @@ impl PgStore {
                                 body: body.unwrap_or_default(),
                             },
                             SideEffects::default(),
+                            vec![],
                         ));
                     }
-                    let (outs, se) =
+                    let (outs, se, finals) =
                         apply_in_tx(&tx, &c.st, "http", &events, now, contended).await?;
                     let (status, body) = build_answer(&outs);
                     tx.execute(&c.st.upd_key, &[client, key, &i32::from(status), &body])
@@ -590,12 +745,14 @@ impl PgStore {
                             outcomes: outs,
                         },
                         se,
+                        finals,
                     ))
                 })
             });
             match self.pool.run(body).await {
-                Ok((out, se)) => {
+                Ok((out, se, finals)) => {
                     if let HttpOutcome::Fresh { outcomes, .. } = &out {
+                        self.remember(outcomes, &finals);
                         self.metrics.record("http", outcomes);
                         count_side_effects(&self.metrics, "http", &se);
                     }
@@ -605,7 +762,10 @@ impl PgStore {
                     self.metrics.tx_retries.inc();
                     contended |= is_unique_violation(&e);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.forget(&batch);
+                    return Err(e);
+                }
             }
         }
     }
@@ -857,6 +1017,11 @@ async fn lock_positions(
     Ok(())
 }
 
+/// The final positions a batch wrote.
+type Finals = Vec<(PosKey, Position)>;
+/// Outcomes, side effects, and the final positions the batch wrote.
+type Applied = (Vec<EventOutcome>, SideEffects, Finals);
+
 /// F1-F3 for one batch inside an open transaction, set-based.
 async fn apply_in_tx(
     tx: &Transaction<'_>,
@@ -865,7 +1030,7 @@ async fn apply_in_tx(
     events: &[Parsed],
     now: i64,
     contended: bool,
-) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
+) -> anyhow::Result<Applied> {
     let (unique, mut outs) = presort(events);
     let valid: Vec<(usize, &Event)> = unique
         .iter()
@@ -1154,6 +1319,8 @@ async fn apply_in_tx(
             }
         }
     }
+    let finals: Vec<(PosKey, Position)> =
+        p.positions.iter().map(|(k, v)| (k.clone(), *v)).collect();
     if !p.positions.is_empty() {
         let mut ka = Vec::new();
         let mut ks = Vec::new();
@@ -1199,5 +1366,6 @@ async fn apply_in_tx(
             released: p.released,
             dead_lettered: p.dead_letters.len(),
         },
+        finals,
     ))
 }
