@@ -269,3 +269,63 @@ async fn plain_fills_take_the_fast_path() {
     }
     fast.cleanup().await;
 }
+
+/// A stream fetch takes the fast path too; the consumer position moves in
+/// the same statement, only forwards, and the outcomes equal SQLite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_batches_move_the_consumer_position() {
+    let Some(fast) = pg_db("f", "pg_fast_stream", StoreOptions::default()).await else {
+        return;
+    };
+    let lite = sqlite_db(StoreOptions::default()).await;
+    let mut r = Rng(99);
+    let mut seq = 0u64;
+    for bi in 0..12u64 {
+        let b: Vec<serde_json::Value> = (0..20u64)
+            .map(|i| fill_json(&mut r, &format!("E-{}", bi * 20 + i), bi * 20 + i))
+            .collect();
+        seq += 20;
+        // Batch 7 is delivered again with an older sequence: all duplicates,
+        // and the position must not move back.
+        let (b, last) = if bi == 7 {
+            (first_fetch(), seq - 40)
+        } else {
+            (b, seq)
+        };
+        let want = lite
+            .store
+            .apply_stream_batch("S", "c", last, parsed(&b))
+            .await
+            .unwrap();
+        let got = fast
+            .store
+            .apply_stream_batch("S", "c", last, parsed(&b))
+            .await
+            .unwrap();
+        same(&got, &want, &format!("batch {bi}"));
+        assert_eq!(
+            fast.store.consumer_position("S", "c").await.unwrap(),
+            lite.store.consumer_position("S", "c").await.unwrap()
+        );
+    }
+    assert_eq!(
+        fast.store.consumer_position("S", "c").await.unwrap(),
+        Some(seq)
+    );
+    assert_eq!(
+        fast.store.positions(None).await.unwrap(),
+        lite.store.positions(None).await.unwrap()
+    );
+    if let Store::Postgres(p) = &fast.store {
+        assert!(p.fast_path_counts().0 >= 6, "{:?}", p.fast_path_counts());
+    }
+    fast.cleanup().await;
+}
+
+/// The events of the first fetch again.
+fn first_fetch() -> Vec<serde_json::Value> {
+    let mut r = Rng(99);
+    (0..20u64)
+        .map(|i| fill_json(&mut r, &format!("E-{i}"), i))
+        .collect()
+}

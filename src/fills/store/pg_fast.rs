@@ -43,13 +43,10 @@ use super::{outcome_of, presort};
 use crate::fills::model::{Event, EventOutcome, Fill, Outcome, Parsed};
 use crate::fills::position::Position;
 
-/// Parameters: $1 now; $2 new event ids (sorted); $3 event ids expected to
-/// be processed already; $4-$11 cached positions (account, symbol, stored
-/// qty, avg price, P&L, new qty, avg price, P&L; sorted); $12-$16 new
-/// positions (account, symbol, qty, avg price, P&L; sorted); $17-$24 the
-/// fills in event order (deal, event, account, symbol, side, qty, price,
-/// exec_ns). Returns the number of fill rows inserted.
-pub(crate) const FAST_SQL: &str = "
+// The statement's text, in pieces for `concat!`.
+macro_rules! fast_ctes {
+    () => {
+        "
 WITH pe AS (
     INSERT INTO processed_events (kind, event_id, created_ns)
     SELECT 'FILL', e, $1 FROM unnest($2::text[]) AS u(e)
@@ -87,7 +84,13 @@ WITH pe AS (
     SELECT d, 'applied', e, a, s, si, q::numeric, p::numeric, t, sq, $1, $1
     FROM drawn ORDER BY d
     RETURNING 1
-)
+)"
+    };
+}
+
+macro_rules! fast_answer {
+    () => {
+        "
 SELECT CASE
     WHEN l.seen = cardinality($3::text[]) AND l.cas = cardinality($4::text[])
     THEN (SELECT count(*) FROM f)
@@ -95,7 +98,34 @@ SELECT CASE
           || ' expected duplicates found, ' || l.cas || ' of ' || cardinality($4::text[])
           || ' cached positions unchanged')::int8
 END
-FROM locked l";
+FROM locked l"
+    };
+}
+
+/// Parameters: $1 now; $2 new event ids (sorted); $3 event ids expected to
+/// be processed already; $4-$11 cached positions (account, symbol, stored
+/// qty, avg price, P&L, new qty, avg price, P&L; sorted); $12-$16 new
+/// positions (account, symbol, qty, avg price, P&L; sorted); $17-$24 the
+/// fills in event order (deal, event, account, symbol, side, qty, price,
+/// exec_ns). Returns the number of fill rows inserted.
+pub(crate) const FAST_SQL: &str = concat!(fast_ctes!(), fast_answer!());
+
+/// The same for a stream fetch: $25-$27 (stream, consumer, last sequence)
+/// move the consumer position in the same statement, so in the same
+/// transaction as the batch's effects, and only forwards (as
+/// `upsert_consumer` of the careful path).
+pub(crate) const FAST_STREAM_SQL: &str = concat!(
+    fast_ctes!(),
+    ", cons AS (
+    INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+    VALUES ($25, $26, $27, $1)
+    ON CONFLICT (stream, consumer) DO UPDATE
+    SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
+        updated_ns = EXCLUDED.updated_ns
+    RETURNING 1
+)",
+    fast_answer!()
+);
 
 /// Hints of one store: what this process committed last. Never the truth:
 /// every hint is checked by the fast statement (see the module comment).
@@ -294,6 +324,7 @@ impl FastPlan<'_> {
         client: &tokio_postgres::Client,
         stmt: &tokio_postgres::Statement,
         now: i64,
+        stream: Option<(&str, &str, i64)>,
     ) -> Result<i64, tokio_postgres::Error> {
         let [ca, cs] = &self.cas;
         let [oq, oa, orp, q, ap, r] = &self.cas_vals;
@@ -301,15 +332,16 @@ impl FastPlan<'_> {
         let [nq, nap, nr] = &self.new_vals;
         let [fd, fe, fa, fs, fsi] = &self.f_str;
         let [fq, fp] = &self.f_dec;
-        let row = client
-            .query_one(
-                stmt,
-                &[
-                    &now, &self.ids, &self.dups, ca, cs, oq, oa, orp, q, ap, r, na, ns, nq, nap,
-                    nr, fd, fe, fa, fs, fsi, fq, fp, &self.f_t,
-                ],
-            )
-            .await?;
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+            &now, &self.ids, &self.dups, ca, cs, oq, oa, orp, q, ap, r, na, ns, nq, nap, nr, fd,
+            fe, fa, fs, fsi, fq, fp, &self.f_t,
+        ];
+        let (st, co, seq);
+        if let Some(x) = stream {
+            (st, co, seq) = x;
+            params.extend([&st as &(dyn tokio_postgres::types::ToSql + Sync), &co, &seq]);
+        }
+        let row = client.query_one(stmt, &params).await?;
         Ok(row.get(0))
     }
 }

@@ -46,6 +46,7 @@ const PLAIN_INSERT_MIN: usize = 64;
 
 struct Stmts {
     fast: Statement,
+    fast_stream: Statement,
     sel_processed: Statement,
     ins_processed: Statement,
     ins_processed_oc: Statement,
@@ -172,6 +173,7 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
 async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
     Ok(Stmts {
         fast: c.prepare(pg_fast::FAST_SQL).await?,
+        fast_stream: c.prepare(pg_fast::FAST_STREAM_SQL).await?,
         // Which events are processed already: an index probe each. The
         // others are inserted with a plain INSERT (no speculative
         // insertion: one WAL record and one index check less per row than
@@ -480,7 +482,20 @@ impl PgStore {
     }
 
     /// The one-statement path (`pg_fast`), if the batch is a fast one.
-    async fn apply_fast(&self, events: &Arc<Vec<Parsed>>) -> anyhow::Result<Fast> {
+    async fn apply_fast(&self, events: &Arc<Vec<Parsed>>, extra: &Extra) -> anyhow::Result<Fast> {
+        let stream = match extra {
+            Extra::None => None,
+            Extra::Stream {
+                stream,
+                consumer,
+                last_seq,
+            } => Some((
+                stream.clone(),
+                consumer.clone(),
+                i64::try_from(*last_seq).context("stream sequence too large")?,
+            )),
+            Extra::Offset { .. } => return Ok(Fast::Careful),
+        };
         let (events, cache, clock, m) = (
             events.clone(),
             self.cache.clone(),
@@ -500,7 +515,14 @@ impl PgStore {
                 };
                 let timer = m.tx_seconds.start_timer();
                 let now = clock();
-                match plan.execute(&c.client, &c.st.fast, now).await {
+                let r = match &stream {
+                    None => plan.execute(&c.client, &c.st.fast, now, None).await,
+                    Some((s, co, seq)) => {
+                        plan.execute(&c.client, &c.st.fast_stream, now, Some((s, co, *seq)))
+                            .await
+                    }
+                };
+                match r {
                     Ok(n) => {
                         anyhow::ensure!(
                             n == plan.fills.len() as i64,
@@ -551,8 +573,10 @@ impl PgStore {
         let source = source.to_owned();
         let clock = self.opts.clock.clone();
         let metrics = self.metrics.clone();
-        if self.opts.pg_fast_path && matches!(extra, Extra::None) && self.fast.allowed() {
-            match self.apply_fast(&events).await {
+        // The one-statement path first; not for a partition batch, whose
+        // offset compare-and-set and hook run in the careful path.
+        if self.opts.pg_fast_path && !matches!(extra, Extra::Offset { .. }) && self.fast.allowed() {
+            match self.apply_fast(&events, &extra).await {
                 Ok(Fast::Committed(outs)) => {
                     self.fast.succeeded();
                     self.metrics.record(&source, &outs);
