@@ -89,7 +89,7 @@ fn workload(seed: u64, batches: usize, wrong_accounts: bool) -> Vec<Vec<serde_js
 }
 
 fn fill_json(r: &mut Rng, event_id: &str, deal: u64) -> serde_json::Value {
-    let huge = r.below(40) == 0;
+    let huge = r.below(200) == 0;
     let qty = match r.below(40) {
         // × 2 overflows: rejected, never applied
         _ if huge => "79228162514264337593543950335".to_owned(),

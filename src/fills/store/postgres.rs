@@ -1277,6 +1277,9 @@ async fn apply_in_tx(
         }
     }
 
+    // Every locked position as read; the planner's final values replace
+    // the ones it touched (all are committed with the batch: the cache).
+    let mut finals: HashMap<PosKey, Position> = positions.clone();
     let p = plan::plan(&new_events, deals, positions, history);
 
     // The sequence number of the FILL event that applied each deal.
@@ -1343,8 +1346,8 @@ async fn apply_in_tx(
             }
         }
     }
-    let finals: Vec<(PosKey, Position)> =
-        p.positions.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    finals.extend(p.positions.iter().map(|(k, v)| (k.clone(), *v)));
+    let finals: Finals = finals.into_iter().collect();
     if !p.positions.is_empty() {
         let mut ka = Vec::new();
         let mut ks = Vec::new();
