@@ -72,17 +72,17 @@ WITH pe AS (
 ), locked AS MATERIALIZED (
     SELECT (SELECT count(*) FROM pe) AS pe, (SELECT n FROM seen) AS seen,
            (SELECT count(*) FROM cas) AS cas, (SELECT count(*) FROM np) AS np
-), drawn AS (
-    SELECT u.d, u.e, u.a, u.s, u.si, u.q, u.p, u.t, nextval('fills_applied_seq') AS sq
-    FROM locked,
-         unnest($17::text[], $18::text[], $19::text[], $20::text[], $21::text[], $22::text[],
-                $23::text[], $24::int8[]) WITH ORDINALITY AS u(d, e, a, s, si, q, p, t, o)
-    ORDER BY u.o
+), seqs AS MATERIALIZED (
+    SELECT array_agg(nextval('fills_applied_seq') ORDER BY g) AS a
+    FROM locked, generate_series(1, cardinality($17::text[])) AS g
 ), f AS (
     INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
                        exec_ns, applied_seq, created_ns, updated_ns)
-    SELECT d, 'applied', e, a, s, si, q::numeric, p::numeric, t, sq, $1, $1
-    FROM drawn ORDER BY d
+    SELECT u.d, 'applied', u.e, u.a, u.s, u.si, u.q::numeric, u.p::numeric, u.t, seqs.a[u.o],
+           $1, $1
+    FROM seqs,
+         unnest($17::text[], $18::text[], $19::text[], $20::text[], $21::text[], $22::text[],
+                $23::text[], $24::int8[], $25::int4[]) AS u(d, e, a, s, si, q, p, t, o)
     RETURNING 1
 )"
     };
@@ -105,12 +105,14 @@ FROM locked l"
 /// Parameters: $1 now; $2 new event ids (sorted); $3 event ids expected to
 /// be processed already; $4-$11 cached positions (account, symbol, stored
 /// qty, avg price, P&L, new qty, avg price, P&L; sorted); $12-$16 new
-/// positions (account, symbol, qty, avg price, P&L; sorted); $17-$24 the
-/// fills in event order (deal, event, account, symbol, side, qty, price,
-/// exec_ns). Returns the number of fill rows inserted.
+/// positions (account, symbol, qty, avg price, P&L; sorted); $17-$25 the
+/// fills in deal_id order (deal, event, account, symbol, side, qty, price,
+/// exec_ns, 1-based place in event order: the n-th FILL of the batch gets
+/// the n-th of the sequence numbers drawn in `seqs`). Returns the number
+/// of fill rows inserted.
 pub(crate) const FAST_SQL: &str = concat!(fast_ctes!(), fast_answer!());
 
-/// The same for a stream fetch: $25-$27 (stream, consumer, last sequence)
+/// The same for a stream fetch: $26-$28 (stream, consumer, last sequence)
 /// move the consumer position in the same statement, so in the same
 /// transaction as the batch's effects, and only forwards (as
 /// `upsert_consumer` of the careful path).
@@ -118,7 +120,7 @@ pub(crate) const FAST_STREAM_SQL: &str = concat!(
     fast_ctes!(),
     ", cons AS (
     INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
-    VALUES ($25, $26, $27, $1)
+    VALUES ($26, $27, $28, $1)
     ON CONFLICT (stream, consumer) DO UPDATE
     SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
         updated_ns = EXCLUDED.updated_ns
@@ -210,6 +212,8 @@ pub(crate) struct FastPlan<'a> {
     f_str: [Vec<&'a str>; 5],
     f_dec: [Vec<String>; 2],
     f_t: Vec<i64>,
+    /// 1-based place of each fill row in event order.
+    f_rank: Vec<i32>,
 }
 
 type Key<'a> = (&'a str, &'a str);
@@ -288,18 +292,27 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
     }
     let mut ids: Vec<&str> = fills.iter().map(|f| f.event_id.as_str()).collect();
     ids.sort_unstable(); // processed rows in key order, as the careful path
+                         // Fill rows in deal_id order (the unique index's lock order, as the
+                         // careful path), each with its place in event order: the n-th FILL of
+                         // the batch gets the n-th sequence number drawn.
+    let mut by_deal: Vec<(usize, &Fill)> = fills.iter().copied().enumerate().collect();
+    by_deal.sort_unstable_by(|a, b| a.1.deal_id.cmp(&b.1.deal_id));
     let f_str = [
-        fills.iter().map(|f| f.deal_id.as_str()).collect(),
-        fills.iter().map(|f| f.event_id.as_str()).collect(),
-        fills.iter().map(|f| f.account.as_str()).collect(),
-        fills.iter().map(|f| f.symbol.as_str()).collect(),
-        fills.iter().map(|f| f.side.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.deal_id.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.event_id.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.account.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.symbol.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.side.as_str()).collect(),
     ];
     let f_dec = [
-        fills.iter().map(|f| f.qty.to_string()).collect(),
-        fills.iter().map(|f| f.price.to_string()).collect(),
+        by_deal.iter().map(|(_, f)| f.qty.to_string()).collect(),
+        by_deal.iter().map(|(_, f)| f.price.to_string()).collect(),
     ];
-    let f_t = fills.iter().map(|f| f.exec_time).collect();
+    let f_t = by_deal.iter().map(|(_, f)| f.exec_time).collect();
+    let f_rank = by_deal
+        .iter()
+        .map(|&(i, _)| i32::try_from(i + 1).ok())
+        .collect::<Option<Vec<i32>>>()?;
     Some(FastPlan {
         outcomes,
         fills,
@@ -313,6 +326,7 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
         f_str,
         f_dec,
         f_t,
+        f_rank,
     })
 }
 
@@ -333,8 +347,31 @@ impl FastPlan<'_> {
         let [fd, fe, fa, fs, fsi] = &self.f_str;
         let [fq, fp] = &self.f_dec;
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-            &now, &self.ids, &self.dups, ca, cs, oq, oa, orp, q, ap, r, na, ns, nq, nap, nr, fd,
-            fe, fa, fs, fsi, fq, fp, &self.f_t,
+            &now,
+            &self.ids,
+            &self.dups,
+            ca,
+            cs,
+            oq,
+            oa,
+            orp,
+            q,
+            ap,
+            r,
+            na,
+            ns,
+            nq,
+            nap,
+            nr,
+            fd,
+            fe,
+            fa,
+            fs,
+            fsi,
+            fq,
+            fp,
+            &self.f_t,
+            &self.f_rank,
         ];
         let (st, co, seq);
         if let Some(x) = stream {
