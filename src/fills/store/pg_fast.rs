@@ -52,8 +52,9 @@ WITH pe AS (
     SELECT 'FILL', e, $1 FROM unnest($2::text[]) AS u(e)
     RETURNING 1
 ), seen AS (
-    SELECT count(*) AS n FROM processed_events
-    WHERE kind = 'FILL' AND event_id = ANY($3::text[])
+    SELECT count(*) AS n
+    FROM unnest($3::text[]) AS u(e)
+    JOIN processed_events p ON p.kind = 'FILL' AND p.event_id = u.e
 ), cas AS (
     UPDATE positions p
     SET qty = u.q::numeric, avg_price = u.ap::numeric, realized_pnl = u.r::numeric,
