@@ -7,7 +7,7 @@
 //!
 //! Optional: FILLS_BENCH_N (events for the batched runs, default 200000),
 //! FILLS_BENCH_TEXTBOOK_N (default 5000), FILLS_BENCH_BATCH (default 1000),
-//! FILLS_BENCH_PG_LANES (tickgate's connections, default 2),
+//! FILLS_BENCH_PG_LANES (tickgate's connections, default 8),
 //! FILLS_BENCH_CAREFUL (0 = skip the row with the fast path off).
 //! The input has 10% re-deliveries; events/s counts input events
 //! (duplicates included) that were committed.
@@ -526,7 +526,7 @@ fn main() {
                 };
                 // tickgate's own path: the whole input to apply_events,
                 // which splits it by account over `lanes` connections.
-                let lanes = env_usize("FILLS_BENCH_PG_LANES", 2);
+                let lanes = env_usize("FILLS_BENCH_PG_LANES", 8);
                 // Migrate the textbook schema through the store, then run raw SQL.
                 let tstore = Store::Postgres(
                     PgStore::connect(&url, pg(&schemas[0]), FillsMetrics::unregistered())
