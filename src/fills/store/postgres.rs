@@ -2,7 +2,10 @@
 //!
 //! Set-based: one transaction per batch, each step one statement over
 //! arrays (`unnest`), so a batch of 1,000 events costs a handful of round
-//! trips and one commit. Lock order is fixed (processed events sorted by
+//! trips and one commit. The common batch goes first through the
+//! one-statement fast path of `pg_fast` (one round trip, the database
+//! checks every assumption); this careful path runs when it does not apply
+//! or the database refuses it. Lock order is fixed (processed events sorted by
 //! key, then deals, then positions sorted by key), so concurrent appliers
 //! do not deadlock on the common path; a deadlock or serialization failure
 //! that happens anyway is retried.
