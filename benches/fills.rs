@@ -6,7 +6,9 @@
 //!     TICKGATE_TEST_PG_URL=postgres://postgres@127.0.0.1:5432/test cargo bench --bench fills
 //!
 //! Optional: FILLS_BENCH_N (events for the batched runs, default 200000),
-//! FILLS_BENCH_TEXTBOOK_N (default 5000), FILLS_BENCH_BATCH (default 1000).
+//! FILLS_BENCH_TEXTBOOK_N (default 5000), FILLS_BENCH_BATCH (default 1000),
+//! FILLS_BENCH_PG_LANES (tickgate's connections, default 8),
+//! FILLS_BENCH_CAREFUL (0 = skip the row with the fast path off).
 //! The input has 10% re-deliveries; events/s counts input events
 //! (duplicates included) that were committed.
 
@@ -508,7 +510,7 @@ fn main() {
                 let fs: String = c.query_one("SHOW fsync", &[]).await.expect("show").get(0);
                 println!("postgres: synchronous_commit={sc} fsync={fs}");
                 let mut schemas = Vec::new();
-                for tag in ["tb", "b", "hw"] {
+                for tag in ["tb", "b", "hw", "c"] {
                     let s = format!("bench_{tag}_{}", std::process::id());
                     c.batch_execute(&format!(
                         "DROP SCHEMA IF EXISTS {s} CASCADE; CREATE SCHEMA {s}"
@@ -524,7 +526,7 @@ fn main() {
                 };
                 // tickgate's own path: the whole input to apply_events,
                 // which splits it by account over `lanes` connections.
-                let lanes = env_usize("FILLS_BENCH_PG_LANES", 2);
+                let lanes = env_usize("FILLS_BENCH_PG_LANES", 8);
                 // Migrate the textbook schema through the store, then run raw SQL.
                 let tstore = Store::Postgres(
                     PgStore::connect(&url, pg(&schemas[0]), FillsMetrics::unregistered())
@@ -556,6 +558,10 @@ fn main() {
                 let (a, secs, cpu) = batched(&bstore, evs.clone(), evs.len()).await;
                 assert_eq!(a, n);
                 check(&bstore, &evs).await;
+                if let Store::Postgres(p) = &bstore {
+                    let (ok, refused) = p.fast_path_counts();
+                    println!("tickgate fast path: {ok} batches committed, {refused} refused");
+                }
                 rows.push(Row {
                     backend: "postgres",
                     design: format!("tickgate: {batch} events per tx, {lanes} lanes by account"),
@@ -563,6 +569,35 @@ fn main() {
                     secs,
                     cpu,
                 });
+                // tickgate with the fast path off (the careful path only,
+                // as before issue 10 item 6), same lanes.
+                if env_usize("FILLS_BENCH_CAREFUL", 1) == 1 {
+                    let cstore = Store::Postgres(
+                        PgStore::connect(
+                            &url,
+                            StoreOptions {
+                                pg_pool_size: lanes,
+                                pg_fast_path: false,
+                                ..pg(&schemas[3])
+                            },
+                            FillsMetrics::unregistered(),
+                        )
+                        .await
+                        .expect("pg"),
+                    );
+                    let (a, secs, cpu) = batched(&cstore, evs.clone(), evs.len()).await;
+                    assert_eq!(a, n);
+                    check(&cstore, &evs).await;
+                    rows.push(Row {
+                        backend: "postgres",
+                        design: format!(
+                            "careful path only (fast path off): {batch} events per tx, {lanes} lanes"
+                        ),
+                        events: evs.len(),
+                        secs,
+                        cpu,
+                    });
+                }
                 // The hand-written set-based version on the same workload.
                 let hstore = Store::Postgres(
                     PgStore::connect(&url, pg(&schemas[2]), FillsMetrics::unregistered())
@@ -604,6 +639,13 @@ fn main() {
             t / h,
             t / tb
         );
+        if let Some(c) = rate("postgres", "careful") {
+            println!(
+                "postgres: tickgate / careful path only = {:.2}x, careful path / hand-written = {:.2}x",
+                t / c,
+                c / h
+            );
+        }
     }
     for r in &rows {
         println!(

@@ -11,6 +11,7 @@
 //! task owning a pooled connection), so dropping the caller's future never
 //! leaves a transaction half done or a connection mid-transaction in the pool.
 
+mod pg_fast;
 pub mod postgres;
 pub mod sqlite;
 
@@ -51,6 +52,9 @@ pub struct StoreOptions {
     /// PostgreSQL: `search_path` for every connection (tests use a fresh
     /// schema each); None = the server default.
     pub pg_schema: Option<String>,
+    /// PostgreSQL: try the one-statement fast path first (`pg_fast`);
+    /// off = every batch takes the careful multi-statement path.
+    pub pg_fast_path: bool,
     pub clock: Clock,
 }
 
@@ -61,6 +65,7 @@ impl Default for StoreOptions {
             max_batch: 1000,
             pg_pool_size: 4,
             pg_schema: None,
+            pg_fast_path: true,
             clock: system_clock(),
         }
     }

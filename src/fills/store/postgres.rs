@@ -2,7 +2,10 @@
 //!
 //! Set-based: one transaction per batch, each step one statement over
 //! arrays (`unnest`), so a batch of 1,000 events costs a handful of round
-//! trips and one commit. Lock order is fixed (processed events sorted by
+//! trips and one commit. The common batch goes first through the
+//! one-statement fast path of `pg_fast` (one round trip, the database
+//! checks every assumption); this careful path runs when it does not apply
+//! or the database refuses it. Lock order is fixed (processed events sorted by
 //! key, then deals, then positions sorted by key), so concurrent appliers
 //! do not deadlock on the common path; a deadlock or serialization failure
 //! that happens anyway is retried.
@@ -16,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -24,6 +28,7 @@ use tokio::sync::Semaphore;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 
+use super::pg_fast;
 use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
 use super::{
     outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
@@ -43,6 +48,8 @@ const MAX_ATTEMPTS: usize = 5;
 const PLAIN_INSERT_MIN: usize = 64;
 
 struct Stmts {
+    fast: Statement,
+    fast_stream: Statement,
     sel_processed: Statement,
     ins_processed: Statement,
     ins_processed_oc: Statement,
@@ -168,6 +175,8 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
 
 async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
     Ok(Stmts {
+        fast: c.prepare(pg_fast::FAST_SQL).await?,
+        fast_stream: c.prepare(pg_fast::FAST_STREAM_SQL).await?,
         // Which events are processed already: an index probe each. The
         // others are inserted with a plain INSERT (no speculative
         // insertion: one WAL record and one index check less per row than
@@ -368,6 +377,48 @@ pub struct PgStore {
     pool: Arc<Pool>,
     opts: StoreOptions,
     metrics: FillsMetrics,
+    /// Hints for the one-statement fast path (`pg_fast`): checked there.
+    cache: Arc<Mutex<pg_fast::Cache>>,
+    fast: Arc<FastGate>,
+}
+
+/// After a fast attempt fell back to the careful path, the next batches
+/// skip it (1, 2, 4 ... 64 of them while it keeps failing): a workload of
+/// old repeats or several writers of one position should not pay for a
+/// statement that fails every time.
+#[derive(Default)]
+struct FastGate {
+    skip: AtomicU32,
+    streak: AtomicU32,
+    committed: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+impl FastGate {
+    fn allowed(&self) -> bool {
+        self.skip
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_sub(1))
+            .is_err()
+    }
+    fn succeeded(&self) {
+        self.streak.store(0, Ordering::Relaxed);
+        self.committed.fetch_add(1, Ordering::Relaxed);
+    }
+    fn failed(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let n = self.streak.fetch_add(1, Ordering::Relaxed).min(6);
+        self.skip.store(1 << n, Ordering::Relaxed);
+    }
+}
+
+/// Result of one fast attempt.
+enum Fast {
+    Committed(Vec<EventOutcome>),
+    /// Not a fast batch (a BUST, ...): take the careful path.
+    Careful,
+    /// The database refused an assumption (nothing was written): take
+    /// the careful path.
+    Refused,
 }
 
 impl PgStore {
@@ -395,7 +446,110 @@ impl PgStore {
             pool,
             opts,
             metrics,
+            cache: Arc::default(),
+            fast: Arc::default(),
         })
+    }
+
+    /// Batches committed by the fast path, and fast attempts that went to
+    /// the careful path (tests and benchmarks).
+    #[doc(hidden)]
+    pub fn fast_path_counts(&self) -> (u64, u64) {
+        (
+            self.fast.committed.load(Ordering::Relaxed),
+            self.fast.fallbacks.load(Ordering::Relaxed),
+        )
+    }
+
+    /// After COMMIT: the positions the batch wrote and its applied FILLs.
+    fn remember(&self, outs: &[EventOutcome], finals: &[(PosKey, Position)]) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.store_positions(
+                finals
+                    .iter()
+                    .map(|((a, s), p)| (a.as_str(), s.as_str(), *p)),
+            );
+            c.store_events(outs.iter().filter_map(|o| {
+                (o.outcome == Outcome::Applied && o.kind.as_deref() == Some("FILL"))
+                    .then_some(o.event_id.as_deref())
+                    .flatten()
+            }));
+        }
+    }
+
+    /// The batch's outcome is unknown: drop its positions from the cache.
+    fn forget(&self, events: &[Parsed]) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.forget(events);
+        }
+    }
+
+    /// The one-statement path (`pg_fast`), if the batch is a fast one.
+    async fn apply_fast(&self, events: &Arc<Vec<Parsed>>, extra: &Extra) -> anyhow::Result<Fast> {
+        let stream = match extra {
+            Extra::None => None,
+            Extra::Stream {
+                stream,
+                consumer,
+                last_seq,
+            } => Some((
+                stream.clone(),
+                consumer.clone(),
+                i64::try_from(*last_seq).context("stream sequence too large")?,
+            )),
+            Extra::Offset { .. } => return Ok(Fast::Careful),
+        };
+        let (events, cache, clock, m) = (
+            events.clone(),
+            self.cache.clone(),
+            self.opts.clock.clone(),
+            self.metrics.clone(),
+        );
+        let body: TxBody<Fast> = Box::new(move |c: &mut Conn| {
+            Box::pin(async move {
+                let plan = {
+                    let cache = cache
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
+                    pg_fast::plan(&events, &cache)
+                };
+                let Some(plan) = plan else {
+                    return Ok(Fast::Careful);
+                };
+                let timer = m.tx_seconds.start_timer();
+                let now = clock();
+                let r = match &stream {
+                    None => plan.execute(&c.client, &c.st.fast, now, None).await,
+                    Some((s, co, seq)) => {
+                        plan.execute(&c.client, &c.st.fast_stream, now, Some((s, co, *seq)))
+                            .await
+                    }
+                };
+                match r {
+                    Ok(n) => {
+                        anyhow::ensure!(
+                            n == plan.fills.len() as i64,
+                            "fast path inserted {n} fill rows, expected {}",
+                            plan.fills.len()
+                        );
+                        timer.observe_duration();
+                        if let Ok(mut c) = cache.lock() {
+                            c.store_positions(plan.positions.iter().copied());
+                            c.store_events(plan.fills.iter().map(|f| f.event_id.as_str()));
+                        }
+                        Ok(Fast::Committed(plan.outcomes))
+                    }
+                    // The server refused the statement: it rolled back.
+                    Err(e) if e.as_db_error().is_some() => {
+                        tracing::debug!(error = %e, "fills: fast path refused, careful path");
+                        Ok(Fast::Refused)
+                    }
+                    // Connection lost: the commit may or may not have happened.
+                    Err(e) => Err(anyhow::Error::new(e).context("PostgreSQL fast path")),
+                }
+            })
+        });
+        self.pool.run(body).await
     }
 
     pub fn metrics(&self) -> &FillsMetrics {
@@ -422,6 +576,24 @@ impl PgStore {
         let source = source.to_owned();
         let clock = self.opts.clock.clone();
         let metrics = self.metrics.clone();
+        // The one-statement path first; not for a partition batch, whose
+        // offset compare-and-set and hook run in the careful path.
+        if self.opts.pg_fast_path && !matches!(extra, Extra::Offset { .. }) && self.fast.allowed() {
+            match self.apply_fast(&events, &extra).await {
+                Ok(Fast::Committed(outs)) => {
+                    self.fast.succeeded();
+                    self.metrics.record(&source, &outs);
+                    return Ok(outs);
+                }
+                Ok(Fast::Careful) => {}
+                Ok(Fast::Refused) => self.fast.failed(),
+                Err(e) => {
+                    self.forget(&events);
+                    return Err(e);
+                }
+            }
+        }
+        let batch = events.clone();
         let mut attempt = 0;
         let mut contended = false;
         loop {
@@ -433,7 +605,7 @@ impl PgStore {
                 extra.clone(),
                 metrics.clone(),
             );
-            let body: TxBody<(Vec<EventOutcome>, SideEffects)> = Box::new(move |c: &mut Conn| {
+            let body: TxBody<Applied> = Box::new(move |c: &mut Conn| {
                 Box::pin(async move {
                     let timer = m.tx_seconds.start_timer();
                     let tx = c.client.transaction().await?;
@@ -502,7 +674,8 @@ impl PgStore {
                 })
             });
             match self.pool.run(body).await {
-                Ok((outs, se)) => {
+                Ok((outs, se, finals)) => {
+                    self.remember(&outs, &finals);
                     self.metrics.record(&source, &outs);
                     count_side_effects(&self.metrics, &source, &se);
                     return Ok(outs);
@@ -512,7 +685,10 @@ impl PgStore {
                     contended |= is_unique_violation(&e);
                     tracing::debug!(error = %e, attempt, "fills: retrying transaction");
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.forget(&batch);
+                    return Err(e);
+                }
             }
         }
     }
@@ -529,6 +705,7 @@ impl PgStore {
         let ids = Arc::new((client.to_owned(), key.to_owned(), request_hash.to_owned()));
         let wait_ms = self.opts.key_wait.as_millis().max(1);
         let clock = self.opts.clock.clone();
+        let batch = events.clone();
         let mut attempt = 0;
         let mut contended = false;
         loop {
@@ -540,7 +717,7 @@ impl PgStore {
                 build_answer.clone(),
                 self.metrics.clone(),
             );
-            let body: TxBody<(HttpOutcome, SideEffects)> = Box::new(move |c: &mut Conn| {
+            let body: TxBody<(HttpOutcome, SideEffects, Finals)> = Box::new(move |c: &mut Conn| {
                 Box::pin(async move {
                     let (client, key, hash) = &*ids;
                     let timer = m.tx_seconds.start_timer();
@@ -554,7 +731,11 @@ impl PgStore {
                     let inserted = match tx.query(&c.st.ins_key, &[client, key, hash, &now]).await {
                         Ok(rows) => !rows.is_empty(),
                         Err(e) if is_lock_timeout(&e) => {
-                            return Ok((HttpOutcome::InProgressTimeout, SideEffects::default()))
+                            return Ok((
+                                HttpOutcome::InProgressTimeout,
+                                SideEffects::default(),
+                                vec![],
+                            ))
                         }
                         Err(e) => return Err(e.into()),
                     };
@@ -564,7 +745,7 @@ impl PgStore {
                         let stored_hash: String = row.get(0);
                         tx.commit().await?;
                         if &stored_hash != hash {
-                            return Ok((HttpOutcome::HashMismatch, SideEffects::default()));
+                            return Ok((HttpOutcome::HashMismatch, SideEffects::default(), vec![]));
                         }
                         let status: Option<i32> = row.get(1);
                         let body: Option<Vec<u8>> = row.get(2);
@@ -574,9 +755,10 @@ impl PgStore {
                                 body: body.unwrap_or_default(),
                             },
                             SideEffects::default(),
+                            vec![],
                         ));
                     }
-                    let (outs, se) =
+                    let (outs, se, finals) =
                         apply_in_tx(&tx, &c.st, "http", &events, now, contended).await?;
                     let (status, body) = build_answer(&outs);
                     tx.execute(&c.st.upd_key, &[client, key, &i32::from(status), &body])
@@ -590,12 +772,14 @@ impl PgStore {
                             outcomes: outs,
                         },
                         se,
+                        finals,
                     ))
                 })
             });
             match self.pool.run(body).await {
-                Ok((out, se)) => {
+                Ok((out, se, finals)) => {
                     if let HttpOutcome::Fresh { outcomes, .. } = &out {
+                        self.remember(outcomes, &finals);
                         self.metrics.record("http", outcomes);
                         count_side_effects(&self.metrics, "http", &se);
                     }
@@ -605,7 +789,10 @@ impl PgStore {
                     self.metrics.tx_retries.inc();
                     contended |= is_unique_violation(&e);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.forget(&batch);
+                    return Err(e);
+                }
             }
         }
     }
@@ -857,6 +1044,11 @@ async fn lock_positions(
     Ok(())
 }
 
+/// The final positions a batch wrote.
+type Finals = Vec<(PosKey, Position)>;
+/// Outcomes, side effects, and the final positions the batch wrote.
+type Applied = (Vec<EventOutcome>, SideEffects, Finals);
+
 /// F1-F3 for one batch inside an open transaction, set-based.
 async fn apply_in_tx(
     tx: &Transaction<'_>,
@@ -865,7 +1057,7 @@ async fn apply_in_tx(
     events: &[Parsed],
     now: i64,
     contended: bool,
-) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
+) -> anyhow::Result<Applied> {
     let (unique, mut outs) = presort(events);
     let valid: Vec<(usize, &Event)> = unique
         .iter()
@@ -1088,6 +1280,9 @@ async fn apply_in_tx(
         }
     }
 
+    // Every locked position as read; the planner's final values replace
+    // the ones it touched (all are committed with the batch: the cache).
+    let mut finals: HashMap<PosKey, Position> = positions.clone();
     let p = plan::plan(&new_events, deals, positions, history);
 
     // The sequence number of the FILL event that applied each deal.
@@ -1154,6 +1349,8 @@ async fn apply_in_tx(
             }
         }
     }
+    finals.extend(p.positions.iter().map(|(k, v)| (k.clone(), *v)));
+    let finals: Finals = finals.into_iter().collect();
     if !p.positions.is_empty() {
         let mut ka = Vec::new();
         let mut ks = Vec::new();
@@ -1199,5 +1396,6 @@ async fn apply_in_tx(
             released: p.released,
             dead_lettered: p.dead_letters.len(),
         },
+        finals,
     ))
 }

@@ -1,0 +1,385 @@
+//! PostgreSQL fast path: the common batch in one statement, one round trip.
+//!
+//! The common batch (issue 10) holds FILLs of new events and new deals on
+//! positions this process wrote last. For it the careful path
+//! (`postgres::apply_in_tx`) costs about ten round trips: probe, insert,
+//! create, lock and read positions, draw sequence numbers, probe and insert
+//! deals, update positions, commit. Here the client decides the batch
+//! *optimistically* from what it remembers and sends it as one statement
+//! of data-modifying CTEs in an implicit transaction, and the database
+//! checks every assumption inside that statement:
+//!
+//! - every event is new: a plain `INSERT` into `processed_events` (F1, F2:
+//!   the primary key forbids a repeat, the statement fails);
+//! - every deal is new: a plain `INSERT` into `fills` (F2/F3: the unique
+//!   `deal_id` forbids a second row, the statement fails);
+//! - an event the client saw committed recently is a duplicate: counted in
+//!   `processed_events` in the same snapshot; if it is not there (swept by
+//!   F5), the statement fails;
+//! - every cached position is still what this process last committed: the
+//!   `UPDATE` compares the stored text of quantity, average price and P&L
+//!   (a compare-and-set; under READ COMMITTED a concurrent writer's commit
+//!   is re-checked on the new row version); fewer rows than sent and the
+//!   statement fails. Positions not in the cache are inserted with a plain
+//!   `INSERT` (an existing row makes the statement fail);
+//! - the application sequence is drawn only after the position rows are
+//!   locked by that `UPDATE`/`INSERT` (the CTE `locked` is an input of the
+//!   CTE that calls `nextval`), in event order, as in the careful path.
+//!
+//! One statement is one transaction: all of it commits or nothing does,
+//! and the answer (with `synchronous_commit = on`) comes after the commit
+//! is durable (tokio-postgres returns at `ReadyForQuery`). When the
+//! database reports any error, nothing was written and the batch goes to
+//! the careful path, which then refreshes the cache. A lost connection
+//! (commit state unknown) is returned as an error, like a failed COMMIT.
+//!
+//! The position arithmetic (F6) is the same `Position::apply` in event
+//! order; a FILL it rejects, a BUST, or two events of one deal send the
+//! batch to the careful path before anything is sent.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{outcome_of, presort};
+use crate::fills::model::{Event, EventOutcome, Fill, Outcome, Parsed};
+use crate::fills::position::Position;
+
+// The statement's text, in pieces for `concat!`.
+macro_rules! fast_ctes {
+    () => {
+        "
+WITH pe AS (
+    INSERT INTO processed_events (kind, event_id, created_ns)
+    SELECT 'FILL', e, $1 FROM unnest($2::text[]) AS u(e)
+    RETURNING 1
+), seen AS (
+    SELECT count(*) AS n
+    FROM unnest($3::text[]) AS u(e)
+    JOIN processed_events p ON p.kind = 'FILL' AND p.event_id = u.e
+), cas AS (
+    UPDATE positions p
+    SET qty = u.q::numeric, avg_price = u.ap::numeric, realized_pnl = u.r::numeric,
+        updated_ns = $1
+    FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                $10::text[], $11::text[]) AS u(a, s, oq, oa, orp, q, ap, r)
+    WHERE p.account = u.a AND p.symbol = u.s
+      AND p.qty::text = u.oq AND p.avg_price::text = u.oa AND p.realized_pnl::text = u.orp
+    RETURNING 1
+), np AS (
+    INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+    SELECT a, s, q::numeric, ap::numeric, r::numeric, $1
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+         AS u(a, s, q, ap, r)
+    RETURNING 1
+), locked AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM pe) AS pe, (SELECT n FROM seen) AS seen,
+           (SELECT count(*) FROM cas) AS cas, (SELECT count(*) FROM np) AS np
+), seqs AS MATERIALIZED (
+    SELECT array_agg(nextval('fills_applied_seq') ORDER BY g) AS a
+    FROM locked, generate_series(1, cardinality($17::text[])) AS g
+), f AS (
+    INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                       exec_ns, applied_seq, created_ns, updated_ns)
+    SELECT u.d, 'applied', u.e, u.a, u.s, u.si, u.q::numeric, u.p::numeric, u.t, seqs.a[u.o],
+           $1, $1
+    FROM seqs,
+         unnest($17::text[], $18::text[], $19::text[], $20::text[], $21::text[], $22::text[],
+                $23::text[], $24::int8[], $25::int4[]) AS u(d, e, a, s, si, q, p, t, o)
+    RETURNING 1
+)"
+    };
+}
+
+macro_rules! fast_answer {
+    () => {
+        "
+SELECT CASE
+    WHEN l.seen = cardinality($3::text[]) AND l.cas = cardinality($4::text[])
+    THEN (SELECT count(*) FROM f)
+    ELSE ('fills fast path: ' || l.seen || ' of ' || cardinality($3::text[])
+          || ' expected duplicates found, ' || l.cas || ' of ' || cardinality($4::text[])
+          || ' cached positions unchanged')::int8
+END
+FROM locked l"
+    };
+}
+
+/// Parameters: $1 now; $2 new event ids (sorted); $3 event ids expected to
+/// be processed already; $4-$11 cached positions (account, symbol, stored
+/// qty, avg price, P&L, new qty, avg price, P&L; sorted); $12-$16 new
+/// positions (account, symbol, qty, avg price, P&L; sorted); $17-$25 the
+/// fills in deal_id order (deal, event, account, symbol, side, qty, price,
+/// exec_ns, 1-based place in event order: the n-th FILL of the batch gets
+/// the n-th of the sequence numbers drawn in `seqs`). Returns the number
+/// of fill rows inserted.
+pub(crate) const FAST_SQL: &str = concat!(fast_ctes!(), fast_answer!());
+
+/// The same for a stream fetch: $26-$28 (stream, consumer, last sequence)
+/// move the consumer position in the same statement, so in the same
+/// transaction as the batch's effects, and only forwards (as
+/// `upsert_consumer` of the careful path).
+pub(crate) const FAST_STREAM_SQL: &str = concat!(
+    fast_ctes!(),
+    ", cons AS (
+    INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+    VALUES ($26, $27, $28, $1)
+    ON CONFLICT (stream, consumer) DO UPDATE
+    SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
+        updated_ns = EXCLUDED.updated_ns
+    RETURNING 1
+)",
+    fast_answer!()
+);
+
+/// Hints of one store: what this process committed last. Never the truth:
+/// every hint is checked by the fast statement (see the module comment).
+#[derive(Default)]
+pub(crate) struct Cache {
+    /// account -> symbol -> position as last committed by this process.
+    positions: HashMap<String, HashMap<String, Position>>,
+    entries: usize,
+    /// FILL event ids committed lately (two generations).
+    recent: HashSet<String>,
+    older: HashSet<String>,
+}
+
+const MAX_POSITIONS: usize = 1_000_000;
+const RECENT_GENERATION: usize = 65_536;
+
+impl Cache {
+    fn position(&self, account: &str, symbol: &str) -> Option<Position> {
+        self.positions.get(account)?.get(symbol).copied()
+    }
+
+    fn seen_recently(&self, event_id: &str) -> bool {
+        self.recent.contains(event_id) || self.older.contains(event_id)
+    }
+
+    /// Committed positions (after COMMIT only).
+    pub(crate) fn store_positions<'a, I>(&mut self, rows: I)
+    where
+        I: IntoIterator<Item = (&'a str, &'a str, Position)>,
+    {
+        for (a, s, p) in rows {
+            if self.entries >= MAX_POSITIONS {
+                self.positions.clear();
+                self.entries = 0;
+            }
+            let m = self.positions.entry(a.to_owned()).or_default();
+            if m.insert(s.to_owned(), p).is_none() {
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// Committed FILL event ids (after COMMIT only).
+    pub(crate) fn store_events<'a, I>(&mut self, ids: I)
+    where
+        I: IntoIterator<Item = &'a str>,
+    {
+        for id in ids {
+            if self.recent.len() >= RECENT_GENERATION {
+                self.older = std::mem::take(&mut self.recent);
+            }
+            self.recent.insert(id.to_owned());
+        }
+    }
+
+    /// Forget what a batch touched (its outcome is unknown).
+    pub(crate) fn forget(&mut self, events: &[Parsed]) {
+        for e in events.iter().flatten() {
+            if let Event::Fill(f) = e {
+                if let Some(m) = self.positions.get_mut(&f.account) {
+                    if m.remove(&f.symbol).is_some() {
+                        self.entries -= 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The statement's parameters and the answer it gives when it commits.
+pub(crate) struct FastPlan<'a> {
+    pub outcomes: Vec<EventOutcome>,
+    pub fills: Vec<&'a Fill>,
+    /// Final position of every key the batch touches, sorted.
+    pub positions: Vec<(&'a str, &'a str, Position)>,
+    ids: Vec<&'a str>,
+    dups: Vec<&'a str>,
+    cas: [Vec<&'a str>; 2],
+    cas_vals: [Vec<String>; 6],
+    new: [Vec<&'a str>; 2],
+    new_vals: [Vec<String>; 3],
+    f_str: [Vec<&'a str>; 5],
+    f_dec: [Vec<String>; 2],
+    f_t: Vec<i64>,
+    /// 1-based place of each fill row in event order.
+    f_rank: Vec<i32>,
+}
+
+type Key<'a> = (&'a str, &'a str);
+
+/// Decide `events` from the cache, or None when the batch needs the
+/// careful path (a BUST, two new events of one deal, a FILL the position
+/// arithmetic rejects).
+pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'a>> {
+    let (unique, mut outcomes) = presort(events);
+    let mut deals: HashSet<&str> = HashSet::with_capacity(unique.len());
+    // (account, symbol) -> (cached, current)
+    let mut pos: HashMap<Key<'a>, (Option<Position>, Position)> = HashMap::new();
+    let mut fills: Vec<&Fill> = Vec::with_capacity(unique.len());
+    let mut dups: Vec<&str> = Vec::new();
+    for &i in &unique {
+        let Ok(Event::Fill(f)) = &events[i] else {
+            return None; // presort keeps valid events only: this is a BUST
+        };
+        if cache.seen_recently(&f.event_id) {
+            dups.push(&f.event_id);
+            outcomes.push(outcome_of(i, &events[i], Outcome::Duplicate));
+            continue;
+        }
+        if !deals.insert(&f.deal_id) {
+            return None;
+        }
+        let e = pos
+            .entry((f.account.as_str(), f.symbol.as_str()))
+            .or_insert_with(|| {
+                let c = cache.position(&f.account, &f.symbol);
+                (c, c.unwrap_or_default())
+            });
+        e.1 = e.1.apply(f.side, f.qty, f.price).ok()?;
+        fills.push(f);
+        outcomes.push(outcome_of(i, &events[i], Outcome::Applied));
+    }
+    outcomes.sort_by_key(|o| o.index);
+    let mut keys: Vec<(Key<'a>, (Option<Position>, Position))> = pos.into_iter().collect();
+    keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut cas: [Vec<&str>; 2] = Default::default();
+    let mut cas_vals: [Vec<String>; 6] = Default::default();
+    let mut new: [Vec<&str>; 2] = Default::default();
+    let mut new_vals: [Vec<String>; 3] = Default::default();
+    let mut positions = Vec::with_capacity(keys.len());
+    for ((a, s), (old, cur)) in keys {
+        let vals = [
+            cur.qty.to_string(),
+            cur.avg_price.to_string(),
+            cur.realized_pnl.to_string(),
+        ];
+        match old {
+            Some(o) => {
+                cas[0].push(a);
+                cas[1].push(s);
+                let [q, ap, r] = vals;
+                for (v, x) in cas_vals.iter_mut().zip([
+                    o.qty.to_string(),
+                    o.avg_price.to_string(),
+                    o.realized_pnl.to_string(),
+                    q,
+                    ap,
+                    r,
+                ]) {
+                    v.push(x);
+                }
+            }
+            None => {
+                new[0].push(a);
+                new[1].push(s);
+                for (v, x) in new_vals.iter_mut().zip(vals) {
+                    v.push(x);
+                }
+            }
+        }
+        positions.push((a, s, cur));
+    }
+    let mut ids: Vec<&str> = fills.iter().map(|f| f.event_id.as_str()).collect();
+    ids.sort_unstable(); // processed rows in key order, as the careful path
+                         // Fill rows in deal_id order (the unique index's lock order, as the
+                         // careful path), each with its place in event order: the n-th FILL of
+                         // the batch gets the n-th sequence number drawn.
+    let mut by_deal: Vec<(usize, &Fill)> = fills.iter().copied().enumerate().collect();
+    by_deal.sort_unstable_by(|a, b| a.1.deal_id.cmp(&b.1.deal_id));
+    let f_str = [
+        by_deal.iter().map(|(_, f)| f.deal_id.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.event_id.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.account.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.symbol.as_str()).collect(),
+        by_deal.iter().map(|(_, f)| f.side.as_str()).collect(),
+    ];
+    let f_dec = [
+        by_deal.iter().map(|(_, f)| f.qty.to_string()).collect(),
+        by_deal.iter().map(|(_, f)| f.price.to_string()).collect(),
+    ];
+    let f_t = by_deal.iter().map(|(_, f)| f.exec_time).collect();
+    let f_rank = by_deal
+        .iter()
+        .map(|&(i, _)| i32::try_from(i + 1).ok())
+        .collect::<Option<Vec<i32>>>()?;
+    Some(FastPlan {
+        outcomes,
+        fills,
+        positions,
+        ids,
+        dups,
+        cas,
+        cas_vals,
+        new,
+        new_vals,
+        f_str,
+        f_dec,
+        f_t,
+        f_rank,
+    })
+}
+
+impl FastPlan<'_> {
+    /// Run the statement (implicit transaction: it has committed when this
+    /// returns Ok). Returns the number of fill rows inserted.
+    pub(crate) async fn execute(
+        &self,
+        client: &tokio_postgres::Client,
+        stmt: &tokio_postgres::Statement,
+        now: i64,
+        stream: Option<(&str, &str, i64)>,
+    ) -> Result<i64, tokio_postgres::Error> {
+        let [ca, cs] = &self.cas;
+        let [oq, oa, orp, q, ap, r] = &self.cas_vals;
+        let [na, ns] = &self.new;
+        let [nq, nap, nr] = &self.new_vals;
+        let [fd, fe, fa, fs, fsi] = &self.f_str;
+        let [fq, fp] = &self.f_dec;
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+            &now,
+            &self.ids,
+            &self.dups,
+            ca,
+            cs,
+            oq,
+            oa,
+            orp,
+            q,
+            ap,
+            r,
+            na,
+            ns,
+            nq,
+            nap,
+            nr,
+            fd,
+            fe,
+            fa,
+            fs,
+            fsi,
+            fq,
+            fp,
+            &self.f_t,
+            &self.f_rank,
+        ];
+        let (st, co, seq);
+        if let Some(x) = stream {
+            (st, co, seq) = x;
+            params.extend([&st as &(dyn tokio_postgres::types::ToSql + Sync), &co, &seq]);
+        }
+        let row = client.query_one(stmt, &params).await?;
+        Ok(row.get(0))
+    }
+}

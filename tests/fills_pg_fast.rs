@@ -1,0 +1,331 @@
+//! The PostgreSQL one-statement fast path (`store/pg_fast.rs`) against the
+//! SQLite store and PostgreSQL's careful path on random workloads with
+//! repeats (in a batch and across batches), new event ids for known deals
+//! (F3), BUSTs of earlier fast batches' fills (replay order, F6), invalid
+//! events, overflowing fills, and a second instance writing the same
+//! positions (stale caches: the database refuses, the careful path runs).
+//! Outcomes must be equal event by event, and positions, held BUSTs, dead
+//! letters and the application order of each position's fills at the end.
+
+#[path = "common/fills.rs"]
+mod fills_common;
+use fills_common::{pg_db, pg_same_db, sqlite_db, Db};
+
+use tickgate::fills::model::{parse_value, EventOutcome, Parsed};
+use tickgate::fills::store::{Store, StoreOptions};
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, m: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % m
+    }
+}
+
+/// Batches of a random workload; every event is a JSON value (re-parsed
+/// per store). `wrong_accounts`: some BUSTs name another account than
+/// their FILL; in lanes by account such a pair may be decided in either
+/// order (`Store::apply_events`), so only one-lane runs get them.
+fn workload(seed: u64, batches: usize, wrong_accounts: bool) -> Vec<Vec<serde_json::Value>> {
+    let mut r = Rng(seed | 1);
+    let mut sent: Vec<serde_json::Value> = Vec::new();
+    let mut deals = 0u64;
+    let mut out = Vec::new();
+    for _ in 0..batches {
+        let big = r.below(4) == 0;
+        let n = 1 + r.below(if big { 300 } else { 40 }) as usize;
+        let mut b = Vec::with_capacity(n);
+        for _ in 0..n {
+            let roll = r.below(100);
+            let acc = format!("ACC-{}", r.below(4));
+            let ev = if roll < 12 && !sent.is_empty() {
+                // A repeat of a recent (sometimes old) event, byte for byte.
+                let back = if r.below(5) == 0 {
+                    r.below(sent.len() as u64)
+                } else {
+                    r.below(sent.len().min(30) as u64)
+                } as usize;
+                sent[sent.len() - 1 - back].clone()
+            } else if roll < 16 && deals > 0 {
+                // A BUST of an earlier deal (the FILL's account, mostly).
+                let d = r.below(deals);
+                let acc = if wrong_accounts && r.below(8) == 0 {
+                    acc
+                } else {
+                    format!("ACC-{}", d % 4)
+                };
+                serde_json::json!({"kind": "BUST", "event_id": format!("B-{}", r.below(1 << 40)),
+                    "deal_id": format!("D-{d}"), "account": acc,
+                    "exec_time": "2026-11-30T08:05:00Z"})
+            } else if roll < 18 {
+                // A BUST before its FILL (held), for a deal still to come.
+                let d = deals + 1 + r.below(3);
+                let a = if wrong_accounts { deals + 1 } else { d };
+                serde_json::json!({"kind": "BUST", "event_id": format!("B-{}", r.below(1 << 40)),
+                    "deal_id": format!("D-{d}"),
+                    "account": format!("ACC-{}", a % 4),
+                    "exec_time": "2026-11-30T08:05:00Z"})
+            } else if roll < 20 {
+                // A new event id for a known deal (F3).
+                let d = r.below(deals.max(1));
+                let id = format!("E-x{}", r.0);
+                fill_json(&mut r, &id, d)
+            } else if roll < 21 {
+                let id = format!("E-bad{}", r.0);
+                serde_json::json!({"kind": "FILL", "event_id": id, "qty": 5})
+            } else {
+                deals += 1;
+                let d = deals;
+                fill_json(&mut r, &format!("E-{d}"), d)
+            };
+            b.push(ev.clone());
+            sent.push(ev);
+        }
+        out.push(b);
+    }
+    out
+}
+
+fn fill_json(r: &mut Rng, event_id: &str, deal: u64) -> serde_json::Value {
+    let huge = r.below(200) == 0;
+    let qty = match r.below(40) {
+        // × 2 overflows: rejected, never applied
+        _ if huge => "79228162514264337593543950335".to_owned(),
+        1 => "0.5".to_owned(),
+        2 => "10.00".to_owned(),
+        _ => format!("{}", 1 + r.below(1000)),
+    };
+    let price = match r.below(4) {
+        _ if huge => "2".to_owned(),
+        0 => format!("1.{:05}", r.below(100_000)),
+        1 => "1.50".to_owned(),
+        2 => "2".to_owned(),
+        _ => format!("1.{}", r.below(1000)),
+    };
+    serde_json::json!({"kind": "FILL", "event_id": event_id, "deal_id": format!("D-{deal}"),
+        "account": format!("ACC-{}", deal % 4), "symbol": format!("SYM{}", r.below(3)),
+        "side": if r.below(2) == 0 { "BUY" } else { "SELL" },
+        "qty": qty, "price": price, "exec_time": "2026-11-30T08:00:00.123456Z"})
+}
+
+fn same(got: &[EventOutcome], want: &[EventOutcome], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: number of outcomes");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g, w, "{what}");
+    }
+}
+
+fn parsed(b: &[serde_json::Value]) -> Vec<Parsed> {
+    b.iter().map(parse_value).collect()
+}
+
+async fn apply(s: &Store, b: &[serde_json::Value]) -> Vec<EventOutcome> {
+    s.apply_events("test", parsed(b)).await.expect("apply")
+}
+
+/// Deals of each position in application order (PostgreSQL).
+async fn order(db: &Db) -> Vec<(String, String, Vec<String>)> {
+    let (url, schema) = db.pg.clone().unwrap();
+    let c = fills_common::pg_client(&url, Some(&schema)).await;
+    let rows = c
+        .query(
+            "SELECT account, symbol, array_agg(deal_id ORDER BY applied_seq) FROM fills
+             WHERE status = 'applied' GROUP BY account, symbol ORDER BY account, symbol",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+async fn compare(seed: u64, batches: usize, lanes: usize) {
+    let Some(fast) = pg_db(
+        "f",
+        "pg_fast",
+        StoreOptions {
+            pg_pool_size: lanes,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    // A second instance on the same schema (its own pool and cache).
+    let other = pg_same_db(
+        &fast,
+        StoreOptions {
+            pg_pool_size: lanes,
+            ..StoreOptions::default()
+        },
+    )
+    .await;
+    let careful = pg_db(
+        "c",
+        "pg_fast",
+        StoreOptions {
+            pg_pool_size: lanes,
+            pg_fast_path: false,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let lite = sqlite_db(StoreOptions::default()).await;
+    let mut r = Rng(seed ^ 0x5555);
+    for (i, b) in workload(seed, batches, lanes == 1).iter().enumerate() {
+        let want = apply(&lite.store, b).await;
+        // Now and then the other instance writes (the fast store's cached
+        // positions go stale).
+        let writer = if r.below(6) == 0 { &other } else { &fast.store };
+        let got_fast = apply(writer, b).await;
+        same(
+            &apply(&careful.store, b).await,
+            &want,
+            &format!("seed {seed} batch {i}: careful"),
+        );
+        same(&got_fast, &want, &format!("seed {seed} batch {i}: fast"));
+    }
+    let want = lite.store.positions(None).await.unwrap();
+    assert_eq!(fast.store.positions(None).await.unwrap(), want);
+    assert_eq!(careful.store.positions(None).await.unwrap(), want);
+    let held = lite.store.held_busts().await.unwrap();
+    assert_eq!(fast.store.held_busts().await.unwrap(), held);
+    assert_eq!(careful.store.held_busts().await.unwrap(), held);
+    let dead = lite.store.dead_letters().await.unwrap();
+    assert_eq!(fast.store.dead_letters().await.unwrap(), dead);
+    assert_eq!(careful.store.dead_letters().await.unwrap(), dead);
+    assert_eq!(
+        order(&fast).await,
+        order(&careful).await,
+        "application order"
+    );
+    if let Store::Postgres(p) = &fast.store {
+        let (ok, refused) = p.fast_path_counts();
+        assert!(ok > 0, "seed {seed}: no batch took the fast path");
+        assert!(refused > 0, "seed {seed}: no stale cache was refused");
+    }
+    fast.cleanup().await;
+    careful.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_path_matches_sqlite_one_lane() {
+    for seed in [1, 2, 3] {
+        compare(seed, 120, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_path_matches_sqlite_in_lanes() {
+    for seed in [11, 12] {
+        compare(seed, 120, 3).await;
+    }
+}
+
+/// Only FILLs, new and repeated: after the first batch every batch should
+/// commit in one statement; positions equal SQLite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_fills_take_the_fast_path() {
+    let Some(fast) = pg_db("f", "pg_fast_plain", StoreOptions::default()).await else {
+        return;
+    };
+    let lite = sqlite_db(StoreOptions::default()).await;
+    let mut r = Rng(77);
+    let mut sent = Vec::new();
+    for bi in 0..20 {
+        let mut b = Vec::new();
+        for i in 0..100u64 {
+            let id = bi * 100 + i;
+            let ev = fill_json(&mut r, &format!("E-{id}"), id);
+            b.push(ev.clone());
+            sent.push(ev);
+            if i % 10 == 9 {
+                // a repeat from this batch or the one before
+                let back = r.below(sent.len().min(150) as u64) as usize;
+                b.push(sent[sent.len() - 1 - back].clone());
+            }
+        }
+        same(
+            &apply(&fast.store, &b).await,
+            &apply(&lite.store, &b).await,
+            &format!("batch {bi}"),
+        );
+    }
+    assert_eq!(
+        fast.store.positions(None).await.unwrap(),
+        lite.store.positions(None).await.unwrap()
+    );
+    if let Store::Postgres(p) = &fast.store {
+        let (ok, refused) = p.fast_path_counts();
+        // Overflowing fills (1 in 40) send a batch to the careful path,
+        // which is not a refusal.
+        assert_eq!(refused, 0);
+        assert!(ok >= 1, "{ok} fast batches");
+    }
+    fast.cleanup().await;
+}
+
+/// A stream fetch takes the fast path too; the consumer position moves in
+/// the same statement, only forwards, and the outcomes equal SQLite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_batches_move_the_consumer_position() {
+    let Some(fast) = pg_db("f", "pg_fast_stream", StoreOptions::default()).await else {
+        return;
+    };
+    let lite = sqlite_db(StoreOptions::default()).await;
+    let mut r = Rng(99);
+    let mut seq = 0u64;
+    for bi in 0..12u64 {
+        let b: Vec<serde_json::Value> = (0..20u64)
+            .map(|i| fill_json(&mut r, &format!("E-{}", bi * 20 + i), bi * 20 + i))
+            .collect();
+        seq += 20;
+        // Batch 7 is delivered again with an older sequence: all duplicates,
+        // and the position must not move back.
+        let (b, last) = if bi == 7 {
+            (first_fetch(), seq - 40)
+        } else {
+            (b, seq)
+        };
+        let want = lite
+            .store
+            .apply_stream_batch("S", "c", last, parsed(&b))
+            .await
+            .unwrap();
+        let got = fast
+            .store
+            .apply_stream_batch("S", "c", last, parsed(&b))
+            .await
+            .unwrap();
+        same(&got, &want, &format!("batch {bi}"));
+        assert_eq!(
+            fast.store.consumer_position("S", "c").await.unwrap(),
+            lite.store.consumer_position("S", "c").await.unwrap()
+        );
+    }
+    assert_eq!(
+        fast.store.consumer_position("S", "c").await.unwrap(),
+        Some(seq)
+    );
+    assert_eq!(
+        fast.store.positions(None).await.unwrap(),
+        lite.store.positions(None).await.unwrap()
+    );
+    if let Store::Postgres(p) = &fast.store {
+        assert!(p.fast_path_counts().0 >= 6, "{:?}", p.fast_path_counts());
+    }
+    fast.cleanup().await;
+}
+
+/// The events of the first fetch again.
+fn first_fetch() -> Vec<serde_json::Value> {
+    let mut r = Rng(99);
+    (0..20u64)
+        .map(|i| fill_json(&mut r, &format!("E-{i}"), i))
+        .collect()
+}
