@@ -14,7 +14,10 @@
 
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "common/env.rs"]
+mod env;
 
+use env::env_usize;
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Instant;
@@ -24,13 +27,6 @@ use tickgate::fills::metrics::FillsMetrics;
 use tickgate::fills::model::{parse_value, Event, Fill, Outcome, Parsed};
 use tickgate::fills::position::Position;
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// `n` unique fills over 200 accounts x 10 symbols, plus 10% repeats
 /// mixed in shortly after their original.

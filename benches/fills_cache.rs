@@ -13,6 +13,10 @@
 //! same store (PostgreSQL if $TICKGATE_TEST_PG_URL is set, else SQLite)
 //! and the same HTTP client (one connection per request).
 
+#[path = "common/env.rs"]
+mod env;
+
+use env::env_usize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,13 +29,6 @@ use tickgate::fills::metrics::FillsMetrics;
 use tickgate::fills::push::http_request;
 use tickgate::fills::shared_cache::SharedCacheOptions;
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn serve(store: Store, options: HttpOptions) -> String {
     let clients = vec![ClientConfig {

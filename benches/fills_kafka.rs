@@ -14,7 +14,10 @@
 
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "common/env.rs"]
+mod env;
 
+use env::env_usize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -26,13 +29,6 @@ use tickgate::fills::kafka::{self, KafkaMetrics, KafkaSettings, Start};
 use tickgate::fills::metrics::FillsMetrics;
 use tickgate::fills::model::parse_value;
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn cpu_secs() -> f64 {
     cpu::process_cpu_ns() as f64 / 1e9
