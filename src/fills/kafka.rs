@@ -601,37 +601,35 @@ async fn fetch_after(
     max_wait_ms: i32,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Fetched> {
-    {
-        let fetched = tokio::select! {
-            _ = stop.changed() => return Ok(Fetched::Stop),
-            r = pc.fetch_records(next, 1..FETCH_MAX_BYTES, max_wait_ms) => r,
-        };
-        let (records, high_watermark) = match fetched {
-            Ok(r) => r,
-            Err(rskafka::client::error::Error::ServerError {
-                protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
-                ..
-            }) => {
-                let earliest = pc.get_offset(OffsetAt::Earliest).await?;
-                if next < earliest {
-                    // Retention deleted records before they were applied:
-                    // they are gone from Kafka; say so loudly and go on.
-                    tracing::error!(topic = %s.topic, partition, next, earliest,
-                        "fills kafka: records deleted by retention before they were applied; resuming at the earliest offset");
-                    return Ok(Fetched::Rewind(earliest));
-                }
-                anyhow::bail!(
-                    "offset {next} of {} partition {partition} is beyond the log (high watermark moved back?)",
-                    s.topic
-                );
+    let fetched = tokio::select! {
+        _ = stop.changed() => return Ok(Fetched::Stop),
+        r = pc.fetch_records(next, 1..FETCH_MAX_BYTES, max_wait_ms) => r,
+    };
+    let (records, high_watermark) = match fetched {
+        Ok(r) => r,
+        Err(rskafka::client::error::Error::ServerError {
+            protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+            ..
+        }) => {
+            let earliest = pc.get_offset(OffsetAt::Earliest).await?;
+            if next < earliest {
+                // Retention deleted records before they were applied:
+                // they are gone from Kafka; say so loudly and go on.
+                tracing::error!(topic = %s.topic, partition, next, earliest,
+                    "fills kafka: records deleted by retention before they were applied; resuming at the earliest offset");
+                return Ok(Fetched::Rewind(earliest));
             }
-            Err(e) => return Err(e).context(format!("fetching {} partition {partition}", s.topic)),
-        };
-        let mut records: Vec<RecordAndOffset> =
-            records.into_iter().filter(|r| r.offset >= next).collect();
-        records.sort_by_key(|r| r.offset);
-        Ok(Fetched::Records(records, high_watermark))
-    }
+            anyhow::bail!(
+                "offset {next} of {} partition {partition} is beyond the log (high watermark moved back?)",
+                s.topic
+            );
+        }
+        Err(e) => return Err(e).context(format!("fetching {} partition {partition}", s.topic)),
+    };
+    let mut records: Vec<RecordAndOffset> =
+        records.into_iter().filter(|r| r.offset >= next).collect();
+    records.sort_by_key(|r| r.offset);
+    Ok(Fetched::Records(records, high_watermark))
 }
 
 enum BatchResult {
