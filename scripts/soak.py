@@ -13,8 +13,11 @@ gate latency percentiles (as the clients measured them) and the feed's
 lost-message counter to OUT/soak.csv, and at the end plots them to
 OUT/soak.png (a PNG written by this script: no plotting library needed).
 Memory and descriptors should stay flat, and loss stay 0 (nothing is
-injected: `--loss-a/--loss-b` are 0; kernel drops would show in
-tickgate_line_kernel_drops).
+injected: `--loss-a/--loss-b` are 0). The CSV also records the lines'
+kernel drops (tickgate_line_kernel_drops_total), which tell a receive
+thread that fell behind from loss before the socket. By default the feed
+thread runs SCHED_FIFO (`fifo_priority = 10`, `--fifo-priority 0` for
+none), as on a production host whose cores other work shares.
 """
 import argparse, json, os, signal, socket, struct, subprocess, sys, threading, time, urllib.request, zlib
 
@@ -23,7 +26,11 @@ p.add_argument("--minutes", type=float, default=30)
 p.add_argument("--rate", type=int, default=200000)
 p.add_argument("--out", default="soak-out")
 p.add_argument("--bin", default="target/release/tickgate")
+p.add_argument("--fifo-priority", type=int, default=10,
+               help="the feed's fifo_priority (0: none); the soak runs as root, so SCHED_FIFO is allowed")
+p.add_argument("--rcvbuf", type=int, default=8388608, help="each line's rcvbuf")
 a = p.parse_args()
+fifo = f"fifo_priority = {a.fifo_priority}\n" if a.fifo_priority else ""
 os.makedirs(a.out, exist_ok=True)
 out = os.path.abspath(a.out)
 sock = os.path.join(out, "gate.sock")
@@ -34,18 +41,18 @@ open(cfg, "w").write(f"""
 name = "soak"
 mode = "full"
 max_symbols = 1000
-[[feed.line]]
+{fifo}[[feed.line]]
 name = "A"
 group = "239.255.0.1"
 port = 30001
 interface = "127.0.0.1"
-rcvbuf = 8388608
+rcvbuf = {a.rcvbuf}
 [[feed.line]]
 name = "B"
 group = "239.255.0.2"
 port = 30001
 interface = "127.0.0.1"
-rcvbuf = 8388608
+rcvbuf = {a.rcvbuf}
 [gate]
 socket = "{sock}"
 server_mode = "epoll"
@@ -71,6 +78,14 @@ for _ in range(300):
 # One simulator per line (same seed: the same stream on both): one sender
 # thread did not reach the rate for both lines on 2 cores (119,701
 # datagrams a second in all in the first 30-minute run).
+def feed_thread_policy():
+    """The feed thread's scheduling policy, read from /proc (stat field 41)."""
+    for tid in os.listdir(f"/proc/{daemon.pid}/task"):
+        if open(f"/proc/{daemon.pid}/task/{tid}/comm").read().strip() == "feed-soak":
+            fields = open(f"/proc/{daemon.pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            return {"0": "SCHED_OTHER", "1": "SCHED_FIFO", "2": "SCHED_RR"}.get(fields[38], fields[38])
+    return "no feed-soak thread"
+print(f"feed thread: {feed_thread_policy()}", flush=True)
 sims = [subprocess.Popen([a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
                           "--lines", line, "--interface", "127.0.0.1"], stdout=subprocess.DEVNULL,
                          stderr=open(os.path.join(out, f"simulate-{line}.log"), "w"))
@@ -126,7 +141,7 @@ for t in threads:
     t.start()
 rows, start, next_hup = [], time.time(), time.time() + 60
 csv = open(os.path.join(out, "soak.csv"), "w")
-csv.write("seconds,rss_kib,fds,gate_p50_us,gate_p99_us,gate_p999_us,checks,messages_lost,gate_errors,fills_errors\n")
+csv.write("seconds,rss_kib,fds,gate_p50_us,gate_p99_us,gate_p999_us,checks,messages_lost,gate_errors,fills_errors,kernel_drops\n")
 while time.time() - start < a.minutes * 60 and daemon.poll() is None:
     time.sleep(10)
     if time.time() >= next_hup:
@@ -138,7 +153,11 @@ while time.time() - start < a.minutes * 60 and daemon.poll() is None:
     pct = lambda q: w[min(len(w) - 1, int(q * len(w)))] / 1000 if w else 0
     text = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
     lost = metric(text, "tickgate_feed_channel_messages_lost_total")
-    row = (round(time.time() - start), rss, fds, pct(0.5), pct(0.99), pct(0.999), len(w), lost, errors["gate"], errors["fills"])
+    # Datagrams the kernel dropped on the lines' sockets (SO_RXQ_OVFL):
+    # tells a receive thread that fell behind from loss upstream.
+    drops = metric(text, "tickgate_line_kernel_drops_total")
+    row = (round(time.time() - start), rss, fds, pct(0.5), pct(0.99), pct(0.999), len(w), lost, errors["gate"],
+           errors["fills"], drops)
     rows.append(row)
     csv.write(",".join(str(x) for x in row) + "\n"); csv.flush()
     print(",".join(str(x) for x in row), flush=True)
@@ -182,6 +201,8 @@ def png(path, series, w=900, h=600):
 png(os.path.join(out, "soak.png"), [("rss", [r[1] for r in rows], [200, 0, 0]),
                                     ("fds", [r[2] for r in rows], [0, 0, 200]),
                                     ("p99", [r[4] for r in rows], [0, 150, 0]),
-                                    ("lost", [r[7] for r in rows], [150, 0, 150])])
-print(f"panels top to bottom: RSS, descriptors, gate p99, messages lost (each on its own scale); {out}/soak.csv, {out}/soak.png")
+                                    ("lost", [r[7] for r in rows], [150, 0, 150]),
+                                    ("drops", [r[10] for r in rows], [200, 120, 0])])
+print(f"panels top to bottom: RSS, descriptors, gate p99, messages lost, kernel drops (each on its own scale); "
+      f"{out}/soak.csv, {out}/soak.png")
 sys.exit(1 if errors["gate"] or (rows and rows[-1][7] > 0) else 0)

@@ -110,6 +110,10 @@ pub struct FeedConfig {
     pub busy_poll: bool,
     /// Pin the feed thread to this CPU.
     pub cpu: Option<usize>,
+    /// Run the feed thread SCHED_FIFO at this priority (1-99): on a host
+    /// whose cores other work saturates, the thread that empties the
+    /// socket buffers is scheduled first, so the kernel does not drop.
+    pub fifo_priority: Option<i32>,
 }
 
 impl FeedConfig {
@@ -129,6 +133,7 @@ impl FeedConfig {
             lines: Vec::new(),
             symbols: Vec::new(),
             busy_poll: false,
+            fifo_priority: None,
             cpu: None,
         }
     }
@@ -595,8 +600,12 @@ impl Config {
             if old.lines != newf.lines {
                 plan.needs_restart.push(format!("{k}.line"));
             }
-            if old.busy_poll != newf.busy_poll || old.cpu != newf.cpu {
-                plan.needs_restart.push(format!("{k}.busy_poll/cpu"));
+            if old.busy_poll != newf.busy_poll
+                || old.cpu != newf.cpu
+                || old.fifo_priority != newf.fifo_priority
+            {
+                plan.needs_restart
+                    .push(format!("{k}.busy_poll/cpu/fifo_priority"));
             }
             let old_syms: HashSet<Symbol> = old.symbols.iter().map(|s| s.symbol).collect();
             let added: Vec<String> = newf
@@ -776,6 +785,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     };
     let busy_poll = s.boolean("busy_poll")?.unwrap_or(false);
     let cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
+    let fifo_priority = s.uint("fifo_priority", 1, 99)?.map(|p| p as i32);
     s.finish()?;
     Ok(FeedConfig {
         name: name.to_string(),
@@ -791,6 +801,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         lines,
         symbols,
         busy_poll,
+        fifo_priority,
         cpu,
     })
 }
@@ -1704,6 +1715,7 @@ clock_offset = -3
 max_symbols = 100
 busy_poll = true
 cpu = 2
+fifo_priority = 10
 [[feed.line]]
 name = "A"
 group = "232.1.1.1"
@@ -1753,6 +1765,7 @@ enabled = false
         assert_eq!(f.clock_offset, ClockOffset::FixedMs(-3));
         assert!(f.busy_poll);
         assert_eq!(f.cpu, Some(2));
+        assert_eq!(f.fifo_priority, Some(10));
         assert_eq!(f.lines[0].source, Some("10.9.9.9".parse().unwrap()));
         assert_eq!(f.lines[0].rcvbuf, Some(8388608));
         assert_eq!(
@@ -1854,6 +1867,12 @@ enabled = false
             ),
             ("max_symbols = 0", "feed[0].max_symbols", "out of range"),
             ("max_seq_jump = 1", "feed[0].max_seq_jump", "out of range"),
+            ("fifo_priority = 0", "feed[0].fifo_priority", "out of range"),
+            (
+                "fifo_priority = 100",
+                "feed[0].fifo_priority",
+                "out of range",
+            ),
             ("name2 = 1", "feed[0].name2", "unknown key"),
             (
                 "[feed.symbols.TOOLONGSYM]",

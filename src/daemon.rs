@@ -267,6 +267,7 @@ impl Daemon {
             let opts = ReceiverOptions {
                 busy_poll: f.busy_poll,
                 cpu: f.cpu,
+                fifo_priority: f.fifo_priority,
                 ..ReceiverOptions::default()
             };
             let thread = FeedThread::spawn(&f.name, lines, opts, writer)?;
