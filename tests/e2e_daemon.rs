@@ -675,3 +675,50 @@ fn the_daemon_publishes_the_state_file_and_the_cli_reads_it() {
     assert_ne!(code, 0, "the socket is gone");
     assert!(status.contains(": stopped, generation "), "{status}");
 }
+
+/// The scheduling policy and realtime priority of the daemon's thread
+/// `name`, from /proc (stat fields 40 and 41).
+fn thread_policy(pid: u32, name: &str) -> Option<(u32, u32)> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let dir = task.ok()?.path();
+        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // Fields after the command's closing parenthesis start at field 3.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        return Some((fields[38].parse().ok()?, fields[37].parse().ok()?));
+    }
+    None
+}
+
+#[test]
+fn fifo_priority_makes_the_feed_thread_realtime() {
+    let _serial = serial();
+    let d = start_with(
+        15,
+        46308,
+        "mode = \"full\"\nstale_ms = 600000\nfifo_priority = 3",
+    );
+    // SAFETY: getrlimit into a local struct.
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe { libc::getrlimit(libc::RLIMIT_RTPRIO, &mut rl) };
+    // SAFETY: geteuid has no preconditions.
+    let privileged = unsafe { libc::geteuid() } == 0 || rl.rlim_cur >= 3;
+    let pid = d.child.id();
+    if privileged {
+        // The thread sets its policy as it starts: wait for it.
+        wait_for("the feed thread to run SCHED_FIFO at priority 3", || {
+            thread_policy(pid, "feed-fx") == Some((1, 3))
+        });
+    } else {
+        // Not allowed here: the daemon warned and kept running normally.
+        let (policy, _) = thread_policy(pid, "feed-fx").expect("the daemon has a thread feed-fx");
+        assert_eq!(policy, 0, "SCHED_OTHER when realtime is not allowed");
+        eprintln!("fifo_priority: not root and RLIMIT_RTPRIO < 3, checked the fallback only");
+    }
+    assert_eq!(d.ask("PING"), "PONG");
+}
