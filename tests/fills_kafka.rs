@@ -22,109 +22,18 @@ use rskafka::chrono::{TimeZone, Utc};
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
-use rust_decimal::Decimal;
 use tickgate::fills::kafka::{self, KafkaMetrics, KafkaSettings, Start};
 use tickgate::fills::metrics::FillsMetrics;
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTable};
 
 #[path = "common/fills.rs"]
 mod fills_common;
+#[path = "common/source_fills.rs"]
+mod source_fills;
+use source_fills::{actual_qty, expected_qty, make_fills, unique_suffix, Rng};
 
 fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "tgt-{tag}-{}-{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000
-    )
-}
-
-/// Deterministic PRNG (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-#[derive(Clone, Debug)]
-struct TestFill {
-    event_id: String,
-    deal_id: String,
-    account: String,
-    symbol: String,
-    buy: bool,
-    qty: Decimal,
-    price: Decimal,
-}
-
-impl TestFill {
-    fn json(&self) -> String {
-        format!(
-            r#"{{"kind":"FILL","event_id":"{}","deal_id":"{}","account":"{}","symbol":"{}","side":"{}","qty":"{}","price":"{}","exec_time":"2026-11-30T08:00:00.000001Z"}}"#,
-            self.event_id,
-            self.deal_id,
-            self.account,
-            self.symbol,
-            if self.buy { "BUY" } else { "SELL" },
-            self.qty,
-            self.price
-        )
-    }
-    fn signed(&self) -> Decimal {
-        if self.buy {
-            self.qty
-        } else {
-            -self.qty
-        }
-    }
-}
-
-fn make_fills(rng: &mut Rng, prefix: &str, n: usize) -> Vec<TestFill> {
-    let accounts = ["ACC-1", "ACC-2", "ACC-3", "ACC-4"];
-    let symbols = ["EURUSD", "USDJPY", "XAUUSD"];
-    (0..n)
-        .map(|i| TestFill {
-            event_id: format!("{prefix}E{i}"),
-            deal_id: format!("{prefix}D{i}"),
-            account: accounts[rng.below(4) as usize].into(),
-            symbol: symbols[rng.below(3) as usize].into(),
-            buy: rng.below(2) == 0,
-            qty: Decimal::new(1 + rng.below(10_000) as i64, 2),
-            price: Decimal::new(100_000 + rng.below(20_000) as i64, 5),
-        })
-        .collect()
-}
-
-fn expected_qty<'a>(
-    fills: impl IntoIterator<Item = &'a TestFill>,
-) -> BTreeMap<(String, String), Decimal> {
-    let mut m = BTreeMap::new();
-    for f in fills {
-        *m.entry((f.account.clone(), f.symbol.clone()))
-            .or_insert(Decimal::ZERO) += f.signed();
-    }
-    m.into_iter().filter(|(_, q)| !q.is_zero()).collect()
-}
-
-async fn actual_qty(store: &Store) -> BTreeMap<(String, String), Decimal> {
-    store
-        .positions(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|p| !p.position.qty.is_zero())
-        .map(|p| ((p.account, p.symbol), p.position.qty))
-        .collect()
+    format!("tgt-{tag}-{}", unique_suffix())
 }
 
 async fn client(url: &str) -> Client {
@@ -314,7 +223,7 @@ async fn drop_schema(url: &str, schema: &str) {
 }
 
 fn sum(v: &prometheus::IntCounterVec, labels: &[&str]) -> u64 {
-    v.with_label_values(labels).get()
+    source_fills::counter_sum(v, &[labels])
 }
 
 // ------------------------------------------------------------------ tests

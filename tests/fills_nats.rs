@@ -5,12 +5,11 @@
 //! the streams it created. Streams are also created with a one-hour max age,
 //! so a test that panics leaves nothing behind for long.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream::StorageType};
-use rust_decimal::Decimal;
 use tickgate::fills::metrics::FillsMetrics;
 use tickgate::fills::nats::{self as src, NatsMetrics, NatsSettings};
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTable};
@@ -19,6 +18,9 @@ use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTab
 
 #[path = "common/fills.rs"]
 mod fills_common;
+#[path = "common/source_fills.rs"]
+mod source_fills;
+use source_fills::{actual_qty, counter_sum, expected_qty, make_fills, unique_suffix, Rng};
 
 fn service_url(var: &str) -> Option<String> {
     fills_common::service_url(var, "fills_nats")
@@ -26,120 +28,7 @@ fn service_url(var: &str) -> Option<String> {
 
 /// A name no other test (or earlier run) uses.
 fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "TGT_{tag}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000
-    )
-}
-
-/// Small deterministic PRNG (xorshift64*), so failures are reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-struct TestFill {
-    event_id: String,
-    deal_id: String,
-    account: String,
-    symbol: String,
-    buy: bool,
-    qty: Decimal,
-    price: Decimal,
-}
-
-impl TestFill {
-    fn json(&self) -> String {
-        format!(
-            r#"{{"kind":"FILL","event_id":"{}","deal_id":"{}","account":"{}","symbol":"{}","side":"{}","qty":"{}","price":"{}","exec_time":"2026-11-30T08:00:00.000001Z"}}"#,
-            self.event_id,
-            self.deal_id,
-            self.account,
-            self.symbol,
-            if self.buy { "BUY" } else { "SELL" },
-            self.qty,
-            self.price
-        )
-    }
-    fn signed(&self) -> Decimal {
-        if self.buy {
-            self.qty
-        } else {
-            -self.qty
-        }
-    }
-}
-
-fn bust_json(event_id: &str, f: &TestFill) -> String {
-    format!(
-        r#"{{"kind":"BUST","event_id":"{event_id}","deal_id":"{}","account":"{}","exec_time":"2026-11-30T08:05:00Z"}}"#,
-        f.deal_id, f.account
-    )
-}
-
-/// `n` distinct fills over a few accounts and symbols.
-fn make_fills(rng: &mut Rng, prefix: &str, n: usize) -> Vec<TestFill> {
-    let accounts = ["ACC-1", "ACC-2", "ACC-3", "ACC-4"];
-    let symbols = ["EURUSD", "USDJPY", "XAUUSD"];
-    (0..n)
-        .map(|i| TestFill {
-            event_id: format!("{prefix}E{i}"),
-            deal_id: format!("{prefix}D{i}"),
-            account: accounts[rng.below(4) as usize].into(),
-            symbol: symbols[rng.below(3) as usize].into(),
-            buy: rng.below(2) == 0,
-            // 0.01 .. 100.00, exact decimals.
-            qty: Decimal::new(1 + rng.below(10_000) as i64, 2),
-            price: Decimal::new(100_000 + rng.below(20_000) as i64, 5),
-        })
-        .collect()
-}
-
-/// Expected signed quantity per (account, symbol) of the fills not busted.
-fn expected_qty<'a>(
-    fills: impl IntoIterator<Item = &'a TestFill>,
-) -> BTreeMap<(String, String), Decimal> {
-    let mut m = BTreeMap::new();
-    for f in fills {
-        *m.entry((f.account.clone(), f.symbol.clone()))
-            .or_insert(Decimal::ZERO) += f.signed();
-    }
-    m
-}
-
-async fn actual_qty(store: &Store) -> BTreeMap<(String, String), Decimal> {
-    store
-        .positions(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|p| !p.position.qty.is_zero())
-        .map(|p| ((p.account, p.symbol), p.position.qty))
-        .collect()
-}
-
-fn nonzero(m: BTreeMap<(String, String), Decimal>) -> BTreeMap<(String, String), Decimal> {
-    m.into_iter().filter(|(_, q)| !q.is_zero()).collect()
+    format!("TGT_{tag}_{}", unique_suffix())
 }
 
 /// Names of one test's NATS objects.
@@ -288,10 +177,6 @@ async fn pg_drop_schema(url: &str, schema: &str) {
     }
 }
 
-fn counter_sum(v: &prometheus::IntCounterVec, labels: &[&[&str]]) -> u64 {
-    labels.iter().map(|l| v.with_label_values(l).get()).sum()
-}
-
 struct Running {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -345,7 +230,7 @@ async fn repeats_are_applied_once_and_counted() {
     let mut distinct: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
     let mut busts = Vec::new();
     for (k, &i) in busted.iter().enumerate() {
-        busts.push(bust_json(&format!("aB{k}"), &fills[i]).into_bytes());
+        busts.push(fills[i].bust_json(&format!("aB{k}")).into_bytes());
     }
     let early_bust = busts.remove(0);
     distinct.extend(busts);
@@ -369,7 +254,7 @@ async fn repeats_are_applied_once_and_counted() {
         .enumerate()
         .filter(|(i, _)| !busted.contains(i))
         .map(|(_, f)| f);
-    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(live)));
+    assert_eq!(actual_qty(&store).await, expected_qty(live));
     assert_eq!(
         store.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
         n_distinct as u64
@@ -486,7 +371,7 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
     // Only fills 0 and 2 were applied.
     assert_eq!(
         actual_qty(&store).await,
-        nonzero(expected_qty([&fills[0], &fills[2]]))
+        expected_qty([&fills[0], &fills[2]])
     );
     assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 4);
     assert_eq!(
@@ -598,7 +483,7 @@ async fn failed_transactions_are_nakked_and_redelivered() {
         let dead = dlq.info().await.unwrap().state.messages;
         if max_deliver == 5 {
             // Redelivered after the nak delay and applied, exactly once.
-            assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+            assert_eq!(actual_qty(&store).await, expected_qty(&fills));
             assert_eq!(dead, 0);
         } else {
             // Failed its one allowed delivery: dead-lettered, not lost.
@@ -663,7 +548,7 @@ async fn deleted_durable_is_recreated_and_redelivery_is_harmless() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     running.stop().await;
-    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+    assert_eq!(actual_qty(&store).await, expected_qty(&fills));
     assert_eq!(fm.applied.with_label_values(&["FILL", "nats"]).get(), 200);
     assert_eq!(
         fm.duplicate_events
@@ -802,7 +687,7 @@ async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> 
             .unwrap(),
         Some(stream_last_seq(&js, &n.stream).await)
     );
-    assert_eq!(actual_qty(&store).await, nonzero(expected_qty(&fills)));
+    assert_eq!(actual_qty(&store).await, expected_qty(&fills));
     assert_eq!(
         store.count_rows(SweepTable::ProcessedEvents).await.unwrap(),
         15_000,
@@ -883,7 +768,7 @@ async fn two_consumers_on_one_postgres(shared_durable: bool) {
     let busted: Vec<usize> = (0..50).map(|i| i * 37).collect();
     let mut distinct: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
     for (k, &i) in busted.iter().enumerate() {
-        distinct.push(bust_json(&format!("dB{k}"), &fills[i]).into_bytes());
+        distinct.push(fills[i].bust_json(&format!("dB{k}")).into_bytes());
     }
     let mut messages = Vec::new();
     for p in &distinct {
@@ -924,7 +809,7 @@ async fn two_consumers_on_one_postgres(shared_durable: bool) {
         .enumerate()
         .filter(|(i, _)| !busted.contains(i))
         .map(|(_, f)| f);
-    assert_eq!(actual_qty(&store_a).await, nonzero(expected_qty(live)));
+    assert_eq!(actual_qty(&store_a).await, expected_qty(live));
     assert_eq!(
         store_a
             .count_rows(SweepTable::ProcessedEvents)
