@@ -171,7 +171,7 @@ for sim in sims:
 daemon.wait()
 
 def png(path, series, w=900, h=600):
-    """One panel per series (normalised to its own range), white background."""
+    """One panel per series (0 to its maximum), white background."""
     img = [[255] * (w * 3) for _ in range(h)]
     panel = h // len(series)
     for k, (name, ys, color) in enumerate(series):
@@ -180,7 +180,9 @@ def png(path, series, w=900, h=600):
             img[top + panel - 1][3 * x:3 * x + 3] = [128, 128, 128]
         if len(ys) < 2:
             continue
-        lo, hi = min(ys), max(ys)
+        # From 0 to the series' maximum: a flat series looks flat, and
+        # growth shows in proportion to the whole.
+        lo, hi = 0, max(ys)
         span = (hi - lo) or 1
         prev = None
         for i, y in enumerate(ys):
@@ -203,6 +205,6 @@ png(os.path.join(out, "soak.png"), [("rss", [r[1] for r in rows], [200, 0, 0]),
                                     ("p99", [r[4] for r in rows], [0, 150, 0]),
                                     ("lost", [r[7] for r in rows], [150, 0, 150]),
                                     ("drops", [r[10] for r in rows], [200, 120, 0])])
-print(f"panels top to bottom: RSS, descriptors, gate p99, messages lost, kernel drops (each on its own scale); "
+print(f"panels top to bottom: RSS, descriptors, gate p99, messages lost, kernel drops (each from 0 to its own maximum); "
       f"{out}/soak.csv, {out}/soak.png")
 sys.exit(1 if errors["gate"] or (rows and rows[-1][7] > 0) else 0)
