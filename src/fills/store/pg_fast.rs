@@ -14,8 +14,9 @@
 //! - every deal is new: a plain `INSERT` into `fills` (F2/F3: the unique
 //!   `deal_id` forbids a second row, the statement fails);
 //! - an event the client saw committed recently is a duplicate: counted in
-//!   `processed_events` in the same snapshot; if it is not there (swept by
-//!   F5), the statement fails;
+//!   `processed_events` in the same snapshot (one index probe per id: a
+//!   `LATERAL … LIMIT 1`, which no plan can turn into a scan of every FILL
+//!   row); if it is not there (swept by F5), the statement fails;
 //! - every cached position is still what this process last committed: the
 //!   `UPDATE` compares the stored text of quantity, average price and P&L
 //!   (a compare-and-set; under READ COMMITTED a concurrent writer's commit
@@ -59,8 +60,9 @@ WITH ",
     RETURNING 1
 ), seen AS (
     SELECT count(*) AS n
-    FROM unnest($3::text[]) AS u(e)
-    JOIN processed_events p ON p.kind = 'FILL' AND p.event_id = u.e
+    FROM unnest($3::text[]) AS u(e),
+         LATERAL (SELECT 1 FROM processed_events p
+                  WHERE p.kind = 'FILL' AND p.event_id = u.e LIMIT 1) AS x
 ), cas AS (
     UPDATE positions p
     SET qty = u.q::numeric, avg_price = u.ap::numeric, realized_pnl = u.r::numeric,
