@@ -329,3 +329,190 @@ fn first_fetch() -> Vec<serde_json::Value> {
         .map(|i| fill_json(&mut r, &format!("E-{i}"), i))
         .collect()
 }
+
+/// A Kafka partition batch takes the fast path: the offset row moves in the
+/// same statement, by compare-and-set from the offset the batch was read
+/// after; a stale expected offset applies nothing and reports the conflict;
+/// outcomes and positions equal SQLite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_batches_move_the_offset_by_compare_and_set() {
+    let Some(fast) = pg_db("f", "pg_fast_offset", StoreOptions::default()).await else {
+        return;
+    };
+    let lite = sqlite_db(StoreOptions::default()).await;
+    let mut r = Rng(123);
+    let mut stored: Option<i64> = None;
+    let mut sent = Vec::new();
+    for bi in 0..12u64 {
+        let mut b: Vec<serde_json::Value> = Vec::new();
+        for i in 0..20u64 {
+            let id = bi * 20 + i;
+            let ev = fill_json(&mut r, &format!("E-{id}"), id);
+            b.push(ev.clone());
+            sent.push(ev);
+            if i % 5 == 4 {
+                let back = r.below(sent.len().min(30) as u64) as usize;
+                b.push(sent[sent.len() - 1 - back].clone());
+            }
+        }
+        let last = stored.unwrap_or(-1) + b.len() as i64;
+        let want = lite
+            .store
+            .apply_partition_batch("kafka", "T/0", "c", stored, last, parsed(&b), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let got = fast
+            .store
+            .apply_partition_batch("kafka", "T/0", "c", stored, last, parsed(&b), None)
+            .await
+            .unwrap()
+            .unwrap();
+        same(&got, &want, &format!("batch {bi}"));
+        assert_eq!(
+            fast.store.consumer_position("T/0", "c").await.unwrap(),
+            Some(last as u64)
+        );
+        // The same batch read again after the old offset (another
+        // consumer's view): a conflict, nothing applied, offset unchanged.
+        if bi % 4 == 3 {
+            let next: Vec<serde_json::Value> = (0..3u64)
+                .map(|i| fill_json(&mut r, &format!("X-{bi}-{i}"), 10_000 + bi * 10 + i))
+                .collect();
+            let c = fast
+                .store
+                .apply_partition_batch("kafka", "T/0", "c", stored, last + 3, parsed(&next), None)
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(c.stored, Some(last));
+            assert_eq!(c.expected, stored);
+            // A partition with no row yet, "expected none", but one exists.
+            let c = fast
+                .store
+                .apply_partition_batch("kafka", "T/0", "c", None, last + 3, parsed(&next), None)
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(c.stored, Some(last));
+            assert_eq!(
+                fast.store.consumer_position("T/0", "c").await.unwrap(),
+                Some(last as u64)
+            );
+        }
+        stored = Some(last);
+    }
+    assert_eq!(
+        fast.store.positions(None).await.unwrap(),
+        lite.store.positions(None).await.unwrap()
+    );
+    assert_eq!(
+        fast.store.dead_letters().await.unwrap(),
+        lite.store.dead_letters().await.unwrap()
+    );
+    if let Store::Postgres(p) = &fast.store {
+        // Overflowing fills send a batch to the careful path; the
+        // conflicts are refusals.
+        let (ok, _) = p.fast_path_counts();
+        assert!(ok >= 4, "{:?}", p.fast_path_counts());
+    }
+    fast.cleanup().await;
+}
+
+fn answer() -> tickgate::fills::store::AnswerFn {
+    std::sync::Arc::new(|outs: &[EventOutcome]| (200, format!("{outs:?}").into_bytes()))
+}
+
+/// An HTTP batch takes the fast path: fresh answers stored with the
+/// effects (a retry replays them byte for byte), a changed body with the
+/// same key is a mismatch, and a key held by an uncommitted first attempt
+/// makes the retry wait and then answer "in progress" (K5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_batches_take_the_fast_path() {
+    use tickgate::fills::store::HttpOutcome;
+    let opts = StoreOptions {
+        key_wait: std::time::Duration::from_millis(200),
+        ..StoreOptions::default()
+    };
+    let Some(fast) = pg_db("f", "pg_fast_http", opts.clone()).await else {
+        return;
+    };
+    let lite = sqlite_db(opts).await;
+    let mut r = Rng(321);
+    for bi in 0..10u64 {
+        let b: Vec<serde_json::Value> = (0..20u64)
+            .map(|i| fill_json(&mut r, &format!("E-{}", bi * 20 + i % 15), bi * 20 + i % 15))
+            .collect();
+        let key = format!("K-{bi}");
+        let mut bodies = Vec::new();
+        for s in [&lite.store, &fast.store] {
+            match s
+                .apply_http_batch("cl", &key, "h1", parsed(&b), answer())
+                .await
+                .unwrap()
+            {
+                HttpOutcome::Fresh { status, body, .. } => {
+                    assert_eq!(status, 200);
+                    bodies.push(body);
+                }
+                _ => panic!("batch {bi}: not fresh"),
+            }
+        }
+        assert_eq!(bodies[0], bodies[1], "batch {bi}");
+        match fast
+            .store
+            .apply_http_batch("cl", &key, "h1", parsed(&b), answer())
+            .await
+            .unwrap()
+        {
+            HttpOutcome::Replayed { status, body } => {
+                assert_eq!((status, &body), (200, &bodies[1]));
+            }
+            _ => panic!("batch {bi}: not replayed"),
+        }
+        assert!(matches!(
+            fast.store
+                .apply_http_batch("cl", &key, "h2", parsed(&b), answer())
+                .await
+                .unwrap(),
+            HttpOutcome::HashMismatch
+        ));
+    }
+    assert_eq!(
+        fast.store.positions(None).await.unwrap(),
+        lite.store.positions(None).await.unwrap()
+    );
+    if let Store::Postgres(p) = &fast.store {
+        let (ok, refused) = p.fast_path_counts();
+        assert_eq!(refused, 0);
+        assert!(ok >= 5, "{ok} fast batches");
+    }
+    // K5: a first attempt holding the key uncommitted.
+    let (url, schema) = fast.pg.clone().unwrap();
+    let mut other = fills_common::pg_client(&url, Some(&schema)).await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "INSERT INTO idempotency_keys (client, key, request_hash, created_ns)
+         VALUES ('cl', 'K-held', 'h1', 0)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let b = vec![fill_json(&mut r, "E-held", 999)];
+    assert!(matches!(
+        fast.store
+            .apply_http_batch("cl", "K-held", "h1", parsed(&b), answer())
+            .await
+            .unwrap(),
+        HttpOutcome::InProgressTimeout
+    ));
+    tx.rollback().await.unwrap();
+    assert!(matches!(
+        fast.store
+            .apply_http_batch("cl", "K-held", "h1", parsed(&b), answer())
+            .await
+            .unwrap(),
+        HttpOutcome::Fresh { .. }
+    ));
+    fast.cleanup().await;
+}

@@ -14,8 +14,9 @@
 //! - every deal is new: a plain `INSERT` into `fills` (F2/F3: the unique
 //!   `deal_id` forbids a second row, the statement fails);
 //! - an event the client saw committed recently is a duplicate: counted in
-//!   `processed_events` in the same snapshot; if it is not there (swept by
-//!   F5), the statement fails;
+//!   `processed_events` in the same snapshot (one index probe per id: a
+//!   `LATERAL … LIMIT 1`, which no plan can turn into a scan of every FILL
+//!   row); if it is not there (swept by F5), the statement fails;
 //! - every cached position is still what this process last committed: the
 //!   `UPDATE` compares the stored text of quantity, average price and P&L
 //!   (a compare-and-set; under READ COMMITTED a concurrent writer's commit
@@ -44,17 +45,24 @@ use crate::fills::model::{Event, EventOutcome, Fill, Outcome, Parsed};
 use crate::fills::position::Position;
 
 // The statement's text, in pieces for `concat!`.
+// `$first`: a CTE (with its trailing comma) run before all others, and
+// `$first_col` its count in `locked` (with its trailing comma); both empty
+// when the statement has none.
 macro_rules! fast_ctes {
-    () => {
-        "
-WITH pe AS (
+    ($first:literal, $first_col:literal) => {
+        concat!(
+            "
+WITH ",
+            $first,
+            "pe AS (
     INSERT INTO processed_events (kind, event_id, created_ns)
     SELECT 'FILL', e, $1 FROM unnest($2::text[]) AS u(e)
     RETURNING 1
 ), seen AS (
     SELECT count(*) AS n
-    FROM unnest($3::text[]) AS u(e)
-    JOIN processed_events p ON p.kind = 'FILL' AND p.event_id = u.e
+    FROM unnest($3::text[]) AS u(e),
+         LATERAL (SELECT 1 FROM processed_events p
+                  WHERE p.kind = 'FILL' AND p.event_id = u.e LIMIT 1) AS x
 ), cas AS (
     UPDATE positions p
     SET qty = u.q::numeric, avg_price = u.ap::numeric, realized_pnl = u.r::numeric,
@@ -71,7 +79,9 @@ WITH pe AS (
          AS u(a, s, q, ap, r)
     RETURNING 1
 ), locked AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM pe) AS pe, (SELECT n FROM seen) AS seen,
+    SELECT ",
+            $first_col,
+            "(SELECT count(*) FROM pe) AS pe, (SELECT n FROM seen) AS seen,
            (SELECT count(*) FROM cas) AS cas, (SELECT count(*) FROM np) AS np
 ), seqs AS MATERIALIZED (
     SELECT array_agg(nextval('fills_applied_seq') ORDER BY g) AS a
@@ -86,20 +96,29 @@ WITH pe AS (
                 $23::text[], $24::int8[], $25::int4[]) AS u(d, e, a, s, si, q, p, t, o)
     RETURNING 1
 )"
+        )
     };
 }
 
+// `$cond`: a further condition (starting with AND) for the commit, `$why`
+// its part of the error message.
 macro_rules! fast_answer {
-    () => {
-        "
+    ($cond:literal, $why:literal) => {
+        concat!(
+            "
 SELECT CASE
-    WHEN l.seen = cardinality($3::text[]) AND l.cas = cardinality($4::text[])
+    WHEN l.seen = cardinality($3::text[]) AND l.cas = cardinality($4::text[]) ",
+            $cond,
+            "
     THEN (SELECT count(*) FROM f)
     ELSE ('fills fast path: ' || l.seen || ' of ' || cardinality($3::text[])
           || ' expected duplicates found, ' || l.cas || ' of ' || cardinality($4::text[])
-          || ' cached positions unchanged')::int8
+          || ' cached positions unchanged'",
+            $why,
+            ")::int8
 END
 FROM locked l"
+        )
     };
 }
 
@@ -111,14 +130,14 @@ FROM locked l"
 /// exec_ns, 1-based place in event order: the n-th FILL of the batch gets
 /// the n-th of the sequence numbers drawn in `seqs`). Returns the number
 /// of fill rows inserted.
-pub(crate) const FAST_SQL: &str = concat!(fast_ctes!(), fast_answer!());
+pub(crate) const FAST_SQL: &str = concat!(fast_ctes!("", ""), fast_answer!("", ""));
 
 /// The same for a stream fetch: $26-$28 (stream, consumer, last sequence)
 /// move the consumer position in the same statement, so in the same
 /// transaction as the batch's effects, and only forwards (as
 /// `upsert_consumer` of the careful path).
 pub(crate) const FAST_STREAM_SQL: &str = concat!(
-    fast_ctes!(),
+    fast_ctes!("", ""),
     ", cons AS (
     INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
     VALUES ($26, $27, $28, $1)
@@ -127,7 +146,47 @@ pub(crate) const FAST_STREAM_SQL: &str = concat!(
         updated_ns = EXCLUDED.updated_ns
     RETURNING 1
 )",
-    fast_answer!()
+    fast_answer!("", "")
+);
+
+/// The same for a Kafka partition batch whose offset row exists: $26-$29
+/// (stream, consumer, new offset, expected stored offset). The offset
+/// moves by compare-and-set, first in the statement (so a second instance
+/// on the partition waits on that row), from the offset the batch was read
+/// after to its last record, and only forwards; if the stored offset is
+/// another, the statement fails (nothing written) and the careful path
+/// reports the conflict.
+pub(crate) const FAST_OFFSET_SQL: &str = concat!(
+    fast_ctes!(
+        "off AS (
+    UPDATE consumer_positions SET last_seq = $28, updated_ns = $1
+    WHERE stream = $26 AND consumer = $27 AND last_seq = $29 AND last_seq < $28
+    RETURNING 1
+), ",
+        "(SELECT count(*) FROM off) AS off, "
+    ),
+    fast_answer!(
+        "AND l.off = 1",
+        " || ', ' || l.off || ' of 1 offset rows moved'"
+    )
+);
+
+/// The same for a partition without a stored offset: $26-$28 (stream,
+/// consumer, new offset); the row is inserted, and if one exists already
+/// the statement fails.
+pub(crate) const FAST_OFFSET_FIRST_SQL: &str = concat!(
+    fast_ctes!(
+        "off AS (
+    INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
+    VALUES ($26, $27, $28, $1) ON CONFLICT (stream, consumer) DO NOTHING
+    RETURNING 1
+), ",
+        "(SELECT count(*) FROM off) AS off, "
+    ),
+    fast_answer!(
+        "AND l.off = 1",
+        " || ', ' || l.off || ' of 1 offset rows inserted'"
+    )
 );
 
 /// Hints of one store: what this process committed last. Never the truth:
@@ -333,13 +392,14 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
 
 impl FastPlan<'_> {
     /// Run the statement (implicit transaction: it has committed when this
-    /// returns Ok). Returns the number of fill rows inserted.
+    /// returns Ok) with `extra` as its parameters from $26 on. Returns the
+    /// number of fill rows inserted.
     pub(crate) async fn execute(
         &self,
         client: &tokio_postgres::Client,
         stmt: &tokio_postgres::Statement,
         now: i64,
-        stream: Option<(&str, &str, i64)>,
+        extra: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<i64, tokio_postgres::Error> {
         let [ca, cs] = &self.cas;
         let [oq, oa, orp, q, ap, r] = &self.cas_vals;
@@ -374,11 +434,7 @@ impl FastPlan<'_> {
             &self.f_t,
             &self.f_rank,
         ];
-        let (st, co, seq);
-        if let Some(x) = stream {
-            (st, co, seq) = x;
-            params.extend([&st as &(dyn tokio_postgres::types::ToSql + Sync), &co, &seq]);
-        }
+        params.extend_from_slice(extra);
         let row = client.query_one(stmt, &params).await?;
         Ok(row.get(0))
     }

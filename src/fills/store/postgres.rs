@@ -50,6 +50,8 @@ const PLAIN_INSERT_MIN: usize = 64;
 struct Stmts {
     fast: Statement,
     fast_stream: Statement,
+    fast_offset: Statement,
+    fast_offset_first: Statement,
     sel_processed: Statement,
     ins_processed: Statement,
     ins_processed_oc: Statement,
@@ -67,6 +69,7 @@ struct Stmts {
     del_processed: Statement,
     ins_dead: Statement,
     ins_key: Statement,
+    ins_key_answer: Statement,
     sel_key: Statement,
     upd_key: Statement,
     upsert_consumer: Statement,
@@ -177,6 +180,8 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
     Ok(Stmts {
         fast: c.prepare(pg_fast::FAST_SQL).await?,
         fast_stream: c.prepare(pg_fast::FAST_STREAM_SQL).await?,
+        fast_offset: c.prepare(pg_fast::FAST_OFFSET_SQL).await?,
+        fast_offset_first: c.prepare(pg_fast::FAST_OFFSET_FIRST_SQL).await?,
         // Which events are processed already: an index probe each. The
         // others are inserted with a plain INSERT (no speculative
         // insertion: one WAL record and one index check less per row than
@@ -307,6 +312,15 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                  VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1",
             )
             .await?,
+        // The fast path's key row, with its answer: a plain insert (an
+        // existing key fails it; a concurrent first attempt's uncommitted
+        // row makes it wait, K5).
+        ins_key_answer: c
+            .prepare(
+                "INSERT INTO idempotency_keys (client, key, request_hash, status, body, created_ns)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .await?,
         sel_key: c
             .prepare(
                 "SELECT request_hash, status, body FROM idempotency_keys
@@ -421,6 +435,16 @@ enum Fast {
     Refused,
 }
 
+/// Result of one fast attempt of an HTTP batch.
+enum HttpFast {
+    Done(HttpOutcome),
+    /// Not a fast batch, or the key is in use already (replay, hash
+    /// mismatch): the careful path decides.
+    Careful,
+    /// The database refused an assumption (nothing was written).
+    Refused,
+}
+
 impl PgStore {
     /// Connect (URL or key=value string), migrate, and keep up to
     /// `opts.pg_pool_size` connections.
@@ -486,21 +510,9 @@ impl PgStore {
 
     /// The one-statement path (`pg_fast`), if the batch is a fast one.
     async fn apply_fast(&self, events: &Arc<Vec<Parsed>>, extra: &Extra) -> anyhow::Result<Fast> {
-        let stream = match extra {
-            Extra::None => None,
-            Extra::Stream {
-                stream,
-                consumer,
-                last_seq,
-            } => Some((
-                stream.clone(),
-                consumer.clone(),
-                i64::try_from(*last_seq).context("stream sequence too large")?,
-            )),
-            Extra::Offset { .. } => return Ok(Fast::Careful),
-        };
-        let (events, cache, clock, m) = (
+        let (events, extra, cache, clock, m) = (
             events.clone(),
+            extra.clone(),
             self.cache.clone(),
             self.opts.clock.clone(),
             self.metrics.clone(),
@@ -518,11 +530,59 @@ impl PgStore {
                 };
                 let timer = m.tx_seconds.start_timer();
                 let now = clock();
-                let r = match &stream {
-                    None => plan.execute(&c.client, &c.st.fast, now, None).await,
-                    Some((s, co, seq)) => {
-                        plan.execute(&c.client, &c.st.fast_stream, now, Some((s, co, *seq)))
+                let r = match &extra {
+                    Extra::None => plan.execute(&c.client, &c.st.fast, now, &[]).await,
+                    Extra::Stream {
+                        stream,
+                        consumer,
+                        last_seq,
+                    } => {
+                        let seq = i64::try_from(*last_seq).context("stream sequence too large")?;
+                        plan.execute(&c.client, &c.st.fast_stream, now, &[stream, consumer, &seq])
                             .await
+                    }
+                    Extra::Offset {
+                        stream,
+                        consumer,
+                        expected,
+                        last,
+                        before_commit,
+                    } => {
+                        // The hook dead-letters rejected events before the
+                        // commit; a batch with any takes the careful path,
+                        // so that a refusal here cannot produce its dead
+                        // letters twice. With none the hook has nothing to
+                        // write, and still runs first, as it does there.
+                        if plan
+                            .outcomes
+                            .iter()
+                            .any(|o| matches!(o.outcome, Outcome::Rejected(_)))
+                        {
+                            return Ok(Fast::Careful);
+                        }
+                        if let Some(hook) = before_commit {
+                            hook(plan.outcomes.clone()).await?;
+                        }
+                        match expected {
+                            Some(e) => {
+                                plan.execute(
+                                    &c.client,
+                                    &c.st.fast_offset,
+                                    now,
+                                    &[stream, consumer, last, e],
+                                )
+                                .await
+                            }
+                            None => {
+                                plan.execute(
+                                    &c.client,
+                                    &c.st.fast_offset_first,
+                                    now,
+                                    &[stream, consumer, last],
+                                )
+                                .await
+                            }
+                        }
                     }
                 };
                 match r {
@@ -576,9 +636,9 @@ impl PgStore {
         let source = source.to_owned();
         let clock = self.opts.clock.clone();
         let metrics = self.metrics.clone();
-        // The one-statement path first; not for a partition batch, whose
-        // offset compare-and-set and hook run in the careful path.
-        if self.opts.pg_fast_path && !matches!(extra, Extra::Offset { .. }) && self.fast.allowed() {
+        // The one-statement path first (a partition batch's offset moves by
+        // compare-and-set in the same statement).
+        if self.opts.pg_fast_path && self.fast.allowed() {
             match self.apply_fast(&events, &extra).await {
                 Ok(Fast::Committed(outs)) => {
                     self.fast.succeeded();
@@ -693,6 +753,111 @@ impl PgStore {
         }
     }
 
+    /// The fast path for an HTTP batch: one explicit transaction sent as
+    /// one pipeline (one round trip): BEGIN with the K5 lock timeout, the
+    /// key row with its answer (plain insert, first, so the key is the
+    /// lock as in the careful path), the fast statement, COMMIT. The
+    /// answer is built from the plan's outcomes, which are final if the
+    /// transaction commits, and returned only after COMMIT. A failed
+    /// statement aborts the transaction (COMMIT then rolls back); every
+    /// result is checked.
+    async fn apply_http_fast(
+        &self,
+        ids: &Arc<(String, String, String)>,
+        events: &Arc<Vec<Parsed>>,
+        build_answer: &AnswerFn,
+    ) -> anyhow::Result<HttpFast> {
+        let (ids, events, build_answer, cache, clock, m) = (
+            ids.clone(),
+            events.clone(),
+            build_answer.clone(),
+            self.cache.clone(),
+            self.opts.clock.clone(),
+            self.metrics.clone(),
+        );
+        let wait_ms = self.opts.key_wait.as_millis().max(1);
+        let body: TxBody<HttpFast> = Box::new(move |c: &mut Conn| {
+            Box::pin(async move {
+                let (client, key, hash) = &*ids;
+                let plan = {
+                    let cache = cache
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
+                    pg_fast::plan(&events, &cache)
+                };
+                let Some(plan) = plan else {
+                    return Ok(HttpFast::Careful);
+                };
+                let (status, answer) = build_answer(&plan.outcomes);
+                let timer = m.tx_seconds.start_timer();
+                let now = clock();
+                let begin = format!("BEGIN; SET LOCAL lock_timeout = '{wait_ms}ms'");
+                let st = i32::from(status);
+                let key_row: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                    [client, key, hash, &st, &answer, &now];
+                let (b, k, r, f, cm) = futures::join!(
+                    c.client.batch_execute(&begin),
+                    c.client.execute(&c.st.ins_key_answer, &key_row),
+                    c.client.batch_execute("SET LOCAL lock_timeout = 0"),
+                    plan.execute(&c.client, &c.st.fast, now, &[]),
+                    c.client.batch_execute("COMMIT"),
+                );
+                let (f, n) = match f {
+                    Ok(n) => (Ok(()), n),
+                    Err(e) => (Err(e), -1),
+                };
+                let mut res = [b, k.map(|_| ()), r, f, cm];
+                // Connection lost: the commit may or may not have happened.
+                if let Some(i) = res
+                    .iter()
+                    .position(|x| x.as_ref().is_err_and(|e| e.as_db_error().is_none()))
+                {
+                    if let Err(e) = std::mem::replace(&mut res[i], Ok(())) {
+                        return Err(anyhow::Error::new(e).context("PostgreSQL fast path"));
+                    }
+                }
+                let [_, k, _, f, cm] = res;
+                match k {
+                    // The key is in use (replay, hash mismatch): careful path.
+                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                        return Ok(HttpFast::Careful)
+                    }
+                    // K5: the first attempt still holds the key after key_wait.
+                    Err(e) if is_lock_timeout(&e) => {
+                        return Ok(HttpFast::Done(HttpOutcome::InProgressTimeout))
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "fills: fast path refused, careful path");
+                        return Ok(HttpFast::Refused);
+                    }
+                    Ok(()) => {}
+                }
+                // A refused statement aborted the transaction, and COMMIT
+                // then rolled it back; a failed COMMIT rolled it back too.
+                if let Err(e) = f.and(cm) {
+                    tracing::debug!(error = %e, "fills: fast path refused, careful path");
+                    return Ok(HttpFast::Refused);
+                }
+                anyhow::ensure!(
+                    n == plan.fills.len() as i64,
+                    "fast path inserted {n} fill rows, expected {}",
+                    plan.fills.len()
+                );
+                timer.observe_duration();
+                if let Ok(mut c) = cache.lock() {
+                    c.store_positions(plan.positions.iter().copied());
+                    c.store_events(plan.fills.iter().map(|f| f.event_id.as_str()));
+                }
+                Ok(HttpFast::Done(HttpOutcome::Fresh {
+                    status,
+                    body: answer,
+                    outcomes: plan.outcomes,
+                }))
+            })
+        });
+        self.pool.run(body).await
+    }
+
     pub async fn apply_http_batch(
         &self,
         client: &str,
@@ -706,6 +871,23 @@ impl PgStore {
         let wait_ms = self.opts.key_wait.as_millis().max(1);
         let clock = self.opts.clock.clone();
         let batch = events.clone();
+        if self.opts.pg_fast_path && self.fast.allowed() {
+            match self.apply_http_fast(&ids, &events, &build_answer).await {
+                Ok(HttpFast::Done(out)) => {
+                    if let HttpOutcome::Fresh { outcomes, .. } = &out {
+                        self.fast.succeeded();
+                        self.metrics.record("http", outcomes);
+                    }
+                    return Ok(out);
+                }
+                Ok(HttpFast::Careful) => {}
+                Ok(HttpFast::Refused) => self.fast.failed(),
+                Err(e) => {
+                    self.forget(&batch);
+                    return Err(e);
+                }
+            }
+        }
         let mut attempt = 0;
         let mut contended = false;
         loop {
