@@ -344,6 +344,15 @@ async fn repeats_applied_once(pg: Option<(&str, &str)>) {
         fills.len() as u64
     );
     assert_eq!(sum(&m.dead_lettered, &["kafka"]), 0);
+    // On PostgreSQL partition batches take the one-statement path (the
+    // offset compare-and-set inside it), not only the careful one.
+    if let Store::Postgres(p) = &store {
+        let (committed, refused) = p.fast_path_counts();
+        assert!(
+            committed > 0,
+            "no partition batch took the fast path ({refused} refused)"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
