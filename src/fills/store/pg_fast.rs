@@ -39,6 +39,7 @@
 //! batch to the careful path before anything is sent.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use super::{outcome_of, presort};
 use crate::fills::model::{Event, EventOutcome, Fill, Outcome, Parsed};
@@ -391,6 +392,22 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
 }
 
 impl FastPlan<'_> {
+    /// After the statement committed, having inserted `inserted` fill
+    /// rows: check that it wrote what was planned, then remember the
+    /// positions and FILLs it committed.
+    pub(crate) fn committed(&self, inserted: i64, cache: &Mutex<Cache>) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            inserted == self.fills.len() as i64,
+            "fast path inserted {inserted} fill rows, expected {}",
+            self.fills.len()
+        );
+        if let Ok(mut c) = cache.lock() {
+            c.store_positions(self.positions.iter().copied());
+            c.store_events(self.fills.iter().map(|f| f.event_id.as_str()));
+        }
+        Ok(())
+    }
+
     /// Run the statement (implicit transaction: it has committed when this
     /// returns Ok) with `extra` as its parameters from $26 on. Returns the
     /// number of fill rows inserted.

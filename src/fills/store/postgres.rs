@@ -587,16 +587,8 @@ impl PgStore {
                 };
                 match r {
                     Ok(n) => {
-                        anyhow::ensure!(
-                            n == plan.fills.len() as i64,
-                            "fast path inserted {n} fill rows, expected {}",
-                            plan.fills.len()
-                        );
                         timer.observe_duration();
-                        if let Ok(mut c) = cache.lock() {
-                            c.store_positions(plan.positions.iter().copied());
-                            c.store_events(plan.fills.iter().map(|f| f.event_id.as_str()));
-                        }
+                        plan.committed(n, &cache)?;
                         Ok(Fast::Committed(plan.outcomes))
                     }
                     // The server refused the statement: it rolled back.
@@ -838,16 +830,8 @@ impl PgStore {
                     tracing::debug!(error = %e, "fills: fast path refused, careful path");
                     return Ok(HttpFast::Refused);
                 }
-                anyhow::ensure!(
-                    n == plan.fills.len() as i64,
-                    "fast path inserted {n} fill rows, expected {}",
-                    plan.fills.len()
-                );
                 timer.observe_duration();
-                if let Ok(mut c) = cache.lock() {
-                    c.store_positions(plan.positions.iter().copied());
-                    c.store_events(plan.fills.iter().map(|f| f.event_id.as_str()));
-                }
+                plan.committed(n, &cache)?;
                 Ok(HttpFast::Done(HttpOutcome::Fresh {
                     status,
                     body: answer,
