@@ -29,6 +29,9 @@ p.add_argument("--bin", default="target/release/tickgate")
 p.add_argument("--fifo-priority", type=int, default=10,
                help="the feed's fifo_priority (0: none); the soak runs as root, so SCHED_FIFO is allowed")
 p.add_argument("--rcvbuf", type=int, default=8388608, help="each line's rcvbuf")
+p.add_argument("--sim-fifo-priority", type=int, default=0,
+               help="run the simulators SCHED_FIFO at this priority (chrt; 0: normal), below the feed's: "
+                    "they stand for the exchange, which has hosts of its own")
 a = p.parse_args()
 fifo = f"fifo_priority = {a.fifo_priority}\n" if a.fifo_priority else ""
 os.makedirs(a.out, exist_ok=True)
@@ -86,7 +89,8 @@ def feed_thread_policy():
             return {"0": "SCHED_OTHER", "1": "SCHED_FIFO", "2": "SCHED_RR"}.get(fields[38], fields[38])
     return "no feed-soak thread"
 print(f"feed thread: {feed_thread_policy()}", flush=True)
-sims = [subprocess.Popen([a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
+chrt = ["chrt", "-f", str(a.sim_fifo_priority)] if a.sim_fifo_priority else []
+sims = [subprocess.Popen(chrt + [a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
                           "--lines", line, "--interface", "127.0.0.1"], stdout=subprocess.DEVNULL,
                          stderr=open(os.path.join(out, f"simulate-{line}.log"), "w"))
         for line in ("A", "B")]
