@@ -110,6 +110,31 @@ fn fill_json(r: &mut Rng, event_id: &str, deal: u64) -> serde_json::Value {
         "qty": qty, "price": price, "exec_time": "2026-11-30T08:00:00.123456Z"})
 }
 
+/// A batch of `n` new fills with ids from `first`, each also appended to
+/// `sent`; after every `every`-th, a repeat of one of the last `window`
+/// events sent (from this batch or earlier ones).
+fn batch_with_repeats(
+    r: &mut Rng,
+    sent: &mut Vec<serde_json::Value>,
+    first: u64,
+    n: u64,
+    every: u64,
+    window: usize,
+) -> Vec<serde_json::Value> {
+    let mut b = Vec::new();
+    for i in 0..n {
+        let id = first + i;
+        let ev = fill_json(r, &format!("E-{id}"), id);
+        b.push(ev.clone());
+        sent.push(ev);
+        if i % every == every - 1 {
+            let back = r.below(sent.len().min(window) as u64) as usize;
+            b.push(sent[sent.len() - 1 - back].clone());
+        }
+    }
+    b
+}
+
 fn same(got: &[EventOutcome], want: &[EventOutcome], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: number of outcomes");
     for (g, w) in got.iter().zip(want) {
@@ -238,18 +263,8 @@ async fn plain_fills_take_the_fast_path() {
     let mut r = Rng(77);
     let mut sent = Vec::new();
     for bi in 0..20 {
-        let mut b = Vec::new();
-        for i in 0..100u64 {
-            let id = bi * 100 + i;
-            let ev = fill_json(&mut r, &format!("E-{id}"), id);
-            b.push(ev.clone());
-            sent.push(ev);
-            if i % 10 == 9 {
-                // a repeat from this batch or the one before
-                let back = r.below(sent.len().min(150) as u64) as usize;
-                b.push(sent[sent.len() - 1 - back].clone());
-            }
-        }
+        // a repeat from this batch or the one before after every 10th
+        let b = batch_with_repeats(&mut r, &mut sent, bi * 100, 100, 10, 150);
         same(
             &apply(&fast.store, &b).await,
             &apply(&lite.store, &b).await,
@@ -344,17 +359,7 @@ async fn partition_batches_move_the_offset_by_compare_and_set() {
     let mut stored: Option<i64> = None;
     let mut sent = Vec::new();
     for bi in 0..12u64 {
-        let mut b: Vec<serde_json::Value> = Vec::new();
-        for i in 0..20u64 {
-            let id = bi * 20 + i;
-            let ev = fill_json(&mut r, &format!("E-{id}"), id);
-            b.push(ev.clone());
-            sent.push(ev);
-            if i % 5 == 4 {
-                let back = r.below(sent.len().min(30) as u64) as usize;
-                b.push(sent[sent.len() - 1 - back].clone());
-            }
-        }
+        let b = batch_with_repeats(&mut r, &mut sent, bi * 20, 20, 5, 30);
         let last = stored.unwrap_or(-1) + b.len() as i64;
         let want = lite
             .store

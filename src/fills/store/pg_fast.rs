@@ -279,6 +279,18 @@ pub(crate) struct FastPlan<'a> {
 
 type Key<'a> = (&'a str, &'a str);
 
+/// [`plan`] under the cache's lock (held only while planning: the plan
+/// borrows the events, not the cache).
+pub(crate) fn plan_locked<'a>(
+    events: &'a [Parsed],
+    cache: &Mutex<Cache>,
+) -> anyhow::Result<Option<FastPlan<'a>>> {
+    let cache = cache
+        .lock()
+        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
+    Ok(plan(events, &cache))
+}
+
 /// Decide `events` from the cache, or None when the batch needs the
 /// careful path (a BUST, two new events of one deal, a FILL the position
 /// arithmetic rejects).

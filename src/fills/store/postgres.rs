@@ -519,13 +519,7 @@ impl PgStore {
         );
         let body: TxBody<Fast> = Box::new(move |c: &mut Conn| {
             Box::pin(async move {
-                let plan = {
-                    let cache = cache
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
-                    pg_fast::plan(&events, &cache)
-                };
-                let Some(plan) = plan else {
+                let Some(plan) = pg_fast::plan_locked(&events, &cache)? else {
                     return Ok(Fast::Careful);
                 };
                 let timer = m.tx_seconds.start_timer();
@@ -771,13 +765,7 @@ impl PgStore {
         let body: TxBody<HttpFast> = Box::new(move |c: &mut Conn| {
             Box::pin(async move {
                 let (client, key, hash) = &*ids;
-                let plan = {
-                    let cache = cache
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("fills cache poisoned"))?;
-                    pg_fast::plan(&events, &cache)
-                };
-                let Some(plan) = plan else {
+                let Some(plan) = pg_fast::plan_locked(&events, &cache)? else {
                     return Ok(HttpFast::Careful);
                 };
                 let (status, answer) = build_answer(&plan.outcomes);
