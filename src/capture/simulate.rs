@@ -25,7 +25,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::live::{
-    refuse_unroutable, send_paced, stop_on_signals, McastSender, Pace, SenderOptions,
+    refuse_unroutable, send_paced_in_bursts, stop_on_signals, McastSender, Pace, SenderOptions,
 };
 use super::pcap::PcapWriter;
 use super::replay::VenueArg;
@@ -1145,6 +1145,11 @@ pub struct SimulateArgs {
     /// With --live: multicast TTL (1 stays on the local segment).
     #[arg(long, default_value_t = 1)]
     pub ttl: u32,
+    /// With --live: datagrams due within this many microseconds go out
+    /// together in one sendmmsg. From 200 up the sender sleeps between
+    /// bursts instead of spinning (a load test sharing the daemon's cores).
+    #[arg(long, value_name = "US", default_value_t = 50, requires = "live")]
+    pub burst_us: u64,
 }
 
 impl SimulateArgs {
@@ -1269,7 +1274,15 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         let ev = sim.next_into(&mut buf)?;
         Some((ev.t_ns, ev.dst, buf.clone()))
     });
-    let st = send_paced(&mut tx, items, Pace::Recorded { speed: 1.0 }, stop, None)?;
+    let burst = std::time::Duration::from_micros(args.burst_us);
+    let st = send_paced_in_bursts(
+        &mut tx,
+        items,
+        Pace::Recorded { speed: 1.0 },
+        stop,
+        None,
+        burst,
+    )?;
     eprintln!(
         "sent {} datagrams ({} bytes) in {:.3} s, {:.0}/s",
         st.datagrams,
