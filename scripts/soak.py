@@ -32,11 +32,22 @@ p.add_argument("--rcvbuf", type=int, default=8388608, help="each line's rcvbuf")
 p.add_argument("--sim-fifo-priority", type=int, default=0,
                help="run the simulators SCHED_FIFO at this priority (chrt; 0: normal), below the feed's: "
                     "they stand for the exchange, which has hosts of its own")
-p.add_argument("--sim-burst-us", type=int, default=1000,
+p.add_argument("--sim-nice", type=int, default=0,
+               help="the simulators' nice value (they stand for the exchange, which has hosts of its own: "
+                    "at nice 0 they get a fair share among the clients' threads)")
+p.add_argument("--feed-cpu", type=int, default=-1,
+               help="pin the feed thread to this CPU (the feed's `cpu`; -1: not pinned)")
+p.add_argument("--sim-cpu", type=int, default=-1,
+               help="pin the simulators to this CPU (taskset; -1: not pinned): off the feed thread's core, "
+                    "as the exchange's senders are on hosts of their own, so that the realtime feed thread "
+                    "does not preempt a sender at every datagram it delivers")
+p.add_argument("--sim-burst-us", type=int, default=50,
                help="the simulators' --burst-us: from 200 up they sleep between sendmmsg bursts instead of "
-                    "spinning (at the default 50 us each spins a core at 100,000 datagrams a second)")
+                    "spinning (at 50 us each spins its core between bursts)")
 a = p.parse_args()
 fifo = f"fifo_priority = {a.fifo_priority}\n" if a.fifo_priority else ""
+if a.feed_cpu >= 0:
+    fifo += f"cpu = {a.feed_cpu}\n"
 os.makedirs(a.out, exist_ok=True)
 out = os.path.abspath(a.out)
 sock = os.path.join(out, "gate.sock")
@@ -92,7 +103,9 @@ def feed_thread_policy():
             return {"0": "SCHED_OTHER", "1": "SCHED_FIFO", "2": "SCHED_RR"}.get(fields[38], fields[38])
     return "no feed-soak thread"
 print(f"feed thread: {feed_thread_policy()}", flush=True)
-chrt = ["chrt", "-f", str(a.sim_fifo_priority)] if a.sim_fifo_priority else []
+chrt = ["chrt", "-f", str(a.sim_fifo_priority)] if a.sim_fifo_priority else ["nice", "-n", str(a.sim_nice)] if a.sim_nice else []
+if a.sim_cpu >= 0:
+    chrt = ["taskset", "-c", str(a.sim_cpu)] + chrt
 sims = [subprocess.Popen(chrt + [a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
                           "--lines", line, "--interface", "127.0.0.1",
                           "--burst-us", str(a.sim_burst_us)], stdout=subprocess.DEVNULL,
