@@ -7,7 +7,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SendStats, SenderOptions};
+use tickgate::capture::live::{
+    send_paced, send_paced_in_bursts, McastSender, Pace, SendStats, SenderOptions,
+};
 use tickgate::feed::receiver::{
     realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, LineStats, Receiver,
     ReceiverOptions,
@@ -340,6 +342,32 @@ fn paced_sending_takes_about_its_time() {
     )
     .unwrap();
     assert!(st.datagrams >= 1 && st.datagrams <= 60, "{}", st.datagrams);
+}
+
+#[test]
+fn wide_bursts_group_what_falls_due_into_few_calls() {
+    let _serial = serial();
+    // 200 datagrams at 2,000/s (one every 0.5 ms) in bursts of 5 ms: each
+    // sendmmsg carries at least 5 ms of datagrams (a late wake-up only
+    // makes the next burst larger), so at most 100 ms / 5 ms + 2 calls,
+    // where 50 us bursts would take one call a datagram. The sender sleeps
+    // between bursts (no spinning at a burst of 200 us and more).
+    let g = group(5, 47107);
+    let mut tx = sender(None);
+    let items = (1..=200u64).map(|s| (0i64, g, packet(s, 1)));
+    let st = send_paced_in_bursts(
+        &mut tx,
+        items,
+        Pace::Rate { per_sec: 2000.0 },
+        &AtomicBool::new(false),
+        None,
+        Duration::from_millis(5),
+    )
+    .unwrap();
+    assert_eq!(st.datagrams, 200);
+    assert!(st.batches <= 22, "{} sendmmsg calls", st.batches);
+    // The last datagram is due at 99.5 ms and goes at most one burst early.
+    assert!(st.elapsed >= Duration::from_millis(94), "{:?}", st.elapsed);
 }
 
 /// Starts `tickgate record` and waits (bounded) until it has joined.
