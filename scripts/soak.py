@@ -103,10 +103,13 @@ def feed_thread_policy():
             return {"0": "SCHED_OTHER", "1": "SCHED_FIFO", "2": "SCHED_RR"}.get(fields[38], fields[38])
     return "no feed-soak thread"
 print(f"feed thread: {feed_thread_policy()}", flush=True)
-chrt = ["chrt", "-f", str(a.sim_fifo_priority)] if a.sim_fifo_priority else ["nice", "-n", str(a.sim_nice)] if a.sim_nice else []
-if a.sim_cpu >= 0:
-    chrt = ["taskset", "-c", str(a.sim_cpu)] + chrt
-sims = [subprocess.Popen(chrt + [a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
+# How the simulators are started: pinned, then realtime or reniced.
+launch = ["taskset", "-c", str(a.sim_cpu)] if a.sim_cpu >= 0 else []
+if a.sim_fifo_priority:
+    launch += ["chrt", "-f", str(a.sim_fifo_priority)]
+elif a.sim_nice:
+    launch += ["nice", "-n", str(a.sim_nice)]
+sims = [subprocess.Popen(launch + [a.bin, "simulate", "--live", "--forever", "--rate", str(a.rate), "--symbols", "100",
                           "--lines", line, "--interface", "127.0.0.1",
                           "--burst-us", str(a.sim_burst_us)], stdout=subprocess.DEVNULL,
                          stderr=open(os.path.join(out, f"simulate-{line}.log"), "w"))

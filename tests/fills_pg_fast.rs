@@ -151,6 +151,22 @@ async fn apply(s: &Store, b: &[serde_json::Value]) -> Vec<EventOutcome> {
 }
 
 /// Deals of each position in application order (PostgreSQL).
+/// The fast path's (committed, refused) batch counts of a PostgreSQL db.
+fn fast_counts(db: &Db) -> (u64, u64) {
+    match &db.store {
+        Store::Postgres(p) => p.fast_path_counts(),
+        _ => panic!("not a PostgreSQL store"),
+    }
+}
+
+/// Both stores hold the same positions.
+async fn same_positions(a: &Db, b: &Db) {
+    assert_eq!(
+        a.store.positions(None).await.unwrap(),
+        b.store.positions(None).await.unwrap()
+    );
+}
+
 async fn order(db: &Db) -> Vec<(String, String, Vec<String>)> {
     let (url, schema) = db.pg.clone().unwrap();
     let c = fills_common::pg_client(&url, Some(&schema)).await;
@@ -229,11 +245,9 @@ async fn compare(seed: u64, batches: usize, lanes: usize) {
         order(&careful).await,
         "application order"
     );
-    if let Store::Postgres(p) = &fast.store {
-        let (ok, refused) = p.fast_path_counts();
-        assert!(ok > 0, "seed {seed}: no batch took the fast path");
-        assert!(refused > 0, "seed {seed}: no stale cache was refused");
-    }
+    let (ok, refused) = fast_counts(&fast);
+    assert!(ok > 0, "seed {seed}: no batch took the fast path");
+    assert!(refused > 0, "seed {seed}: no stale cache was refused");
     fast.cleanup().await;
     careful.cleanup().await;
 }
@@ -271,17 +285,12 @@ async fn plain_fills_take_the_fast_path() {
             &format!("batch {bi}"),
         );
     }
-    assert_eq!(
-        fast.store.positions(None).await.unwrap(),
-        lite.store.positions(None).await.unwrap()
-    );
-    if let Store::Postgres(p) = &fast.store {
-        let (ok, refused) = p.fast_path_counts();
-        // Overflowing fills (1 in 40) send a batch to the careful path,
-        // which is not a refusal.
-        assert_eq!(refused, 0);
-        assert!(ok >= 1, "{ok} fast batches");
-    }
+    same_positions(&fast, &lite).await;
+    let (ok, refused) = fast_counts(&fast);
+    // Overflowing fills (1 in 40) send a batch to the careful path, which
+    // is not a refusal.
+    assert_eq!(refused, 0);
+    assert!(ok >= 1, "{ok} fast batches");
     fast.cleanup().await;
 }
 
@@ -327,13 +336,9 @@ async fn stream_batches_move_the_consumer_position() {
         fast.store.consumer_position("S", "c").await.unwrap(),
         Some(seq)
     );
-    assert_eq!(
-        fast.store.positions(None).await.unwrap(),
-        lite.store.positions(None).await.unwrap()
-    );
-    if let Store::Postgres(p) = &fast.store {
-        assert!(p.fast_path_counts().0 >= 6, "{:?}", p.fast_path_counts());
-    }
+    same_positions(&fast, &lite).await;
+    let counts = fast_counts(&fast);
+    assert!(counts.0 >= 6, "{counts:?}");
     fast.cleanup().await;
 }
 
@@ -407,20 +412,15 @@ async fn partition_batches_move_the_offset_by_compare_and_set() {
         }
         stored = Some(last);
     }
-    assert_eq!(
-        fast.store.positions(None).await.unwrap(),
-        lite.store.positions(None).await.unwrap()
-    );
+    same_positions(&fast, &lite).await;
     assert_eq!(
         fast.store.dead_letters().await.unwrap(),
         lite.store.dead_letters().await.unwrap()
     );
-    if let Store::Postgres(p) = &fast.store {
-        // Overflowing fills send a batch to the careful path; the
-        // conflicts are refusals.
-        let (ok, _) = p.fast_path_counts();
-        assert!(ok >= 4, "{:?}", p.fast_path_counts());
-    }
+    // Overflowing fills send a batch to the careful path; the conflicts
+    // are refusals.
+    let counts = fast_counts(&fast);
+    assert!(counts.0 >= 4, "{counts:?}");
     fast.cleanup().await;
 }
 
@@ -483,15 +483,10 @@ async fn http_batches_take_the_fast_path() {
             HttpOutcome::HashMismatch
         ));
     }
-    assert_eq!(
-        fast.store.positions(None).await.unwrap(),
-        lite.store.positions(None).await.unwrap()
-    );
-    if let Store::Postgres(p) = &fast.store {
-        let (ok, refused) = p.fast_path_counts();
-        assert_eq!(refused, 0);
-        assert!(ok >= 5, "{ok} fast batches");
-    }
+    same_positions(&fast, &lite).await;
+    let (ok, refused) = fast_counts(&fast);
+    assert_eq!(refused, 0);
+    assert!(ok >= 5, "{ok} fast batches");
     // K5: a first attempt holding the key uncommitted.
     let (url, schema) = fast.pg.clone().unwrap();
     let mut other = fills_common::pg_client(&url, Some(&schema)).await;

@@ -425,23 +425,15 @@ impl FastGate {
     }
 }
 
-/// Result of one fast attempt.
-enum Fast {
-    Committed(Vec<EventOutcome>),
-    /// Not a fast batch (a BUST, ...): take the careful path.
+/// Result of one fast attempt: the outcomes of a batch, or an HTTP
+/// batch's answer.
+enum Fast<T> {
+    Done(T),
+    /// Not a fast batch (a BUST, ...; for HTTP also a key in use already:
+    /// replay, hash mismatch): the careful path decides.
     Careful,
     /// The database refused an assumption (nothing was written): take
     /// the careful path.
-    Refused,
-}
-
-/// Result of one fast attempt of an HTTP batch.
-enum HttpFast {
-    Done(HttpOutcome),
-    /// Not a fast batch, or the key is in use already (replay, hash
-    /// mismatch): the careful path decides.
-    Careful,
-    /// The database refused an assumption (nothing was written).
     Refused,
 }
 
@@ -509,7 +501,11 @@ impl PgStore {
     }
 
     /// The one-statement path (`pg_fast`), if the batch is a fast one.
-    async fn apply_fast(&self, events: &Arc<Vec<Parsed>>, extra: &Extra) -> anyhow::Result<Fast> {
+    async fn apply_fast(
+        &self,
+        events: &Arc<Vec<Parsed>>,
+        extra: &Extra,
+    ) -> anyhow::Result<Fast<Vec<EventOutcome>>> {
         let (events, extra, cache, clock, m) = (
             events.clone(),
             extra.clone(),
@@ -517,7 +513,7 @@ impl PgStore {
             self.opts.clock.clone(),
             self.metrics.clone(),
         );
-        let body: TxBody<Fast> = Box::new(move |c: &mut Conn| {
+        let body: TxBody<Fast<Vec<EventOutcome>>> = Box::new(move |c: &mut Conn| {
             Box::pin(async move {
                 let Some(plan) = pg_fast::plan_locked(&events, &cache)? else {
                     return Ok(Fast::Careful);
@@ -583,7 +579,7 @@ impl PgStore {
                     Ok(n) => {
                         timer.observe_duration();
                         plan.committed(n, &cache)?;
-                        Ok(Fast::Committed(plan.outcomes))
+                        Ok(Fast::Done(plan.outcomes))
                     }
                     // The server refused the statement: it rolled back.
                     Err(e) if e.as_db_error().is_some() => {
@@ -625,18 +621,11 @@ impl PgStore {
         // The one-statement path first (a partition batch's offset moves by
         // compare-and-set in the same statement).
         if self.opts.pg_fast_path && self.fast.allowed() {
-            match self.apply_fast(&events, &extra).await {
-                Ok(Fast::Committed(outs)) => {
-                    self.fast.succeeded();
-                    self.metrics.record(&source, &outs);
-                    return Ok(outs);
-                }
-                Ok(Fast::Careful) => {}
-                Ok(Fast::Refused) => self.fast.failed(),
-                Err(e) => {
-                    self.forget(&events);
-                    return Err(e);
-                }
+            let r = self.apply_fast(&events, &extra).await;
+            if let Some(outs) = self.settle_fast(r, &events)? {
+                self.fast.succeeded();
+                self.metrics.record(&source, &outs);
+                return Ok(outs);
             }
         }
         let batch = events.clone();
@@ -739,6 +728,29 @@ impl PgStore {
         }
     }
 
+    /// What a fast attempt leaves to its caller: `Some` when it decided
+    /// the batch, `None` for the careful path (a refusal counts against
+    /// the fast path); an error forgets the batch's cache hints, since
+    /// the commit may or may not have happened.
+    fn settle_fast<T>(
+        &self,
+        r: anyhow::Result<Fast<T>>,
+        events: &[Parsed],
+    ) -> anyhow::Result<Option<T>> {
+        match r {
+            Ok(Fast::Done(t)) => Ok(Some(t)),
+            Ok(Fast::Careful) => Ok(None),
+            Ok(Fast::Refused) => {
+                self.fast.failed();
+                Ok(None)
+            }
+            Err(e) => {
+                self.forget(events);
+                Err(e)
+            }
+        }
+    }
+
     /// The fast path for an HTTP batch: one explicit transaction sent as
     /// one pipeline (one round trip): BEGIN with the K5 lock timeout, the
     /// key row with its answer (plain insert, first, so the key is the
@@ -752,7 +764,7 @@ impl PgStore {
         ids: &Arc<(String, String, String)>,
         events: &Arc<Vec<Parsed>>,
         build_answer: &AnswerFn,
-    ) -> anyhow::Result<HttpFast> {
+    ) -> anyhow::Result<Fast<HttpOutcome>> {
         let (ids, events, build_answer, cache, clock, m) = (
             ids.clone(),
             events.clone(),
@@ -762,11 +774,11 @@ impl PgStore {
             self.metrics.clone(),
         );
         let wait_ms = self.opts.key_wait.as_millis().max(1);
-        let body: TxBody<HttpFast> = Box::new(move |c: &mut Conn| {
+        let body: TxBody<Fast<HttpOutcome>> = Box::new(move |c: &mut Conn| {
             Box::pin(async move {
                 let (client, key, hash) = &*ids;
                 let Some(plan) = pg_fast::plan_locked(&events, &cache)? else {
-                    return Ok(HttpFast::Careful);
+                    return Ok(Fast::Careful);
                 };
                 let (status, answer) = build_answer(&plan.outcomes);
                 let timer = m.tx_seconds.start_timer();
@@ -797,30 +809,26 @@ impl PgStore {
                     }
                 }
                 let [_, k, _, f, cm] = res;
-                match k {
+                match &k {
                     // The key is in use (replay, hash mismatch): careful path.
                     Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                        return Ok(HttpFast::Careful)
+                        return Ok(Fast::Careful)
                     }
                     // K5: the first attempt still holds the key after key_wait.
-                    Err(e) if is_lock_timeout(&e) => {
-                        return Ok(HttpFast::Done(HttpOutcome::InProgressTimeout))
+                    Err(e) if is_lock_timeout(e) => {
+                        return Ok(Fast::Done(HttpOutcome::InProgressTimeout))
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "fills: fast path refused, careful path");
-                        return Ok(HttpFast::Refused);
-                    }
-                    Ok(()) => {}
+                    _ => {}
                 }
                 // A refused statement aborted the transaction, and COMMIT
                 // then rolled it back; a failed COMMIT rolled it back too.
-                if let Err(e) = f.and(cm) {
+                if let Err(e) = k.and(f).and(cm) {
                     tracing::debug!(error = %e, "fills: fast path refused, careful path");
-                    return Ok(HttpFast::Refused);
+                    return Ok(Fast::Refused);
                 }
                 timer.observe_duration();
                 plan.committed(n, &cache)?;
-                Ok(HttpFast::Done(HttpOutcome::Fresh {
+                Ok(Fast::Done(HttpOutcome::Fresh {
                     status,
                     body: answer,
                     outcomes: plan.outcomes,
@@ -844,20 +852,13 @@ impl PgStore {
         let clock = self.opts.clock.clone();
         let batch = events.clone();
         if self.opts.pg_fast_path && self.fast.allowed() {
-            match self.apply_http_fast(&ids, &events, &build_answer).await {
-                Ok(HttpFast::Done(out)) => {
-                    if let HttpOutcome::Fresh { outcomes, .. } = &out {
-                        self.fast.succeeded();
-                        self.metrics.record("http", outcomes);
-                    }
-                    return Ok(out);
+            let r = self.apply_http_fast(&ids, &events, &build_answer).await;
+            if let Some(out) = self.settle_fast(r, &batch)? {
+                if let HttpOutcome::Fresh { outcomes, .. } = &out {
+                    self.fast.succeeded();
+                    self.metrics.record("http", outcomes);
                 }
-                Ok(HttpFast::Careful) => {}
-                Ok(HttpFast::Refused) => self.fast.failed(),
-                Err(e) => {
-                    self.forget(&batch);
-                    return Err(e);
-                }
+                return Ok(out);
             }
         }
         let mut attempt = 0;
