@@ -45,6 +45,7 @@ use serde::Deserialize as _;
 use super::config::{FillsConfig, KafkaConfig};
 use super::metrics::FillsMetrics;
 use super::model::{self, Outcome, Parsed};
+use super::source::{self, RestartPause, Undecoded};
 use super::store::{BeforeCommit, Store};
 
 /// Source label of this lane in metrics and logs.
@@ -57,7 +58,6 @@ pub const H_PARTITION: &str = "tickgate-original-partition";
 pub const H_OFFSET: &str = "tickgate-original-offset";
 pub const H_CONSUMER: &str = "tickgate-consumer";
 
-const MAX_REASON_LEN: usize = 1000;
 /// Upper bound of one fetch's bytes.
 const FETCH_MAX_BYTES: i32 = 4 << 20;
 
@@ -188,19 +188,12 @@ pub struct KafkaMetrics {
 
 impl KafkaMetrics {
     pub fn new(reg: &Registry, fills: FillsMetrics) -> prometheus::Result<KafkaMetrics> {
-        let c = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
-            let c = IntCounter::new(name, help)?;
-            reg.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let dead_letter_causes = IntCounterVec::new(
-            Opts::new(
-                "fills_kafka_dead_letters_total",
-                "Kafka records dead-lettered, by cause",
-            ),
-            &["cause"],
+        let c = |name: &str, help: &str| source::counter(reg, name, help);
+        let dead_letter_causes = source::dead_letter_counter(
+            reg,
+            "fills_kafka_dead_letters_total",
+            "Kafka records dead-lettered, by cause",
         )?;
-        reg.register(Box::new(dead_letter_causes.clone()))?;
         let lag = IntGaugeVec::new(
             Opts::new(
                 "fills_kafka_lag_records",
@@ -259,32 +252,16 @@ pub fn classify(value: Option<&[u8]>) -> Result<Parsed, (DeadCause, String)> {
     let Some(v) = value else {
         return Err((DeadCause::Undecodable, "record has no value".into()));
     };
-    let text = std::str::from_utf8(v)
-        .map_err(|e| (DeadCause::Undecodable, format!("value is not UTF-8: {e}")))?;
-    match model::parse_line(text) {
+    match source::decode_event(v, "value") {
         Ok(ev) => Ok(Ok(ev)),
-        Err(inv) if inv.reason.starts_with("malformed JSON") || inv.kind.is_none() => {
-            Err((DeadCause::Undecodable, inv.reason))
-        }
-        Err(inv) => Err((DeadCause::Invalid, inv.reason)),
+        Err(Undecoded::Undecodable(reason)) => Err((DeadCause::Undecodable, reason)),
+        Err(Undecoded::Invalid(reason)) => Err((DeadCause::Invalid, reason)),
     }
 }
 
-/// One line of printable text, bounded.
+/// A header value: one line of printable text, bounded.
 fn header_text(s: &str) -> Vec<u8> {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if out.len() > MAX_REASON_LEN {
-        let mut cut = MAX_REASON_LEN;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
-        out.push_str("...");
-    }
-    out.into_bytes()
+    source::header_text(s).into_bytes()
 }
 
 /// The dead letter of a record (pure): same key and value, the reason and
@@ -349,7 +326,7 @@ where
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let settings = Arc::new(settings);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut pause = Duration::from_millis(500);
+    let mut pauses = RestartPause::new();
     loop {
         let started = Instant::now();
         let run = session(
@@ -370,19 +347,16 @@ where
         match r {
             Ok(()) => return Ok(()),
             Err(e) => {
-                if started.elapsed() > Duration::from_secs(60) {
-                    pause = Duration::from_millis(500);
-                }
+                let pause = pauses.after_failure(started, Instant::now());
                 metrics.restarts.inc();
                 tracing::warn!(error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64,
                     "fills kafka consumer: session failed, restarting");
+                tokio::select! {
+                    _ = shutdown.as_mut() => return Ok(()),
+                    _ = tokio::time::sleep(pause) => {}
+                }
             }
         }
-        tokio::select! {
-            _ = shutdown.as_mut() => return Ok(()),
-            _ = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -866,27 +840,10 @@ impl ConsumeKafkaArgs {
 
 pub fn consume_kafka_main(args: ConsumeKafkaArgs) -> anyhow::Result<i32> {
     let (fills, settings) = args.resolve()?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        let fills_metrics = FillsMetrics::unregistered();
-        let store = Store::open(&fills, fills_metrics.clone())
-            .await
-            .with_context(|| format!("opening the store {}", fills.db))?;
+    source::run_consumer_command(&fills, |store, fills_metrics| {
         let metrics = KafkaMetrics::unregistered(fills_metrics);
-        run_consumer(settings, store, metrics, super::nats::shutdown_signal()).await
-    })?;
-    Ok(0)
+        run_consumer(settings, store, metrics, source::shutdown_signal())
+    })
 }
 
 #[cfg(test)]

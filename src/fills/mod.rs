@@ -2,7 +2,8 @@
 //!
 //! Pure: `model` (events, validation, the HTTP answer), `position` (F6),
 //! `hash` (K3), `plan` (per-batch decisions). I/O: `store` (SQLite,
-//! PostgreSQL), `retention` (F5/K7 sweeper), `cli`, `push`.
+//! PostgreSQL), `retention` (F5/K7 sweeper), `cli`, `push`, the broker
+//! sources `nats` and `kafka` (what they share: `source`).
 
 /// Exit status of `fills apply` and `fills push` when every event was
 /// read and answered but some were rejected (invalid) or held (a BUST
@@ -27,4 +28,5 @@ pub mod position;
 pub mod push;
 pub mod retention;
 pub mod shared_cache;
+pub mod source;
 pub mod store;

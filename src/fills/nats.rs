@@ -27,11 +27,12 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use async_nats::HeaderMap;
 use futures::StreamExt;
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, Registry};
 
 use super::config::{FillsConfig, NatsConfig};
 use super::metrics::FillsMetrics;
-use super::model::{self, Event, Outcome};
+use super::model::{Event, Outcome};
+use super::source::{self, RestartPause, Undecoded};
 use super::store::Store;
 
 /// Source label of this lane in metrics and logs.
@@ -44,9 +45,6 @@ pub const H_STREAM: &str = "Tickgate-Original-Stream";
 pub const H_STREAM_SEQ: &str = "Tickgate-Stream-Seq";
 pub const H_DELIVERIES: &str = "Tickgate-Deliveries";
 pub const H_CONSUMER: &str = "Tickgate-Consumer";
-
-/// Longest reason put in a header (headers are single lines of text).
-const MAX_REASON_LEN: usize = 1000;
 
 /// Everything the consumer needs; built from `[fills.nats]` or the CLI.
 #[derive(Debug, Clone)]
@@ -168,19 +166,12 @@ pub struct NatsMetrics {
 
 impl NatsMetrics {
     pub fn new(reg: &Registry, fills: FillsMetrics) -> prometheus::Result<NatsMetrics> {
-        let c = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
-            let c = IntCounter::new(name, help)?;
-            reg.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let dead_letter_causes = IntCounterVec::new(
-            Opts::new(
-                "fills_nats_dead_letters_total",
-                "NATS messages dead-lettered, by cause",
-            ),
-            &["cause"],
+        let c = |name: &str, help: &str| source::counter(reg, name, help);
+        let dead_letter_causes = source::dead_letter_counter(
+            reg,
+            "fills_nats_dead_letters_total",
+            "NATS messages dead-lettered, by cause",
         )?;
-        reg.register(Box::new(dead_letter_causes.clone()))?;
         Ok(NatsMetrics {
             fills,
             redelivered: c(
@@ -255,21 +246,12 @@ pub fn classify(payload: &[u8], delivered: i64, max_deliver: i64) -> Disposition
             ),
         );
     }
-    let text = match std::str::from_utf8(payload) {
-        Ok(t) => t,
-        Err(e) => {
-            return Disposition::DeadLetter(
-                DeadCause::Undecodable,
-                format!("payload is not UTF-8: {e}"),
-            )
-        }
-    };
-    match model::parse_line(text) {
+    match source::decode_event(payload, "payload") {
         Ok(ev) => Disposition::Apply(ev),
-        Err(inv) if inv.reason.starts_with("malformed JSON") || inv.kind.is_none() => {
-            Disposition::DeadLetter(DeadCause::Undecodable, inv.reason)
+        Err(Undecoded::Undecodable(reason)) => {
+            Disposition::DeadLetter(DeadCause::Undecodable, reason)
         }
-        Err(inv) => Disposition::DeadLetter(DeadCause::Invalid, inv.reason),
+        Err(Undecoded::Invalid(reason)) => Disposition::DeadLetter(DeadCause::Invalid, reason),
     }
 }
 
@@ -294,31 +276,14 @@ pub fn dead_letter_headers(origin: &Origin<'_>, cause: &DeadCause, reason: &str)
     );
     h.insert(
         H_REASON,
-        header_text(&format!("{}: {reason}", cause.as_str())).as_str(),
+        source::header_text(&format!("{}: {reason}", cause.as_str())).as_str(),
     );
-    h.insert(H_SUBJECT, header_text(origin.subject).as_str());
-    h.insert(H_STREAM, header_text(origin.stream).as_str());
-    h.insert(H_CONSUMER, header_text(origin.consumer).as_str());
+    h.insert(H_SUBJECT, source::header_text(origin.subject).as_str());
+    h.insert(H_STREAM, source::header_text(origin.stream).as_str());
+    h.insert(H_CONSUMER, source::header_text(origin.consumer).as_str());
     h.insert(H_STREAM_SEQ, origin.stream_seq.to_string().as_str());
     h.insert(H_DELIVERIES, origin.delivered.to_string().as_str());
     h
-}
-
-/// One line of printable text, bounded (a header value cannot hold CR/LF).
-fn header_text(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if out.len() > MAX_REASON_LEN {
-        let mut cut = MAX_REASON_LEN;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
-        out.push_str("...");
-    }
-    out
 }
 
 /// Delay before a nakked message comes back: grows with its delivery count,
@@ -343,26 +308,22 @@ where
 {
     settings.validate()?;
     tokio::pin!(shutdown);
-    let mut pause = Duration::from_millis(500);
+    let mut pauses = RestartPause::new();
     loop {
         let started = Instant::now();
         match session(&settings, &store, &metrics, shutdown.as_mut()).await {
             Ok(()) => return Ok(()),
             Err(e) => {
-                if started.elapsed() > Duration::from_secs(60) {
-                    // It had been working: a new failure starts from short pauses.
-                    pause = Duration::from_millis(500);
-                }
+                let pause = pauses.after_failure(started, Instant::now());
                 metrics.restarts.inc();
                 tracing::warn!(error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64,
                     "fills nats consumer: session failed, restarting");
+                tokio::select! {
+                    _ = shutdown.as_mut() => return Ok(()),
+                    _ = tokio::time::sleep(pause) => {}
+                }
             }
         }
-        tokio::select! {
-            _ = shutdown.as_mut() => return Ok(()),
-            _ = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -813,44 +774,10 @@ impl ConsumeArgs {
 
 pub fn consume_main(args: ConsumeArgs) -> anyhow::Result<i32> {
     let (fills, settings) = args.resolve()?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        let fills_metrics = FillsMetrics::unregistered();
-        let store = Store::open(&fills, fills_metrics.clone())
-            .await
-            .with_context(|| format!("opening the store {}", fills.db))?;
+    source::run_consumer_command(&fills, |store, fills_metrics| {
         let metrics = NatsMetrics::unregistered(fills_metrics);
-        run_consumer(settings, store, metrics, shutdown_signal()).await
-    })?;
-    Ok(0)
-}
-
-/// SIGINT or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-    tracing::info!("fills nats consumer: shutting down");
+        run_consumer(settings, store, metrics, source::shutdown_signal())
+    })
 }
 
 #[cfg(test)]
@@ -907,7 +834,7 @@ mod tests {
         let reason = h.get(H_REASON).unwrap().as_str();
         assert!(reason.starts_with("invalid: line1  line2"));
         assert!(!reason.contains(['\r', '\n']));
-        assert!(reason.len() <= MAX_REASON_LEN + 3);
+        assert!(reason.len() <= source::MAX_REASON_LEN + 3);
         assert_eq!(h.get(H_STREAM_SEQ).unwrap().as_str(), "42");
         assert_eq!(h.get(H_DELIVERIES).unwrap().as_str(), "3");
         assert_eq!(h.get(H_SUBJECT).unwrap().as_str(), "fills.a");
