@@ -301,88 +301,131 @@ fn header_of(m: &[u8]) -> Header {
 #[inline]
 pub fn decode(msg: &[u8]) -> Option<Message> {
     let kind = *msg.first()?;
-    let size = message_size(kind)?;
-    if msg.len() < size {
-        return None;
-    }
-    // One slice of exactly `size` bytes: the fixed offsets below are then
-    // checked against a known length and their bounds checks fold away.
-    let m = &msg[..size];
-    let header = header_of(m);
+    // Each arm takes a fixed-size array of its type's size (the sizes of
+    // `message_size`): the field offsets are then constants into an array
+    // of known length, so no field read needs a bounds check of its own.
     Some(match kind {
-        TYPE_SYSTEM_EVENT => Message::SystemEvent {
-            header,
-            event: m[11],
-        },
-        TYPE_STOCK_DIRECTORY => Message::StockDirectory {
-            header,
-            stock: stock_at(m, 11),
-        },
-        TYPE_ADD | TYPE_ADD_MPID => {
-            let attribution = (kind == TYPE_ADD_MPID).then(|| bytes4_at(m, 36));
-            let (order_ref, shares, stock, price) =
-                (u64_at(m, 11), u32_at(m, 20), stock_at(m, 24), u32_at(m, 32));
-            match Side::from_byte(m[19]) {
-                Some(side) => Message::AddOrder {
-                    header,
-                    order_ref,
-                    side,
-                    shares,
-                    stock,
-                    price,
-                    attribution,
-                },
-                None => Message::AddOrderBadSide {
-                    header,
-                    order_ref,
-                    side: m[19],
-                    shares,
-                    stock,
-                    price,
-                    attribution,
-                },
+        TYPE_SYSTEM_EVENT => {
+            let m = msg.first_chunk::<12>()?;
+            Message::SystemEvent {
+                header: header_of(m),
+                event: m[11],
             }
         }
-        TYPE_EXECUTED | TYPE_EXECUTED_PRICE => Message::Executed {
-            header,
-            order_ref: u64_at(m, 11),
-            shares: u32_at(m, 19),
-            match_number: u64_at(m, 23),
-            price: (kind == TYPE_EXECUTED_PRICE).then(|| ExecPrice {
-                printable: m[31],
-                price: u32_at(m, 32),
-            }),
+        TYPE_STOCK_DIRECTORY => {
+            let m = msg.first_chunk::<39>()?;
+            Message::StockDirectory {
+                header: header_of(m),
+                stock: stock_at(m, 11),
+            }
+        }
+        TYPE_ADD => add_order(kind, msg.first_chunk::<36>()?, None),
+        TYPE_ADD_MPID => {
+            let m = msg.first_chunk::<40>()?;
+            add_order(kind, m, Some(bytes4_at(m, 36)))
+        }
+        TYPE_EXECUTED => {
+            let m = msg.first_chunk::<31>()?;
+            Message::Executed {
+                header: header_of(m),
+                order_ref: u64_at(m, 11),
+                shares: u32_at(m, 19),
+                match_number: u64_at(m, 23),
+                price: None,
+            }
+        }
+        TYPE_EXECUTED_PRICE => {
+            let m = msg.first_chunk::<36>()?;
+            Message::Executed {
+                header: header_of(m),
+                order_ref: u64_at(m, 11),
+                shares: u32_at(m, 19),
+                match_number: u64_at(m, 23),
+                price: Some(ExecPrice {
+                    printable: m[31],
+                    price: u32_at(m, 32),
+                }),
+            }
+        }
+        TYPE_CANCEL => {
+            let m = msg.first_chunk::<23>()?;
+            Message::Cancel {
+                header: header_of(m),
+                order_ref: u64_at(m, 11),
+                shares: u32_at(m, 19),
+            }
+        }
+        TYPE_DELETE => {
+            let m = msg.first_chunk::<19>()?;
+            Message::Delete {
+                header: header_of(m),
+                order_ref: u64_at(m, 11),
+            }
+        }
+        TYPE_REPLACE => {
+            let m = msg.first_chunk::<35>()?;
+            Message::Replace {
+                header: header_of(m),
+                original: u64_at(m, 11),
+                new_ref: u64_at(m, 19),
+                shares: u32_at(m, 27),
+                price: u32_at(m, 31),
+            }
+        }
+        TYPE_TRADING_ACTION => {
+            let m = msg.first_chunk::<25>()?;
+            Message::TradingAction {
+                header: header_of(m),
+                stock: stock_at(m, 11),
+                state: m[19],
+                reason: bytes4_at(m, 21),
+            }
+        }
+        TYPE_OPERATIONAL_HALT => {
+            let m = msg.first_chunk::<21>()?;
+            Message::OperationalHalt {
+                header: header_of(m),
+                stock: stock_at(m, 11),
+                market_code: m[19],
+                action: m[20],
+            }
+        }
+        _ => Message::Other {
+            header: header_of(msg.get(..message_size(kind)?)?),
+            kind,
         },
-        TYPE_CANCEL => Message::Cancel {
-            header,
-            order_ref: u64_at(m, 11),
-            shares: u32_at(m, 19),
-        },
-        TYPE_DELETE => Message::Delete {
-            header,
-            order_ref: u64_at(m, 11),
-        },
-        TYPE_REPLACE => Message::Replace {
-            header,
-            original: u64_at(m, 11),
-            new_ref: u64_at(m, 19),
-            shares: u32_at(m, 27),
-            price: u32_at(m, 31),
-        },
-        TYPE_TRADING_ACTION => Message::TradingAction {
-            header,
-            stock: stock_at(m, 11),
-            state: m[19],
-            reason: bytes4_at(m, 21),
-        },
-        TYPE_OPERATIONAL_HALT => Message::OperationalHalt {
-            header,
-            stock: stock_at(m, 11),
-            market_code: m[19],
-            action: m[20],
-        },
-        _ => Message::Other { header, kind },
     })
+}
+
+/// An Add Order (with or without MPID) of the block `m` (at least 36
+/// bytes).
+#[inline(always)]
+fn add_order(kind: u8, m: &[u8], attribution: Option<[u8; 4]>) -> Message {
+    let m: &[u8; 36] = m.first_chunk().expect("an add is at least 36 bytes");
+    let header = header_of(m);
+    let (order_ref, shares, stock, price) =
+        (u64_at(m, 11), u32_at(m, 20), stock_at(m, 24), u32_at(m, 32));
+    debug_assert!(kind == TYPE_ADD || kind == TYPE_ADD_MPID);
+    match Side::from_byte(m[19]) {
+        Some(side) => Message::AddOrder {
+            header,
+            order_ref,
+            side,
+            shares,
+            stock,
+            price,
+            attribution,
+        },
+        None => Message::AddOrderBadSide {
+            header,
+            order_ref,
+            side: m[19],
+            shares,
+            stock,
+            price,
+            attribution,
+        },
+    }
 }
 
 /// Appends `msg` to `out`: exactly `message_size(msg.kind())` bytes, the
@@ -584,6 +627,25 @@ mod tests {
                 assert_eq!(message_size(k), None, "type 0x{k:02x}");
                 assert_eq!(decode(&[k; 64]), None);
             }
+        }
+    }
+
+    #[test]
+    fn every_known_type_decodes_at_its_size_and_not_one_byte_shorter() {
+        for &(k, n) in ALL {
+            let mut b = vec![0u8; n];
+            b[0] = k;
+            if k == TYPE_ADD || k == TYPE_ADD_MPID {
+                b[19] = b'B'; // a valid side
+            }
+            assert!(decode(&b).is_some(), "type {} at {n} bytes", k as char);
+            assert_eq!(
+                decode(&b[..n - 1]),
+                None,
+                "type {} at {} bytes",
+                k as char,
+                n - 1
+            );
         }
     }
 

@@ -13,7 +13,7 @@ pub mod orders;
 
 use jiff::tz::TimeZone;
 
-use self::book::{Bbo, Books, Level, OrderError};
+use self::book::{BestKey, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
 use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
@@ -52,36 +52,11 @@ struct Locate {
     symbol: Symbol,
     /// The book's best as of the end of the last packet that touched it:
     /// what the symbol's quote was last set from.
-    published: Published,
+    published: BestKey,
     /// The last message of this packet whose own effect changed the best:
     /// its channel sequence and time (the quote's `seq` and `source_ts`).
     change_seq: u64,
     change_ts: i64,
-}
-
-/// A [`Bbo`] as integers: shares 0 is an empty side (a level always has
-/// live shares), so all zeros is the empty book.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-struct Published {
-    bid_price: u32,
-    ask_price: u32,
-    bid_shares: u64,
-    ask_shares: u64,
-}
-
-impl Published {
-    #[inline]
-    fn of(b: Bbo) -> Published {
-        let (bid_price, bid_shares) = b.bid.map_or((0, 0), |l| (l.price, l.shares));
-        let (ask_price, ask_shares) = b.ask.map_or((0, 0), |l| (l.price, l.shares));
-        Published {
-            bid_price,
-            ask_price,
-            bid_shares,
-            ask_shares,
-        }
-    }
 }
 
 /// `LOCATES` never-seen locates from one zeroed allocation.
@@ -213,9 +188,9 @@ impl NasdaqItch {
     /// message if its own effect changed the best, and mark the locate for
     /// the end of the packet.
     #[inline]
-    fn touched(&mut self, locate: u16, before: Bbo, seq: u64, ts: i64) {
+    fn touched(&mut self, locate: u16, before: BestKey, seq: u64, ts: i64) {
         let l = &mut self.locates[locate as usize];
-        if self.books.best(locate) != before {
+        if self.books.best_key(locate) != before {
             l.change_seq = seq;
             l.change_ts = ts;
         }
@@ -332,7 +307,7 @@ impl Venue for NasdaqItch {
                     ..
                 } => {
                     let slot = self.name(header.locate, stock, rules);
-                    let before = self.books.best(header.locate);
+                    let before = self.books.best_key(header.locate);
                     match self
                         .books
                         .add(header.locate, order_ref, side, shares, price)
@@ -420,12 +395,12 @@ impl Venue for NasdaqItch {
         for &locate in &self.dirty {
             let l = &mut self.locates[locate as usize];
             l.dirty = false;
-            let best = self.books.best(locate);
-            let published = Published::of(best);
+            let published = self.books.best_key(locate);
             if published == l.published {
                 continue;
             }
             l.published = published;
+            let best = self.books.best(locate);
             if let Some(slot) = l.slot1.checked_sub(1) {
                 rules.venue_quote(
                     slot,
@@ -485,7 +460,7 @@ impl NasdaqItch {
             rules.count(Count::UnknownOrder);
             return;
         };
-        let before = self.books.best(found.locate);
+        let before = self.books.best_key(found.locate);
         let effect = match op {
             OrderOp::Reduce { shares, .. } => self.books.reduce_found(found, shares),
             OrderOp::Delete(_) => self.books.delete_found(found),
