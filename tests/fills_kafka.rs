@@ -15,7 +15,7 @@
 //!   `tickgate fills consume-kafka` process SIGKILLed at least 20 times.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use rskafka::chrono::{TimeZone, Utc};
@@ -30,7 +30,10 @@ use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTab
 mod fills_common;
 #[path = "common/source_fills.rs"]
 mod source_fills;
-use source_fills::{actual_qty, expected_qty, make_fills, unique_suffix, Rng};
+use source_fills::{
+    actual_qty, drain_and_stop, expected_qty, kill_repeatedly, make_fills, private_binary,
+    spawn_logged, unique_suffix, with_repeats, Rng,
+};
 
 fn unique(tag: &str) -> String {
     format!("tgt-{tag}-{}", unique_suffix())
@@ -619,13 +622,8 @@ fn spawn_consume(
     log: &std::path::Path,
     rust_log: &str,
 ) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(bin)
-        .args(["fills", "consume-kafka", "--db", db, "--bootstrap", url])
+    let mut cmd = Command::new(bin);
+    cmd.args(["fills", "consume-kafka", "--db", db, "--bootstrap", url])
         .args(["--topic", topic, "--dlq-topic", &format!("{topic}-dlq")])
         .args([
             "--consumer",
@@ -634,13 +632,8 @@ fn spawn_consume(
             "10",
             "--max-wait",
             "100ms",
-        ])
-        .env("RUST_LOG", rust_log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("spawn tickgate fills consume-kafka")
+        ]);
+    spawn_logged(cmd, log, rust_log)
 }
 
 /// 20,000 records (15,000 distinct fills plus 5,000 repeats, each after its
@@ -650,30 +643,13 @@ fn spawn_consume(
 /// position equals the exact sum, each distinct event is recorded once,
 /// and each stored offset is the offset of its partition's last record.
 async fn crash_test(url: &str, db: &str, open: impl AsyncFn() -> Store) {
-    let bin_dir = tempfile::tempdir().unwrap();
-    let bin = bin_dir.path().join("tickgate");
-    std::fs::copy(env!("CARGO_BIN_EXE_tickgate"), &bin).unwrap();
-    let help = Command::new(&bin)
-        .args(["fills", "consume-kafka", "--help"])
-        .output()
-        .expect("run tickgate");
-    assert!(
-        help.status.success(),
-        "no `fills consume-kafka` in {}",
-        bin.display()
-    );
+    let (_bin_dir, bin) = private_binary(&["fills", "consume-kafka"]);
     let c = client(url).await;
     let topic = unique("crash");
     create_topic(&c, &topic, 3).await;
     let mut rng = Rng(0x5EED_0003 ^ std::process::id() as u64);
     let fills = make_fills(&mut rng, "c", 15_000);
-    let mut messages: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
-    for _ in 0..5_000 {
-        let i = rng.below(messages.len() as u64) as usize;
-        let dup = messages[i].clone();
-        let at = i + 1 + rng.below((messages.len() - i) as u64) as usize;
-        messages.insert(at.min(messages.len()), dup);
-    }
+    let messages = with_repeats(&mut rng, &fills, 5_000);
     assert_eq!(messages.len(), 20_000);
     let mut per_part: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); 3];
     for m in messages {
@@ -686,52 +662,28 @@ async fn crash_test(url: &str, db: &str, open: impl AsyncFn() -> Store) {
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("consume.log");
-    let mut kills = 0;
-    let mut kills_with_backlog = 0;
     let t0 = Instant::now();
     // Offsets stored so far, read through a store of the test's own.
     let watcher = open().await;
-    while kills < 20 {
-        let mut child = spawn_consume(&bin, url, &topic, db, &log, "warn");
-        // Short enough that 20 runs do not drain the topic on a quiet
-        // machine (with 150-650 ms only 11 of 20 kills found work left).
-        tokio::time::sleep(Duration::from_millis(50 + rng.below(250))).await;
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "tickgate exited by itself ({status}); log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        kills += 1;
-        if stored_offsets(&watcher, &topic, 3, "crash").await != want {
-            kills_with_backlog += 1;
-        }
-    }
+    let kills = 20;
+    let kills_with_backlog = kill_repeatedly(
+        kills,
+        &mut rng,
+        &log,
+        || spawn_consume(&bin, url, &topic, db, &log, "warn"),
+        async || stored_offsets(&watcher, &topic, 3, "crash").await != want,
+    )
+    .await;
     println!(
         "kafka crash test: {kills} SIGKILLs ({kills_with_backlog} with work left) in {:?}",
         t0.elapsed()
     );
     let final_log = dir.path().join("final.log");
-    let mut child = spawn_consume(&bin, url, &topic, db, &final_log, "info");
-    let t1 = Instant::now();
-    while !std::fs::read_to_string(&final_log)
-        .unwrap_or_default()
-        .contains("consuming")
-    {
-        assert!(
-            t1.elapsed() < Duration::from_secs(30),
-            "final run never started consuming"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    wait_caught_up_logged(&c, &watcher, &topic, 3, "crash", Some(&final_log)).await;
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "tickgate exit status {status}");
+    let child = spawn_consume(&bin, url, &topic, db, &final_log, "info");
+    drain_and_stop(child, &final_log, async || {
+        wait_caught_up_logged(&c, &watcher, &topic, 3, "crash", Some(&final_log)).await
+    })
+    .await;
     println!("kafka crash test: drained after {:?}", t0.elapsed());
     assert!(
         kills_with_backlog >= 15,

@@ -6,7 +6,7 @@
 //! so a test that panics leaves nothing behind for long.
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream::StorageType};
@@ -20,7 +20,10 @@ use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions, SweepTab
 mod fills_common;
 #[path = "common/source_fills.rs"]
 mod source_fills;
-use source_fills::{actual_qty, counter_sum, expected_qty, make_fills, unique_suffix, Rng};
+use source_fills::{
+    actual_qty, counter_sum, drain_and_stop, expected_qty, kill_repeatedly, make_fills,
+    private_binary, spawn_logged, unique_suffix, with_repeats, Rng,
+};
 
 fn service_url(var: &str) -> Option<String> {
     fills_common::service_url(var, "fills_nats")
@@ -569,24 +572,14 @@ fn spawn_consume(
     log: &std::path::Path,
     rust_log: &str,
 ) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(bin)
-        .args(["fills", "consume", "--db", db, "--nats", url])
+    let mut cmd = Command::new(bin);
+    cmd.args(["fills", "consume", "--db", db, "--nats", url])
         .args(["--stream", &n.stream, "--subject", &n.subject])
         .args(["--durable", &n.durable, "--dlq-subject", &n.dlq_subject])
         .args(["--dlq-stream", &n.dlq_stream])
         // Kills cause many redeliveries; none of them is the event's fault.
-        .args(["--max-deliver", "1000", "--ack-wait", "1s", "--batch", "10"])
-        .env("RUST_LOG", rust_log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("spawn tickgate fills consume")
+        .args(["--max-deliver", "1000", "--ack-wait", "1s", "--batch", "10"]);
+    spawn_logged(cmd, log, rust_log)
 }
 
 /// (c) 20,000 messages (15,000 distinct fills plus 5,000 repeats) consumed
@@ -594,85 +587,40 @@ fn spawn_consume(
 /// points at least 20 times and restarted each time. After it drains the
 /// stream, every position is exactly the expected sum.
 async fn crash_test(url: &str, db_url: &str, check: impl AsyncFnOnce(&Names) -> Store) {
-    // The target directory may be shared with other checkouts whose builds
-    // replace target/debug/tickgate: run a private copy, checked first.
-    let bin_dir = tempfile::tempdir().unwrap();
-    let bin = bin_dir.path().join("tickgate");
-    std::fs::copy(env!("CARGO_BIN_EXE_tickgate"), &bin).unwrap();
-    let help = Command::new(&bin)
-        .args(["fills", "consume", "--help"])
-        .output()
-        .expect("run tickgate");
-    assert!(
-        help.status.success(),
-        "{} has no `fills consume` (replaced by another build?)",
-        env!("CARGO_BIN_EXE_tickgate")
-    );
+    let (_bin_dir, bin) = private_binary(&["fills", "consume"]);
     let js = connect(url).await;
     let n = Names::new("CRASH");
     create_streams(&js, &n).await;
     let mut rng = Rng(0x5EED_0003 ^ std::process::id() as u64);
     let fills = make_fills(&mut rng, "c", 15_000);
-    let mut messages: Vec<Vec<u8>> = fills.iter().map(|f| f.json().into_bytes()).collect();
-    // 5,000 repeats, each inserted somewhere after its original.
-    for _ in 0..5_000 {
-        let i = rng.below(messages.len() as u64) as usize;
-        let dup = messages[i].clone();
-        let at = i + 1 + rng.below((messages.len() - i) as u64) as usize;
-        messages.insert(at.min(messages.len()), dup);
-    }
+    let messages = with_repeats(&mut rng, &fills, 5_000);
     assert_eq!(messages.len(), 20_000);
     publish_all(&js, &n.subject, &messages).await;
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("consume.log");
     let db = db_url.to_owned();
-    let mut kills = 0;
-    let mut kills_with_backlog = 0;
     let start = Instant::now();
-    while kills < 20 {
-        let mut child: Child = spawn_consume(&bin, &n, url, &db, &log, "warn");
-        // Short enough that 20 runs do not drain the stream on a quiet
-        // machine (with 100-600 ms only 12 of 20 kills found work left).
-        tokio::time::sleep(Duration::from_millis(50 + rng.below(250))).await;
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "tickgate exited by itself ({status}); log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        kills += 1;
-        if backlog(&js, &n.stream, &n.durable).await != Some((0, 0)) {
-            kills_with_backlog += 1;
-        }
-    }
+    let kills = 20;
+    let kills_with_backlog = kill_repeatedly(
+        kills,
+        &mut rng,
+        &log,
+        || spawn_consume(&bin, &n, url, &db, &log, "warn"),
+        async || backlog(&js, &n.stream, &n.durable).await != Some((0, 0)),
+    )
+    .await;
     println!(
         "crash test: {kills} SIGKILLs ({kills_with_backlog} with work left) in {:?}",
         start.elapsed()
     );
-    // The last run drains the stream, then stops on SIGTERM (sent once it
-    // has logged that it is consuming, i.e. its signal handler is set).
+    // The last run drains the stream, then stops on SIGTERM.
     let final_log = dir.path().join("final.log");
-    let mut child = spawn_consume(&bin, &n, url, &db, &final_log, "info");
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&final_log)
-        .unwrap_or_default()
-        .contains("consuming")
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "final run never started consuming"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(120)).await;
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "tickgate exit status {status}");
+    let child = spawn_consume(&bin, &n, url, &db, &final_log, "info");
+    drain_and_stop(child, &final_log, async || {
+        wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(120)).await
+    })
+    .await;
     println!("crash test: drained after {:?}", start.elapsed());
     assert!(
         kills_with_backlog >= 15,

@@ -319,10 +319,10 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
                 stock: stock_at(m, 11),
             }
         }
-        TYPE_ADD => add_order(kind, msg.first_chunk::<36>()?, None),
+        TYPE_ADD => add_order(msg.first_chunk::<36>()?, None),
         TYPE_ADD_MPID => {
             let m = msg.first_chunk::<40>()?;
-            add_order(kind, m, Some(bytes4_at(m, 36)))
+            add_order(m, Some(bytes4_at(m, 36)))
         }
         TYPE_EXECUTED => {
             let m = msg.first_chunk::<31>()?;
@@ -400,12 +400,11 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
 /// An Add Order (with or without MPID) of the block `m` (at least 36
 /// bytes).
 #[inline(always)]
-fn add_order(kind: u8, m: &[u8], attribution: Option<[u8; 4]>) -> Message {
+fn add_order(m: &[u8], attribution: Option<[u8; 4]>) -> Message {
     let m: &[u8; 36] = m.first_chunk().expect("an add is at least 36 bytes");
     let header = header_of(m);
     let (order_ref, shares, stock, price) =
         (u64_at(m, 11), u32_at(m, 20), stock_at(m, 24), u32_at(m, 32));
-    debug_assert!(kind == TYPE_ADD || kind == TYPE_ADD_MPID);
     match Side::from_byte(m[19]) {
         Some(side) => Message::AddOrder {
             header,
