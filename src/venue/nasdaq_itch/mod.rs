@@ -59,9 +59,10 @@ struct Locate {
     change_ts: i64,
 }
 
-/// `LOCATES` never-seen locates from one zeroed allocation.
-fn zeroed_locates() -> Box<[Locate]> {
-    let l = Box::<[Locate]>::new_zeroed_slice(LOCATES);
+/// `LOCATES` never-seen locates from one zeroed allocation. A fixed-size
+/// array, so that indexing it by a `u16` locate needs no bounds check.
+fn zeroed_locates() -> Box<[Locate; LOCATES]> {
+    let l = Box::<[Locate; LOCATES]>::new_zeroed();
     // SAFETY: every field of Locate is an integer, a bool or a byte array
     // (Symbol), for each of which all-zero bits are a valid value (false
     // for the bool); all zeros is the Default locate.
@@ -70,7 +71,7 @@ fn zeroed_locates() -> Box<[Locate]> {
 
 pub struct NasdaqItch {
     books: Books,
-    locates: Box<[Locate]>,
+    locates: Box<[Locate; LOCATES]>,
     /// Locates touched by the packet being applied (capacity: every locate,
     /// so pushing never allocates).
     dirty: Vec<u16>,
@@ -99,16 +100,26 @@ impl NasdaqItch {
     }
 
     /// The locate's symbol slot, naming it first if `stock` is new to it.
-    #[inline]
+    #[inline(always)]
     fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
-        let l = &mut self.locates[locate as usize];
+        let l = &self.locates[locate as usize];
         if l.slot1 == 0 || l.symbol != stock {
-            l.slot1 = rules
-                .symbol(stock)
-                .and_then(|s| s.checked_add(1))
-                .unwrap_or(0);
-            l.symbol = stock;
+            return self.rename(locate, stock, rules);
         }
+        Some(l.slot1 - 1)
+    }
+
+    /// [`NasdaqItch::name`] when the locate names another stock or none
+    /// yet: once per locate and session, kept out of the message loop.
+    #[cold]
+    #[inline(never)]
+    fn rename<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
+        let l = &mut self.locates[locate as usize];
+        l.slot1 = rules
+            .symbol(stock)
+            .and_then(|s| s.checked_add(1))
+            .unwrap_or(0);
+        l.symbol = stock;
         l.slot1.checked_sub(1)
     }
 
@@ -253,7 +264,6 @@ impl Venue for NasdaqItch {
             // session's own numbering.
             self.books.clear();
             // A fresh zeroed allocation: nothing written per locate.
-            self.locates = Box::new([]);
             self.locates = zeroed_locates();
         }
     }
@@ -447,8 +457,9 @@ fn self_reduce(order_ref: u64, shares: u32) -> OrderOp {
 
 impl NasdaqItch {
     /// E, C, X, D, U: act on the book of the order's own locate. An order
-    /// the book does not hold changes nothing and is counted.
-    #[inline]
+    /// the book does not hold changes nothing and is counted. Inlined: one
+    /// call site, in the message loop.
+    #[inline(always)]
     fn on_order<R: Rules>(&mut self, op: OrderOp, seq: u64, ts: i64, rules: &mut R) {
         // One probe of the order table: the order's locate (to read its
         // best before the change), then the operation on that slot.
