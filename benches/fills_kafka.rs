@@ -160,9 +160,14 @@ async fn consume(
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let cpu = cpu_secs();
     let t = Instant::now();
-    let task = tokio::spawn(kafka::run_consumer(s, store.clone(), metrics, async move {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(kafka::run_consumer(
+        s,
+        store.clone(),
+        metrics.clone(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
     loop {
         let mut done = true;
         for p in 0..partitions {
@@ -187,6 +192,22 @@ async fn consume(
     let cpu = cpu_secs() - cpu;
     let _ = stop.send(());
     task.await.expect("join").expect("consumer");
+    let (backend, fast) = match &store {
+        Store::Postgres(p) => {
+            let (ok, refused) = p.fast_path_counts();
+            (
+                "postgres",
+                format!(", fast path {ok} batches committed, {refused} refused"),
+            )
+        }
+        Store::Sqlite(_) => ("sqlite", String::new()),
+    };
+    println!(
+        "kafka source on {backend}: {} store failures, {} offset conflicts, {} session restarts{fast}",
+        metrics.store_failures.get(),
+        metrics.offset_conflicts.get(),
+        metrics.restarts.get()
+    );
     (secs, cpu)
 }
 

@@ -516,3 +516,113 @@ async fn http_batches_take_the_fast_path() {
     ));
     fast.cleanup().await;
 }
+
+/// Writers of common positions at once: three Kafka partitions' batches
+/// at a time through one store (one cache, a pool of three connections,
+/// as a consumer's partitions share it), new FILLs over the same 2,000
+/// positions. The fast statements of two partitions, and the careful path
+/// a refused one falls back to, must not deadlock (every writer takes
+/// positions in one order; PostgreSQL would find a deadlock only after
+/// `deadlock_timeout`, 1 s, and the batch would then be redone), and every
+/// position is the sum of all the partitions' fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_of_common_positions_do_not_deadlock() {
+    let Some(db) = pg_db("f", "pg_fast_concurrent", StoreOptions::default()).await else {
+        return;
+    };
+    let a = pg_same_db(
+        &db,
+        StoreOptions {
+            pg_pool_size: 3,
+            ..StoreOptions::default()
+        },
+    )
+    .await;
+
+    const BATCHES: u64 = 12;
+    const PER_BATCH: u64 = 1000;
+    // Writer w's batch i: deals w * 1e6 + i * PER_BATCH + j, on accounts
+    // 0..200 and symbols 0..10, 1 share bought or sold.
+    let batch = |w: u64, i: u64| -> Vec<serde_json::Value> {
+        (0..PER_BATCH)
+            .map(|j| {
+                let d = w * 1_000_000 + i * PER_BATCH + j;
+                serde_json::json!({"kind": "FILL", "event_id": format!("E-{d}"),
+                    "deal_id": format!("D-{d}"),
+                    "account": format!("ACC-{}", (d * 7 + w) % 200),
+                    "symbol": format!("SYM{}", (d / 3) % 10),
+                    "side": if d.is_multiple_of(3) { "SELL" } else { "BUY" },
+                    "qty": "1", "price": "1.5", "exec_time": "2026-11-30T08:00:00Z"})
+            })
+            .collect()
+    };
+    // Each writer is a partition of its own: its batches move its offset.
+    let run = async |s: &Store, w: u64| {
+        for i in 0..BATCHES {
+            let expected = i.checked_sub(1).map(|p| p as i64);
+            let outs = s
+                .apply_partition_batch(
+                    "test",
+                    &format!("kafka:t:{w}"),
+                    "c",
+                    expected,
+                    i as i64,
+                    parsed(&batch(w, i)),
+                    None,
+                )
+                .await
+                .expect("apply")
+                .expect("no offset conflict");
+            assert!(
+                outs.iter()
+                    .all(|o| o.outcome == tickgate::fills::model::Outcome::Applied),
+                "writer {w} batch {i}: every fill applied"
+            );
+        }
+    };
+    tokio::join!(run(&a, 1), run(&a, 2), run(&a, 3));
+    // Expected quantities: the signed sum of every writer's fills.
+    let mut want = std::collections::BTreeMap::<(String, String), i64>::new();
+    for w in 1..=3 {
+        for i in 0..BATCHES {
+            for f in batch(w, i) {
+                let q = if f["side"] == "BUY" { 1 } else { -1 };
+                *want
+                    .entry((
+                        f["account"].as_str().unwrap().to_owned(),
+                        f["symbol"].as_str().unwrap().to_owned(),
+                    ))
+                    .or_default() += q;
+            }
+        }
+    }
+    let got: std::collections::BTreeMap<(String, String), i64> = db
+        .store
+        .positions(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let q: i64 = p.position.qty.try_into().unwrap();
+            ((p.account, p.symbol), q)
+        })
+        .collect();
+    assert_eq!(got, want, "every position is the sum of all writers' fills");
+    let Store::Postgres(p) = &a else {
+        unreachable!()
+    };
+    let (committed, refused) = p.fast_path_counts();
+    println!("fast path: {committed} committed, {refused} refused");
+    assert!(committed > 0, "no batch took the fast path");
+    assert_eq!(
+        p.fast_path_deadlocks(),
+        0,
+        "fast statements ended by deadlocks"
+    );
+    assert_eq!(
+        a.metrics().tx_retries.get(),
+        0,
+        "careful-path transactions retried (deadlocks)"
+    );
+    db.cleanup().await;
+}

@@ -17,6 +17,14 @@
 //!   `processed_events` in the same snapshot (one index probe per id: a
 //!   `LATERAL … LIMIT 1`, which no plan can turn into a scan of every FILL
 //!   row); if it is not there (swept by F5), the statement fails;
+//! - positions are taken in the careful path's order, so that two batches
+//!   on common positions (Kafka partitions, JetStream, HTTP, two
+//!   instances) queue instead of deadlocking (PostgreSQL finds a deadlock
+//!   only after `deadlock_timeout`, 1 s by default): first the new ones
+//!   are inserted, in `(account, symbol)` order (CTE `np`), then the cached
+//!   ones are locked, in that order (`lk`, which waits for `np` and which
+//!   the `UPDATE` waits for), as the careful path inserts the missing rows
+//!   and then locks every row in order;
 //! - every cached position is still what this process last committed: the
 //!   `UPDATE` compares the stored text of quantity, average price and P&L
 //!   (a compare-and-set; under READ COMMITTED a concurrent writer's commit
@@ -64,20 +72,29 @@ WITH ",
     FROM unnest($3::text[]) AS u(e),
          LATERAL (SELECT 1 FROM processed_events p
                   WHERE p.kind = 'FILL' AND p.event_id = u.e LIMIT 1) AS x
+), np AS (
+    INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+    SELECT a, s, q::numeric, ap::numeric, r::numeric, $1
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+         AS u(a, s, q, ap, r)
+    ORDER BY a, s
+    RETURNING 1
+), lk AS MATERIALIZED (
+    SELECT 1
+    FROM positions p JOIN unnest($4::text[], $5::text[]) AS u(a, s)
+         ON p.account = u.a AND p.symbol = u.s
+    WHERE (SELECT count(*) FROM np) >= 0
+    ORDER BY p.account, p.symbol
+    FOR UPDATE OF p
 ), cas AS (
     UPDATE positions p
     SET qty = u.q::numeric, avg_price = u.ap::numeric, realized_pnl = u.r::numeric,
         updated_ns = $1
     FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
                 $10::text[], $11::text[]) AS u(a, s, oq, oa, orp, q, ap, r)
-    WHERE p.account = u.a AND p.symbol = u.s
+    WHERE (SELECT count(*) FROM lk) >= 0
+      AND p.account = u.a AND p.symbol = u.s
       AND p.qty::text = u.oq AND p.avg_price::text = u.oa AND p.realized_pnl::text = u.orp
-    RETURNING 1
-), np AS (
-    INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
-    SELECT a, s, q::numeric, ap::numeric, r::numeric, $1
-    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
-         AS u(a, s, q, ap, r)
     RETURNING 1
 ), locked AS MATERIALIZED (
     SELECT ",

@@ -406,6 +406,9 @@ struct FastGate {
     streak: AtomicU32,
     committed: AtomicU64,
     fallbacks: AtomicU64,
+    /// Refusals that were deadlocks: none are expected (both paths take
+    /// positions in one order), so each one is logged.
+    deadlocks: AtomicU64,
 }
 
 impl FastGate {
@@ -433,8 +436,15 @@ enum Fast<T> {
     /// replay, hash mismatch): the careful path decides.
     Careful,
     /// The database refused an assumption (nothing was written): take
-    /// the careful path.
-    Refused,
+    /// the careful path. `deadlock`: the refusal was a detected deadlock.
+    Refused {
+        deadlock: bool,
+    },
+}
+
+/// Whether the database's error is a detected deadlock.
+fn is_deadlock(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED)
 }
 
 impl PgStore {
@@ -470,6 +480,12 @@ impl PgStore {
     /// Batches committed by the fast path, and fast attempts that went to
     /// the careful path (tests and benchmarks).
     #[doc(hidden)]
+    /// Fast attempts the database ended as deadlocks (each then took the
+    /// careful path).
+    pub fn fast_path_deadlocks(&self) -> u64 {
+        self.fast.deadlocks.load(Ordering::Relaxed)
+    }
+
     pub fn fast_path_counts(&self) -> (u64, u64) {
         (
             self.fast.committed.load(Ordering::Relaxed),
@@ -584,7 +600,9 @@ impl PgStore {
                     // The server refused the statement: it rolled back.
                     Err(e) if e.as_db_error().is_some() => {
                         tracing::debug!(error = %e, "fills: fast path refused, careful path");
-                        Ok(Fast::Refused)
+                        Ok(Fast::Refused {
+                            deadlock: is_deadlock(&e),
+                        })
                     }
                     // Connection lost: the commit may or may not have happened.
                     Err(e) => Err(anyhow::Error::new(e).context("PostgreSQL fast path")),
@@ -740,8 +758,12 @@ impl PgStore {
         match r {
             Ok(Fast::Done(t)) => Ok(Some(t)),
             Ok(Fast::Careful) => Ok(None),
-            Ok(Fast::Refused) => {
+            Ok(Fast::Refused { deadlock }) => {
                 self.fast.failed();
+                if deadlock {
+                    self.fast.deadlocks.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("fills: fast path statement ended by a deadlock, careful path");
+                }
                 Ok(None)
             }
             Err(e) => {
@@ -824,7 +846,9 @@ impl PgStore {
                 // then rolled it back; a failed COMMIT rolled it back too.
                 if let Err(e) = k.and(f).and(cm) {
                     tracing::debug!(error = %e, "fills: fast path refused, careful path");
-                    return Ok(Fast::Refused);
+                    return Ok(Fast::Refused {
+                        deadlock: is_deadlock(&e),
+                    });
                 }
                 timer.observe_duration();
                 plan.committed(n, &cache)?;
