@@ -6,9 +6,11 @@
 //! one-statement fast path of `pg_fast` (one round trip, the database
 //! checks every assumption); this careful path runs when it does not apply
 //! or the database refuses it. Lock order is fixed (processed events sorted by
-//! key, then deals, then positions sorted by key), so concurrent appliers
-//! do not deadlock on the common path; a deadlock or serialization failure
-//! that happens anyway is retried.
+//! key; then positions, the missing ones created and all of them locked in
+//! key order; then deals, sorted), in both paths, so concurrent appliers do
+//! not deadlock on the common path; a deadlock or serialization failure
+//! that happens anyway is retried (a rare deal that changed since it was
+//! peeked may need one more position, locked after the deals).
 //!
 //! Pool: a few connections of our own. Every transaction runs in a spawned
 //! task that owns its connection until COMMIT/ROLLBACK, so a cancelled
