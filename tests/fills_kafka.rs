@@ -422,14 +422,11 @@ async fn partitions_on_common_positions_do_not_deadlock_postgres() {
     let run = start(settings(&url, &topic, "tg", 1000), store.clone(), km);
     wait_caught_up(&c, &store, &topic, 3, "tg").await;
     run.stop().await;
-    let got: BTreeMap<(String, String), i64> = store
-        .positions(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| ((p.account, p.symbol), p.position.qty.try_into().unwrap()))
-        .collect();
-    assert_eq!(got, want, "every position is the exact sum");
+    assert_eq!(
+        fills_common::whole_quantities(&store).await,
+        want,
+        "every position is the exact sum"
+    );
     let Store::Postgres(p) = &store else {
         unreachable!()
     };

@@ -596,18 +596,11 @@ async fn concurrent_writers_of_common_positions_do_not_deadlock() {
             }
         }
     }
-    let got: std::collections::BTreeMap<(String, String), i64> = db
-        .store
-        .positions(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            let q: i64 = p.position.qty.try_into().unwrap();
-            ((p.account, p.symbol), q)
-        })
-        .collect();
-    assert_eq!(got, want, "every position is the sum of all writers' fills");
+    assert_eq!(
+        fills_common::whole_quantities(&db.store).await,
+        want,
+        "every position is the sum of all writers' fills"
+    );
     let Store::Postgres(p) = &a else {
         unreachable!()
     };

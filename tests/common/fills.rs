@@ -238,3 +238,18 @@ impl Server {
         total as u64
     }
 }
+
+/// Every position's quantity as an integer (for workloads of whole shares),
+/// by (account, symbol).
+pub async fn whole_quantities(store: &Store) -> std::collections::BTreeMap<(String, String), i64> {
+    store
+        .positions(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let q: i64 = p.position.qty.try_into().expect("a whole quantity");
+            ((p.account, p.symbol), q)
+        })
+        .collect()
+}
