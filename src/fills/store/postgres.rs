@@ -479,15 +479,16 @@ impl PgStore {
         })
     }
 
-    /// Batches committed by the fast path, and fast attempts that went to
-    /// the careful path (tests and benchmarks).
-    #[doc(hidden)]
     /// Fast attempts the database ended as deadlocks (each then took the
-    /// careful path).
+    /// careful path; tests and benchmarks).
+    #[doc(hidden)]
     pub fn fast_path_deadlocks(&self) -> u64 {
         self.fast.deadlocks.load(Ordering::Relaxed)
     }
 
+    /// Batches committed by the fast path, and fast attempts that went to
+    /// the careful path (tests and benchmarks).
+    #[doc(hidden)]
     pub fn fast_path_counts(&self) -> (u64, u64) {
         (
             self.fast.committed.load(Ordering::Relaxed),
