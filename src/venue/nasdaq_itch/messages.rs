@@ -36,6 +36,20 @@ pub const TYPE_NOII: u8 = b'I';
 pub const TYPE_RPII: u8 = b'N';
 pub const TYPE_DLCR: u8 = b'O';
 
+// Sizes of the types `decode` reads fields from: one place for both it and
+// `message_size`.
+const SIZE_SYSTEM_EVENT: usize = 12;
+const SIZE_STOCK_DIRECTORY: usize = 39;
+const SIZE_TRADING_ACTION: usize = 25;
+const SIZE_OPERATIONAL_HALT: usize = 21;
+const SIZE_ADD: usize = 36;
+const SIZE_ADD_MPID: usize = 40;
+const SIZE_EXECUTED: usize = 31;
+const SIZE_EXECUTED_PRICE: usize = 36;
+const SIZE_CANCEL: usize = 23;
+const SIZE_DELETE: usize = 19;
+const SIZE_REPLACE: usize = 35;
+
 /// Largest timestamp the u48 field holds.
 pub const TIMESTAMP_MAX: u64 = (1 << 48) - 1;
 
@@ -45,23 +59,23 @@ pub const TIMESTAMP_MAX: u64 = (1 << 48) - 1;
 #[inline]
 pub fn message_size(kind: u8) -> Option<usize> {
     Some(match kind {
-        b'S' => 12,
-        b'R' => 39,
-        b'H' => 25,
+        TYPE_SYSTEM_EVENT => SIZE_SYSTEM_EVENT,
+        TYPE_STOCK_DIRECTORY => SIZE_STOCK_DIRECTORY,
+        TYPE_TRADING_ACTION => SIZE_TRADING_ACTION,
         b'Y' => 20,
         b'L' => 26,
         b'V' => 35,
         b'W' => 12,
         b'K' => 28,
         b'J' => 35,
-        b'h' => 21,
-        b'A' => 36,
-        b'F' => 40,
-        b'E' => 31,
-        b'C' => 36,
-        b'X' => 23,
-        b'D' => 19,
-        b'U' => 35,
+        TYPE_OPERATIONAL_HALT => SIZE_OPERATIONAL_HALT,
+        TYPE_ADD => SIZE_ADD,
+        TYPE_ADD_MPID => SIZE_ADD_MPID,
+        TYPE_EXECUTED => SIZE_EXECUTED,
+        TYPE_EXECUTED_PRICE => SIZE_EXECUTED_PRICE,
+        TYPE_CANCEL => SIZE_CANCEL,
+        TYPE_DELETE => SIZE_DELETE,
+        TYPE_REPLACE => SIZE_REPLACE,
         b'P' => 44,
         b'Q' => 40,
         b'B' => 19,
@@ -301,31 +315,31 @@ fn header_of(m: &[u8]) -> Header {
 #[inline]
 pub fn decode(msg: &[u8]) -> Option<Message> {
     let kind = *msg.first()?;
-    // Each arm takes a fixed-size array of its type's size (the sizes of
-    // `message_size`): the field offsets are then constants into an array
-    // of known length, so no field read needs a bounds check of its own.
+    // Each arm takes a fixed-size array of its type's size: the field
+    // offsets are then constants into an array of known length, so no
+    // field read needs a bounds check of its own.
     Some(match kind {
         TYPE_SYSTEM_EVENT => {
-            let m = msg.first_chunk::<12>()?;
+            let m = msg.first_chunk::<SIZE_SYSTEM_EVENT>()?;
             Message::SystemEvent {
                 header: header_of(m),
                 event: m[11],
             }
         }
         TYPE_STOCK_DIRECTORY => {
-            let m = msg.first_chunk::<39>()?;
+            let m = msg.first_chunk::<SIZE_STOCK_DIRECTORY>()?;
             Message::StockDirectory {
                 header: header_of(m),
                 stock: stock_at(m, 11),
             }
         }
-        TYPE_ADD => add_order(msg.first_chunk::<36>()?, None),
+        TYPE_ADD => add_order(msg.first_chunk::<SIZE_ADD>()?, None),
         TYPE_ADD_MPID => {
-            let m = msg.first_chunk::<40>()?;
+            let m = msg.first_chunk::<SIZE_ADD_MPID>()?;
             add_order(m, Some(bytes4_at(m, 36)))
         }
         TYPE_EXECUTED => {
-            let m = msg.first_chunk::<31>()?;
+            let m = msg.first_chunk::<SIZE_EXECUTED>()?;
             Message::Executed {
                 header: header_of(m),
                 order_ref: u64_at(m, 11),
@@ -335,7 +349,7 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
             }
         }
         TYPE_EXECUTED_PRICE => {
-            let m = msg.first_chunk::<36>()?;
+            let m = msg.first_chunk::<SIZE_EXECUTED_PRICE>()?;
             Message::Executed {
                 header: header_of(m),
                 order_ref: u64_at(m, 11),
@@ -348,7 +362,7 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
             }
         }
         TYPE_CANCEL => {
-            let m = msg.first_chunk::<23>()?;
+            let m = msg.first_chunk::<SIZE_CANCEL>()?;
             Message::Cancel {
                 header: header_of(m),
                 order_ref: u64_at(m, 11),
@@ -356,14 +370,14 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
             }
         }
         TYPE_DELETE => {
-            let m = msg.first_chunk::<19>()?;
+            let m = msg.first_chunk::<SIZE_DELETE>()?;
             Message::Delete {
                 header: header_of(m),
                 order_ref: u64_at(m, 11),
             }
         }
         TYPE_REPLACE => {
-            let m = msg.first_chunk::<35>()?;
+            let m = msg.first_chunk::<SIZE_REPLACE>()?;
             Message::Replace {
                 header: header_of(m),
                 original: u64_at(m, 11),
@@ -373,7 +387,7 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
             }
         }
         TYPE_TRADING_ACTION => {
-            let m = msg.first_chunk::<25>()?;
+            let m = msg.first_chunk::<SIZE_TRADING_ACTION>()?;
             Message::TradingAction {
                 header: header_of(m),
                 stock: stock_at(m, 11),
@@ -382,7 +396,7 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
             }
         }
         TYPE_OPERATIONAL_HALT => {
-            let m = msg.first_chunk::<21>()?;
+            let m = msg.first_chunk::<SIZE_OPERATIONAL_HALT>()?;
             Message::OperationalHalt {
                 header: header_of(m),
                 stock: stock_at(m, 11),
@@ -397,11 +411,11 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
     })
 }
 
-/// An Add Order (with or without MPID) of the block `m` (at least 36
-/// bytes).
+/// An Add Order (with or without MPID) of the block `m` (at least
+/// `SIZE_ADD` bytes).
 #[inline(always)]
 fn add_order(m: &[u8], attribution: Option<[u8; 4]>) -> Message {
-    let m: &[u8; 36] = m.first_chunk().expect("an add is at least 36 bytes");
+    let m: &[u8; SIZE_ADD] = m.first_chunk().expect("an add is at least SIZE_ADD bytes");
     let header = header_of(m);
     let (order_ref, shares, stock, price) =
         (u64_at(m, 11), u32_at(m, 20), stock_at(m, 24), u32_at(m, 32));
