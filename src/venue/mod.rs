@@ -18,6 +18,7 @@
 
 pub mod iex_tops;
 pub mod nasdaq_itch;
+pub mod rerequest;
 pub mod tickgate;
 
 use std::fmt;
