@@ -26,6 +26,17 @@ pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1_000_000;
 /// Default bound on the symbols one feed tracks (the table is
 /// preallocated): the core's own default.
 pub const DEFAULT_MAX_SYMBOLS: usize = 100_000;
+/// recovery.md "Settings".
+pub const DEFAULT_VENUE_GAP_HOLD_US: u64 = 1000;
+pub const DEFAULT_GAP_HOLD_PACKETS: usize = 10_000;
+pub const DEFAULT_REREQUEST_TIMEOUT_MS: u64 = 50;
+pub const DEFAULT_REREQUEST_ATTEMPTS: u32 = 3;
+/// A hold longer than a minute is a misunderstanding of the setting.
+const MAX_GAP_HOLD_US: u64 = 60_000_000;
+/// Held datagrams are copied (up to a datagram each): about 1.5 KB each.
+const MAX_GAP_HOLD_PACKETS: u64 = 1_000_000;
+const MAX_REREQUEST_SERVERS: usize = 16;
+
 /// venues.md: venue feeds' default `stale_ms`.
 pub const DEFAULT_VENUE_STALE_MS: u64 = 1500;
 /// venues.md: nasdaq-itch `max_orders` default.
@@ -99,6 +110,15 @@ pub struct FeedConfig {
     pub stale_ms: u64,
     pub source_max_age_ms: u64,
     pub max_seq_jump: u64,
+    /// C3b: a channel sequence this far beyond `next` is not believed.
+    pub max_channel_jump: u64,
+    /// recovery.md "Settings".
+    pub gap_hold_us: u64,
+    pub gap_hold_packets: usize,
+    /// R4: MoldUDP64 re-request servers, asked in turn.
+    pub rerequest: Vec<SocketAddr>,
+    pub rerequest_timeout_ms: u64,
+    pub rerequest_attempts: u32,
     pub clock_offset: ClockOffset,
     pub max_symbols: usize,
     pub lines: Vec<LineConfig>,
@@ -128,6 +148,12 @@ impl FeedConfig {
             stale_ms: DEFAULT_STALE_MS,
             source_max_age_ms: DEFAULT_SOURCE_MAX_AGE_MS,
             max_seq_jump: DEFAULT_MAX_SEQ_JUMP,
+            max_channel_jump: crate::feed::channel::DEFAULT_MAX_CHANNEL_JUMP,
+            gap_hold_us: 0,
+            gap_hold_packets: DEFAULT_GAP_HOLD_PACKETS,
+            rerequest: Vec::new(),
+            rerequest_timeout_ms: DEFAULT_REREQUEST_TIMEOUT_MS,
+            rerequest_attempts: DEFAULT_REREQUEST_ATTEMPTS,
             clock_offset: ClockOffset::Auto,
             max_symbols: DEFAULT_MAX_SYMBOLS,
             lines: Vec::new(),
@@ -162,6 +188,14 @@ impl FeedConfig {
             venue: crate::venue::VenueSettings {
                 kind: self.venue,
                 max_orders: self.max_orders,
+            },
+            max_channel_jump: self.max_channel_jump,
+            recovery: crate::feed::Recovery {
+                gap_hold_us: self.gap_hold_us,
+                gap_hold_packets: self.gap_hold_packets,
+                rerequest_servers: self.rerequest.len(),
+                rerequest_timeout_ms: self.rerequest_timeout_ms,
+                rerequest_attempts: self.rerequest_attempts,
             },
         }
     }
@@ -591,6 +625,15 @@ impl Config {
             if old.max_seq_jump != newf.max_seq_jump {
                 plan.needs_restart.push(format!("{k}.max_seq_jump"));
             }
+            if old.max_channel_jump != newf.max_channel_jump
+                || old.gap_hold_us != newf.gap_hold_us
+                || old.gap_hold_packets != newf.gap_hold_packets
+                || old.rerequest != newf.rerequest
+                || old.rerequest_timeout_ms != newf.rerequest_timeout_ms
+                || old.rerequest_attempts != newf.rerequest_attempts
+            {
+                plan.needs_restart.push(format!("{k}.recovery"));
+            }
             if old.clock_offset != newf.clock_offset {
                 plan.needs_restart.push(format!("{k}.clock_offset"));
             }
@@ -747,6 +790,36 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     let max_seq_jump = s
         .uint("max_seq_jump", 2, u64::MAX >> 1)?
         .unwrap_or(DEFAULT_MAX_SEQ_JUMP);
+    // C3b
+    let max_channel_jump = s
+        .uint("max_channel_jump", 2, u64::MAX >> 1)?
+        .unwrap_or(crate::feed::channel::DEFAULT_MAX_CHANNEL_JUMP);
+    // recovery.md "Settings": venue feeds hold for the other line by
+    // default (1 ms); tickgate's own feeds clear gaps per symbol (S7).
+    let gap_hold_us = s
+        .uint("gap_hold_us", 0, MAX_GAP_HOLD_US)?
+        .unwrap_or(if venue.is_venue_feed() {
+            DEFAULT_VENUE_GAP_HOLD_US
+        } else {
+            0
+        });
+    let gap_hold_packets = s
+        .uint("gap_hold_packets", 1, MAX_GAP_HOLD_PACKETS)?
+        .map_or(DEFAULT_GAP_HOLD_PACKETS, |n| n as usize);
+    let rerequest = parse_rerequest(&mut s, venue)?;
+    let rerequest_timeout_ms = s
+        .uint("rerequest_timeout_ms", 1, 60_000)?
+        .unwrap_or(DEFAULT_REREQUEST_TIMEOUT_MS);
+    let rerequest_attempts = s
+        .uint("rerequest_attempts", 1, 1000)?
+        .map_or(DEFAULT_REREQUEST_ATTEMPTS, |n| n as u32);
+    if s.get("snapshot").is_some() {
+        // R5 is not implemented yet: refuse rather than run without it.
+        s.sink.borrow_mut().push(s.err(
+            "snapshot",
+            "GLIMPSE snapshots (recovery.md R5) are not supported by this version; remove the key",
+        ));
+    }
     let clock_offset = match s.get("clock_offset") {
         None => ClockOffset::Auto,
         Some(Value::String(v)) if v == "auto" => ClockOffset::Auto,
@@ -796,6 +869,12 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         stale_ms,
         source_max_age_ms,
         max_seq_jump,
+        max_channel_jump,
+        gap_hold_us,
+        gap_hold_packets,
+        rerequest,
+        rerequest_timeout_ms,
+        rerequest_attempts,
         clock_offset,
         max_symbols,
         lines,
@@ -804,6 +883,50 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         fifo_priority,
         cpu,
     })
+}
+
+/// R4: `rerequest = ["ip:port", ...]`, on `tickgate` and `nasdaq-itch`
+/// feeds only (IEX has no MoldUDP64 re-request service).
+fn parse_rerequest(s: &mut Section<'_>, venue: VenueKind) -> Result<Vec<SocketAddr>> {
+    let Some(v) = s.get("rerequest") else {
+        return Ok(Vec::new());
+    };
+    if venue == VenueKind::IexTops {
+        s.sink.borrow_mut().push(s.err(
+            "rerequest",
+            "applies to tickgate and nasdaq-itch feeds only (IEX-TP has no re-request service)",
+        ));
+        return Ok(Vec::new());
+    }
+    let Value::Array(items) = v else {
+        s.sink.borrow_mut().push(s.err(
+            "rerequest",
+            format!("expected an array of \"ip:port\" strings, found {}", type_name(v)),
+        ));
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("rerequest[{i}]");
+        match item.as_str().map(|t| (t, t.parse::<SocketAddr>())) {
+            Some((_, Ok(addr))) if addr.port() != 0 => out.push(addr),
+            Some((t, _)) => s.sink.borrow_mut().push(s.err(
+                &key,
+                format!("\"{t}\" is not an ip:port address with a port"),
+            )),
+            None => s.sink.borrow_mut().push(s.err(
+                &key,
+                format!("expected a string \"ip:port\", found {}", type_name(item)),
+            )),
+        }
+    }
+    if out.len() > MAX_REREQUEST_SERVERS {
+        s.sink.borrow_mut().push(s.err(
+            "rerequest",
+            format!("{} servers; at most {MAX_REREQUEST_SERVERS}", out.len()),
+        ));
+    }
+    Ok(out)
 }
 
 fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {

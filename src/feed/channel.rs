@@ -30,6 +30,12 @@ pub enum PacketAction {
     Heartbeat,
     /// C6: the current session ended.
     EndOfSession,
+    /// C3b: a sequence `max_channel_jump` or more beyond `next`, not
+    /// believed: dropped, counted, nothing changed.
+    Unbelievable,
+    /// C6: an end of session below `next`: a stale or forged copy, dropped,
+    /// counted, nothing changed.
+    StaleEnd,
 }
 
 /// Side effects of a packet on the channel, for the feed to apply.
@@ -55,14 +61,42 @@ pub struct Channel {
     next: u64,
     /// Total sessions seen (the list above is bounded).
     sessions_total: u64,
+    /// C3b: `max_channel_jump` (at least 1).
+    max_jump: u64,
+    /// C3b: unbelievable packets in a row, each continuing the previous.
+    jump_run: u8,
+    /// C3b: where the run began and where its last packet ended.
+    jump_start: u64,
+    jump_end: u64,
 }
+
+/// C3b: the default `max_channel_jump`.
+pub const DEFAULT_MAX_CHANNEL_JUMP: u64 = 1_000_000;
+
+/// C3b: consecutive unbelievable packets that prove the provider jumped.
+const JUMP_RESYNC: u8 = 3;
 
 impl Channel {
     pub fn new() -> Channel {
+        Channel::with_max_jump(DEFAULT_MAX_CHANNEL_JUMP)
+    }
+
+    /// A channel whose `max_channel_jump` (C3b) is `max_jump` (0 is taken
+    /// as 1).
+    pub fn with_max_jump(max_jump: u64) -> Channel {
         Channel {
             sessions: Vec::with_capacity(SESSION_HISTORY),
+            max_jump: max_jump.max(1),
             ..Channel::default()
         }
+    }
+
+    /// C3b: whether a packet of the current session starting at `sequence`
+    /// is within `max_channel_jump` of `next` (a packet at or before `next`
+    /// is always believed).
+    #[inline]
+    pub fn believed(&self, sequence: u64) -> bool {
+        sequence <= self.next || sequence - self.next < self.max_jump
     }
 
     pub fn current_session(&self) -> Option<SessionId> {
@@ -95,8 +129,43 @@ impl Channel {
         self.sessions.push(session);
         self.sessions_total += 1;
         self.ended = false;
+        self.jump_run = 0;
         // C1: late join is not loss.
         self.next = sequence;
+    }
+
+    /// C3b: whether this unbelievable packet would be the third of a run,
+    /// processed as a channel gap (nothing changes).
+    pub fn jump_would_resync(&self, p: &ChannelHeader) -> bool {
+        let seq = p.sequence;
+        let end = match p.kind {
+            PacketKind::Data => seq.saturating_add(p.count as u64),
+            _ => seq,
+        };
+        let copy = self.jump_run > 0 && seq >= self.jump_start && end <= self.jump_end;
+        !copy && self.jump_run + 1 >= JUMP_RESYNC && seq == self.jump_end
+    }
+
+    /// C3b: an unbelievable packet `[seq, end)`: `true` when it is the
+    /// third of a run of consecutive ones (the provider did jump), else it
+    /// is dropped. A copy of a packet already in the run (the other line's)
+    /// neither extends nor breaks the run.
+    fn jump_resyncs(&mut self, seq: u64, end: u64) -> bool {
+        if self.jump_run > 0 && seq >= self.jump_start && end <= self.jump_end {
+            return false;
+        }
+        if self.jump_run > 0 && seq == self.jump_end {
+            self.jump_run += 1;
+        } else {
+            self.jump_run = 1;
+            self.jump_start = seq;
+        }
+        self.jump_end = end;
+        if self.jump_run >= JUMP_RESYNC {
+            self.jump_run = 0;
+            return true;
+        }
+        false
     }
 
     /// C6 signalled inside a data packet (IEX System Event `C`), after the
@@ -147,6 +216,21 @@ impl Channel {
             }
         }
         let seq = p.sequence;
+        let end = match kind {
+            PacketKind::Data => seq.saturating_add(p.count as u64),
+            _ => seq,
+        };
+        if !ev.baseline {
+            if !self.believed(seq) {
+                // C3b
+                if !self.jump_resyncs(seq, end) {
+                    return (PacketAction::Unbelievable, ev);
+                }
+            } else if end > self.next || (seq == self.next && kind != PacketKind::Data) {
+                // A believed packet that is not a lagging copy ends a run.
+                self.jump_run = 0;
+            }
+        }
         match kind {
             PacketKind::Heartbeat => {
                 if seq > self.next {
@@ -163,6 +247,10 @@ impl Channel {
                 (PacketAction::Heartbeat, ev)
             }
             PacketKind::EndOfSession => {
+                if seq < self.next {
+                    // C6: a stale or forged copy changes nothing.
+                    return (PacketAction::StaleEnd, ev);
+                }
                 // Its sequence is the next the provider would have sent:
                 // anything before it that never arrived is lost (C3).
                 if seq > self.next {
@@ -174,7 +262,6 @@ impl Channel {
                 (PacketAction::EndOfSession, ev)
             }
             PacketKind::Data => {
-                let end = seq.saturating_add(p.count as u64);
                 if end <= self.next {
                     // C2: all blocks precede `next`.
                     return (PacketAction::Duplicate, ev);

@@ -61,6 +61,78 @@ pub struct FeedCounters {
     pub order_conflicts: u64,
     /// nasdaq-itch: live orders in the books (a gauge, not a counter).
     pub live_orders: u64,
+    /// C3b: packets beyond `max_channel_jump`, not believed.
+    pub channel_seq_anomalies: u64,
+    /// C6: end-of-session packets below `next` (stale or forged), and ones
+    /// at `next` while later datagrams were held (R1): nothing changed.
+    pub stale_ends_of_session: u64,
+    /// R4: re-request answers as a line of their own (`rerequest`).
+    pub rerequest: LineCounters,
+    /// R6.
+    pub recovery: RecoveryCounters,
+}
+
+/// recovery.md R6: what the hold and the re-requests did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryCounters {
+    pub holes_opened: u64,
+    /// Closed without loss.
+    pub holes_filled: u64,
+    pub holes_lost: u64,
+    /// Messages applied from re-request answers.
+    pub messages_recovered: u64,
+    pub requests_sent: u64,
+    /// Answers from a configured server (valid datagrams).
+    pub answers_received: u64,
+    /// Dropped answers: from an address that is not a configured server,
+    /// of another session, heartbeats and ends of session.
+    pub answers_wrong_source: u64,
+    pub answers_wrong_session: u64,
+    pub answers_not_data: u64,
+    /// R2: holes declared because the hold was full.
+    pub hold_overflows: u64,
+    /// From a hole's opening to its closing (filled or declared).
+    pub hole_time: HoleTimeHistogram,
+}
+
+/// Bucket upper bounds (ns) of `HoleTimeHistogram`, for a Prometheus
+/// histogram: from one packet's worth of line skew to a re-request that
+/// gave up.
+pub const HOLE_TIME_BOUNDS_NS: [i64; 12] = [
+    10_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+/// A fixed-bucket histogram (no allocation): `counts[i]` holes took at most
+/// `HOLE_TIME_BOUNDS_NS[i]` and more than the bound before; the last
+/// bucket is the rest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoleTimeHistogram {
+    pub counts: [u64; HOLE_TIME_BOUNDS_NS.len() + 1],
+    pub sum_ns: u64,
+}
+
+impl HoleTimeHistogram {
+    pub fn observe(&mut self, ns: i64) {
+        let ns = ns.max(0);
+        let i = HOLE_TIME_BOUNDS_NS.partition_point(|&b| b < ns);
+        self.counts[i] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns as u64);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
 }
 
 impl FeedCounters {

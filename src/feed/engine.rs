@@ -6,20 +6,22 @@
 
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
-use super::counters::{FeedCounters, SymbolSummary};
+use super::counters::{FeedCounters, LineCounters, SymbolSummary};
+use super::hold::{Hold, Source};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, HOT_BYTES};
-use super::verdict::{resolve_cause, Thresholds};
+use super::verdict::{report_cause, Thresholds};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
-    FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_TRUST_GAP,
-    FEED_TRUST_LATE_JOIN, SYM_HALTED,
+    FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
+    FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
+use crate::venue::rerequest::Request;
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, DatagramError, Policy, Rules, Venue, VenueKind,
+    AnyVenue, ChannelHeader, Count, DatagramError, Header, Policy, Rules, Venue, VenueKind,
 };
-use crate::wire::{Heartbeat, Quote, SessionId, Side, Symbol};
+use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +38,61 @@ pub enum DatagramOutcome {
     StaleSession,
     /// `line` is not one of the feed's lines: ignored, nothing counted.
     UnknownLine,
+    /// R1: beyond an open hole: kept until the hole is filled or declared.
+    Held,
+    /// Dropped and counted, nothing changed: an unbelievable channel jump
+    /// (C3b), a stale end of session (C6), a re-request answer of another
+    /// session or not a data packet (R4).
+    Ignored,
+}
+
+/// R2: the open hole's times.
+#[derive(Clone, Copy, Debug, Default)]
+struct HoleTimes {
+    t_open: i64,
+    /// The arrival of the last datagram that filled part of the hole.
+    t_progress: i64,
+}
+
+/// R4: the feed's re-request state.
+#[derive(Clone, Copy, Debug)]
+struct Requester {
+    /// Index of the server asked last (in turn after a timeout).
+    server: usize,
+    /// When the outstanding request left, if one is.
+    outstanding_since: Option<i64>,
+    /// A request due, waiting for the I/O shell (`poll_request`).
+    queued: Option<(usize, Request)>,
+    /// The last `RATE_LIMIT` send times (a ring), for the ceiling.
+    sent: [i64; RATE_LIMIT],
+    sent_at: usize,
+}
+
+/// R4: at most this many requests leave a feed in any second.
+const RATE_LIMIT: usize = 100;
+
+impl Default for Requester {
+    fn default() -> Requester {
+        Requester {
+            server: 0,
+            outstanding_since: None,
+            queued: None,
+            sent: [i64::MIN; RATE_LIMIT],
+            sent_at: 0,
+        }
+    }
+}
+
+impl Requester {
+    /// The earliest time one more request keeps within the ceiling.
+    fn rate_free_at(&self) -> i64 {
+        self.sent[self.sent_at].saturating_add(1_000_000_000)
+    }
+
+    fn record_send(&mut self, now: i64) {
+        self.sent[self.sent_at] = now;
+        self.sent_at = (self.sent_at + 1) % RATE_LIMIT;
+    }
 }
 
 pub struct Feed<P: Publish = NoPublish> {
@@ -53,6 +110,12 @@ pub struct Feed<P: Publish = NoPublish> {
     /// The channel header of the latest valid datagram (for replay's
     /// session notes, without parsing it again).
     last_header: Option<ChannelHeader>,
+    /// R1: datagrams held beyond the open hole.
+    hold: Hold,
+    /// A held datagram's bytes while it is processed (capacity kept).
+    scratch: Vec<u8>,
+    rec: HoleTimes,
+    req: Requester,
 }
 
 impl Feed<NoPublish> {
@@ -79,7 +142,7 @@ impl<P: Publish> Feed<P> {
         let mut feed = Feed {
             settings,
             max_jump: settings.max_seq_jump.max(1),
-            channel: Channel::new(),
+            channel: Channel::with_max_jump(settings.max_channel_jump),
             clock: ClockEstimator::new(settings.clock_offset),
             index: SymbolIndex::with_capacity(settings.max_symbols),
             symbols: Vec::with_capacity(settings.max_symbols),
@@ -89,6 +152,14 @@ impl<P: Publish> Feed<P> {
             venue,
             policy,
             last_header: None,
+            hold: if settings.recovery.holds() {
+                Hold::with_capacity(settings.recovery.gap_hold_packets.min(1 << 16))
+            } else {
+                Hold::default()
+            },
+            scratch: Vec::new(),
+            rec: HoleTimes::default(),
+            req: Requester::default(),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
         feed.publisher.publish_feed(&feed.view);
@@ -251,7 +322,9 @@ impl<P: Publish> Feed<P> {
 
     /// One datagram received on `line` at `now` (Unix ns). The whole
     /// datagram is validated (by the feed's venue) before anything is
-    /// applied.
+    /// applied. With recovery on (recovery.md), a datagram beyond a hole is
+    /// held (R1) and holes whose deadline passed before `now` are declared
+    /// first (R2).
     pub fn on_datagram(&mut self, line: usize, datagram: &[u8], now: i64) -> DatagramOutcome {
         if line >= self.counters.lines.len() {
             return DatagramOutcome::UnknownLine;
@@ -268,17 +341,370 @@ impl<P: Publish> Feed<P> {
         let lc = &mut self.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
+        if !self.settings.recovery.holds() {
+            return self.process(Source::Line(line), datagram, &header, now);
+        }
+        self.handle_timeout(now);
+        self.route(Source::Line(line), datagram, &header, now)
+    }
 
+    /// R4: one datagram from a configured re-request server (the I/O shell
+    /// has checked its UDP source) at `now`. Processed as if a line named
+    /// `rerequest` had delivered it, except that an answer of another
+    /// session, a heartbeat or an end of session is dropped and counted:
+    /// answers never change the session (C5 needs the multicast lines).
+    pub fn on_rerequest_answer(&mut self, datagram: &[u8], now: i64) -> DatagramOutcome {
+        let header = match self.venue.parse(datagram) {
+            Ok(h) => h,
+            Err(e) => {
+                self.counters.invalid_packets += 1;
+                self.counters.rerequest.invalid_packets += 1;
+                return DatagramOutcome::Invalid(e);
+            }
+        };
+        let rc = &mut self.counters.rerequest;
+        rc.packets += 1;
+        rc.messages += header.channel.count as u64;
+        self.counters.recovery.answers_received += 1;
+        if self.channel.current_session() != Some(header.channel.session) {
+            self.counters.recovery.answers_wrong_session += 1;
+            return DatagramOutcome::Ignored;
+        }
+        if header.channel.kind != PacketKind::Data {
+            self.counters.recovery.answers_not_data += 1;
+            return DatagramOutcome::Ignored;
+        }
+        self.handle_timeout(now);
+        self.route(Source::Rerequest, datagram, &header, now)
+    }
+
+    /// R4: a datagram arrived on the re-request socket from an address that
+    /// is not a configured server: dropped by the I/O shell, counted here.
+    pub fn count_foreign_answer(&mut self) {
+        self.counters.recovery.answers_wrong_source += 1;
+    }
+
+    /// R2/R4: time passes to `now` without a datagram: holes whose deadline
+    /// is before `now` are declared lost, requests that fall due are
+    /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
+    /// replay and the check's tests before a check stamped `now`.
+    pub fn handle_timeout(&mut self, now: i64) {
+        while !self.hold.is_empty() {
+            let deadline = self.hole_deadline();
+            if deadline >= now {
+                break;
+            }
+            // R2: right after the deadline, processed with now = deadline.
+            self.counters.recovery.holes_lost += 1;
+            self.declare_first(deadline);
+        }
+        self.schedule_request(now);
+    }
+
+    /// When `handle_timeout` next has something to do (Unix ns): a hole's
+    /// deadline passing or a request falling due. `None`: nothing pending.
+    pub fn next_timeout(&self) -> Option<i64> {
+        if self.hold.is_empty() {
+            return None;
+        }
+        // Declared right after the deadline: wake 1 ns past it.
+        let deadline = self.hole_deadline().saturating_add(1);
+        Some(match self.request_due() {
+            Some(due) if self.req.queued.is_none() => deadline.min(due),
+            _ => deadline,
+        })
+    }
+
+    /// R4: the request to send now, if one fell due: the index of the
+    /// configured server to send it to, and the request. At most one is
+    /// outstanding per feed.
+    pub fn poll_request(&mut self) -> Option<(usize, Request)> {
+        self.req.queued.take()
+    }
+
+    /// Whether a hole is open now (R3: the check answers `recovering`).
+    pub fn recovering(&self) -> bool {
+        !self.hold.is_empty()
+    }
+
+    /// The held datagrams now, and the most held at once and the arena's
+    /// peak size so far (bytes).
+    pub fn hold_usage(&self) -> (usize, usize, usize) {
+        (self.hold.len(), self.hold.peak_entries, self.hold.peak_bytes)
+    }
+
+    fn source_counters(&mut self, source: Source) -> &mut LineCounters {
+        match source {
+            Source::Line(l) => &mut self.counters.lines[l],
+            Source::Rerequest => &mut self.counters.rerequest,
+        }
+    }
+
+    /// R1: hold, fill or process a valid datagram of a feed that holds.
+    fn route(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        let ch = header.channel;
+        loop {
+            let current = self.channel.current_session();
+            if current != Some(ch.session) || self.channel.ended() {
+                if current.is_some()
+                    && current != Some(ch.session)
+                    && !self.channel.sessions().contains(&ch.session)
+                {
+                    // R2: every open hole is declared before C5 applies.
+                    while !self.hold.is_empty() {
+                        self.counters.recovery.holes_lost += 1;
+                        self.declare_first(now);
+                    }
+                }
+                return self.process(source, datagram, header, now);
+            }
+            let next = self.channel.next_sequence();
+            let seq = ch.sequence;
+            if seq > next {
+                if !self.channel.believed(seq) {
+                    // C3b: dropped, or (the third of a run) a gap from
+                    // `next`: held datagrams are older, declare them first.
+                    if self.channel.jump_would_resync(&ch) {
+                        while !self.hold.is_empty() {
+                            self.counters.recovery.holes_lost += 1;
+                            self.declare_first(now);
+                        }
+                    }
+                    return self.process(source, datagram, header, now);
+                }
+                if self.hold.holds_copy(header) {
+                    // The other line's copy of a held packet adds nothing.
+                    self.source_counters(source).duplicate_packets += 1;
+                    return DatagramOutcome::Duplicate;
+                }
+                if self.hold.len() >= self.settings.recovery.gap_hold_packets {
+                    // R2: holding one more would exceed the bound.
+                    self.counters.recovery.hold_overflows += 1;
+                    self.counters.recovery.holes_lost += 1;
+                    self.declare_first(now);
+                    continue;
+                }
+                if self.hold.is_empty() {
+                    self.open_hole(now);
+                }
+                self.hold.push(*header, datagram, now, source);
+                return DatagramOutcome::Held;
+            }
+            if self.hold.is_empty() {
+                return self.process(source, datagram, header, now);
+            }
+            return match ch.kind {
+                PacketKind::Heartbeat => {
+                    // R1: a lagging line's heartbeat changes nothing (no C4).
+                    self.source_counters(source).duplicate_packets += 1;
+                    DatagramOutcome::Duplicate
+                }
+                PacketKind::EndOfSession => {
+                    // C6 below `next`; at `next` while later datagrams are
+                    // held it cannot be the provider's: changes nothing.
+                    self.counters.stale_ends_of_session += 1;
+                    DatagramOutcome::Ignored
+                }
+                PacketKind::Data => {
+                    let before = next;
+                    let out = self.process(source, datagram, header, now);
+                    if self.channel.next_sequence() > before {
+                        self.fill(source, now);
+                    }
+                    out
+                }
+            };
+        }
+    }
+
+    /// R1: a datagram moved `next` while a hole was open: the held
+    /// datagrams that now continue are processed in order; the hole closes
+    /// when one of them was reached, else it was filled in part.
+    fn fill(&mut self, source: Source, now: i64) {
+        let reached = self.release(now);
+        if self.hold.is_empty() || reached {
+            self.counters.recovery.holes_filled += 1;
+            self.close_hole(now);
+            if !self.hold.is_empty() {
+                // R2: the next hole opens at its earliest held arrival.
+                let t = self.hold.earliest_arrival().unwrap_or(now);
+                self.open_hole(t);
+            }
+        } else {
+            // R2: progress moves a re-requesting hole's deadline.
+            self.rec.t_progress = now;
+            if source == Source::Rerequest {
+                // R4: an answer that fills part is followed at once by a
+                // request for the rest.
+                self.req.outstanding_since = None;
+            }
+        }
+        self.schedule_request(now);
+    }
+
+    /// Processes the held datagrams that continue from `next` (C2 skips
+    /// what was already processed), with `now` for every rule; after the
+    /// session ended, every held datagram (they are dropped as C6 says).
+    /// Returns whether any was processed.
+    fn release(&mut self, now: i64) -> bool {
+        let mut any = false;
+        let mut bytes = std::mem::take(&mut self.scratch);
+        while let Some(first) = self.hold.first() {
+            if first.sequence() > self.channel.next_sequence() && !self.channel.ended() {
+                break;
+            }
+            let held = self.hold.pop_into(&mut bytes).expect("first exists");
+            self.process(held.source, &bytes, &held.header, now);
+            any = true;
+        }
+        self.scratch = bytes;
+        any
+    }
+
+    /// R2: the first hole is lost: its first held datagram goes through C3
+    /// at `at`, then the ones that continue. Held datagrams beyond the next
+    /// hole stay, and that hole keeps its own open time.
+    fn declare_first(&mut self, at: i64) {
+        let mut bytes = std::mem::take(&mut self.scratch);
+        if let Some(held) = self.hold.pop_into(&mut bytes) {
+            self.process(held.source, &bytes, &held.header, at);
+        }
+        self.scratch = bytes;
+        self.release(at);
+        self.close_hole(at);
+        if !self.hold.is_empty() {
+            let t = self.hold.earliest_arrival().unwrap_or(at);
+            self.open_hole(t);
+        }
+    }
+
+    fn open_hole(&mut self, t_open: i64) {
+        self.counters.recovery.holes_opened += 1;
+        self.rec = HoleTimes {
+            t_open,
+            t_progress: t_open,
+        };
+        self.req.outstanding_since = None;
+        self.req.queued = None;
+        if self.view.flags & FEED_RECOVERING == 0 {
+            self.view.flags |= FEED_RECOVERING;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+
+    /// The current hole is gone (filled or declared): `recovering` ends
+    /// unless another opens at once.
+    fn close_hole(&mut self, now: i64) {
+        self.counters
+            .recovery
+            .hole_time
+            .observe(now.saturating_sub(self.rec.t_open));
+        self.req.outstanding_since = None;
+        self.req.queued = None;
+        if self.hold.is_empty() && self.view.flags & FEED_RECOVERING != 0 {
+            self.view.flags &= !FEED_RECOVERING;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+
+    /// R2: the open hole's deadline.
+    fn hole_deadline(&self) -> i64 {
+        let r = &self.settings.recovery;
+        let held_until = self
+            .rec
+            .t_open
+            .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64);
+        if r.rerequest_servers == 0 {
+            return held_until;
+        }
+        held_until
+            .max(self.rec.t_progress)
+            .saturating_add(self.rerequest_window_ns())
+    }
+
+    /// R2: `rerequest_attempts x rerequest_timeout_ms`, in ns.
+    fn rerequest_window_ns(&self) -> i64 {
+        let r = &self.settings.recovery;
+        ms_to_ns(r.rerequest_timeout_ms).saturating_mul(r.rerequest_attempts as i64)
+    }
+
+    /// R4: when the next request falls due (re-requesting feeds with an
+    /// open hole): the first at `max(t_open + gap_hold_us, t_progress)`,
+    /// then each `rerequest_timeout_ms` after the last unanswered one, and
+    /// never more than 100 in any second.
+    fn request_due(&self) -> Option<i64> {
+        let r = &self.settings.recovery;
+        if r.rerequest_servers == 0 || self.hold.is_empty() {
+            return None;
+        }
+        let due = match self.req.outstanding_since {
+            Some(sent) => sent.saturating_add(ms_to_ns(r.rerequest_timeout_ms)),
+            None => self
+                .rec
+                .t_open
+                .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64)
+                .max(self.rec.t_progress),
+        };
+        Some(due.max(self.req.rate_free_at()))
+    }
+
+    /// R4: queues the request that falls due at `now`, if any.
+    fn schedule_request(&mut self, now: i64) {
+        let Some(due) = self.request_due() else {
+            return;
+        };
+        if due > now || self.req.queued.is_some() {
+            return;
+        }
+        let (Some(session), Some(first)) = (self.channel.current_session(), self.hold.first())
+        else {
+            return;
+        };
+        let next = self.channel.next_sequence();
+        let missing = first.sequence().saturating_sub(next);
+        if self.req.outstanding_since.is_some() {
+            // Unanswered: the next server, in turn.
+            self.req.server = (self.req.server + 1) % self.settings.recovery.rerequest_servers;
+        }
+        self.req.outstanding_since = Some(now);
+        self.req.record_send(now);
+        self.req.queued = Some((self.req.server, Request::for_hole(session, next, missing)));
+        self.counters.recovery.requests_sent += 1;
+    }
+
+    /// Applies a valid datagram to the channel rules and, for data, the
+    /// symbol rules (semantics.md, venues.md), at `now`.
+    fn process(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
         let before = self.view;
         let (action, ev) = self.channel.on_packet(&header.channel);
         match action {
             PacketAction::Duplicate => {
-                self.counters.lines[line].duplicate_packets += 1;
+                self.source_counters(source).duplicate_packets += 1;
                 return DatagramOutcome::Duplicate;
             }
             PacketAction::StaleSession => {
                 self.counters.stale_session_dropped += 1;
                 return DatagramOutcome::StaleSession;
+            }
+            PacketAction::Unbelievable => {
+                self.counters.channel_seq_anomalies += 1;
+                return DatagramOutcome::Ignored;
+            }
+            PacketAction::StaleEnd => {
+                self.counters.stale_ends_of_session += 1;
+                return DatagramOutcome::Ignored;
             }
             _ => {}
         }
@@ -361,7 +787,12 @@ impl<P: Publish> Feed<P> {
                 settings: &self.settings,
                 view: &self.view,
             };
-            let applied = self.venue.apply(datagram, &header, skip, &mut rules);
+            let applied = self.venue.apply(datagram, header, skip, &mut rules);
+            if source == Source::Rerequest {
+                // R6: messages applied from a re-request answer.
+                self.counters.recovery.messages_recovered +=
+                    (header.channel.count as u64).saturating_sub(skip as u64);
+            }
             let before = self.view;
             // V5: one sample per packet: the send time where packets carry
             // one, else the packet's smallest message delay (samples of one
@@ -440,7 +871,7 @@ impl<P: Publish> Feed<P> {
         let v = &st.view;
         let session_current = v.session_epoch == self.view.session_epoch;
         let has_quote = v.has_quote();
-        let cause = resolve_cause(v, &self.view);
+        let cause = report_cause(v, &self.view);
         SymbolSummary {
             index,
             last_seq: (session_current && v.has_seq()).then_some(v.seq),
@@ -478,7 +909,7 @@ impl<P: Publish> Feed<P> {
     pub fn symbols_suspect(&self) -> usize {
         self.symbols
             .iter()
-            .filter(|st| resolve_cause(&st.view, &self.view) != SuspectCause::None)
+            .filter(|st| report_cause(&st.view, &self.view) != SuspectCause::None)
             .count()
     }
 }

@@ -6,6 +6,7 @@ pub mod channel;
 pub mod clock;
 pub mod counters;
 pub mod engine;
+pub mod hold;
 pub mod index;
 pub mod prefetch;
 pub mod reader;
@@ -17,9 +18,14 @@ pub mod table;
 pub mod verdict;
 pub mod view;
 
-pub use counters::{FeedCounters, LineCounters, SymbolSummary};
+pub use counters::{
+    FeedCounters, HoleTimeHistogram, LineCounters, RecoveryCounters, SymbolSummary,
+    HOLE_TIME_BOUNDS_NS,
+};
 pub use engine::{DatagramOutcome, Feed};
-pub use settings::{ClockOffset, FeedSettings, Liveness, Mode, VenueKind, VenueSettings};
+pub use settings::{
+    ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings,
+};
 pub use view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,
 };

@@ -53,6 +53,49 @@ pub struct FeedSettings {
     pub max_symbols: usize,
     /// The venue the feed speaks (venues.md) and its adapter's settings.
     pub venue: VenueSettings,
+    /// C3b: a channel sequence this far or more beyond `next` is not
+    /// believed.
+    pub max_channel_jump: u64,
+    /// Gap recovery (recovery.md).
+    pub recovery: Recovery,
+}
+
+/// recovery.md "Settings": how long and how much a feed holds for a hole,
+/// and how it re-requests. The re-request servers' addresses are the I/O
+/// shell's; the core only needs how many there are (it names the one to
+/// ask by index, in turn).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// R1/R2: how long a gap stays open for the other lines.
+    pub gap_hold_us: u64,
+    /// R2: most datagrams held at once (at least 1).
+    pub gap_hold_packets: usize,
+    /// R4: configured re-request servers (0: none).
+    pub rerequest_servers: usize,
+    /// R4: wait for an answer before asking again.
+    pub rerequest_timeout_ms: u64,
+    /// R4: requests in a row without progress before the hole is lost.
+    pub rerequest_attempts: u32,
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Recovery {
+            gap_hold_us: 0,
+            gap_hold_packets: 10_000,
+            rerequest_servers: 0,
+            rerequest_timeout_ms: 50,
+            rerequest_attempts: 3,
+        }
+    }
+}
+
+impl Recovery {
+    /// R1: with no hold time and no re-request server nothing is held and
+    /// C3 applies as written.
+    pub fn holds(&self) -> bool {
+        self.gap_hold_us > 0 || self.rerequest_servers > 0
+    }
 }
 
 impl Default for FeedSettings {
@@ -66,14 +109,17 @@ impl Default for FeedSettings {
             clock_offset: ClockOffset::Auto,
             max_symbols: 100_000,
             venue: VenueSettings::default(),
+            max_channel_jump: super::channel::DEFAULT_MAX_CHANNEL_JUMP,
+            recovery: Recovery::default(),
         }
     }
 }
 
 impl FeedSettings {
     /// The defaults of a venue's feeds (venues.md: venue feeds take
-    /// `liveness = "channel"` and `stale_ms = 1500`; every other setting
-    /// keeps semantics.md's default).
+    /// `liveness = "channel"`, `stale_ms = 1500` and, recovery.md,
+    /// `gap_hold_us = 1000`; every other setting keeps semantics.md's
+    /// default).
     pub fn for_venue(kind: VenueKind) -> FeedSettings {
         let mut s = FeedSettings {
             venue: VenueSettings {
@@ -85,6 +131,10 @@ impl FeedSettings {
         if kind.is_venue_feed() {
             s.liveness = Liveness::Channel;
             s.stale_ms = 1500;
+            // recovery.md "Settings": venue feeds have no per-symbol
+            // sequence numbers to clear a gap, so they wait for the other
+            // line by default.
+            s.recovery.gap_hold_us = 1000;
         }
         s
     }

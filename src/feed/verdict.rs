@@ -8,7 +8,7 @@
 use crate::feed::settings::ms_to_ns;
 use crate::feed::view::{
     FeedView, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE, FEED_CHANNEL_SOURCE_TIME,
-    FEED_LIVENESS_CHANNEL, FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
+    FEED_LIVENESS_CHANNEL, FEED_RECOVERING, FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
 use crate::wire::Side;
 
@@ -140,6 +140,16 @@ pub fn resolve_cause(sym: &SymbolView, feed: &FeedView) -> SuspectCause {
     }
 }
 
+/// The cause the check reports: `resolve_cause`, and last (R3)
+/// `recovering` while the feed has an open hole.
+#[inline]
+pub fn report_cause(sym: &SymbolView, feed: &FeedView) -> SuspectCause {
+    match resolve_cause(sym, feed) {
+        SuspectCause::None if feed.flags & FEED_RECOVERING != 0 => SuspectCause::Recovering,
+        cause => cause,
+    }
+}
+
 /// `check(symbol, now)`: every reason that applies, in gate.md order.
 #[inline]
 pub fn judge(sym: Option<&SymbolView>, feed: &FeedView, now: i64, t: &Thresholds) -> Verdict {
@@ -178,6 +188,13 @@ pub fn judge(sym: Option<&SymbolView>, feed: &FeedView, now: i64, t: &Thresholds
     if sym.flags & SYM_HALTED != 0 && sym.session_epoch == feed.session_epoch {
         reasons |= R_HALTED;
     }
+    // R3: an open hole is the last cause; it changes nothing else of the
+    // answer (liveness and source time above are judged without it).
+    let cause = if cause == SuspectCause::None && feed.flags & FEED_RECOVERING != 0 {
+        SuspectCause::Recovering
+    } else {
+        cause
+    };
     if cause != SuspectCause::None {
         reasons |= R_SUSPECT;
     }
@@ -267,10 +284,34 @@ mod tests {
             judge(Some(&v), &f, at, &t).cause,
             SuspectCause::SessionChange
         );
+        f.flags |= FEED_RECOVERING;
+        assert_eq!(
+            judge(Some(&v), &f, at, &t).cause,
+            SuspectCause::SessionChange
+        );
         f.flags |= FEED_ENDED;
         let got = judge(Some(&v), &f, at, &t);
         assert_eq!(got.cause, SuspectCause::SessionEnded);
         assert_eq!(got.reasons, R_SUSPECT);
+    }
+
+    #[test]
+    fn recovering_is_last_and_changes_nothing_else() {
+        let mut f = FeedView {
+            channel_alive_at: 900 * MS,
+            flags: FEED_LIVENESS_CHANNEL | FEED_CHANNEL_ALIVE,
+            ..FeedView::default()
+        };
+        let t = Thresholds::default();
+        let v = quoted();
+        let healthy = judge(Some(&v), &f, 1000 * MS, &t);
+        f.flags |= FEED_RECOVERING;
+        let held = judge(Some(&v), &f, 1000 * MS, &t);
+        assert_eq!(held.cause, SuspectCause::Recovering);
+        assert_eq!(held.reasons, R_SUSPECT);
+        // R3: the channel still vouches for liveness as without the hole.
+        assert_eq!(held.silence_ns, healthy.silence_ns);
+        assert_eq!(report_cause(&v, &f), SuspectCause::Recovering);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum SuspectCause {
     SessionChange = 4,
     NoSnapshot = 5,
     SessionEnded = 6,
+    /// R3: the feed has an open hole (reported only, never stored).
+    Recovering = 7,
 }
 
 impl SuspectCause {
@@ -39,6 +41,7 @@ impl SuspectCause {
             4 => SuspectCause::SessionChange,
             5 => SuspectCause::NoSnapshot,
             6 => SuspectCause::SessionEnded,
+            7 => SuspectCause::Recovering,
             _ => SuspectCause::None,
         }
     }
@@ -53,6 +56,7 @@ impl SuspectCause {
             SuspectCause::SessionChange => "session_change",
             SuspectCause::NoSnapshot => "no_snapshot",
             SuspectCause::SessionEnded => "session_ended",
+            SuspectCause::Recovering => "recovering",
         }
     }
 }
@@ -194,6 +198,9 @@ pub const FEED_TRUST_LATE_JOIN: u8 = 32;
 /// nasdaq-itch trust (replaces S7): a channel gap occurred in the current
 /// session, so every book may be wrong: `channel_gap` until a new session.
 pub const FEED_TRUST_GAP: u8 = 64;
+/// R3: the feed has an open hole: symbols that would otherwise be answered
+/// without `suspect` are `suspect=recovering`.
+pub const FEED_RECOVERING: u8 = 128;
 
 /// Feed-level state the verdict needs. 32 bytes (4 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,13 +1,15 @@
 //! The conformance scenario harness shared by tests/spec_scenarios.rs
-//! (scenarios.json) and tests/venue_scenarios.rs (venue_scenarios.json):
-//! packets fed at time `t` on line A (0) or B (1), checks answered through
+//! (scenarios.json), tests/venue_scenarios.rs (venue_scenarios.json) and
+//! tests/recovery_scenarios.rs (recovery_scenarios.json): packets fed at
+//! time `t` on line A (0) or B (1) or as a re-request answer, checks
+//! answered through
 //! the public `gate::protocol::answer` and compared whole (`expect`) or by
 //! prefix (`expect_prefix`).
 
 #![allow(dead_code)]
 
 use serde_json::Value;
-use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, VenueKind};
+use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, Recovery, VenueKind};
 use tickgate::gate::protocol::{answer, SymbolLookup};
 
 pub fn spec_path(file: &str) -> String {
@@ -52,6 +54,26 @@ pub fn settings(feed: &Value) -> FeedSettings {
             ),
         },
         venue: venue_settings,
+        max_channel_jump: feed["max_channel_jump"]
+            .as_u64()
+            .unwrap_or(d.max_channel_jump),
+        recovery: Recovery {
+            gap_hold_us: feed["gap_hold_us"]
+                .as_u64()
+                .unwrap_or(d.recovery.gap_hold_us),
+            gap_hold_packets: feed["gap_hold_packets"]
+                .as_u64()
+                .map_or(d.recovery.gap_hold_packets, |n| n as usize),
+            rerequest_servers: feed["rerequest"]
+                .as_array()
+                .map_or(d.recovery.rerequest_servers, |a| a.len()),
+            rerequest_timeout_ms: feed["rerequest_timeout_ms"]
+                .as_u64()
+                .unwrap_or(d.recovery.rerequest_timeout_ms),
+            rerequest_attempts: feed["rerequest_attempts"]
+                .as_u64()
+                .map_or(d.recovery.rerequest_attempts, |n| n as u32),
+        },
         ..d
     }
 }
@@ -65,14 +87,19 @@ pub fn run(sc: &Value) -> Vec<String> {
     for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
         let t = step["t"].as_i64().unwrap();
         if let Some(hex) = step["hex"].as_str() {
-            let line = match step["line"].as_str() {
-                Some("A") | None => 0,
-                Some("B") => 1,
+            let bytes = hex::decode(hex).unwrap();
+            match step["line"].as_str() {
+                Some("A") | None => feed.on_datagram(0, &bytes, t),
+                Some("B") => feed.on_datagram(1, &bytes, t),
+                // recovery.md: an answer from the feed's first server.
+                Some("rerequest") => feed.on_rerequest_answer(&bytes, t),
                 Some(l) => panic!("{name}: unknown line {l}"),
             };
-            let bytes = hex::decode(hex).unwrap();
-            feed.on_datagram(line, &bytes, t);
+            // R4: requests are the I/O shell's to send; here they go nowhere.
+            while feed.poll_request().is_some() {}
         } else if let Some(check) = step["check"].as_str() {
+            // R2: deadlines that passed before the check are declared first.
+            feed.handle_timeout(t);
             out.clear();
             let feeds: [&dyn SymbolLookup; 1] = [&feed];
             answer(check.as_bytes(), &feeds, t, &mut out);
