@@ -42,6 +42,8 @@ typedef struct tickgate_client tickgate_client;
 #define TICKGATE_CAUSE_SESSION_CHANGE 4
 #define TICKGATE_CAUSE_NO_SNAPSHOT 5
 #define TICKGATE_CAUSE_SESSION_ENDED 6
+/* recovery.md R3: the feed has an open hole (layout version 2). */
+#define TICKGATE_CAUSE_RECOVERING 7
 
 /* tickgate_answer.sides */
 #define TICKGATE_SIDE_BID 1

@@ -268,6 +268,7 @@ impl Daemon {
                 busy_poll: f.busy_poll,
                 cpu: f.cpu,
                 fifo_priority: f.fifo_priority,
+                rerequest: f.rerequest.clone(),
                 ..ReceiverOptions::default()
             };
             let thread = FeedThread::spawn(&f.name, lines, opts, writer)?;

@@ -15,6 +15,7 @@ pub mod fills;
 pub mod gate;
 pub mod http_limits;
 pub mod metrics;
+pub mod net;
 pub mod text;
 pub mod venue;
 pub mod wire;

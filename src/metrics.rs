@@ -141,6 +141,34 @@ stats! {
             "Symbols currently suspect or unverified.";
         session_ended: Gauge, "tickgate_feed_session_ended",
             "1 while the feed's session has ended (C6) and no new one has started.";
+        channel_seq_anomalies: Counter, "tickgate_feed_channel_seq_anomalies_total",
+            "Packets max_channel_jump or more beyond the next expected sequence, not believed (C3b).";
+        stale_ends_of_session: Counter, "tickgate_feed_stale_ends_of_session_total",
+            "End-of-session packets below the next expected sequence (stale or forged), ignored (C6).";
+        holes_opened: Counter, "tickgate_feed_holes_opened_total",
+            "Holes opened: a datagram beyond the next expected sequence was held (recovery.md R1).";
+        holes_filled: Counter, "tickgate_feed_holes_filled_total",
+            "Holes closed without loss (R1).";
+        holes_lost: Counter, "tickgate_feed_holes_lost_total",
+            "Holes declared lost at their deadline, on overflow or on a session change (R2).";
+        hold_overflows: Counter, "tickgate_feed_hold_overflows_total",
+            "Holes declared at once because gap_hold_packets datagrams were held (R2).";
+        messages_recovered: Counter, "tickgate_feed_messages_recovered_total",
+            "Messages applied from re-request answers (R4).";
+        rerequests_sent: Counter, "tickgate_feed_rerequests_sent_total",
+            "Re-requests sent to the feed's servers (R4).";
+        rerequest_answers: Counter, "tickgate_feed_rerequest_answers_total",
+            "Valid datagrams received from the feed's re-request servers (R4).";
+        rerequest_answers_wrong_source: Counter, "tickgate_feed_rerequest_answers_wrong_source_total",
+            "Datagrams on the re-request socket from an address that is not a configured server, dropped (R4).";
+        rerequest_answers_wrong_session: Counter, "tickgate_feed_rerequest_answers_wrong_session_total",
+            "Re-request answers of another session, dropped (R4).";
+        rerequest_answers_not_data: Counter, "tickgate_feed_rerequest_answers_not_data_total",
+            "Heartbeats and ends of session among re-request answers, dropped (R4).";
+        recovering: Gauge, "tickgate_feed_recovering",
+            "1 while the feed has an open hole: its symbols answer suspect=recovering (R3).";
+        held_datagrams: Gauge, "tickgate_feed_held_datagrams",
+            "Datagrams held beyond the open hole now (R1).";
     }
 }
 

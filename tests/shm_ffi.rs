@@ -160,7 +160,7 @@ fn header_is_in_step_with_the_library() {
     ] {
         assert_eq!(define(&format!("TICKGATE_R_{name}")), bit as i64, "{name}");
     }
-    for c in 0..=6u8 {
+    for c in 0..=7u8 {
         let cause = SuspectCause::from_u8(c);
         let name = match cause {
             SuspectCause::None => "NONE".to_string(),

@@ -19,7 +19,16 @@ import os
 from decimal import Decimal
 
 REASONS = ["unknown_symbol", "no_data", "stale_quote", "stale_at_source", "halted", "suspect"]
-CAUSES = ["", "gap", "channel_gap", "seq_anomaly", "session_change", "no_snapshot", "session_ended"]
+CAUSES = [
+    "",
+    "gap",
+    "channel_gap",
+    "seq_anomaly",
+    "session_change",
+    "no_snapshot",
+    "session_ended",
+    "recovering",
+]
 E_LOOSER = -3
 
 

@@ -16,6 +16,7 @@ use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfi
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
 use crate::feed::receiver::{self, DatagramHandler, LineSpec};
 use crate::feed::{Feed, FeedSettings};
+use crate::venue::rerequest::REQUEST_LEN;
 use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
 use crate::wire::Symbol;
 
@@ -254,6 +255,20 @@ impl FeedWriter {
             symbols: self.feed.symbol_count() as u64,
             symbols_suspect: self.symbols_suspect,
             session_ended: u64::from(self.feed.session_ended()),
+            channel_seq_anomalies: c.channel_seq_anomalies,
+            stale_ends_of_session: c.stale_ends_of_session,
+            holes_opened: c.recovery.holes_opened,
+            holes_filled: c.recovery.holes_filled,
+            holes_lost: c.recovery.holes_lost,
+            hold_overflows: c.recovery.hold_overflows,
+            messages_recovered: c.recovery.messages_recovered,
+            rerequests_sent: c.recovery.requests_sent,
+            rerequest_answers: c.recovery.answers_received,
+            rerequest_answers_wrong_source: c.recovery.answers_wrong_source,
+            rerequest_answers_wrong_session: c.recovery.answers_wrong_session,
+            rerequest_answers_not_data: c.recovery.answers_not_data,
+            recovering: u64::from(self.feed.recovering()),
+            held_datagrams: self.feed.hold_usage().0 as u64,
         });
         for (i, l) in c.lines.iter().enumerate() {
             if let Some((_, cell)) = self.metrics.lines.get(i) {
@@ -351,7 +366,25 @@ impl DatagramHandler for FeedWriter {
         self.feed.prefetch_index(datagram);
     }
 
+    fn next_timeout(&self) -> Option<i64> {
+        self.feed.next_timeout()
+    }
+
+    fn on_rerequest_answer(&mut self, datagram: &[u8], arrival_ns: i64) {
+        self.feed.on_rerequest_answer(datagram, arrival_ns);
+    }
+
+    fn on_foreign_answer(&mut self) {
+        self.feed.count_foreign_answer();
+    }
+
+    fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
+        self.feed.poll_request().map(|(i, r)| (i, r.encode()))
+    }
+
     fn on_poll(&mut self, now: i64) {
+        // R2/R4: deadlines and requests that fell due.
+        self.feed.handle_timeout(now);
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {
             match msg {

@@ -35,6 +35,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::net::rerequest::{Received, RerequestSocket};
+use crate::venue::rerequest::REQUEST_LEN;
+
+/// The epoll token of the re-request socket (lines are 0..n).
+const REREQUEST_TOKEN: u64 = u64::MAX;
+
 /// Where a line is received: an interface name (`lo`, `eth0`), resolved
 /// to its IPv4 address, or the address itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +182,11 @@ pub struct ReceiverOptions {
     /// `on_datagram_from`; `0.0.0.0:0` when off). `tickgate record` needs
     /// it; the feed thread does not (source filtering is the kernel's SSM).
     pub source_addresses: bool,
+    /// recovery.md R4: the feed's re-request servers. With any, the
+    /// receiver opens the feed's re-request socket: the handler's requests
+    /// (`poll_request`) leave from it and answers from these addresses
+    /// are handed to `on_rerequest_answer`.
+    pub rerequest: Vec<std::net::SocketAddr>,
 }
 
 impl Default for ReceiverOptions {
@@ -189,6 +200,7 @@ impl Default for ReceiverOptions {
             poll_timeout: Duration::from_millis(100),
             kernel_timestamps: true,
             source_addresses: false,
+            rerequest: Vec::new(),
         }
     }
 }
@@ -283,6 +295,23 @@ pub trait DatagramHandler {
     /// every `poll_timeout` when idle; `now` = CLOCK_REALTIME, Unix ns.
     /// For periodic work in the writer thread (publishing, timers).
     fn on_poll(&mut self, _now: i64) {}
+
+    /// recovery.md R2/R4: when (Unix ns) the handler next needs `on_poll`
+    /// even if no datagram arrives (a hole's deadline, a request due).
+    fn next_timeout(&self) -> Option<i64> {
+        None
+    }
+
+    /// R4: an answer from a configured re-request server.
+    fn on_rerequest_answer(&mut self, _datagram: &[u8], _arrival_ns: i64) {}
+
+    /// R4: a datagram on the re-request socket from any other address.
+    fn on_foreign_answer(&mut self) {}
+
+    /// R4: a request to send now: the server's index and the 20 bytes.
+    fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
+        None
+    }
 }
 
 impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
@@ -297,6 +326,26 @@ impl<P: super::Publish> DatagramHandler for super::Feed<P> {
     fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
         // The outcome is counted inside the Feed.
         super::Feed::on_datagram(self, line, datagram, arrival_ns);
+    }
+
+    fn on_poll(&mut self, now: i64) {
+        self.handle_timeout(now);
+    }
+
+    fn next_timeout(&self) -> Option<i64> {
+        super::Feed::next_timeout(self)
+    }
+
+    fn on_rerequest_answer(&mut self, datagram: &[u8], arrival_ns: i64) {
+        super::Feed::on_rerequest_answer(self, datagram, arrival_ns);
+    }
+
+    fn on_foreign_answer(&mut self) {
+        self.count_foreign_answer();
+    }
+
+    fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
+        super::Feed::poll_request(self).map(|(i, r)| (i, r.encode()))
     }
 
     #[inline]
@@ -571,6 +620,8 @@ pub struct Receiver {
     ready: Vec<usize>,
     /// Last SO_RXQ_OVFL value per line (the kernel's u32 counter).
     last_ovfl: Vec<Option<u32>>,
+    /// R4: the feed's re-request socket, when it has servers.
+    rerequest: Option<RerequestSocket>,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
@@ -617,6 +668,20 @@ impl Receiver {
                 return Err(io::Error::last_os_error()).context("epoll_ctl");
             }
         }
+        let rerequest = if opts.rerequest.is_empty() {
+            None
+        } else {
+            let r = RerequestSocket::open(&opts.rerequest)?;
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: REREQUEST_TOKEN,
+            };
+            // SAFETY: valid epoll fd, socket fd and event pointer.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r.fd(), &mut ev) } != 0 {
+                return Err(io::Error::last_os_error()).context("epoll_ctl (re-request socket)");
+            }
+            Some(r)
+        };
         let k = lines.len();
         let cap = 2 * opts.batch;
         let slots = k * cap;
@@ -639,9 +704,10 @@ impl Receiver {
             more: vec![false; k],
             last_arrival: vec![i64::MIN; k],
             round_start: i64::MAX,
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; k],
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; k + 1],
             ready: Vec::with_capacity(k),
             last_ovfl: vec![None; k],
+            rerequest,
             opts,
         };
         r.wire_headers();
@@ -1004,7 +1070,15 @@ impl Receiver {
         let ms = if self.held() > 0 {
             0
         } else {
-            timeout.as_millis().min(i32::MAX as u128) as libc::c_int
+            let mut ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+            // R2/R4: wake for the core's next deadline, rounded up to
+            // epoll's millisecond (a deadline is applied at its own time
+            // whenever the thread wakes; only the wake can be late).
+            if let Some(at) = handler.next_timeout() {
+                let wait = at.saturating_sub(realtime_ns()).max(0);
+                ms = ms.min((wait + 999_999) / 1_000_000);
+            }
+            ms as libc::c_int
         };
         // SAFETY: events has room for one event per line.
         let n = unsafe {
@@ -1022,6 +1096,14 @@ impl Receiver {
             }
             return Err(e);
         }
+        let mut n = n as usize;
+        if let Some(i) = self.events[..n].iter().position(|e| e.u64 == REREQUEST_TOKEN) {
+            // Answers first (they may fill a hole the lines' datagrams
+            // wait behind); the lines' events stay in `events[..n]`.
+            self.events.swap(i, n - 1);
+            n -= 1;
+            self.read_answers(handler)?;
+        }
         let mut ready = mem::take(&mut self.ready);
         ready.clear();
         if self.sockets.len() > 1 && (n > 0 || self.held() > 0) {
@@ -1030,7 +1112,7 @@ impl Receiver {
             // merged by arrival time with the others' (see `read_round`).
             ready.extend(0..self.sockets.len());
         } else {
-            ready.extend(self.events[..n as usize].iter().map(|e| e.u64 as usize));
+            ready.extend(self.events[..n].iter().map(|e| e.u64 as usize));
             ready.sort_unstable();
         }
         // A line epoll does not report had nothing waiting.
@@ -1040,8 +1122,41 @@ impl Receiver {
         let got = self.drain(&ready, handler);
         self.ready = ready;
         let got = got?;
-        handler.on_poll(realtime_ns());
+        let now = realtime_ns();
+        handler.on_poll(now);
+        self.send_requests(handler, now);
         Ok(got)
+    }
+
+    /// R4: every answer waiting on the re-request socket, to the handler.
+    fn read_answers<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) -> io::Result<()> {
+        let Some(sock) = self.rerequest.as_mut() else {
+            return Ok(());
+        };
+        // Bounded per call, so a flood cannot keep the lines unread.
+        for _ in 0..self.opts.batch {
+            match sock.recv()? {
+                None => break,
+                Some(Received::Answer(d)) => handler.on_rerequest_answer(d, realtime_ns()),
+                Some(Received::Foreign) => handler.on_foreign_answer(),
+            }
+        }
+        Ok(())
+    }
+
+    /// R4: sends what the handler has queued (at most one is outstanding).
+    fn send_requests<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H, now: i64) {
+        let Some(sock) = self.rerequest.as_mut() else {
+            return;
+        };
+        while let Some((server, bytes)) = handler.poll_request() {
+            sock.send(server, &bytes, now);
+        }
+    }
+
+    /// The re-request socket's local address (tests point servers at it).
+    pub fn rerequest_addr(&self) -> Option<std::net::SocketAddr> {
+        self.rerequest.as_ref().and_then(|r| r.local_addr().ok())
     }
 
     /// One busy-poll pass: a non-blocking read from every line, delivered
@@ -1087,16 +1202,26 @@ impl Receiver {
                 if got > 0 {
                     idle_spins = 0;
                     last_poll = realtime_ns();
+                    if let Err(e) = self.read_answers(handler) {
+                        on_error(e);
+                    }
                     handler.on_poll(last_poll);
+                    self.send_requests(handler, last_poll);
                 } else {
                     idle_spins += 1;
                     std::hint::spin_loop();
-                    // Read the clock only now and then while idle.
-                    if idle_spins.is_multiple_of(1024) {
+                    // Read the clock (and the re-request socket) only now
+                    // and then while idle.
+                    if idle_spins.is_multiple_of(64) {
                         let now = realtime_ns();
-                        if now - last_poll >= period {
+                        let due = handler.next_timeout().is_some_and(|t| now >= t);
+                        if now - last_poll >= period || due || self.rerequest.is_some() {
+                            if let Err(e) = self.read_answers(handler) {
+                                on_error(e);
+                            }
                             last_poll = now;
                             handler.on_poll(now);
+                            self.send_requests(handler, now);
                         }
                     }
                 }

@@ -19,7 +19,7 @@ use super::view::{FeedView, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 /// Word 0: `b"TICKGATE"` read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TICKGATE");
 /// Word 1: bumped on any change of this layout.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
 /// Header word indexes.
 pub const W_MAGIC: usize = 0;
