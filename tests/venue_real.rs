@@ -150,10 +150,18 @@ fn itch_feed() -> Feed {
     Feed::new(FeedSettings::for_venue(VenueKind::NasdaqItch), 1)
 }
 
+/// These captures keep a few packets millions of messages apart: beyond
+/// the default `max_channel_jump` (C3b). A user replaying such samples
+/// raises it; this is that setting.
+const SAMPLE_MAX_CHANNEL_JUMP: u64 = 100_000_000;
+
 /// Each packet's session, first sequence and message count as the
-/// nasdaq-itch venue validated it.
-fn itch_headers(file: &str) -> (Feed, Vec<(SessionId, u64, u16)>) {
-    let mut feed = itch_feed();
+/// nasdaq-itch venue validated it; `max_channel_jump` as given, every
+/// hold (recovery.md, 1 ms by default) declared at the end.
+fn itch_headers(file: &str, max_channel_jump: u64) -> (Feed, Vec<(SessionId, u64, u16)>) {
+    let mut settings = FeedSettings::for_venue(VenueKind::NasdaqItch);
+    settings.max_channel_jump = max_channel_jump;
+    let mut feed = Feed::new(settings, 1);
     let mut out = Vec::new();
     for (i, p) in captures::udp_payloads(&fixture(file)).iter().enumerate() {
         let got = feed.on_datagram(0, p, 1_692_711_000_000_000_000 + i as i64 * 1_000);
@@ -164,15 +172,30 @@ fn itch_headers(file: &str) -> (Feed, Vec<(SessionId, u64, u16)>) {
         let h = feed.last_header().unwrap();
         out.push((h.session, h.sequence, h.count));
     }
+    feed.handle_timeout(i64::MAX);
+    assert!(!feed.recovering());
     (feed, out)
 }
 
 #[test]
 fn nasdaq_totalview_late_join_then_gap() {
-    let (feed, headers) = itch_headers("nasdaq-totalview-itch50-moldudp64.pcap");
+    let file = "nasdaq-totalview-itch50-moldudp64.pcap";
+    // C3b by default: a packet 4,244,620 messages on is not believed.
+    let (feed, _) = itch_headers(file, FeedSettings::default().max_channel_jump);
+    let c = feed.counters();
+    assert_eq!(c.channel_seq_anomalies, 1);
+    assert_eq!((c.channel_messages_lost, c.channel_gaps), (0, 0));
+    assert_eq!(c.live_orders, 0);
+
+    let (feed, headers) = itch_headers(file, SAMPLE_MAX_CHANNEL_JUMP);
     let s = SessionId::parse("000010059B").unwrap();
     assert_eq!(headers, [(s, 14_764_496, 1), (s, 19_009_117, 38)]);
     let c = feed.counters();
+    // Held 1 ms for the other line (recovery.md R1), then declared (R2).
+    assert_eq!(
+        (c.recovery.holes_opened, c.recovery.holes_lost),
+        (1, 1)
+    );
     assert_eq!(c.channel_messages_lost, 4_244_620);
     assert_eq!(c.channel_gaps, 1);
     assert_eq!(
@@ -198,7 +221,10 @@ fn nasdaq_totalview_late_join_then_gap() {
 
 #[test]
 fn nasdaq_real_merged_sessions_and_sequences() {
-    let (feed, headers) = itch_headers("nasdaq-totalview-itch50-real-merged.pcap");
+    let (feed, headers) = itch_headers(
+        "nasdaq-totalview-itch50-real-merged.pcap",
+        SAMPLE_MAX_CHANNEL_JUMP,
+    );
     let seqs: Vec<u64> = headers.iter().map(|h| h.1).collect();
     assert_eq!(
         seqs,
@@ -218,7 +244,8 @@ fn nasdaq_real_merged_sessions_and_sequences() {
     );
     assert!(c.channel_gaps >= 1);
 
-    let (feed, headers) = itch_headers("nasdaq-bx-itch50-real-merged.pcap");
+    let (feed, headers) =
+        itch_headers("nasdaq-bx-itch50-real-merged.pcap", SAMPLE_MAX_CHANNEL_JUMP);
     let seqs: Vec<u64> = headers.iter().map(|h| h.1).collect();
     assert_eq!(seqs, [1_621_717, 1_621_741, 1_621_746]);
     assert!(headers
@@ -266,8 +293,10 @@ fn nasdaq_replay_cli_reports_the_venue_counters() {
     ]);
     let f = &v["feeds"][0];
     assert_eq!(f["venue"], "nasdaq-itch");
-    assert_eq!(f["channel_lost"], 4_244_620);
+    // C3b: the second packet is 4,244,620 messages on, not believed.
+    assert_eq!(f["channel_lost"], 0);
+    assert_eq!(f["channel_seq_anomalies"], 1);
     assert_eq!(f["unknown_orders"], 1);
-    assert_eq!(f["live_orders"], 38);
+    assert_eq!(f["live_orders"], 0);
     assert_eq!(f["message_types"]["D"], 1);
 }

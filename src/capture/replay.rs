@@ -175,12 +175,17 @@ pub struct FeedSpec {
     pub lines: Vec<ReplayLine>,
     /// Symbols known from the start, with `(stale_ms, source_max_age_ms)`.
     pub symbols: Vec<(Symbol, u64, u64)>,
+    /// recovery.md "Replay": a datagram from one of these (UDP source) is
+    /// the feed's re-request answer (R4).
+    pub rerequest: Vec<std::net::SocketAddr>,
 }
 
 /// The replay state: feeds, and the route from destination to (feed, line).
 pub struct Replay {
     pub feeds: Vec<ReplayFeed>,
     route: HashMap<SocketAddrV4, (usize, usize)>,
+    /// R4: re-request server address to feed.
+    answers: HashMap<SocketAddrV4, usize>,
     /// Datagrams whose destination is no line (or whose source is not the
     /// one a source-specific line accepts).
     pub unmatched: u64,
@@ -211,18 +216,25 @@ impl Replay {
                 .map(|&dst| ReplayLine { dst, source: None })
                 .collect(),
             symbols: Vec::new(),
+            rerequest: Vec::new(),
         }])
     }
 
     /// The given feeds; a destination that two lines share goes to the first.
     pub fn new(feeds: Vec<FeedSpec>) -> Replay {
         let mut route = HashMap::new();
+        let mut answers = HashMap::new();
         let feeds = feeds
             .into_iter()
             .enumerate()
             .map(|(fi, spec)| {
                 for (li, line) in spec.lines.iter().enumerate() {
                     route.entry(line.dst).or_insert((fi, li));
+                }
+                for server in &spec.rerequest {
+                    if let std::net::SocketAddr::V4(a) = server {
+                        answers.entry(*a).or_insert(fi);
+                    }
                 }
                 let mut feed = Feed::new(spec.settings, spec.lines.len());
                 for (sym, stale, source) in spec.symbols {
@@ -242,6 +254,7 @@ impl Replay {
         Replay {
             feeds,
             route,
+            answers,
             unmatched: 0,
             discover_lines: false,
         }
@@ -265,6 +278,11 @@ impl Replay {
 
     /// One datagram from `src` to `dst`, stamped `ts` (the clock).
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+        if let Some(&fi) = self.answers.get(&src) {
+            // recovery.md "Replay": the feed's re-request answer (R4).
+            self.feeds[fi].feed.on_rerequest_answer(payload, ts);
+            return;
+        }
         let (fi, li) = match self.route.get(&dst) {
             Some(&r) => r,
             None if self.discover_lines => self.add_line(dst),
@@ -293,6 +311,15 @@ impl Replay {
                     s.end_of_session = true;
                 }
             }
+        }
+    }
+
+    /// Capture time reaches `now`: every feed's holes whose deadline passed
+    /// are declared (recovery.md R2 with capture time; nothing is sent).
+    pub fn advance(&mut self, now: i64) {
+        for f in &mut self.feeds {
+            f.feed.handle_timeout(now);
+            while f.feed.poll_request().is_some() {}
         }
     }
 
@@ -408,6 +435,7 @@ pub fn run_checks<R: Read>(
             return;
         }
         cap.close_through(t);
+        replay.advance(t);
         replay.answer(request, t, out);
         clock = Some(t);
     }
@@ -625,6 +653,7 @@ pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
                 (s.symbol, t.stale_ms, t.source_max_age_ms)
             })
             .collect(),
+        rerequest: f.rerequest.clone(),
     }
 }
 
@@ -787,6 +816,19 @@ pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
             "orders_overflow": c.orders_overflow,
             "order_conflicts": c.order_conflicts,
             "live_orders": c.live_orders,
+            "channel_seq_anomalies": c.channel_seq_anomalies,
+            "stale_ends_of_session": c.stale_ends_of_session,
+            "recovery": {
+                "holes_opened": c.recovery.holes_opened,
+                "holes_filled": c.recovery.holes_filled,
+                "holes_lost": c.recovery.holes_lost,
+                "hold_overflows": c.recovery.hold_overflows,
+                "messages_recovered": c.recovery.messages_recovered,
+                "answers_received": c.recovery.answers_received,
+                "answers_wrong_session": c.recovery.answers_wrong_session,
+                "answers_not_data": c.recovery.answers_not_data,
+                "holes_open_at_end": f.feed.recovering(),
+            },
             "message_types": message_types_json(f.feed.message_types()),
             "clock_offset_ns": f.feed.clock_offset_ns(),
             "sessions": fsessions,
