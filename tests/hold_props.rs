@@ -1,0 +1,198 @@
+//! Properties of the hold (recovery.md R1-R2), through the public API:
+//! - a hold fed any interleaving of lines A and B and re-request answers,
+//!   each packet delivered at least once and every hole filled before its
+//!   deadline, ends in the same state as the same packets fed once in
+//!   sequence order: nothing lost, nothing counted twice, the same quotes;
+//! - when some packets are never delivered, every hole is declared at its
+//!   deadline and the messages counted lost are exactly the missing ones;
+//! - a feed that holds never holds more than `gap_hold_packets`.
+
+use proptest::prelude::*;
+use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, Recovery};
+use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+
+const T0: i64 = 1_796_025_600_000_000_000;
+const US: i64 = 1_000;
+
+fn sym(i: usize) -> Symbol {
+    Symbol::parse(["EURUSD", "GBPUSD", "USDJPY", "AUDUSD"][i % 4]).unwrap()
+}
+
+/// Packets 1..=n of one session: packet k carries `counts[k]` Quotes of
+/// rotating symbols, each symbol's own sequence rising by one a Quote.
+fn stream(counts: &[u8]) -> Vec<Vec<u8>> {
+    let session = SessionId::parse("HOLDPROP01").unwrap();
+    let mut per_symbol = [0u64; 4];
+    let mut channel = 1u64;
+    let mut out = Vec::new();
+    let mut k = 0usize;
+    for &c in counts {
+        let mut b = PacketBuilder::new();
+        b.start(session, channel);
+        for _ in 0..c.max(1) {
+            let s = k % 4;
+            k += 1;
+            per_symbol[s] += 1;
+            let seq = per_symbol[s];
+            let side = |px: i64| Some(Side { px, qty: seq });
+            b.quote(&Quote::new(
+                sym(s),
+                seq,
+                T0 as u64,
+                side(1_000_000_000 + seq as i64),
+                side(1_000_100_000 + seq as i64),
+            ));
+        }
+        channel += c.max(1) as u64;
+        out.push(b.bytes().to_vec());
+    }
+    out
+}
+
+fn settings(hold_us: u64, packets: usize, servers: usize) -> FeedSettings {
+    FeedSettings {
+        mode: Mode::Full,
+        recovery: Recovery {
+            gap_hold_us: hold_us,
+            gap_hold_packets: packets,
+            rerequest_servers: servers,
+            rerequest_timeout_ms: 5,
+            rerequest_attempts: 2,
+        },
+        ..FeedSettings::default()
+    }
+}
+
+/// The quotes every symbol ends with: (symbol, seq, bid, ask).
+type Quotes = Vec<(Symbol, Option<u64>, Option<Side>, Option<Side>)>;
+
+fn quotes(f: &Feed) -> Quotes {
+    let mut q: Quotes = f
+        .symbols()
+        .map(|(s, v)| (s, v.shown_seq, v.bid, v.ask))
+        .collect();
+    q.sort_by_key(|e| e.0);
+    q
+}
+
+/// Where one delivery of a packet comes from.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    A,
+    B,
+    Answer,
+}
+
+fn deliver(f: &mut Feed, via: Via, bytes: &[u8], t: i64) -> DatagramOutcome {
+    match via {
+        Via::A => f.on_datagram(0, bytes, t),
+        Via::B => f.on_datagram(1, bytes, t),
+        Via::Answer => f.on_rerequest_answer(bytes, t),
+    }
+}
+
+/// Deliveries: for each packet a set of (via, order key); sorted by key
+/// they are the arrival order.
+fn deliveries(n: usize) -> impl Strategy<Value = Vec<(usize, Via, u32)>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec![Via::A, Via::B, Via::Answer]),
+            any::<u32>(),
+            any::<bool>(),
+            any::<u32>(),
+        ),
+        n,
+    )
+    .prop_map(|v| {
+        let mut out = Vec::new();
+        for (k, (via, key, twice, key2)) in v.into_iter().enumerate() {
+            out.push((k, via, key));
+            if twice {
+                let other = match via {
+                    Via::A => Via::B,
+                    _ => Via::A,
+                };
+                out.push((k, other, key2));
+            }
+        }
+        out.sort_by_key(|d| d.2);
+        out
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_interleaving_ends_as_sequence_order(
+        counts in prop::collection::vec(1u8..4, 2..24),
+        seed in deliveries(24),
+    ) {
+        let packets = stream(&counts);
+        let n = packets.len();
+        // Packet 1 first (the baseline), then any order of the rest.
+        let mut plan: Vec<(usize, Via)> = vec![(0, Via::A)];
+        plan.extend(seed.iter().filter(|d| d.0 < n && d.0 > 0).map(|d| (d.0, d.1)));
+        for k in 1..n {
+            if !plan.iter().any(|d| d.0 == k) {
+                plan.push((k, Via::B));
+            }
+        }
+
+        let mut in_order = Feed::new(settings(0, 10_000, 0), 2);
+        for (k, p) in packets.iter().enumerate() {
+            prop_assert_eq!(in_order.on_datagram(0, p, T0 + k as i64 * US), DatagramOutcome::Applied);
+        }
+
+        // 1 us apart, held for 10 s: no hole can reach its deadline.
+        let mut held = Feed::new(settings(10_000_000, 10_000, 1), 2);
+        for (i, &(k, via)) in plan.iter().enumerate() {
+            deliver(&mut held, via, &packets[k], T0 + i as i64 * US);
+            while held.poll_request().is_some() {}
+        }
+        prop_assert!(!held.recovering(), "every packet arrived: no hole stays open");
+        let c = held.counters();
+        prop_assert_eq!(c.channel_messages_lost, 0);
+        prop_assert_eq!(c.channel_gaps, 0);
+        prop_assert_eq!(c.recovery.holes_lost, 0);
+        prop_assert_eq!(c.recovery.holes_opened, c.recovery.holes_filled);
+        prop_assert_eq!(c.ticks_lost, 0);
+        prop_assert_eq!(quotes(&held), quotes(&in_order));
+        for (s, v) in held.symbols() {
+            prop_assert!(v.suspect.is_none(), "{} {:?}", s, v.suspect);
+        }
+    }
+
+    #[test]
+    fn missing_packets_are_declared_and_counted_exactly(
+        counts in prop::collection::vec(1u8..4, 3..24),
+        lost in prop::collection::vec(any::<bool>(), 24),
+        hold_packets in 1usize..6,
+    ) {
+        let packets = stream(&counts);
+        let n = packets.len();
+        // Packet 1 and the last always arrive (a loss at the end is not
+        // seen by the channel at all).
+        let missing: Vec<usize> = (1..n - 1).filter(|&k| lost[k]).collect();
+        let missing_messages: u64 = missing.iter().map(|&k| counts[k].max(1) as u64).sum();
+        let mut f = Feed::new(settings(500, hold_packets, 0), 2);
+        let mut t = T0;
+        for (k, p) in packets.iter().enumerate() {
+            if missing.contains(&k) {
+                continue;
+            }
+            f.on_datagram(k % 2, p, t);
+            prop_assert!(f.hold_usage().0 <= hold_packets);
+            t += 7 * US;
+        }
+        f.handle_timeout(t + 1_000 * US);
+        prop_assert!(!f.recovering());
+        let c = f.counters();
+        prop_assert_eq!(c.channel_messages_lost, missing_messages);
+        prop_assert_eq!(c.recovery.holes_opened, c.recovery.holes_filled + c.recovery.holes_lost);
+        // Every packet that arrived was applied exactly once.
+        let applied: u64 = (0..n).filter(|k| !missing.contains(k)).map(|k| counts[k].max(1) as u64).sum();
+        prop_assert_eq!(c.duplicate_packets(), 0);
+        prop_assert_eq!(c.messages(), applied);
+    }
+}
