@@ -332,13 +332,25 @@ async fn bust_reverses_once(b: Backend) {
         )
         .await
         .unwrap();
+    // F2b: the exact repeats are duplicates; a second BUST or FILL of the
+    // deal under a new event id is other content: a conflict naming the
+    // deal, never applied.
     assert_eq!(
-        kinds(&o),
+        kinds(&o)
+            .into_iter()
+            .map(|k| match k {
+                Outcome::Conflict(r) => {
+                    assert!(r.starts_with("conflict: deal_id \"D-2\""), "{r}");
+                    Outcome::Conflict(String::new())
+                }
+                k => k,
+            })
+            .collect::<Vec<_>>(),
         vec![
             Outcome::Duplicate,
-            Outcome::DuplicateByDealId,
+            Outcome::Conflict(String::new()),
             Outcome::Duplicate,
-            Outcome::DuplicateByDealId
+            Outcome::Conflict(String::new())
         ]
     );
     assert_eq!(position(s, "A", "EURUSD").await, expect);
@@ -401,7 +413,8 @@ async fn bust_before_fill_is_held(b: Backend) {
         (held[0].deal_id.as_str(), held[0].event_id.as_str()),
         ("D-1", "B-1")
     );
-    // Repeats of the held bust: duplicates.
+    // A repeat of the held bust: a duplicate; another BUST of the deal
+    // (new event id): a conflict (F2b).
     let o = s
         .apply_events(
             "file",
@@ -409,9 +422,11 @@ async fn bust_before_fill_is_held(b: Backend) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        kinds(&o),
-        vec![Outcome::Duplicate, Outcome::DuplicateByDealId]
+    assert_eq!(o[0].outcome, Outcome::Duplicate);
+    assert!(
+        matches!(&o[1].outcome, Outcome::Conflict(r) if r.contains("\"D-1\"") && r.contains("\"B-1\"")),
+        "{:?}",
+        o[1]
     );
     let o = s
         .apply_events(
@@ -1199,6 +1214,9 @@ fn case_events(case: usize, ops: &[Op]) -> Vec<serde_json::Value> {
     out
 }
 
+/// A fill of the model: side, quantity, price.
+type ModelFill = (Side, Decimal, Decimal);
+
 /// Every position's stored text, (qty, avg_price, realized_pnl), for the
 /// case's accounts, read from the table itself.
 type Texts = std::collections::BTreeMap<(String, String), (String, String, String)>;
@@ -1309,10 +1327,8 @@ fn same_digits_on_every_store() {
                 .filter(|e| e["kind"] == "BUST")
                 .map(|e| e["deal_id"].as_str().unwrap().to_owned())
                 .collect();
-            let mut by_key: std::collections::BTreeMap<
-                (String, String),
-                Vec<(Side, Decimal, Decimal)>,
-            > = Default::default();
+            let mut by_key: std::collections::BTreeMap<(String, String), Vec<ModelFill>> =
+                Default::default();
             for e in &events {
                 if let Ok(Event::Fill(f)) = parse_value(e) {
                     if seen.insert(f.deal_id.clone()) && !busted.contains(&f.deal_id) {
@@ -1359,3 +1375,116 @@ fn same_digits_on_every_store() {
         panic!("{e}");
     }
 }
+
+/// F2b: a repeat is a duplicate only with the same content. Squatting an
+/// id (alice, allowed only ACC-A, posts a FILL under bob's next event id
+/// or deal id) must never make bob's genuine FILL vanish as a duplicate:
+/// it is a conflict naming the id, counted, and nothing of it is applied.
+async fn repeats_with_other_content_conflict(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let s = &c.store;
+    // Alice's squats, on her own account (FILL-only batch: on PostgreSQL
+    // the fast path, whose cache then knows these event ids).
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-7", "D-x", "ACC-A", "EURUSD", "BUY", "1", "1.1"),
+                fill("E-alice-1", "D-bob-8", "ACC-A", "EURUSD", "BUY", "1", "1.1"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
+    // Bob's genuine fills: the squatted event id, the squatted deal id.
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-7", "D-bob-7", "ACC-B", "EURUSD", "BUY", "100", "1.2"),
+                fill("E-bob-8", "D-bob-8", "ACC-B", "EURUSD", "BUY", "200", "1.2"),
+            ],
+        )
+        .await
+        .unwrap();
+    for (o, id) in o
+        .iter()
+        .zip(["event_id \"E-bob-7\"", "deal_id \"D-bob-8\""])
+    {
+        match &o.outcome {
+            Outcome::Conflict(r) => assert!(r.starts_with("conflict: ") && r.contains(id), "{r}"),
+            other => panic!("{id}: {other:?}, not a conflict"),
+        }
+    }
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, Position::FLAT);
+    assert_eq!(position(s, "ACC-A", "EURUSD").await.qty, d("2"));
+    // The same content again is still a duplicate, by event id and (a new
+    // batch repeating exactly) by event id again; never a conflict.
+    let o = s
+        .apply_events(
+            "http",
+            vec![fill(
+                "E-alice-1",
+                "D-bob-8",
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Duplicate]);
+    // In one batch: the first occurrence wins, a different second one is
+    // a conflict, an identical one a duplicate.
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "1", "1.3"),
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "5", "1.3"),
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "1", "1.3"),
+                bust("B-9", "D-9", "ACC-A"),
+                bust("B-9", "D-9", "ACC-A"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(o[0].outcome, Outcome::Applied);
+    assert!(matches!(&o[1].outcome, Outcome::Conflict(r) if r.contains("\"E-9\"")));
+    assert_eq!(o[2].outcome, Outcome::Duplicate);
+    assert_eq!(o[3].outcome, Outcome::Applied);
+    assert_eq!(o[4].outcome, Outcome::Duplicate);
+    // Counted by kind and source; conflicts are not duplicates.
+    assert_eq!(
+        c.metrics
+            .conflicts
+            .with_label_values(&["FILL", "http"])
+            .get(),
+        3
+    );
+    assert_eq!(
+        c.metrics
+            .duplicate_events
+            .with_label_values(&["FILL", "http"])
+            .get(),
+        2
+    );
+    // A rejected conflict leaves the id free for nothing else: bob's
+    // deal D-bob-7 was never recorded, so his FILL under a fresh event id
+    // applies.
+    let o = s
+        .apply_events(
+            "http",
+            vec![fill(
+                "E-bob-7b", "D-bob-7", "ACC-B", "EURUSD", "BUY", "100", "1.2",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("100"));
+    c.drop_schema().await;
+}
+both!(repeats_with_other_content_conflict);
