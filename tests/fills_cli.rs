@@ -53,19 +53,25 @@ fn apply_file_prints_summary_and_rejects_with_line_numbers() {
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
     assert_eq!(
         stdout.trim(),
-        "applied 2 / duplicate 2 (1 by deal_id) / rejected 2 / held 1 (7 events)"
+        "applied 2 / duplicate 1 (0 by deal_id) / rejected 3 / held 1 (7 events)"
     );
     let rejected: Vec<&str> = stderr.lines().collect();
-    assert_eq!(rejected.len(), 2, "{stderr}");
+    assert_eq!(rejected.len(), 3, "{stderr}");
     assert!(rejected[0].starts_with("line 4: rejected: qty: must be a decimal string"));
     assert!(rejected[1].starts_with("line 5: rejected: malformed JSON"));
+    // F2b: E-3 names deal D-1, which has E-1's FILL: a conflict, not a
+    // duplicate.
+    assert!(
+        rejected[2].starts_with("line 7: rejected: conflict: deal_id \"D-1\""),
+        "{stderr}"
+    );
 
     // Re-running the same file (a replay after a crash) applies nothing.
     let again = tickgate(&["fills", "apply", "-", "--db", &db], Some(LINES));
     assert_eq!(again.status.code(), Some(3));
     assert_eq!(
         String::from_utf8_lossy(&again.stdout).trim(),
-        "applied 0 / duplicate 5 (0 by deal_id) / rejected 2 / held 0 (7 events)"
+        "applied 0 / duplicate 4 (0 by deal_id) / rejected 3 / held 0 (7 events)"
     );
 }
 

@@ -12,6 +12,9 @@
 //!   quantity is exactly the old one plus the signed fill quantity.
 //! - The HTTP path rejects such an event with its reason and applies the
 //!   rest of the batch.
+//! - F6: the average price and the realized P&L are the exact value
+//!   rounded once, half to even, to 28 significant digits (at most 28
+//!   after the point), whatever the operands; `exact::div_rounded` too.
 
 use std::str::FromStr;
 
@@ -170,6 +173,53 @@ impl Big {
         b
     }
 
+    /// self / d (d != 0), rounded once, half to even, to 28 significant
+    /// digits and at most 28 digits after the point (F6). Long division on
+    /// digit strings at a fixed scale of 90, far below any rounding point.
+    fn div_round28(&self, d: &Big) -> Big {
+        assert!(!d.digits.is_empty());
+        const S: u32 = 90;
+        // Q = floor(self × 10^(S + d.scale - self.scale) / d).
+        let mut num = self.digits.clone();
+        num.extend(std::iter::repeat_n(0, (S + d.scale - self.scale) as usize));
+        let (mut q, mut rem) = (Vec::new(), Vec::new());
+        for digit in num {
+            rem.push(digit);
+            rem = trim(rem);
+            let mut n = 0;
+            while cmp_mag(&rem, &d.digits) != std::cmp::Ordering::Less {
+                rem = sub_mag(&rem, &d.digits);
+                n += 1;
+            }
+            q.push(n);
+        }
+        let q = trim(q);
+        let len = q.len() as i64;
+        // Keep scale k = min(28, 27 - E), E = len - 1 - S.
+        let k = 28i64.min(28 - len + i64::from(S));
+        let drop = (i64::from(S) - k) as usize;
+        let mut padded = vec![0u8; (drop + 1).saturating_sub(q.len())];
+        padded.extend(q);
+        let cut = padded.len() - drop;
+        let mut kept = trim(padded[..cut].to_vec());
+        let g = padded[cut];
+        let sticky = padded[cut + 1..].iter().any(|&x| x != 0) || !rem.is_empty();
+        let odd = kept.last().is_some_and(|x| x % 2 == 1);
+        if g > 5 || (g == 5 && (sticky || odd)) {
+            kept = add_mag(&kept, &[1]);
+        }
+        let (mut digits, scale) = (kept, k);
+        if scale < 0 && !digits.is_empty() {
+            digits.extend(std::iter::repeat_n(0, (-scale) as usize));
+        }
+        Big {
+            neg: self.neg != d.neg && !digits.is_empty(),
+            digits,
+            scale: scale.max(0) as u32,
+        }
+        .reduced()
+    }
+
     /// Whether a rust_decimal can hold this value exactly.
     fn representable(&self) -> bool {
         let r = self.reduced();
@@ -296,6 +346,56 @@ proptest! {
         }
     }
 
+    /// F6: one rounding, half to even, of the exact quotient.
+    #[test]
+    fn quotients_round_once_half_even(a in decimal(), b in decimal()) {
+        prop_assume!(!b.is_zero());
+        let want = Big::of(a).div_round28(&Big::of(b));
+        match exact::div_rounded(a, b) {
+            Ok(r) => {
+                prop_assert_eq!(Big::of(r), want.clone(), "{} / {}", a, b);
+                prop_assert!(want.digits.len() <= 28 || want.digits[28..].iter().all(|&x| x == 0));
+            }
+            Err(e) => prop_assert!(!want.representable(), "{a} / {b} refused: {e}"),
+        }
+    }
+
+    /// F6: each fill's average price (when the position grows) and
+    /// realized P&L (when it shrinks) are the exact figure rounded once;
+    /// the cost |qty| × avg is not rounded first. Prices with few digits
+    /// and odd quantities make repeating quotients.
+    #[test]
+    fn average_and_realized_round_once(
+        fills in prop::collection::vec(
+            (any::<bool>(), 1u64..5000, 1u64..3_000_000, 0u32..6),
+            1..24,
+        )
+    ) {
+        let mut p = Position::FLAT;
+        for (buy, q, px, px_scale) in fills {
+            let (qty, price) = (Decimal::from(q), Decimal::new(px as i64, px_scale));
+            let side = if buy { Side::Buy } else { Side::Sell };
+            let next = p.apply(side, qty, price).unwrap();
+            let old = Big::of(p.qty);
+            let grows = p.qty.is_zero() || p.qty.is_sign_negative() != buy;
+            if grows {
+                let cost = Big::of(p.qty.abs()).mul(&Big::of(p.avg_price))
+                    .add(&Big::of(qty).mul(&Big::of(price)));
+                let want = cost.div_round28(&Big::of(next.qty.abs()));
+                prop_assert_eq!(Big::of(next.avg_price), want, "avg after {:?}", p);
+            } else {
+                let closed = qty.min(p.qty.abs());
+                let mut gain = Big::of(closed).mul(&Big::of(price).add(&Big::of(p.avg_price).neg()));
+                if old.neg {
+                    gain = gain.neg();
+                }
+                let want = Big::of(p.realized_pnl).add(&gain).div_round28(&Big::parse("1"));
+                prop_assert_eq!(Big::of(next.realized_pnl), want, "pnl after {:?}", p);
+            }
+            p = next;
+        }
+    }
+
     /// Events parsed from JSON never carry a rounded value.
     #[test]
     fn events_keep_their_digits(q in decimal_string(), px in decimal_string()) {
@@ -324,6 +424,25 @@ fn oracle_self_check() {
     assert_eq!(a.add(&b).reduced(), Big::parse("0.75"));
     assert_eq!(a.mul(&b).reduced(), Big::parse("-0.625"));
     assert!(Big::parse("79228162514264337593543950335").representable());
+    let one = Big::parse("1");
+    let r = |a: &str, b: &str| Big::parse(a).div_round28(&Big::parse(b));
+    assert_eq!(r("10", "3"), Big::parse("3.333333333333333333333333333"));
+    assert_eq!(r("2", "3"), Big::parse("0.6666666666666666666666666667"));
+    assert_eq!(r("-1", "30"), Big::parse("-0.0333333333333333333333333333"));
+    assert_eq!(
+        r("6172839450617283945061728394.5", "1"),
+        Big::parse("6172839450617283945061728394")
+    );
+    assert_eq!(
+        r("6172839450617283945061728395.5", "1"),
+        Big::parse("6172839450617283945061728396")
+    );
+    assert_eq!(
+        r("0.00000000000000000000000000015", "1"),
+        Big::parse("0.0000000000000000000000000002")
+    );
+    assert_eq!(r("1.5", "1"), Big::parse("1.5"));
+    assert_eq!(Big::parse("0").div_round28(&one), Big::parse("0"));
     assert!(!Big::parse("79228162514264337593543950336").representable());
     assert!(Big::parse("0.0000000000000000000000000001000").representable());
     assert!(!Big::parse("0.00000000000000000000000000001").representable());

@@ -332,13 +332,25 @@ async fn bust_reverses_once(b: Backend) {
         )
         .await
         .unwrap();
+    // F2b: the exact repeats are duplicates; a second BUST or FILL of the
+    // deal under a new event id is other content: a conflict naming the
+    // deal, never applied.
     assert_eq!(
-        kinds(&o),
+        kinds(&o)
+            .into_iter()
+            .map(|k| match k {
+                Outcome::Conflict(r) => {
+                    assert!(r.starts_with("conflict: deal_id \"D-2\""), "{r}");
+                    Outcome::Conflict(String::new())
+                }
+                k => k,
+            })
+            .collect::<Vec<_>>(),
         vec![
             Outcome::Duplicate,
-            Outcome::DuplicateByDealId,
+            Outcome::Conflict(String::new()),
             Outcome::Duplicate,
-            Outcome::DuplicateByDealId
+            Outcome::Conflict(String::new())
         ]
     );
     assert_eq!(position(s, "A", "EURUSD").await, expect);
@@ -401,7 +413,8 @@ async fn bust_before_fill_is_held(b: Backend) {
         (held[0].deal_id.as_str(), held[0].event_id.as_str()),
         ("D-1", "B-1")
     );
-    // Repeats of the held bust: duplicates.
+    // A repeat of the held bust: a duplicate; another BUST of the deal
+    // (new event id): a conflict (F2b).
     let o = s
         .apply_events(
             "file",
@@ -409,9 +422,11 @@ async fn bust_before_fill_is_held(b: Backend) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        kinds(&o),
-        vec![Outcome::Duplicate, Outcome::DuplicateByDealId]
+    assert_eq!(o[0].outcome, Outcome::Duplicate);
+    assert!(
+        matches!(&o[1].outcome, Outcome::Conflict(r) if r.contains("\"D-1\"") && r.contains("\"B-1\"")),
+        "{:?}",
+        o[1]
     );
     let o = s
         .apply_events(
@@ -1118,3 +1133,358 @@ async fn cancelled_caller_loses_and_doubles_nothing(b: Backend) {
     c.drop_schema().await;
 }
 both!(cancelled_caller_loses_and_doubles_nothing);
+
+// ------------------------------------------------- F6: the same digits
+
+/// One generated input: a FILL (account, symbol, side, qty, price), a
+/// BUST of an earlier or later deal of the same account, or a repeat of
+/// an earlier event.
+#[derive(Debug, Clone)]
+enum Op {
+    Fill {
+        acc: u8,
+        sym: u8,
+        buy: bool,
+        qty: (u64, u32),
+        px: (u64, u32),
+    },
+    Bust(usize),
+    Repeat(usize),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => (0u8..2, 0u8..2, any::<bool>(), (1u64..5000, 0u32..3), (1u64..3_000_000, 0u32..7))
+            .prop_map(|(acc, sym, buy, qty, px)| Op::Fill { acc, sym, buy, qty, px }),
+        1 => (0usize..64).prop_map(Op::Bust),
+        1 => (0usize..64).prop_map(Op::Repeat),
+    ]
+}
+
+/// The events of a case: account names carry the case number so that
+/// cases share two stores without touching each other's positions.
+fn case_events(case: usize, ops: &[Op]) -> Vec<serde_json::Value> {
+    let fills: Vec<(usize, u8)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            Op::Fill { acc, .. } => Some((i, *acc)),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<serde_json::Value> = Vec::new();
+    for (i, o) in ops.iter().enumerate() {
+        match o {
+            Op::Fill {
+                acc,
+                sym,
+                buy,
+                qty,
+                px,
+            } => {
+                let symbol = ["EURUSD", "USDJPY"][*sym as usize];
+                out.push(serde_json::json!({
+                "kind": "FILL", "event_id": format!("E-{i}"), "deal_id": format!("D-{case}-{i}"),
+                "account": format!("P{case}-{acc}"), "symbol": symbol,
+                "side": if *buy { "BUY" } else { "SELL" },
+                "qty": Decimal::new(qty.0 as i64, qty.1).to_string(),
+                "price": Decimal::new(px.0 as i64, px.1).to_string(),
+                "exec_time": "2026-11-30T08:00:00Z"
+                }))
+            }
+            // Any fill of the case, earlier (applied) or later (held, then
+            // released when its FILL comes).
+            Op::Bust(k) if !fills.is_empty() => {
+                let (j, acc) = fills[k % fills.len()];
+                out.push(serde_json::json!({
+                    "kind": "BUST", "event_id": format!("B-{i}"), "deal_id": format!("D-{case}-{j}"),
+                    "account": format!("P{case}-{acc}"), "exec_time": "2026-11-30T08:05:00Z"
+                }));
+            }
+            Op::Repeat(k) if !out.is_empty() => out.push(out[k % out.len()].clone()),
+            _ => {}
+        }
+    }
+    // Event ids are per case too.
+    for e in &mut out {
+        let id = e["event_id"].as_str().unwrap().to_owned();
+        e["event_id"] = serde_json::json!(format!("{id}-{case}"));
+    }
+    out
+}
+
+/// A fill of the model: side, quantity, price.
+type ModelFill = (Side, Decimal, Decimal);
+
+/// Every position's stored text, (qty, avg_price, realized_pnl), for the
+/// case's accounts, read from the table itself.
+type Texts = std::collections::BTreeMap<(String, String), (String, String, String)>;
+
+fn sqlite_texts(path: &std::path::Path, case: usize) -> Texts {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT account, symbol, qty, avg_price, realized_pnl FROM positions
+             WHERE account LIKE ?1",
+        )
+        .unwrap();
+    st.query_map([format!("P{case}-%")], |r| {
+        Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?, r.get(4)?)))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+async fn pg_texts(url: &str, schema: &str, case: usize) -> Texts {
+    let c = pg_client(url, Some(schema)).await;
+    c.query(
+        "SELECT account, symbol, qty::text, avg_price::text, realized_pnl::text
+         FROM positions WHERE account LIKE $1",
+        &[&format!("P{case}-%")],
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3), r.get(4))))
+    .collect()
+}
+
+/// F6: the same events in the same order give the same digits on every
+/// store. Random sequences of FILLs (quantities and prices with a few
+/// decimals, so that averages are repeating quotients), BUSTs (of applied
+/// fills, and held ones released later) and repeats go through SQLite and
+/// PostgreSQL in the same batches; every position's quantity, average price
+/// and realized P&L are then compared as the text each table stores, and
+/// with the model (`Position::replay` of the fills left standing, in
+/// order). PostgreSQL absent: SKIPPED (TICKGATE_REQUIRE_SERVICES=1 fails).
+#[test]
+fn same_digits_on_every_store() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let Some(url) = pg_url("same_digits_on_every_store") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fills.db");
+    let schema = unique_schema("t", "digits");
+    let (lite, pg) = rt.block_on(async {
+        pg_client(&url, None)
+            .await
+            .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+            .await
+            .unwrap();
+        let lite = SqliteStore::open(&path, StoreOptions::default(), FillsMetrics::unregistered())
+            .await
+            .unwrap();
+        let opts = StoreOptions {
+            pg_schema: Some(schema.clone()),
+            ..StoreOptions::default()
+        };
+        let pg = PgStore::connect(&url, opts, FillsMetrics::unregistered())
+            .await
+            .unwrap();
+        (Store::Sqlite(lite), Store::Postgres(pg))
+    });
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: 40,
+        ..Config::default()
+    });
+    let strategy = (
+        prop::collection::vec(op(), 1..40),
+        prop::collection::vec(1usize..9, 1..8),
+    );
+    let result = runner.run(&strategy, |(ops, cuts)| {
+        let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let events = case_events(case, &ops);
+        rt.block_on(async {
+            // The same batches on both stores.
+            let (mut start, mut c) = (0, 0);
+            while start < events.len() {
+                let n = cuts[c % cuts.len()].min(events.len() - start);
+                c += 1;
+                let batch: Vec<Parsed> = events[start..start + n].iter().map(parse_value).collect();
+                let a = lite.apply_events("file", batch.clone()).await.unwrap();
+                let b = pg.apply_events("file", batch).await.unwrap();
+                prop_assert_eq!(kinds(&a), kinds(&b), "outcomes of events {}..", start);
+                start += n;
+            }
+            let (lt, pt) = (
+                sqlite_texts(&path, case),
+                pg_texts(&url, &schema, case).await,
+            );
+            // The model: each deal's first FILL, unless a BUST names it.
+            let mut seen = std::collections::HashSet::new();
+            let busted: std::collections::HashSet<String> = events
+                .iter()
+                .filter(|e| e["kind"] == "BUST")
+                .map(|e| e["deal_id"].as_str().unwrap().to_owned())
+                .collect();
+            let mut by_key: std::collections::BTreeMap<(String, String), Vec<ModelFill>> =
+                Default::default();
+            for e in &events {
+                if let Ok(Event::Fill(f)) = parse_value(e) {
+                    if seen.insert(f.deal_id.clone()) && !busted.contains(&f.deal_id) {
+                        by_key
+                            .entry((f.account.clone(), f.symbol.clone()))
+                            .or_default()
+                            .push((f.side, f.qty, f.price));
+                    }
+                }
+            }
+            let zero = ("0".to_owned(), "0".to_owned(), "0".to_owned());
+            let keys: std::collections::BTreeSet<_> = lt
+                .keys()
+                .chain(pt.keys())
+                .chain(by_key.keys())
+                .cloned()
+                .collect();
+            for k in keys {
+                let model = by_key.get(&k).map_or(zero.clone(), |fills| {
+                    let p = Position::replay(fills.iter().map(|(s, q, p)| (*s, q, p))).unwrap();
+                    (
+                        p.qty.to_string(),
+                        p.avg_price.to_string(),
+                        p.realized_pnl.to_string(),
+                    )
+                });
+                // A key whose events never moved it may have no row (SQLite)
+                // or a zero row (PostgreSQL creates rows before locking them).
+                let l = lt.get(&k).cloned().unwrap_or(zero.clone());
+                let p = pt.get(&k).cloned().unwrap_or(zero.clone());
+                prop_assert_eq!(&l, &p, "SQLite and PostgreSQL text of {:?}", k);
+                prop_assert_eq!(&l, &model, "stored and model text of {:?}", k);
+            }
+            Ok::<(), TestCaseError>(())
+        })
+    });
+    rt.block_on(async {
+        let _ = pg_client(&url, None)
+            .await
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await;
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// F2b: a repeat is a duplicate only with the same content. Squatting an
+/// id (alice, allowed only ACC-A, posts a FILL under bob's next event id
+/// or deal id) must never make bob's genuine FILL vanish as a duplicate:
+/// it is a conflict naming the id, counted, and nothing of it is applied.
+async fn repeats_with_other_content_conflict(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let s = &c.store;
+    // Alice's squats, on her own account (FILL-only batch: on PostgreSQL
+    // the fast path, whose cache then knows these event ids).
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-7", "D-x", "ACC-A", "EURUSD", "BUY", "1", "1.1"),
+                fill("E-alice-1", "D-bob-8", "ACC-A", "EURUSD", "BUY", "1", "1.1"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
+    // Bob's genuine fills: the squatted event id, the squatted deal id.
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-7", "D-bob-7", "ACC-B", "EURUSD", "BUY", "100", "1.2"),
+                fill("E-bob-8", "D-bob-8", "ACC-B", "EURUSD", "BUY", "200", "1.2"),
+            ],
+        )
+        .await
+        .unwrap();
+    for (o, id) in o
+        .iter()
+        .zip(["event_id \"E-bob-7\"", "deal_id \"D-bob-8\""])
+    {
+        match &o.outcome {
+            Outcome::Conflict(r) => assert!(r.starts_with("conflict: ") && r.contains(id), "{r}"),
+            other => panic!("{id}: {other:?}, not a conflict"),
+        }
+    }
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, Position::FLAT);
+    assert_eq!(position(s, "ACC-A", "EURUSD").await.qty, d("2"));
+    // The same content again is still a duplicate, by event id and (a new
+    // batch repeating exactly) by event id again; never a conflict.
+    let o = s
+        .apply_events(
+            "http",
+            vec![fill(
+                "E-alice-1",
+                "D-bob-8",
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Duplicate]);
+    // In one batch: the first occurrence wins, a different second one is
+    // a conflict, an identical one a duplicate.
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "1", "1.3"),
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "5", "1.3"),
+                fill("E-9", "D-9", "ACC-A", "EURUSD", "SELL", "1", "1.3"),
+                bust("B-9", "D-9", "ACC-A"),
+                bust("B-9", "D-9", "ACC-A"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(o[0].outcome, Outcome::Applied);
+    assert!(matches!(&o[1].outcome, Outcome::Conflict(r) if r.contains("\"E-9\"")));
+    assert_eq!(o[2].outcome, Outcome::Duplicate);
+    assert_eq!(o[3].outcome, Outcome::Applied);
+    assert_eq!(o[4].outcome, Outcome::Duplicate);
+    // Counted by kind and source; conflicts are not duplicates.
+    assert_eq!(
+        c.metrics
+            .conflicts
+            .with_label_values(&["FILL", "http"])
+            .get(),
+        3
+    );
+    assert_eq!(
+        c.metrics
+            .duplicate_events
+            .with_label_values(&["FILL", "http"])
+            .get(),
+        2
+    );
+    // A rejected conflict leaves the id free for nothing else: bob's
+    // deal D-bob-7 was never recorded, so his FILL under a fresh event id
+    // applies.
+    let o = s
+        .apply_events(
+            "http",
+            vec![fill(
+                "E-bob-7b", "D-bob-7", "ACC-B", "EURUSD", "BUY", "100", "1.2",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("100"));
+    c.drop_schema().await;
+}
+both!(repeats_with_other_content_conflict);

@@ -159,7 +159,7 @@ fn report<W: Write>(
     for o in outs {
         let line = line_nos.get(o.index).copied().unwrap_or(0);
         match &o.outcome {
-            Outcome::Rejected(reason) => {
+            Outcome::Rejected(reason) | Outcome::Conflict(reason) => {
                 writeln!(rejects, "line {line}: rejected: {reason}")?;
             }
             Outcome::DuplicateByDealId => summary.duplicate_by_deal += 1,

@@ -15,6 +15,14 @@
 //!   rounding. The result is exact iff the exact result is divisible by
 //!   `10^k`, which is checked with integer arithmetic on the mantissas
 //!   (for a product: the powers of 2 and 5 in the two mantissas).
+//! - [`average_price`], [`realized`]: the one rounding of the lane (F6).
+//!   The average price is a quotient and has in general no finite decimal
+//!   expansion; it, and what is computed from it, is computed exactly in
+//!   wide integers and rounded once, half to even, to 28 significant
+//!   digits (and to at most 28 digits after the point, the most a
+//!   `Decimal` holds). rust_decimal's own `/` is not that: it keeps as
+//!   many digits as fit the 96-bit mantissa (29 for 10 / 3), and rounding
+//!   that result again to 28 digits rounds twice.
 
 use rust_decimal::Decimal;
 
@@ -156,6 +164,308 @@ pub fn mul(a: Decimal, b: Decimal) -> Result<Decimal, Inexact> {
     }
 }
 
+// ------------------------------------------------------------ F6 rounding
+
+/// Significant digits kept by the one rounding of the lane (F6).
+pub const ROUNDED_DIGITS: u32 = 28;
+
+/// A non-negative integer of up to 512 bits, little-endian 32-bit limbs:
+/// wide enough for every exact intermediate of F6 (a product of two
+/// mantissas at a scale of up to 56, a sum of such, times 10^56).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Wide([u32; 16]);
+
+impl Wide {
+    const ZERO: Wide = Wide([0; 16]);
+
+    fn from_u128(v: u128) -> Wide {
+        let mut w = Wide::ZERO;
+        for (i, l) in w.0.iter_mut().take(4).enumerate() {
+            *l = (v >> (32 * i)) as u32;
+        }
+        w
+    }
+
+    /// The value, if it fits 128 bits.
+    fn to_u128(self) -> Option<u128> {
+        if self.0[4..].iter().any(|&l| l != 0) {
+            return None;
+        }
+        Some(
+            self.0[..4]
+                .iter()
+                .rev()
+                .fold(0u128, |acc, &l| (acc << 32) | u128::from(l)),
+        )
+    }
+
+    fn is_zero(&self) -> bool {
+        self.0.iter().all(|&l| l == 0)
+    }
+
+    /// self × m; overflow of 512 bits is an error (it cannot happen for
+    /// the operands of F6, whose bounds are stated on the type).
+    fn mul_u32(mut self, m: u32) -> Result<Wide, Inexact> {
+        let mut carry = 0u64;
+        for l in self.0.iter_mut() {
+            let t = u64::from(*l) * u64::from(m) + carry;
+            *l = t as u32;
+            carry = t >> 32;
+        }
+        if carry != 0 {
+            return Err(Inexact::Overflow);
+        }
+        Ok(self)
+    }
+
+    fn mul_u128(self, m: u128) -> Result<Wide, Inexact> {
+        let mut out = Wide::ZERO;
+        for i in 0..4 {
+            let limb = (m >> (32 * i)) as u32;
+            if limb == 0 {
+                continue;
+            }
+            let mut part = self.mul_u32(limb)?;
+            // Shift by i limbs.
+            if part.0[16 - i..].iter().any(|&l| l != 0) {
+                return Err(Inexact::Overflow);
+            }
+            part.0.copy_within(0..16 - i, i);
+            part.0[..i].fill(0);
+            out = out.add(&part)?;
+        }
+        Ok(out)
+    }
+
+    fn mul_pow10(mut self, mut k: u32) -> Result<Wide, Inexact> {
+        while k > 0 {
+            let step = k.min(9);
+            self = self.mul_u32(10u32.pow(step))?;
+            k -= step;
+        }
+        Ok(self)
+    }
+
+    fn add(mut self, o: &Wide) -> Result<Wide, Inexact> {
+        let mut carry = 0u64;
+        for (l, r) in self.0.iter_mut().zip(o.0.iter()) {
+            let t = u64::from(*l) + u64::from(*r) + carry;
+            *l = t as u32;
+            carry = t >> 32;
+        }
+        if carry != 0 {
+            return Err(Inexact::Overflow);
+        }
+        Ok(self)
+    }
+
+    /// self - o, with self >= o.
+    fn sub(mut self, o: &Wide) -> Wide {
+        let mut borrow = 0i64;
+        for (l, r) in self.0.iter_mut().zip(o.0.iter()) {
+            let t = i64::from(*l) - i64::from(*r) - borrow;
+            borrow = i64::from(t < 0);
+            *l = t.rem_euclid(1 << 32) as u32;
+        }
+        debug_assert_eq!(borrow, 0, "Wide::sub with self < o");
+        self
+    }
+
+    fn cmp(&self, o: &Wide) -> std::cmp::Ordering {
+        self.0.iter().rev().cmp(o.0.iter().rev())
+    }
+
+    /// (self / d, self % d) for 0 < d < 2^96: every partial remainder
+    /// shifted by one limb still fits 128 bits.
+    fn divrem(&self, d: u128) -> (Wide, u128) {
+        debug_assert!(d > 0 && d < 1 << 96);
+        let mut q = Wide::ZERO;
+        let mut r = 0u128;
+        for i in (0..16).rev() {
+            let cur = (r << 32) | u128::from(self.0[i]);
+            q.0[i] = (cur / d) as u32;
+            r = cur % d;
+        }
+        (q, r)
+    }
+
+    /// Number of decimal digits (0 for zero).
+    fn digits(&self) -> u32 {
+        if let Some(v) = self.to_u128() {
+            return if v == 0 { 0 } else { v.ilog10() + 1 };
+        }
+        let (mut w, mut n) = (*self, 0);
+        while w.to_u128().is_none() {
+            w = w.divrem(10u128.pow(18)).0;
+            n += 18;
+        }
+        n + w
+            .to_u128()
+            .map_or(0, |v| if v == 0 { 0 } else { v.ilog10() + 1 })
+    }
+}
+
+/// A signed exact decimal: sign, magnitude, scale (digits after the point).
+#[derive(Clone, Copy)]
+struct Exact {
+    neg: bool,
+    mag: Wide,
+    scale: u32,
+}
+
+impl Exact {
+    fn of(d: Decimal) -> Exact {
+        Exact {
+            neg: d.is_sign_negative() && !d.is_zero(),
+            mag: Wide::from_u128(d.mantissa().unsigned_abs()),
+            scale: d.scale(),
+        }
+    }
+
+    fn negate(self) -> Exact {
+        Exact {
+            neg: !self.neg && !self.mag.is_zero(),
+            ..self
+        }
+    }
+
+    fn rescaled(self, scale: u32) -> Result<Wide, Inexact> {
+        self.mag.mul_pow10(scale - self.scale)
+    }
+
+    fn add(self, o: Exact) -> Result<Exact, Inexact> {
+        let scale = self.scale.max(o.scale);
+        let (a, b) = (self.rescaled(scale)?, o.rescaled(scale)?);
+        let (neg, mag) = if self.neg == o.neg {
+            (self.neg, a.add(&b)?)
+        } else if a.cmp(&b) != std::cmp::Ordering::Less {
+            (self.neg, a.sub(&b))
+        } else {
+            (o.neg, b.sub(&a))
+        };
+        Ok(Exact {
+            neg: neg && !mag.is_zero(),
+            mag,
+            scale,
+        })
+    }
+
+    fn mul(self, o: Decimal) -> Result<Exact, Inexact> {
+        let mag = self.mag.mul_u128(o.mantissa().unsigned_abs())?;
+        let neg = (self.neg != (o.is_sign_negative() && !o.is_zero())) && !mag.is_zero();
+        Ok(Exact {
+            neg,
+            mag,
+            scale: self.scale + o.scale(),
+        })
+    }
+
+    /// self / d rounded half to even to 28 significant digits and at most
+    /// 28 digits after the point (F6): the one rounding of the lane. `d`
+    /// must not be zero.
+    fn div_round(self, d: Decimal) -> Result<Decimal, Inexact> {
+        let dm = d.mantissa().unsigned_abs();
+        debug_assert!(dm != 0, "division by zero");
+        let neg = self.neg != d.is_sign_negative();
+        // value = mag / 10^scale / (dm / 10^d.scale). Q = floor(value × 10^s)
+        // at a scale s >= 28 fine enough to hold every digit we keep.
+        let s = MAX_SCALE.max(self.scale.saturating_sub(d.scale()));
+        let up = s + d.scale() - self.scale;
+        let (q, r) = self.mag.mul_pow10(up)?.divrem(dm);
+        // Digits to drop: down to 28 significant digits, and to scale 28.
+        let drop = (s - MAX_SCALE).max(q.digits().saturating_sub(ROUNDED_DIGITS));
+        let (mut kept, round_up) = if drop == 0 {
+            // The remainder decides: r / dm against one half.
+            let twice = r << 1; // r < 2^96
+            let odd = q.0[0] & 1 == 1;
+            (q, twice > dm || (twice == dm && odd))
+        } else {
+            // Keep the last dropped digit apart; the rest is sticky.
+            let mut w = q;
+            let mut sticky = r != 0;
+            let mut k = drop - 1;
+            while k > 0 {
+                let step = k.min(18);
+                let (next, rem) = w.divrem(10u128.pow(step));
+                sticky |= rem != 0;
+                w = next;
+                k -= step;
+            }
+            let (kept, last) = w.divrem(10);
+            let odd = kept.0[0] & 1 == 1;
+            (kept, last > 5 || (last == 5 && (sticky || odd)))
+        };
+        if round_up {
+            kept = kept.add(&Wide::from_u128(1))?;
+        }
+        let mut scale = i64::from(s) - i64::from(drop);
+        let mut m = kept.to_u128().ok_or(Inexact::Overflow)?;
+        if m == 10u128.pow(ROUNDED_DIGITS) {
+            // 9.99…9 rounded up to 10.00…0: one more digit, all zeros.
+            m /= 10;
+            scale -= 1;
+        }
+        while scale < 0 {
+            m = m.checked_mul(10).ok_or(Inexact::Overflow)?;
+            scale += 1;
+        }
+        if m > MAX_MANTISSA {
+            return Err(Inexact::Overflow);
+        }
+        let m = i128::try_from(m).map_err(|_| Inexact::Overflow)?;
+        let v = Decimal::try_from_i128_with_scale(if neg { -m } else { m }, scale as u32)
+            .map_err(|_| Inexact::Overflow)?;
+        Ok(v.normalize())
+    }
+}
+
+/// F6: the average price of a position that grows from `old_qty` (its
+/// size, >= 0) at `old_avg` by a fill of notional `notional` (exact) to
+/// `new_qty` (its size, > 0): (old_qty × old_avg + notional) / new_qty,
+/// computed exactly and rounded once, half to even, to 28 significant
+/// digits (at most 28 after the point). Trailing zeros are dropped, so
+/// every store is given the same text.
+pub fn average_price(
+    old_qty: Decimal,
+    old_avg: Decimal,
+    notional: Decimal,
+    new_qty: Decimal,
+) -> Result<Decimal, Inexact> {
+    if new_qty.is_zero() {
+        return Err(Inexact::Overflow);
+    }
+    Exact::of(old_qty)
+        .mul(old_avg)?
+        .add(Exact::of(notional))?
+        .div_round(new_qty)
+}
+
+/// F6: realized P&L after closing `closed` (> 0) at `price` out of a
+/// position at average `avg`, long if `long`: realized + closed × (price −
+/// avg) (negated for a short), computed exactly and rounded once, half to
+/// even, to 28 significant digits (at most 28 after the point). Trailing
+/// zeros are dropped.
+pub fn realized(
+    realized: Decimal,
+    closed: Decimal,
+    price: Decimal,
+    avg: Decimal,
+    long: bool,
+) -> Result<Decimal, Inexact> {
+    let gain = Exact::of(price).add(Exact::of(avg).negate())?.mul(closed)?;
+    let gain = if long { gain } else { gain.negate() };
+    Exact::of(realized).add(gain)?.div_round(Decimal::ONE)
+}
+
+/// F6: `a / b` rounded once, half to even, to 28 significant digits (at
+/// most 28 after the point), trailing zeros dropped. `b` must not be zero.
+pub fn div_rounded(a: Decimal, b: Decimal) -> Result<Decimal, Inexact> {
+    if b.is_zero() {
+        return Err(Inexact::Overflow);
+    }
+    Exact::of(a).div_round(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +533,108 @@ mod tests {
                 .unwrap()
                 .to_string(),
             "0.9999999999999999999999999999"
+        );
+    }
+
+    /// F6: rust_decimal's `/` is not "28 significant digits, half to
+    /// even": it keeps up to 29 digits, and rounding its result again to
+    /// 28 rounds twice. `div_rounded` rounds the exact quotient once.
+    #[test]
+    fn quotients_round_once_half_even_to_28_digits() {
+        use rust_decimal::RoundingStrategy::MidpointNearestEven;
+        let twice = |a: &str, b: &str| {
+            (d(a) / d(b))
+                .round_sf_with_strategy(28, MidpointNearestEven)
+                .unwrap()
+                .normalize()
+                .to_string()
+        };
+        let once = |a: &str, b: &str| div_rounded(d(a), d(b)).unwrap().to_string();
+        // 29 digits from rust_decimal, 28 here.
+        assert_eq!(
+            (d("10") / d("3")).to_string(),
+            "3.3333333333333333333333333333"
+        );
+        assert_eq!(once("10", "3"), "3.333333333333333333333333333");
+        assert_eq!(once("2", "3"), "0.6666666666666666666666666667");
+        // Exact ties at the 29th digit go to the even neighbour.
+        let odd = "12345678901234567890123456789";
+        assert_eq!(
+            (d(odd) / d("2")).to_string(),
+            "6172839450617283945061728394.5"
+        );
+        assert_eq!(once(odd, "2"), "6172839450617283945061728394");
+        assert_eq!(
+            once("12345678901234567890123456791", "2"),
+            "6172839450617283945061728396"
+        );
+        assert_eq!(
+            once("-12345678901234567890123456789", "2"),
+            "-6172839450617283945061728394"
+        );
+        // Double rounding: 1.000000000000000000000000001|4666… is below
+        // the midpoint; rust_decimal first rounds it to …0015, a tie that
+        // the second rounding sends up.
+        let (a, b) = ("3.0000000000000000000000000044", "3");
+        assert_eq!(twice(a, b), "1.000000000000000000000000002");
+        assert_eq!(once(a, b), "1.000000000000000000000000001");
+        // Below 1, at most 28 digits after the point (what a Decimal holds).
+        assert_eq!(once("1", "30"), "0.0333333333333333333333333333");
+        assert_eq!(once("0.0000000000000000000000000001", "2"), "0");
+        assert_eq!(
+            once("0.0000000000000000000000000003", "2"),
+            "0.0000000000000000000000000002"
+        );
+        // 9.99…95 rounds up to 10 (one digit more, all zeros).
+        assert_eq!(
+            once("19999999999999999999999999999", "2"),
+            "10000000000000000000000000000"
+        );
+        // Exact quotients keep their digits, without trailing zeros.
+        assert_eq!(once("1.50", "1"), "1.5");
+        assert_eq!(once("7", "0.25"), "28");
+        // Large: 29 integer digits are rounded to 28 significant ones,
+        // which may leave the range: an error, never a wrapped number.
+        assert_eq!(
+            once("69999999999999999999999999985", "1"),
+            "69999999999999999999999999980"
+        );
+        assert_eq!(
+            div_rounded(Decimal::MAX, Decimal::ONE),
+            Err(Inexact::Overflow)
+        );
+    }
+
+    #[test]
+    fn average_and_realized_round_once() {
+        // 100 @ 1.1 + 200 @ 1.2 = 350 / 300.
+        assert_eq!(
+            average_price(d("100"), d("1.1"), d("240"), d("300"))
+                .unwrap()
+                .to_string(),
+            "1.166666666666666666666666667"
+        );
+        // The cost |old| × avg is exact (56 digits here), not rounded first.
+        let avg = d("1.166666666666666666666666667");
+        assert_eq!(average_price(d("300"), avg, d("0"), d("300")).unwrap(), avg);
+        // Realized: exact sum of the old figure and closed × (price − avg).
+        assert_eq!(
+            realized(d("0"), d("100"), d("1.2"), avg, true)
+                .unwrap()
+                .to_string(),
+            "3.3333333333333333333333333"
+        );
+        assert_eq!(
+            realized(d("0"), d("100"), d("1.2"), avg, false)
+                .unwrap()
+                .to_string(),
+            "-3.3333333333333333333333333"
+        );
+        assert_eq!(
+            realized(d("5"), d("1"), d("2"), d("2"), true)
+                .unwrap()
+                .to_string(),
+            "5"
         );
     }
 }

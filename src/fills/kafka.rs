@@ -44,7 +44,7 @@ use serde::Deserialize as _;
 
 use super::config::{FillsConfig, KafkaConfig};
 use super::metrics::FillsMetrics;
-use super::model::{self, Outcome, Parsed};
+use super::model::{self, Parsed};
 use super::source::{self, RestartPause, Undecoded};
 use super::store::{BeforeCommit, Store};
 
@@ -685,8 +685,8 @@ async fn process_batch(
             Box::pin(async move {
                 let letters: Vec<Record> = outs
                     .iter()
-                    .filter_map(|o| match &o.outcome {
-                        Outcome::Rejected(reason) => originals.get(o.index).map(|(off, rec)| {
+                    .filter_map(|o| match o.outcome.rejection_reason() {
+                        Some(reason) => originals.get(o.index).map(|(off, rec)| {
                             dead_letter_record(
                                 rec,
                                 &topic,
@@ -723,7 +723,7 @@ async fn process_batch(
     match r {
         Ok(outs) => {
             for o in &outs {
-                if let Outcome::Rejected(reason) = &o.outcome {
+                if let Some(reason) = o.outcome.rejection_reason() {
                     count_dead(metrics, DeadCause::Rejected);
                     tracing::warn!(topic = %s.topic, partition, offset = originals[o.index].0,
                         %reason, "fills kafka: rejected event dead-lettered");

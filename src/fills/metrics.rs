@@ -23,6 +23,9 @@ pub struct FillsMetrics {
     pub dead_lettered: IntCounterVec,
     /// K2 write scope: events for an account the client may not write.
     pub out_of_scope: IntCounterVec,
+    /// F2b: `conflicting_events_total{kind,source}`: a repeated id with
+    /// different content, rejected.
+    pub conflicts: IntCounterVec,
     pub tx_seconds: Histogram,
     pub tx_retries: IntCounter,
     pub retention_rows: IntCounterVec,
@@ -71,6 +74,12 @@ impl FillsMetrics {
             "Events rejected because the client may not write their account (K2)",
             &["source"],
         )?;
+        let conflicts = cv(
+            "conflicting_events_total",
+            "Events whose (kind, event_id) or (account, deal_id) was already processed \
+             with different content, rejected (F2b)",
+            &["kind", "source"],
+        )?;
         let busts_released = IntCounter::new(
             "fills_busts_released_total",
             "Held BUSTs applied when their FILL arrived",
@@ -112,6 +121,7 @@ impl FillsMetrics {
             busts_released,
             dead_lettered,
             out_of_scope,
+            conflicts,
             tx_seconds,
             tx_retries,
             retention_rows,
@@ -141,6 +151,12 @@ impl FillsMetrics {
                     .inc(),
                 Outcome::Held => self.held.with_label_values(&[source]).inc(),
                 Outcome::Rejected(_) => self.rejected.with_label_values(&[source]).inc(),
+                Outcome::Conflict(ref reason) => {
+                    // F2b: counted and logged, never a silent duplicate.
+                    self.conflicts.with_label_values(&[kind, source]).inc();
+                    tracing::warn!(kind, source, event_id = o.event_id.as_deref().unwrap_or(""),
+                        %reason, "fills: conflicting event rejected");
+                }
             }
         }
     }

@@ -125,6 +125,62 @@ impl Event {
             Event::Bust(b) => &b.account,
         }
     }
+
+    /// F2b: the hash of the event's content, every field of it (kind,
+    /// ids, account, and for a FILL symbol, side, quantity and price as
+    /// their decimal text, execution time in nanoseconds): hex of the
+    /// first 16 bytes of SHA-256 over the fields separated by NUL (no
+    /// field can hold a control character). A repeat of an id is a
+    /// duplicate only if this is the same.
+    pub fn content_hash(&self) -> String {
+        match self {
+            Event::Fill(f) => f.content_hash(),
+            Event::Bust(b) => b.content_hash(),
+        }
+    }
+}
+
+/// F2b: hex of the first 16 bytes of SHA-256 over `fields`, each followed
+/// by a NUL.
+fn fields_hash(fields: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in fields {
+        h.update(f.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = h.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Fill {
+    /// F2b: see [`Event::content_hash`].
+    pub fn content_hash(&self) -> String {
+        fields_hash(&[
+            "FILL",
+            &self.event_id,
+            &self.deal_id,
+            &self.account,
+            &self.symbol,
+            self.side.as_str(),
+            &self.qty.to_string(),
+            &self.price.to_string(),
+            &self.exec_time.to_string(),
+        ])
+    }
+}
+
+impl Bust {
+    /// F2b: see [`Event::content_hash`].
+    pub fn content_hash(&self) -> String {
+        fields_hash(&[
+            "BUST",
+            &self.event_id,
+            &self.deal_id,
+            &self.account,
+            &self.exec_time.to_string(),
+        ])
+    }
 }
 
 /// An input that failed validation. `kind`/`event_id` are filled in when
@@ -314,6 +370,22 @@ pub enum Outcome {
     Held,
     /// Not valid, or not applicable; nothing was applied.
     Rejected(String),
+    /// F2b: the `(kind, event_id)`, or the `(account, deal_id)`, was
+    /// already processed with a different content hash. Rejected with a
+    /// reason that starts with `conflict` and names the id; never applied,
+    /// never a duplicate.
+    Conflict(String),
+}
+
+impl Outcome {
+    /// Why the event was not applied, for a rejection or a conflict (both
+    /// answered `rejected` and dead-lettered by the stream sources).
+    pub fn rejection_reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Rejected(r) | Outcome::Conflict(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// Outcome of one input, in input order.
@@ -342,7 +414,7 @@ impl Totals {
             match o.outcome {
                 Outcome::Applied => t.applied += 1,
                 Outcome::Duplicate | Outcome::DuplicateByDealId => t.duplicate += 1,
-                Outcome::Rejected(_) => t.rejected += 1,
+                Outcome::Rejected(_) | Outcome::Conflict(_) => t.rejected += 1,
                 Outcome::Held => t.held += 1,
             }
         }
@@ -385,7 +457,9 @@ pub fn batch_answer(outcomes: &[EventOutcome]) -> (u16, Vec<u8>) {
                         "bust for a deal not seen yet; applied when its fill arrives".into(),
                     )),
                 ),
-                Outcome::Rejected(r) => ("rejected", Some(("reason", r.clone()))),
+                Outcome::Rejected(r) | Outcome::Conflict(r) => {
+                    ("rejected", Some(("reason", r.clone())))
+                }
             };
             m.insert("status".into(), Value::from(status));
             if let Some((k, v)) = extra {

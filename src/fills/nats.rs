@@ -31,7 +31,7 @@ use prometheus::{IntCounter, IntCounterVec, Registry};
 
 use super::config::{FillsConfig, NatsConfig};
 use super::metrics::FillsMetrics;
-use super::model::{Event, Outcome};
+use super::model::Event;
 use super::source::{self, RestartPause, Undecoded};
 use super::store::Store;
 
@@ -549,11 +549,9 @@ async fn process_batch(
                 let Some(&i) = event_of.get(o.index) else {
                     continue;
                 };
-                match &o.outcome {
-                    Outcome::Rejected(reason) => {
-                        rejected.push((i, DeadCause::Rejected, reason.clone()))
-                    }
-                    _ => deliveries[i].ack = Some(true),
+                match o.outcome.rejection_reason() {
+                    Some(reason) => rejected.push((i, DeadCause::Rejected, reason.to_owned())),
+                    None => deliveries[i].ack = Some(true),
                 }
             }
             // Anything the store did not report on is left for redelivery.

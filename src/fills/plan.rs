@@ -246,7 +246,8 @@ pub fn plan(
                         }
                     }
                 }
-                Some(_) => Outcome::DuplicateByDealId,
+                // Already filled (F3): the same FILL again, or a conflict.
+                Some(row) => repeat_of_deal(ev, row.fill.map(Event::Fill)),
             },
             Event::Bust(b) => match state {
                 None => {
@@ -280,11 +281,12 @@ pub fn plan(
                         }
                     }
                 }
-                // Already busted, or another BUST already held (F3).
-                Some(_) => Outcome::DuplicateByDealId,
+                // Already busted, or a BUST already held (F3): the same
+                // BUST again, or a conflict.
+                Some(row) => repeat_of_deal(ev, row.bust.map(Event::Bust)),
             },
         };
-        if let Outcome::Rejected(_) = outcome {
+        if let Outcome::Rejected(_) | Outcome::Conflict(_) = outcome {
             p.unprocess.push((ev.kind(), ev.event_id().to_owned()));
         }
         p.outcomes.push((idx, outcome));
@@ -299,6 +301,24 @@ pub fn plan(
         .filter(|(k, _)| touched_pos.contains(k))
         .collect();
     p
+}
+
+/// F2b/F3: a new event id for a deal that already has its event of this
+/// kind (`stored`): a duplicate by deal id if the content is the same
+/// (a repeat whose processed row expired), else a conflict naming the
+/// deal and the event it already has.
+fn repeat_of_deal(ev: &Event, stored: Option<Event>) -> Outcome {
+    match stored {
+        Some(s) if s.content_hash() != ev.content_hash() => Outcome::Conflict(format!(
+            "conflict: deal_id {:?} of account {:?} already has a {} (event_id {:?}) with \
+             different content",
+            ev.deal_id(),
+            s.account(),
+            s.kind().as_str(),
+            s.event_id()
+        )),
+        _ => Outcome::DuplicateByDealId,
+    }
 }
 
 fn apply_fill(

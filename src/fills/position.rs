@@ -2,15 +2,15 @@
 //! all `Decimal`. Pure; every operation is checked, so absurd inputs give an
 //! error, never a panic or a silently wrapped number.
 //!
-//! Exactness (fills.md "Events"): the position quantity and each fill's
+//! Exactness (fills.md "Events", F6): the position quantity and each fill's
 //! notional (`qty × price`) are exact or the fill is rejected
-//! ([`super::exact`]). The average price is a quotient (cost / quantity),
-//! which in general has no finite decimal expansion (100 @ 1.1 + 200 @ 1.2
-//! averages 1.1666...), so it and the P&L computed from it are carried at
-//! `rust_decimal`'s full precision (28 significant digits): the one place a
-//! digit can be dropped, and only in a derived value, never in a quantity
-//! or a price that was sent. Overflow anywhere rejects the fill.
-
+//! ([`super::exact`]). The average price is the one quotient of the lane
+//! (cost / quantity, which in general has no finite decimal expansion:
+//! 100 @ 1.1 + 200 @ 1.2 averages 1.1666...). It, and what is computed from
+//! it (the cost of the position it grows from, the realized P&L), is
+//! computed exactly and rounded once per fill, half to even, to 28
+//! significant digits ([`exact::average_price`], [`exact::realized`]):
+//! the only rounding there is. Overflow anywhere rejects the fill.
 use rust_decimal::Decimal;
 
 use super::exact::{self, Inexact};
@@ -66,38 +66,24 @@ impl Position {
         if old.is_zero() || old.is_sign_negative() == delta.is_sign_negative() {
             // Grows (or opens).
             let notional = exact::mul(qty, price).map_err(overflow("the notional qty × price"))?;
-            let cost = old
-                .abs()
-                .checked_mul(self.avg_price)
-                .and_then(|a| a.checked_add(notional))
-                .ok_or_else(|| range("the position cost"))?;
-            next.avg_price = cost
-                .checked_div(new_qty.abs())
-                .ok_or_else(|| range("the average price"))?
-                .normalize();
+            // F6: (|old| × avg + notional) / |new|, exact, rounded once.
+            next.avg_price =
+                exact::average_price(old.abs(), self.avg_price, notional, new_qty.abs())
+                    .map_err(|_| range("the average price"))?;
             next.qty = new_qty;
             return Ok(next);
         }
         // Shrinks, closes or flips.
         let closed = qty.min(old.abs());
-        let per_unit = price
-            .checked_sub(self.avg_price)
-            .ok_or_else(|| range("the realized P&L"))?;
-        let pnl = closed
-            .checked_mul(per_unit)
-            .and_then(|p| {
-                p.checked_mul(if old.is_sign_negative() {
-                    Decimal::NEGATIVE_ONE
-                } else {
-                    Decimal::ONE
-                })
-            })
-            .ok_or_else(|| range("the realized P&L"))?;
-        next.realized_pnl = self
-            .realized_pnl
-            .checked_add(pnl)
-            .ok_or_else(|| range("the realized P&L"))?
-            .normalize();
+        // F6: realized + closed × (price − avg), exact, rounded once.
+        next.realized_pnl = exact::realized(
+            self.realized_pnl,
+            closed,
+            price,
+            self.avg_price,
+            !old.is_sign_negative(),
+        )
+        .map_err(|_| range("the realized P&L"))?;
         next.qty = new_qty;
         if next.qty.is_zero() {
             next.qty = Decimal::ZERO;

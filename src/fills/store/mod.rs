@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::config::{DbTarget, FillsConfig};
 use super::metrics::FillsMetrics;
-use super::model::{EventOutcome, Parsed};
+use super::model::{Event, EventOutcome, Outcome, Parsed};
 use super::position::Position;
 
 pub use postgres::PgStore;
@@ -476,24 +476,43 @@ async fn apply_in_lanes(
     Ok(all)
 }
 
-/// Split a batch into the first occurrence of each `(kind, event_id)` and
-/// the rest: repeats inside one batch are duplicates without a database
-/// round trip. Returns (indices of unique valid events, outcomes decided
-/// already: in-batch duplicates and invalid inputs).
-pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
+/// F2b: the outcome of an event whose `(kind, event_id)` was already
+/// processed, given the content hash stored with it: a duplicate if it is
+/// the same (or unknown: a row written before hashes were kept), else a
+/// conflict naming the id.
+pub(crate) fn repeat_outcome(ev: &Event, stored_hash: Option<&str>) -> super::model::Outcome {
     use super::model::Outcome;
-    let mut seen = std::collections::HashSet::new();
+    match stored_hash {
+        Some(h) if h != ev.content_hash() => Outcome::Conflict(format!(
+            "conflict: {} event_id {:?} was already processed with different content",
+            ev.kind().as_str(),
+            ev.event_id()
+        )),
+        _ => Outcome::Duplicate,
+    }
+}
+
+/// Split a batch into the first occurrence of each `(kind, event_id)` and
+/// the rest: repeats inside one batch are decided without a database
+/// round trip, duplicates if their content is the first's, else conflicts
+/// (F2b). Returns (indices of unique valid events, outcomes decided
+/// already: in-batch repeats and invalid inputs).
+pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
+    let mut seen = std::collections::HashMap::new();
     let mut unique = Vec::new();
     let mut decided = Vec::new();
     for (i, p) in events.iter().enumerate() {
         match p {
-            Ok(ev) => {
-                if seen.insert((ev.kind(), ev.event_id())) {
+            Ok(ev) => match seen.entry((ev.kind(), ev.event_id())) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(ev);
                     unique.push(i);
-                } else {
-                    decided.push(outcome_of(i, p, Outcome::Duplicate));
                 }
-            }
+                std::collections::hash_map::Entry::Occupied(o) => {
+                    let first = o.get().content_hash();
+                    decided.push(outcome_of(i, p, repeat_outcome(ev, Some(&first))));
+                }
+            },
             Err(inv) => decided.push(EventOutcome {
                 index: i,
                 kind: inv.kind.clone(),

@@ -64,8 +64,8 @@ macro_rules! fast_ctes {
 WITH ",
             $first,
             "pe AS (
-    INSERT INTO processed_events (kind, event_id, created_ns)
-    SELECT 'FILL', e, $1 FROM unnest($2::text[]) AS u(e)
+    INSERT INTO processed_events (kind, event_id, created_ns, content_hash)
+    SELECT 'FILL', e, $1, h FROM unnest($2::text[], $26::text[]) AS u(e, h)
     RETURNING 1
 ), seen AS (
     SELECT count(*) AS n
@@ -146,11 +146,11 @@ FROM locked l"
 /// positions (account, symbol, qty, avg price, P&L; sorted); $17-$25 the
 /// fills in deal_id order (deal, event, account, symbol, side, qty, price,
 /// exec_ns, 1-based place in event order: the n-th FILL of the batch gets
-/// the n-th of the sequence numbers drawn in `seqs`). Returns the number
-/// of fill rows inserted.
+/// the n-th of the sequence numbers drawn in `seqs`); $26 the content
+/// hashes of $2's events (F2b). Returns the number of fill rows inserted.
 pub(crate) const FAST_SQL: &str = concat!(fast_ctes!("", ""), fast_answer!("", ""));
 
-/// The same for a stream fetch: $26-$28 (stream, consumer, last sequence)
+/// The same for a stream fetch: $27-$29 (stream, consumer, last sequence)
 /// move the consumer position in the same statement, so in the same
 /// transaction as the batch's effects, and only forwards (as
 /// `upsert_consumer` of the careful path).
@@ -158,7 +158,7 @@ pub(crate) const FAST_STREAM_SQL: &str = concat!(
     fast_ctes!("", ""),
     ", cons AS (
     INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
-    VALUES ($26, $27, $28, $1)
+    VALUES ($27, $28, $29, $1)
     ON CONFLICT (stream, consumer) DO UPDATE
     SET last_seq = GREATEST(consumer_positions.last_seq, EXCLUDED.last_seq),
         updated_ns = EXCLUDED.updated_ns
@@ -167,7 +167,7 @@ pub(crate) const FAST_STREAM_SQL: &str = concat!(
     fast_answer!("", "")
 );
 
-/// The same for a Kafka partition batch whose offset row exists: $26-$29
+/// The same for a Kafka partition batch whose offset row exists: $27-$30
 /// (stream, consumer, new offset, expected stored offset). The offset
 /// moves by compare-and-set, first in the statement (so a second instance
 /// on the partition waits on that row), from the offset the batch was read
@@ -177,8 +177,8 @@ pub(crate) const FAST_STREAM_SQL: &str = concat!(
 pub(crate) const FAST_OFFSET_SQL: &str = concat!(
     fast_ctes!(
         "off AS (
-    UPDATE consumer_positions SET last_seq = $28, updated_ns = $1
-    WHERE stream = $26 AND consumer = $27 AND last_seq = $29 AND last_seq < $28
+    UPDATE consumer_positions SET last_seq = $29, updated_ns = $1
+    WHERE stream = $27 AND consumer = $28 AND last_seq = $30 AND last_seq < $29
     RETURNING 1
 ), ",
         "(SELECT count(*) FROM off) AS off, "
@@ -189,14 +189,14 @@ pub(crate) const FAST_OFFSET_SQL: &str = concat!(
     )
 );
 
-/// The same for a partition without a stored offset: $26-$28 (stream,
+/// The same for a partition without a stored offset: $27-$29 (stream,
 /// consumer, new offset); the row is inserted, and if one exists already
 /// the statement fails.
 pub(crate) const FAST_OFFSET_FIRST_SQL: &str = concat!(
     fast_ctes!(
         "off AS (
     INSERT INTO consumer_positions (stream, consumer, last_seq, updated_ns)
-    VALUES ($26, $27, $28, $1) ON CONFLICT (stream, consumer) DO NOTHING
+    VALUES ($27, $28, $29, $1) ON CONFLICT (stream, consumer) DO NOTHING
     RETURNING 1
 ), ",
         "(SELECT count(*) FROM off) AS off, "
@@ -214,9 +214,10 @@ pub(crate) struct Cache {
     /// account -> symbol -> position as last committed by this process.
     positions: HashMap<String, HashMap<String, Position>>,
     entries: usize,
-    /// FILL event ids committed lately (two generations).
-    recent: HashSet<String>,
-    older: HashSet<String>,
+    /// FILL event ids committed lately (two generations), with their
+    /// content hash when known (F2b; the careful path does not keep it).
+    recent: HashMap<String, Option<String>>,
+    older: HashMap<String, Option<String>>,
 }
 
 const MAX_POSITIONS: usize = 1_000_000;
@@ -227,8 +228,12 @@ impl Cache {
         self.positions.get(account)?.get(symbol).copied()
     }
 
-    fn seen_recently(&self, event_id: &str) -> bool {
-        self.recent.contains(event_id) || self.older.contains(event_id)
+    /// Committed lately: Some(its content hash, if known).
+    fn seen_recently(&self, event_id: &str) -> Option<Option<&str>> {
+        self.recent
+            .get(event_id)
+            .or_else(|| self.older.get(event_id))
+            .map(Option::as_deref)
     }
 
     /// Committed positions (after COMMIT only).
@@ -251,13 +256,13 @@ impl Cache {
     /// Committed FILL event ids (after COMMIT only).
     pub(crate) fn store_events<'a, I>(&mut self, ids: I)
     where
-        I: IntoIterator<Item = &'a str>,
+        I: IntoIterator<Item = (&'a str, Option<String>)>,
     {
-        for id in ids {
+        for (id, hash) in ids {
             if self.recent.len() >= RECENT_GENERATION {
                 self.older = std::mem::take(&mut self.recent);
             }
-            self.recent.insert(id.to_owned());
+            self.recent.insert(id.to_owned(), hash);
         }
     }
 
@@ -282,6 +287,8 @@ pub(crate) struct FastPlan<'a> {
     /// Final position of every key the batch touches, sorted.
     pub positions: Vec<(&'a str, &'a str, Position)>,
     ids: Vec<&'a str>,
+    /// F2b: the content hash of each of `ids`.
+    hashes: Vec<String>,
     dups: Vec<&'a str>,
     cas: [Vec<&'a str>; 2],
     cas_vals: [Vec<String>; 6],
@@ -322,7 +329,13 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
         let Ok(Event::Fill(f)) = &events[i] else {
             return None; // presort keeps valid events only: this is a BUST
         };
-        if cache.seen_recently(&f.event_id) {
+        if let Some(hash) = cache.seen_recently(&f.event_id) {
+            // F2b: a duplicate only with the same content; anything else
+            // (another content, or a hash not kept) the careful path
+            // decides.
+            if hash != Some(f.content_hash().as_str()) {
+                return None;
+            }
             dups.push(&f.event_id);
             outcomes.push(outcome_of(i, &events[i], Outcome::Duplicate));
             continue;
@@ -380,11 +393,15 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
         }
         positions.push((a, s, cur));
     }
-    let mut ids: Vec<&str> = fills.iter().map(|f| f.event_id.as_str()).collect();
-    ids.sort_unstable(); // processed rows in key order, as the careful path
-                         // Fill rows in deal_id order (the unique index's lock order, as the
-                         // careful path), each with its place in event order: the n-th FILL of
-                         // the batch gets the n-th sequence number drawn.
+    // Processed rows in key order, as the careful path, with their content
+    // hashes (F2b).
+    let mut by_id: Vec<&Fill> = fills.clone();
+    by_id.sort_unstable_by(|a, b| a.event_id.cmp(&b.event_id));
+    let ids: Vec<&str> = by_id.iter().map(|f| f.event_id.as_str()).collect();
+    let hashes: Vec<String> = by_id.iter().map(|f| f.content_hash()).collect();
+    // Fill rows in deal_id order (the unique index's lock order, as the
+    // careful path), each with its place in event order: the n-th FILL of
+    // the batch gets the n-th sequence number drawn.
     let mut by_deal: Vec<(usize, &Fill)> = fills.iter().copied().enumerate().collect();
     by_deal.sort_unstable_by(|a, b| a.1.deal_id.cmp(&b.1.deal_id));
     let f_str = [
@@ -408,6 +425,7 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
         fills,
         positions,
         ids,
+        hashes,
         dups,
         cas,
         cas_vals,
@@ -432,13 +450,18 @@ impl FastPlan<'_> {
         );
         if let Ok(mut c) = cache.lock() {
             c.store_positions(self.positions.iter().copied());
-            c.store_events(self.fills.iter().map(|f| f.event_id.as_str()));
+            c.store_events(
+                self.ids
+                    .iter()
+                    .copied()
+                    .zip(self.hashes.iter().cloned().map(Some)),
+            );
         }
         Ok(())
     }
 
     /// Run the statement (implicit transaction: it has committed when this
-    /// returns Ok) with `extra` as its parameters from $26 on. Returns the
+    /// returns Ok) with `extra` as its parameters from $27 on. Returns the
     /// number of fill rows inserted.
     pub(crate) async fn execute(
         &self,
@@ -479,6 +502,7 @@ impl FastPlan<'_> {
             fp,
             &self.f_t,
             &self.f_rank,
+            &self.hashes,
         ];
         params.extend_from_slice(extra);
         let row = client.query_one(stmt, &params).await?;

@@ -33,8 +33,8 @@ use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 use super::pg_fast;
 use super::sqlite::{count_side_effects, deal_from_columns, DealCols, SideEffects};
 use super::{
-    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
-    PositionRow, StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, repeat_outcome, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
+    OffsetConflict, PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
@@ -42,6 +42,8 @@ use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
 const SCHEMA_V1: &str = include_str!("schema_postgres.sql");
+/// Version 2 (F2b): the content hash of each processed event.
+const SCHEMA_V2: &str = "ALTER TABLE processed_events ADD COLUMN content_hash text";
 /// Serialises migrations of instances starting together.
 const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
 const MAX_ATTEMPTS: usize = 5;
@@ -174,6 +176,19 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
         )
         .await?;
     }
+    if v < 2 {
+        // F2b: the content hash of each processed event. Rows of an older
+        // database keep NULL: a repeat of one of those is a duplicate, as
+        // it was (nothing to compare with).
+        tx.batch_execute(SCHEMA_V2)
+            .await
+            .context("applying PostgreSQL schema v2")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (2)",
+            &[],
+        )
+        .await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -192,23 +207,23 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
         // violation: the transaction is then retried and sees the row.
         sel_processed: c
             .prepare(
-                "SELECT p.kind, p.event_id FROM processed_events p
+                "SELECT p.kind, p.event_id, p.content_hash FROM processed_events p
                  JOIN unnest($1::text[], $2::text[]) AS u(k, e)
                    ON p.kind = u.k AND p.event_id = u.e",
             )
             .await?,
         ins_processed: c
             .prepare(
-                "INSERT INTO processed_events (kind, event_id, created_ns)
-                 SELECT k, e, $3 FROM unnest($1::text[], $2::text[]) AS u(k, e)",
+                "INSERT INTO processed_events (kind, event_id, created_ns, content_hash)
+                 SELECT k, e, $3, h FROM unnest($1::text[], $2::text[], $4::text[]) AS u(k, e, h)",
             )
             .await?,
         // After a unique violation (contention), the retry uses these:
         // slower, but they cannot fail on a concurrent insert.
         ins_processed_oc: c
             .prepare(
-                "INSERT INTO processed_events (kind, event_id, created_ns)
-                 SELECT k, e, $3 FROM unnest($1::text[], $2::text[]) AS u(k, e)
+                "INSERT INTO processed_events (kind, event_id, created_ns, content_hash)
+                 SELECT k, e, $3, h FROM unnest($1::text[], $2::text[], $4::text[]) AS u(k, e, h)
                  ON CONFLICT DO NOTHING RETURNING kind, event_id",
             )
             .await?,
@@ -508,6 +523,7 @@ impl PgStore {
                 (o.outcome == Outcome::Applied && o.kind.as_deref() == Some("FILL"))
                     .then_some(o.event_id.as_deref())
                     .flatten()
+                    .map(|id| (id, None))
             }));
         }
     }
@@ -1252,12 +1268,14 @@ async fn apply_in_tx(
     sorted.sort_by(|a, b| (a.kind(), a.event_id()).cmp(&(b.kind(), b.event_id())));
     let kinds: Vec<&str> = sorted.iter().map(|e| e.kind().as_str()).collect();
     let ids: Vec<&str> = sorted.iter().map(|e| e.event_id()).collect();
+    // F2b: each event's content hash is kept with its processed row.
+    let hashes: Vec<String> = sorted.iter().map(|e| e.content_hash()).collect();
     // Small batches (a stream fetch of a few messages) take the single
     // ON CONFLICT statement: one round trip less matters more there than
     // the per-row saving of the probe.
     let oc = contended || sorted.len() < PLAIN_INSERT_MIN;
     let fresh: HashSet<(String, String)> = if oc {
-        tx.query(&st.ins_processed_oc, &[&kinds, &ids, &now])
+        tx.query(&st.ins_processed_oc, &[&kinds, &ids, &now, &hashes])
             .await?
             .iter()
             .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
@@ -1270,29 +1288,53 @@ async fn apply_in_tx(
             .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
             .collect();
         let mut fresh = HashSet::with_capacity(sorted.len());
-        let (mut nk, mut ni) = (
+        let (mut nk, mut ni, mut nh) = (
+            Vec::with_capacity(sorted.len()),
             Vec::with_capacity(sorted.len()),
             Vec::with_capacity(sorted.len()),
         );
-        for (k, e) in kinds.iter().zip(&ids) {
+        for ((k, e), h) in kinds.iter().zip(&ids).zip(&hashes) {
             let key = ((*k).to_owned(), (*e).to_owned());
             if !seen.contains(&key) {
                 nk.push(*k);
                 ni.push(*e);
+                nh.push(h.as_str());
                 fresh.insert(key);
             }
         }
         if !nk.is_empty() {
-            tx.execute(&st.ins_processed, &[&nk, &ni, &now]).await?;
+            tx.execute(&st.ins_processed, &[&nk, &ni, &now, &nh])
+                .await?;
         }
         fresh
     };
     let mut new_events: Vec<(usize, &Event)> = Vec::with_capacity(fresh.len());
+    let mut repeats: Vec<(usize, &Event)> = Vec::new();
     for (i, e) in valid {
         if fresh.contains(&(e.kind().as_str().to_owned(), e.event_id().to_owned())) {
             new_events.push((i, e));
         } else {
-            outs.push(outcome_of(i, &events[i], Outcome::Duplicate));
+            repeats.push((i, e));
+        }
+    }
+    if !repeats.is_empty() {
+        // F2b: a repeat is a duplicate only with the same content hash.
+        let rk: Vec<&str> = repeats.iter().map(|(_, e)| e.kind().as_str()).collect();
+        let ri: Vec<&str> = repeats.iter().map(|(_, e)| e.event_id()).collect();
+        let stored: HashMap<(String, String), Option<String>> = tx
+            .query(&st.sel_processed, &[&rk, &ri])
+            .await?
+            .iter()
+            .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+            .collect();
+        for (i, e) in repeats {
+            let key = (e.kind().as_str().to_owned(), e.event_id().to_owned());
+            let hash = stored.get(&key).cloned().flatten();
+            outs.push(outcome_of(
+                i,
+                &events[i],
+                repeat_outcome(e, hash.as_deref()),
+            ));
         }
     }
 

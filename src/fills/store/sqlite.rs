@@ -15,8 +15,8 @@ use rust_decimal::Decimal;
 use tokio::sync::Mutex;
 
 use super::{
-    outcome_of, presort, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome, OffsetConflict,
-    PositionRow, StoreOptions, StoredAnswer, SweepTable,
+    outcome_of, presort, repeat_outcome, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
+    OffsetConflict, PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Bust, Event, EventOutcome, Fill, Outcome, Parsed, Side};
@@ -24,6 +24,8 @@ use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
 const SCHEMA_V1: &str = include_str!("schema_sqlite.sql");
+/// Version 2 (F2b): the content hash of each processed event.
+const SCHEMA_V2: &str = "ALTER TABLE processed_events ADD COLUMN content_hash TEXT";
 
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -428,6 +430,17 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
             [],
         )?;
     }
+    if v < 2 {
+        // F2b: the content hash of each processed event. Rows of an older
+        // database keep NULL: a repeat of one of those is a duplicate, as
+        // it was (nothing to compare with).
+        tx.execute_batch(SCHEMA_V2)
+            .context("applying SQLite schema v2")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (2)",
+            [],
+        )?;
+    }
     tx.commit()?;
     Ok(())
 }
@@ -738,10 +751,18 @@ const DEDUP_ROWS: usize = 64;
 /// that skips existing rows and lists the inserted ones.
 fn dedup_sql(rows: usize, returning: bool) -> String {
     use std::fmt::Write as _;
-    let mut s = String::from("INSERT INTO processed_events (kind, event_id, created_ns) VALUES ");
+    let mut s = String::from(
+        "INSERT INTO processed_events (kind, event_id, created_ns, content_hash) VALUES ",
+    );
     for r in 0..rows {
         let sep = if r == 0 { "" } else { ", " };
-        let _ = write!(s, "{sep}(?{}, ?{}, ?1)", 2 + 2 * r, 3 + 2 * r);
+        let _ = write!(
+            s,
+            "{sep}(?{}, ?{}, ?1, ?{})",
+            2 + 3 * r,
+            3 + 3 * r,
+            4 + 3 * r
+        );
     }
     if returning {
         s.push_str(" ON CONFLICT DO NOTHING RETURNING kind, event_id");
@@ -756,8 +777,10 @@ fn bind_processed(
 ) -> anyhow::Result<()> {
     stmt.raw_bind_parameter(1, now)?;
     for (j, (_, ev)) in chunk.iter().enumerate() {
-        stmt.raw_bind_parameter(2 + 2 * j, ev.kind().as_str())?;
-        stmt.raw_bind_parameter(3 + 2 * j, ev.event_id())?;
+        stmt.raw_bind_parameter(2 + 3 * j, ev.kind().as_str())?;
+        stmt.raw_bind_parameter(3 + 3 * j, ev.event_id())?;
+        // F2b: kept to tell a repeat from a conflict.
+        stmt.raw_bind_parameter(4 + 3 * j, ev.content_hash())?;
     }
     Ok(())
 }
@@ -932,7 +955,20 @@ fn apply_in_tx(
             if is_new {
                 new_events.push((i, ev));
             } else {
-                outs.push(outcome_of(i, &events[i], Outcome::Duplicate));
+                // F2b: a repeat is a duplicate only with the same content.
+                let stored: Option<String> = tx
+                    .prepare_cached(
+                        "SELECT content_hash FROM processed_events
+                         WHERE kind = ?1 AND event_id = ?2",
+                    )?
+                    .query_row([ev.kind().as_str(), ev.event_id()], |r| r.get(0))
+                    .optional()?
+                    .flatten();
+                outs.push(outcome_of(
+                    i,
+                    &events[i],
+                    repeat_outcome(ev, stored.as_deref()),
+                ));
             }
         }
         new_events.sort_unstable_by_key(|&(i, _)| i);
@@ -1398,16 +1434,28 @@ mod tests {
     use super::*;
     use crate::fills::model::parse_value;
 
+    /// Deal states with the content hash of the event(s) they hold (F2b).
     #[derive(Clone)]
     enum DealState {
-        Applied { account: String, key: PosKey },
-        Busted,
-        Held { account: String },
+        Applied {
+            account: String,
+            key: PosKey,
+            fill: String,
+        },
+        Busted {
+            fill: String,
+            bust: String,
+        },
+        Held {
+            account: String,
+            bust: String,
+        },
     }
 
     #[derive(Default)]
     struct Model {
-        processed: HashSet<(String, String)>,
+        /// (kind, event_id) -> content hash.
+        processed: HashMap<(String, String), String>,
         deals: HashMap<String, DealState>,
         /// Applied, not busted fills per position, in application order.
         applied: HashMap<PosKey, Vec<(String, Side, Decimal, Decimal)>>,
@@ -1420,9 +1468,22 @@ mod tests {
     impl Model {
         fn apply(&mut self, ev: &Event) -> Outcome {
             let id = (ev.kind().as_str().to_owned(), ev.event_id().to_owned());
-            if !self.processed.insert(id.clone()) {
-                return Outcome::Duplicate;
+            let hash = ev.content_hash();
+            if let Some(h) = self.processed.get(&id) {
+                return if *h == hash {
+                    Outcome::Duplicate
+                } else {
+                    Outcome::Conflict(String::new())
+                };
             }
+            self.processed.insert(id.clone(), hash.clone());
+            let same = |stored: &str| {
+                if stored == hash {
+                    Outcome::DuplicateByDealId
+                } else {
+                    Outcome::Conflict(String::new())
+                }
+            };
             let out = match ev {
                 Event::Fill(f) => {
                     let key = (f.account.clone(), f.symbol.clone());
@@ -1437,20 +1498,29 @@ mod tests {
                             DealState::Applied {
                                 account: f.account.clone(),
                                 key: key.clone(),
+                                fill: f.content_hash(),
                             },
                         );
                         Ok(())
                     };
                     match self.deals.get(&f.deal_id).cloned() {
                         None => apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied),
-                        Some(DealState::Held { account }) if account == f.account => {
-                            self.deals.insert(f.deal_id.clone(), DealState::Busted);
+                        Some(DealState::Held { account, bust }) if account == f.account => {
+                            self.deals.insert(
+                                f.deal_id.clone(),
+                                DealState::Busted {
+                                    fill: hash.clone(),
+                                    bust,
+                                },
+                            );
                             Outcome::Applied
                         }
                         Some(DealState::Held { .. }) => {
                             apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied)
                         }
-                        Some(_) => Outcome::DuplicateByDealId,
+                        Some(DealState::Applied { fill, .. } | DealState::Busted { fill, .. }) => {
+                            same(&fill)
+                        }
                     }
                 }
                 Event::Bust(b) => match self.deals.get(&b.deal_id).cloned() {
@@ -1459,11 +1529,12 @@ mod tests {
                             b.deal_id.clone(),
                             DealState::Held {
                                 account: b.account.clone(),
+                                bust: hash.clone(),
                             },
                         );
                         Outcome::Held
                     }
-                    Some(DealState::Applied { account, key }) => {
+                    Some(DealState::Applied { account, key, fill }) => {
                         if account != b.account {
                             Outcome::Rejected("account".into())
                         } else {
@@ -1473,17 +1544,25 @@ mod tests {
                             match replay(&rest) {
                                 Ok(_) => {
                                     *v = rest;
-                                    self.deals.insert(b.deal_id.clone(), DealState::Busted);
+                                    self.deals.insert(
+                                        b.deal_id.clone(),
+                                        DealState::Busted {
+                                            fill,
+                                            bust: hash.clone(),
+                                        },
+                                    );
                                     Outcome::Applied
                                 }
                                 Err(e) => Outcome::Rejected(e),
                             }
                         }
                     }
-                    Some(_) => Outcome::DuplicateByDealId,
+                    Some(DealState::Busted { bust, .. } | DealState::Held { bust, .. }) => {
+                        same(&bust)
+                    }
                 },
             };
-            if matches!(out, Outcome::Rejected(_)) {
+            if matches!(out, Outcome::Rejected(_) | Outcome::Conflict(_)) {
                 self.processed.remove(&id);
             }
             out
@@ -1619,15 +1698,24 @@ mod tests {
                     batch.push(ev);
                 }
                 // A repeat inside one batch is a duplicate of the first
-                // occurrence even when that one is rejected (presort).
-                let mut in_batch = HashSet::new();
+                // occurrence even when that one is rejected (presort), a
+                // conflict if its content differs (F2b).
+                let mut in_batch = HashMap::new();
                 let want: Vec<Outcome> = batch
                     .iter()
                     .map(|e| {
-                        if in_batch.insert((e.kind(), e.event_id().to_owned())) {
-                            model.apply(e)
-                        } else {
-                            Outcome::Duplicate
+                        match in_batch.entry((e.kind(), e.event_id().to_owned())) {
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                v.insert(e.content_hash());
+                                model.apply(e)
+                            }
+                            std::collections::hash_map::Entry::Occupied(o) => {
+                                if *o.get() == e.content_hash() {
+                                    Outcome::Duplicate
+                                } else {
+                                    Outcome::Conflict(String::new())
+                                }
+                            }
                         }
                     })
                     .collect();
@@ -1640,6 +1728,7 @@ mod tests {
                     .into_iter()
                     .map(|o| match o.outcome {
                         Outcome::Rejected(_) => Outcome::Rejected(String::new()),
+                        Outcome::Conflict(_) => Outcome::Conflict(String::new()),
                         o => o,
                     })
                     .collect();
