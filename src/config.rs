@@ -119,6 +119,8 @@ pub struct FeedConfig {
     pub rerequest: Vec<SocketAddr>,
     pub rerequest_timeout_ms: u64,
     pub rerequest_attempts: u32,
+    /// R5: the GLIMPSE 5.0 server of a nasdaq-itch feed.
+    pub snapshot: Option<SnapshotConfig>,
     pub clock_offset: ClockOffset,
     pub max_symbols: usize,
     pub lines: Vec<LineConfig>,
@@ -154,6 +156,7 @@ impl FeedConfig {
             rerequest: Vec::new(),
             rerequest_timeout_ms: DEFAULT_REREQUEST_TIMEOUT_MS,
             rerequest_attempts: DEFAULT_REREQUEST_ATTEMPTS,
+            snapshot: None,
             clock_offset: ClockOffset::Auto,
             max_symbols: DEFAULT_MAX_SYMBOLS,
             lines: Vec::new(),
@@ -196,6 +199,7 @@ impl FeedConfig {
                 rerequest_servers: self.rerequest.len(),
                 rerequest_timeout_ms: self.rerequest_timeout_ms,
                 rerequest_attempts: self.rerequest_attempts,
+                snapshot: self.snapshot.is_some(),
             },
         }
     }
@@ -631,6 +635,7 @@ impl Config {
                 || old.rerequest != newf.rerequest
                 || old.rerequest_timeout_ms != newf.rerequest_timeout_ms
                 || old.rerequest_attempts != newf.rerequest_attempts
+                || old.snapshot != newf.snapshot
             {
                 plan.needs_restart.push(format!("{k}.recovery"));
             }
@@ -813,13 +818,18 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     let rerequest_attempts = s
         .uint("rerequest_attempts", 1, 1000)?
         .map_or(DEFAULT_REREQUEST_ATTEMPTS, |n| n as u32);
-    if s.get("snapshot").is_some() {
-        // R5 is not implemented yet: refuse rather than run without it.
-        s.sink.borrow_mut().push(s.err(
-            "snapshot",
-            "GLIMPSE snapshots (recovery.md R5) are not supported by this version; remove the key",
-        ));
-    }
+    let snapshot = match s.table("snapshot")? {
+        None => None,
+        Some(t) if venue != VenueKind::NasdaqItch => {
+            drop(t);
+            s.sink.borrow_mut().push(s.err(
+                "snapshot",
+                "applies to nasdaq-itch feeds only (GLIMPSE 5.0)",
+            ));
+            None
+        }
+        Some(t) => keep(s.sink, parse_snapshot(t)),
+    };
     let clock_offset = match s.get("clock_offset") {
         None => ClockOffset::Auto,
         Some(Value::String(v)) if v == "auto" => ClockOffset::Auto,
@@ -875,6 +885,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         rerequest,
         rerequest_timeout_ms,
         rerequest_attempts,
+        snapshot,
         clock_offset,
         max_symbols,
         lines,
@@ -882,6 +893,38 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         busy_poll,
         fifo_priority,
         cpu,
+    })
+}
+
+/// R5: `snapshot = { address = "ip:port", username, password }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotConfig {
+    pub address: SocketAddr,
+    /// SoupBinTCP fields: at most 6 and 10 ASCII characters.
+    pub username: String,
+    pub password: String,
+}
+
+fn parse_snapshot(mut s: Section<'_>) -> Result<SnapshotConfig> {
+    let text = s.required_str("address")?;
+    let address = text
+        .parse::<SocketAddr>()
+        .map_err(|_| s.err("address", format!("\"{text}\" is not an ip:port address")))?;
+    let username = s.required_str("username")?.to_string();
+    let password = s.required_str("password")?.to_string();
+    for (key, v, max) in [("username", &username, 6), ("password", &password, 10)] {
+        if v.is_empty() || v.len() > max || !v.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(s.err(
+                key,
+                format!("1 to {max} printable ASCII characters without spaces (SoupBinTCP)"),
+            ));
+        }
+    }
+    s.finish()?;
+    Ok(SnapshotConfig {
+        address,
+        username,
+        password,
     })
 }
 

@@ -58,6 +58,7 @@ fn settings(hold_us: u64, packets: usize, servers: usize) -> FeedSettings {
             rerequest_servers: servers,
             rerequest_timeout_ms: 5,
             rerequest_attempts: 2,
+            snapshot: false,
         },
         ..FeedSettings::default()
     }

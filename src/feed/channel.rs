@@ -168,6 +168,12 @@ impl Channel {
         false
     }
 
+    /// recovery.md R5: a snapshot reflects every message before `next`.
+    pub fn set_next(&mut self, next: u64) {
+        self.next = next;
+        self.jump_run = 0;
+    }
+
     /// C6 signalled inside a data packet (IEX System Event `C`), after the
     /// packet's other messages were applied.
     pub fn end_session(&mut self) {

@@ -91,6 +91,11 @@ pub struct RecoveryCounters {
     pub answers_not_data: u64,
     /// R2: holes declared because the hold was full.
     pub hold_overflows: u64,
+    /// R5: snapshot attempts started, applied, and failed by reason (in
+    /// `SnapshotFailure::ALL` order).
+    pub snapshots_started: u64,
+    pub snapshots_applied: u64,
+    pub snapshots_failed: [u64; 9],
     /// From a hole's opening to its closing (filled or declared).
     pub hole_time: HoleTimeHistogram,
 }

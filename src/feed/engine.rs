@@ -46,6 +46,91 @@ pub enum DatagramOutcome {
     Ignored,
 }
 
+/// R5: where a feed's snapshot stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotPhase {
+    /// No snapshot is needed (or the feed has no snapshot server).
+    Idle,
+    /// One is needed; the next attempt may start at `not_before`.
+    Wanted { not_before: i64 },
+    /// An attempt started at `since`: every datagram of the session is
+    /// held until its `G` or its failure.
+    Running { since: i64 },
+}
+
+/// R5: why a snapshot attempt failed (the I/O shell reports the
+/// connection's failures; the core finds the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SnapshotFailure {
+    /// The TCP connection was refused or could not be made.
+    Refused,
+    /// Login Rejected (`J`).
+    LoginRejected,
+    /// End of Session (`Z`) or the connection closed before `G`.
+    Closed,
+    /// 15 s without any packet from the server.
+    Silence,
+    /// 30 s without `G`.
+    NoEndOfSnapshot,
+    /// A packet or message that does not parse.
+    Malformed,
+    /// More than `SNAPSHOT_HOLD_MAX` datagrams held meanwhile.
+    HeldBound,
+    /// The snapshot is of another session than the feed's.
+    OtherSession,
+    /// The feed's session changed during the attempt.
+    SessionChanged,
+}
+
+impl SnapshotFailure {
+    pub const ALL: [SnapshotFailure; 9] = [
+        SnapshotFailure::Refused,
+        SnapshotFailure::LoginRejected,
+        SnapshotFailure::Closed,
+        SnapshotFailure::Silence,
+        SnapshotFailure::NoEndOfSnapshot,
+        SnapshotFailure::Malformed,
+        SnapshotFailure::HeldBound,
+        SnapshotFailure::OtherSession,
+        SnapshotFailure::SessionChanged,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotFailure::Refused => "refused",
+            SnapshotFailure::LoginRejected => "login_rejected",
+            SnapshotFailure::Closed => "closed_before_end",
+            SnapshotFailure::Silence => "silence",
+            SnapshotFailure::NoEndOfSnapshot => "no_end_of_snapshot",
+            SnapshotFailure::Malformed => "malformed",
+            SnapshotFailure::HeldBound => "held_bound",
+            SnapshotFailure::OtherSession => "other_session",
+            SnapshotFailure::SessionChanged => "session_changed",
+        }
+    }
+
+    fn index(self) -> usize {
+        SnapshotFailure::ALL
+            .iter()
+            .position(|&f| f == self)
+            .unwrap_or(0)
+    }
+}
+
+/// R5: most datagrams held while a snapshot runs.
+pub const SNAPSHOT_HOLD_MAX: usize = 1_000_000;
+/// R5: the first retry waits this long, doubling up to the maximum.
+const SNAPSHOT_BACKOFF_MIN_NS: i64 = 1_000_000_000;
+const SNAPSHOT_BACKOFF_MAX_NS: i64 = 60_000_000_000;
+
+/// R5 state of a feed.
+#[derive(Clone, Copy, Debug)]
+struct SnapshotState {
+    phase: SnapshotPhase,
+    backoff_ns: i64,
+    last_failure: Option<SnapshotFailure>,
+}
+
 /// R2: the open hole's times.
 #[derive(Clone, Copy, Debug, Default)]
 struct HoleTimes {
@@ -116,6 +201,7 @@ pub struct Feed<P: Publish = NoPublish> {
     scratch: Vec<u8>,
     rec: HoleTimes,
     req: Requester,
+    snap: SnapshotState,
 }
 
 impl Feed<NoPublish> {
@@ -160,6 +246,11 @@ impl<P: Publish> Feed<P> {
             scratch: Vec::new(),
             rec: HoleTimes::default(),
             req: Requester::default(),
+            snap: SnapshotState {
+                phase: SnapshotPhase::Idle,
+                backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
+                last_failure: None,
+            },
         };
         feed.view.offset_ns = feed.clock.offset_ns();
         feed.publisher.publish_feed(&feed.view);
@@ -389,6 +480,10 @@ impl<P: Publish> Feed<P> {
     /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
     /// replay and the check's tests before a check stamped `now`.
     pub fn handle_timeout(&mut self, now: i64) {
+        if self.snapshot_running() {
+            // R5: the snapshot's hold has no deadline of its own.
+            return;
+        }
         while !self.hold.is_empty() {
             let deadline = self.hole_deadline();
             if deadline >= now {
@@ -404,15 +499,153 @@ impl<P: Publish> Feed<P> {
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
     /// deadline passing or a request falling due. `None`: nothing pending.
     pub fn next_timeout(&self) -> Option<i64> {
+        let snapshot = match self.snap.phase {
+            SnapshotPhase::Wanted { not_before } => Some(not_before),
+            SnapshotPhase::Running { .. } => return None,
+            SnapshotPhase::Idle => None,
+        };
         if self.hold.is_empty() {
-            return None;
+            return snapshot;
         }
         // Declared right after the deadline: wake 1 ns past it.
         let deadline = self.hole_deadline().saturating_add(1);
-        Some(match self.request_due() {
+        let t = match self.request_due() {
             Some(due) if self.req.queued.is_none() => deadline.min(due),
             _ => deadline,
-        })
+        };
+        Some(snapshot.map_or(t, |s| s.min(t)))
+    }
+
+    fn snapshot_running(&self) -> bool {
+        matches!(self.snap.phase, SnapshotPhase::Running { .. })
+    }
+
+    /// R5: where the feed's snapshot stands, and the last failure.
+    pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
+        (self.snap.phase, self.snap.last_failure)
+    }
+
+    /// R5: whether a snapshot attempt starts now (the I/O shell then
+    /// connects to the snapshot server). From now until `on_snapshot` or
+    /// `on_snapshot_failed`, every datagram of the session is held.
+    pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
+        match self.snap.phase {
+            SnapshotPhase::Wanted { not_before } if now >= not_before => {
+                self.snap.phase = SnapshotPhase::Running { since: now };
+                self.counters.recovery.snapshots_started += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// R5: a late join or a lost hole on a feed with a snapshot server.
+    fn want_snapshot(&mut self, now: i64) {
+        if self.settings.recovery.snapshot && self.snap.phase == SnapshotPhase::Idle {
+            self.snap.phase = SnapshotPhase::Wanted { not_before: now };
+        }
+    }
+
+    /// R5: the attempt failed: nothing of it is applied; the held
+    /// datagrams are processed as without a snapshot (R1-R2) and the next
+    /// attempt waits 1 s, doubling up to 60 s.
+    pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
+        if !self.snapshot_running() {
+            return;
+        }
+        self.counters.recovery.snapshots_failed[why.index()] += 1;
+        self.snap.last_failure = Some(why);
+        self.snap.phase = SnapshotPhase::Wanted {
+            not_before: now.saturating_add(self.snap.backoff_ns),
+        };
+        self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
+        self.resume_after_snapshot(now);
+    }
+
+    /// R5: the snapshot arrived whole: `session` as Login Accepted named
+    /// it, `next` from End of Snapshot (`G`), `blocks` its messages (each
+    /// a u16 big-endian length then the message), `now` the arrival of
+    /// `G`. Applied as R5 says, or failed (then as `on_snapshot_failed`).
+    pub fn on_snapshot(
+        &mut self,
+        session: SessionId,
+        next: u64,
+        blocks: &[u8],
+        now: i64,
+    ) -> Result<(), SnapshotFailure> {
+        if !self.snapshot_running() {
+            return Err(SnapshotFailure::SessionChanged);
+        }
+        if self.channel.current_session() != Some(session) || self.channel.ended() {
+            self.on_snapshot_failed(SnapshotFailure::OtherSession, now);
+            return Err(SnapshotFailure::OtherSession);
+        }
+        if next == 0 || self.venue.validate_snapshot(blocks).is_err() {
+            self.on_snapshot_failed(SnapshotFailure::Malformed, now);
+            return Err(SnapshotFailure::Malformed);
+        }
+        let quote_seq = next - 1;
+        let ctx = Ctx {
+            mode: self.settings.mode,
+            max_jump: self.max_jump,
+            gap_epoch: self.view.gap_epoch,
+            session_epoch: self.view.session_epoch,
+            now,
+        };
+        // Step 1-2. Symbols are published before the feed's trust flags
+        // clear, so a reader never trusts a symbol's pre-snapshot view.
+        for st in self.symbols.iter_mut() {
+            st.reset_for_snapshot(quote_seq, &ctx);
+        }
+        let mut rules = SymbolRules {
+            ctx,
+            index: &mut self.index,
+            symbols: &mut self.symbols,
+            counters: &mut self.counters,
+            publisher: &mut self.publisher,
+            settings: &self.settings,
+            view: &self.view,
+        };
+        let latest = match self.venue.rebuild(blocks, next, &mut rules) {
+            Ok(t) => t,
+            // Validated above: cannot happen; treated as malformed.
+            Err(_) => i64::MIN,
+        };
+        for (i, st) in self.symbols.iter_mut().enumerate() {
+            if st.view.has_quote() && st.view.source_ts == i64::MIN {
+                st.view.source_ts = latest;
+            }
+            self.publisher.publish_symbol(i as u32, st.symbol, &st.view);
+        }
+        self.view.flags &= !(FEED_TRUST_LATE_JOIN | FEED_TRUST_GAP);
+        if latest != i64::MIN {
+            self.view.channel_source_ts = latest;
+        }
+        self.publisher.publish_feed(&self.view);
+        self.counters.live_orders = self.venue.live_orders();
+        self.counters.recovery.snapshots_applied += 1;
+        // Step 3.
+        self.channel.set_next(next);
+        self.snap = SnapshotState {
+            phase: SnapshotPhase::Idle,
+            backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
+            last_failure: None,
+        };
+        self.resume_after_snapshot(now);
+        Ok(())
+    }
+
+    /// After a snapshot attempt: held datagrams that continue from `next`
+    /// are processed; what remains beyond is a hole (R1, R2, R4).
+    fn resume_after_snapshot(&mut self, now: i64) {
+        self.release(now);
+        if self.hold.is_empty() {
+            self.close_hole(now);
+        } else {
+            let t = self.hold.earliest_arrival().unwrap_or(now);
+            self.open_hole(t);
+            self.schedule_request(now);
+        }
     }
 
     /// R4: the request to send now, if one fell due: the index of the
@@ -456,6 +689,10 @@ impl<P: Publish> Feed<P> {
                     && current != Some(ch.session)
                     && !self.channel.sessions().contains(&ch.session)
                 {
+                    // R5: a session change abandons a running snapshot.
+                    if self.snapshot_running() {
+                        self.on_snapshot_failed(SnapshotFailure::SessionChanged, now);
+                    }
                     // R2: every open hole is declared before C5 applies.
                     while !self.hold.is_empty() {
                         self.counters.recovery.holes_lost += 1;
@@ -466,6 +703,29 @@ impl<P: Publish> Feed<P> {
             }
             let next = self.channel.next_sequence();
             let seq = ch.sequence;
+            if self.snapshot_running() {
+                // R5: every datagram of the session is held meanwhile.
+                let end = seq.saturating_add(ch.count as u64);
+                if ch.kind == PacketKind::Data && end <= next {
+                    return self.process(source, datagram, header, now);
+                }
+                if !self.channel.believed(seq) {
+                    return self.process(source, datagram, header, now);
+                }
+                if self.hold.holds_copy(header) {
+                    self.source_counters(source).duplicate_packets += 1;
+                    return DatagramOutcome::Duplicate;
+                }
+                if self.hold.len() >= SNAPSHOT_HOLD_MAX {
+                    self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
+                    continue;
+                }
+                if self.hold.is_empty() {
+                    self.open_hole(now);
+                }
+                self.hold.push(*header, datagram, now, source);
+                return DatagramOutcome::Held;
+            }
             if seq > next {
                 if !self.channel.believed(seq) {
                     // C3b: dropped, or (the third of a run) a gap from
@@ -728,6 +988,8 @@ impl<P: Publish> Feed<P> {
                 self.view.flags &= !(FEED_TRUST_LATE_JOIN | FEED_TRUST_GAP);
                 if header.channel.sequence != 1 {
                     self.view.flags |= FEED_TRUST_LATE_JOIN;
+                    // R5: a late join asks for a snapshot.
+                    self.want_snapshot(now);
                 }
             }
             self.venue.on_session_start(now, first_session);
@@ -745,6 +1007,8 @@ impl<P: Publish> Feed<P> {
             if self.policy.trust_from_start {
                 // nasdaq-itch: no message verifies a symbol again.
                 self.view.flags |= FEED_TRUST_GAP;
+                // R5: a lost hole asks for a snapshot.
+                self.want_snapshot(now);
             }
         }
         if ev.alive {

@@ -22,7 +22,7 @@ pub use counters::{
     FeedCounters, HoleTimeHistogram, LineCounters, RecoveryCounters, SymbolSummary,
     HOLE_TIME_BOUNDS_NS,
 };
-pub use engine::{DatagramOutcome, Feed};
+pub use engine::{DatagramOutcome, Feed, SnapshotFailure, SnapshotPhase};
 pub use settings::{
     ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings,
 };

@@ -76,6 +76,9 @@ pub struct Recovery {
     pub rerequest_timeout_ms: u64,
     /// R4: requests in a row without progress before the hole is lost.
     pub rerequest_attempts: u32,
+    /// R5: the feed has a snapshot server (nasdaq-itch, GLIMPSE); its
+    /// address and login are the I/O shell's.
+    pub snapshot: bool,
 }
 
 impl Default for Recovery {
@@ -86,6 +89,7 @@ impl Default for Recovery {
             rerequest_servers: 0,
             rerequest_timeout_ms: 50,
             rerequest_attempts: 3,
+            snapshot: false,
         }
     }
 }
@@ -94,7 +98,7 @@ impl Recovery {
     /// R1: with no hold time and no re-request server nothing is held and
     /// C3 applies as written.
     pub fn holds(&self) -> bool {
-        self.gap_hold_us > 0 || self.rerequest_servers > 0
+        self.gap_hold_us > 0 || self.rerequest_servers > 0 || self.snapshot
     }
 }
 

@@ -394,6 +394,20 @@ impl SymbolState {
         self.verify(ctx);
     }
 
+    /// recovery.md R5, before a snapshot is applied: the session caught up
+    /// with, no cause (the snapshot's books are whole), no trading state
+    /// (the snapshot's replaces it) and, for a symbol that had a quote, an
+    /// empty book quoted at `seq` (the snapshot quotes what it names).
+    pub fn reset_for_snapshot(&mut self, seq: u64, ctx: &Ctx) {
+        self.catch_up(ctx);
+        self.halt_sources = 0;
+        self.view.flags &= !SYM_HALTED;
+        self.set_cause(SuspectCause::None);
+        if self.view.has_quote() {
+            self.on_venue_quote(seq, i64::MIN, None, None, ctx);
+        }
+    }
+
     /// V2: halt source `source` (a bit) says halted or not. Returns whether
     /// the view changed.
     pub fn set_halt(&mut self, source: u8, halted: bool, ctx: &Ctx) -> bool {

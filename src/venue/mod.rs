@@ -253,7 +253,51 @@ pub trait Venue {
     fn peek_symbol(&self, _datagram: &[u8]) -> Option<Symbol> {
         None
     }
+
+    /// recovery.md R5: checks a snapshot's messages (see `rebuild`)
+    /// without changing anything; returns how many there are.
+    fn validate_snapshot(&self, _blocks: &[u8]) -> Result<usize, SnapshotError> {
+        Err(SnapshotError::Unsupported)
+    }
+
+    /// recovery.md R5: replaces every book, order, locate name and trading
+    /// state by what a snapshot's messages build (`blocks`: MoldUDP64
+    /// message blocks, each a u16 big-endian length then the message),
+    /// then gives every symbol it names its book's best as its quote with
+    /// `seq = next - 1` and `source_ts` = the latest message time. The
+    /// whole snapshot is validated before anything is replaced. Returns
+    /// that latest time (`i64::MIN` when no message had one).
+    fn rebuild<R: Rules>(
+        &mut self,
+        _blocks: &[u8],
+        _next: u64,
+        _rules: &mut R,
+    ) -> Result<i64, SnapshotError> {
+        Err(SnapshotError::Unsupported)
+    }
 }
+
+/// Why a snapshot (recovery.md R5) could not be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The venue has no snapshot.
+    Unsupported,
+    /// Block `index` is cut short or is not a message of the venue.
+    Malformed { index: usize },
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::Unsupported => write!(f, "this venue has no snapshot"),
+            SnapshotError::Malformed { index } => {
+                write!(f, "snapshot message {index} does not parse")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
 
 /// Settings an adapter is built from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -347,5 +391,18 @@ impl Venue for AnyVenue {
     #[inline]
     fn peek_symbol(&self, datagram: &[u8]) -> Option<Symbol> {
         each_venue!(self, v => v.peek_symbol(datagram))
+    }
+
+    fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
+        each_venue!(self, v => v.validate_snapshot(blocks))
+    }
+
+    fn rebuild<R: Rules>(
+        &mut self,
+        blocks: &[u8],
+        next: u64,
+        rules: &mut R,
+    ) -> Result<i64, SnapshotError> {
+        each_venue!(self, v => v.rebuild(blocks, next, rules))
     }
 }

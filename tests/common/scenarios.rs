@@ -73,6 +73,7 @@ pub fn settings(feed: &Value) -> FeedSettings {
             rerequest_attempts: feed["rerequest_attempts"]
                 .as_u64()
                 .map_or(d.recovery.rerequest_attempts, |n| n as u32),
+            snapshot: false,
         },
         ..d
     }

@@ -16,7 +16,7 @@ use jiff::tz::TimeZone;
 use self::book::{BestKey, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
-use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
+use super::{Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue};
 use crate::feed::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
@@ -28,6 +28,11 @@ const HALT_TRADING_ACTION: u8 = 1;
 const HALT_OPERATIONAL: u8 = 2;
 
 const LOCATES: usize = 1 << 16;
+
+/// R5: snapshot messages are applied in packets of this many.
+const SNAPSHOT_CHUNK: u16 = 1024;
+/// A snapshot packet's buffer: 1024 messages of at most 50 bytes.
+const SNAPSHOT_PACKET_BYTES: usize = 20 + SNAPSHOT_CHUNK as usize * 52;
 
 /// How many messages ahead of the one applied the level nodes are
 /// prefetched (the order slots and books of the whole packet are
@@ -266,6 +271,101 @@ impl Venue for NasdaqItch {
             // A fresh zeroed allocation: nothing written per locate.
             self.locates = zeroed_locates();
         }
+    }
+
+    fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
+        let mut count = 0usize;
+        let mut at = 0usize;
+        while at < blocks.len() {
+            let len = match blocks.get(at..at + 2) {
+                Some(b) => u16::from_be_bytes([b[0], b[1]]) as usize,
+                None => return Err(SnapshotError::Malformed { index: count }),
+            };
+            let Some(msg) = blocks.get(at + 2..at + 2 + len) else {
+                return Err(SnapshotError::Malformed { index: count });
+            };
+            // A known type must decode; others are skipped by length as
+            // in a live packet.
+            let known = msg.first().and_then(|&k| message_size(k));
+            if msg.is_empty() || (known.is_some() && messages::decode(msg).is_none()) {
+                return Err(SnapshotError::Malformed { index: count });
+            }
+            count += 1;
+            at += 2 + len;
+        }
+        Ok(count)
+    }
+
+    /// R5: the snapshot's messages into empty books, as `apply` would
+    /// apply them (in packets of the session's framing), then every named
+    /// symbol quoted from its book.
+    fn rebuild<R: Rules>(
+        &mut self,
+        blocks: &[u8],
+        next: u64,
+        rules: &mut R,
+    ) -> Result<i64, SnapshotError> {
+        // Validate all first: nothing of a snapshot that does not parse is
+        // applied.
+        let count = self.validate_snapshot(blocks)?;
+        self.books.clear();
+        self.locates = zeroed_locates();
+        self.dirty.clear();
+        // The messages as packets of at most SNAPSHOT_CHUNK blocks, so
+        // that they take exactly the path of live ones.
+        let mut packet = Vec::with_capacity(SNAPSHOT_PACKET_BYTES);
+        let mut latest = i64::MIN;
+        let mut at = 0usize;
+        let first_seq = next.saturating_sub(count as u64).max(1);
+        let mut seq = first_seq;
+        while at < blocks.len() {
+            packet.clear();
+            packet.extend_from_slice(&[0u8; 20]);
+            let mut n = 0u16;
+            let start = at;
+            while at < blocks.len() && n < SNAPSHOT_CHUNK {
+                let len = u16::from_be_bytes([blocks[at], blocks[at + 1]]) as usize;
+                at += 2 + len;
+                n += 1;
+            }
+            packet.extend_from_slice(&blocks[start..at]);
+            packet[10..18].copy_from_slice(&seq.to_be_bytes());
+            packet[18..20].copy_from_slice(&n.to_be_bytes());
+            let header = Header {
+                channel: ChannelHeader {
+                    session: crate::wire::SessionId([0; 10]),
+                    sequence: seq,
+                    kind: crate::wire::PacketKind::Data,
+                    count: n,
+                },
+                send_time: None,
+            };
+            let applied = self.apply(&packet, &header, 0, rules);
+            if let Some(t) = applied.max_ts {
+                latest = latest.max(t);
+            }
+            seq = seq.saturating_add(n as u64);
+        }
+        // Every symbol a locate names takes its book's best, stamped as
+        // of the snapshot (R5 step 2).
+        let quote_seq = next.saturating_sub(1);
+        for locate in 0..LOCATES {
+            let l = &mut self.locates[locate];
+            if l.slot1 == 0 {
+                continue;
+            }
+            let locate = locate as u16;
+            l.published = self.books.best_key(locate);
+            let best = self.books.best(locate);
+            rules.venue_quote(
+                self.locates[locate as usize].slot1 - 1,
+                quote_seq,
+                latest,
+                side(best.bid),
+                side(best.ask),
+            );
+        }
+        Ok(latest)
     }
 
     fn apply<R: Rules>(
