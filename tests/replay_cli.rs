@@ -45,8 +45,11 @@ fn real_nasdaq_totalview() {
     assert_eq!(v["packets"], 2);
     assert_eq!(v["invalid_packets"], 0);
     assert_eq!(v["duplicate_packets"], 0);
-    assert_eq!(v["channel_lost"], 4_244_620);
-    assert_eq!(v["unknown_messages"], 39);
+    // C3b: the second packet is 4,244,620 messages on (more than the
+    // default max_channel_jump): not believed, not applied, no loss.
+    assert_eq!(v["channel_lost"], 0);
+    assert_eq!(v["feeds"][0]["channel_seq_anomalies"], 1);
+    assert_eq!(v["unknown_messages"], 1);
     assert_eq!(v["ticks_lost"], 0);
     let sessions = v["sessions"].as_array().unwrap();
     assert_eq!(sessions.len(), 1);
@@ -56,7 +59,7 @@ fn real_nasdaq_totalview() {
     assert_eq!(v["symbols"].as_object().unwrap().len(), 0);
     assert_eq!(v["skipped_frames"], 0);
     assert_eq!(v["feeds"][0]["lines"][0]["dst"], "233.54.12.111:26477");
-    assert_eq!(v["feeds"][0]["channel_gaps"], 1);
+    assert_eq!(v["feeds"][0]["channel_gaps"], 0);
 }
 
 #[test]
@@ -90,8 +93,9 @@ fn readable_summary_names_the_facts() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("session 000010059B"), "{text}");
-    assert!(text.contains("channel lost 4244620"), "{text}");
-    assert!(text.contains("unknown messages 39"), "{text}");
+    assert!(text.contains("channel lost 0"), "{text}");
+    assert!(text.contains("channel jumps not believed 1"), "{text}");
+    assert!(text.contains("unknown messages 1"), "{text}");
 }
 
 /// Runs the simulator CLI; returns (capture, truth).

@@ -94,7 +94,10 @@ fn late_join_is_rebuilt_from_the_snapshot() {
     let p101 = packet(101, &[add(1, "AAPL", 901, false, 7, 1_010_000)]);
     let p103 = packet(103, &[add(2, "MSFT", 903, true, 3, 4_000_000)]);
     assert_eq!(f.on_datagram(0, &p101, T0 + 2 * MS), DatagramOutcome::Held);
-    assert_eq!(f.on_datagram(1, &p103, T0 + 9 * MS + MS / 2), DatagramOutcome::Held);
+    assert_eq!(
+        f.on_datagram(1, &p103, T0 + 9 * MS + MS / 2),
+        DatagramOutcome::Held
+    );
     // The check answers as before G.
     assert_eq!(
         f.symbol_summary(sym("AAPL")).unwrap().suspect,
@@ -132,8 +135,20 @@ fn late_join_is_rebuilt_from_the_snapshot() {
     let a = f.symbol_summary(sym("AAPL")).unwrap();
     assert_eq!(a.suspect, Some(SuspectCause::Recovering), "{a:?}");
     assert!(a.verified);
-    assert_eq!(a.bid, Some(Side { px: px(995_000), qty: 10 }));
-    assert_eq!(a.ask, Some(Side { px: px(1_010_000), qty: 7 }));
+    assert_eq!(
+        a.bid,
+        Some(Side {
+            px: px(995_000),
+            qty: 10
+        })
+    );
+    assert_eq!(
+        a.ask,
+        Some(Side {
+            px: px(1_010_000),
+            qty: 7
+        })
+    );
     assert_eq!(a.shown_seq, Some(101));
     assert_eq!(a.alive_at, Some(g_at));
     // The latest snapshot message time: 10:00 + 990 ns.
@@ -152,8 +167,20 @@ fn late_join_is_rebuilt_from_the_snapshot() {
     assert_eq!(f.symbol_summary(sym("AAPL")).unwrap().suspect, None);
     let m = f.symbol_summary(sym("MSFT")).unwrap();
     assert_eq!(m.suspect, None);
-    assert_eq!(m.bid, Some(Side { px: px(4_000_000), qty: 3 }));
-    assert_eq!(m.ask, Some(Side { px: px(4_100_000), qty: 4 }));
+    assert_eq!(
+        m.bid,
+        Some(Side {
+            px: px(4_000_000),
+            qty: 3
+        })
+    );
+    assert_eq!(
+        m.ask,
+        Some(Side {
+            px: px(4_100_000),
+            qty: 4
+        })
+    );
     assert_eq!(f.counters().channel_messages_lost, 0);
 }
 
@@ -163,7 +190,11 @@ fn a_failed_attempt_applies_nothing_and_backs_off() {
     f.on_datagram(0, &packet(50, &[add(1, "AAPL", 1, true, 5, 1_000_000)]), T0);
     assert!(f.poll_snapshot_start(T0));
     assert_eq!(
-        f.on_datagram(0, &packet(51, &[add(1, "AAPL", 2, true, 6, 1_000_100)]), T0 + MS),
+        f.on_datagram(
+            0,
+            &packet(51, &[add(1, "AAPL", 2, true, 6, 1_000_100)]),
+            T0 + MS
+        ),
         DatagramOutcome::Held
     );
     // A snapshot whose message is cut short: nothing applied.
@@ -176,12 +207,20 @@ fn a_failed_attempt_applies_nothing_and_backs_off() {
     let a = f.symbol_summary(sym("AAPL")).unwrap();
     assert_eq!(a.suspect, Some(SuspectCause::NoSnapshot));
     // The held packet was processed as without a snapshot: best bid 100.01.
-    assert_eq!(a.bid, Some(Side { px: px(1_000_100), qty: 6 }));
+    assert_eq!(
+        a.bid,
+        Some(Side {
+            px: px(1_000_100),
+            qty: 6
+        })
+    );
     assert!(!f.recovering());
     assert_eq!(
         f.snapshot_phase(),
         (
-            SnapshotPhase::Wanted { not_before: T0 + 2 * MS + 1_000 * MS },
+            SnapshotPhase::Wanted {
+                not_before: T0 + 2 * MS + 1_000 * MS
+            },
             Some(SnapshotFailure::Malformed)
         )
     );
@@ -191,7 +230,9 @@ fn a_failed_attempt_applies_nothing_and_backs_off() {
     f.on_snapshot_failed(SnapshotFailure::Refused, T0 + 1_100 * MS);
     assert_eq!(
         f.snapshot_phase().0,
-        SnapshotPhase::Wanted { not_before: T0 + 3_100 * MS }
+        SnapshotPhase::Wanted {
+            not_before: T0 + 3_100 * MS
+        }
     );
     let c = &f.counters().recovery;
     assert_eq!((c.snapshots_started, c.snapshots_applied), (2, 0));
@@ -215,7 +256,11 @@ fn a_lost_hole_asks_for_a_snapshot_and_a_session_from_1_does_not() {
     f.on_datagram(0, &packet(1, &[add(1, "AAPL", 1, true, 5, 1_000_000)]), T0);
     assert_eq!(f.snapshot_phase().0, SnapshotPhase::Idle);
     // 2 never arrives: held 1 ms (venues' default), then declared lost.
-    f.on_datagram(0, &packet(3, &[add(1, "AAPL", 3, true, 5, 1_000_000)]), T0 + MS);
+    f.on_datagram(
+        0,
+        &packet(3, &[add(1, "AAPL", 3, true, 5, 1_000_000)]),
+        T0 + MS,
+    );
     f.handle_timeout(T0 + 3 * MS);
     assert_eq!(f.counters().channel_messages_lost, 1);
     assert_eq!(
@@ -240,7 +285,11 @@ fn a_lost_hole_asks_for_a_snapshot_and_a_session_from_1_does_not() {
 #[test]
 fn a_hole_after_g_keeps_its_open_time() {
     let mut f = feed();
-    f.on_datagram(0, &packet(100, &[add(1, "AAPL", 900, true, 5, 1_000_000)]), T0);
+    f.on_datagram(
+        0,
+        &packet(100, &[add(1, "AAPL", 900, true, 5, 1_000_000)]),
+        T0,
+    );
     assert!(f.poll_snapshot_start(T0 + MS));
     let p103 = packet(103, &[add(2, "MSFT", 903, true, 3, 4_000_000)]);
     assert_eq!(f.on_datagram(1, &p103, T0 + 3 * MS), DatagramOutcome::Held);

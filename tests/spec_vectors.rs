@@ -197,12 +197,19 @@ fn real_payloads(file: &str) -> Vec<Vec<u8>> {
 
 /// Real Nasdaq MoldUDP64 traffic frames correctly: ITCH messages are
 /// unknown types, skipped by length; the second packet opens the channel
-/// gap tshark reports (fixtures README).
+/// gap tshark reports (fixtures README), once `max_channel_jump` (C3b) is
+/// raised above its 4,244,620 messages.
 #[test]
 fn real_moldudp64_captures_frame_correctly() {
     let packets = real_payloads("nasdaq-totalview-itch50-moldudp64.pcap");
     assert_eq!(packets.len(), 2);
-    let mut feed = Feed::new(FeedSettings::default(), 1);
+    let mut feed = Feed::new(
+        FeedSettings {
+            max_channel_jump: 10_000_000,
+            ..FeedSettings::default()
+        },
+        1,
+    );
     for (i, p) in packets.iter().enumerate() {
         let parsed = Packet::parse(p).unwrap();
         assert_eq!(parsed.session, SessionId::parse("000010059B").unwrap());

@@ -978,6 +978,19 @@ pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
             c.unknown_messages,
             c.invalid_messages
         );
+        let r = &c.recovery;
+        if c.channel_seq_anomalies + c.stale_ends_of_session + r.holes_opened > 0 {
+            let _ = writeln!(
+                s,
+                "  channel jumps not believed {}, stale ends of session {}, holes {} ({} filled, {} lost), messages re-requested {}",
+                c.channel_seq_anomalies,
+                c.stale_ends_of_session,
+                r.holes_opened,
+                r.holes_filled,
+                r.holes_lost,
+                r.messages_recovered
+            );
+        }
         let _ = writeln!(
             s,
             "  ticks lost {}, stale dropped {}, seq anomalies {}, resyncs {}, snapshots applied {} ignored {}, session changes {}, stale-session packets {}{}",

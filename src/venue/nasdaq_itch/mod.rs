@@ -16,7 +16,9 @@ use jiff::tz::TimeZone;
 use self::book::{BestKey, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
-use super::{Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue};
+use super::{
+    Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
+};
 use crate::feed::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
