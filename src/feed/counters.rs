@@ -98,12 +98,16 @@ pub struct RecoveryCounters {
     pub snapshots_failed: [u64; 9],
     /// From a hole's opening to its closing (filled or declared).
     pub hole_time: HoleTimeHistogram,
+    /// Line skew: from a packet's first copy to its second.
+    pub line_skew: HoleTimeHistogram,
 }
 
 /// Bucket upper bounds (ns) of `HoleTimeHistogram`, for a Prometheus
-/// histogram: from one packet's worth of line skew to a re-request that
+/// histogram: from a few microseconds of line skew to a re-request that
 /// gave up.
-pub const HOLE_TIME_BOUNDS_NS: [i64; 12] = [
+pub const HOLE_TIME_BOUNDS_NS: [i64; 14] = [
+    1_000,
+    5_000,
     10_000,
     50_000,
     100_000,

@@ -15,7 +15,8 @@ use super::verdict::{report_cause, Thresholds};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
-    FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
+    FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, RECOVERY_HOLDING, RECOVERY_LIVE,
+    RECOVERY_REREQUESTING, RECOVERY_SNAPSHOT, RECOVERY_SNAPSHOT_WANTED, SYM_HALTED,
 };
 use crate::venue::rerequest::Request;
 use crate::venue::{
@@ -202,7 +203,13 @@ pub struct Feed<P: Publish = NoPublish> {
     rec: HoleTimes,
     req: Requester,
     snap: SnapshotState,
+    /// Line skew: first arrival of recent packets by sequence (a ring
+    /// indexed by sequence; the second copy reads and clears its entry).
+    first_copy: Box<[(u64, i64); SKEW_RING]>,
 }
+
+/// Recent packets remembered for the line-skew measure.
+const SKEW_RING: usize = 1024;
 
 impl Feed<NoPublish> {
     pub fn new(settings: FeedSettings, lines: usize) -> Feed<NoPublish> {
@@ -251,6 +258,7 @@ impl<P: Publish> Feed<P> {
                 backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
                 last_failure: None,
             },
+            first_copy: Box::new([(0, 0); SKEW_RING]),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
         feed.publisher.publish_feed(&feed.view);
@@ -436,7 +444,9 @@ impl<P: Publish> Feed<P> {
             return self.process(Source::Line(line), datagram, &header, now);
         }
         self.handle_timeout(now);
-        self.route(Source::Line(line), datagram, &header, now)
+        let out = self.route(Source::Line(line), datagram, &header, now);
+        self.refresh_recovery_view();
+        out
     }
 
     /// R4: one datagram from a configured re-request server (the I/O shell
@@ -466,7 +476,9 @@ impl<P: Publish> Feed<P> {
             return DatagramOutcome::Ignored;
         }
         self.handle_timeout(now);
-        self.route(Source::Rerequest, datagram, &header, now)
+        let out = self.route(Source::Rerequest, datagram, &header, now);
+        self.refresh_recovery_view();
+        out
     }
 
     /// R4: a datagram arrived on the re-request socket from an address that
@@ -494,6 +506,9 @@ impl<P: Publish> Feed<P> {
             self.declare_first(deadline);
         }
         self.schedule_request(now);
+        if self.settings.recovery.holds() {
+            self.refresh_recovery_view();
+        }
     }
 
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
@@ -533,6 +548,7 @@ impl<P: Publish> Feed<P> {
             SnapshotPhase::Wanted { not_before } if now >= not_before => {
                 self.snap.phase = SnapshotPhase::Running { since: now };
                 self.counters.recovery.snapshots_started += 1;
+                self.refresh_recovery_view();
                 true
             }
             _ => false,
@@ -560,6 +576,7 @@ impl<P: Publish> Feed<P> {
         };
         self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
         self.resume_after_snapshot(now);
+        self.refresh_recovery_view();
     }
 
     /// R5: the snapshot arrived whole: `session` as Login Accepted named
@@ -632,6 +649,7 @@ impl<P: Publish> Feed<P> {
             last_failure: None,
         };
         self.resume_after_snapshot(now);
+        self.refresh_recovery_view();
         Ok(())
     }
 
@@ -877,6 +895,42 @@ impl<P: Publish> Feed<P> {
         }
     }
 
+    /// Line skew (recovery.md, for choosing `gap_hold_us`): the time from
+    /// a packet's first copy to its second, once per packet.
+    fn measure_skew(&mut self, seq: u64, now: i64) {
+        let e = &mut self.first_copy[(seq as usize) % SKEW_RING];
+        if e.0 != seq || e.1 == i64::MIN {
+            return;
+        }
+        let skew = now.saturating_sub(e.1).max(0);
+        e.1 = i64::MIN;
+        self.counters.recovery.line_skew.observe(skew);
+        if skew > self.view.line_skew_max_ns {
+            self.view.line_skew_max_ns = skew;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+
+    /// R6: the recovery state readers see (`status`), published on change.
+    fn refresh_recovery_view(&mut self) {
+        let state = match self.snap.phase {
+            SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
+            SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
+            SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
+            SnapshotPhase::Idle if self.req.outstanding_since.is_some() => RECOVERY_REREQUESTING,
+            SnapshotPhase::Idle => RECOVERY_HOLDING,
+        };
+        let reason = self
+            .snap
+            .last_failure
+            .map_or(0, |f| (f.index() as u8 + 1) << 3);
+        let code = state | reason;
+        if self.view.recovery != code {
+            self.view.recovery = code;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+
     /// R2: the open hole's deadline.
     fn hole_deadline(&self) -> i64 {
         let r = &self.settings.recovery;
@@ -956,6 +1010,9 @@ impl<P: Publish> Feed<P> {
         match action {
             PacketAction::Duplicate => {
                 self.source_counters(source).duplicate_packets += 1;
+                if header.channel.kind == PacketKind::Data && source != Source::Rerequest {
+                    self.measure_skew(header.channel.sequence, now);
+                }
                 return DatagramOutcome::Duplicate;
             }
             PacketAction::StaleSession => {
@@ -1039,6 +1096,10 @@ impl<P: Publish> Feed<P> {
             self.publisher.publish_feed(&self.view);
         }
         if let PacketAction::Data { skip } = action {
+            if skip == 0 {
+                let seq = header.channel.sequence;
+                self.first_copy[(seq as usize) % SKEW_RING] = (seq, now);
+            }
             let ctx = Ctx {
                 mode: self.settings.mode,
                 max_jump: self.max_jump,

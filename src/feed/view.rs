@@ -178,7 +178,7 @@ impl SymbolView {
 /// `SymbolView` size in u64 words.
 pub const SYMBOL_VIEW_WORDS: usize = 9;
 /// `FeedView` size in u64 words.
-pub const FEED_VIEW_WORDS: usize = 4;
+pub const FEED_VIEW_WORDS: usize = 5;
 
 /// `FeedView::flags`: the current session ended (C6).
 pub const FEED_ENDED: u8 = 1;
@@ -202,7 +202,31 @@ pub const FEED_TRUST_GAP: u8 = 64;
 /// without `suspect` are `suspect=recovering`.
 pub const FEED_RECOVERING: u8 = 128;
 
-/// Feed-level state the verdict needs. 32 bytes (4 words).
+/// `FeedView::recovery` low 3 bits: what the feed's recovery is doing
+/// (recovery.md R6), for `status` and the shared-memory readers.
+pub const RECOVERY_LIVE: u8 = 0;
+/// A hole is open, waiting for the other lines (R1).
+pub const RECOVERY_HOLDING: u8 = 1;
+/// A hole is open and a re-request is outstanding (R4).
+pub const RECOVERY_REREQUESTING: u8 = 2;
+/// A snapshot attempt is running (R5).
+pub const RECOVERY_SNAPSHOT: u8 = 3;
+/// A snapshot is wanted: the last attempt failed (its reason in the high
+/// bits) and the next waits for its backoff, or none started yet.
+pub const RECOVERY_SNAPSHOT_WANTED: u8 = 4;
+
+/// The state's name in `status`.
+pub fn recovery_state_name(code: u8) -> &'static str {
+    match code & 7 {
+        RECOVERY_HOLDING => "holding",
+        RECOVERY_REREQUESTING => "rerequesting",
+        RECOVERY_SNAPSHOT => "snapshot_in_progress",
+        RECOVERY_SNAPSHOT_WANTED => "snapshot_wanted",
+        _ => "live",
+    }
+}
+
+/// Feed-level state the verdict needs. 40 bytes (5 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FeedView {
@@ -219,7 +243,12 @@ pub struct FeedView {
     pub session_epoch: u16,
     /// `FEED_*` bits.
     pub flags: u8,
-    pub _reserved: u8,
+    /// `RECOVERY_*` in bits 0-2; bits 3-7: the last snapshot failure
+    /// (`SnapshotFailure` index + 1, 0 for none).
+    pub recovery: u8,
+    /// The largest time seen between the first and the second copy of a
+    /// packet (line skew), ns; 0 before any second copy.
+    pub line_skew_max_ns: i64,
 }
 
 impl FeedView {
@@ -238,7 +267,8 @@ impl FeedView {
             self.gap_epoch as u64
                 | (self.session_epoch as u64) << 32
                 | (self.flags as u64) << 48
-                | (self._reserved as u64) << 56,
+                | (self.recovery as u64) << 56,
+            self.line_skew_max_ns as u64,
         ]
     }
 
@@ -251,7 +281,8 @@ impl FeedView {
             gap_epoch: w[3] as u32,
             session_epoch: (w[3] >> 32) as u16,
             flags: (w[3] >> 48) as u8,
-            _reserved: (w[3] >> 56) as u8,
+            recovery: (w[3] >> 56) as u8,
+            line_skew_max_ns: w[4] as i64,
         }
     }
 }
@@ -318,7 +349,8 @@ mod tests {
             gap_epoch: 0xDEAD_BEEF,
             session_epoch: 0xFFFF,
             flags: 0x7F,
-            _reserved: 0xFF,
+            recovery: 0xFF,
+            line_skew_max_ns: -9,
         };
         assert_eq!(FeedView::from_words(&f.to_words()), f);
     }
