@@ -175,7 +175,7 @@ mod tests {
         let mut h = History::new(50);
         let big = [b'x'; 100];
         for i in 0..20u64 {
-            h.record(&packet("S1", 1 + i * 5, &[&big; 5]));
+            h.record(&packet("S1", 1 + i * 5, &[&big[..]; 5]));
         }
         assert_eq!(h.len(), 50);
         assert_eq!(h.first_sequence(), 51);
