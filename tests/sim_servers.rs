@@ -346,17 +346,14 @@ impl Client {
     fn next(&mut self, within: Duration) -> Got {
         let end = Instant::now() + within;
         loop {
-            match self
+            if let Some(p) = self
                 .decoder
                 .next_packet()
                 .expect("the server sends SoupBinTCP")
             {
-                Some(p) => {
-                    let mut bytes = Vec::new();
-                    p.encode(&mut bytes).unwrap();
-                    return Got::Packet(p.kind(), bytes[3..].to_vec());
-                }
-                None => {}
+                let mut bytes = Vec::new();
+                p.encode(&mut bytes).unwrap();
+                return Got::Packet(p.kind(), bytes[3..].to_vec());
             }
             if Instant::now() >= end {
                 return Got::Timeout;
@@ -603,10 +600,8 @@ fn glimpse_closes_silent_connections() {
     let t = Instant::now();
     while t.elapsed() < Duration::from_millis(1_800) {
         alive.send(Soup::ClientHeartbeat);
-        match alive.next(Duration::from_millis(200)) {
-            Got::Closed => panic!("closed while sending heartbeats"),
-            _ => {}
-        }
+        let got = alive.next(Duration::from_millis(200));
+        assert_ne!(got, Got::Closed, "closed while sending heartbeats");
     }
     let counts = server.counts();
     assert_eq!((counts.login_timeouts, counts.idle_timeouts), (1, 1));

@@ -1031,7 +1031,7 @@ impl Simulator {
             && self
                 .cfg
                 .drop_both_every
-                .is_some_and(|n| self.truth.data_packets % n == 0);
+                .is_some_and(|n| self.truth.data_packets.is_multiple_of(n));
         let mut delivered = false;
         for line in 0..self.cfg.lines.len() {
             // always draw all three so one fault's pattern does not depend on the others' settings

@@ -267,7 +267,7 @@ fn accept_loop(
 #[derive(Debug)]
 enum Closed {
     Logout,
-    PeerClosed,
+    ByPeer,
     Rejected,
     Garbage,
     LoginTimeout,
@@ -375,11 +375,11 @@ impl Connection<'_> {
         }
         let wait = (deadline - now).clamp(Duration::from_millis(1), Duration::from_millis(250));
         if self.stream.set_read_timeout(Some(wait)).is_err() {
-            return Err(Closed::PeerClosed);
+            return Err(Closed::ByPeer);
         }
         let mut buf = [0u8; 1024];
         match self.stream.read(&mut buf) {
-            Ok(0) => Err(Closed::PeerClosed),
+            Ok(0) => Err(Closed::ByPeer),
             Ok(n) => {
                 self.decoder.push(&buf[..n]);
                 Ok(Read1::Bytes)
@@ -396,7 +396,7 @@ impl Connection<'_> {
                     Ok(Read1::Bytes) // nothing yet: the caller looks again
                 }
             }
-            Err(_) => Err(Closed::PeerClosed),
+            Err(_) => Err(Closed::ByPeer),
         }
     }
 
