@@ -708,3 +708,19 @@ fn simulate_live_serves_rerequests_and_snapshots() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn drop_both_loses_every_nth_data_packet_on_every_line() {
+    let mut cfg = SimConfig::new(3);
+    cfg.duration_ns = 200_000_000;
+    cfg.drop_both_every = Some(4);
+    let mut sim = Simulator::new(cfg).unwrap();
+    let mut buf = Vec::new();
+    while sim.next_into(&mut buf).is_some() {}
+    let t = sim.truth();
+    assert!(t.data_packets > 100);
+    assert_eq!(t.packets_lost_all_lines, t.data_packets / 4);
+    assert!(t.lines.iter().all(|l| l.dropped == t.data_packets / 4));
+    assert_eq!(t.expected_channel_lost, t.messages_lost_all_lines);
+    assert!(t.messages_lost_all_lines > 0);
+}
