@@ -157,11 +157,55 @@ pub fn nasdaq_itch_feed(data: &[u8]) {
     venue_feed(tickgate::feed::VenueKind::NasdaqItch, data)
 }
 
-pub const TARGETS: [(&str, fn(&[u8])); 6] = [
+/// SoupBinTCP and GLIMPSE (recovery.md R5) as a client receives them: the
+/// input is a TCP stream, cut into reads at places taken from its first
+/// byte; every packet the decoder yields must encode back to the bytes it
+/// came from, Sequenced Data goes through the GLIMPSE decoder, and the
+/// decoder never buffers more than one bounded packet beyond a read.
+pub fn soupbin_glimpse(data: &[u8]) {
+    use tickgate::venue::nasdaq_itch::{glimpse, soupbin};
+    let step = 1 + data.first().copied().unwrap_or(0) as usize;
+    let mut d = soupbin::Decoder::with_max_len(256);
+    let mut consumed = 0usize;
+    let mut pushed = 0usize;
+    let mut out = Vec::new();
+    'stream: for chunk in data.chunks(step) {
+        d.push(chunk);
+        pushed += chunk.len();
+        loop {
+            match d.next_packet() {
+                Ok(Some(p)) => {
+                    out.clear();
+                    p.encode(&mut out).expect("a decoded packet encodes");
+                    // Same length and type (numbers may have had leading
+                    // zeros), and the encoding decodes to the same packet.
+                    assert_eq!(&data[consumed..consumed + 3], &out[..3], "length and type");
+                    assert_eq!(soupbin::Packet::parse(out[2], &out[3..]), Ok(p), "round trip");
+                    consumed += out.len();
+                    if let soupbin::Packet::SequencedData(m) = p {
+                        if let Ok(msg) = glimpse::decode(m) {
+                            out.clear();
+                            glimpse::encode(&msg, &mut out);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => break 'stream,
+            }
+        }
+        assert!(d.buffered() <= 2 + d.max_len() + step, "bounded buffering");
+        assert_eq!(consumed + d.buffered(), pushed);
+    }
+    let _ = glimpse::parse_end_of_snapshot(data);
+    let _ = glimpse::decode(data);
+}
+
+pub const TARGETS: [(&str, fn(&[u8])); 7] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
     ("fills_events", fills_events),
     ("iex_tops_feed", iex_tops_feed),
     ("nasdaq_itch_feed", nasdaq_itch_feed),
+    ("soupbin_glimpse", soupbin_glimpse),
 ];

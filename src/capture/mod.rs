@@ -9,6 +9,7 @@ pub mod progress;
 pub mod record;
 pub mod replay;
 pub mod seeded;
+pub mod sim_servers;
 pub mod simulate;
 pub mod stream;
 pub mod venue_sim;

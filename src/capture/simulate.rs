@@ -18,8 +18,10 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
@@ -29,6 +31,10 @@ use super::live::{
 };
 use super::pcap::PcapWriter;
 use super::replay::VenueArg;
+use super::sim_servers::{
+    GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
+    SnapshotSource, DEFAULT_HISTORY_MESSAGES,
+};
 use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
 use crate::venue::VenueKind;
 use crate::wire::{
@@ -103,6 +109,9 @@ pub struct SimConfig {
     pub venue: VenueKind,
     /// nasdaq-itch: live orders the flow holds its books around.
     pub orders: usize,
+    /// Every so many data packets, one is lost on every line (still kept
+    /// in the re-request history, so a re-request can recover it).
+    pub drop_both_every: Option<u64>,
 }
 
 impl SimConfig {
@@ -127,6 +136,7 @@ impl SimConfig {
             end_session: false,
             venue: VenueKind::Tickgate,
             orders: 10_000,
+            drop_both_every: None,
         }
     }
 
@@ -151,6 +161,9 @@ impl SimConfig {
             if self.symbols > 65_535 {
                 bail!("--symbols must be 1..=65535 for a venue (one stock locate each)");
             }
+        }
+        if self.drop_both_every == Some(0) {
+            bail!("--drop-both must be at least 1 (every Nth data packet)");
         }
         if self.duration_ns < 0 || self.start_ns < 0 {
             bail!("start and duration must not be negative");
@@ -363,6 +376,9 @@ pub struct Simulator {
     venue_buf: Vec<u8>,
     /// The data packet that ends its session (IEX System Event C).
     ending_packet: Option<(u32, u64)>,
+    /// Every provider data packet, as produced (before line faults), for
+    /// the re-request server.
+    history: Option<Arc<Mutex<History>>>,
     truth: SimTruth,
 }
 
@@ -459,6 +475,7 @@ impl Simulator {
             },
             venue_buf: Vec::with_capacity(MAX_DATAGRAM),
             ending_packet: None,
+            history: None,
             truth,
             market,
             faults,
@@ -481,6 +498,29 @@ impl Simulator {
 
     pub fn config(&self) -> &SimConfig {
         &self.cfg
+    }
+
+    /// Records every data packet the provider produces from now on into
+    /// `history` (MoldUDP64 venues: tickgate and nasdaq-itch), whatever
+    /// the lines do with it: a packet lost on every line is recoverable
+    /// from there (R4).
+    pub fn set_history(&mut self, history: Arc<Mutex<History>>) {
+        self.history = Some(history);
+    }
+
+    /// R5: the book as of now, for a GLIMPSE snapshot (nasdaq-itch only):
+    /// its session, the first sequence number it does not reflect (every
+    /// message before it has been produced and is reflected; none after),
+    /// and its messages. `None` for other venues.
+    pub fn glimpse_snapshot(&self) -> Option<GlimpseSnapshot> {
+        let flow = self.flow.as_ref()?;
+        let mut messages = Vec::new();
+        let session = flow.book_snapshot(&mut messages)?;
+        Some(GlimpseSnapshot {
+            session,
+            next_sequence: self.next_chan_seq,
+            messages,
+        })
     }
 
     pub fn lines(&self) -> &[SimLine] {
@@ -980,10 +1020,22 @@ impl Simulator {
     /// Line fates of one provider packet: loss, duplicate, reorder.
     fn distribute(&mut self, t: i64, bytes: &[u8], count: u16, sequence: u64) {
         self.truth.provider_packets += 1;
+        let data = count != 0 && count != COUNT_END_OF_SESSION;
+        if data {
+            if let Some(h) = &self.history {
+                h.lock().expect("history lock").record(bytes);
+            }
+        }
+        // --drop-both: the Nth, 2Nth, ... data packet goes out on no line.
+        let drop_both = data
+            && self
+                .cfg
+                .drop_both_every
+                .is_some_and(|n| self.truth.data_packets.is_multiple_of(n));
         let mut delivered = false;
         for line in 0..self.cfg.lines.len() {
             // always draw all three so one fault's pattern does not depend on the others' settings
-            let lost = self.faults.chance(self.cfg.lines[line].loss);
+            let lost = self.faults.chance(self.cfg.lines[line].loss) || drop_both;
             let dup = self.faults.chance(self.cfg.dup);
             let reorder = self.faults.chance(self.cfg.reorder);
             if lost {
@@ -1150,6 +1202,42 @@ pub struct SimulateArgs {
     /// bursts instead of spinning (a load test sharing the daemon's cores).
     #[arg(long, value_name = "US", default_value_t = 50, requires = "live")]
     pub burst_us: u64,
+    /// Lose the Nth, 2Nth, ... data packet on every line (a hole no line
+    /// repairs; the re-request history still holds it).
+    #[arg(long, value_name = "N")]
+    pub drop_both: Option<u64>,
+    /// With --live (--venue tickgate or nasdaq-itch): a MoldUDP64
+    /// re-request server (recovery.md R4) on this UDP address, answering
+    /// from the last --rerequest-history messages with one packet of at
+    /// most 1,400 bytes, sent back to the request's source.
+    #[arg(long, value_name = "ADDR", requires = "live")]
+    pub rerequest_listen: Option<SocketAddr>,
+    /// With --rerequest-listen: messages kept for re-requests.
+    #[arg(long, value_name = "MESSAGES", default_value_t = DEFAULT_HISTORY_MESSAGES)]
+    pub rerequest_history: usize,
+    /// With --rerequest-listen: requests a second each source may make
+    /// (more are dropped and counted).
+    #[arg(long, value_name = "PER_SEC", default_value_t = 100)]
+    pub rerequest_rate: u32,
+    /// With --live --venue nasdaq-itch: a GLIMPSE 5.0 server over
+    /// SoupBinTCP 4.00 (recovery.md R5) on this TCP address, serving the
+    /// simulated book; needs --glimpse-user and --glimpse-password.
+    #[arg(long, value_name = "ADDR", requires_all = ["live", "glimpse_user", "glimpse_password"])]
+    pub glimpse_listen: Option<SocketAddr>,
+    /// With --glimpse-listen: the username a Login Request must carry (at
+    /// most 6 characters).
+    #[arg(long, value_name = "USER", requires = "glimpse_listen")]
+    pub glimpse_user: Option<String>,
+    /// With --glimpse-listen: the password (at most 10 characters).
+    #[arg(long, value_name = "PASSWORD", requires = "glimpse_listen")]
+    pub glimpse_password: Option<String>,
+    /// With --glimpse-listen: a connection must log in within this long.
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub glimpse_login_timeout_ms: u64,
+    /// With --glimpse-listen: a logged-in client silent this long (no
+    /// heartbeat) is disconnected.
+    #[arg(long, value_name = "MS", default_value_t = 15_000)]
+    pub glimpse_idle_timeout_ms: u64,
 }
 
 impl SimulateArgs {
@@ -1200,6 +1288,13 @@ impl SimulateArgs {
         cfg.end_session = self.end_session;
         cfg.venue = self.venue.kind();
         cfg.orders = self.orders;
+        cfg.drop_both_every = self.drop_both;
+        if self.rerequest_listen.is_some() && cfg.venue == VenueKind::IexTops {
+            bail!("--rerequest-listen serves MoldUDP64 venues: --venue tickgate or nasdaq-itch");
+        }
+        if self.glimpse_listen.is_some() && cfg.venue != VenueKind::NasdaqItch {
+            bail!("--glimpse-listen needs --venue nasdaq-itch");
+        }
         if cfg.venue.is_venue_feed() {
             // No per-symbol heartbeats or snapshots on venue feeds.
             cfg.heartbeat_ms = 0;
@@ -1269,9 +1364,51 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
             l.name, l.dst, args.ttl
         );
     }
+    let history = args.rerequest_listen.map(|_| {
+        let h = Arc::new(Mutex::new(History::new(args.rerequest_history)));
+        sim.set_history(h.clone());
+        h
+    });
+    // The servers read the simulator between its steps: the sender locks
+    // it once per datagram, a GLIMPSE login once for its snapshot.
+    let sim = Arc::new(Mutex::new(sim));
+    let rerequest = match (args.rerequest_listen, history) {
+        (Some(addr), Some(history)) => {
+            let opts = RerequestOptions {
+                rate: args.rerequest_rate,
+                ..RerequestOptions::default()
+            };
+            let server = RerequestServer::spawn(addr, history, opts)?;
+            eprintln!(
+                "re-request server on {} (last {} messages)",
+                server.local_addr(),
+                args.rerequest_history
+            );
+            Some(server)
+        }
+        _ => None,
+    };
+    let glimpse = match args.glimpse_listen {
+        Some(addr) => {
+            let mut opts = GlimpseOptions::new(
+                args.glimpse_user.as_deref().unwrap_or_default(),
+                args.glimpse_password.as_deref().unwrap_or_default(),
+            );
+            opts.login_timeout = Duration::from_millis(args.glimpse_login_timeout_ms);
+            opts.idle_timeout = Duration::from_millis(args.glimpse_idle_timeout_ms);
+            let source: SnapshotSource = {
+                let sim = sim.clone();
+                Arc::new(move || sim.lock().expect("simulator lock").glimpse_snapshot())
+            };
+            let server = GlimpseServer::spawn(addr, source, opts)?;
+            eprintln!("GLIMPSE server on {}", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
     let mut buf = Vec::with_capacity(MAX_DATAGRAM);
     let items = std::iter::from_fn(|| {
-        let ev = sim.next_into(&mut buf)?;
+        let ev = sim.lock().expect("simulator lock").next_into(&mut buf)?;
         Some((ev.t_ns, ev.dst, buf.clone()))
     });
     let burst = std::time::Duration::from_micros(args.burst_us);
@@ -1290,8 +1427,22 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         st.elapsed.as_secs_f64(),
         st.rate()
     );
+    if let Some(s) = rerequest {
+        let c = s.stop();
+        eprintln!(
+            "re-request server: {} datagrams, {} answered ({} messages), {} malformed, {} other session, {} too old, {} not yet sent, {} rate limited",
+            c.datagrams, c.answered, c.messages, c.malformed, c.other_session, c.too_old, c.not_yet_sent, c.rate_limited
+        );
+    }
+    if let Some(s) = glimpse {
+        let c = s.stop();
+        eprintln!(
+            "GLIMPSE server: {} connections, {} logins accepted, {} rejected, {} snapshots, {} logouts, {} garbage, {} login timeouts, {} idle timeouts, {} write failures, {} refused",
+            c.connections, c.logins_accepted, c.logins_rejected, c.snapshots_sent, c.logouts, c.garbage, c.login_timeouts, c.idle_timeouts, c.write_failures, c.refused
+        );
+    }
     // Results: standard output.
-    print!("{}", summary(sim.truth()));
+    print!("{}", summary(sim.lock().expect("simulator lock").truth()));
     Ok(0)
 }
 

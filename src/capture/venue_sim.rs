@@ -44,6 +44,12 @@ pub trait VenueFlow: Send {
     fn live_orders(&self) -> usize {
         0
     }
+    /// Order-book venues (R5): the messages that rebuild the book as of the
+    /// last packet written, into `out`; returns the session. `None`: the
+    /// venue serves no snapshot.
+    fn book_snapshot(&self, _out: &mut Vec<Message>) -> Option<SessionId> {
+        None
+    }
 }
 
 /// The symbols of a simulated venue: `S00001`, `S00002`, ...
@@ -91,6 +97,8 @@ pub struct ItchFlow {
     /// Share of executions, cancels, replaces and deletes that act on one
     /// of the most recent orders rather than any live order.
     recent: f64,
+    /// Send time of the last data packet (the snapshot's timestamp).
+    last_t: i64,
 }
 
 /// "Recent" orders: the last this many added (approximately: removals
@@ -125,6 +133,7 @@ impl ItchFlow {
             scratch: Vec::with_capacity(64),
             start_ns,
             recent: 0.9,
+            last_t: start_ns,
         }
     }
 
@@ -333,6 +342,7 @@ impl VenueFlow for ItchFlow {
         out: &mut Vec<u8>,
     ) -> u16 {
         self.builder.start(self.session, seq);
+        self.last_t = t;
         let mut count = 0;
         while count < batch {
             let msg = if !self.system_event_sent {
@@ -389,6 +399,44 @@ impl VenueFlow for ItchFlow {
 
     fn live_orders(&self) -> usize {
         self.live.len()
+    }
+
+    /// R5: System Event `O` once sent, a Stock Directory and a Stock
+    /// Trading Action (its current state) for each symbol announced so
+    /// far, and an Add Order for every live order, stamped with the last
+    /// packet's time.
+    fn book_snapshot(&self, out: &mut Vec<Message>) -> Option<SessionId> {
+        let t = self.last_t;
+        if self.system_event_sent {
+            out.push(Message::SystemEvent {
+                header: self.header(0, t),
+                event: b'O',
+            });
+        }
+        let announced = self.symbols.len() - self.directory_left;
+        for (i, s) in self.symbols.iter().enumerate().take(announced) {
+            let header = self.header(i as u16 + 1, t);
+            out.push(Message::StockDirectory {
+                header,
+                stock: venue_symbol(i),
+            });
+            out.push(Message::TradingAction {
+                header,
+                stock: venue_symbol(i),
+                state: if s.halted { b'H' } else { b'T' },
+                reason: if s.halted { *b"T1  " } else { *b"    " },
+            });
+        }
+        out.extend(self.live.iter().map(|o| Message::AddOrder {
+            header: self.header(o.locate, t),
+            order_ref: o.order_ref,
+            side: o.side,
+            shares: o.shares,
+            stock: venue_symbol(o.locate as usize - 1),
+            price: o.price,
+            attribution: None,
+        }));
+        Some(self.session)
     }
 }
 

@@ -95,8 +95,70 @@ fn venue_seeds(prefix: &str) -> Vec<Vec<u8>> {
     out
 }
 
+/// SoupBinTCP streams as a GLIMPSE client receives them (and a client's
+/// packets): login, the snapshot's ITCH messages, End of Snapshot,
+/// heartbeats, each packet type alone, and a stream cut short. The first
+/// byte also sets the fuzz target's read size.
+fn soupbin_seeds() -> Vec<Vec<u8>> {
+    use tickgate::venue::nasdaq_itch::glimpse::encode_end_of_snapshot;
+    use tickgate::venue::nasdaq_itch::messages::{encode, Header, Message, Side};
+    use tickgate::venue::nasdaq_itch::soupbin::{LoginRequest, Packet};
+    use tickgate::wire::{SessionId, Symbol};
+    let session = SessionId(*b"000010059A");
+    let stock = Symbol::parse("S00001").unwrap();
+    let header = Header {
+        locate: 1,
+        tracking: 0,
+        timestamp: 34_200_000_000_000,
+    };
+    let itch = [
+        Message::SystemEvent { header, event: b'O' },
+        Message::StockDirectory { header, stock },
+        Message::TradingAction {
+            header,
+            stock,
+            state: b'T',
+            reason: *b"    ",
+        },
+        Message::AddOrder {
+            header,
+            order_ref: 7,
+            side: Side::Buy,
+            shares: 100,
+            stock,
+            price: 1_000_000,
+            attribution: None,
+        },
+    ];
+    let mut singles: Vec<Vec<u8>> = vec![
+        Packet::LoginRequest(LoginRequest::new("user", "secret", None, 1).unwrap()).encode_to_vec().unwrap(),
+        Packet::LoginAccepted { session, sequence: 1 }.encode_to_vec().unwrap(),
+        Packet::LoginRejected { reason: b'A' }.encode_to_vec().unwrap(),
+        Packet::ServerHeartbeat.encode_to_vec().unwrap(),
+        Packet::EndOfSession.encode_to_vec().unwrap(),
+        Packet::Debug(b"debug text").encode_to_vec().unwrap(),
+        Packet::ClientHeartbeat.encode_to_vec().unwrap(),
+        Packet::LogoutRequest.encode_to_vec().unwrap(),
+    ];
+    let mut stream = singles[1].clone();
+    for m in &itch {
+        let mut msg = Vec::new();
+        encode(m, &mut msg);
+        Packet::SequencedData(&msg).encode(&mut stream).unwrap();
+    }
+    let mut g = Vec::new();
+    encode_end_of_snapshot(12_345, &mut g);
+    Packet::SequencedData(&g).encode(&mut stream).unwrap();
+    Packet::ServerHeartbeat.encode(&mut stream).unwrap();
+    singles.push(g);
+    singles.push(stream[..stream.len() / 2].to_vec());
+    singles.push(stream);
+    singles
+}
+
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
+        "soupbin_glimpse" => soupbin_seeds(),
         "iex_tops_feed" => venue_seeds("iex-"),
         "nasdaq_itch_feed" => venue_seeds("nasdaq-"),
         "wire_feed" => {

@@ -8,8 +8,10 @@
 //! `Policy::trust_from_start`, judged in `feed::verdict`. Sans-I/O.
 
 pub mod book;
+pub mod glimpse;
 pub mod messages;
 pub mod orders;
+pub mod soupbin;
 
 use jiff::tz::TimeZone;
 
