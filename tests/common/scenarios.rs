@@ -7,8 +7,9 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use tickgate::feed::check::SymbolLookup;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, VenueKind};
-use tickgate::gate::protocol::{answer, SymbolLookup};
+use tickgate::gate::protocol::answer;
 
 /// The path of a contract file (`vectors.json`, `scenarios.json`, ...) in
 /// the repository's copy of the contract, `spec/`.

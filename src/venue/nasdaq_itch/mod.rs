@@ -17,7 +17,7 @@ use self::book::{BestKey, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
 use super::{Applied, Count, DatagramError, Header, Policy, Rules, Venue};
-use crate::feed::prefetch::prefetch;
+use crate::util::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.

@@ -292,11 +292,11 @@ impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
 }
 
 /// The core's feed is a handler as it is: the feed thread owns it.
-impl<P: super::Publish> DatagramHandler for super::Feed<P> {
+impl<P: crate::feed::Publish> DatagramHandler for crate::feed::Feed<P> {
     #[inline]
     fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
         // The outcome is counted inside the Feed.
-        super::Feed::on_datagram(self, line, datagram, arrival_ns);
+        crate::feed::Feed::on_datagram(self, line, datagram, arrival_ns);
     }
 
     #[inline]
