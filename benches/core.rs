@@ -20,10 +20,11 @@ use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
+use tickgate::feed::check::{parse_request, write_verdict, SymbolLookup};
 use tickgate::feed::verdict::judge;
 use tickgate::feed::VenueKind;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Mode};
-use tickgate::gate::protocol::{answer, parse_request, write_verdict, SymbolLookup};
+use tickgate::gate::protocol::answer;
 use tickgate::venue::iex_tops::SegmentBuilder;
 use tickgate::wire::{Message, Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 

@@ -300,7 +300,7 @@ async fn textbook_pg(url: &str, schema: &str, events: &[Parsed]) -> (usize, f64,
 }
 
 /// A plain hand-written set-based version, as a team would write it (the
-/// comparison of issue 10): batches through `unnest` arrays, the dedup
+/// alternative BENCHMARKS.md compares with): batches through `unnest` arrays, the dedup
 /// `INSERT … ON CONFLICT DO NOTHING RETURNING`, the new fills in one
 /// insert, the touched positions locked and read in one statement, the
 /// average price and P&L computed in Rust (same `Position::apply`), and
@@ -591,7 +591,7 @@ fn main() {
                     cpu,
                 });
                 // tickgate with the fast path off (the careful path only,
-                // as before issue 10 item 6), same lanes.
+                // as before the fast path existed), same lanes.
                 if env_usize("FILLS_BENCH_CAREFUL", 1) == 1 {
                     let cstore = Store::Postgres(
                         PgStore::connect(

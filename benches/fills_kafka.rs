@@ -1,4 +1,4 @@
-//! The Kafka source end to end (issue 10 item 6): records already in the
+//! The Kafka source end to end: records already in the
 //! broker, a consumer from no stored offset to every partition's last
 //! record committed with its effects (fills.md "Sources": the offset in the
 //! batch's transaction), against the same events applied to the same store

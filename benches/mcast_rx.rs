@@ -37,12 +37,12 @@ use std::time::{Duration, Instant};
 
 use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::feed::reader::{self, TablePublisher};
-use tickgate::feed::receiver::{
+use tickgate::feed::settings::FeedSettings;
+use tickgate::feed::Feed;
+use tickgate::net::receiver::{
     realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
     LineStatsSnapshot, ReceiverOptions,
 };
-use tickgate::feed::settings::FeedSettings;
-use tickgate::feed::Feed;
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const SYMBOLS: usize = 100_000;

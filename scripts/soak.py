@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak test of the daemon (issue 11, item 6). Not part of CI.
+"""Soak test of the daemon (docs/operations.md, "Soak test"). Not part of CI.
 
     scripts/soak.py [--minutes 30] [--rate 200000] [--out soak-out] [--bin target/release/tickgate]
 

@@ -29,9 +29,9 @@ use crossbeam_channel::Sender;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::config::{Config, ConfigError, ServerMode};
-use crate::feed::receiver::{FeedThread, ReceiverOptions};
 use crate::gate::server::{self, Gate, GateStats, IoMode, ServerConfig, ServerHandle};
 use crate::metrics::{self, Metrics};
+use crate::net::receiver::{FeedThread, ReceiverOptions};
 
 use feeds::{Control, FeedWriter};
 use notify::Notifier;

@@ -1,10 +1,11 @@
 //! tickgate: a market-data freshness gate (at-most-once lane) and an
 //! exactly-once fills consumer (reliable lane) for trading hosts.
 //!
-//! Sans-I/O core: `wire`, `venue`, `feed::{state, clock, channel, verdict}`,
-//! `gate::protocol` and `fills::model` take time as an argument and do no I/O.
-//! Sockets, files and clocks live in their own files (`feed::receiver`,
-//! `gate::server`, `fills::store`, `capture::pcap`, `daemon`).
+//! Sans-I/O core: `wire`, `venue`, `feed` (`state`, `clock`, `channel`,
+//! `verdict`, `check`), `gate::protocol` and `fills::model` take time as an
+//! argument and do no I/O. Sockets, files and clocks live in their own
+//! files (`net::receiver`, `gate::server`, `fills::store`, `capture::pcap`,
+//! `daemon`). The core imports nothing above it (`tests/layering.rs`).
 
 pub mod capture;
 pub mod client;
@@ -17,5 +18,6 @@ pub mod http_limits;
 pub mod metrics;
 pub mod net;
 pub mod text;
+pub mod util;
 pub mod venue;
 pub mod wire;

@@ -150,9 +150,9 @@ fn syntax_errors_and_missing_files_exit_2() {
     assert_eq!(stderr.matches("absent.toml").count(), 1, "{stderr}");
 }
 
-/// Each known-bad config (issue 11's list and the others above) through
-/// both `run --check-config` and `run`: exit 2 from both, the same lines on
-/// standard error, the key path in each, nothing started.
+/// Each known-bad config (the cases below and those of the tests above)
+/// through both `run --check-config` and `run`: exit 2 from both, the same
+/// lines on standard error, the key path in each, nothing started.
 #[test]
 fn check_config_refuses_what_run_refuses_with_the_same_words() {
     let dir = tempfile::tempdir().unwrap();

@@ -343,7 +343,7 @@ proptest! {
             // The check never panics either.
             for s in 0..3 {
                 let mut out = Vec::new();
-                let feeds: [&dyn tickgate::gate::protocol::SymbolLookup; 1] = [&feed];
+                let feeds: [&dyn tickgate::feed::check::SymbolLookup; 1] = [&feed];
                 tickgate::gate::protocol::answer(format!("CHECK {}", sym(s)).as_bytes(), &feeds, now, &mut out);
                 prop_assert!(out.ends_with(b"\n"));
             }
@@ -456,7 +456,8 @@ proptest! {
 
 // ------------------------------------------------------------ line framing
 
-use tickgate::gate::protocol::{Frame, LineFramer, MAX_LINE};
+use tickgate::feed::check::MAX_LINE;
+use tickgate::gate::protocol::{Frame, LineFramer};
 
 /// What the framer must yield for a whole stream, by the contract's words:
 /// lines end with `\n`, one `\r` before it is dropped, a line over

@@ -262,7 +262,7 @@ fn wait_processed(d: &Daemon, truth: &SimTruth) -> HashMap<String, f64> {
 /// note on `loss_on_both_lines_is_counted_exactly`.
 fn sim(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
-    c.start_ns = tickgate::feed::receiver::realtime_ns();
+    c.start_ns = tickgate::net::receiver::realtime_ns();
     c.duration_ns = 2_000_000_000;
     c.rate = 1000;
     c.symbols = 10;
@@ -541,7 +541,7 @@ fn venue_halt_end_to_end(
 
     // The next packet of the session halts S00001 (A and B both carry it).
     let next = 1 + truth.messages;
-    let now = tickgate::feed::receiver::realtime_ns();
+    let now = tickgate::net::receiver::realtime_ns();
     let bytes = halt(next, now);
     let mut sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
     let stop = AtomicBool::new(false);

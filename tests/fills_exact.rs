@@ -1,4 +1,4 @@
-//! Exact decimals (issue 10, item 5): property tests over random decimal
+//! Exact decimals (docs/fills-notes.md): property tests over random decimal
 //! strings and random arithmetic, against an independent oracle (exact
 //! schoolbook arithmetic on decimal digit strings, no rust_decimal).
 //!

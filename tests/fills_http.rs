@@ -517,7 +517,7 @@ async fn bad_events_rejected_individually() {
     );
 }
 
-/// K2 write scope (issue 10 item 4): alice may write only ACC-A. Her
+/// K2 write scope (docs/fills-notes.md "Write scope"): alice may write only ACC-A. Her
 /// events for other accounts (a FILL, and a BUST of bob's fill: the attack
 /// the adversarial test found) are rejected one by one with the reason,
 /// counted, and the rest of her batch is applied; bob ("*") is unaffected.
@@ -631,8 +631,8 @@ async fn write_scope_postgres() {
     db.cleanup().await;
 }
 
-/// Exact decimals on the HTTP path (issue 10 item 5): the two values the
-/// adversarial test saw rounded are rejected with their reason; the rest
+/// Exact decimals on the HTTP path (docs/fills-notes.md): the two values
+/// an adversarial test saw rounded are rejected with their reason; the rest
 /// of the batch is applied with every digit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inexact_decimals_are_rejected_not_rounded() {

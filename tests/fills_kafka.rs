@@ -1,4 +1,4 @@
-//! The Kafka source (fills.md "Sources", issue 10 items 1-2) against a
+//! The Kafka source (fills.md "Sources") against a
 //! real Kafka-compatible broker ($TICKGATE_TEST_KAFKA_URL, `host:port`; CI
 //! runs tansu 0.6.0 with its memory storage engine), over the real store:
 //! SQLite in a tempdir, PostgreSQL on a fresh schema when

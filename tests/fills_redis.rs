@@ -1,4 +1,4 @@
-//! The shared answer cache in Redis (fills.md K8, issue 10 item 3): two
+//! The shared answer cache in Redis (fills.md K8): two
 //! tickgate instances behind one PostgreSQL database and one Redis. A
 //! retry landing on the instance that did not run the batch is answered
 //! from Redis without a database read (every database access of the HTTP

@@ -1,4 +1,4 @@
-//! Connect/close churn against the gate socket (issue 11, item 1): one
+//! Connect/close churn against the gate socket: one
 //! client connects and closes 100,000 times in a loop (never more than one
 //! connection open) while a second client checks continuously, each check
 //! on a fresh connection (so that a refusal would show) and on one

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use tickgate::feed::check::SymbolLookup;
 use tickgate::feed::reader::{feed_table, TablePublisher};
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
-use tickgate::gate::protocol::{answer, SymbolLookup};
+use tickgate::gate::protocol::answer;
 use tickgate::gate::server::{serve, Backend, Gate, IoMode, ServerConfig, ServerHandle};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 

@@ -1,4 +1,4 @@
-//! The HTTP limits (issue 11, item 2): slow clients are timed out, a
+//! The HTTP limits (docs/operations.md): slow clients are timed out, a
 //! connection cap refuses clearly, a client over its request rate gets 429
 //! with Retry-After, and 2,000 slow connections on the fills port neither
 //! stop the gate socket from answering nor stay open past the header

@@ -1,5 +1,5 @@
 //! Loopback multicast: the sender (`capture::live`) into the receiver
-//! (`feed::receiver`). Only 127.0.0.0/8 addresses and 239.255.77.x groups
+//! (`net::receiver`). Only 127.0.0.0/8 addresses and 239.255.77.x groups
 //! on `lo`, TTL 1 and IP_MULTICAST_IF 127.0.0.1, so nothing leaves the
 //! host. Every wait is bounded; nothing asserts on timing.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tickgate::capture::live::{
     send_paced, send_paced_in_bursts, McastSender, Pace, SendStats, SenderOptions,
 };
-use tickgate::feed::receiver::{
+use tickgate::net::receiver::{
     realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, LineStats, Receiver,
     ReceiverOptions,
 };

@@ -1,5 +1,5 @@
-//! The shared-memory check allocates nothing (issue 9: "look a symbol up
-//! without allocating"): `Client::check` and `Client::answer` into a
+//! The shared-memory check allocates nothing (docs/shm.md: a symbol is
+//! looked up without allocating): `Client::check` and `Client::answer` into a
 //! reused buffer, counted by a global allocator. Runs without libtest
 //! (`harness = false`) so that no harness thread allocates meanwhile.
 

@@ -7,7 +7,7 @@
 //!   loss (gaps), duplicates and reordering on two lines, session changes,
 //!   an unbelievable sequence (suspicion), end of session, full and delta,
 //!   both liveness rules, clock offsets off, automatic and fixed;
-//! - iex-tops venue feeds: the packets of shared/spec/venue_scenarios.json's
+//! - iex-tops venue feeds: the packets of spec/venue_scenarios.json's
 //!   IEX scenarios (halts, quote-flag halts, gaps, session changes, clock
 //!   offsets) replayed in random order with repeats at random times.
 
@@ -159,12 +159,7 @@ type Scenario = (Value, Vec<(usize, Vec<u8>)>, Vec<String>);
 
 /// The IEX scenarios of venue_scenarios.json.
 fn iex_scenarios() -> Vec<Scenario> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = ["../shared/spec", "../../shared/spec"]
-        .iter()
-        .map(|d| root.join(d).join("venue_scenarios.json"))
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .expect("shared/spec/venue_scenarios.json next to the repository");
+    let text = std::fs::read_to_string(scenarios::spec_path("venue_scenarios.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     doc["scenarios"]
         .as_array()

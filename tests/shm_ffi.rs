@@ -38,9 +38,13 @@ fn libdir() -> &'static Path {
         let mut cmd = Command::new(env!("CARGO"));
         // Without the variables cargo set for this test (CARGO_PKG_*,
         // CARGO_MANIFEST_DIR, ...): the build is then the one a shell
-        // would run, and reuses its artifacts instead of rebuilding.
+        // would run, and reuses its artifacts instead of rebuilding. The
+        // user's CARGO_HOME and CARGO_TARGET_DIR stay: the library must
+        // land in this test's target directory.
+        let keep =
+            |k: &str| !k.starts_with("CARGO_") || k == "CARGO_HOME" || k == "CARGO_TARGET_DIR";
         cmd.env_clear()
-            .envs(std::env::vars().filter(|(k, _)| !k.starts_with("CARGO_") || k == "CARGO_HOME"))
+            .envs(std::env::vars().filter(|(k, _)| keep(k)))
             .current_dir(root())
             .args(["build", "-p", "tickgate-c"]);
         if dir.file_name().unwrap() == "release" {

@@ -1,4 +1,4 @@
-//! Every scenario of `shared/spec/scenarios.json` (tickgate's own
+//! Every scenario of `spec/scenarios.json` (tickgate's own
 //! protocol), through the public API (harness: tests/common/scenarios.rs).
 
 #[path = "common/scenarios.rs"]

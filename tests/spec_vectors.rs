@@ -1,4 +1,4 @@
-//! Every datagram of `shared/spec/vectors.json`:
+//! Every datagram of `spec/vectors.json`:
 //! - a valid vector decodes to exactly the listed session, sequence, count
 //!   and messages, and the packet rebuilt from the listed fields with
 //!   `wire::PacketBuilder` is the vector byte for byte;
@@ -8,6 +8,8 @@
 
 #[path = "common/captures.rs"]
 mod captures;
+#[path = "common/scenarios.rs"]
+mod scenarios;
 
 use serde_json::Value;
 use tickgate::feed::{Feed, FeedSettings};
@@ -17,7 +19,7 @@ use tickgate::wire::{
 };
 
 fn vectors() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors.json");
+    let path = scenarios::spec_path("vectors.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     doc["vectors"].as_array().unwrap().clone()
 }
@@ -187,10 +189,10 @@ fn invalid_vectors_are_rejected_and_change_nothing() {
     assert_eq!(seen, 6);
 }
 
-/// UDP payloads of a capture in `shared/fixtures/real/`.
+/// UDP payloads of a capture in `fixtures/real/`.
 fn real_payloads(file: &str) -> Vec<Vec<u8>> {
     captures::udp_payloads(&format!(
-        "{}/../shared/fixtures/real/{file}",
+        "{}/fixtures/real/{file}",
         env!("CARGO_MANIFEST_DIR")
     ))
 }

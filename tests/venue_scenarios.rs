@@ -1,4 +1,4 @@
-//! Every scenario of `shared/spec/venue_scenarios.json` (iex-tops and
+//! Every scenario of `spec/venue_scenarios.json` (iex-tops and
 //! nasdaq-itch feeds, venues.md), through the public API, with the same
 //! harness as scenarios.json (tests/common/scenarios.rs).
 

@@ -4,7 +4,8 @@
 //! call the same functions.
 
 use tickgate::feed::{Feed, FeedSettings};
-use tickgate::gate::protocol::{answer_with, parse_request};
+use tickgate::feed::check::parse_request;
+use tickgate::gate::protocol::answer_with;
 use tickgate::wire::Packet;
 
 /// The wire decoder and the feed: the input is cut into datagrams (a
@@ -43,7 +44,7 @@ pub fn gate_request(data: &[u8]) {
     let mut out = Vec::with_capacity(512);
     for line in data.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.len() > tickgate::gate::protocol::MAX_LINE {
+        if line.len() > tickgate::feed::check::MAX_LINE {
             continue;
         }
         let _ = parse_request(line);

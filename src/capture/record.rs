@@ -1,6 +1,6 @@
 //! `tickgate record`: write what a feed's lines receive to a nanosecond pcap (I/O).
 //!
-//! The receiver is the daemon's (`feed::receiver`), so the capture holds
+//! The receiver is the daemon's (`net::receiver`), so the capture holds
 //! exactly what the daemon would have seen, stamped with the kernel's
 //! receive time (SO_TIMESTAMPNS): `tickgate replay` of the file uses those
 //! stamps as its clock.
@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 
 use super::compress::CaptureOutput;
 use super::pcap::PcapWriter;
-use crate::feed::receiver::{DatagramHandler, InterfaceSpec, LineSpec, Receiver, ReceiverOptions};
+use crate::net::receiver::{DatagramHandler, InterfaceSpec, LineSpec, Receiver, ReceiverOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {

@@ -27,8 +27,9 @@ use super::live::{
 };
 use super::progress::Progress;
 use super::stream::{CaptureStream, StreamOptions, StreamSummary};
+use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
-use crate::gate::protocol::{answer, SymbolLookup};
+use crate::gate::protocol::answer;
 use crate::venue::{ChannelHeader, VenueKind};
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
 
@@ -103,7 +104,7 @@ pub struct ReplayArgs {
     pub max_speed: bool,
     /// With --send: interface to send from (name or IPv4 address).
     #[arg(long, default_value = "127.0.0.1")]
-    pub interface: crate::feed::receiver::InterfaceSpec,
+    pub interface: crate::net::receiver::InterfaceSpec,
     /// With --send: multicast TTL (1 stays on the local segment).
     #[arg(long, default_value_t = 1)]
     pub ttl: u32,

@@ -1193,7 +1193,7 @@ pub struct SimulateArgs {
     pub forever: bool,
     /// With --live: interface to send from (name or IPv4 address).
     #[arg(long, default_value = "127.0.0.1")]
-    pub interface: crate::feed::receiver::InterfaceSpec,
+    pub interface: crate::net::receiver::InterfaceSpec,
     /// With --live: multicast TTL (1 stays on the local segment).
     #[arg(long, default_value_t = 1)]
     pub ttl: u32,
@@ -1346,7 +1346,7 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
 /// current), for `--duration` seconds or, with `--forever`, until Ctrl-C.
 pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
     let mut cfg = args.to_config()?;
-    cfg.start_ns = crate::feed::receiver::realtime_ns();
+    cfg.start_ns = crate::net::receiver::realtime_ns();
     if args.forever {
         // A century: the stream outlives any run.
         cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;

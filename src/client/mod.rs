@@ -1,8 +1,8 @@
 //! The check without a round trip: read the daemon's state file
 //! (docs/shm.md) through a read-only mapping and judge a symbol in this
 //! process, with the verdict code and the answer formatting of the socket
-//! (`feed::verdict::judge` through `gate::protocol::verdict_for`, and
-//! `gate::protocol::write_verdict`). No tokio, no allocation per check.
+//! (`feed::verdict::judge` through `feed::check::verdict_for`, and
+//! `feed::check::write_verdict`). No tokio, no allocation per check.
 //!
 //! ```no_run
 //! let mut gate = tickgate::client::Client::open_default()?;
@@ -26,13 +26,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::feed::check::{
+    parse_request, to_symbol, verdict_for, write_error, write_verdict, ProtoError, Request,
+};
 use crate::feed::reader::{feed_reader_in, first_quoted, FeedReader, ReadError};
 use crate::feed::shm::{self, Header, LayoutError, STATE_LIVE};
 use crate::feed::table::{WordStore, Words};
 use crate::feed::verdict::Verdict;
-use crate::gate::protocol::{
-    parse_request, to_symbol, verdict_for, write_error, write_verdict, ProtoError, Request,
-};
 use map::Mapping;
 
 /// Default path of the state file (`[gate] shm`).

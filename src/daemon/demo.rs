@@ -21,9 +21,9 @@ use crate::config::{
     Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, LogConfig, MetricsConfig,
     SymbolConfig,
 };
-use crate::feed::receiver::realtime_ns;
 use crate::fills::config::{ClientConfig, FillsConfig};
 use crate::gate::server::Backend;
+use crate::net::receiver::realtime_ns;
 use crate::wire::{Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 use super::notify::Notifier;

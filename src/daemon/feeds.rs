@@ -14,9 +14,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
-use crate::feed::receiver::{self, DatagramHandler, LineSpec};
 use crate::feed::{Feed, FeedSettings};
-use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
+use crate::metrics::{FeedMetrics, FeedStats, LineStats};
+use crate::net::receiver::{self, DatagramHandler, LineSpec};
+use crate::util::histogram::LatencyRecorder;
 use crate::venue::rerequest::REQUEST_LEN;
 use crate::wire::Symbol;
 
@@ -411,7 +412,7 @@ impl Drop for FeedWriter {
 mod tests {
     use super::*;
     use crate::config::{FeedMode, LineConfig};
-    use crate::gate::protocol::SymbolLookup;
+    use crate::feed::check::SymbolLookup;
     use crate::wire::{PacketBuilder, Quote, SessionId, Side};
 
     fn feed_config() -> FeedConfig {

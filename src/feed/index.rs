@@ -60,7 +60,7 @@ impl SymbolIndex {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// Prefetch hint for `symbol`'s home bucket (see `feed::prefetch`).
+    /// Prefetch hint for `symbol`'s home bucket (see `util::prefetch`).
     #[inline]
     pub fn prefetch(&self, symbol: Symbol) {
         super::prefetch::prefetch(&self.slots[self.home(symbol.key())]);

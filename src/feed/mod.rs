@@ -1,22 +1,26 @@
-//! The market-data lane: channel rules (C1-C6), symbol rules (S1-S8), the
-//! clock-offset estimator, the lock-free state table and the receiver.
-//! Everything here but `receiver` is sans-I/O.
+//! The market-data lane's core: channel rules (C1-C6), symbol rules
+//! (S1-S8), the clock-offset estimator, the check (`check`: request,
+//! verdict, answer line) and the lock-free state table. Sans-I/O: the
+//! receiver's sockets are in `net`.
 
 pub mod channel;
+pub mod check;
 pub mod clock;
 pub mod counters;
 pub mod engine;
 pub mod hold;
 pub mod index;
-pub mod prefetch;
 pub mod reader;
-pub mod receiver;
 pub mod settings;
 pub mod shm;
 pub mod state;
 pub mod table;
 pub mod verdict;
 pub mod view;
+
+// The cache prefetch hints (used by `venue` too), under the name the feed's
+// files use: `super::prefetch`.
+use crate::util::prefetch;
 
 pub use counters::{
     FeedCounters, HoleTimeHistogram, LineCounters, RecoveryCounters, SymbolSummary,

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::check::SymbolLookup;
 use super::table::{
     cell_reader_in, reader_in, seq_cell, seq_cell_in, table, table_in, Busy, CellReader,
     CellWriter, Corrupt, Plain, TableReader, TableWriter, TooSmall, Words,
@@ -17,7 +18,6 @@ use super::table::{
 use super::verdict::Thresholds;
 use super::view::{FeedView, Publish, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 use super::FeedSettings;
-use crate::gate::protocol::SymbolLookup;
 use crate::wire::Symbol;
 
 impl Plain for SymbolView {

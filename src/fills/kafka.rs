@@ -1,4 +1,4 @@
-//! The Kafka source of the reliable lane (fills.md, "Sources"; issue 10).
+//! The Kafka source of the reliable lane (fills.md, "Sources").
 //!
 //! Kafka's exactly-once ends at Kafka. This consumer writes to the fills
 //! store, so each partition's offset lives in the store's consumer

@@ -558,7 +558,7 @@ mod tests {
         assert!(parse_decimal(&too_many)
             .unwrap_err()
             .contains("significant digits"));
-        // The two values of issue 10 that used to be rounded.
+        // Two values rust_decimal alone would round (to 1 and to 0).
         let mut v = fill_json();
         v["qty"] = "1.0000000000000000000000000000000000001".into();
         assert!(reason(v).contains("cannot be held exactly"));

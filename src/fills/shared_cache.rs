@@ -1,4 +1,4 @@
-//! The shared answer cache (fills.md K8, issue 10 item 3): committed HTTP
+//! The shared answer cache (fills.md K8): committed HTTP
 //! answers in Redis, so that a retry landing on another tickgate instance
 //! is answered without a database read.
 //!

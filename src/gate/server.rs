@@ -39,14 +39,17 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use super::protocol::{answer_with, write_error, write_i64, write_u64, ProtoError, SymbolLookup};
+use super::protocol::answer_with;
+use crate::feed::check::{
+    write_error, write_i64, write_u64, write_verdict, ProtoError, SymbolLookup,
+};
 use crate::feed::reader::FeedReader;
 use crate::feed::verdict::{judge, Thresholds};
 use crate::feed::view::{FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
-use crate::metrics::{SharedHistogram, SmallRecorder};
+use crate::util::histogram::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
 
-pub use super::protocol::MAX_LINE;
+use crate::feed::check::MAX_LINE;
 /// Default socket path (gate.md).
 pub const DEFAULT_SOCKET: &str = "/run/tickgate/gate.sock";
 /// Default socket file mode (gate.md).
@@ -206,7 +209,7 @@ impl Backend for Gate {
         out.extend_from_slice(b"SYMBOL ");
         out.extend_from_slice(name.as_bytes());
         out.push(b' ');
-        super::protocol::write_verdict(out, sym, &verdict);
+        write_verdict(out, sym, &verdict);
     }
 }
 
@@ -1769,7 +1772,8 @@ mod tests {
     /// `answer_frame` would, however the bytes are split into reads.
     mod framing_equivalence {
         use super::super::*;
-        use crate::gate::protocol::{answer, answer_frame, LineFramer, SymbolLookup};
+        use crate::feed::check::SymbolLookup;
+        use crate::gate::protocol::{answer, answer_frame, LineFramer};
         use proptest::prelude::*;
 
         struct NoFeeds;

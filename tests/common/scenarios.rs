@@ -9,11 +9,14 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use tickgate::feed::check::SymbolLookup;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, Recovery, VenueKind};
-use tickgate::gate::protocol::{answer, SymbolLookup};
+use tickgate::gate::protocol::answer;
 
+/// The path of a contract file (`vectors.json`, `scenarios.json`, ...) in
+/// the repository's copy of the contract, `spec/`.
 pub fn spec_path(file: &str) -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/").to_string() + file
+    concat!(env!("CARGO_MANIFEST_DIR"), "/spec/").to_string() + file
 }
 
 /// A scenario's feed settings; unset keys keep the defaults (of the

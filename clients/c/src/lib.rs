@@ -10,9 +10,9 @@ use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tickgate_core::client::{realtime_ns, Client, Error};
+use tickgate_core::feed::check::{write_verdict, ProtoError};
 use tickgate_core::feed::verdict::Verdict;
 use tickgate_core::feed::SuspectCause;
-use tickgate_core::gate::protocol::{write_verdict, ProtoError};
 use tickgate_core::wire::Side;
 
 /// An open client (opaque to C).

@@ -1,6 +1,6 @@
 //! PostgreSQL fast path: the common batch in one statement, one round trip.
 //!
-//! The common batch (issue 10) holds FILLs of new events and new deals on
+//! The common batch holds FILLs of new events and new deals on
 //! positions this process wrote last. For it the careful path
 //! (`postgres::apply_in_tx`) costs about ten round trips: probe, insert,
 //! create, lock and read positions, draw sequence numbers, probe and insert

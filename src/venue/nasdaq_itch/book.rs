@@ -44,7 +44,7 @@
 
 use super::messages::Side;
 use super::orders::{Order, OrderTable, Sequential};
-use crate::feed::prefetch::{prefetch, prefetch_prefix};
+use crate::util::prefetch::{prefetch, prefetch_prefix};
 
 /// Stock locates are u16: one book per value.
 pub const LOCATES: usize = 1 << 16;

@@ -21,7 +21,7 @@ use super::tickgate::mold_header;
 use super::{
     Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
 };
-use crate::feed::prefetch::prefetch;
+use crate::util::prefetch::prefetch;
 use crate::wire::{Packet, Side, Symbol};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.

@@ -27,7 +27,7 @@
 
 use std::marker::PhantomData;
 
-use crate::feed::prefetch::prefetch;
+use crate::util::prefetch::prefetch;
 
 /// Maps an order reference to its home slot in a table of `1 << bits`.
 pub trait RefHash {

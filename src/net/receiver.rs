@@ -321,11 +321,11 @@ impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
 }
 
 /// The core's feed is a handler as it is: the feed thread owns it.
-impl<P: super::Publish> DatagramHandler for super::Feed<P> {
+impl<P: crate::feed::Publish> DatagramHandler for crate::feed::Feed<P> {
     #[inline]
     fn on_datagram(&mut self, line: usize, datagram: &[u8], arrival_ns: i64) {
         // The outcome is counted inside the Feed.
-        super::Feed::on_datagram(self, line, datagram, arrival_ns);
+        crate::feed::Feed::on_datagram(self, line, datagram, arrival_ns);
     }
 
     fn on_poll(&mut self, now: i64) {
@@ -333,11 +333,11 @@ impl<P: super::Publish> DatagramHandler for super::Feed<P> {
     }
 
     fn next_timeout(&self) -> Option<i64> {
-        super::Feed::next_timeout(self)
+        crate::feed::Feed::next_timeout(self)
     }
 
     fn on_rerequest_answer(&mut self, datagram: &[u8], arrival_ns: i64) {
-        super::Feed::on_rerequest_answer(self, datagram, arrival_ns);
+        crate::feed::Feed::on_rerequest_answer(self, datagram, arrival_ns);
     }
 
     fn on_foreign_answer(&mut self) {
@@ -345,7 +345,7 @@ impl<P: super::Publish> DatagramHandler for super::Feed<P> {
     }
 
     fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
-        super::Feed::poll_request(self).map(|(i, r)| (i, r.encode()))
+        crate::feed::Feed::poll_request(self).map(|(i, r)| (i, r.encode()))
     }
 
     #[inline]

@@ -1,0 +1,5 @@
+//! Helpers below every other module (the core included): they import
+//! nothing of tickgate's.
+
+pub mod histogram;
+pub mod prefetch;
