@@ -262,7 +262,17 @@ impl Daemon {
         {
             let (feed, reader) = feeds::build_in(f, regions.get(i));
             let beat = Beat::new(&format!("feed-{}", f.name));
-            let (writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
+            let (mut writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
+            if let Some(snap) = &f.snapshot {
+                let opts = crate::net::glimpse::GlimpseOptions::new(
+                    snap.address,
+                    &snap.username,
+                    &snap.password,
+                );
+                let client = crate::net::glimpse::GlimpseClient::spawn(&f.name, opts)
+                    .with_context(|| format!("feed {}: starting the GLIMPSE client", f.name))?;
+                writer.set_glimpse(client);
+            }
             // On error the feeds already running are stopped by drop.
             let opts = ReceiverOptions {
                 busy_poll: f.busy_poll,

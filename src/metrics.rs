@@ -18,12 +18,13 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 
+use crate::feed::{HoleTimeHistogram, HOLE_TIME_BOUNDS_NS};
 use crate::gate::server::{GateStats, REJECT_REASONS};
 use crate::net::receiver::LineStats as SocketStats;
 use crate::util::histogram::{HistogramSnapshot, SharedHistogram};
@@ -165,6 +166,12 @@ stats! {
             "Re-request answers of another session, dropped (R4).";
         rerequest_answers_not_data: Counter, "tickgate_feed_rerequest_answers_not_data_total",
             "Heartbeats and ends of session among re-request answers, dropped (R4).";
+        snapshots_started: Counter, "tickgate_feed_snapshots_started_total",
+            "GLIMPSE snapshot attempts started (recovery.md R5).";
+        snapshots_applied_r5: Counter, "tickgate_feed_glimpse_snapshots_applied_total",
+            "GLIMPSE snapshots applied: books rebuilt (R5).";
+        snapshots_failed: Counter, "tickgate_feed_snapshots_failed_total",
+            "GLIMPSE snapshot attempts failed, every reason (R5; the reason is logged and in status).";
         recovering: Gauge, "tickgate_feed_recovering",
             "1 while the feed has an open hole: its symbols answer suspect=recovering (R3).";
         held_datagrams: Gauge, "tickgate_feed_held_datagrams",
@@ -222,6 +229,10 @@ pub struct FeedMetrics {
     /// The receiver's socket counters per line (datagrams, bytes, kernel
     /// drops), atomics it maintains itself; set once the lines are open.
     pub sockets: OnceLock<Arc<[SocketStats]>>,
+    /// recovery.md R6: hole open-to-close times and line skew, as the
+    /// core's fixed buckets, published by the feed writer (`try_lock`:
+    /// it never waits for a scrape).
+    pub recovery_times: Mutex<[HoleTimeHistogram; 2]>,
 }
 
 impl FeedMetrics {
@@ -236,6 +247,7 @@ impl FeedMetrics {
                 .collect(),
             apply_latency: Arc::new(SharedHistogram::default()),
             sockets: OnceLock::new(),
+            recovery_times: Mutex::new([HoleTimeHistogram::default(); 2]),
         }
     }
 
@@ -339,6 +351,37 @@ const APPLY_LATENCY: (&str, &str) = (
     "tickgate_feed_apply_latency_seconds",
     "From a datagram's arrival (kernel timestamp) to its messages applied to the state.",
 );
+const HOLE_TIME: (&str, &str) = (
+    "tickgate_feed_hole_open_seconds",
+    "From a hole's opening to its closing, filled or declared lost (recovery.md R6).",
+);
+const LINE_SKEW: (&str, &str) = (
+    "tickgate_feed_line_skew_seconds",
+    "From the first copy of a packet to the second (on another line): what gap_hold_us must cover (recovery.md).",
+);
+
+/// The core's fixed buckets as a Prometheus histogram snapshot.
+fn fixed_snapshot(h: &HoleTimeHistogram) -> HistogramSnapshot {
+    let mut running = 0;
+    let cumulative = HOLE_TIME_BOUNDS_NS
+        .iter()
+        .zip(&h.counts)
+        .map(|(_, c)| {
+            running += c;
+            running
+        })
+        .collect();
+    HistogramSnapshot {
+        bounds: HOLE_TIME_BOUNDS_NS
+            .iter()
+            .map(|&b| b as f64 / 1e9)
+            .collect(),
+        cumulative,
+        count: h.count(),
+        sum_seconds: h.sum_ns as f64 / 1e9,
+    }
+}
+
 const SERVICE_TIME: (&str, &str) = (
     "tickgate_gate_service_duration_seconds",
     "Gate service time per batch of requests read at once (one request unless the client pipelines), from read to answers written.",
@@ -408,6 +451,8 @@ impl SnapshotCollector {
         for (name, help, labels) in [
             (CLOCK_OFFSET.0, CLOCK_OFFSET.1, feed()),
             (APPLY_LATENCY.0, APPLY_LATENCY.1, feed()),
+            (HOLE_TIME.0, HOLE_TIME.1, feed()),
+            (LINE_SKEW.0, LINE_SKEW.1, feed()),
             (SERVICE_TIME.0, SERVICE_TIME.1, vec![]),
             (
                 GATE_REQUESTS.0,
@@ -567,6 +612,18 @@ impl Collector for SnapshotCollector {
         }
         out.push(offset);
         out.push(latency);
+        let mut holes = family(HOLE_TIME.0, HOLE_TIME.1, MetricType::HISTOGRAM);
+        let mut skew = family(LINE_SKEW.0, LINE_SKEW.1, MetricType::HISTOGRAM);
+        for f in &self.feeds {
+            let [h, k] = *f.recovery_times.lock().unwrap_or_else(|e| e.into_inner());
+            holes
+                .mut_metric()
+                .push(histogram(vec![label("feed", &f.name)], &fixed_snapshot(&h)));
+            skew.mut_metric()
+                .push(histogram(vec![label("feed", &f.name)], &fixed_snapshot(&k)));
+        }
+        out.push(holes);
+        out.push(skew);
         out.extend(gate_families(&self.gate));
         let mut ready = family(READY.0, READY.1, MetricType::GAUGE);
         let is_ready = self.health.ready.load(Ordering::Relaxed)

@@ -16,6 +16,7 @@ use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfi
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
 use crate::feed::{Feed, FeedSettings};
 use crate::metrics::{FeedMetrics, FeedStats, LineStats};
+use crate::net::glimpse::{GlimpseClient, Outcome};
 use crate::net::receiver::{self, DatagramHandler, LineSpec};
 use crate::util::histogram::LatencyRecorder;
 use crate::venue::rerequest::REQUEST_LEN;
@@ -192,6 +193,8 @@ pub struct FeedWriter {
     reloaded: Option<FeedThresholds>,
     /// Symbols already given the reloaded thresholds (dense slots 0..n).
     corrected: usize,
+    /// R5: the feed's GLIMPSE client, when it has a snapshot server.
+    glimpse: Option<GlimpseClient>,
 }
 
 impl FeedWriter {
@@ -216,8 +219,59 @@ impl FeedWriter {
             symbols_halted: 0,
             reloaded: None,
             corrected: 0,
+            glimpse: None,
         };
         (w, tx)
+    }
+
+    /// R5: snapshots come from this client.
+    pub fn set_glimpse(&mut self, client: GlimpseClient) {
+        self.glimpse = Some(client);
+    }
+
+    /// R5: starts an attempt the core asks for, applies a finished one.
+    fn drive_snapshot(&mut self, now: i64) {
+        let Some(client) = &self.glimpse else {
+            return;
+        };
+        let feed = self.metrics.name.as_str();
+        if let Some(outcome) = client.try_outcome() {
+            match outcome {
+                Outcome::Done(s) => {
+                    let orders_before = self.feed.counters().live_orders;
+                    match self
+                        .feed
+                        .on_snapshot(s.session, s.next, &s.blocks, s.end_at)
+                    {
+                        Ok(()) => tracing::info!(
+                            feed,
+                            next = s.next,
+                            bytes = s.blocks.len(),
+                            live_orders = self.feed.counters().live_orders,
+                            orders_before,
+                            "GLIMPSE snapshot applied"
+                        ),
+                        Err(why) => tracing::warn!(
+                            feed,
+                            reason = why.as_str(),
+                            "GLIMPSE snapshot not applied; retrying with backoff"
+                        ),
+                    }
+                }
+                Outcome::Failed(why, detail) => {
+                    self.feed.on_snapshot_failed(why, now);
+                    tracing::warn!(
+                        feed,
+                        reason = why.as_str(),
+                        detail = detail.as_str(),
+                        "GLIMPSE snapshot failed; retrying with backoff"
+                    );
+                }
+            }
+        }
+        if self.feed.poll_snapshot_start(now) {
+            client.start();
+        }
     }
 
     pub fn feed(&self) -> &Feed<TablePublisher> {
@@ -268,6 +322,9 @@ impl FeedWriter {
             rerequest_answers_wrong_source: c.recovery.answers_wrong_source,
             rerequest_answers_wrong_session: c.recovery.answers_wrong_session,
             rerequest_answers_not_data: c.recovery.answers_not_data,
+            snapshots_started: c.recovery.snapshots_started,
+            snapshots_applied_r5: c.recovery.snapshots_applied,
+            snapshots_failed: c.recovery.snapshots_failed.iter().sum(),
             recovering: u64::from(self.feed.recovering()),
             held_datagrams: self.feed.hold_usage().0 as u64,
         });
@@ -288,6 +345,10 @@ impl FeedWriter {
         self.metrics
             .clock_offset_ns
             .store(self.feed.clock_offset_ns(), Ordering::Relaxed);
+        if let Ok(mut t) = self.metrics.recovery_times.try_lock() {
+            let r = &self.feed.counters().recovery;
+            *t = [r.hole_time, r.line_skew];
+        }
         self.last_publish = now;
     }
 
@@ -384,8 +445,9 @@ impl DatagramHandler for FeedWriter {
     }
 
     fn on_poll(&mut self, now: i64) {
-        // R2/R4: deadlines and requests that fell due.
+        // R2/R4: deadlines and requests that fell due; R5.
         self.feed.handle_timeout(now);
+        self.drive_snapshot(now);
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {
             match msg {

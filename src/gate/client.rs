@@ -229,12 +229,14 @@ pub fn format_status(lines: &[String]) -> String {
         let tokens: Vec<&str> = line.split(' ').collect();
         match tokens.first() {
             Some(&"FEED") if tokens.len() >= 2 => feeds.push(format!(
-                "feed {}: {} symbols, {}, channel silence {} us, clock offset {} us",
+                "feed {}: {} symbols, {}, channel silence {} us, clock offset {} us, recovery {}, line skew max {} us",
                 tokens[1],
                 field(&tokens, "symbols"),
                 field(&tokens, "state"),
                 field(&tokens, "channel_silence_us"),
                 field(&tokens, "clock_offset_us"),
+                field(&tokens, "recovery"),
+                field(&tokens, "line_skew_max_us"),
             )),
             // SYMBOL <feed> OK <sym> seq=... | SYMBOL <feed> REJECT <sym> <reasons> seq=...
             Some(&"SYMBOL") if tokens.len() >= 4 => {
@@ -333,7 +335,7 @@ mod tests {
     #[test]
     fn status_table() {
         let lines: Vec<String> = [
-            "FEED md1 symbols=2 state=live channel_silence_us=12 clock_offset_us=-3 gap_epoch=0 session_epoch=1",
+            "FEED md1 symbols=2 state=live channel_silence_us=12 clock_offset_us=-3 gap_epoch=0 session_epoch=1 recovery=holding line_skew_max_us=85",
             "SYMBOL md1 OK EURUSD seq=7 bid=1.085@5 ask=1.086@5 silence_us=10 source_age_us=20",
             "SYMBOL md1 REJECT GBPUSD stale_quote,suspect seq=3 bid=- ask=1.2@1 silence_us=900000 source_age_us=5 suspect=gap",
         ]
@@ -344,7 +346,7 @@ mod tests {
         let rows: Vec<&str> = t.lines().collect();
         assert_eq!(
             rows[0],
-            "feed md1: 2 symbols, live, channel silence 12 us, clock offset -3 us"
+            "feed md1: 2 symbols, live, channel silence 12 us, clock offset -3 us, recovery holding, line skew max 85 us"
         );
         assert!(rows[1].starts_with("FEED  SYMBOL  VERDICT  REASONS"));
         let eur: Vec<&str> = rows[2].split_whitespace().collect();

@@ -18,7 +18,7 @@
 //! line per feed and per symbol, then `END`:
 //!
 //! ```text
-//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n>
+//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n> recovery=<state>[:last_failure=<reason>] line_skew_max_us=<n|->
 //! SYMBOL <feed> <the verdict line a CHECK of the symbol gets from that feed>
 //! END
 //! ```
@@ -45,7 +45,10 @@ use crate::feed::check::{
 };
 use crate::feed::reader::FeedReader;
 use crate::feed::verdict::{judge, Thresholds};
-use crate::feed::view::{FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
+use crate::feed::view::{
+    recovery_state_name, FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION,
+};
+use crate::feed::SnapshotFailure;
 use crate::util::histogram::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
 
@@ -148,7 +151,8 @@ impl Backend for Gate {
 
     /// `FEED <name> symbols=<n> state=<live|session_ended|no_session>
     /// channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n>
-    /// session_epoch=<n>`
+    /// session_epoch=<n> recovery=<state>[:last_failure=<reason>]
+    /// line_skew_max_us=<n|->`
     fn status_feed(&self, feed: usize, now: i64, out: &mut Vec<u8>) -> u32 {
         let Some((name, reader)) = self.feeds.get(feed) else {
             return 0;
@@ -179,6 +183,24 @@ impl Backend for Gate {
         write_u64(out, view.gap_epoch as u64);
         out.extend_from_slice(b" session_epoch=");
         write_u64(out, view.session_epoch as u64);
+        // recovery.md R6: what the feed's recovery is doing, and the line
+        // skew operators set `gap_hold_us` from.
+        out.extend_from_slice(b" recovery=");
+        out.extend_from_slice(recovery_state_name(view.recovery).as_bytes());
+        let failure = (view.recovery >> 3) as usize;
+        if let Some(f) = failure
+            .checked_sub(1)
+            .and_then(|i| SnapshotFailure::ALL.get(i))
+        {
+            out.extend_from_slice(b":last_failure=");
+            out.extend_from_slice(f.as_str().as_bytes());
+        }
+        out.extend_from_slice(b" line_skew_max_us=");
+        if view.line_skew_max_ns > 0 {
+            write_i64(out, view.line_skew_max_ns / 1000);
+        } else {
+            out.push(b'-');
+        }
         out.push(b'\n');
         n
     }
