@@ -10,12 +10,13 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::capture::live::{McastSender, SenderOptions};
+use crate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
 use crate::capture::simulate::SplitMix64;
 use crate::config::{
     Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, LogConfig, MetricsConfig,
@@ -80,7 +81,7 @@ impl Phase {
             Phase::Normal => "",
             Phase::LineAOutage => "line A down; B has every packet: no loss",
             Phase::BothLinesLoss => {
-                "3 packets lost on both lines (one channel gap: msgs_lost and gaps go up)"
+                "3 packets lost on both lines: held, re-requested from the provider (msgs_lost stays 0)"
             }
             Phase::SymbolSilent => "provider stopped pricing GBPUSD (stale_quote after 500 ms)",
             Phase::SessionChanged => "provider restarted (new session, sequences from 1)",
@@ -321,9 +322,16 @@ pub struct DemoArgs {
 /// The demo's bearer token for the fills API.
 pub const DEMO_TOKEN: &str = "demo-token";
 
-/// The demo's config: one full feed on two loopback lines, and the fills
-/// lane on SQLite in `--dir` unless `--no-fills`.
-pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr) -> Config {
+/// The demo's config: one full feed on two loopback lines that holds gaps
+/// and re-requests from the built-in provider's server at `rerequest`
+/// (recovery.md), and the fills lane on SQLite in `--dir` unless
+/// `--no-fills`.
+pub fn demo_config(
+    args: &DemoArgs,
+    metrics: SocketAddr,
+    fills_http: SocketAddr,
+    rerequest: Option<SocketAddr>,
+) -> Config {
     let fills = (!args.no_fills).then(|| {
         let mut f = FillsConfig {
             db: format!("sqlite:{}", args.dir.join("fills.db").display()),
@@ -338,6 +346,10 @@ pub fn demo_config(args: &DemoArgs, metrics: SocketAddr, fills_http: SocketAddr)
         f
     });
     let mut feed = FeedConfig::new("demo", FeedMode::Full);
+    // recovery.md: the lines run microseconds apart here; 2 ms covers them
+    // with room, then the provider is asked for what both lines lost.
+    feed.gap_hold_us = 2_000;
+    feed.rerequest = rerequest.into_iter().collect();
     for (name, last) in [("A", 1u8), ("B", 2)] {
         feed.lines.push(LineConfig {
             name: name.to_string(),
@@ -447,10 +459,20 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
         }
     };
     let args = DemoArgs { dir, port, ..args };
+    // R4: the provider keeps its recent messages and answers re-requests
+    // on loopback, as a venue's re-request server does.
+    let history = Arc::new(Mutex::new(History::new(DEMO_HISTORY)));
+    let rerequest = RerequestServer::spawn(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        Arc::clone(&history),
+        RerequestOptions::default(),
+    )
+    .context("starting the demo provider's re-request server")?;
     let config = demo_config(
         &args,
         free_or_ephemeral(args.metrics),
         free_or_ephemeral(args.fills),
+        Some(rerequest.local_addr()),
     );
     logging::init(&config.log);
     let daemon = match Daemon::start(config, None, Notifier::disabled()) {
@@ -495,10 +517,14 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             "    curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \\\n      -d '{{\"events\":[{{\"kind\":\"FILL\",\"event_id\":\"E-1\",\"deal_id\":\"D-1\",\"account\":\"ACC-7\",\"symbol\":\"EURUSD\",\"side\":\"BUY\",\"qty\":\"100000\",\"price\":\"1.08512\",\"exec_time\":\"2026-11-30T08:00:00Z\"}}]}}' http://{addr}/v1/fills"
         );
     }
-    println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s (msgs_lost counts the messages they held), GBPUSD silent 14-18 s, a session change at 22 s.");
+    println!(
+        "  gaps are held 2 ms for the other line, then re-requested from the provider's server on {} (docs/recovery.md).",
+        rerequest.local_addr()
+    );
+    println!("  every 30 s: line A down 4-7 s, a 3-packet loss on both lines at 10 s (recovered by re-request: msgs_lost stays 0), GBPUSD silent 14-18 s, a session change at 22 s.");
     if args.loss_percent > 0.0 {
         println!(
-            "  besides: {}% random loss per line; a packet it takes from both lines is a channel gap too, announced when it happens.",
+            "  besides: {}% random loss per line; a packet it takes from both lines is re-requested too, announced when it happens.",
             args.loss_percent
         );
     }
@@ -514,12 +540,14 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             Arc::clone(&both_lost),
         );
         let (port, seed, loss) = (args.port, args.seed, args.loss_percent / 100.0);
+        let history = Arc::clone(&history);
         std::thread::Builder::new()
             .name("demo-provider".into())
-            .spawn(move || provide(port, seed, loss, &stop, &phase, &both))
+            .spawn(move || provide(port, seed, loss, &stop, &phase, &both, &history))
             .context("starting the demo provider")?
     };
     let mut both_announced = 0u64;
+    let mut holes_seen = (0u64, 0u64, 0u64);
     let started = realtime_ns();
     let mut out = Vec::with_capacity(512);
     let tick = Box::new(move |d: &Daemon| {
@@ -535,19 +563,20 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
         let random = match both - both_announced {
             0 => String::new(),
             n => format!(
-                " | random loss took {} from both lines ({})",
-                crate::text::plural(n, "packet"),
-                crate::text::plural(n, "channel gap")
+                " | random loss took {} from both lines",
+                crate::text::plural(n, "packet")
             ),
         };
         both_announced = both;
-        println!("{line}{random}");
+        let recovered = recovery_note(d, &mut holes_seen);
+        println!("{line}{random}{recovered}");
     });
     let code = daemon.run(RunOptions {
         on_tick: Some((Duration::from_secs(1), tick)),
         stop_after: args.seconds.map(Duration::from_secs),
     });
     stop.store(true, Ordering::Relaxed);
+    rerequest.stop();
     match provider.join() {
         Ok(Ok(())) => Ok(code),
         Ok(Err(e)) => {
@@ -566,6 +595,7 @@ fn provide(
     stop: &AtomicBool,
     phase: &AtomicU8,
     both_lost: &AtomicU64,
+    history: &Mutex<History>,
 ) -> anyhow::Result<()> {
     let sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))
         .context("opening the demo's multicast sender on 127.0.0.1")?;
@@ -576,6 +606,11 @@ fn provide(
     while !stop.load(Ordering::Relaxed) {
         p.step(realtime_ns(), &mut out);
         for o in out.drain(..) {
+            // Kept for re-requests whether or not a line carries it.
+            history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(&o.bytes);
             // B first: its copy must not always arrive second.
             if o.line_b {
                 sender.send(b, &o.bytes).context("sending on line B")?;
@@ -589,6 +624,31 @@ fn provide(
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
+}
+
+/// Messages the demo provider keeps for re-requests (a few seconds).
+const DEMO_HISTORY: usize = 100_000;
+
+/// recovery.md R6, for the status line: holes closed since the last tick,
+/// the messages re-requested for them and the time they were open.
+fn recovery_note(d: &Daemon, seen: &mut (u64, u64, u64)) -> String {
+    let m = &d.metrics().feeds[0];
+    let s = m.stats.load();
+    let [holes, _] = *m.recovery_times.lock().unwrap_or_else(|e| e.into_inner());
+    let closed = holes.count();
+    let (closed0, sum0, recovered0) = *seen;
+    *seen = (closed, holes.sum_ns, s.messages_recovered);
+    let n = closed.saturating_sub(closed0);
+    let recovered = s.messages_recovered.saturating_sub(recovered0);
+    if n == 0 || recovered == 0 {
+        return String::new();
+    }
+    let avg_us = holes.sum_ns.saturating_sub(sum0) / n / 1000;
+    format!(
+        " | recovered {} by re-request ({}, open {avg_us} us on average)",
+        crate::text::plural(recovered, "message"),
+        crate::text::plural(n, "hole")
+    )
 }
 
 /// One line: the checks of every demo symbol and the feed's counters.
