@@ -2015,6 +2015,55 @@ enabled = false
         }
     }
 
+    /// recovery.md "Settings" on venue feeds: defaults, a whole valid
+    /// table, and the keys a venue does not take.
+    #[test]
+    fn recovery_keys_on_venue_feeds() {
+        let venue = |v: &str, extra: &str| {
+            MINIMAL.replace("mode = \"full\"\n", &format!("venue = \"{v}\"\n{extra}\n"))
+        };
+        let c = Config::parse(&venue("nasdaq-itch", "")).unwrap();
+        let f = &c.feeds[0];
+        assert_eq!((f.gap_hold_us, f.gap_hold_packets), (1000, 10_000));
+        assert!(f.rerequest.is_empty() && f.snapshot.is_none());
+        let c = Config::parse(&venue(
+            "nasdaq-itch",
+            "gap_hold_us = 250\nrerequest = [\"127.0.0.1:9000\", \"127.0.0.2:9001\"]\nrerequest_timeout_ms = 20\nrerequest_attempts = 5\nsnapshot = { address = \"127.0.0.1:9100\", username = \"user01\", password = \"secret\" }",
+        ))
+        .unwrap();
+        let f = &c.feeds[0];
+        assert_eq!(f.rerequest.len(), 2);
+        let s = f.feed_settings();
+        assert_eq!(s.recovery.gap_hold_us, 250);
+        assert_eq!(s.recovery.rerequest_servers, 2);
+        assert_eq!(
+            (
+                s.recovery.rerequest_timeout_ms,
+                s.recovery.rerequest_attempts
+            ),
+            (20, 5)
+        );
+        assert!(s.recovery.snapshot);
+        assert_eq!(f.snapshot.as_ref().unwrap().username, "user01");
+        assert_eq!(
+            Config::parse(MINIMAL).unwrap().feeds[0].gap_hold_us,
+            0,
+            "tickgate feeds hold nothing by default"
+        );
+        let e = err_of(&venue("iex-tops", "rerequest = [\"127.0.0.1:9000\"]"));
+        assert_eq!(e.key(), Some("feed[0].rerequest"), "{e}");
+        let e = err_of(&venue(
+            "nasdaq-itch",
+            "snapshot = { address = \"127.0.0.1:9100\", username = \"toolonguser\", password = \"p\" }",
+        ));
+        assert_eq!(e.key(), Some("feed[0].snapshot.username"), "{e}");
+        let e = err_of(&venue(
+            "nasdaq-itch",
+            "snapshot = { address = \"127.0.0.1:9100\", username = \"u\", password = \"p\", port = 1 }",
+        ));
+        assert_eq!(e.key(), Some("feed[0].snapshot.port"), "{e}");
+    }
+
     #[test]
     fn feed_level_errors() {
         let with = |extra: &str| {
@@ -2036,6 +2085,53 @@ enabled = false
             ),
             ("max_symbols = 0", "feed[0].max_symbols", "out of range"),
             ("max_seq_jump = 1", "feed[0].max_seq_jump", "out of range"),
+            // C3b, recovery.md "Settings".
+            (
+                "max_channel_jump = 1",
+                "feed[0].max_channel_jump",
+                "out of range",
+            ),
+            ("gap_hold_us = -1", "feed[0].gap_hold_us", "out of range"),
+            (
+                "gap_hold_us = 600000000",
+                "feed[0].gap_hold_us",
+                "out of range",
+            ),
+            (
+                "gap_hold_packets = 0",
+                "feed[0].gap_hold_packets",
+                "out of range",
+            ),
+            (
+                "rerequest = \"10.0.0.9:9000\"",
+                "feed[0].rerequest",
+                "array",
+            ),
+            (
+                "rerequest = [\"10.0.0.9\"]",
+                "feed[0].rerequest[0]",
+                "ip:port",
+            ),
+            (
+                "rerequest = [\"10.0.0.9:0\"]",
+                "feed[0].rerequest[0]",
+                "with a port",
+            ),
+            (
+                "rerequest_timeout_ms = 0",
+                "feed[0].rerequest_timeout_ms",
+                "out of range",
+            ),
+            (
+                "rerequest_attempts = 0",
+                "feed[0].rerequest_attempts",
+                "out of range",
+            ),
+            (
+                "snapshot = { address = \"10.0.0.9:9000\", username = \"u\", password = \"p\" }",
+                "feed[0].snapshot",
+                "nasdaq-itch feeds only",
+            ),
             ("fifo_priority = 0", "feed[0].fifo_priority", "out of range"),
             (
                 "fifo_priority = 100",
