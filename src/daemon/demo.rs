@@ -317,6 +317,17 @@ pub struct DemoArgs {
     /// Do not run the fills lane.
     #[arg(long)]
     pub no_fills: bool,
+    /// The provider's venue: tickgate's own protocol, or nasdaq-itch (a
+    /// simulated TotalView-ITCH provider the daemon joins late and
+    /// rebuilds from its GLIMPSE snapshot; no fills lane).
+    #[arg(long, value_enum, default_value_t = DemoVenue::Tickgate)]
+    pub venue: DemoVenue,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoVenue {
+    Tickgate,
+    NasdaqItch,
 }
 
 /// The demo's bearer token for the fills API.
@@ -393,7 +404,7 @@ const PROBE_FOR: Duration = Duration::from_millis(300);
 
 /// The first port from `first` on whose demo groups nothing arrives for
 /// [`PROBE_FOR`] (another demo's provider sends every few milliseconds).
-fn free_demo_port(first: u16) -> Option<u16> {
+pub(super) fn free_demo_port(first: u16) -> Option<u16> {
     (0..PORT_TRIES)
         .filter_map(|i| first.checked_add(i))
         .find(|&port| !someone_sends_on(port))
@@ -423,7 +434,7 @@ fn someone_sends_on(port: u16) -> bool {
 
 /// `addr`, or an ephemeral port on its address when `addr` is taken (a
 /// demo must start even when another one runs).
-fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
+pub(super) fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
     match std::net::TcpListener::bind(addr) {
         Ok(_) => addr,
         Err(_) => SocketAddr::new(addr.ip(), 0),
@@ -434,6 +445,9 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     if !(0.0..=100.0).contains(&args.loss_percent) {
         eprintln!("tickgate: --loss-percent must be between 0 and 100");
         return Ok(EXIT_CONFIG);
+    }
+    if args.venue == DemoVenue::NasdaqItch {
+        return super::demo_itch::demo_itch_main(args);
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;

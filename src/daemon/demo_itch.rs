@@ -1,0 +1,293 @@
+//! `tickgate demo --venue nasdaq-itch`: recovery.md R5 shown live. A
+//! simulated Nasdaq TotalView-ITCH provider starts first, with a
+//! re-request server and a GLIMPSE server on loopback; the daemon joins
+//! two seconds into the session (a late join, so every book starts
+//! `no_snapshot`), rebuilds its books from GLIMPSE, and every symbol turns
+//! OK. The status line shows the symbols by cause and the recovery
+//! counters.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::capture::live::{send_paced_in_bursts, McastSender, Pace, SenderOptions};
+use crate::capture::sim_servers::{
+    GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
+};
+use crate::capture::simulate::{SimConfig, SimLine, Simulator};
+use crate::capture::venue_sim::venue_symbol;
+use crate::config::{
+    Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, Liveness, LogConfig,
+    MetricsConfig, SnapshotConfig,
+};
+use crate::gate::server::Backend;
+use crate::net::receiver::realtime_ns;
+use crate::venue::VenueKind;
+
+use super::demo::{free_demo_port, free_or_ephemeral, DemoArgs};
+use super::notify::Notifier;
+use super::{logging, Daemon, RunOptions, StartError, EXIT_CONFIG, EXIT_FAILURE};
+
+/// Stocks the provider quotes, and the live orders it keeps around.
+const SYMBOLS: usize = 8;
+const ORDERS: usize = 4_000;
+/// Every so many data packets the provider loses one on both lines: the
+/// feed re-requests it (R4).
+const DROP_BOTH_EVERY: u64 = 2_000;
+/// The daemon starts this long after the provider's session began.
+const LATE_BY: Duration = Duration::from_secs(2);
+const GLIMPSE_USER: &str = "demo";
+const GLIMPSE_PASSWORD: &str = "demo";
+
+pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+    let Some(port) = free_demo_port(args.port) else {
+        eprintln!(
+            "tickgate: demo: other providers are sending on 239.255.77.1/.2 near port {}; choose another with --port",
+            args.port
+        );
+        return Ok(EXIT_FAILURE);
+    };
+    let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, last), port);
+
+    // The provider: the simulator's ITCH flow on lines A and B.
+    let mut cfg = SimConfig::new(args.seed);
+    cfg.venue = VenueKind::NasdaqItch;
+    cfg.symbols = SYMBOLS;
+    cfg.orders = ORDERS;
+    cfg.rate = 2_000;
+    cfg.heartbeat_ms = 0;
+    cfg.snapshot_ms = 0;
+    cfg.start_ns = realtime_ns();
+    cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;
+    cfg.drop_both_every = Some(DROP_BOTH_EVERY);
+    let src = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40_000);
+    cfg.lines = vec![
+        SimLine {
+            name: "A".into(),
+            src,
+            dst: group(1),
+            delay_ns: 0,
+            loss: args.loss_percent / 100.0,
+        },
+        SimLine {
+            name: "B".into(),
+            src,
+            dst: group(2),
+            delay_ns: 20_000,
+            loss: args.loss_percent / 100.0,
+        },
+    ];
+    let mut sim = Simulator::new(cfg).context("the demo's ITCH provider")?;
+    let history = Arc::new(Mutex::new(History::new(100_000)));
+    sim.set_history(Arc::clone(&history));
+    let sim = Arc::new(Mutex::new(sim));
+    let rerequest = RerequestServer::spawn(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        history,
+        RerequestOptions::default(),
+    )
+    .context("starting the provider's re-request server")?;
+    let source: SnapshotSource = {
+        let sim = Arc::clone(&sim);
+        Arc::new(move || {
+            sim.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .glimpse_snapshot()
+        })
+    };
+    let glimpse = GlimpseServer::spawn(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        source,
+        GlimpseOptions::new(GLIMPSE_USER, GLIMPSE_PASSWORD),
+    )
+    .context("starting the provider's GLIMPSE server")?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (sim, stop) = (Arc::clone(&sim), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("demo-itch-provider".into())
+            .spawn(move || -> anyhow::Result<()> {
+                let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))?;
+                let mut buf = Vec::new();
+                let items = std::iter::from_fn(|| {
+                    let ev = sim
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .next_into(&mut buf)?;
+                    Some((ev.t_ns, ev.dst, buf.clone()))
+                });
+                send_paced_in_bursts(
+                    &mut tx,
+                    items,
+                    Pace::Recorded { speed: 1.0 },
+                    &stop,
+                    None,
+                    Duration::from_micros(200),
+                )?;
+                Ok(())
+            })
+            .context("starting the demo provider")?
+    };
+    println!(
+        "tickgate demo (nasdaq-itch): a simulated TotalView-ITCH provider on 239.255.77.1/.2:{port} (loopback), {SYMBOLS} stocks, about {ORDERS} live orders;"
+    );
+    println!(
+        "  its re-request server on {}, its GLIMPSE server on {} (user {GLIMPSE_USER}).",
+        rerequest.local_addr(),
+        glimpse.local_addr()
+    );
+    println!(
+        "  the daemon starts {} s after the session began: every book starts no_snapshot, then is rebuilt from GLIMPSE (docs/recovery.md).",
+        LATE_BY.as_secs()
+    );
+    std::thread::sleep(LATE_BY);
+
+    let mut feed = FeedConfig::new("itch", FeedMode::Full);
+    feed.venue = VenueKind::NasdaqItch;
+    feed.liveness = Liveness::Channel;
+    feed.stale_ms = crate::config::DEFAULT_VENUE_STALE_MS;
+    feed.gap_hold_us = crate::config::DEFAULT_VENUE_GAP_HOLD_US;
+    feed.rerequest = vec![rerequest.local_addr()];
+    feed.snapshot = Some(SnapshotConfig {
+        address: glimpse.local_addr(),
+        username: GLIMPSE_USER.to_string(),
+        password: GLIMPSE_PASSWORD.to_string(),
+    });
+    for (name, last) in [("A", 1u8), ("B", 2)] {
+        feed.lines.push(LineConfig {
+            name: name.to_string(),
+            group: Ipv4Addr::new(239, 255, 77, last),
+            port,
+            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+            source: None,
+            rcvbuf: None,
+        });
+    }
+    let config = Config {
+        feeds: vec![feed],
+        gate: GateConfig {
+            socket: dir.join("gate.sock"),
+            socket_mode: 0o600,
+            shm: Some(crate::config::default_shm(&dir.join("gate.sock"))),
+            ..GateConfig::default()
+        },
+        metrics: MetricsConfig {
+            listen: Some(free_or_ephemeral(args.metrics)),
+            ..MetricsConfig::default()
+        },
+        log: LogConfig {
+            level: "warn".to_string(),
+            ..LogConfig::default()
+        },
+        fills: None,
+        fills_section: None,
+    };
+    logging::init(&config.log);
+    let daemon = match Daemon::start(config, None, Notifier::disabled()) {
+        Ok(d) => d,
+        Err(StartError::Config(e)) => {
+            stop.store(true, Ordering::Relaxed);
+            eprintln!("tickgate: demo config: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+        Err(StartError::Other(e)) => {
+            stop.store(true, Ordering::Relaxed);
+            eprintln!("tickgate: {e:#}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
+    let socket = dir.join("gate.sock");
+    println!("  gate socket: {}", socket.display());
+    println!("  from another terminal:");
+    println!(
+        "    TICKGATE_SOCKET={} tickgate check {}",
+        socket.display(),
+        venue_symbol(0)
+    );
+    if let Some(addr) = daemon.metrics_addr() {
+        println!("  metrics: http://{addr}/metrics");
+    }
+    println!("  Ctrl-C stops.");
+    let started = realtime_ns();
+    let mut out = Vec::new();
+    // The moment the daemon joined: no snapshot yet.
+    println!("{}", status_line(&daemon, started, 0, &mut out));
+    let tick = Box::new(move |d: &Daemon| {
+        let now = realtime_ns();
+        println!(
+            "{}",
+            status_line(d, now, (now - started) / 1_000_000_000, &mut out)
+        );
+    });
+    let code = daemon.run(RunOptions {
+        on_tick: Some((Duration::from_secs(1), tick)),
+        stop_after: args.seconds.map(Duration::from_secs),
+    });
+    stop.store(true, Ordering::Relaxed);
+    rerequest.stop();
+    glimpse.stop();
+    match sender.join() {
+        Ok(Ok(())) => Ok(code),
+        Ok(Err(e)) => {
+            eprintln!("tickgate: demo provider: {e:#}");
+            Ok(EXIT_FAILURE)
+        }
+        Err(_) => Ok(EXIT_FAILURE),
+    }
+}
+
+/// The stocks by verdict (REJECTs by cause), then the feed's counters.
+fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
+    let mut ok = 0;
+    let mut causes: Vec<(String, usize)> = Vec::new();
+    for i in 0..SYMBOLS {
+        out.clear();
+        let req = format!("CHECK {}", venue_symbol(i));
+        d.gate().answer(req.as_bytes(), now, out);
+        let answer = String::from_utf8_lossy(out);
+        if answer.starts_with("OK ") {
+            ok += 1;
+            continue;
+        }
+        let why = answer
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("suspect="))
+            .or_else(|| answer.split_whitespace().nth(2))
+            .unwrap_or("?")
+            .to_string();
+        match causes.iter_mut().find(|(c, _)| *c == why) {
+            Some((_, n)) => *n += 1,
+            None => causes.push((why, 1)),
+        }
+    }
+    let rejects = causes
+        .iter()
+        .map(|(c, n)| format!("{n} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let s = d.metrics().feeds[0].stats.load();
+    format!(
+        "{secs:>4}s  ok={ok} reject={}{} | live_orders={} snapshots={} (failed {}) msgs_lost={} holes={} (filled {}, lost {}) re-requested={}",
+        SYMBOLS - ok,
+        if rejects.is_empty() {
+            String::new()
+        } else {
+            format!(" [{rejects}]")
+        },
+        s.live_orders,
+        s.snapshots_applied_r5,
+        s.snapshots_failed,
+        s.channel_messages_lost,
+        s.holes_opened,
+        s.holes_filled,
+        s.holes_lost,
+        s.messages_recovered,
+    )
+}
