@@ -402,6 +402,80 @@ group = "239.255.0.9"
 port = 30001
 "#;
 
+/// recovery.md "Replay": the hold with capture time, and a datagram from a
+/// configured re-request server taken as the feed's answer (R4). Line A
+/// delivers 1 and 3; the answer for 2 comes from 127.0.0.9:9000 1 ms
+/// later. With `--config` nothing is lost and a check inside the hole
+/// answers `recovering`; without it, the server's datagram is one more
+/// line and the gap is declared at once.
+#[test]
+fn replay_holds_and_takes_rerequest_answers_by_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hole.pcap");
+    let s = SessionId::parse("HOLE000001").unwrap();
+    let line_src: SocketAddrV4 = "127.0.0.1:40000".parse().unwrap();
+    let server: SocketAddrV4 = "127.0.0.9:9000".parse().unwrap();
+    let feed_sock: SocketAddrV4 = "127.0.0.1:50000".parse().unwrap();
+    let dst: SocketAddrV4 = "239.255.0.1:30001".parse().unwrap();
+    let mut b = PacketBuilder::new();
+    let mut packet = |seq: u64, q: Quote| b.start(s, seq).quote(&q).bytes().to_vec();
+    let p1 = packet(1, quote("EURUSD", 1, T0, 1_085_000_000, 1_085_100_000));
+    let p2 = packet(2, quote("EURUSD", 2, T0, 1_085_200_000, 1_085_300_000));
+    let p3 = packet(3, quote("EURUSD", 3, T0, 1_085_400_000, 1_085_500_000));
+    let mut w = PcapWriter::create(&path).unwrap();
+    w.write_udp(T0, line_src, dst, &p1).unwrap();
+    w.write_udp(T0 + MS, line_src, dst, &p3).unwrap();
+    w.write_udp(T0 + 2 * MS, server, feed_sock, &p2).unwrap();
+    w.into_inner().unwrap();
+    let cfg = dir.path().join("hold.toml");
+    std::fs::write(
+        &cfg,
+        "[[feed]]\nname = \"fx\"\nmode = \"full\"\nclock_offset = \"off\"\ngap_hold_us = 100\nrerequest = [\"127.0.0.9:9000\"]\nrerequest_timeout_ms = 5\nrerequest_attempts = 2\n[[feed.line]]\nname = \"A\"\ngroup = \"239.255.0.1\"\nport = 30001\n",
+    )
+    .unwrap();
+    let checks = dir.path().join("checks.txt");
+    std::fs::write(
+        &checks,
+        format!(
+            "{} CHECK EURUSD\n{} CHECK EURUSD\n",
+            T0 + MS + MS / 2,
+            T0 + 3 * MS
+        ),
+    )
+    .unwrap();
+    let out = tickgate(&[
+        "replay",
+        p(&path),
+        "--config",
+        p(&cfg),
+        "--checks",
+        p(&checks),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8(out.stdout).unwrap();
+    let got: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        got,
+        [
+            "REJECT EURUSD suspect seq=1 bid=1.085@1000000 ask=1.0851@2000000 silence_us=1500 source_age_us=1500 suspect=recovering",
+            "OK EURUSD seq=3 bid=1.0854@1000000 ask=1.0855@2000000 silence_us=1000 source_age_us=3000",
+        ]
+    );
+    let v = replay_json(&[p(&path), "--config", p(&cfg)]);
+    let f = &v["feeds"][0];
+    assert_eq!(f["channel_lost"], 0);
+    assert_eq!(f["recovery"]["holes_filled"], 1);
+    assert_eq!(f["recovery"]["messages_recovered"], 1);
+    // Without --config every destination is a line: the server's datagram
+    // is not an answer, and the tickgate venue does not hold by default.
+    let v = replay_json(&[p(&path)]);
+    assert_eq!(v["feeds"][0]["channel_lost"], 1);
+}
+
 #[test]
 fn config_maps_feeds_lines_and_symbols() {
     let dir = tempfile::tempdir().unwrap();
