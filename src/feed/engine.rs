@@ -765,7 +765,7 @@ impl<P: Publish> Feed<P> {
                     self.source_counters(source).duplicate_packets += 1;
                     return DatagramOutcome::Duplicate;
                 }
-                if self.hold.len() >= self.settings.recovery.gap_hold_packets {
+                if self.hold.len() >= self.settings.recovery.gap_hold_packets.max(1) {
                     // R2: holding one more would exceed the bound.
                     self.counters.recovery.hold_overflows += 1;
                     self.counters.recovery.holes_lost += 1;
