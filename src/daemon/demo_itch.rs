@@ -217,7 +217,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
     println!("  Ctrl-C stops.");
     let started = realtime_ns();
     let mut out = Vec::new();
-    // The moment the daemon joined: no snapshot yet.
+    // The moment the daemon joined: no stock trusted yet.
     println!("{}", status_line(&daemon, started, 0, &mut out));
     let tick = Box::new(move |d: &Daemon| {
         let now = realtime_ns();
