@@ -41,8 +41,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tickgate::capture::simulate::SplitMix64;
 use tickgate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
+use tickgate::capture::simulate::SplitMix64;
 use tickgate::capture::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind, VenueSettings};
 use tickgate::net::rerequest::{Received, RerequestSocket};
@@ -248,7 +248,7 @@ fn overhead_rounds(
     let (m_off, m_on, m_ratio) = (median(&mut t_off), median(&mut t_on), median(&mut ratio));
     ratio.sort_by(|a, b| a.total_cmp(b));
     println!(
-        "hold_overhead {label}: {rounds} rounds of {} datagrams; thread CPU median ns/datagram: hold off {m_off:.1} ({:.2} ns/msg), hold 1000 us {m_on:.1} ({:.2} ns/msg); on/off median of per-round ratios {m_ratio:.4} (quartiles {:.4}-{:.4}), {:+.2}%",
+        "hold_overhead {label}: {rounds} rounds of {} datagrams; thread CPU median ns/datagram: hold off {m_off:.1} ({:.2} ns/msg), second feed (hold 1000 us unless control) {m_on:.1} ({:.2} ns/msg); on/off median of per-round ratios {m_ratio:.4} (quartiles {:.4}-{:.4}), {:+.2}%",
         buf.len(),
         m_off / messages_per_packet,
         m_on / messages_per_packet,
@@ -259,7 +259,15 @@ fn overhead_rounds(
 }
 
 fn hold_overhead() {
-    let rounds = env_usize("RECOVERY_ROUNDS", 101);
+    let rounds = env_usize("RECOVERY_ROUNDS", 1001);
+    // RECOVERY_CONTROL=1: both feeds without the hold, to see the
+    // measurement's own bias between two identical feeds (an A/A run).
+    let on_us = if env_usize("RECOVERY_CONTROL", 0) == 1 {
+        println!("hold_overhead: control run, both feeds with gap_hold_us = 0");
+        0
+    } else {
+        1000
+    };
     // The tickgate protocol, full feed.
     {
         const SYMBOLS: usize = 10_000;
@@ -270,8 +278,8 @@ fn hold_overhead() {
             s.recovery.gap_hold_us = hold_us;
             s
         };
-        let (mut off, mut on) = (Feed::new(settings(0), 1), Feed::new(settings(1000), 1));
-        assert!(!off.settings().recovery.holds() && on.settings().recovery.holds());
+        let (mut off, mut on) = (Feed::new(settings(0), 1), Feed::new(settings(on_us), 1));
+        assert!(!off.settings().recovery.holds());
         let mut stream = TickgateStream::new(SYMBOLS, PER_PACKET);
         let mut t = T0;
         let mut next_round = |buf: &mut Vec<(Vec<u8>, i64)>| {
@@ -312,7 +320,7 @@ fn hold_overhead() {
             s.recovery.gap_hold_us = hold_us;
             s
         };
-        let (mut off, mut on) = (Feed::new(settings(0), 1), Feed::new(settings(1000), 1));
+        let (mut off, mut on) = (Feed::new(settings(0), 1), Feed::new(settings(on_us), 1));
         let mut g = ItchGen::new(8_000, orders);
         let mut buf = Vec::new();
         let warm = Instant::now();
