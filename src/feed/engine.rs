@@ -440,13 +440,29 @@ impl<P: Publish> Feed<P> {
         let lc = &mut self.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
-        if !self.settings.recovery.holds() {
+        if !self.settings.recovery.holds() || self.steady(&header) {
+            // No hole, no snapshot, and this datagram opens none: exactly
+            // the path of a feed that does not hold.
             return self.process(Source::Line(line), datagram, &header, now);
         }
         self.handle_timeout(now);
         let out = self.route(Source::Line(line), datagram, &header, now);
         self.refresh_recovery_view();
         out
+    }
+
+    /// Nothing held, no snapshot wanted or running, the view says `live`,
+    /// and the datagram continues the current session without going
+    /// beyond `next`: no rule of recovery.md has anything to do.
+    #[inline]
+    fn steady(&self, header: &Header) -> bool {
+        let ch = &header.channel;
+        self.hold.is_empty()
+            && self.view.recovery == 0
+            && self.snap.phase == SnapshotPhase::Idle
+            && ch.sequence <= self.channel.next_sequence()
+            && !self.channel.ended()
+            && self.channel.current_session() == Some(ch.session)
     }
 
     /// R4: one datagram from a configured re-request server (the I/O shell
