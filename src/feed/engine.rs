@@ -618,13 +618,7 @@ impl<P: Publish> Feed<P> {
             return Err(SnapshotFailure::Malformed);
         }
         let quote_seq = next - 1;
-        let ctx = Ctx {
-            mode: self.settings.mode,
-            max_jump: self.max_jump,
-            gap_epoch: self.view.gap_epoch,
-            session_epoch: self.view.session_epoch,
-            now,
-        };
+        let ctx = self.ctx(now);
         // Step 1-2. Symbols are published before the feed's trust flags
         // clear, so a reader never trusts a symbol's pre-snapshot view.
         for st in self.symbols.iter_mut() {
@@ -927,6 +921,18 @@ impl<P: Publish> Feed<P> {
         }
     }
 
+    /// The symbol rules' context at `now`.
+    #[inline]
+    fn ctx(&self, now: i64) -> Ctx {
+        Ctx {
+            mode: self.settings.mode,
+            max_jump: self.max_jump,
+            gap_epoch: self.view.gap_epoch,
+            session_epoch: self.view.session_epoch,
+            now,
+        }
+    }
+
     /// R6: the recovery state readers see (`status`), published on change.
     fn refresh_recovery_view(&mut self) {
         let state = match self.snap.phase {
@@ -1116,13 +1122,7 @@ impl<P: Publish> Feed<P> {
                 let seq = header.channel.sequence;
                 self.first_copy[(seq as usize) % SKEW_RING] = (seq, now);
             }
-            let ctx = Ctx {
-                mode: self.settings.mode,
-                max_jump: self.max_jump,
-                gap_epoch: self.view.gap_epoch,
-                session_epoch: self.view.session_epoch,
-                now,
-            };
+            let ctx = self.ctx(now);
             let mut rules = SymbolRules {
                 ctx,
                 index: &mut self.index,
