@@ -796,13 +796,13 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         .unwrap_or(crate::feed::channel::DEFAULT_MAX_CHANNEL_JUMP);
     // recovery.md "Settings": venue feeds hold for the other line by
     // default (1 ms); tickgate's own feeds clear gaps per symbol (S7).
-    let gap_hold_us = s
-        .uint("gap_hold_us", 0, MAX_GAP_HOLD_US)?
-        .unwrap_or(if venue.is_venue_feed() {
-            DEFAULT_VENUE_GAP_HOLD_US
-        } else {
-            0
-        });
+    let gap_hold_us =
+        s.uint("gap_hold_us", 0, MAX_GAP_HOLD_US)?
+            .unwrap_or(if venue.is_venue_feed() {
+                DEFAULT_VENUE_GAP_HOLD_US
+            } else {
+                0
+            });
     let gap_hold_packets = s
         .uint("gap_hold_packets", 1, MAX_GAP_HOLD_PACKETS)?
         .map_or(DEFAULT_GAP_HOLD_PACKETS, |n| n as usize);
@@ -901,7 +901,10 @@ fn parse_rerequest(s: &mut Section<'_>, venue: VenueKind) -> Result<Vec<SocketAd
     let Value::Array(items) = v else {
         s.sink.borrow_mut().push(s.err(
             "rerequest",
-            format!("expected an array of \"ip:port\" strings, found {}", type_name(v)),
+            format!(
+                "expected an array of \"ip:port\" strings, found {}",
+                type_name(v)
+            ),
         ));
         return Ok(Vec::new());
     };

@@ -354,13 +354,21 @@ async fn bust_reverses_once(b: Backend) {
         ]
     );
     assert_eq!(position(s, "A", "EURUSD").await, expect);
-    // A bust naming the wrong account is rejected and not recorded.
+    // F2: a BUST naming another account is that account's deal
+    // (OTHER, D-3), which has no FILL: held for it, A's fill untouched.
     let o = s
-        .apply_events("file", vec![bust("B-3", "D-3", "OTHER")])
+        .apply_events("file", vec![bust("B-3x", "D-3", "OTHER")])
         .await
         .unwrap();
-    assert!(matches!(&o[0].outcome, Outcome::Rejected(r) if r.contains("account")));
+    assert_eq!(kinds(&o), vec![Outcome::Held]);
     assert_eq!(position(s, "A", "EURUSD").await, expect);
+    let held = s.held_busts().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|h| (h.account.as_str(), h.deal_id.as_str(), h.event_id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("OTHER", "D-3", "B-3x")]
+    );
     // Then busting the last fill gives back the position before it.
     let o = s
         .apply_events("file", vec![bust("B-3", "D-3", "A")])
@@ -452,8 +460,10 @@ async fn bust_before_fill_is_held(b: Backend) {
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Held, Outcome::Applied]);
     assert_eq!(position(s, "A", "USDJPY").await, base);
-    // A held bust whose fill turns up for another account is dead-lettered
-    // with its reason; the fill applies.
+    // F2: a held BUST waits for the FILL of its own (account, deal_id). A
+    // FILL of that deal id on another account is another deal: it applies,
+    // and the BUST stays held (nothing dead-lettered) until its own FILL
+    // comes and is reversed.
     s.apply_events("file", vec![bust("B-3", "D-3", "A")])
         .await
         .unwrap();
@@ -465,18 +475,35 @@ async fn bust_before_fill_is_held(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied]);
-    let dl = s.dead_letters().await.unwrap();
-    assert_eq!(dl.len(), 1);
-    assert_eq!(dl[0].event_id, "B-3");
-    assert!(dl[0].reason.contains("account"));
+    assert!(s.dead_letters().await.unwrap().is_empty());
     assert_eq!(position(s, "Z", "USDJPY").await.qty, d("2"));
+    let held = s.held_busts().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|h| (h.account.as_str(), h.deal_id.as_str(), h.event_id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("A", "D-3", "B-3")]
+    );
+    let o = s
+        .apply_events(
+            "file",
+            vec![fill("F-3a", "D-3", "A", "USDJPY", "BUY", "4", "150")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "A", "USDJPY").await, base);
+    assert_eq!(position(s, "Z", "USDJPY").await.qty, d("2"));
+    assert!(s.held_busts().await.unwrap().is_empty());
+    assert_eq!(c.metrics.busts_released.get(), 3);
     c.drop_schema().await;
 }
 both!(bust_before_fill_is_held);
 
-// A FILL released from a BUST held for another account takes its place in
-// application order like any other fill: a later BUST on that position
-// replays the remaining fills in the order they were applied. Average-cost
+// A FILL whose deal id has a BUST held for another account (F2: another
+// deal) takes its place in application order like any other fill: a later
+// BUST on that position replays the remaining fills in the order they were
+// applied. Average-cost
 // accounting depends on the path, so a replay out of order gives another
 // position (here: long 10 @ 2 in order, long 10 @ 1 with D-1 replayed last).
 async fn released_fill_keeps_its_place_in_replay(b: Backend) {
@@ -1377,9 +1404,11 @@ fn same_digits_on_every_store() {
 }
 
 /// F2b: a repeat is a duplicate only with the same content. Squatting an
-/// id (alice, allowed only ACC-A, posts a FILL under bob's next event id
-/// or deal id) must never make bob's genuine FILL vanish as a duplicate:
-/// it is a conflict naming the id, counted, and nothing of it is applied.
+/// event id (alice, allowed only ACC-A, posts a FILL under bob's next
+/// event id) must never make bob's genuine FILL vanish as a duplicate: it
+/// is a conflict naming the id, counted, and nothing of it is applied.
+/// Squatting a deal id does nothing to bob at all (F2: his deal is
+/// (ACC-B, deal_id), see `squatted_deal_id_applies_to_each_account`).
 async fn repeats_with_other_content_conflict(b: Backend) {
     let Some(c) = ctx(b).await else { return };
     let s = &c.store;
@@ -1396,7 +1425,8 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
-    // Bob's genuine fills: the squatted event id, the squatted deal id.
+    // Bob's genuine fills: the squatted event id is a conflict; the
+    // squatted deal id is his own deal (ACC-B, D-bob-8) and applies (F2).
     let o = s
         .apply_events(
             "http",
@@ -1407,16 +1437,16 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         )
         .await
         .unwrap();
-    for (o, id) in o
-        .iter()
-        .zip(["event_id \"E-bob-7\"", "deal_id \"D-bob-8\""])
-    {
-        match &o.outcome {
-            Outcome::Conflict(r) => assert!(r.starts_with("conflict: ") && r.contains(id), "{r}"),
-            other => panic!("{id}: {other:?}, not a conflict"),
-        }
+    match &o[0].outcome {
+        Outcome::Conflict(r) => assert!(
+            r.starts_with("conflict: ") && r.contains("event_id \"E-bob-7\""),
+            "{r}"
+        ),
+        other => panic!("E-bob-7: {other:?}, not a conflict"),
     }
-    assert_eq!(position(s, "ACC-B", "EURUSD").await, Position::FLAT);
+    assert_eq!(o[1].outcome, Outcome::Applied);
+    let bob = Position::FLAT.apply(Side::Buy, d("200"), d("1.2")).unwrap();
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, bob);
     assert_eq!(position(s, "ACC-A", "EURUSD").await.qty, d("2"));
     // The same content again is still a duplicate, by event id and (a new
     // batch repeating exactly) by event id again; never a conflict.
@@ -1462,7 +1492,7 @@ async fn repeats_with_other_content_conflict(b: Backend) {
             .conflicts
             .with_label_values(&["FILL", "http"])
             .get(),
-        3
+        2
     );
     assert_eq!(
         c.metrics
@@ -1484,7 +1514,7 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied]);
-    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("100"));
+    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("300"));
     c.drop_schema().await;
 }
 both!(repeats_with_other_content_conflict);

@@ -192,10 +192,7 @@ fn nasdaq_totalview_late_join_then_gap() {
     assert_eq!(headers, [(s, 14_764_496, 1), (s, 19_009_117, 38)]);
     let c = feed.counters();
     // Held 1 ms for the other line (recovery.md R1), then declared (R2).
-    assert_eq!(
-        (c.recovery.holes_opened, c.recovery.holes_lost),
-        (1, 1)
-    );
+    assert_eq!((c.recovery.holes_opened, c.recovery.holes_lost), (1, 1));
     assert_eq!(c.channel_messages_lost, 4_244_620);
     assert_eq!(c.channel_gaps, 1);
     assert_eq!(

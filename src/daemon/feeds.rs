@@ -16,8 +16,8 @@ use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfi
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
 use crate::feed::receiver::{self, DatagramHandler, LineSpec};
 use crate::feed::{Feed, FeedSettings};
-use crate::venue::rerequest::REQUEST_LEN;
 use crate::metrics::{FeedMetrics, FeedStats, LatencyRecorder, LineStats};
+use crate::venue::rerequest::REQUEST_LEN;
 use crate::wire::Symbol;
 
 use super::watchdog::Beat;

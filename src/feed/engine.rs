@@ -430,7 +430,11 @@ impl<P: Publish> Feed<P> {
     /// The held datagrams now, and the most held at once and the arena's
     /// peak size so far (bytes).
     pub fn hold_usage(&self) -> (usize, usize, usize) {
-        (self.hold.len(), self.hold.peak_entries, self.hold.peak_bytes)
+        (
+            self.hold.len(),
+            self.hold.peak_entries,
+            self.hold.peak_bytes,
+        )
     }
 
     fn source_counters(&mut self, source: Source) -> &mut LineCounters {

@@ -23,9 +23,7 @@ pub use counters::{
     HOLE_TIME_BOUNDS_NS,
 };
 pub use engine::{DatagramOutcome, Feed};
-pub use settings::{
-    ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings,
-};
+pub use settings::{ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings};
 pub use view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,
 };

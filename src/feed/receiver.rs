@@ -1097,7 +1097,10 @@ impl Receiver {
             return Err(e);
         }
         let mut n = n as usize;
-        if let Some(i) = self.events[..n].iter().position(|e| e.u64 == REREQUEST_TOKEN) {
+        if let Some(i) = self.events[..n]
+            .iter()
+            .position(|e| e.u64 == REREQUEST_TOKEN)
+        {
             // Answers first (they may fill a hole the lines' datagrams
             // wait behind); the lines' events stay in `events[..n]`.
             self.events.swap(i, n - 1);
