@@ -1397,8 +1397,7 @@ async fn apply_in_tx(
     // order): one number per new FILL event, in event order, drawn under
     // the position locks. The planner applies fills in event order, so the
     // fill that is applied gets its place even when it is not its deal's
-    // first row (a FILL releasing a BUST held for another account, or one
-    // after a rejected FILL of the same deal).
+    // first row (a FILL after a rejected FILL of the same deal).
     let mut fill_seq: HashMap<usize, i64> = HashMap::new();
     let fill_events: Vec<usize> = new_events
         .iter()

@@ -1093,7 +1093,8 @@ fn apply_in_tx(
     }
 
     // The common batch: only FILLs of deals unknown until now (each one's
-    // row was just inserted, none repeats a deal_id within the batch).
+    // row was just inserted, none repeats an (account, deal_id) within the
+    // batch).
     // The planner would apply each to its position in event order and
     // leave the inserted rows, sequence numbers and chain links as they
     // are, so this path does only that, on slots instead of hash maps.
