@@ -517,10 +517,12 @@ async fn bad_events_rejected_individually() {
     );
 }
 
-/// K2 write scope (docs/fills-notes.md "Write scope"): alice may write only ACC-A. Her
-/// events for other accounts (a FILL, and a BUST of bob's fill: the attack
-/// the adversarial test found) are rejected one by one with the reason,
-/// counted, and the rest of her batch is applied; bob ("*") is unaffected.
+/// K2 write scope (docs/fills-notes.md "Write scope"): alice may write only ACC-A. Her events for other
+/// accounts (a FILL, and a BUST of bob's fill) are rejected one by one with
+/// the reason, counted, and the rest of her batch is applied; bob ("*") is
+/// unaffected. F2: a BUST of bob's deal id naming her own account is her
+/// own deal (ACC-A, D1), which has no FILL: held, bob's fill untouched; and
+/// her FILL under bob's next deal id does not stop bob's.
 async fn write_scope(db: &Db) {
     let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
     let r = srv
@@ -536,7 +538,8 @@ async fn write_scope(db: &Db) {
         fill("E3", "D3", "ACC-B", "EURUSD", "BUY", "5", "1.1"),
         serde_json::json!({"kind":"BUST","event_id":"B1","deal_id":"D1","account":"ACC-B",
             "exec_time":"2026-11-30T08:05:00Z"}),
-        // Naming her own account does not let her reverse bob's fill either.
+        // Naming her own account does not let her reverse bob's fill either:
+        // (ACC-A, D1) is another deal (F2), so the BUST is held for it.
         serde_json::json!({"kind":"BUST","event_id":"B2","deal_id":"D1","account":"ACC-A",
             "exec_time":"2026-11-30T08:05:00Z"}),
         fill("E4", "D4", "ACC-A", "EURUSD", "SELL", "1", "1.2"),
@@ -551,7 +554,7 @@ async fn write_scope(db: &Db) {
         .collect();
     assert_eq!(
         status,
-        ["applied", "rejected", "rejected", "rejected", "applied"]
+        ["applied", "rejected", "rejected", "held", "applied"]
     );
     for i in [1, 2] {
         let reason = results[i]["reason"].as_str().unwrap();
@@ -560,10 +563,15 @@ async fn write_scope(db: &Db) {
             "{reason}"
         );
     }
-    assert!(results[3]["reason"]
-        .as_str()
+    let held: Vec<(String, String)> = db
+        .store
+        .held_busts()
+        .await
         .unwrap()
-        .contains("was filled for account \"ACC-B\""));
+        .into_iter()
+        .map(|h| (h.account, h.deal_id))
+        .collect();
+    assert_eq!(held, [("ACC-A".to_owned(), "D1".to_owned())]);
     assert_eq!(
         db.store
             .metrics()
@@ -615,6 +623,34 @@ async fn write_scope(db: &Db) {
         )
         .await;
     assert_eq!(json(&r)["totals"]["applied"], 1);
+    // F2, the squatting attack: alice posts a FILL on her account under
+    // bob's next deal id; bob's genuine FILL under it is his own deal
+    // (ACC-B, D5) and is applied.
+    let r = srv
+        .post(
+            Some("token-alice"),
+            Some("alice-2"),
+            batch(&[fill("E5-alice", "D5", "ACC-A", "EURUSD", "BUY", "7", "1.3")]),
+        )
+        .await;
+    assert_eq!(json(&r)["totals"]["applied"], 1);
+    let r = srv
+        .post(
+            Some("token-bob"),
+            Some("bob-3"),
+            batch(&[fill("E5", "D5", "ACC-B", "EURUSD", "SELL", "4", "1.3")]),
+        )
+        .await;
+    let v = json(&r);
+    assert_eq!(v["results"][0]["status"], "applied", "{v}");
+    assert_eq!(
+        position_qty(&db.store, "ACC-B", "EURUSD").await,
+        Some(dec("11"))
+    );
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("9"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,8 +26,10 @@ impl Rng {
 
 /// Batches of a random workload; every event is a JSON value (re-parsed
 /// per store). `wrong_accounts`: some BUSTs name another account than
-/// their FILL; in lanes by account such a pair may be decided in either
-/// order (`Store::apply_events`), so only one-lane runs get them.
+/// their FILL, and some FILLs reuse a deal id on another account (an
+/// internal cross). F2: either is a deal of its own `(account, deal_id)`,
+/// all of whose events share the account, hence a lane
+/// (`Store::apply_events`), so lanes decide them as one lane does.
 fn workload(seed: u64, batches: usize, wrong_accounts: bool) -> Vec<Vec<serde_json::Value>> {
     let mut r = Rng(seed | 1);
     let mut sent: Vec<serde_json::Value> = Vec::new();
@@ -68,10 +70,16 @@ fn workload(seed: u64, batches: usize, wrong_accounts: bool) -> Vec<Vec<serde_js
                     "account": format!("ACC-{}", a % 4),
                     "exec_time": "2026-11-30T08:05:00Z"})
             } else if roll < 20 {
-                // A new event id for a known deal (F3).
+                // A new event id for a known deal (F3), or with
+                // `wrong_accounts` sometimes its deal id on another account:
+                // the other side of an internal cross (F2).
                 let d = r.below(deals.max(1));
                 let id = format!("E-x{}", r.0);
-                fill_json(&mut r, &id, d)
+                let mut ev = fill_json(&mut r, &id, d);
+                if wrong_accounts && r.below(2) == 0 {
+                    ev["account"] = serde_json::json!(format!("ACC-{}", (d + 1) % 4));
+                }
+                ev
             } else if roll < 21 {
                 let id = format!("E-bad{}", r.0);
                 serde_json::json!({"kind": "FILL", "event_id": id, "qty": 5})
@@ -218,7 +226,7 @@ async fn compare(seed: u64, batches: usize, lanes: usize) {
     .unwrap();
     let lite = sqlite_db(StoreOptions::default()).await;
     let mut r = Rng(seed ^ 0x5555);
-    for (i, b) in workload(seed, batches, lanes == 1).iter().enumerate() {
+    for (i, b) in workload(seed, batches, true).iter().enumerate() {
         let want = apply(&lite.store, b).await;
         // Now and then the other instance writes (the fast store's cached
         // positions go stale).

@@ -354,13 +354,21 @@ async fn bust_reverses_once(b: Backend) {
         ]
     );
     assert_eq!(position(s, "A", "EURUSD").await, expect);
-    // A bust naming the wrong account is rejected and not recorded.
+    // F2: a BUST naming another account is that account's deal
+    // (OTHER, D-3), which has no FILL: held for it, A's fill untouched.
     let o = s
-        .apply_events("file", vec![bust("B-3", "D-3", "OTHER")])
+        .apply_events("file", vec![bust("B-3x", "D-3", "OTHER")])
         .await
         .unwrap();
-    assert!(matches!(&o[0].outcome, Outcome::Rejected(r) if r.contains("account")));
+    assert_eq!(kinds(&o), vec![Outcome::Held]);
     assert_eq!(position(s, "A", "EURUSD").await, expect);
+    let held = s.held_busts().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|h| (h.account.as_str(), h.deal_id.as_str(), h.event_id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("OTHER", "D-3", "B-3x")]
+    );
     // Then busting the last fill gives back the position before it.
     let o = s
         .apply_events("file", vec![bust("B-3", "D-3", "A")])
@@ -452,8 +460,10 @@ async fn bust_before_fill_is_held(b: Backend) {
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Held, Outcome::Applied]);
     assert_eq!(position(s, "A", "USDJPY").await, base);
-    // A held bust whose fill turns up for another account is dead-lettered
-    // with its reason; the fill applies.
+    // F2: a held BUST waits for the FILL of its own (account, deal_id). A
+    // FILL of that deal id on another account is another deal: it applies,
+    // and the BUST stays held (nothing dead-lettered) until its own FILL
+    // comes and is reversed.
     s.apply_events("file", vec![bust("B-3", "D-3", "A")])
         .await
         .unwrap();
@@ -465,18 +475,35 @@ async fn bust_before_fill_is_held(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied]);
-    let dl = s.dead_letters().await.unwrap();
-    assert_eq!(dl.len(), 1);
-    assert_eq!(dl[0].event_id, "B-3");
-    assert!(dl[0].reason.contains("account"));
+    assert!(s.dead_letters().await.unwrap().is_empty());
     assert_eq!(position(s, "Z", "USDJPY").await.qty, d("2"));
+    let held = s.held_busts().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|h| (h.account.as_str(), h.deal_id.as_str(), h.event_id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("A", "D-3", "B-3")]
+    );
+    let o = s
+        .apply_events(
+            "file",
+            vec![fill("F-3a", "D-3", "A", "USDJPY", "BUY", "4", "150")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "A", "USDJPY").await, base);
+    assert_eq!(position(s, "Z", "USDJPY").await.qty, d("2"));
+    assert!(s.held_busts().await.unwrap().is_empty());
+    assert_eq!(c.metrics.busts_released.get(), 3);
     c.drop_schema().await;
 }
 both!(bust_before_fill_is_held);
 
-// A FILL released from a BUST held for another account takes its place in
-// application order like any other fill: a later BUST on that position
-// replays the remaining fills in the order they were applied. Average-cost
+// A FILL whose deal id has a BUST held for another account (F2: another
+// deal) takes its place in application order like any other fill: a later
+// BUST on that position replays the remaining fills in the order they were
+// applied. Average-cost
 // accounting depends on the path, so a replay out of order gives another
 // position (here: long 10 @ 2 in order, long 10 @ 1 with D-1 replayed last).
 async fn released_fill_keeps_its_place_in_replay(b: Backend) {
@@ -1377,9 +1404,11 @@ fn same_digits_on_every_store() {
 }
 
 /// F2b: a repeat is a duplicate only with the same content. Squatting an
-/// id (alice, allowed only ACC-A, posts a FILL under bob's next event id
-/// or deal id) must never make bob's genuine FILL vanish as a duplicate:
-/// it is a conflict naming the id, counted, and nothing of it is applied.
+/// event id (alice, allowed only ACC-A, posts a FILL under bob's next
+/// event id) must never make bob's genuine FILL vanish as a duplicate: it
+/// is a conflict naming the id, counted, and nothing of it is applied.
+/// Squatting a deal id does nothing to bob at all (F2: his deal is
+/// (ACC-B, deal_id), see `squatted_deal_id_applies_to_each_account`).
 async fn repeats_with_other_content_conflict(b: Backend) {
     let Some(c) = ctx(b).await else { return };
     let s = &c.store;
@@ -1396,7 +1425,8 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
-    // Bob's genuine fills: the squatted event id, the squatted deal id.
+    // Bob's genuine fills: the squatted event id is a conflict; the
+    // squatted deal id is his own deal (ACC-B, D-bob-8) and applies (F2).
     let o = s
         .apply_events(
             "http",
@@ -1407,16 +1437,16 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         )
         .await
         .unwrap();
-    for (o, id) in o
-        .iter()
-        .zip(["event_id \"E-bob-7\"", "deal_id \"D-bob-8\""])
-    {
-        match &o.outcome {
-            Outcome::Conflict(r) => assert!(r.starts_with("conflict: ") && r.contains(id), "{r}"),
-            other => panic!("{id}: {other:?}, not a conflict"),
-        }
+    match &o[0].outcome {
+        Outcome::Conflict(r) => assert!(
+            r.starts_with("conflict: ") && r.contains("event_id \"E-bob-7\""),
+            "{r}"
+        ),
+        other => panic!("E-bob-7: {other:?}, not a conflict"),
     }
-    assert_eq!(position(s, "ACC-B", "EURUSD").await, Position::FLAT);
+    assert_eq!(o[1].outcome, Outcome::Applied);
+    let bob = Position::FLAT.apply(Side::Buy, d("200"), d("1.2")).unwrap();
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, bob);
     assert_eq!(position(s, "ACC-A", "EURUSD").await.qty, d("2"));
     // The same content again is still a duplicate, by event id and (a new
     // batch repeating exactly) by event id again; never a conflict.
@@ -1462,7 +1492,7 @@ async fn repeats_with_other_content_conflict(b: Backend) {
             .conflicts
             .with_label_values(&["FILL", "http"])
             .get(),
-        3
+        2
     );
     assert_eq!(
         c.metrics
@@ -1484,7 +1514,497 @@ async fn repeats_with_other_content_conflict(b: Backend) {
         .await
         .unwrap();
     assert_eq!(kinds(&o), vec![Outcome::Applied]);
-    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("100"));
+    assert_eq!(position(s, "ACC-B", "EURUSD").await.qty, d("300"));
     c.drop_schema().await;
 }
 both!(repeats_with_other_content_conflict);
+
+fn pos(qty: &str, avg: &str, pnl: &str) -> Position {
+    Position {
+        qty: d(qty),
+        avg_price: d(avg),
+        realized_pnl: d(pnl),
+    }
+}
+
+fn held_of(s: &[tickgate::fills::store::HeldBust]) -> Vec<(String, String, String)> {
+    s.iter()
+        .map(|h| (h.account.clone(), h.deal_id.clone(), h.event_id.clone()))
+        .collect()
+}
+
+fn held(account: &str, deal: &str, event: &str) -> (String, String, String) {
+    (account.to_owned(), deal.to_owned(), event.to_owned())
+}
+
+/// F2: the squatting attack. Alice (allowed only ACC-A) posts a FILL on
+/// ACC-A under bob's next deal id; bob's genuine FILL on ACC-B under that
+/// deal id is another `(account, deal_id)` and applies, exactly; alice's
+/// applies to her own account. Nothing is a conflict or a duplicate.
+async fn squatted_deal_id_applies_to_each_account(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let s = &c.store;
+    let o = s
+        .apply_events(
+            "http",
+            vec![fill(
+                "E-alice-1",
+                "D-bob-8",
+                "ACC-A",
+                "EURUSD",
+                "BUY",
+                "1",
+                "1.1",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-8", "D-bob-8", "ACC-B", "EURUSD", "BUY", "200", "1.2"),
+                fill("E-bob-9", "D-bob-9", "ACC-B", "EURUSD", "SELL", "50", "1.3"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
+    // 200 @ 1.2, then 50 sold @ 1.3: 150 left, realized 50 x 0.1.
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("150", "1.2", "5"));
+    assert_eq!(position(s, "ACC-A", "EURUSD").await, pos("1", "1.1", "0"));
+    // Bob's exact repeat is a duplicate of his own deal, alice's of hers.
+    let o = s
+        .apply_events(
+            "http",
+            vec![
+                fill("E-bob-8", "D-bob-8", "ACC-B", "EURUSD", "BUY", "200", "1.2"),
+                fill("E-alice-1", "D-bob-8", "ACC-A", "EURUSD", "BUY", "1", "1.1"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Duplicate, Outcome::Duplicate]);
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("150", "1.2", "5"));
+    for k in ["FILL", "BUST"] {
+        assert_eq!(c.metrics.conflicts.with_label_values(&[k, "http"]).get(), 0);
+    }
+    // Alice busting "her" deal cancels her fill only.
+    let o = s
+        .apply_events("http", vec![bust("B-alice-1", "D-bob-8", "ACC-A")])
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-A", "EURUSD").await, Position::FLAT);
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("150", "1.2", "5"));
+    c.drop_schema().await;
+}
+both!(squatted_deal_id_applies_to_each_account);
+
+/// F2: an internal cross, both sides the firm's under one deal id: two
+/// deals, both applied (in one FILL-only batch: on PostgreSQL the fast
+/// path; and across batches). A BUST of one side cancels only that side.
+/// Repeats are F2b's: the same event a duplicate, another event id on the
+/// same `(account, deal_id)` a conflict naming it; after the processed
+/// rows expired (F3) each side's exact repeat is a duplicate by deal id of
+/// its own account, a changed one a conflict.
+async fn internal_cross_is_two_deals(b: Backend) {
+    // One lane, so that a batch stays one transaction on PostgreSQL.
+    let opts = StoreOptions {
+        pg_pool_size: 1,
+        ..StoreOptions::default()
+    };
+    let Some(c) = ctx_with(b, opts).await else {
+        return;
+    };
+    let s = &c.store;
+    let buy1 = fill("E-1", "X-1", "ACC-1", "EURUSD", "BUY", "100", "1.1");
+    let sell1 = fill("E-2", "X-1", "ACC-2", "EURUSD", "SELL", "100", "1.1");
+    let o = s
+        .apply_events("file", vec![buy1.clone(), sell1.clone()])
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
+    if let Store::Postgres(p) = s {
+        assert_eq!(p.fast_path_counts(), (1, 0), "the fast path took the cross");
+    }
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("100", "1.1", "0"));
+    assert_eq!(
+        position(s, "ACC-2", "EURUSD").await,
+        pos("-100", "1.1", "0")
+    );
+    // The second cross, one side per batch.
+    let buy2 = fill("E-3", "X-2", "ACC-1", "EURUSD", "BUY", "50", "1.4");
+    let sell2 = fill("E-4", "X-2", "ACC-2", "EURUSD", "SELL", "50", "1.4");
+    for e in [&buy2, &sell2] {
+        let o = s.apply_events("file", vec![e.clone()]).await.unwrap();
+        assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    }
+    // ACC-1: 150 at (110 + 70) / 150 = 1.2.
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("150", "1.2", "0"));
+    assert_eq!(
+        position(s, "ACC-2", "EURUSD").await,
+        pos("-150", "1.2", "0")
+    );
+    // Busting ACC-2's side of X-1: ACC-2 is its X-2 fill alone; ACC-1 keeps
+    // both of its fills.
+    let bst = bust("B-1", "X-1", "ACC-2");
+    let o = s.apply_events("file", vec![bst.clone()]).await.unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-2", "EURUSD").await, pos("-50", "1.4", "0"));
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("150", "1.2", "0"));
+    assert!(s.held_busts().await.unwrap().is_empty());
+    // F2b repeats.
+    let o = s
+        .apply_events(
+            "file",
+            vec![
+                sell1.clone(),
+                bst.clone(),
+                fill("E-2b", "X-1", "ACC-2", "EURUSD", "SELL", "100", "1.1"),
+                fill("E-1b", "X-1", "ACC-1", "EURUSD", "BUY", "100", "1.1"),
+                bust("B-1b", "X-1", "ACC-2"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(o[0].outcome, Outcome::Duplicate);
+    assert_eq!(o[1].outcome, Outcome::Duplicate);
+    for (o, (acc, kind, id)) in o[2..].iter().zip([
+        ("ACC-2", "FILL", "E-2"),
+        ("ACC-1", "FILL", "E-1"),
+        ("ACC-2", "BUST", "B-1"),
+    ]) {
+        let want = format!(
+            "conflict: deal_id \"X-1\" of account \"{acc}\" already has a {kind} (event_id \"{id}\")"
+        );
+        match &o.outcome {
+            Outcome::Conflict(r) => assert!(r.starts_with(&want), "{r}"),
+            other => panic!("{want}: got {other:?}"),
+        }
+    }
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("150", "1.2", "0"));
+    assert_eq!(position(s, "ACC-2", "EURUSD").await, pos("-50", "1.4", "0"));
+    // F3: the processed rows expire; the deal rows still stop repeats, each
+    // on its own (account, deal_id).
+    let policy = retention::RetentionPolicy {
+        processed_ttl: Duration::from_secs(30 * 86_400),
+        key_ttl: Duration::from_secs(72 * 3600),
+        chunk: 10_000,
+        pause: Duration::from_millis(1),
+    };
+    let [p, _] = retention::sweep(s, &policy, system_clock()() + 31 * DAY_NS)
+        .await
+        .unwrap();
+    assert_eq!(p.deleted, 5);
+    let o = s
+        .apply_events(
+            "file",
+            vec![
+                buy1,
+                sell1,
+                buy2,
+                bst,
+                fill("E-4", "X-2", "ACC-2", "EURUSD", "SELL", "51", "1.4"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o[..4]), vec![Outcome::DuplicateByDealId; 4]);
+    assert!(
+        matches!(&o[4].outcome, Outcome::Conflict(r)
+            if r.contains("deal_id \"X-2\" of account \"ACC-2\"")),
+        "{:?}",
+        o[4]
+    );
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("150", "1.2", "0"));
+    assert_eq!(position(s, "ACC-2", "EURUSD").await, pos("-50", "1.4", "0"));
+    c.drop_schema().await;
+}
+both!(internal_cross_is_two_deals);
+
+/// F2: a BUST before its FILL waits keyed by `(account, deal_id)`: a FILL
+/// of that deal id on another account is another deal (applied, the BUST
+/// still held); the FILL of the BUST's own account releases it.
+async fn held_bust_waits_for_its_own_account(b: Backend) {
+    let Some(c) = ctx(b).await else { return };
+    let s = &c.store;
+    let o = s
+        .apply_events("file", vec![bust("B-1", "Y-1", "ACC-2")])
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Held]);
+    let o = s
+        .apply_events(
+            "file",
+            vec![fill("E-1", "Y-1", "ACC-1", "EURUSD", "BUY", "10", "1.5")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("10", "1.5", "0"));
+    assert_eq!(
+        held_of(&s.held_busts().await.unwrap()),
+        vec![held("ACC-2", "Y-1", "B-1")]
+    );
+    assert_eq!(c.metrics.busts_released.get(), 0);
+    let o = s
+        .apply_events(
+            "file",
+            vec![fill("E-2", "Y-1", "ACC-2", "EURUSD", "SELL", "10", "1.5")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied]);
+    assert_eq!(position(s, "ACC-2", "EURUSD").await, Position::FLAT);
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("10", "1.5", "0"));
+    assert!(s.held_busts().await.unwrap().is_empty());
+    assert_eq!(c.metrics.busts_released.get(), 1);
+    // The same in one batch, the other way round.
+    let o = s
+        .apply_events(
+            "file",
+            vec![
+                bust("B-2", "Y-2", "ACC-1"),
+                fill("E-3", "Y-2", "ACC-2", "EURUSD", "BUY", "4", "2"),
+                fill("E-4", "Y-2", "ACC-1", "EURUSD", "SELL", "10", "2"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(&o),
+        vec![Outcome::Held, Outcome::Applied, Outcome::Applied]
+    );
+    assert_eq!(position(s, "ACC-2", "EURUSD").await, pos("4", "2", "0"));
+    assert_eq!(position(s, "ACC-1", "EURUSD").await, pos("10", "1.5", "0"));
+    assert!(s.held_busts().await.unwrap().is_empty());
+    assert_eq!(c.metrics.busts_released.get(), 2);
+    assert!(s.dead_letters().await.unwrap().is_empty());
+    c.drop_schema().await;
+}
+both!(held_bust_waits_for_its_own_account);
+
+/// The fills store's SQL at schema version 2, the one before F2's key:
+/// version 1 as shipped plus version 2's statement.
+const SQLITE_V1: &str = include_str!("../src/fills/store/schema_sqlite.sql");
+const PG_V1: &str = include_str!("../src/fills/store/schema_postgres.sql");
+
+fn hash_of(e: &Parsed) -> String {
+    e.as_ref().unwrap().content_hash()
+}
+
+/// Schema upgrade (F2): a database created at version 2 (fills keyed by
+/// deal_id alone), with an applied FILL, its position and a held BUST
+/// (whose row has no fill account), is opened by the new code: the rows
+/// are kept, the held BUST now waits under its own account, the same deal
+/// id applies on another account, and a BUST of the migrated fill replays
+/// its position.
+async fn upgrade_from_schema_v2(b: Backend) {
+    let f1 = fill("E-1", "D-1", "ACC-A", "EURUSD", "BUY", "100", "1.1");
+    let b2 = bust("B-2", "D-2", "ACC-B");
+    let Ok(Event::Fill(f)) = &f1 else {
+        unreachable!()
+    };
+    let Ok(Event::Bust(hb)) = &b2 else {
+        unreachable!()
+    };
+    let now = system_clock()();
+    let metrics = FillsMetrics::unregistered();
+    let mut dir = None;
+    let mut pg = None;
+    let store = match b {
+        Backend::Sqlite => {
+            let d = tempfile::tempdir().unwrap();
+            let path = d.path().join("fills.db");
+            {
+                let conn = rusqlite::Connection::open(&path).unwrap();
+                conn.execute_batch(SQLITE_V1).unwrap();
+                conn.execute_batch(
+                    "ALTER TABLE processed_events ADD COLUMN content_hash TEXT;
+                     CREATE TABLE tickgate_schema_version (version INTEGER PRIMARY KEY);
+                     INSERT INTO tickgate_schema_version (version) VALUES (1), (2);
+                     UPDATE counters SET value = 1 WHERE name = 'fills_applied_seq';",
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO processed_events (kind, event_id, created_ns, content_hash)
+                     VALUES ('FILL', 'E-1', ?1, ?2), ('BUST', 'B-2', ?1, ?3)",
+                    rusqlite::params![now, hash_of(&f1), hash_of(&b2)],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side,
+                                        qty, price, exec_ns, applied_seq, prev_deal_id,
+                                        created_ns, updated_ns)
+                     VALUES ('D-1', 'applied', 'E-1', 'ACC-A', 'EURUSD', 'BUY', '100', '1.1',
+                             ?1, 1, NULL, ?2, ?2)",
+                    rusqlite::params![f.exec_time, now],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO fills (deal_id, status, bust_event_id, bust_account, bust_ns,
+                                        created_ns, updated_ns)
+                     VALUES ('D-2', 'bust_held', 'B-2', 'ACC-B', ?1, ?2, ?2)",
+                    rusqlite::params![hb.exec_time, now],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl,
+                                            last_deal_id, updated_ns)
+                     VALUES ('ACC-A', 'EURUSD', '100', '1.1', '0', 'D-1', ?1)",
+                    [now],
+                )
+                .unwrap();
+            }
+            let store = SqliteStore::open(&path, StoreOptions::default(), metrics.clone())
+                .await
+                .unwrap();
+            let version: i64 = rusqlite::Connection::open(&path)
+                .unwrap()
+                .query_row(
+                    "SELECT max(version) FROM tickgate_schema_version",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(version, 3);
+            dir = Some(d);
+            Store::Sqlite(store)
+        }
+        Backend::Postgres => {
+            let Some(url) = pg_url("fills_store") else {
+                return;
+            };
+            let schema = unique_schema("t", "store");
+            pg_client(&url, None)
+                .await
+                .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                .await
+                .unwrap();
+            let cl = pg_client(&url, Some(&schema)).await;
+            cl.batch_execute(PG_V1).await.unwrap();
+            cl.batch_execute(
+                "ALTER TABLE processed_events ADD COLUMN content_hash text;
+                 CREATE TABLE tickgate_schema_version (version integer PRIMARY KEY);
+                 INSERT INTO tickgate_schema_version (version) VALUES (1), (2);
+                 SELECT setval('fills_applied_seq', 1);",
+            )
+            .await
+            .unwrap();
+            cl.execute(
+                "INSERT INTO processed_events (kind, event_id, created_ns, content_hash)
+                 VALUES ('FILL', 'E-1', $1, $2), ('BUST', 'B-2', $1, $3)",
+                &[&now, &hash_of(&f1), &hash_of(&b2)],
+            )
+            .await
+            .unwrap();
+            cl.execute(
+                "INSERT INTO fills (deal_id, status, fill_event_id, account, symbol, side, qty,
+                                    price, exec_ns, applied_seq, created_ns, updated_ns)
+                 VALUES ('D-1', 'applied', 'E-1', 'ACC-A', 'EURUSD', 'BUY', 100, 1.1, $1, 1,
+                         $2, $2)",
+                &[&f.exec_time, &now],
+            )
+            .await
+            .unwrap();
+            cl.execute(
+                "INSERT INTO fills (deal_id, status, bust_event_id, bust_account, bust_ns,
+                                    created_ns, updated_ns)
+                 VALUES ('D-2', 'bust_held', 'B-2', 'ACC-B', $1, $2, $2)",
+                &[&hb.exec_time, &now],
+            )
+            .await
+            .unwrap();
+            cl.execute(
+                "INSERT INTO positions (account, symbol, qty, avg_price, realized_pnl, updated_ns)
+                 VALUES ('ACC-A', 'EURUSD', 100, 1.1, 0, $1)",
+                &[&now],
+            )
+            .await
+            .unwrap();
+            let opts = StoreOptions {
+                pg_schema: Some(schema.clone()),
+                ..StoreOptions::default()
+            };
+            let store = PgStore::connect(&url, opts, metrics.clone()).await.unwrap();
+            let version: i32 = cl
+                .query_one("SELECT max(version) FROM tickgate_schema_version", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(version, 3);
+            let key: String = cl
+                .query_one(
+                    "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+                     JOIN pg_class t ON t.oid = c.conrelid
+                     JOIN pg_namespace n ON n.oid = t.relnamespace
+                     WHERE n.nspname = $1 AND t.relname = 'fills' AND c.contype = 'p'",
+                    &[&schema],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(key, "PRIMARY KEY (account, deal_id)");
+            pg = Some((url, schema));
+            Store::Postgres(store)
+        }
+    };
+    let c = Ctx {
+        store,
+        metrics,
+        _dir: dir,
+        pg,
+    };
+    let s = &c.store;
+    assert_eq!(
+        held_of(&s.held_busts().await.unwrap()),
+        vec![held("ACC-B", "D-2", "B-2")]
+    );
+    assert_eq!(position(s, "ACC-A", "EURUSD").await, pos("100", "1.1", "0"));
+    let o = s
+        .apply_events(
+            "file",
+            vec![
+                // The migrated processed row and its hash: a duplicate.
+                f1.clone(),
+                b2.clone(),
+                // D-1 on another account: another deal now (F2).
+                fill("E-3", "D-1", "ACC-B", "EURUSD", "SELL", "40", "1.2"),
+                // The held BUST's own FILL releases it.
+                fill("E-4", "D-2", "ACC-B", "EURUSD", "BUY", "5", "1.3"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(&o),
+        vec![
+            Outcome::Duplicate,
+            Outcome::Duplicate,
+            Outcome::Applied,
+            Outcome::Applied
+        ]
+    );
+    assert_eq!(c.metrics.busts_released.get(), 1);
+    assert!(s.held_busts().await.unwrap().is_empty());
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("-40", "1.2", "0"));
+    // A BUST of the migrated fill replays ACC-A's history from the
+    // migrated rows (SQLite: its chain; PostgreSQL: fills_history).
+    let o = s
+        .apply_events(
+            "file",
+            vec![
+                fill("E-5", "D-5", "ACC-A", "EURUSD", "BUY", "10", "2"),
+                bust("B-1", "D-1", "ACC-A"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds(&o), vec![Outcome::Applied, Outcome::Applied]);
+    assert_eq!(position(s, "ACC-A", "EURUSD").await, pos("10", "2", "0"));
+    assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("-40", "1.2", "0"));
+    c.drop_schema().await;
+}
+both!(upgrade_from_schema_v2);

@@ -79,7 +79,7 @@ pub fn apply_main(args: ApplyArgs) -> anyhow::Result<i32> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ApplySummary {
     pub totals: Totals,
-    /// Of `totals.duplicate`: caught only by the unique deal_id (F3).
+    /// Of `totals.duplicate`: caught only by the unique (account, deal_id) (F3).
     pub duplicate_by_deal: usize,
     pub lines: usize,
 }

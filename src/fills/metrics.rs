@@ -46,7 +46,7 @@ impl FillsMetrics {
         )?;
         let duplicate_by_deal = cv(
             "fills_duplicate_by_deal_id_total",
-            "Repeats caught only by the unique deal_id (F3)",
+            "Repeats caught only by the unique (account, deal_id) (F3)",
             &["kind", "source"],
         )?;
         let applied = cv(

@@ -125,6 +125,12 @@ impl Event {
             Event::Bust(b) => &b.account,
         }
     }
+    /// F2: the key of the deal row this event belongs to, `(account,
+    /// deal_id)`: the two sides of one execution may both be the firm's,
+    /// under one deal id, so a deal id alone names no row.
+    pub fn deal_key(&self) -> (&str, &str) {
+        (self.account(), self.deal_id())
+    }
 
     /// F2b: the hash of the event's content, every field of it (kind,
     /// ids, account, and for a FILL symbol, side, quantity and price as

@@ -4,12 +4,15 @@
 //! each event's outcome and the rows to write. Both stores run the same
 //! planner, so SQLite and PostgreSQL behave identically.
 //!
-//! Deal rows: one row per `deal_id` in `fills` (unique, F2/F3). A BUST whose
-//! FILL has not arrived is stored *in that same row* as `bust_held`, so the
-//! unique index on `deal_id` also serialises a FILL and its BUST arriving at
-//! the same moment on two instances: whichever inserts second blocks on the
-//! first's row and then sees it. (A separate pending table would let both
-//! commit without seeing each other and strand the BUST.)
+//! Deal rows: one row per `(account, deal_id)` in `fills` (unique, F2/F3):
+//! the two sides of one execution may both be the firm's, under one deal
+//! id, so a deal id alone is not a deal. A BUST names its account too, so
+//! it belongs to exactly one row. A BUST whose FILL has not arrived is
+//! stored *in that same row* as `bust_held`, so the unique key also
+//! serialises a FILL and its BUST arriving at the same moment on two
+//! instances: whichever inserts second blocks on the first's row and then
+//! sees it. (A separate pending table would let both commit without seeing
+//! each other and strand the BUST.)
 
 use std::collections::{HashMap, HashSet};
 
@@ -84,6 +87,15 @@ impl DealRow {
 
 pub type PosKey = (String, String);
 
+/// F2: the key of a deal row, `(account, deal_id)`.
+pub type DealKey = (String, String);
+
+/// The [`DealKey`] of an event.
+pub fn deal_key(ev: &Event) -> DealKey {
+    let (a, d) = ev.deal_key();
+    (a.to_owned(), d.to_owned())
+}
+
 /// One applied fill of a position's history, in application order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistFill {
@@ -93,30 +105,20 @@ pub struct HistFill {
     pub price: Decimal,
 }
 
-/// A BUST taken out of the held state without being applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    pub kind: Kind,
-    pub event_id: String,
-    pub deal_id: String,
-    pub reason: String,
-}
-
 /// Everything the planner decides for one batch.
 #[derive(Debug, Default)]
 pub struct Plan {
     /// (input index, outcome) for every new event.
     pub outcomes: Vec<(usize, Outcome)>,
     /// Final row per touched deal; `None` = the deal must not exist.
-    pub deals: HashMap<String, Option<DealRow>>,
+    pub deals: HashMap<DealKey, Option<DealRow>>,
     /// Deals whose FILL became applied in this batch, in application order
     /// (they get the next application sequence numbers).
-    pub newly_applied: Vec<String>,
+    pub newly_applied: Vec<DealKey>,
     /// Final positions of touched keys.
     pub positions: HashMap<PosKey, Position>,
     /// New events that were rejected: their processed rows must go.
     pub unprocess: Vec<(Kind, String)>,
-    pub dead_letters: Vec<DeadLetter>,
     /// Held BUSTs applied because their FILL arrived.
     pub released: usize,
 }
@@ -129,26 +131,27 @@ fn key_of(f: &Fill) -> PosKey {
 /// (stored, or earlier in this batch) of that key.
 pub fn replay_keys(
     new_events: &[(usize, &Event)],
-    deals: &HashMap<String, Option<DealRow>>,
+    deals: &HashMap<DealKey, Option<DealRow>>,
 ) -> Vec<PosKey> {
-    let mut batch_fill_key: HashMap<&str, PosKey> = HashMap::new();
+    let mut batch_fill_key: HashMap<(&str, &str), PosKey> = HashMap::new();
     let mut keys = HashSet::new();
     for (_, ev) in new_events {
         match ev {
             Event::Fill(f) => {
                 batch_fill_key
-                    .entry(&f.deal_id)
+                    .entry(ev.deal_key())
                     .or_insert_with(|| key_of(f));
             }
-            Event::Bust(b) => {
+            Event::Bust(_) => {
+                // F2: the BUST's own (account, deal_id).
                 if let Some(Some(DealRow {
                     fill: Some(f),
                     status: DealStatus::Applied,
                     ..
-                })) = deals.get(&b.deal_id)
+                })) = deals.get(&deal_key(ev))
                 {
                     keys.insert(key_of(f));
-                } else if let Some(k) = batch_fill_key.get(b.deal_id.as_str()) {
+                } else if let Some(k) = batch_fill_key.get(&ev.deal_key()) {
                     keys.insert(k.clone());
                 }
             }
@@ -162,7 +165,7 @@ pub fn replay_keys(
 /// Position keys the new events may change (sorted: a fixed lock order).
 pub fn position_keys(
     new_events: &[(usize, &Event)],
-    deals: &HashMap<String, Option<DealRow>>,
+    deals: &HashMap<DealKey, Option<DealRow>>,
 ) -> Vec<PosKey> {
     let mut keys = HashSet::new();
     for (_, ev) in new_events {
@@ -170,8 +173,8 @@ pub fn position_keys(
             Event::Fill(f) => {
                 keys.insert(key_of(f));
             }
-            Event::Bust(b) => {
-                if let Some(Some(DealRow { fill: Some(f), .. })) = deals.get(&b.deal_id) {
+            Event::Bust(_) => {
+                if let Some(Some(DealRow { fill: Some(f), .. })) = deals.get(&deal_key(ev)) {
                     keys.insert(key_of(f));
                 }
             }
@@ -182,14 +185,14 @@ pub fn position_keys(
     keys
 }
 
-/// Decide the batch. `deals` holds every deal of `new_events` (None =
-/// unknown before this batch), `positions` the current position of every
-/// key from [`position_keys`] that exists, `history` the applied fills (in
-/// application order, excluding this batch's) of every key from
-/// [`replay_keys`].
+/// Decide the batch. `deals` holds every deal (by `(account, deal_id)`,
+/// F2) of `new_events` (None = unknown before this batch), `positions` the
+/// current position of every key from [`position_keys`] that exists,
+/// `history` the applied fills (in application order, excluding this
+/// batch's) of every key from [`replay_keys`].
 pub fn plan(
     new_events: &[(usize, &Event)],
-    mut deals: HashMap<String, Option<DealRow>>,
+    mut deals: HashMap<DealKey, Option<DealRow>>,
     mut positions: HashMap<PosKey, Position>,
     mut history: HashMap<PosKey, Vec<HistFill>>,
 ) -> Plan {
@@ -198,13 +201,16 @@ pub fn plan(
     p.outcomes.reserve(new_events.len());
     p.newly_applied.reserve(new_events.len());
     for &(idx, ev) in new_events {
-        let state = deals.get(ev.deal_id()).cloned().flatten();
+        // F2: a deal is its (account, deal_id); the same deal id on another
+        // account is another deal.
+        let dk = deal_key(ev);
+        let state = deals.get(&dk).cloned().flatten();
         let outcome = match ev {
             Event::Fill(f) => match state {
                 None => apply_fill(f, &mut positions, &mut history, &mut touched_pos)
                     .map(|()| {
-                        deals.insert(f.deal_id.clone(), Some(DealRow::first(ev)));
-                        p.newly_applied.push(f.deal_id.clone());
+                        deals.insert(dk.clone(), Some(DealRow::first(ev)));
+                        p.newly_applied.push(dk.clone());
                         Outcome::Applied
                     })
                     .unwrap_or_else(Outcome::Rejected),
@@ -213,74 +219,48 @@ pub fn plan(
                     bust: Some(held),
                     ..
                 }) => {
-                    if held.account == f.account {
-                        // Fill then immediate reversal: the position is
-                        // exactly as before, so it is not touched.
-                        deals.insert(
-                            f.deal_id.clone(),
-                            Some(DealRow {
-                                status: DealStatus::Busted,
-                                fill: Some(f.clone()),
-                                bust: Some(held),
-                            }),
-                        );
-                        p.released += 1;
-                        Outcome::Applied
-                    } else {
-                        match apply_fill(f, &mut positions, &mut history, &mut touched_pos) {
-                            Ok(()) => {
-                                p.dead_letters.push(DeadLetter {
-                                    kind: Kind::Bust,
-                                    event_id: held.event_id.clone(),
-                                    deal_id: held.deal_id.clone(),
-                                    reason: format!(
-                                        "held bust names account {:?} but its fill arrived for account {:?}",
-                                        held.account, f.account
-                                    ),
-                                });
-                                deals.insert(f.deal_id.clone(), Some(DealRow::first(ev)));
-                                p.newly_applied.push(f.deal_id.clone());
-                                Outcome::Applied
-                            }
-                            Err(r) => Outcome::Rejected(r),
-                        }
-                    }
+                    // The held BUST names this account (same key): fill
+                    // then immediate reversal, the position is exactly as
+                    // before, so it is not touched.
+                    deals.insert(
+                        dk.clone(),
+                        Some(DealRow {
+                            status: DealStatus::Busted,
+                            fill: Some(f.clone()),
+                            bust: Some(held),
+                        }),
+                    );
+                    p.released += 1;
+                    Outcome::Applied
                 }
                 // Already filled (F3): the same FILL again, or a conflict.
                 Some(row) => repeat_of_deal(ev, row.fill.map(Event::Fill)),
             },
             Event::Bust(b) => match state {
+                // No FILL of this (account, deal_id) yet: held until it
+                // comes, even if the deal id is filled on another account.
                 None => {
-                    deals.insert(b.deal_id.clone(), Some(DealRow::first(ev)));
+                    deals.insert(dk.clone(), Some(DealRow::first(ev)));
                     Outcome::Held
                 }
                 Some(DealRow {
                     status: DealStatus::Applied,
                     fill: Some(f),
                     ..
-                }) => {
-                    if f.account != b.account {
-                        Outcome::Rejected(format!(
-                            "bust names account {:?} but deal {:?} was filled for account {:?}",
-                            b.account, b.deal_id, f.account
-                        ))
-                    } else {
-                        match reverse_fill(&f, &mut positions, &mut history, &mut touched_pos) {
-                            Ok(()) => {
-                                deals.insert(
-                                    b.deal_id.clone(),
-                                    Some(DealRow {
-                                        status: DealStatus::Busted,
-                                        fill: Some(f),
-                                        bust: Some(b.clone()),
-                                    }),
-                                );
-                                Outcome::Applied
-                            }
-                            Err(r) => Outcome::Rejected(r),
-                        }
+                }) => match reverse_fill(&f, &mut positions, &mut history, &mut touched_pos) {
+                    Ok(()) => {
+                        deals.insert(
+                            dk.clone(),
+                            Some(DealRow {
+                                status: DealStatus::Busted,
+                                fill: Some(f),
+                                bust: Some(b.clone()),
+                            }),
+                        );
+                        Outcome::Applied
                     }
-                }
+                    Err(r) => Outcome::Rejected(r),
+                },
                 // Already busted, or a BUST already held (F3): the same
                 // BUST again, or a conflict.
                 Some(row) => repeat_of_deal(ev, row.bust.map(Event::Bust)),
@@ -291,10 +271,11 @@ pub fn plan(
         }
         p.outcomes.push((idx, outcome));
     }
-    let touched_deals: HashSet<&str> = new_events.iter().map(|(_, e)| e.deal_id()).collect();
+    let touched_deals: HashSet<(&str, &str)> =
+        new_events.iter().map(|(_, e)| e.deal_key()).collect();
     p.deals = deals
         .into_iter()
-        .filter(|(d, _)| touched_deals.contains(d.as_str()))
+        .filter(|((a, d), _)| touched_deals.contains(&(a.as_str(), d.as_str())))
         .collect();
     p.positions = positions
         .into_iter()
@@ -405,6 +386,84 @@ mod tests {
     fn key() -> PosKey {
         ("A".into(), "S".into())
     }
+    fn dk(account: &str, deal: &str) -> DealKey {
+        (account.into(), deal.into())
+    }
+    fn on(account: &str, e: Event) -> Event {
+        match e {
+            Event::Fill(f) => Event::Fill(Fill {
+                account: account.into(),
+                ..f
+            }),
+            Event::Bust(b) => Event::Bust(Bust {
+                account: account.into(),
+                ..b
+            }),
+        }
+    }
+
+    /// F2: one deal id on two accounts is two deals (an internal cross):
+    /// both FILLs apply, each to its own position, and a BUST of one side
+    /// reverses only that side.
+    #[test]
+    fn one_deal_id_two_accounts_are_two_deals() {
+        let buy = fill("F1", "D1", "BUY", "10", "100");
+        let sell = on("B", fill("F2", "D1", "SELL", "10", "100"));
+        let b = on("B", bust("B1", "D1"));
+        let new = [(0, &buy), (1, &sell), (2, &b)];
+        let deals = HashMap::from([(dk("A", "D1"), None), (dk("B", "D1"), None)]);
+        assert_eq!(replay_keys(&new, &deals), vec![("B".into(), "S".into())]);
+        let p = plan(
+            &new,
+            deals,
+            HashMap::new(),
+            HashMap::from([(("B".into(), "S".into()), vec![])]),
+        );
+        assert_eq!(
+            p.outcomes,
+            vec![
+                (0, Outcome::Applied),
+                (1, Outcome::Applied),
+                (2, Outcome::Applied)
+            ]
+        );
+        assert_eq!(p.newly_applied, vec![dk("A", "D1"), dk("B", "D1")]);
+        assert_eq!(
+            p.deals[&dk("A", "D1")].as_ref().unwrap().status,
+            DealStatus::Applied
+        );
+        assert_eq!(
+            p.deals[&dk("B", "D1")].as_ref().unwrap().status,
+            DealStatus::Busted
+        );
+        assert_eq!(
+            p.positions[&key()],
+            Position::FLAT
+                .apply(Side::Buy, 10.into(), 100.into())
+                .unwrap()
+        );
+        assert_eq!(p.positions[&("B".into(), "S".into())], Position::FLAT);
+    }
+
+    /// F2: a BUST naming an account whose side of the deal has no FILL is
+    /// held for that `(account, deal_id)`; the other account's fill stays.
+    #[test]
+    fn bust_of_the_other_account_is_held() {
+        let f = fill("F1", "D1", "BUY", "10", "100");
+        let b = on("B", bust("B1", "D1"));
+        let deals = HashMap::from([
+            (dk("A", "D1"), Some(DealRow::first(&f))),
+            (dk("B", "D1"), None),
+        ]);
+        let new = [(0, &b)];
+        assert!(replay_keys(&new, &deals).is_empty());
+        assert!(position_keys(&new, &deals).is_empty());
+        let p = plan(&new, deals, HashMap::new(), HashMap::new());
+        assert_eq!(p.outcomes, vec![(0, Outcome::Held)]);
+        assert!(p.positions.is_empty());
+        assert!(!p.deals.contains_key(&dk("A", "D1")), "A's deal untouched");
+        assert_eq!(p.deals.get(&dk("B", "D1")), Some(&Some(DealRow::first(&b))));
+    }
 
     #[test]
     fn bust_of_stored_fill_replays_history() {
@@ -415,7 +474,7 @@ mod tests {
             .apply(Side::Buy, 10.into(), 100.into())
             .unwrap();
         let p2 = p1.apply(Side::Sell, 4.into(), 110.into()).unwrap();
-        let deals = HashMap::from([("D2".to_string(), Some(DealRow::first(&f2)))]);
+        let deals = HashMap::from([(dk("A", "D2"), Some(DealRow::first(&f2)))]);
         let new = [(0, &b)];
         assert_eq!(replay_keys(&new, &deals), vec![key()]);
         let hist = |e: &Event| {
@@ -435,7 +494,10 @@ mod tests {
         );
         assert_eq!(p.outcomes, vec![(0, Outcome::Applied)]);
         assert_eq!(p.positions[&key()], p1);
-        assert_eq!(p.deals["D2"].as_ref().unwrap().status, DealStatus::Busted);
+        assert_eq!(
+            p.deals[&dk("A", "D2")].as_ref().unwrap().status,
+            DealStatus::Busted
+        );
         assert!(p.unprocess.is_empty());
     }
 
@@ -444,7 +506,7 @@ mod tests {
         let b = bust("B1", "D1");
         let f = fill("F1", "D1", "BUY", "1", "1");
         let new = [(0, &b), (1, &f)];
-        let deals = HashMap::from([("D1".to_string(), None)]);
+        let deals = HashMap::from([(dk("A", "D1"), None)]);
         let p = plan(&new, deals, HashMap::new(), HashMap::new());
         assert_eq!(p.outcomes, vec![(0, Outcome::Held), (1, Outcome::Applied)]);
         assert_eq!(p.released, 1);
@@ -452,7 +514,10 @@ mod tests {
             p.positions.is_empty(),
             "position untouched: fill and bust cancel"
         );
-        assert_eq!(p.deals["D1"].as_ref().unwrap().status, DealStatus::Busted);
+        assert_eq!(
+            p.deals[&dk("A", "D1")].as_ref().unwrap().status,
+            DealStatus::Busted
+        );
         assert!(p.newly_applied.is_empty());
     }
 
@@ -462,12 +527,12 @@ mod tests {
         let new = [(0, &f)];
         let p = plan(
             &new,
-            HashMap::from([("D1".to_string(), None)]),
+            HashMap::from([(dk("A", "D1"), None)]),
             HashMap::new(),
             HashMap::new(),
         );
         assert!(matches!(&p.outcomes[0].1, Outcome::Rejected(r) if r.contains("overflow")));
         assert_eq!(p.unprocess, vec![(Kind::Fill, "F1".to_string())]);
-        assert_eq!(p.deals["D1"], None);
+        assert_eq!(p.deals[&dk("A", "D1")], None);
     }
 }

@@ -229,9 +229,10 @@ impl Store {
     /// account into N lanes (a hash of the account), and the lanes run at
     /// once, one connection each, each lane's events in input order in
     /// transactions of at most `max_batch`. One account's events (and so
-    /// one position's, and a deal's FILL and its BUST, which must name the
-    /// same account) stay in one lane, in order, so the result is the same
-    /// as one after the other; lanes touch disjoint positions. On error,
+    /// one position's, and a deal's FILL and its BUST: F2's deal key
+    /// `(account, deal_id)` holds the account) stay in one lane, in order,
+    /// so the result is the same as one after the other; lanes touch
+    /// disjoint positions and disjoint deals. On error,
     /// other lanes' transactions may have committed (re-running is
     /// harmless: dedup).
     pub async fn apply_events(

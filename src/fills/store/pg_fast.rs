@@ -12,7 +12,8 @@
 //! - every event is new: a plain `INSERT` into `processed_events` (F1, F2:
 //!   the primary key forbids a repeat, the statement fails);
 //! - every deal is new: a plain `INSERT` into `fills` (F2/F3: the unique
-//!   `deal_id` forbids a second row, the statement fails);
+//!   `(account, deal_id)` forbids a second row, the statement fails; the
+//!   same deal id on another account is another deal);
 //! - an event the client saw committed recently is a duplicate: counted in
 //!   `processed_events` in the same snapshot (one index probe per id: a
 //!   `LATERAL … LIMIT 1`, which no plan can turn into a scan of every FILL
@@ -33,7 +34,10 @@
 //!   `INSERT` (an existing row makes the statement fail);
 //! - the application sequence is drawn only after the position rows are
 //!   locked by that `UPDATE`/`INSERT` (the CTE `locked` is an input of the
-//!   CTE that calls `nextval`), in event order, as in the careful path.
+//!   CTE that calls `nextval`), in event order, as in the careful path;
+//! - the fill rows are inserted last, in `(account, deal_id)` order, the
+//!   careful path's deal lock order (F2's key), so the order of the whole
+//!   statement is the careful path's: processed events, positions, deals.
 //!
 //! One statement is one transaction: all of it commits or nothing does,
 //! and the answer (with `synchronous_commit = on`) comes after the commit
@@ -144,7 +148,7 @@ FROM locked l"
 /// be processed already; $4-$11 cached positions (account, symbol, stored
 /// qty, avg price, P&L, new qty, avg price, P&L; sorted); $12-$16 new
 /// positions (account, symbol, qty, avg price, P&L; sorted); $17-$25 the
-/// fills in deal_id order (deal, event, account, symbol, side, qty, price,
+/// fills in (account, deal_id) order (F2; deal, event, account, symbol, side, qty, price,
 /// exec_ns, 1-based place in event order: the n-th FILL of the batch gets
 /// the n-th of the sequence numbers drawn in `seqs`); $26 the content
 /// hashes of $2's events (F2b). Returns the number of fill rows inserted.
@@ -316,11 +320,12 @@ pub(crate) fn plan_locked<'a>(
 }
 
 /// Decide `events` from the cache, or None when the batch needs the
-/// careful path (a BUST, two new events of one deal, a FILL the position
-/// arithmetic rejects).
+/// careful path (a BUST, two new events of one deal (F2: one
+/// `(account, deal_id)`), a FILL the position arithmetic rejects).
 pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'a>> {
     let (unique, mut outcomes) = presort(events);
-    let mut deals: HashSet<&str> = HashSet::with_capacity(unique.len());
+    // F2: a deal is its (account, deal_id).
+    let mut deals: HashSet<(&str, &str)> = HashSet::with_capacity(unique.len());
     // (account, symbol) -> (cached, current)
     let mut pos: HashMap<Key<'a>, (Option<Position>, Position)> = HashMap::new();
     let mut fills: Vec<&Fill> = Vec::with_capacity(unique.len());
@@ -340,7 +345,7 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
             outcomes.push(outcome_of(i, &events[i], Outcome::Duplicate));
             continue;
         }
-        if !deals.insert(&f.deal_id) {
+        if !deals.insert((&f.account, &f.deal_id)) {
             return None;
         }
         let e = pos
@@ -399,11 +404,12 @@ pub(crate) fn plan<'a>(events: &'a [Parsed], cache: &Cache) -> Option<FastPlan<'
     by_id.sort_unstable_by(|a, b| a.event_id.cmp(&b.event_id));
     let ids: Vec<&str> = by_id.iter().map(|f| f.event_id.as_str()).collect();
     let hashes: Vec<String> = by_id.iter().map(|f| f.content_hash()).collect();
-    // Fill rows in deal_id order (the unique index's lock order, as the
-    // careful path), each with its place in event order: the n-th FILL of
-    // the batch gets the n-th sequence number drawn.
+    // Fill rows in (account, deal_id) order (F2: the unique key's lock
+    // order, as the careful path), each with its place in event order: the
+    // n-th FILL of the batch gets the n-th sequence number drawn.
     let mut by_deal: Vec<(usize, &Fill)> = fills.iter().copied().enumerate().collect();
-    by_deal.sort_unstable_by(|a, b| a.1.deal_id.cmp(&b.1.deal_id));
+    by_deal
+        .sort_unstable_by(|a, b| (&a.1.account, &a.1.deal_id).cmp(&(&b.1.account, &b.1.deal_id)));
     let f_str = [
         by_deal.iter().map(|(_, f)| f.deal_id.as_str()).collect(),
         by_deal.iter().map(|(_, f)| f.event_id.as_str()).collect(),

@@ -38,12 +38,23 @@ use super::{
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Event, EventOutcome, Kind, Outcome, Parsed, Side};
-use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
+use crate::fills::plan::{self, DealKey, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
 const SCHEMA_V1: &str = include_str!("schema_postgres.sql");
 /// Version 2 (F2b): the content hash of each processed event.
 const SCHEMA_V2: &str = "ALTER TABLE processed_events ADD COLUMN content_hash text";
+/// Version 3 (F2): fills are keyed by `(account, deal_id)`, not `deal_id`
+/// alone. A held BUST's row had no fill account: it takes the BUST's
+/// (`bust_account`), the account it waits for. Rows are kept.
+const SCHEMA_V3: &str = "
+ALTER TABLE fills DROP CONSTRAINT fills_pkey;
+UPDATE fills SET account = bust_account WHERE account IS NULL;
+ALTER TABLE fills ALTER COLUMN account SET NOT NULL;
+ALTER TABLE fills ADD CONSTRAINT fills_pkey PRIMARY KEY (account, deal_id);
+DROP INDEX fills_held;
+CREATE INDEX fills_held ON fills (account, deal_id) WHERE status = 'bust_held';
+";
 /// Serialises migrations of instances starting together.
 const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
 const MAX_ATTEMPTS: usize = 5;
@@ -71,7 +82,6 @@ struct Stmts {
     upd_deal: Statement,
     del_deal: Statement,
     del_processed: Statement,
-    ins_dead: Statement,
     ins_key: Statement,
     ins_key_answer: Statement,
     sel_key: Statement,
@@ -189,6 +199,17 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
         )
         .await?;
     }
+    if v < 3 {
+        // F2: the deal key becomes (account, deal_id).
+        tx.batch_execute(SCHEMA_V3)
+            .await
+            .context("applying PostgreSQL schema v3 (fills keyed by account, deal_id)")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (3)",
+            &[],
+        )
+        .await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -237,7 +258,7 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                              $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
                              $11::text[], $12::int8[], $13::int8[])
                       AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
-                 ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id",
+                 ON CONFLICT (account, deal_id) DO NOTHING RETURNING account, deal_id",
             )
             .await?,
         ins_deals: c
@@ -250,24 +271,30 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
                              $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[],
                              $11::text[], $12::int8[], $13::int8[])
                       AS u(d, st, fe, a, sy, si, q, p, t, be, ba, bt, sq)
-                 RETURNING deal_id",
+                 RETURNING account, deal_id",
             )
             .await?,
         next_seqs: c
             .prepare("SELECT nextval('fills_applied_seq') FROM generate_series(1, $1::int)")
             .await?,
+        // F2: deals by (account, deal_id); $1 accounts, $2 deal ids.
         peek_deals: c
             .prepare(
-                "SELECT deal_id, status, fill_event_id, account, symbol, side, qty::text,
-                        price::text, exec_ns, bust_event_id, bust_account, bust_ns
-                 FROM fills WHERE deal_id = ANY($1::text[])",
+                "SELECT f.deal_id, f.status, f.fill_event_id, f.account, f.symbol, f.side,
+                        f.qty::text, f.price::text, f.exec_ns, f.bust_event_id, f.bust_account,
+                        f.bust_ns
+                 FROM fills f JOIN unnest($1::text[], $2::text[]) AS u(a, d)
+                      ON f.account = u.a AND f.deal_id = u.d",
             )
             .await?,
         sel_deals: c
             .prepare(
-                "SELECT deal_id, status, fill_event_id, account, symbol, side, qty::text,
-                        price::text, exec_ns, bust_event_id, bust_account, bust_ns
-                 FROM fills WHERE deal_id = ANY($1::text[]) ORDER BY deal_id FOR UPDATE",
+                "SELECT f.deal_id, f.status, f.fill_event_id, f.account, f.symbol, f.side,
+                        f.qty::text, f.price::text, f.exec_ns, f.bust_event_id, f.bust_account,
+                        f.bust_ns
+                 FROM fills f JOIN unnest($1::text[], $2::text[]) AS u(a, d)
+                      ON f.account = u.a AND f.deal_id = u.d
+                 ORDER BY f.account, f.deal_id FOR UPDATE OF f",
             )
             .await?,
         ins_pos: c
@@ -304,24 +331,19 @@ async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
             .await?,
         upd_deal: c
             .prepare(
-                "UPDATE fills SET status = $2, fill_event_id = $3, account = $4, symbol = $5,
-                        side = $6, qty = CAST($7::text AS numeric),
+                "UPDATE fills SET status = $2, fill_event_id = $3, symbol = $5, side = $6, qty = CAST($7::text AS numeric),
                         price = CAST($8::text AS numeric), exec_ns = $9, bust_event_id = $10,
                         bust_account = $11, bust_ns = $12,
                         applied_seq = COALESCE($13::int8, applied_seq),
                         updated_ns = $14
-                 WHERE deal_id = $1",
+                 WHERE account = $4 AND deal_id = $1",
             )
             .await?,
-        del_deal: c.prepare("DELETE FROM fills WHERE deal_id = $1").await?,
+        del_deal: c
+            .prepare("DELETE FROM fills WHERE account = $1 AND deal_id = $2")
+            .await?,
         del_processed: c
             .prepare("DELETE FROM processed_events WHERE kind = $1 AND event_id = $2")
-            .await?,
-        ins_dead: c
-            .prepare(
-                "INSERT INTO dead_letters (source, kind, event_id, deal_id, reason, created_ns)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
             .await?,
         ins_key: c
             .prepare(
@@ -670,9 +692,8 @@ impl PgStore {
         let mut contended = false;
         loop {
             attempt += 1;
-            let (events, src, clock, extra, m) = (
+            let (events, clock, extra, m) = (
                 events.clone(),
-                source.clone(),
                 clock.clone(),
                 extra.clone(),
                 metrics.clone(),
@@ -722,7 +743,7 @@ impl PgStore {
                             .into());
                         }
                     }
-                    let r = apply_in_tx(&tx, &c.st, &src, &events, now, contended).await?;
+                    let r = apply_in_tx(&tx, &c.st, &events, now, contended).await?;
                     if let Extra::Offset {
                         before_commit: Some(hook),
                         ..
@@ -749,7 +770,7 @@ impl PgStore {
                 Ok((outs, se, finals)) => {
                     self.remember(&outs, &finals);
                     self.metrics.record(&source, &outs);
-                    count_side_effects(&self.metrics, &source, &se);
+                    count_side_effects(&self.metrics, &se);
                     return Ok(outs);
                 }
                 Err(e) if attempt < MAX_ATTEMPTS && retryable(&e) => {
@@ -957,7 +978,7 @@ impl PgStore {
                         ));
                     }
                     let (outs, se, finals) =
-                        apply_in_tx(&tx, &c.st, "http", &events, now, contended).await?;
+                        apply_in_tx(&tx, &c.st, &events, now, contended).await?;
                     let (status, body) = build_answer(&outs);
                     tx.execute(&c.st.upd_key, &[client, key, &i32::from(status), &body])
                         .await?;
@@ -979,7 +1000,7 @@ impl PgStore {
                     if let HttpOutcome::Fresh { outcomes, .. } = &out {
                         self.remember(outcomes, &finals);
                         self.metrics.record("http", outcomes);
-                        count_side_effects(&self.metrics, "http", &se);
+                        count_side_effects(&self.metrics, &se);
                     }
                     return Ok(out);
                 }
@@ -1093,7 +1114,7 @@ impl PgStore {
                         .client
                         .query(
                             "SELECT deal_id, bust_event_id, bust_account FROM fills
-                             WHERE status = 'bust_held' ORDER BY deal_id",
+                             WHERE status = 'bust_held' ORDER BY account, deal_id",
                             &[],
                         )
                         .await?;
@@ -1200,13 +1221,15 @@ fn pos_of(r: &Row, at: usize) -> anyhow::Result<Position> {
     })
 }
 
-fn deal_of(r: &Row) -> anyhow::Result<(String, DealRow)> {
+/// A deal row with its key `(account, deal_id)` (F2).
+fn deal_of(r: &Row) -> anyhow::Result<(DealKey, DealRow)> {
     let deal_id: String = r.get(0);
+    let account: String = r.get(3);
     let row = deal_from_columns(
         deal_id.clone(),
         r.get(1),
         r.get(2),
-        r.get(3),
+        Some(account.clone()),
         r.get(4),
         r.get(5),
         r.get(6),
@@ -1216,7 +1239,7 @@ fn deal_of(r: &Row) -> anyhow::Result<(String, DealRow)> {
         r.get(10),
         r.get(11),
     )?;
-    Ok((deal_id, row))
+    Ok(((account, deal_id), row))
 }
 
 /// Create missing position rows of `keys` and lock them all, in key order.
@@ -1251,7 +1274,6 @@ type Applied = (Vec<EventOutcome>, SideEffects, Finals);
 async fn apply_in_tx(
     tx: &Transaction<'_>,
     st: &Stmts,
-    source: &str,
     events: &[Parsed],
     now: i64,
     contended: bool,
@@ -1342,17 +1364,19 @@ async fn apply_in_tx(
     // application sequence below is drawn under these locks, so it orders
     // fills of one position as they were applied). A missing row cannot be
     // locked, so rows are created first. A BUST's position is its fill's:
-    // peek at those deals (no lock; re-checked after the deal step).
-    let mut bust_deals: Vec<&str> = new_events
+    // peek at those deals (no lock; re-checked after the deal step). F2: a
+    // BUST's deal is its (account, deal_id).
+    let mut bust_deals: Vec<(&str, &str)> = new_events
         .iter()
         .filter(|(_, e)| e.kind() == Kind::Bust)
-        .map(|(_, e)| e.deal_id())
+        .map(|(_, e)| e.deal_key())
         .collect();
     bust_deals.sort_unstable();
     bust_deals.dedup();
-    let mut peeked: HashMap<String, Option<DealRow>> = HashMap::new();
+    let mut peeked: HashMap<DealKey, Option<DealRow>> = HashMap::new();
     if !bust_deals.is_empty() {
-        for r in tx.query(&st.peek_deals, &[&bust_deals]).await? {
+        let (ba, bd): (Vec<&str>, Vec<&str>) = bust_deals.iter().copied().unzip();
+        for r in tx.query(&st.peek_deals, &[&ba, &bd]).await? {
             let (id, row) = deal_of(&r)?;
             peeked.insert(id, Some(row));
         }
@@ -1373,8 +1397,7 @@ async fn apply_in_tx(
     // order): one number per new FILL event, in event order, drawn under
     // the position locks. The planner applies fills in event order, so the
     // fill that is applied gets its place even when it is not its deal's
-    // first row (a FILL releasing a BUST held for another account, or one
-    // after a rejected FILL of the same deal).
+    // first row (a FILL after a rejected FILL of the same deal).
     let mut fill_seq: HashMap<usize, i64> = HashMap::new();
     let fill_events: Vec<usize> = new_events
         .iter()
@@ -1393,42 +1416,43 @@ async fn apply_in_tx(
         fill_seq.extend(fill_events.into_iter().zip(seqs));
     }
 
-    // Each deal's first new event creates its row; the unique deal_id
-    // decides (F2/F3) and serialises concurrent writers of one deal. Rows
-    // go in deal_id order (lock order).
-    let mut firsts: Vec<(String, DealRow, Option<i64>)> = Vec::new();
+    // Each deal's first new event creates its row; the unique
+    // (account, deal_id) decides (F2/F3) and serialises concurrent writers
+    // of one deal. Rows go in (account, deal_id) order (lock order).
+    let mut firsts: Vec<(DealKey, DealRow, Option<i64>)> = Vec::new();
     let mut seen = HashSet::new();
     for &(i, e) in &new_events {
-        if seen.insert(e.deal_id()) {
+        if seen.insert(e.deal_key()) {
             let row = DealRow::first(e);
             let seq = match row.status {
                 DealStatus::Applied => fill_seq.get(&i).copied(),
                 _ => None,
             };
-            firsts.push((e.deal_id().to_owned(), row, seq));
+            firsts.push((plan::deal_key(e), row, seq));
         }
     }
     firsts.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut inserted: HashMap<String, (DealRow, Option<i64>)> = HashMap::new();
-    let mut deals: HashMap<String, Option<DealRow>> = HashMap::new();
+    let mut inserted: HashMap<DealKey, (DealRow, Option<i64>)> = HashMap::new();
+    let mut deals: HashMap<DealKey, Option<DealRow>> = HashMap::new();
     if !firsts.is_empty() {
-        // The deals that exist already, locked (deal_id order); the rest
-        // are inserted with a plain INSERT (see `sel_processed` for why
-        // and what a concurrent insert does).
+        // The deals that exist already, locked ((account, deal_id) order);
+        // the rest are inserted with a plain INSERT (see `sel_processed`
+        // for why and what a concurrent insert does).
         if !oc {
-            let all: Vec<&str> = firsts.iter().map(|(d, _, _)| d.as_str()).collect();
-            for r in tx.query(&st.sel_deals, &[&all]).await? {
+            let all_a: Vec<&str> = firsts.iter().map(|(k, _, _)| k.0.as_str()).collect();
+            let all_d: Vec<&str> = firsts.iter().map(|(k, _, _)| k.1.as_str()).collect();
+            for r in tx.query(&st.sel_deals, &[&all_a, &all_d]).await? {
                 let (id, row) = deal_of(&r)?;
                 deals.insert(id, Some(row));
             }
         }
-        let new: Vec<&(String, DealRow, Option<i64>)> = firsts
+        let new: Vec<&(DealKey, DealRow, Option<i64>)> = firsts
             .iter()
-            .filter(|(d, _, _)| !deals.contains_key(d))
+            .filter(|(k, _, _)| !deals.contains_key(k))
             .collect();
         if !new.is_empty() {
             let cols: Vec<DealCols> = new.iter().map(|(_, r, _)| DealCols::of(r)).collect();
-            let d: Vec<&str> = new.iter().map(|(d, _, _)| d.as_str()).collect();
+            let d: Vec<&str> = new.iter().map(|(k, _, _)| k.1.as_str()).collect();
             let sq: Vec<Option<i64>> = new.iter().map(|f| f.2).collect();
             let stt: Vec<&str> = cols.iter().map(|c| c.status).collect();
             let fe: Vec<Option<&str>> = cols.iter().map(|c| c.fill_event_id.as_deref()).collect();
@@ -1450,23 +1474,33 @@ async fn apply_in_tx(
                     ],
                 )
                 .await?;
-            let ins: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+            let ins: HashSet<DealKey> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
             // Only with ON CONFLICT: inserted by another transaction
             // since our check; lock and read them now.
-            let late: Vec<&str> = d.iter().copied().filter(|x| !ins.contains(*x)).collect();
+            let late: Vec<&DealKey> = new
+                .iter()
+                .map(|(k, _, _)| k)
+                .filter(|k| !ins.contains(*k))
+                .collect();
             if !late.is_empty() {
-                for r in tx.query(&st.sel_deals, &[&late]).await? {
+                let la: Vec<&str> = late.iter().map(|k| k.0.as_str()).collect();
+                let ld: Vec<&str> = late.iter().map(|k| k.1.as_str()).collect();
+                for r in tx.query(&st.sel_deals, &[&la, &ld]).await? {
                     let (id, row) = deal_of(&r)?;
                     deals.insert(id, Some(row));
                 }
-                if let Some(missing) = late.iter().find(|x| !deals.contains_key(**x)) {
-                    anyhow::bail!("deal {missing} conflicted on insert but cannot be read");
+                if let Some(missing) = late.iter().find(|k| !deals.contains_key(**k)) {
+                    anyhow::bail!(
+                        "deal {} of account {} conflicted on insert but cannot be read",
+                        missing.1,
+                        missing.0
+                    );
                 }
             }
-            for (deal_id, row, seq) in new {
-                if ins.contains(deal_id) {
-                    deals.insert(deal_id.clone(), None);
-                    inserted.insert(deal_id.clone(), (row.clone(), *seq));
+            for (key, row, seq) in new {
+                if ins.contains(key) {
+                    deals.insert(key.clone(), None);
+                    inserted.insert(key.clone(), (row.clone(), *seq));
                 }
             }
         }
@@ -1488,7 +1522,7 @@ async fn apply_in_tx(
         }
         for r in tx.query(&st.sel_hist, &[&ka, &ks]).await? {
             let deal_id: String = r.get(2);
-            if inserted.contains_key(&deal_id) {
+            if inserted.contains_key(&(r.get::<_, String>(0), deal_id.clone())) {
                 continue; // this batch's own rows: the planner adds them in order
             }
             let side: &str = r.get(3);
@@ -1510,33 +1544,36 @@ async fn apply_in_tx(
     let p = plan::plan(&new_events, deals, positions, history);
 
     // The sequence number of the FILL event that applied each deal.
-    let mut applied_seq: HashMap<&str, i64> = HashMap::new();
+    let mut applied_seq: HashMap<(&str, &str), i64> = HashMap::new();
     for (i, o) in &p.outcomes {
         if let (Outcome::Applied, Some(&seq)) = (o, fill_seq.get(i)) {
             if let Ok(e) = &events[*i] {
-                applied_seq.insert(e.deal_id(), seq);
+                applied_seq.insert(e.deal_key(), seq);
             }
         }
     }
 
     // Deal rows that differ from what is stored (rare: busts, releases,
-    // rejections): one statement each.
-    let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
-    let mut deal_ids: Vec<&String> = p.deals.keys().collect();
-    deal_ids.sort();
-    for deal_id in deal_ids {
-        let fin = &p.deals[deal_id];
-        let (written, written_seq) = match inserted.get(deal_id) {
+    // rejections): one statement each, in (account, deal_id) order (F2).
+    let newly: HashSet<&DealKey> = p.newly_applied.iter().collect();
+    let mut deal_keys: Vec<&DealKey> = p.deals.keys().collect();
+    deal_keys.sort();
+    for dk in deal_keys {
+        let fin = &p.deals[dk];
+        let (account, deal_id) = (dk.0.as_str(), dk.1.as_str());
+        let (written, written_seq) = match inserted.get(dk) {
             Some((row, seq)) => (Some(row), *seq),
-            None => (before.get(deal_id).and_then(Option::as_ref), None),
+            None => (before.get(dk).and_then(Option::as_ref), None),
         };
         // Newly applied here: the applying FILL's number, unless the row
         // inserted above already carries it.
-        let seq = if newly.contains(deal_id.as_str()) {
+        let seq = if newly.contains(dk) {
             let seq = applied_seq
-                .get(deal_id.as_str())
+                .get(&(account, deal_id))
                 .copied()
-                .with_context(|| format!("deal {deal_id}: applied without a sequence number"))?;
+                .with_context(|| {
+                    format!("deal {deal_id} of {account}: applied without a sequence number")
+                })?;
             (written_seq != Some(seq)).then_some(seq)
         } else {
             None
@@ -1546,17 +1583,17 @@ async fn apply_in_tx(
         }
         match fin {
             None => {
-                tx.execute(&st.del_deal, &[deal_id]).await?;
+                tx.execute(&st.del_deal, &[&account, &deal_id]).await?;
             }
             Some(row) => {
                 let c = DealCols::of(row);
                 tx.execute(
                     &st.upd_deal,
                     &[
-                        deal_id,
+                        &deal_id,
                         &c.status,
                         &c.fill_event_id,
-                        &c.account,
+                        &account,
                         &c.symbol,
                         &c.side,
                         &c.qty,
@@ -1595,20 +1632,6 @@ async fn apply_in_tx(
         tx.execute(&st.del_processed, &[&kind.as_str(), event_id])
             .await?;
     }
-    for d in &p.dead_letters {
-        tx.execute(
-            &st.ins_dead,
-            &[
-                &source,
-                &d.kind.as_str(),
-                &d.event_id,
-                &d.deal_id,
-                &d.reason,
-                &now,
-            ],
-        )
-        .await?;
-    }
 
     for (i, o) in p.outcomes {
         outs.push(outcome_of(i, &events[i], o));
@@ -1618,7 +1641,6 @@ async fn apply_in_tx(
         outs,
         SideEffects {
             released: p.released,
-            dead_lettered: p.dead_letters.len(),
         },
         finals,
     ))

@@ -16,6 +16,9 @@ CREATE INDEX processed_events_created ON processed_events (created_ns);
 -- bust_held (a BUST waiting for its FILL: fill columns NULL). Keeping the
 -- held BUST in the deal's own row makes the unique index serialise a FILL
 -- and its BUST committed concurrently by two instances.
+-- Schema version 3 (F2) re-keys this table by (account, deal_id), account
+-- NOT NULL (a held BUST's row has the BUST's account): SCHEMA_V3 in
+-- postgres.rs. This file stays version 1, the start of the migrations.
 CREATE SEQUENCE fills_applied_seq;
 CREATE TABLE fills (
     deal_id        text    NOT NULL PRIMARY KEY,

@@ -20,12 +20,48 @@ use super::{
 };
 use crate::fills::metrics::FillsMetrics;
 use crate::fills::model::{Bust, Event, EventOutcome, Fill, Outcome, Parsed, Side};
-use crate::fills::plan::{self, DealRow, DealStatus, HistFill, PosKey};
+use crate::fills::plan::{self, DealKey, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
 const SCHEMA_V1: &str = include_str!("schema_sqlite.sql");
 /// Version 2 (F2b): the content hash of each processed event.
 const SCHEMA_V2: &str = "ALTER TABLE processed_events ADD COLUMN content_hash TEXT";
+/// Version 3 (F2): fills are keyed by `(account, deal_id)`, not `deal_id`
+/// alone. SQLite cannot change a primary key in place: the table is
+/// rebuilt (same columns, `account` now NOT NULL) inside the migration's
+/// transaction. A held BUST's row had no fill account: it takes the
+/// BUST's (`bust_account`), the account it waits for.
+const SCHEMA_V3: &str = "
+CREATE TABLE fills_v3 (
+    deal_id        TEXT    NOT NULL,
+    status         TEXT    NOT NULL CHECK (status IN ('applied', 'busted', 'bust_held')),
+    fill_event_id  TEXT,
+    account        TEXT    NOT NULL,
+    symbol         TEXT,
+    side           TEXT CHECK (side IN ('BUY', 'SELL')),
+    qty            TEXT,
+    price          TEXT,
+    exec_ns        INTEGER,
+    bust_event_id  TEXT,
+    bust_account   TEXT,
+    bust_ns        INTEGER,
+    applied_seq    INTEGER,
+    prev_deal_id   TEXT,
+    created_ns     INTEGER NOT NULL,
+    updated_ns     INTEGER NOT NULL,
+    PRIMARY KEY (account, deal_id)
+) WITHOUT ROWID;
+INSERT INTO fills_v3 (deal_id, status, fill_event_id, account, symbol, side, qty, price,
+                      exec_ns, bust_event_id, bust_account, bust_ns, applied_seq,
+                      prev_deal_id, created_ns, updated_ns)
+SELECT deal_id, status, fill_event_id, COALESCE(account, bust_account), symbol, side, qty,
+       price, exec_ns, bust_event_id, bust_account, bust_ns, applied_seq, prev_deal_id,
+       created_ns, updated_ns
+FROM fills;
+DROP TABLE fills;
+ALTER TABLE fills_v3 RENAME TO fills;
+CREATE INDEX fills_held ON fills (account, deal_id) WHERE status = 'bust_held';
+";
 
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -148,7 +184,7 @@ impl SqliteStore {
                         .into());
                     }
                 }
-                let (outs, dl) = apply_in_tx(&tx, &src, &events, now)?;
+                let (outs, dl) = apply_in_tx(&tx, &events, now)?;
                 if let Extra::Offset {
                     before_commit: Some(hook),
                     ..
@@ -175,7 +211,7 @@ impl SqliteStore {
                 tx.commit().context("SQLite commit")?;
                 timer.observe_duration();
                 metrics.record(&src, &outs);
-                count_side_effects(&metrics, &src, &dl);
+                count_side_effects(&metrics, &dl);
                 Ok(outs)
             })
             .await?;
@@ -225,7 +261,7 @@ impl SqliteStore {
                  VALUES (?1, ?2, ?3, ?4)",
                 params![client, key, hash, now],
             )?;
-            let (outs, dl) = apply_in_tx(&tx, "http", &events, now)?;
+            let (outs, dl) = apply_in_tx(&tx, &events, now)?;
             let (status, body) = build_answer(&outs);
             tx.execute(
                 "UPDATE idempotency_keys SET status = ?3, body = ?4 WHERE client = ?1 AND key = ?2",
@@ -234,7 +270,7 @@ impl SqliteStore {
             tx.commit().context("SQLite commit")?;
             timer.observe_duration();
             metrics.record("http", &outs);
-            count_side_effects(&metrics, "http", &dl);
+            count_side_effects(&metrics, &dl);
             Ok(HttpOutcome::Fresh {
                 status,
                 body,
@@ -317,7 +353,7 @@ impl SqliteStore {
         self.with_conn(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT deal_id, bust_event_id, bust_account FROM fills
-                 WHERE status = 'bust_held' ORDER BY deal_id",
+                 WHERE status = 'bust_held' ORDER BY account, deal_id",
             )?;
             let rows = stmt.query_map([], |r| {
                 Ok(HeldBust {
@@ -441,6 +477,15 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
             [],
         )?;
     }
+    if v < 3 {
+        // F2: the deal key becomes (account, deal_id); rows are kept.
+        tx.execute_batch(SCHEMA_V3)
+            .context("applying SQLite schema v3 (fills keyed by account, deal_id)")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (3)",
+            [],
+        )?;
+    }
     tx.commit()?;
     Ok(())
 }
@@ -475,21 +520,14 @@ fn stored_answer(
     }))
 }
 
-pub(crate) fn count_side_effects(metrics: &FillsMetrics, source: &str, dl: &SideEffects) {
+pub(crate) fn count_side_effects(metrics: &FillsMetrics, dl: &SideEffects) {
     metrics.busts_released.inc_by(dl.released as u64);
-    if dl.dead_lettered > 0 {
-        metrics
-            .dead_lettered
-            .with_label_values(&[source])
-            .inc_by(dl.dead_lettered as u64);
-    }
 }
 
 /// Counters of a committed batch besides per-event outcomes.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct SideEffects {
     pub released: usize,
-    pub dead_lettered: usize,
 }
 
 const DEAL_COLS: &str =
@@ -691,6 +729,8 @@ impl DecBufs {
 /// The applied fills of one position in application order, read by walking
 /// the chain back from `head` by primary key (BUST replay; see
 /// schema_sqlite.sql). Busted rows stay in the chain and are skipped.
+/// `walk` takes `(account, deal_id)` (F2): a chain links fills of one
+/// position, so every link is a deal of the position's account.
 fn load_history(
     walk: &mut rusqlite::CachedStatement<'_>,
     key: &PosKey,
@@ -707,7 +747,7 @@ fn load_history(
             key.1
         );
         let (status, side, qty, price, prev) = walk
-            .query_row([&deal_id], |r| {
+            .query_row([key.0.as_str(), deal_id.as_str()], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, Option<String>>(1)?,
@@ -932,7 +972,6 @@ fn is_first_row(row: &DealRow, ev: &Event) -> bool {
 /// in input order.
 fn apply_in_tx(
     tx: &Transaction<'_>,
-    source: &str,
     events: &[Parsed],
     now: i64,
 ) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
@@ -1002,9 +1041,10 @@ fn apply_in_tx(
             })
     };
 
-    // Each new deal's first event creates its row (F2: the unique deal_id).
-    // Its application sequence and chain predecessor are drawn in event
-    // order; rows are then inserted in deal_id order (page locality). That
+    // Each new deal's first event creates its row (F2: the unique
+    // (account, deal_id)). Its application sequence and chain predecessor
+    // are drawn in event order; rows are then inserted in key order (page
+    // locality). That
     // assumes every new deal's FILL is applied in event order; the rare
     // exceptions (rejected, or the deal already existed) are corrected by
     // the general path below.
@@ -1019,9 +1059,9 @@ fn apply_in_tx(
         .collect();
     let mut firsts: Vec<(&Event, Option<i64>, Option<&str>)> = Vec::with_capacity(new_events.len());
     {
-        let mut seen: HashSet<&str> = HashSet::with_capacity(new_events.len());
+        let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(new_events.len());
         for &(_, ev) in &new_events {
-            if seen.insert(ev.deal_id()) {
+            if seen.insert(ev.deal_key()) {
                 let (seq, prev) = match ev {
                     Event::Fill(f) => {
                         next_seq += 1;
@@ -1034,7 +1074,7 @@ fn apply_in_tx(
             }
         }
     }
-    firsts.sort_unstable_by(|a, b| a.0.deal_id().cmp(b.0.deal_id()));
+    firsts.sort_unstable_by(|a, b| a.0.deal_key().cmp(&b.0.deal_key()));
     // DEAL_ROWS rows per statement, the rest one by one (as for the
     // processed events).
     let mut new = vec![false; firsts.len()];
@@ -1043,15 +1083,18 @@ fn apply_in_tx(
         type First<'a> = (&'a Event, Option<i64>, Option<&'a str>);
         let bind =
             |st: &mut rusqlite::CachedStatement<'_>, c: &[First<'_>]| bind_firsts(st, c, now);
-        let is_row = |(ev, _, _): &First<'_>, r: &Row<'_>| -> anyhow::Result<bool> {
-            Ok(ev.deal_id() == r.get_ref(0)?.as_str()?)
-        };
+        let is_row =
+            |(ev, _, _): &First<'_>, r: &Row<'_>| -> anyhow::Result<bool> {
+                Ok(ev.account() == r.get_ref(0)?.as_str()?
+                    && ev.deal_id() == r.get_ref(1)?.as_str()?)
+            };
         let stmts = (pair(&sql.deal_multi), pair(&sql.deal_one));
         insert_rows(tx, stmts, DEAL_ROWS, &firsts, bind, is_row, &mut new)?;
     }
 
     // The common batch: only FILLs of deals unknown until now (each one's
-    // row was just inserted, none repeats a deal_id within the batch).
+    // row was just inserted, none repeats an (account, deal_id) within the
+    // batch).
     // The planner would apply each to its position in event order and
     // leave the inserted rows, sequence numbers and chain links as they
     // are, so this path does only that, on slots instead of hash maps.
@@ -1123,29 +1166,34 @@ fn apply_in_tx(
             .and_then(Option::as_ref)
             .and_then(|s| s.last_deal_id.clone())
     };
-    let mut deals: HashMap<String, Option<DealRow>> = HashMap::with_capacity(new_events.len());
+    // Deals by their (account, deal_id) (F2).
+    let mut deals: HashMap<DealKey, Option<DealRow>> = HashMap::with_capacity(new_events.len());
     // Rows this batch inserted: the event whose `DealRow::first` they hold,
     // and the prev_deal_id written.
-    let mut inserted: HashMap<&str, (&Event, Option<String>)> =
+    let mut inserted: HashMap<(&str, &str), (&Event, Option<String>)> =
         HashMap::with_capacity(new_events.len());
     // Rows that existed before this batch, as read.
-    let mut before: HashMap<&str, DealRow> = HashMap::new();
+    let mut before: HashMap<(&str, &str), DealRow> = HashMap::new();
     {
-        let mut sel =
-            tx.prepare_cached(&format!("SELECT {DEAL_COLS} FROM fills WHERE deal_id = ?1"))?;
+        let mut sel = tx.prepare_cached(&format!(
+            "SELECT {DEAL_COLS} FROM fills WHERE account = ?1 AND deal_id = ?2"
+        ))?;
         for ((ev, _, prev), is_new) in firsts.into_iter().zip(new) {
-            let deal_id = ev.deal_id();
+            let key = ev.deal_key();
             if is_new {
-                deals.insert(deal_id.to_owned(), None);
-                inserted.insert(deal_id, (ev, prev.map(str::to_owned)));
+                deals.insert(plan::deal_key(ev), None);
+                inserted.insert(key, (ev, prev.map(str::to_owned)));
             } else {
-                let mut rows = sel.query([deal_id])?;
-                let row = rows
-                    .next()?
-                    .with_context(|| format!("deal {deal_id} conflicted but is not readable"))?;
+                let mut rows = sel.query([key.0, key.1])?;
+                let row = rows.next()?.with_context(|| {
+                    format!(
+                        "deal {} of account {} conflicted but is not readable",
+                        key.1, key.0
+                    )
+                })?;
                 let d = deal_from_row(row)?;
-                deals.insert(deal_id.to_owned(), Some(d.clone()));
-                before.insert(deal_id, d);
+                deals.insert(plan::deal_key(ev), Some(d.clone()));
+                before.insert(key, d);
             }
         }
     }
@@ -1162,7 +1210,8 @@ fn apply_in_tx(
     let mut history: HashMap<PosKey, Vec<HistFill>> = HashMap::new();
     {
         let mut walk = tx.prepare_cached(
-            "SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1",
+            "SELECT status, side, qty, price, prev_deal_id FROM fills
+             WHERE account = ?1 AND deal_id = ?2",
         )?;
         for key in plan::replay_keys(&new_events, &deals) {
             // The stored head predates this batch's rows: the planner adds
@@ -1184,38 +1233,47 @@ fn apply_in_tx(
 
     // Write what changed.
     {
+        // F2: (account, deal_id) is the key; the account is not rewritten.
         let mut upd = tx.prepare_cached(
-            "UPDATE fills SET status = ?2, fill_event_id = ?3, account = ?4, symbol = ?5, side = ?6,
+            "UPDATE fills SET status = ?2, fill_event_id = ?3, symbol = ?5, side = ?6,
                               qty = ?7, price = ?8, exec_ns = ?9, bust_event_id = ?10,
                               bust_account = ?11, bust_ns = ?12,
                               applied_seq = COALESCE(?13, applied_seq), updated_ns = ?14
-             WHERE deal_id = ?1",
+             WHERE account = ?4 AND deal_id = ?1",
         )?;
-        let newly: HashSet<&str> = p.newly_applied.iter().map(String::as_str).collect();
-        let mut deal_ids: Vec<&String> = p.deals.keys().collect();
-        deal_ids.sort_unstable();
-        for deal_id in deal_ids {
-            let fin = &p.deals[deal_id];
+        let newly: HashSet<(&str, &str)> = p
+            .newly_applied
+            .iter()
+            .map(|(a, d)| (a.as_str(), d.as_str()))
+            .collect();
+        let mut deal_keys: Vec<&DealKey> = p.deals.keys().collect();
+        deal_keys.sort_unstable();
+        for dk in deal_keys {
+            let fin = &p.deals[dk];
+            let (account, deal_id) = (dk.0.as_str(), dk.1.as_str());
+            let key = (account, deal_id);
             // Whether the stored row is already `fin`, and whether it was
             // an applied row.
-            let (unchanged, was_applied_row) =
-                match (inserted.get(deal_id.as_str()), before.get(deal_id.as_str())) {
-                    (Some((ev, _)), _) => (
-                        fin.as_ref().is_some_and(|r| is_first_row(r, ev)),
-                        matches!(ev, Event::Fill(_)),
-                    ),
-                    (None, Some(b)) => (fin.as_ref() == Some(b), b.status == DealStatus::Applied),
-                    (None, None) => (fin.is_none(), false),
-                };
+            let (unchanged, was_applied_row) = match (inserted.get(&key), before.get(&key)) {
+                (Some((ev, _)), _) => (
+                    fin.as_ref().is_some_and(|r| is_first_row(r, ev)),
+                    matches!(ev, Event::Fill(_)),
+                ),
+                (None, Some(b)) => (fin.as_ref() == Some(b), b.status == DealStatus::Applied),
+                (None, None) => (fin.is_none(), false),
+            };
             if unchanged {
                 continue;
             }
             match fin {
                 None => {
-                    tx.execute("DELETE FROM fills WHERE deal_id = ?1", [deal_id])?;
+                    tx.execute(
+                        "DELETE FROM fills WHERE account = ?1 AND deal_id = ?2",
+                        [account, deal_id],
+                    )?;
                 }
                 Some(row) => {
-                    let seq = (newly.contains(deal_id.as_str()) && !was_applied_row).then(|| {
+                    let seq = (newly.contains(&key) && !was_applied_row).then(|| {
                         next_seq += 1;
                         next_seq
                     });
@@ -1224,7 +1282,7 @@ fn apply_in_tx(
                         deal_id,
                         c.status,
                         c.fill_event_id,
-                        c.account,
+                        account,
                         c.symbol,
                         c.side,
                         c.qty,
@@ -1249,18 +1307,22 @@ fn apply_in_tx(
     // wrong (a rejected or already-known deal before them) are corrected.
     let mut heads: HashMap<(&str, &str), Option<String>> = HashMap::with_capacity(stored.len());
     {
-        let mut set_prev =
-            tx.prepare_cached("UPDATE fills SET prev_deal_id = ?2 WHERE deal_id = ?1")?;
-        for deal_id in &p.newly_applied {
-            let Some(Some(DealRow { fill: Some(f), .. })) = p.deals.get(deal_id) else {
-                anyhow::bail!("internal: applied deal {deal_id} has no fill");
+        // F2: a link names a deal of the same position, hence of the same
+        // account; rows are found by (account, deal_id).
+        let mut set_prev = tx.prepare_cached(
+            "UPDATE fills SET prev_deal_id = ?3 WHERE account = ?1 AND deal_id = ?2",
+        )?;
+        for dk in &p.newly_applied {
+            let Some(Some(DealRow { fill: Some(f), .. })) = p.deals.get(dk) else {
+                anyhow::bail!("internal: applied deal {} of {} has no fill", dk.1, dk.0);
             };
             let head = heads
                 .entry((f.account.as_str(), f.symbol.as_str()))
                 .or_insert_with(|| head_of(&stored, f));
-            let prev = head.replace(deal_id.clone());
-            if inserted.get(deal_id.as_str()).map(|(_, w)| w) != Some(&prev) {
-                set_prev.execute(params![deal_id, prev])?;
+            let prev = head.replace(dk.1.clone());
+            let key = (dk.0.as_str(), dk.1.as_str());
+            if inserted.get(&key).map(|(_, w)| w) != Some(&prev) {
+                set_prev.execute(params![dk.0, dk.1, prev])?;
             }
         }
     }
@@ -1288,20 +1350,6 @@ fn apply_in_tx(
             params![kind.as_str(), event_id],
         )?;
     }
-    for d in &p.dead_letters {
-        tx.execute(
-            "INSERT INTO dead_letters (source, kind, event_id, deal_id, reason, created_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                source,
-                d.kind.as_str(),
-                d.event_id,
-                d.deal_id,
-                d.reason,
-                now
-            ],
-        )?;
-    }
 
     outs.reserve(p.outcomes.len());
     for (i, o) in p.outcomes {
@@ -1312,7 +1360,6 @@ fn apply_in_tx(
         outs,
         SideEffects {
             released: p.released,
-            dead_lettered: p.dead_letters.len(),
         },
     ))
 }
@@ -1339,7 +1386,10 @@ impl DealCols {
         DealCols {
             status: row.status.as_str(),
             fill_event_id: f.map(|f| f.event_id.clone()),
-            account: f.map(|f| f.account.clone()),
+            // F2: part of the key; a held BUST's row has the BUST's.
+            account: f
+                .map(|f| f.account.clone())
+                .or_else(|| b.map(|b| b.account.clone())),
             symbol: f.map(|f| f.symbol.clone()),
             side: f.map(|f| f.side.as_str()),
             qty: f.map(|f| f.qty.to_string()),
@@ -1372,7 +1422,7 @@ fn deal_insert_sql(rows: usize, returning: bool) -> String {
         s.push_str("?1, ?1)");
     }
     if returning {
-        s.push_str(" ON CONFLICT (deal_id) DO NOTHING RETURNING deal_id");
+        s.push_str(" ON CONFLICT (account, deal_id) DO NOTHING RETURNING account, deal_id");
     }
     s
 }
@@ -1409,7 +1459,10 @@ fn bind_firsts(
             Event::Bust(bu) => {
                 stmt.raw_bind_parameter(b + 1, bu.deal_id.as_str())?;
                 stmt.raw_bind_parameter(b + 2, DealStatus::BustHeld.as_str())?;
-                for k in 3..=8 {
+                stmt.raw_bind_parameter(b + 3, NO_TEXT)?;
+                // F2: the held BUST's row is keyed by its (account, deal_id).
+                stmt.raw_bind_parameter(b + 4, bu.account.as_str())?;
+                for k in 5..=8 {
                     stmt.raw_bind_parameter(b + k, NO_TEXT)?;
                 }
                 stmt.raw_bind_parameter(b + 9, NO_INT)?;
@@ -1428,8 +1481,10 @@ fn bind_firsts(
 mod tests {
     //! The BUST chain (prev_deal_id / last_deal_id) against an in-memory
     //! model of the rules: random batches of fills, repeats, busts of
-    //! stored and same-batch fills, held busts (right and wrong account),
-    //! deals filled twice and overflowing fills (rejected, whose rows are
+    //! stored and same-batch fills, held busts (released by their FILL, or
+    //! waiting while the deal id is filled on another account), deals filled
+    //! twice, one deal id filled on two accounts (F2: two deals, each with
+    //! its own chain link) and overflowing fills (rejected, whose rows are
     //! deleted and whose successors must be relinked).
     use super::*;
     use crate::fills::model::parse_value;
@@ -1437,26 +1492,17 @@ mod tests {
     /// Deal states with the content hash of the event(s) they hold (F2b).
     #[derive(Clone)]
     enum DealState {
-        Applied {
-            account: String,
-            key: PosKey,
-            fill: String,
-        },
-        Busted {
-            fill: String,
-            bust: String,
-        },
-        Held {
-            account: String,
-            bust: String,
-        },
+        Applied { key: PosKey, fill: String },
+        Busted { fill: String, bust: String },
+        Held { bust: String },
     }
 
     #[derive(Default)]
     struct Model {
         /// (kind, event_id) -> content hash.
         processed: HashMap<(String, String), String>,
-        deals: HashMap<String, DealState>,
+        /// By (account, deal_id) (F2).
+        deals: HashMap<(String, String), DealState>,
         /// Applied, not busted fills per position, in application order.
         applied: HashMap<PosKey, Vec<(String, Side, Decimal, Decimal)>>,
     }
@@ -1484,6 +1530,7 @@ mod tests {
                     Outcome::Conflict(String::new())
                 }
             };
+            let dk = (ev.account().to_owned(), ev.deal_id().to_owned());
             let out = match ev {
                 Event::Fill(f) => {
                     let key = (f.account.clone(), f.symbol.clone());
@@ -1494,20 +1541,19 @@ mod tests {
                             .map_err(|e| e.to_string())?;
                         v.push((f.deal_id.clone(), f.side, f.qty, f.price));
                         m.deals.insert(
-                            f.deal_id.clone(),
+                            dk.clone(),
                             DealState::Applied {
-                                account: f.account.clone(),
                                 key: key.clone(),
                                 fill: f.content_hash(),
                             },
                         );
                         Ok(())
                     };
-                    match self.deals.get(&f.deal_id).cloned() {
+                    match self.deals.get(&dk).cloned() {
                         None => apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied),
-                        Some(DealState::Held { account, bust }) if account == f.account => {
+                        Some(DealState::Held { bust }) => {
                             self.deals.insert(
-                                f.deal_id.clone(),
+                                dk.clone(),
                                 DealState::Busted {
                                     fill: hash.clone(),
                                     bust,
@@ -1515,46 +1561,34 @@ mod tests {
                             );
                             Outcome::Applied
                         }
-                        Some(DealState::Held { .. }) => {
-                            apply(self).map_or_else(Outcome::Rejected, |()| Outcome::Applied)
-                        }
                         Some(DealState::Applied { fill, .. } | DealState::Busted { fill, .. }) => {
                             same(&fill)
                         }
                     }
                 }
-                Event::Bust(b) => match self.deals.get(&b.deal_id).cloned() {
+                Event::Bust(b) => match self.deals.get(&dk).cloned() {
                     None => {
-                        self.deals.insert(
-                            b.deal_id.clone(),
-                            DealState::Held {
-                                account: b.account.clone(),
-                                bust: hash.clone(),
-                            },
-                        );
+                        self.deals
+                            .insert(dk.clone(), DealState::Held { bust: hash.clone() });
                         Outcome::Held
                     }
-                    Some(DealState::Applied { account, key, fill }) => {
-                        if account != b.account {
-                            Outcome::Rejected("account".into())
-                        } else {
-                            let v = self.applied.get_mut(&key).unwrap();
-                            let mut rest = v.clone();
-                            rest.retain(|x| x.0 != b.deal_id);
-                            match replay(&rest) {
-                                Ok(_) => {
-                                    *v = rest;
-                                    self.deals.insert(
-                                        b.deal_id.clone(),
-                                        DealState::Busted {
-                                            fill,
-                                            bust: hash.clone(),
-                                        },
-                                    );
-                                    Outcome::Applied
-                                }
-                                Err(e) => Outcome::Rejected(e),
+                    Some(DealState::Applied { key, fill }) => {
+                        let v = self.applied.get_mut(&key).unwrap();
+                        let mut rest = v.clone();
+                        rest.retain(|x| x.0 != b.deal_id);
+                        match replay(&rest) {
+                            Ok(_) => {
+                                *v = rest;
+                                self.deals.insert(
+                                    dk.clone(),
+                                    DealState::Busted {
+                                        fill,
+                                        bust: hash.clone(),
+                                    },
+                                );
+                                Outcome::Applied
                             }
+                            Err(e) => Outcome::Rejected(e),
                         }
                     }
                     Some(DealState::Busted { bust, .. } | DealState::Held { bust, .. }) => {
@@ -1662,6 +1696,8 @@ mod tests {
                         }
                         58..=72 if !filled.is_empty() => {
                             let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
+                            // F2: a BUST naming another account is that
+                            // account's deal: held, the fill untouched.
                             let a = if rng.below(10) == 0 { "OTHER" } else { a.as_str() };
                             bust(&format!("B{n}"), deal, a)
                         }
@@ -1672,14 +1708,24 @@ mod tests {
                         }
                         80..=87 if !pending.is_empty() => {
                             let (deal, a) = pending.swap_remove(rng.below(pending.len() as u64) as usize);
-                            // Sometimes the held BUST named another account.
+                            // Sometimes the FILL is for another account: a
+                            // deal of its own (F2), the BUST stays held.
                             let a = if rng.below(4) == 0 { acc.clone() } else { a };
                             filled.push((deal.clone(), a.clone()));
                             fill(&format!("F{n}"), &deal, &a, sym, side, &qty, &px)
                         }
                         88..=91 if !filled.is_empty() => {
-                            let (deal, a) = &filled[rng.below(filled.len() as u64) as usize];
-                            fill(&format!("F{n}"), deal, a, sym, side, &qty, &px)
+                            // A second FILL of a deal id: on its account a
+                            // conflict (F2b); on the other of A/B the other
+                            // side of an internal cross, applied (F2).
+                            let (deal, a) = filled[rng.below(filled.len() as u64) as usize].clone();
+                            let a = match (rng.below(2), a.as_str()) {
+                                (0, "A") => "B".to_string(),
+                                (0, "B") => "A".to_string(),
+                                _ => a,
+                            };
+                            filled.push((deal.clone(), a.clone()));
+                            fill(&format!("F{n}"), &deal, &a, sym, side, &qty, &px)
                         }
                         92..=95 => {
                             let deal = format!("D{n}");
@@ -1757,7 +1803,7 @@ mod tests {
                 .prepare_cached("SELECT qty, avg_price, realized_pnl, last_deal_id FROM positions WHERE account = ?1 AND symbol = ?2")
                 .unwrap();
             let mut walk = conn
-                .prepare_cached("SELECT status, side, qty, price, prev_deal_id FROM fills WHERE deal_id = ?1")
+                .prepare_cached("SELECT status, side, qty, price, prev_deal_id FROM fills WHERE account = ?1 AND deal_id = ?2")
                 .unwrap();
             let mut busts = 0;
             for (key, v) in &model.applied {
