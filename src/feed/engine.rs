@@ -626,11 +626,11 @@ impl<P: Publish> Feed<P> {
             settings: &self.settings,
             view: &self.view,
         };
-        let latest = match self.venue.rebuild(blocks, next, &mut rules) {
-            Ok(t) => t,
-            // Validated above: cannot happen; treated as malformed.
-            Err(_) => i64::MIN,
-        };
+        // Validated above: the rebuild cannot refuse it now.
+        let latest = self
+            .venue
+            .rebuild(blocks, next, &mut rules)
+            .unwrap_or(i64::MIN);
         for (i, st) in self.symbols.iter_mut().enumerate() {
             if st.view.has_quote() && st.view.source_ts == i64::MIN {
                 st.view.source_ts = latest;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::feed::SnapshotFailure;
 use crate::venue::nasdaq_itch::glimpse::{parse_end_of_snapshot, TYPE_END_OF_SNAPSHOT};
@@ -116,10 +116,7 @@ impl GlimpseClient {
 
     /// The outcome of the attempt, once it is over.
     pub fn try_outcome(&self) -> Option<Outcome> {
-        match self.outcomes.try_recv() {
-            Ok(o) => Some(o),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.outcomes.try_recv().ok()
     }
 }
 
