@@ -275,7 +275,7 @@ pub fn rerequest_answers(data: &[u8]) {
                 if !matches!(out, DatagramOutcome::Invalid(_)) {
                     answers += 1;
                 }
-                assert_eq!(feed.current_session(), session, "an answer changed the session");
+                assert_eq!(feed.current_session(), session, "an answer's session");
                 assert_eq!(feed.counters().session_changes, changes);
             }
             _ => {

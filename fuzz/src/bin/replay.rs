@@ -214,8 +214,12 @@ fn rerequest_seeds() -> Vec<Vec<u8>> {
     op(&mut s, A, 1, &p(4));
     op(&mut s, TIME, 2, &[]);
     op(&mut s, ANSWER, 1, &packet(other, 2));
-    op(&mut s, ANSWER, 1, &PacketBuilder::channel_heartbeat(session, 2));
-    op(&mut s, ANSWER, 1, &PacketBuilder::end_of_session(session, 2));
+    let (heartbeat, end) = (
+        PacketBuilder::channel_heartbeat(session, 2),
+        PacketBuilder::end_of_session(session, 2),
+    );
+    op(&mut s, ANSWER, 1, &heartbeat);
+    op(&mut s, ANSWER, 1, &end);
     op(&mut s, ANSWER, 1, &p(2));
     op(&mut s, TIME, 1, &[]);
     op(&mut s, ANSWER, 1, &p(3));
