@@ -197,3 +197,32 @@ proptest! {
         prop_assert_eq!(c.messages(), applied);
     }
 }
+
+/// R4/R6: a request is counted as sent when the I/O shell takes it
+/// (`poll_request`). One that fell due while the hole then closed before
+/// the shell polled (both in one batch of datagrams) is dropped unsent and
+/// not counted, nor charged to the 100-a-second ceiling.
+#[test]
+fn a_request_dropped_before_the_shell_takes_it_is_not_counted() {
+    let packets = stream(&[1, 1, 1, 1]);
+    let mut f = Feed::new(settings(1_000, 10_000, 1), 2);
+    f.on_datagram(0, &packets[0], T0);
+    // Packet 2 is late on both lines: a hole, its request due at 1 ms.
+    assert_eq!(
+        f.on_datagram(0, &packets[2], T0 + US),
+        DatagramOutcome::Held
+    );
+    f.handle_timeout(T0 + 1_001 * US);
+    // Before the shell polls, line B delivers packet 2: the hole closes.
+    f.on_datagram(1, &packets[1], T0 + 1_002 * US);
+    assert!(!f.recovering());
+    assert!(f.poll_request().is_none(), "no request for a closed hole");
+    assert_eq!(f.counters().recovery.requests_sent, 0);
+    // The next hole's request is counted once taken.
+    f.on_datagram(0, &packets[3], T0 + 2_000 * US);
+    f.on_datagram(0, &stream(&[1, 1, 1, 1, 1, 1])[5], T0 + 2_001 * US);
+    f.handle_timeout(T0 + 3_002 * US);
+    let (server, request) = f.poll_request().expect("the request for packet 5");
+    assert_eq!((server, request.sequence, request.count), (0, 5, 1));
+    assert_eq!(f.counters().recovery.requests_sent, 1);
+}

@@ -201,7 +201,116 @@ pub fn soupbin_glimpse(data: &[u8]) {
     let _ = glimpse::decode(data);
 }
 
-pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+/// Re-request answers (recovery.md R1-R4) interleaved with the lines and
+/// time: the first byte sets the hold (`gap_hold_packets` 1-8,
+/// `gap_hold_us` 0-1750, one re-request server, 1 ms timeout, 1-4
+/// attempts); then each op is a byte, a two-byte little-endian length and
+/// that many bytes. Time moves `op >> 2` x 50 us; `op & 3` is 0 or 1: a
+/// datagram on that line, 2: a re-request answer, 3: `handle_timeout` (and,
+/// when its first byte is odd, a datagram from a stranger). After every op
+/// the requests are taken as the I/O shell takes them. Checked: no panic;
+/// never more than `gap_hold_packets` held; every opened hole is open,
+/// filled or lost; an answer never changes the session; the counters of
+/// answers and requests match what went in and out; a request names the
+/// current session and at least one message; never more than 100 requests
+/// in a second (R4); and once time runs past every deadline, no hole is
+/// left open.
+pub fn rerequest_answers(data: &[u8]) {
+    use tickgate::feed::{DatagramOutcome, Recovery};
+    let Some((&conf, mut rest)) = data.split_first() else {
+        return;
+    };
+    let hold_packets = 1 + (conf & 7) as usize;
+    let mut feed = Feed::new(
+        FeedSettings {
+            max_symbols: 64,
+            recovery: Recovery {
+                gap_hold_us: ((conf >> 3) & 7) as u64 * 250,
+                gap_hold_packets: hold_packets,
+                rerequest_servers: 1,
+                rerequest_timeout_ms: 1,
+                rerequest_attempts: 1 + (conf >> 6) as u32,
+                snapshot: false,
+            },
+            ..FeedSettings::default()
+        },
+        2,
+    );
+    let mut now = 1_796_025_600_000_000_000i64;
+    let (mut answers, mut foreign, mut taken) = (0u64, 0u64, 0u64);
+    // The last 100 requests' times (R4's ceiling).
+    let mut sent = [i64::MIN; 100];
+    let mut sent_at = 0usize;
+    let check = |feed: &Feed, answers: u64, foreign: u64, taken: u64| {
+        let r = &feed.counters().recovery;
+        let held = feed.hold_usage().0;
+        assert!(held <= hold_packets, "{held} held, bound {hold_packets}");
+        assert_eq!(feed.recovering(), held > 0);
+        assert_eq!(
+            r.holes_opened,
+            r.holes_filled + r.holes_lost + u64::from(feed.recovering()),
+            "{r:?}"
+        );
+        assert_eq!(r.answers_received, answers);
+        assert_eq!(r.answers_wrong_source, foreign);
+        assert!(r.answers_wrong_session + r.answers_not_data <= r.answers_received);
+        assert!(r.messages_recovered <= feed.counters().rerequest.messages);
+        assert_eq!(r.requests_sent, taken);
+        assert!(r.hold_overflows <= r.holes_lost);
+    };
+    while rest.len() >= 3 {
+        let op = rest[0];
+        let n = (u16::from_le_bytes([rest[1], rest[2]]) as usize).min(rest.len() - 3);
+        let dgram = &rest[3..3 + n];
+        rest = &rest[3 + n..];
+        now += (op >> 2) as i64 * 50_000;
+        match op & 3 {
+            line @ (0 | 1) => {
+                feed.on_datagram(line as usize, dgram, now);
+            }
+            2 => {
+                let session = feed.current_session();
+                let changes = feed.counters().session_changes;
+                let out = feed.on_rerequest_answer(dgram, now);
+                if !matches!(out, DatagramOutcome::Invalid(_)) {
+                    answers += 1;
+                }
+                assert_eq!(feed.current_session(), session, "an answer's session");
+                assert_eq!(feed.counters().session_changes, changes);
+            }
+            _ => {
+                feed.handle_timeout(now);
+                if dgram.first().is_some_and(|b| b & 1 == 1) {
+                    feed.count_foreign_answer();
+                    foreign += 1;
+                }
+            }
+        }
+        while let Some((server, req)) = feed.poll_request() {
+            taken += 1;
+            assert_eq!(server, 0, "one server configured");
+            assert_eq!(Some(req.session), feed.current_session());
+            assert!(req.sequence >= 1 && req.count >= 1, "{req:?}");
+            assert!(
+                sent[sent_at] == i64::MIN || now - sent[sent_at] >= 1_000_000_000,
+                "more than 100 requests within a second"
+            );
+            sent[sent_at] = now;
+            sent_at = (sent_at + 1) % sent.len();
+        }
+        check(&feed, answers, foreign, taken);
+    }
+    // Time runs past every deadline: nothing stays held.
+    now += 10_000_000_000;
+    feed.handle_timeout(now);
+    while feed.poll_request().is_some() {
+        taken += 1;
+    }
+    check(&feed, answers, foreign, taken);
+    assert!(!feed.recovering(), "a hole outlived its deadline");
+}
+
+pub const TARGETS: [(&str, fn(&[u8])); 8] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
@@ -209,4 +318,5 @@ pub const TARGETS: [(&str, fn(&[u8])); 7] = [
     ("iex_tops_feed", iex_tops_feed),
     ("nasdaq_itch_feed", nasdaq_itch_feed),
     ("soupbin_glimpse", soupbin_glimpse),
+    ("rerequest_answers", rerequest_answers),
 ];

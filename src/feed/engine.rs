@@ -147,8 +147,11 @@ struct Requester {
     server: usize,
     /// When the outstanding request left, if one is.
     outstanding_since: Option<i64>,
-    /// A request due, waiting for the I/O shell (`poll_request`).
-    queued: Option<(usize, Request)>,
+    /// A request due, waiting for the I/O shell (`poll_request`): the
+    /// server, the request, and when it fell due. Counted as sent (and in
+    /// the rate ceiling) only when the shell takes it: a hole that closes
+    /// or is declared first drops it unsent.
+    queued: Option<(usize, Request, i64)>,
     /// The last `RATE_LIMIT` send times (a ring), for the ceiling.
     sent: [i64; RATE_LIMIT],
     sent_at: usize,
@@ -680,7 +683,10 @@ impl<P: Publish> Feed<P> {
     /// configured server to send it to, and the request. At most one is
     /// outstanding per feed.
     pub fn poll_request(&mut self) -> Option<(usize, Request)> {
-        self.req.queued.take()
+        let (server, request, at) = self.req.queued.take()?;
+        self.req.record_send(at);
+        self.counters.recovery.requests_sent += 1;
+        Some((server, request))
     }
 
     /// Whether a hole is open now (R3: the check answers `recovering`).
@@ -1013,9 +1019,11 @@ impl<P: Publish> Feed<P> {
             self.req.server = (self.req.server + 1) % self.settings.recovery.rerequest_servers;
         }
         self.req.outstanding_since = Some(now);
-        self.req.record_send(now);
-        self.req.queued = Some((self.req.server, Request::for_hole(session, next, missing)));
-        self.counters.recovery.requests_sent += 1;
+        self.req.queued = Some((
+            self.req.server,
+            Request::for_hole(session, next, missing),
+            now,
+        ));
     }
 
     /// Applies a valid datagram to the channel rules and, for data, the

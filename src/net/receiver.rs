@@ -1286,6 +1286,11 @@ impl<H: DatagramHandler + Send + 'static> FeedThread<H> {
         let (cpu, fifo) = (opts.cpu, opts.fifo_priority);
         let mut rx =
             Receiver::open(lines, opts).with_context(|| format!("feed {name}: opening lines"))?;
+        if let Some(local) = rx.rerequest_addr() {
+            // R4: answers come back to this address (operators allow it
+            // through firewalls; tests aim strangers at it).
+            tracing::info!(feed = name, %local, "re-request socket bound");
+        }
         let stats = rx.stats();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();

@@ -156,9 +156,102 @@ fn soupbin_seeds() -> Vec<Vec<u8>> {
     singles
 }
 
+/// Scripts for `rerequest_answers` (recovery.md R1-R4, tickgate protocol):
+/// a hole filled by an answer; one never answered; answers of another
+/// session, heartbeats and ends of session; a hole answered in parts; the
+/// hold overflowing; a session change while holding; a stranger; and a
+/// long run of holes asking for more than 100 requests a second.
+fn rerequest_seeds() -> Vec<Vec<u8>> {
+    use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+    const A: u8 = 0;
+    const B: u8 = 1;
+    const ANSWER: u8 = 2;
+    const TIME: u8 = 3;
+    let session = SessionId(*b"FUZZSESS01");
+    let other = SessionId(*b"OTHERSESS1");
+    let packet = |session: SessionId, seq: u64| {
+        let mut b = PacketBuilder::new();
+        let side = |px| Some(Side { px, qty: seq });
+        b.start(session, seq).quote(&Quote::new(
+            Symbol::parse(["EURUSD", "GBPUSD", "USDJPY"][seq as usize % 3]).unwrap(),
+            seq,
+            1_796_025_600_000_000_000,
+            side(1_000_000_000 + seq as i64),
+            side(1_000_100_000 + seq as i64),
+        ));
+        b.bytes().to_vec()
+    };
+    // One op: what it is, and how many 50 us steps time moves first.
+    let op = |out: &mut Vec<u8>, kind: u8, steps: u8, bytes: &[u8]| {
+        out.push((steps << 2) | kind);
+        out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+        out.extend_from_slice(bytes);
+    };
+    let p = |seq| packet(session, seq);
+    let mut out = Vec::new();
+    // Hold 3, 250 us, 1 attempt: 2 is answered; B's late copy of 3.
+    let mut s = vec![0b0000_1010];
+    op(&mut s, A, 1, &p(1));
+    op(&mut s, A, 1, &p(3));
+    op(&mut s, TIME, 6, &[]);
+    op(&mut s, ANSWER, 2, &p(2));
+    op(&mut s, B, 1, &p(3));
+    op(&mut s, A, 1, &p(4));
+    out.push(s);
+    // Never answered, 2 attempts: requests, then lost.
+    let mut s = vec![0b0100_1111];
+    op(&mut s, A, 1, &p(1));
+    op(&mut s, A, 1, &p(4));
+    for _ in 0..6 {
+        op(&mut s, TIME, 20, &[]);
+    }
+    op(&mut s, A, 1, &p(5));
+    out.push(s);
+    // Answers the feed drops: another session, a heartbeat, an end of
+    // session; then a hole of two answered in parts.
+    let mut s = vec![0b1000_0111];
+    op(&mut s, A, 1, &p(1));
+    op(&mut s, A, 1, &p(4));
+    op(&mut s, TIME, 2, &[]);
+    op(&mut s, ANSWER, 1, &packet(other, 2));
+    let (heartbeat, end) = (
+        PacketBuilder::channel_heartbeat(session, 2),
+        PacketBuilder::end_of_session(session, 2),
+    );
+    op(&mut s, ANSWER, 1, &heartbeat);
+    op(&mut s, ANSWER, 1, &end);
+    op(&mut s, ANSWER, 1, &p(2));
+    op(&mut s, TIME, 1, &[]);
+    op(&mut s, ANSWER, 1, &p(3));
+    op(&mut s, ANSWER, 1, &p(3));
+    op(&mut s, TIME, 40, &[1]);
+    out.push(s);
+    // Hold 1: the second held packet overflows it; then a session change
+    // while a hole is open.
+    let mut s = vec![0b0000_1000];
+    op(&mut s, A, 1, &p(1));
+    op(&mut s, A, 1, &p(3));
+    op(&mut s, B, 1, &p(5));
+    op(&mut s, A, 1, &p(7));
+    op(&mut s, B, 1, &packet(other, 1));
+    op(&mut s, ANSWER, 1, &p(8));
+    op(&mut s, TIME, 63, &[]);
+    out.push(s);
+    // Every other packet missing, 1.05 ms apart, 1 ms per attempt: more
+    // holes than 100 requests a second can ask for.
+    let mut s = vec![0b0100_0111];
+    for k in 0..400u64 {
+        op(&mut s, A, 11, &p(1 + 2 * k));
+        op(&mut s, TIME, 10, &[k as u8]);
+    }
+    out.push(s);
+    out
+}
+
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "soupbin_glimpse" => soupbin_seeds(),
+        "rerequest_answers" => rerequest_seeds(),
         "iex_tops_feed" => venue_seeds("iex-"),
         "nasdaq_itch_feed" => venue_seeds("nasdaq-"),
         "wire_feed" => {
