@@ -308,3 +308,38 @@ fn a_hole_after_g_keeps_its_open_time() {
     );
     assert!(matches!(f.snapshot_phase().0, SnapshotPhase::Wanted { .. }));
 }
+
+/// R5: at most 1,000,000 datagrams are held while a snapshot runs; one
+/// more fails the attempt (`held_bound`), and what was held is processed
+/// as without a snapshot (R1-R2).
+#[test]
+fn the_held_bound_fails_the_attempt() {
+    let mut f = feed();
+    f.on_datagram(0, &packet(10, &[add(1, "AAPL", 1, true, 5, 1_000_000)]), T0);
+    assert!(f.poll_snapshot_start(T0));
+    // Empty packets (a count of 0 would be a heartbeat): one System Event
+    // each, sequences 11, 12, ...
+    let event = Message::SystemEvent {
+        header: hdr(0, 0),
+        event: b'Q',
+    };
+    let max = tickgate::feed::engine::SNAPSHOT_HOLD_MAX as u64;
+    for i in 0..max {
+        let out = f.on_datagram(0, &packet(11 + i, std::slice::from_ref(&event)), T0 + 1);
+        assert_eq!(out, DatagramOutcome::Held);
+    }
+    assert!(matches!(
+        f.snapshot_phase().0,
+        SnapshotPhase::Running { .. }
+    ));
+    f.on_datagram(0, &packet(11 + max, &[event]), T0 + 2);
+    assert_eq!(
+        f.snapshot_phase().1,
+        Some(SnapshotFailure::HeldBound),
+        "the attempt failed"
+    );
+    // Released in order as without a snapshot: nothing lost, nothing held.
+    assert!(!f.recovering());
+    assert_eq!(f.counters().channel_messages_lost, 0);
+    assert_eq!(f.hold_usage().0, 0);
+}

@@ -747,7 +747,7 @@ impl<P: Publish> Feed<P> {
                 if ch.kind == PacketKind::Data && end <= next {
                     return self.process(source, datagram, header, now);
                 }
-                if !self.channel.believed(seq) {
+                if !self.believed_beyond_hold(seq) {
                     return self.process(source, datagram, header, now);
                 }
                 if self.hold.holds_copy(header) {
@@ -765,7 +765,7 @@ impl<P: Publish> Feed<P> {
                 return DatagramOutcome::Held;
             }
             if seq > next {
-                if !self.channel.believed(seq) {
+                if !self.believed_beyond_hold(seq) {
                     // C3b: dropped, or (the third of a run) a gap from
                     // `next`: held datagrams are older, declare them first.
                     if self.channel.jump_would_resync(&ch) {
@@ -925,6 +925,14 @@ impl<P: Publish> Feed<P> {
             self.view.line_skew_max_ns = skew;
             self.publisher.publish_feed(&self.view);
         }
+    }
+
+    /// C3b while datagrams are held: a sequence is judged from the furthest
+    /// one held (the provider's stream goes on while `next` waits for the
+    /// hole, for as long as a snapshot takes), else from `next`.
+    fn believed_beyond_hold(&self, seq: u64) -> bool {
+        let from = self.channel.next_sequence().max(self.hold.max_end());
+        seq <= from || seq - from < self.settings.max_channel_jump.max(1)
     }
 
     /// The symbol rules' context at `now`.

@@ -57,6 +57,8 @@ pub struct Hold {
     spare: Vec<u8>,
     /// Bytes of `arena` still referenced by entries.
     live_bytes: usize,
+    /// The largest `end()` held since the hold was last empty.
+    max_end: u64,
     /// Most entries held at once so far, and the arena's largest size: for
     /// the operator (peak memory of the hold).
     pub peak_entries: usize,
@@ -86,6 +88,18 @@ impl Hold {
     #[inline]
     pub fn first(&self) -> Option<&Held> {
         self.entries.front()
+    }
+
+    /// The sequence after the furthest datagram held (0 when empty): C3b
+    /// judges a new datagram from here, not from a `next` that waits for
+    /// the hole.
+    #[inline]
+    pub fn max_end(&self) -> u64 {
+        if self.entries.is_empty() {
+            0
+        } else {
+            self.max_end
+        }
     }
 
     /// Earliest arrival among the held datagrams (R2: the open time of a
@@ -119,6 +133,10 @@ impl Hold {
             len: datagram.len(),
         };
         let seq = held.sequence();
+        if self.entries.is_empty() {
+            self.max_end = 0;
+        }
+        self.max_end = self.max_end.max(held.end());
         let at = self.entries.partition_point(|e| e.sequence() <= seq);
         self.entries.insert(at, held);
         self.peak_entries = self.peak_entries.max(self.entries.len());
