@@ -87,7 +87,8 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        // Not blocking on a FIFO someone left at the path.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
     {
         Ok(f) => f,
