@@ -441,3 +441,83 @@ fn an_unknown_cause_code_in_a_slot_fails_closed() {
     assert_eq!(v.cause, tickgate::feed::SuspectCause::Gap);
     assert!(!v.ok());
 }
+
+const SMALL_TMPFS_ENV: &str = "TICKGATE_TEST_SMALL_TMPFS";
+
+/// A state file larger than the free space of its tmpfs: publication
+/// fails with ENOSPC and leaves nothing behind, instead of publishing a
+/// sparse file whose first write past the free space is a SIGBUS. Runs in
+/// a private mount namespace (`unshare -m`, as root) with a 64 KiB tmpfs.
+#[test]
+fn a_state_file_that_does_not_fit_its_tmpfs_is_refused_at_publication() {
+    let usable = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        println!("SKIPPED: unshare -m is not available here (needs root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "publication_in_a_small_tmpfs", "--ignored"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(SMALL_TMPFS_ENV, dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stdout.contains("SKIPPED") {
+        println!("SKIPPED: cannot mount a tmpfs here: {stdout}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}{stderr}");
+}
+
+#[test]
+#[ignore = "run inside a private mount namespace by a_state_file_that_does_not_fit_its_tmpfs_is_refused_at_publication"]
+fn publication_in_a_small_tmpfs() {
+    let Some(dir) = std::env::var_os(SMALL_TMPFS_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        println!("SKIPPED: mount -t tmpfs failed");
+        return;
+    }
+    let spec = |capacity| tickgate::feed::shm::FeedSpec {
+        name: "md1".into(),
+        capacity,
+        stale_ms: 500,
+        source_max_age_ms: 2000,
+    };
+    let path = dir.join("state.shm");
+    // About 1 MB: more than the file system holds.
+    let e = tickgate::daemon::shm::publish(&path, 0o640, &[spec(10_000)]).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("reserving"), "{msg}");
+    assert!(msg.contains("No space left on device"), "{msg}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no file left behind"
+    );
+    // One that fits is published, every page allocated.
+    let (p, _regions) = tickgate::daemon::shm::publish(&path, 0o640, &[spec(10)]).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        meta.blocks() * 512,
+        meta.len(),
+        "no page left to allocate later"
+    );
+    drop(p);
+}
