@@ -595,7 +595,58 @@ impl Config {
                 }
             }
         }
+        self.validate_places(&mut out);
         ConfigError::from_all(out)
+    }
+
+    /// Two things the daemon would create or bind at one place: refused
+    /// here, with the key, rather than at start (exit 1).
+    fn validate_places(&self, out: &mut Vec<ConfigError>) {
+        if let Some(shm) = &self.gate.shm {
+            if shm == &self.gate.socket {
+                out.push(ConfigError::invalid(
+                    "gate.shm",
+                    format!("{} is also gate.socket", shm.display()),
+                ));
+            }
+            if let Some(Ok(crate::fills::config::DbTarget::Sqlite(db))) =
+                self.fills.as_ref().map(|f| f.db_target())
+            {
+                // SQLite's own files beside the database too.
+                let taken = ["", "-wal", "-shm", "-journal"].into_iter().find(|suffix| {
+                    let mut name = db.as_os_str().to_os_string();
+                    name.push(suffix);
+                    shm == Path::new(&name)
+                });
+                if let Some(suffix) = taken {
+                    out.push(ConfigError::invalid(
+                        "gate.shm",
+                        format!(
+                            "{} is {} (fills.db)",
+                            shm.display(),
+                            if suffix.is_empty() {
+                                "the fills database".to_string()
+                            } else {
+                                format!("the fills database's {suffix} file")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        if let (Some(metrics), Some(fills)) = (self.metrics.listen, &self.fills) {
+            if let Ok(http) = fills.http.listen.parse::<SocketAddr>() {
+                let overlap = metrics.ip() == http.ip()
+                    || metrics.ip().is_unspecified()
+                    || http.ip().is_unspecified();
+                if metrics.port() != 0 && metrics.port() == http.port() && overlap {
+                    out.push(ConfigError::invalid(
+                        "metrics.listen",
+                        format!("{metrics} is also where fills.http.listen ({http}) binds"),
+                    ));
+                }
+            }
+        }
     }
 
     /// What a reload (SIGHUP) may apply without dropping state: thresholds.
