@@ -11,54 +11,73 @@ pub enum Line {
     Eof,
     /// A line (in the buffer, with its `\n` when it had one).
     Read,
-    /// A line longer than the bound: skipped through its `\n` (or the end
-    /// of input); the buffer holds its first `max` bytes.
+    /// The line is longer than the bound: the buffer holds its first `max`
+    /// bytes, the rest is still to be read (`skip_line` drops it; an input
+    /// that never ends the line, such as `/dev/zero`, is never drained).
     TooLong,
 }
 
 /// Reads one line of at most `max` bytes (its `\n` not counted) into
-/// `buf` (cleared first). A longer line is consumed and dropped, never
-/// held whole: at most `max + 1` bytes are ever in `buf`.
+/// `buf` (cleared first). At most `max` bytes plus the `\n` are ever in
+/// `buf`: a longer line stops the read at the bound.
 pub fn read_line<R: BufRead + ?Sized>(
     r: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<Line> {
     buf.clear();
-    let mut too_long = false;
     loop {
-        let (done, used) = {
-            let chunk = match r.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if chunk.is_empty() {
-                return Ok(match (too_long, buf.is_empty()) {
-                    (true, _) => Line::TooLong,
-                    (false, true) => Line::Eof,
-                    (false, false) => Line::Read,
-                });
-            }
-            let (take, done) = match chunk.iter().position(|&c| c == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (chunk.len(), false),
-            };
-            if !too_long {
-                let body = if done { take - 1 } else { take };
-                if buf.len() + body > max {
-                    too_long = true;
-                    let room = max - buf.len();
-                    buf.extend_from_slice(&chunk[..room]);
-                } else {
-                    buf.extend_from_slice(&chunk[..take]);
-                }
-            }
-            (done, take)
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         };
-        r.consume(used);
-        if done {
-            return Ok(if too_long { Line::TooLong } else { Line::Read });
+        if chunk.is_empty() {
+            return Ok(if buf.is_empty() {
+                Line::Eof
+            } else {
+                Line::Read
+            });
+        }
+        let newline = chunk.iter().position(|&c| c == b'\n');
+        let body = newline.unwrap_or(chunk.len());
+        if buf.len() + body > max {
+            let room = max - buf.len();
+            buf.extend_from_slice(&chunk[..room]);
+            r.consume(room);
+            return Ok(Line::TooLong);
+        }
+        let take = newline.map_or(body, |i| i + 1);
+        buf.extend_from_slice(&chunk[..take]);
+        r.consume(take);
+        if newline.is_some() {
+            return Ok(Line::Read);
+        }
+    }
+}
+
+/// Reads and drops the rest of a line, through its `\n`, keeping nothing:
+/// after `Line::TooLong`, to go on with the next line. Reads until a `\n`
+/// or the end of input, however far.
+pub fn skip_line<R: BufRead + ?Sized>(r: &mut R) -> io::Result<()> {
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        match chunk.iter().position(|&c| c == b'\n') {
+            Some(i) => {
+                r.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = chunk.len();
+                r.consume(n);
+            }
         }
     }
 }
@@ -81,6 +100,9 @@ mod tests {
             }
             got.push((l, String::from_utf8(buf.clone()).unwrap()));
             assert!(buf.len() <= 5);
+            if l == Line::TooLong {
+                skip_line(&mut r).unwrap();
+            }
         }
         assert_eq!(
             got,
@@ -96,11 +118,21 @@ mod tests {
 
     #[test]
     fn an_endless_line_is_cut_not_held() {
-        let mut r = io::BufReader::new(io::Read::take(io::repeat(0), 10 << 20));
+        // Endless: the read stops at the bound.
+        let mut r = io::BufReader::new(io::repeat(0));
         let mut buf = Vec::new();
         assert_eq!(read_line(&mut r, &mut buf, 1000).unwrap(), Line::TooLong);
         assert_eq!(buf.len(), 1000);
         assert!(buf.capacity() < 1 << 20);
-        assert_eq!(read_line(&mut r, &mut buf, 1000).unwrap(), Line::Eof);
+        // Long but ended: skipped without being kept.
+        let mut r = io::BufReader::new(io::Read::chain(
+            io::Read::take(io::repeat(b'a'), 10 << 20),
+            &b"\nnext\n"[..],
+        ));
+        assert_eq!(read_line(&mut r, &mut buf, 1000).unwrap(), Line::TooLong);
+        skip_line(&mut r).unwrap();
+        assert_eq!(read_line(&mut r, &mut buf, 1000).unwrap(), Line::Read);
+        assert_eq!(buf, b"next\n");
+        assert!(buf.capacity() < 1 << 20);
     }
 }
