@@ -58,6 +58,7 @@ typedef struct tickgate_client tickgate_client;
 #define TICKGATE_E_LOOSER (-3)
 #define TICKGATE_E_READ (-4)
 #define TICKGATE_E_PANIC (-5)
+#define TICKGATE_E_CLOCK (-6)
 
 /* The answer of one check. Quote fields are meaningful when has_quote. */
 typedef struct tickgate_answer {
@@ -78,21 +79,31 @@ typedef struct tickgate_answer {
 
 /* Opens the state file at path (NULL: $TICKGATE_SHM, else
  * /run/tickgate/state.shm). NULL on error, with the reason in err
- * (err_len bytes, NUL-terminated; err may be NULL). */
+ * (err_len bytes, NUL-terminated; err may be NULL). Never blocks: a path
+ * that is a FIFO, a device, a directory or a symbolic link is refused. */
 tickgate_client *tickgate_open(const char *path, char *err, size_t err_len);
 
 /* Closes a client (NULL is ignored). */
 void tickgate_close(tickgate_client *c);
 
-/* Checks symbol at now_ns (Unix ns; 0: CLOCK_REALTIME); stale_ms and
- * source_ms tighten the configured thresholds (< 0: as configured).
- * Returns 0 with *out filled (OK or REJECT), or a TICKGATE_E_* code. */
+/* Checks symbol at now_ns; stale_ms and source_ms tighten the configured
+ * thresholds (< 0: as configured). Returns 0 with *out filled (OK or
+ * REJECT), or a TICKGATE_E_* code; TICKGATE_E_READ (a state file that is
+ * not what tickgate writes, e.g. an unknown cause code in a slot) is to be
+ * taken as REJECT.
+ *
+ * now_ns is the wall clock, CLOCK_REALTIME in Unix nanoseconds
+ * (clock_gettime(CLOCK_REALTIME) as tv_sec * 1000000000 + tv_nsec): the
+ * clock of the daemon's receive timestamps. 0 reads it for you. A value
+ * before 2001-09-09 (1000000000000000000) cannot be that clock (it would
+ * be CLOCK_MONOTONIC, or seconds, ms or us) and gives TICKGATE_E_CLOCK. */
 int tickgate_check(tickgate_client *c, const char *symbol, int64_t now_ns,
                    int64_t stale_ms, int64_t source_ms, tickgate_answer *out);
 
 /* The socket's answer line for a (asked as symbol), '\n' included,
  * NUL-terminated into buf when it fits in len. Returns the line's length
- * without the NUL (>= len: did not fit), or TICKGATE_E_ARG. */
+ * without the NUL (>= len: did not fit), or TICKGATE_E_ARG (also for a
+ * cause above TICKGATE_CAUSE_RECOVERING). */
 int64_t tickgate_format(const tickgate_answer *a, const char *symbol,
                         char *buf, size_t len);
 

@@ -427,12 +427,66 @@ fn keep<T>(sink: &Sink, r: Result<T>) -> Option<T> {
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
+/// Largest config file read (`run`, a reload, `--check-config`): a path
+/// pointing at `/dev/zero` or a runaway file must not fill memory.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// The text of the config file at `path`, read without blocking on a FIFO
+/// (a reload runs on the daemon's control loop): only a regular file of
+/// at most `MAX_CONFIG_BYTES` is read.
+fn read_config_file(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "some other kind of file"
+        };
+        return Err(format!("it is {what}; a config must be a regular file"));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "{} bytes, more than a config may have ({MAX_CONFIG_BYTES})",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The file may grow while read: never more than the bound.
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "more than a config may have ({MAX_CONFIG_BYTES} bytes)"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&c| c == b'\n').count() + 1;
+        format!("line {line} is not UTF-8")
+    })
+}
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        let text = read_config_file(path).map_err(|message| ConfigError::Read {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message,
         })?;
         Config::parse(&text)
     }
@@ -595,7 +649,58 @@ impl Config {
                 }
             }
         }
+        self.validate_places(&mut out);
         ConfigError::from_all(out)
+    }
+
+    /// Two things the daemon would create or bind at one place: refused
+    /// here, with the key, rather than at start (exit 1).
+    fn validate_places(&self, out: &mut Vec<ConfigError>) {
+        if let Some(shm) = &self.gate.shm {
+            if shm == &self.gate.socket {
+                out.push(ConfigError::invalid(
+                    "gate.shm",
+                    format!("{} is also gate.socket", shm.display()),
+                ));
+            }
+            if let Some(Ok(crate::fills::config::DbTarget::Sqlite(db))) =
+                self.fills.as_ref().map(|f| f.db_target())
+            {
+                // SQLite's own files beside the database too.
+                let taken = ["", "-wal", "-shm", "-journal"].into_iter().find(|suffix| {
+                    let mut name = db.as_os_str().to_os_string();
+                    name.push(suffix);
+                    shm == Path::new(&name)
+                });
+                if let Some(suffix) = taken {
+                    out.push(ConfigError::invalid(
+                        "gate.shm",
+                        format!(
+                            "{} is {} (fills.db)",
+                            shm.display(),
+                            if suffix.is_empty() {
+                                "the fills database".to_string()
+                            } else {
+                                format!("the fills database's {suffix} file")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        if let (Some(metrics), Some(fills)) = (self.metrics.listen, &self.fills) {
+            if let Ok(http) = fills.http.listen.parse::<SocketAddr>() {
+                let overlap = metrics.ip() == http.ip()
+                    || metrics.ip().is_unspecified()
+                    || http.ip().is_unspecified();
+                if metrics.port() != 0 && metrics.port() == http.port() && overlap {
+                    out.push(ConfigError::invalid(
+                        "metrics.listen",
+                        format!("{metrics} is also where fills.http.listen ({http}) binds"),
+                    ));
+                }
+            }
+        }
     }
 
     /// What a reload (SIGHUP) may apply without dropping state: thresholds.
@@ -2259,6 +2364,48 @@ enabled = false
         assert_eq!(octal_literal.gate.socket_mode, 0o640);
         let off = Config::parse(&format!("{MINIMAL}[metrics]\nenabled = false\n")).unwrap();
         assert_eq!(off.metrics.listen, None);
+    }
+
+    /// `run`, `--check-config` and a reload (SIGHUP) read the file through
+    /// `Config::load`: a FIFO is refused without waiting for a writer, a
+    /// device or an oversized file without reading it.
+    #[test]
+    fn load_reads_only_a_bounded_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A writer that meets a blocking reader (so that a reader which
+        // waits for one gets a file, and a message without "FIFO", rather
+        // than waiting for ever); a reader that does not wait leaves it
+        // blocked in open, harmlessly, until the test process ends.
+        let w = fifo.clone();
+        std::thread::spawn(move || {
+            if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&w) {
+                let _ = std::io::Write::write_all(&mut f, b"[gate]\n");
+            }
+        });
+        let e = Config::load(&fifo).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "cannot read: it is a FIFO; a config must be a regular file"
+        );
+        let e = Config::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("it is a device"), "{e}");
+        let e = Config::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("it is a directory"), "{e}");
+        let big = dir.path().join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_CONFIG_BYTES + 1).unwrap();
+        let e = Config::load(&big).unwrap_err().to_string();
+        assert!(e.contains("more than a config may have"), "{e}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, b"# one\n# two\n\xff\n").unwrap();
+        let e = Config::load(&bad).unwrap_err().to_string();
+        assert_eq!(e, "cannot read: line 3 is not UTF-8");
     }
 
     #[test]

@@ -323,3 +323,129 @@ fn the_examples_fills_block_is_valid() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A config `run` would start with and then refuse (exit 1) is refused by
+/// both `--check-config` and `run` up front: exit 2, the same line, naming
+/// the key.
+#[test]
+fn check_config_refuses_what_the_start_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join("plain");
+    std::fs::write(&file, b"").unwrap();
+    std::fs::create_dir(d.join("a-dir")).unwrap();
+    let sock = d.join("gate.sock");
+    let db = d.join("fills.db");
+    let body = |gate_extra: &str, metrics: &str, fills_extra: &str| {
+        format!(
+            r#"
+[[feed]]
+name = "fx"
+mode = "full"
+[[feed.line]]
+name = "A"
+group = "239.255.93.1"
+port = 46101
+interface = "127.0.0.1"
+
+[gate]
+socket = "{}"
+{gate_extra}
+
+[metrics]
+listen = "{metrics}"
+
+[fills]
+db = "sqlite:{}"
+[fills.http]
+listen = "127.0.0.1:46199"
+{fills_extra}
+"#,
+            sock.display(),
+            db.display()
+        )
+    };
+    let cases = [
+        (
+            body("", "127.0.0.1:0", "max_body_bytes = 0"),
+            "fills.http.max_body_bytes: must be >= 1".to_string(),
+        ),
+        (
+            body(
+                &format!("shm = \"{}\"", d.join("a-dir").display()),
+                "127.0.0.1:0",
+                "",
+            ),
+            format!("gate.shm: {}/a-dir is a directory", d.display()),
+        ),
+        (
+            body(
+                &format!("shm = \"{}/state.shm\"", file.display()),
+                "127.0.0.1:0",
+                "",
+            ),
+            format!(
+                "gate.shm: cannot create {}: {} is not a directory",
+                file.display(),
+                file.display()
+            ),
+        ),
+        (
+            body(&format!("shm = \"{}\"", sock.display()), "127.0.0.1:0", ""),
+            format!("gate.shm: {} is also gate.socket", sock.display()),
+        ),
+        (
+            body(&format!("shm = \"{}\"", db.display()), "127.0.0.1:0", ""),
+            format!(
+                "gate.shm: {} is the fills database (fills.db)",
+                db.display()
+            ),
+        ),
+        (
+            body(
+                &format!("shm = \"{}-wal\"", db.display()),
+                "127.0.0.1:0",
+                "",
+            ),
+            format!(
+                "gate.shm: {}-wal is the fills database's -wal file",
+                db.display()
+            ),
+        ),
+        (
+            body("", "127.0.0.1:46199", ""),
+            "metrics.listen: 127.0.0.1:46199 is also where fills.http.listen".to_string(),
+        ),
+        (
+            body("", "0.0.0.0:46199", "")
+                .replace("[metrics]\n", "[metrics]\nallow_remote = true\n"),
+            "metrics.listen: 0.0.0.0:46199 is also where fills.http.listen".to_string(),
+        ),
+    ];
+    for (text, want) in &cases {
+        let path = write_config(d, text);
+        let checked = run(&path, &["--check-config"]);
+        let ran = run(&path, &[]);
+        for out in [&checked, &ran] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{want}\n{stderr}");
+            let prefix = format!("tickgate: config {}: {want}", path.display());
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.starts_with(&prefix),
+                "want {prefix:?}\ngot {stderr:?}"
+            );
+        }
+        assert_eq!(checked.stderr, ran.stderr, "{want}");
+        assert!(!sock.exists() && !db.exists(), "nothing started for {want}");
+    }
+    // The same addresses on other ports, and the defaults, are fine.
+    let ok = write_config(d, &body("", "127.0.0.1:0", ""));
+    let out = run(&ok, &["--check-config"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

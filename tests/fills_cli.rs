@@ -75,6 +75,35 @@ fn apply_file_prints_summary_and_rejects_with_line_numbers() {
     );
 }
 
+/// A line longer than an event can be is rejected with its line number,
+/// read past without being held whole; the lines around it apply.
+#[test]
+fn an_overlong_line_is_rejected_with_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("f.db").display());
+    let file = dir.path().join("events.jsonl");
+    let first = LINES.lines().next().unwrap();
+    let last = LINES.lines().last().unwrap();
+    // Valid JSON, so that only its length can refuse it.
+    let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(3 << 20));
+    std::fs::write(&file, format!("{first}\n{huge}\n{last}\n")).unwrap();
+    let out = tickgate(
+        &["fills", "apply", file.to_str().unwrap(), "--db", &db],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "line 2: rejected: line is longer than 1048576 bytes"
+    );
+    assert_eq!(
+        stdout.trim(),
+        "applied 2 / duplicate 0 (0 by deal_id) / rejected 1 / held 0 (3 events)"
+    );
+}
+
 #[test]
 fn database_error_exits_nonzero() {
     let dir = tempfile::tempdir().unwrap();

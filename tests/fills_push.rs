@@ -443,6 +443,39 @@ async fn unreadable_lines_are_reported_not_sent() {
     assert_positions(&db.store, &expected).await;
 }
 
+/// A line longer than an event can be is reported with its line number
+/// and not sent (nor held whole); the rest go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlong_lines_are_reported_not_sent() {
+    let (mut lines, expected) = job(4);
+    lines.insert(2, format!("{{\"pad\":\"{}\"}}", "x".repeat(3 << 20)));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.jsonl");
+    write_lines(&file, &lines);
+    let db = sqlite_db().await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let run = push(args(&[
+        file.to_str().unwrap(),
+        "--url",
+        &srv.base,
+        "--token",
+        TOKEN,
+        "--dead-letter-dir",
+        dir.path().join("dead").to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("job.jsonl:3: longer than 1048576 bytes, not sent"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(summary_number(&run.stdout, "unreadable lines"), 1);
+    assert_eq!(summary_number(&run.stdout, "applied"), 4);
+    assert_positions(&db.store, &expected).await;
+}
+
 /// A server that accepts and never answers: each attempt times out, is
 /// retried, and the batch ends in the dead-letter folder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

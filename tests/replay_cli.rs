@@ -345,6 +345,49 @@ fn checks_are_answered_as_the_gate_would_have() {
     assert_eq!(got, want);
 }
 
+/// A checks line is read with a bound: a longer one stops the answers
+/// there with an error naming its line, instead of being held whole (a
+/// 300 MB line, or `/dev/zero`, which is one endless line).
+#[test]
+fn a_checks_line_longer_than_a_request_can_be_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = checks_capture(dir.path());
+    let checks = dir.path().join("checks.txt");
+    let max = tickgate::capture::replay::MAX_CHECK_LINE;
+    // The longest line taken (with its \r): its request is too long for
+    // the socket too.
+    let longest = format!("{T0} CHECK {}", "X".repeat(max - 27));
+    assert_eq!(longest.len() + 1, max);
+    let lines = [
+        format!("{T0} CHECK EURUSD"),
+        format!("{longest}\r"),
+        "# ".to_string() + &"y".repeat(max - 2),
+        format!("{T0} CHECK {}", "X".repeat(max)),
+        format!("{T0} CHECK EURUSD"),
+    ];
+    std::fs::write(&checks, lines.join("\n") + "\n").unwrap();
+    let out = tickgate(&["replay", p(&cap), "--checks", p(&checks)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "checks {}: line 4 is longer than {max} bytes",
+            checks.display()
+        )),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let got: Vec<&str> = stdout.lines().collect();
+    assert_eq!(got.len(), 2, "{stdout}");
+    assert!(got[0].starts_with("OK EURUSD seq=1 "), "{stdout}");
+    assert_eq!(got[1], "ERR line too long");
+
+    let out = tickgate(&["replay", p(&cap), "--checks", "/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 1 is longer than"), "{stderr}");
+}
+
 #[test]
 fn unsorted_capture_is_replayed_in_time_order() {
     let dir = tempfile::tempdir().unwrap();

@@ -320,3 +320,204 @@ fn config_shm_defaults_next_to_the_socket_and_can_be_turned_off() {
     let e = Config::parse(&format!("{feed}[gate]\nshm = 3\n")).unwrap_err();
     assert!(e.to_string().contains("gate.shm"), "{e}");
 }
+
+/// A FIFO at `path`, held open for writing by the returned file: a client
+/// opening it the old way (blocking, for reading) then returns and fails
+/// later with another message; without a writer that open never returns.
+fn fifo_with_writer(path: &std::path::Path) -> std::fs::File {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+#[test]
+fn fifos_and_links_are_refused_without_blocking_at_open_and_when_followed() {
+    let rig = market();
+    let fifo = rig.dir.path().join("fifo.shm");
+    let _w = fifo_with_writer(&fifo);
+    let e = Client::open(&fifo).unwrap_err();
+    assert!(matches!(e, Error::Refused { .. }), "{e}");
+    assert!(
+        e.to_string().contains("is a FIFO, not a regular file"),
+        "{e}"
+    );
+    let link = rig.dir.path().join("link.shm");
+    std::os::unix::fs::symlink(&rig.shm, &link).unwrap();
+    let e = Client::open(&link).unwrap_err().to_string();
+    assert!(e.contains("is a symbolic link"), "{e}");
+    let e = Client::open(rig.dir.path()).unwrap_err().to_string();
+    assert!(e.contains("is a directory"), "{e}");
+
+    // A client already checking when the path becomes a FIFO, then a link
+    // to another state file: it keeps the file it maps.
+    let mut client = rig.client();
+    let first = client.generation();
+    assert!(client.check(b"EURUSD", NOW, None, None).unwrap().ok());
+    let fifo2 = rig.dir.path().join("fifo2.shm");
+    let _w2 = fifo_with_writer(&fifo2);
+    std::fs::rename(&fifo2, &rig.shm).unwrap();
+    assert!(client.check(b"EURUSD", NOW + 1001 * MS, None, None).is_ok());
+    let other = rig.dir.path().join("other.shm");
+    let (p2, _feeds, _gate) = publish_feeds(&other, &[("mdx", settings())]);
+    let link2 = rig.dir.path().join("link2.shm");
+    std::os::unix::fs::symlink(&other, &link2).unwrap();
+    std::fs::rename(&link2, &rig.shm).unwrap();
+    assert!(client.check(b"EURUSD", NOW + 2002 * MS, None, None).is_ok());
+    assert_eq!(client.generation(), first);
+    assert_eq!(client.stats().remaps, 0);
+    // The file itself renamed into place is followed.
+    std::fs::rename(&other, &rig.shm).unwrap();
+    let _ = client.check(b"EURUSD", NOW + 3003 * MS, None, None);
+    assert_eq!(client.generation(), p2.generation());
+}
+
+#[test]
+fn check_shm_and_status_refuse_a_fifo_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("state.shm");
+    let _w = fifo_with_writer(&fifo);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .args(["check", "EURUSD"])
+        .arg(format!("--shm={}", fifo.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
+    // status: the file beside the (absent) socket.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .arg("status")
+        .arg("--socket")
+        .arg(dir.path().join("gate.sock"))
+        .env_remove("TICKGATE_SHM")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("shared memory: not published") && stdout.contains("is a FIFO"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unknown_cause_code_in_a_slot_fails_closed() {
+    let rig = market();
+    let mut client = rig.client();
+    let place = client.header().plan.feeds[0];
+    let t = place.table;
+    // EURUSD's slot: find it through the keys.
+    let all = std::fs::read(&rig.shm).unwrap();
+    let word = |i: usize| u64::from_le_bytes(all[i * 8..][..8].try_into().unwrap());
+    let slot = (0..t.capacity as usize)
+        .find(|&s| word(place.table_at + t.keys_at + s) == sym("EURUSD").key())
+        .unwrap();
+    // Word 8 of the slot: bits 48..56 are the cause.
+    let packed = place.table_at + t.slots_at + slot * t.stride + 8;
+    let old = word(packed);
+    assert_eq!((old >> 48) & 0xff, 0);
+    assert!(client.check(b"EURUSD", NOW, None, None).unwrap().ok());
+    for cause in [8u64, 200, 255] {
+        poke(&rig.shm, packed, old & !(0xff << 48) | cause << 48);
+        let got = client.check(b"EURUSD", NOW, None, None);
+        assert!(
+            matches!(
+                got,
+                Err(Error::Read {
+                    source: ReadError::Cause(c),
+                    ..
+                }) if c as u64 == cause
+            ),
+            "{got:?}"
+        );
+    }
+    // The known codes keep their meaning (1: gap).
+    poke(&rig.shm, packed, old & !(0xff << 48) | 1 << 48);
+    let v = client.check(b"EURUSD", NOW, None, None).unwrap();
+    assert_eq!(v.cause, tickgate::feed::SuspectCause::Gap);
+    assert!(!v.ok());
+}
+
+const SMALL_TMPFS_ENV: &str = "TICKGATE_TEST_SMALL_TMPFS";
+
+/// A state file larger than the free space of its tmpfs: publication
+/// fails with ENOSPC and leaves nothing behind, instead of publishing a
+/// sparse file whose first write past the free space is a SIGBUS. Runs in
+/// a private mount namespace (`unshare -m`, as root) with a 64 KiB tmpfs.
+#[test]
+fn a_state_file_that_does_not_fit_its_tmpfs_is_refused_at_publication() {
+    let usable = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        println!("SKIPPED: unshare -m is not available here (needs root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "publication_in_a_small_tmpfs", "--ignored"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(SMALL_TMPFS_ENV, dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stdout.contains("SKIPPED") {
+        println!("SKIPPED: cannot mount a tmpfs here: {stdout}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}{stderr}");
+}
+
+#[test]
+#[ignore = "run inside a private mount namespace by a_state_file_that_does_not_fit_its_tmpfs_is_refused_at_publication"]
+fn publication_in_a_small_tmpfs() {
+    let Some(dir) = std::env::var_os(SMALL_TMPFS_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        println!("SKIPPED: mount -t tmpfs failed");
+        return;
+    }
+    let spec = |capacity| tickgate::feed::shm::FeedSpec {
+        name: "md1".into(),
+        capacity,
+        stale_ms: 500,
+        source_max_age_ms: 2000,
+    };
+    let path = dir.join("state.shm");
+    // About 1 MB: more than the file system holds.
+    let e = tickgate::daemon::shm::publish(&path, 0o640, &[spec(10_000)]).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("reserving"), "{msg}");
+    assert!(msg.contains("No space left on device"), "{msg}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no file left behind"
+    );
+    // One that fits is published, every page allocated.
+    let (p, _regions) = tickgate::daemon::shm::publish(&path, 0o640, &[spec(10)]).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        meta.blocks() * 512,
+        meta.len(),
+        "no page left to allocate later"
+    );
+    drop(p);
+}

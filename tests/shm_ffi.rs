@@ -228,11 +228,10 @@ fn market() -> (Rig, Vec<&'static str>) {
     )
 }
 
-#[test]
-fn c_program_answers_as_the_socket() {
+/// Compiles `clients/c/tests/<name>.c` against the header and the library.
+fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
     let dir = libdir();
-    let (rig, symbols) = market();
-    let exe = rig.dir.path().join("check");
+    let exe = out_dir.join(name);
     let st = Command::new("cc")
         .args([
             "-std=c99",
@@ -243,7 +242,7 @@ fn c_program_answers_as_the_socket() {
             "-I",
         ])
         .arg(root().join("include"))
-        .arg(root().join("clients/c/tests/check.c"))
+        .arg(root().join(format!("clients/c/tests/{name}.c")))
         .arg("-L")
         .arg(dir)
         .arg("-ltickgate")
@@ -252,10 +251,14 @@ fn c_program_answers_as_the_socket() {
         .arg(&exe)
         .status()
         .expect("cc runs");
-    assert!(
-        st.success(),
-        "the C test program compiles against tickgate.h"
-    );
+    assert!(st.success(), "{name}.c compiles against tickgate.h");
+    exe
+}
+
+#[test]
+fn c_program_answers_as_the_socket() {
+    let (rig, symbols) = market();
+    let exe = compile_c("check", rig.dir.path());
     rig.now.store(NOW, std::sync::atomic::Ordering::SeqCst);
     let mut args: Vec<String> = symbols.iter().map(|s| s.to_string()).collect();
     args.extend(
@@ -283,6 +286,44 @@ fn c_program_answers_as_the_socket() {
     );
 }
 
+/// A FIFO and a symbolic link at the path are refused without blocking, a
+/// `now_ns` that is not the wall clock in ns is refused, and so is a cause
+/// no check gives.
+#[test]
+fn c_library_refuses_fifos_links_and_clocks_that_are_not_realtime() {
+    let (rig, _) = market();
+    let exe = compile_c("refuse", rig.dir.path());
+    let fifo = rig.dir.path().join("fifo.shm");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Held open for writing: a client opening it the old way (blocking,
+    // for reading) then returns, and fails later with another message;
+    // without a writer, that open never returns.
+    let _writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let link = rig.dir.path().join("link.shm");
+    std::os::unix::fs::symlink(&rig.shm, &link).unwrap();
+    let out = Command::new(&exe)
+        .arg(&rig.shm)
+        .arg(&fifo)
+        .arg(&link)
+        .arg(NOW.to_string())
+        .arg("EURUSD")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "0 failures");
+}
+
 #[test]
 fn python_module_answers_as_the_socket() {
     let dir = libdir();
@@ -299,5 +340,5 @@ fn python_module_answers_as_the_socket() {
         .expect("python3 runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Ran 1 test"), "{stderr}");
+    assert!(stderr.contains("Ran 3 tests"), "{stderr}");
 }

@@ -8,6 +8,7 @@ TICKGATE_TEST_NOW (ns), TICKGATE_TEST_SYMBOLS (comma-separated).
 import os
 import socket
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +54,47 @@ class Conformance(unittest.TestCase):
         with self.assertRaises(OSError):
             tickgate.Client("/nonexistent/state.shm")
         s.close()
+
+
+class Refusals(unittest.TestCase):
+    def test_a_fifo_is_refused_without_blocking(self):
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "state.shm")
+            os.mkfifo(fifo)
+            # A writer holds it open, so that a client opening it the old
+            # way (blocking, for reading) would not hang but map nothing;
+            # without one, that open never returns.
+            w = os.open(fifo, os.O_RDWR)
+            try:
+                with self.assertRaises(OSError) as e:
+                    tickgate.Client(fifo)
+                self.assertIn("FIFO", str(e.exception))
+            finally:
+                os.close(w)
+            link = os.path.join(d, "link.shm")
+            os.symlink(os.environ["TICKGATE_TEST_SHM"], link)
+            with self.assertRaises(OSError) as e:
+                tickgate.Client(link)
+            self.assertIn("symbolic link", str(e.exception))
+
+    def test_symbols_and_clocks_the_socket_would_refuse(self):
+        now = int(os.environ["TICKGATE_TEST_NOW"])
+        sym = os.environ["TICKGATE_TEST_SYMBOLS"].split(",")[0]
+        with tickgate.Client(os.environ["TICKGATE_TEST_SHM"]) as c:
+            for bad in [sym + "\0", sym[:3] + "\0" + sym[3:], "\0", sym.encode() + b"\0X"]:
+                with self.assertRaises(tickgate.TickgateError) as e:
+                    c.check(bad, now_ns=now)
+                self.assertEqual(e.exception.code, tickgate.E_SYMBOL, repr(bad))
+            with self.assertRaises(tickgate.TickgateError) as e:
+                c.check(sym + "\u00e9", now_ns=now)
+            self.assertEqual(e.exception.code, tickgate.E_SYMBOL)
+            # Monotonic-clock, second, ms and us readings are not the
+            # wall clock in ns.
+            for wrong in [12_345_678_901_234, now // 10**9, now // 10**6, now // 1000, -now]:
+                with self.assertRaises(tickgate.TickgateError) as e:
+                    c.check(sym, now_ns=wrong)
+                self.assertEqual(e.exception.code, tickgate.E_CLOCK, wrong)
+            self.assertEqual(c.check(sym, now_ns=now).line.split()[1], sym)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ CAUSES = [
     "session_ended",
     "recovering",
 ]
+E_SYMBOL = -2
 E_LOOSER = -3
+E_READ = -4
+E_CLOCK = -6
 
 
 class _Answer(ctypes.Structure):
@@ -125,10 +128,18 @@ class Client:
         self._buf = ctypes.create_string_buffer(512)
 
     def check(self, symbol, now_ns=0, stale_ms=None, source_ms=None):
-        """The verdict for `symbol` at `now_ns` (0: the wall clock)."""
+        """The verdict for `symbol` (str or bytes) at `now_ns`: the wall
+        clock, CLOCK_REALTIME in Unix ns as time.time_ns() gives it (0:
+        read it now; a value before 2001 raises E_CLOCK). A symbol the
+        socket would refuse (not printable ASCII, a space, a NUL) raises
+        E_SYMBOL; E_READ (a corrupt state file) is to be taken as REJECT."""
         lib = _get_lib()
         raw = _Answer()
-        sym = symbol.encode("ascii")
+        sym = symbol if isinstance(symbol, bytes) else symbol.encode("utf-8")
+        # ctypes would pass the bytes before a NUL only: "EUR\0X" must not
+        # be answered as "EUR".
+        if b"\0" in sym:
+            raise TickgateError(E_SYMBOL, lib.tickgate_strerror(E_SYMBOL).decode())
         rc = lib.tickgate_check(self._c, sym, now_ns,
                                 -1 if stale_ms is None else stale_ms,
                                 -1 if source_ms is None else source_ms,

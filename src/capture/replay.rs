@@ -397,20 +397,71 @@ fn split_check(line: &[u8]) -> Result<(i64, &[u8]), &'static str> {
     Ok((t, rest))
 }
 
+/// Longest line of a checks file, without its `\n`: a timestamp (at most
+/// 20 bytes with its sign), a space and a request line as long as the
+/// socket takes (`MAX_LINE`), plus a `\r`.
+pub const MAX_CHECK_LINE: usize = 22 + crate::feed::check::MAX_LINE;
+
+/// Why the checks stopped before the end of their file.
+#[derive(Debug)]
+pub enum ChecksError {
+    /// Line `line` (from 1) is longer than `MAX_CHECK_LINE`.
+    TooLong {
+        line: u64,
+    },
+    Read {
+        line: u64,
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for ChecksError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChecksError::TooLong { line } => write!(
+                f,
+                "line {line} is longer than {MAX_CHECK_LINE} bytes (a timestamp and a request line of at most {} bytes)",
+                crate::feed::check::MAX_LINE
+            ),
+            ChecksError::Read { line, source } => write!(f, "reading line {line}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ChecksError {}
+
 /// Answers every line of `checks` against the capture streamed into
 /// `replay`; appends one answer line per check to `out`. Blank lines and
 /// lines starting with `#` are not checks and get no answer. A stream that
 /// ends in an error stops the answers at the check it was reading for
-/// (the caller reports the error): later answers would miss data.
-pub fn run_checks<R: Read>(
+/// (the caller reports the error): later answers would miss data. The
+/// checks are read a line at a time, each at most `MAX_CHECK_LINE` bytes:
+/// a longer one stops the answers there, with an error naming it.
+pub fn run_checks<R: Read, C: std::io::BufRead>(
     replay: &mut Replay,
     cap: &mut CaptureStream<R>,
-    checks: &[u8],
+    checks: &mut C,
     out: &mut Vec<u8>,
     progress: &mut Progress,
-) {
+) -> Result<(), ChecksError> {
+    use crate::util::lines::{read_line, Line};
     let mut clock: Option<i64> = None;
-    for raw in checks.split(|&c| c == b'\n') {
+    let mut buf = Vec::with_capacity(256);
+    let mut line_no = 0u64;
+    loop {
+        line_no += 1;
+        match read_line(checks, &mut buf, MAX_CHECK_LINE) {
+            Ok(Line::Eof) => return Ok(()),
+            Ok(Line::Read) => {}
+            Ok(Line::TooLong) => return Err(ChecksError::TooLong { line: line_no }),
+            Err(source) => {
+                return Err(ChecksError::Read {
+                    line: line_no,
+                    source,
+                })
+            }
+        }
+        let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         if line.is_empty() || line[0] == b'#' {
             continue;
@@ -433,7 +484,7 @@ pub fn run_checks<R: Read>(
             progress.tick(cap.released(), ts);
         }
         if cap.error().is_some() {
-            return;
+            return Ok(());
         }
         cap.close_through(t);
         replay.advance(t);
@@ -477,16 +528,18 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    let checks = match &args.checks {
-        Some(path) => Some(
-            std::fs::read(path).with_context(|| format!("reading checks {}", path.display()))?,
-        ),
+    let mut checks = match &args.checks {
+        Some(path) => Some(std::io::BufReader::new(
+            std::fs::File::open(path)
+                .with_context(|| format!("opening checks {}", path.display()))?,
+        )),
         None => None,
     };
     let mut progress = Progress::stderr();
     let mut out = Vec::with_capacity(4096);
-    if let Some(checks) = &checks {
-        run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress);
+    let mut checks_error = None;
+    if let Some(checks) = &mut checks {
+        checks_error = run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress).err();
     } else {
         while let Some(d) = cap.next_datagram() {
             replay.on_datagram(d.src, d.dst, d.payload, d.ts);
@@ -516,6 +569,12 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     }
     w.flush()?;
     drop(w);
+    if let (Some(e), Some(path)) = (checks_error, &args.checks) {
+        anyhow::bail!(
+            "checks {}: {e}; the answers above are of the checks before it",
+            path.display()
+        );
+    }
     if let Some(e) = cap.take_error() {
         anyhow::bail!(
             "{}: {e}, after {} datagrams ({} of the capture); {} above is of what came before",

@@ -22,7 +22,7 @@
 pub mod map;
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -72,6 +72,12 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The path is not a regular file (or is a symbolic link): it is not
+    /// opened further.
+    #[error(
+        "refusing the state file {path}: it is {what}, not a regular file the daemon published"
+    )]
+    Refused { path: PathBuf, what: String },
     #[error("state file {path}: {source}")]
     Layout { path: PathBuf, source: LayoutError },
     /// The request is refused as the socket would refuse it (`ERR`).
@@ -92,6 +98,54 @@ pub struct Stats {
     pub remaps: u64,
 }
 
+/// Opens `path` read-only without blocking and without following a
+/// symbolic link at its last component, and requires a regular file: a
+/// FIFO or a device at the path must give an error, not a hang (opening a
+/// FIFO for reading waits for a writer) or a mapping of something
+/// tickgate did not write.
+fn open_regular(path: &Path) -> Result<File, Error> {
+    let refused = |what: &str| Error::Refused {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+    };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(refused("a symbolic link")),
+        Err(source) => {
+            return Err(Error::Open {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let kind = file
+        .metadata()
+        .map_err(|source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    use std::os::unix::fs::FileTypeExt;
+    Err(refused(if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "some other kind of file"
+    }))
+}
+
 /// One mapped, validated file.
 struct Mapped {
     mapping: Arc<Mapping>,
@@ -106,7 +160,7 @@ impl Mapped {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(open_err)?;
+        let file = open_regular(path)?;
         let meta = file.metadata().map_err(open_err)?;
         let mapping = Arc::new(Mapping::read_only(&file).map_err(open_err)?);
         let header = shm::parse_header(mapping.words()).map_err(|source| Error::Layout {
@@ -264,7 +318,7 @@ impl Client {
         self.seen_state = st;
         self.last_look_ns = now;
         self.next_look_ns = now.saturating_add(LOOK_EVERY_NS);
-        let same_file = std::fs::metadata(&self.path)
+        let same_file = std::fs::symlink_metadata(&self.path)
             .map(|m| (m.dev(), m.ino()) == self.map.id)
             .unwrap_or(false);
         if same_file && st == STATE_LIVE {

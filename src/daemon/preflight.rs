@@ -28,6 +28,13 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
             out.push(invalid("gate.socket", p));
         }
     }
+    if let Some(shm) = &config.gate.shm {
+        // Beside the socket (the default), its directory is checked once.
+        let dir_checked = parent(shm) == parent(&config.gate.socket);
+        if let Err(p) = state_file_place(shm, dir_checked) {
+            out.push(invalid("gate.shm", p));
+        }
+    }
     if let Some(fills) = &config.fills {
         if let Ok(DbTarget::Sqlite(path)) = fills.db_target() {
             if let Some(dir) = parent(&path) {
@@ -53,6 +60,38 @@ fn parent(path: &Path) -> Option<&Path> {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new(".")),
     )
+}
+
+/// Whether the state file can be published at `path`: its directory can
+/// be created or written, and nothing but a regular file (an old state
+/// file, which the start then checks) is there.
+fn state_file_place(path: &Path, dir_checked: bool) -> Result<(), String> {
+    match parent(path) {
+        Some(dir) if !dir_checked => can_create_in(dir)?,
+        _ => {}
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let kind = match std::fs::symlink_metadata(path) {
+        Ok(m) => m.file_type(),
+        Err(_) => return Ok(()),
+    };
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(format!(
+        "{} is {what}; the state file must be a regular file the daemon creates",
+        path.display()
+    ))
 }
 
 /// Whether this process could create `dir` (and its missing parents) and

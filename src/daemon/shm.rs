@@ -7,6 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,13 +82,29 @@ fn alive(pid: u64) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Allocates every block of the first `bytes` of `file` now. A file only
+/// sized (`ftruncate`) gets its pages on first write, through the mapping:
+/// on a full tmpfs that write is a `SIGBUS`, not an error. Fails with
+/// `ENOSPC` (or `EFBIG`) instead.
+pub fn preallocate(file: &File, bytes: usize) -> io::Result<()> {
+    let len =
+        libc::off_t::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: a descriptor we own; posix_fallocate reads no memory of ours.
+    // It returns the error number instead of setting errno.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// The file now at `path`, if it is a state file: opened for writing its
 /// `state` word. Refuses when a running daemon still publishes it.
 fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        // Not blocking on a FIFO someone left at the path.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
     {
         Ok(f) => f,
@@ -162,6 +179,13 @@ pub fn publish(
         // The umask may have narrowed the mode: set it exactly.
         file.set_permissions(std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("setting mode {mode:o} on {}", tmp.display()))?;
+        preallocate(&file, plan.words * 8).with_context(|| {
+            format!(
+                "reserving {} bytes for the state file {} (its file system must hold all of it: a page it cannot allocate later would kill the daemon with SIGBUS)",
+                plan.words * 8,
+                tmp.display()
+            )
+        })?;
         let mapping = Mapping::create(&file, plan.words * 8).with_context(|| {
             format!(
                 "sizing and mapping {} ({} bytes)",

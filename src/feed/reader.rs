@@ -16,7 +16,9 @@ use super::table::{
     CellWriter, Corrupt, Plain, TableReader, TableWriter, TooSmall, Words,
 };
 use super::verdict::Thresholds;
-use super::view::{FeedView, Publish, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
+use super::view::{
+    FeedView, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,
+};
 use super::FeedSettings;
 use crate::wire::Symbol;
 
@@ -173,6 +175,9 @@ pub enum ReadError {
     Corrupt,
     /// A slot stayed mid-write or kept changing for every try.
     Busy,
+    /// A slot holds a suspect cause code tickgate does not write (a
+    /// corrupt slot): never read as "no cause".
+    Cause(u8),
 }
 
 impl From<Corrupt> for ReadError {
@@ -192,6 +197,10 @@ impl std::fmt::Display for ReadError {
         match self {
             ReadError::Corrupt => Corrupt.fmt(f),
             ReadError::Busy => Busy.fmt(f),
+            ReadError::Cause(c) => write!(
+                f,
+                "a symbol slot holds suspect cause code {c}, which tickgate does not write"
+            ),
         }
     }
 }
@@ -242,6 +251,11 @@ impl FeedReader {
         let (feed, r1) = self.feed.read_within(tries)?;
         let (view, r2) = self.symbols.read_within(slot, tries)?;
         *retries += (r1 + r2) as u64;
+        // `SuspectCause::from_u8` reads an unknown code as no cause, which
+        // could answer OK from a corrupt slot: fail closed instead.
+        if !SuspectCause::is_code(view.cause) {
+            return Err(ReadError::Cause(view.cause));
+        }
         Ok(Some((view, feed, Thresholds::of(&view))))
     }
 

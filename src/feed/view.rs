@@ -46,6 +46,12 @@ impl SuspectCause {
         }
     }
 
+    /// Whether `v` is the code of a cause (`from_u8` reads any other as
+    /// `None`).
+    pub fn is_code(v: u8) -> bool {
+        v <= SuspectCause::Recovering as u8
+    }
+
     /// The name gate.md uses (`suspect=<cause>`); "" for `None`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -7,6 +7,8 @@
 //! same file is harmless: F1).
 
 use std::io::{BufRead, BufReader, Read, Write};
+
+use crate::util::lines::{read_line, skip_line, Line};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -99,8 +101,14 @@ impl std::fmt::Display for ApplySummary {
     }
 }
 
+/// Longest event line read by `fills apply` and `fills push` (its `\n`
+/// not counted): longer is rejected with its line number, never held
+/// whole. Far above any event, and the HTTP body limit's default.
+pub const MAX_EVENT_LINE: usize = 1 << 20;
+
 /// Apply every non-blank line of `input`, `batch` lines per transaction,
-/// writing `line N: rejected: reason` to `rejects`.
+/// writing `line N: rejected: reason` to `rejects`; a line longer than
+/// `MAX_EVENT_LINE` is rejected so.
 pub async fn apply_reader<R: BufRead, W: Write>(
     store: &Store,
     mut input: R,
@@ -114,9 +122,20 @@ pub async fn apply_reader<R: BufRead, W: Write>(
     let mut buf = Vec::new();
     let mut line_no = 0;
     loop {
-        buf.clear();
-        let n = input.read_until(b'\n', &mut buf).context("reading input")?;
-        if n > 0 {
+        let read = read_line(&mut input, &mut buf, MAX_EVENT_LINE)
+            .with_context(|| format!("reading input line {}", line_no + 1))?;
+        let n = usize::from(read != Line::Eof);
+        if read == Line::TooLong {
+            line_no += 1;
+            // Dropped as it is read, never held whole.
+            skip_line(&mut input).with_context(|| format!("reading input line {line_no}"))?;
+            pending.push(Err(Invalid {
+                kind: None,
+                event_id: None,
+                reason: format!("line is longer than {MAX_EVENT_LINE} bytes"),
+            }));
+            line_nos.push(line_no);
+        } else if n > 0 {
             line_no += 1;
             let text = std::str::from_utf8(&buf).map(str::trim);
             match text {

@@ -297,6 +297,11 @@ impl FillsConfig {
             "fills.processed_ttl must be > 0"
         );
         anyhow::ensure!(!self.key_ttl.is_zero(), "fills.key_ttl must be > 0");
+        // The HTTP server refuses a zero body limit at start.
+        anyhow::ensure!(
+            self.http.max_body_bytes >= 1,
+            "fills.http.max_body_bytes must be >= 1"
+        );
         let mut names = std::collections::HashSet::new();
         let mut tokens = std::collections::HashSet::new();
         for c in &self.http.clients {

@@ -269,10 +269,36 @@ fn read_events(file: &Path) -> anyhow::Result<(Vec<String>, u64)> {
             std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?,
         ))
     };
+    use crate::fills::cli::MAX_EVENT_LINE;
+    use crate::util::lines::{read_line, skip_line, Line};
+    let mut reader = reader;
     let mut lines = Vec::new();
     let mut unreadable = 0;
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading {} line {}", file.display(), n + 1))?;
+    let mut buf = Vec::new();
+    for n in 0.. {
+        let read = read_line(&mut reader, &mut buf, MAX_EVENT_LINE)
+            .with_context(|| format!("reading {} line {}", file.display(), n + 1))?;
+        match read {
+            Line::Eof => break,
+            Line::Read => {}
+            Line::TooLong => {
+                // Dropped as it is read, never held whole.
+                skip_line(&mut reader)
+                    .with_context(|| format!("reading {} line {}", file.display(), n + 1))?;
+                eprintln!(
+                    "{}:{}: longer than {MAX_EVENT_LINE} bytes, not sent",
+                    file.display(),
+                    n + 1
+                );
+                unreadable += 1;
+                continue;
+            }
+        }
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            eprintln!("{}:{}: not UTF-8, not sent", file.display(), n + 1);
+            unreadable += 1;
+            continue;
+        };
         let line = line.trim();
         if line.is_empty() {
             continue;

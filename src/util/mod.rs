@@ -2,4 +2,5 @@
 //! nothing of tickgate's.
 
 pub mod histogram;
+pub mod lines;
 pub mod prefetch;

@@ -51,6 +51,13 @@ pub const TICKGATE_E_SYMBOL: c_int = -2;
 pub const TICKGATE_E_LOOSER: c_int = -3;
 pub const TICKGATE_E_READ: c_int = -4;
 pub const TICKGATE_E_PANIC: c_int = -5;
+pub const TICKGATE_E_CLOCK: c_int = -6;
+
+/// The earliest `now_ns` taken as wall-clock time (2001-09-09T01:46:40Z):
+/// a CLOCK_MONOTONIC or CLOCK_BOOTTIME reading, or Unix time in µs or ms,
+/// is below it for decades of uptime, and judging with such a `now` would
+/// make every age meaningless.
+const MIN_REALTIME_NS: i64 = 1_000_000_000_000_000_000;
 
 fn to_c(v: &Verdict) -> tickgate_answer {
     let side = |s: Option<Side>| s.map_or((0, 0), |s| (s.px, s.qty));
@@ -152,7 +159,9 @@ pub unsafe extern "C" fn tickgate_close(c: *mut tickgate_client) {
     }
 }
 
-/// Checks `symbol` at `now_ns` (Unix ns; 0: CLOCK_REALTIME) with
+/// Checks `symbol` at `now_ns` (CLOCK_REALTIME in Unix ns, the clock of
+/// the daemon's timestamps; 0: read it now; anything before 2001 is not
+/// that clock: `TICKGATE_E_CLOCK`) with
 /// `stale_ms` / `source_ms` tightening the configured thresholds (< 0:
 /// as configured). 0 and `*out` filled when answered (OK or REJECT),
 /// else a `TICKGATE_E_*` code.
@@ -176,7 +185,11 @@ pub unsafe extern "C" fn tickgate_check(
     let client = unsafe { &mut (*c).client };
     // SAFETY: non-null and NUL-terminated per the contract.
     let sym = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let now = if now_ns == 0 { realtime_ns() } else { now_ns };
+    let now = match now_ns {
+        0 => realtime_ns(),
+        n if n < MIN_REALTIME_NS => return TICKGATE_E_CLOCK,
+        n => n,
+    };
     let opt = |ms: i64| u64::try_from(ms).ok();
     let got = catch_unwind(AssertUnwindSafe(|| {
         client.check(sym, now, opt(stale_ms), opt(source_ms))
@@ -197,7 +210,7 @@ pub unsafe extern "C" fn tickgate_check(
 /// Formats the socket's answer line for `a` (asked as `symbol`), with its
 /// `\n`, NUL-terminated into `buf` when it fits in `len`. Returns the
 /// line's length without the NUL (as snprintf: a value >= `len` means it
-/// did not fit), or `TICKGATE_E_ARG`.
+/// did not fit), or `TICKGATE_E_ARG` (also for a cause no check gives).
 ///
 /// # Safety
 /// `a` valid; `symbol` NUL-terminated; `buf` null or valid for `len`
@@ -213,7 +226,12 @@ pub unsafe extern "C" fn tickgate_format(
         return TICKGATE_E_ARG as i64;
     }
     // SAFETY: non-null, valid per the contract.
-    let v = from_c(unsafe { &*a });
+    let a = unsafe { &*a };
+    // A cause no check gives cannot be formatted as one.
+    if u8::try_from(a.cause).map_or(true, |c| !SuspectCause::is_code(c)) {
+        return TICKGATE_E_ARG as i64;
+    }
+    let v = from_c(a);
     // SAFETY: non-null and NUL-terminated per the contract.
     let sym = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let mut line = Vec::with_capacity(128);
@@ -271,6 +289,7 @@ pub extern "C" fn tickgate_strerror(code: c_int) -> *const c_char {
         TICKGATE_E_LOOSER => c"threshold looser than configured",
         TICKGATE_E_READ => c"the state file cannot be read (corrupt or not written by tickgate)",
         TICKGATE_E_PANIC => c"internal error",
+        TICKGATE_E_CLOCK => c"now_ns is not CLOCK_REALTIME in Unix nanoseconds",
         _ => c"unknown error",
     };
     s.as_ptr()
