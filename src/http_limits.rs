@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -178,6 +178,36 @@ impl LimitStats {
 /// Tokens left and when they were counted.
 type Bucket = (f64, Instant);
 
+/// Why a request's `Authorization` cannot name a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorizationError {
+    /// The header is given more than once: which one counts would be a
+    /// guess, so the request is refused (400).
+    Repeated,
+}
+
+/// The bearer token of a request, the one parser for authentication and
+/// rate limiting: the `Authorization` header's scheme compared without
+/// case (RFC 9110), the token trimmed. `Ok(None)`: no header, another
+/// scheme, or not text.
+pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthorizationError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(AuthorizationError::Repeated);
+    }
+    let Ok(value) = value.to_str() else {
+        return Ok(None);
+    };
+    Ok(value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|t| !t.is_empty()))
+}
+
 /// Token buckets per client token (by SHA-256), one shared by requests
 /// without a known token.
 struct RateLimiter {
@@ -202,12 +232,12 @@ impl RateLimiter {
 
     /// `Ok` to go on, or the seconds until the client's next request.
     fn take(&self, req: &Request) -> Result<(), u64> {
-        let token = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| -> [u8; 32] { Sha256::digest(t.trim()).into() })
+        // The same parser as authentication: a client is charged to its
+        // own bucket however it spells the scheme.
+        let token = bearer_token(req.headers())
+            .ok()
+            .flatten()
+            .map(|t| -> [u8; 32] { Sha256::digest(t).into() })
             .filter(|h| self.known.contains(h));
         let now = Instant::now();
         let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());

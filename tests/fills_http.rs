@@ -220,6 +220,52 @@ async fn unauthenticated_is_401() {
     );
 }
 
+/// K2: a request with two `Authorization` headers is refused with 400: a
+/// server that took the first (or the last) would let a proxy or client
+/// bug decide who the caller is. One spelling of the scheme is as good as
+/// another (RFC 9110).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_authorization_is_400_and_the_scheme_has_no_case() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let body = batch(&[fill("E1", "D1", "ACC-A", "EURUSD", "BUY", "1", "1.1")]);
+    let base = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("idempotency-key".to_owned(), "k-rep".to_owned()),
+    ];
+    let mut twice = base.clone();
+    twice.push(("authorization".into(), "Bearer token-alice".to_owned()));
+    twice.push(("authorization".into(), "Bearer wrong".into()));
+    let url = format!("{}/v1/fills", srv.base);
+    let r = http_request(
+        "POST",
+        &url,
+        &twice,
+        Bytes::from(body.clone()),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let v = assert_problem(&r, 400);
+    assert!(
+        v["detail"].as_str().unwrap().contains("more than once"),
+        "{v}"
+    );
+    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
+    let mut lower = base;
+    lower.push(("authorization".into(), "bearer token-alice".to_owned()));
+    let r = http_request(
+        "POST",
+        &url,
+        &lower,
+        Bytes::from(body),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
 /// K2: keys are per client; neither client sees the other's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k2_same_key_two_clients() {

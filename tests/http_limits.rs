@@ -98,6 +98,43 @@ fn over_the_rate_a_client_gets_429_with_retry_after() {
     assert!(read_all(&mut other, Duration::from_secs(5)).starts_with("HTTP/1.1 200"));
 }
 
+/// One parser for authentication and the rate limit: however a client
+/// spells the scheme (`Bearer`, `bearer`, `BEARER`), its requests come out
+/// of its own bucket, so alternating spellings does not double its rate,
+/// and a lower-case client does not take the anonymous clients' bucket.
+#[test]
+fn the_rate_limit_reads_the_scheme_without_case() {
+    let rt = runtime();
+    let addr = start(
+        HttpLimits {
+            rate_per_sec: 1,
+            rate_burst: 2,
+            ..HttpLimits::default()
+        },
+        &rt,
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut answers = Vec::new();
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let req = format!("GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: {scheme} tok\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(answers[0].starts_with("HTTP/1.1 200"), "{}", answers[0]);
+    assert!(answers[1].starts_with("HTTP/1.1 200"), "{}", answers[1]);
+    assert!(answers[2].starts_with("HTTP/1.1 429"), "{}", answers[2]);
+    // The anonymous bucket is untouched: two requests pass.
+    for _ in 0..2 {
+        let mut other = TcpStream::connect(addr).unwrap();
+        other
+            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        assert!(read_all(&mut other, Duration::from_secs(5)).starts_with("HTTP/1.1 200"));
+    }
+}
+
 #[test]
 fn beyond_the_cap_a_connection_is_refused_with_503() {
     let rt = runtime();

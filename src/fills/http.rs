@@ -34,6 +34,7 @@ use super::config::{ClientConfig, FillsConfig};
 use super::model::{self, Parsed};
 use super::shared_cache::{Lookup, SharedCache, SharedCacheOptions};
 use super::store::{AnswerFn, HttpOutcome, Store};
+use crate::http_limits::{bearer_token, AuthorizationError};
 
 /// The hand-written OpenAPI 3.1 description of this API.
 pub const OPENAPI_JSON: &str = include_str!("openapi.json");
@@ -324,13 +325,19 @@ impl HttpState {
                 < p
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<ClientConfig>> {
-        let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-        let (scheme, token) = value.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
+    /// K2: the client a request's bearer token names; a repeated
+    /// `Authorization` header is refused (400) rather than guessed.
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<ClientConfig>, Response> {
+        match bearer_token(headers) {
+            Err(AuthorizationError::Repeated) => Err(problem(
+                StatusCode::BAD_REQUEST,
+                "repeated-authorization",
+                "the Authorization header is given more than once",
+            )),
+            Ok(token) => token
+                .and_then(|t| self.clients.get(&token_digest(t)).cloned())
+                .ok_or_else(unauthorized),
         }
-        self.clients.get(&token_digest(token.trim())).cloned()
     }
 }
 
@@ -512,8 +519,9 @@ fn answer(status: u16, body: Bytes, replayed: bool) -> Response {
 async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     // K2: the token, never the body, names the client.
-    let Some(client) = state.authenticate(&parts.headers) else {
-        return unauthorized();
+    let client = match state.authenticate(&parts.headers) {
+        Ok(c) => c,
+        Err(resp) => return resp,
     };
     let key = match parse_idempotency_key(&parts.headers) {
         Ok(k) => k.to_owned(),
@@ -808,8 +816,9 @@ async fn get_positions(
     headers: HeaderMap,
     query: axum::extract::RawQuery,
 ) -> Response {
-    let Some(client) = state.authenticate(&headers) else {
-        return unauthorized();
+    let client = match state.authenticate(&headers) {
+        Ok(c) => c,
+        Err(resp) => return resp,
     };
     let account = query
         .0
