@@ -327,16 +327,33 @@ impl HttpState {
 
     /// K2: the client a request's bearer token names; a repeated
     /// `Authorization` header is refused (400) rather than guessed.
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<ClientConfig>, Response> {
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<ClientConfig>, Refusal> {
         match bearer_token(headers) {
-            Err(AuthorizationError::Repeated) => Err(problem(
+            Err(AuthorizationError::Repeated) => Err(Refusal::Repeated),
+            Ok(token) => token
+                .and_then(|t| self.clients.get(&token_digest(t)).cloned())
+                .ok_or(Refusal::Unknown),
+        }
+    }
+}
+
+/// Why a request names no client (K2).
+enum Refusal {
+    /// No token, another scheme, or a token of no configured client: 401.
+    Unknown,
+    /// `Authorization` given more than once: 400.
+    Repeated,
+}
+
+impl Refusal {
+    fn response(self) -> Response {
+        match self {
+            Refusal::Unknown => unauthorized(),
+            Refusal::Repeated => problem(
                 StatusCode::BAD_REQUEST,
                 "repeated-authorization",
                 "the Authorization header is given more than once",
-            )),
-            Ok(token) => token
-                .and_then(|t| self.clients.get(&token_digest(t)).cloned())
-                .ok_or_else(unauthorized),
+            ),
         }
     }
 }
@@ -521,7 +538,7 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
     // K2: the token, never the body, names the client.
     let client = match state.authenticate(&parts.headers) {
         Ok(c) => c,
-        Err(resp) => return resp,
+        Err(refusal) => return refusal.response(),
     };
     let key = match parse_idempotency_key(&parts.headers) {
         Ok(k) => k.to_owned(),
@@ -818,7 +835,7 @@ async fn get_positions(
 ) -> Response {
     let client = match state.authenticate(&headers) {
         Ok(c) => c,
-        Err(resp) => return resp,
+        Err(refusal) => return refusal.response(),
     };
     let account = query
         .0
