@@ -515,6 +515,37 @@ async fn oversized_and_malformed_bodies() {
     .await
     .unwrap();
     assert_problem(&r, 415);
+    // A body labelled compressed is never read as plain JSON, even when
+    // it happens to be plain JSON.
+    for (key, coding) in [
+        ("m7", "gzip"),
+        ("m8", "identity, deflate"),
+        ("m9", "x-custom"),
+    ] {
+        let r = http_request(
+            "POST",
+            &format!("{}/v1/fills", srv.base),
+            &[
+                ("authorization".into(), "Bearer token-alice".into()),
+                ("idempotency-key".into(), key.into()),
+                ("content-type".into(), "application/json".into()),
+                ("content-encoding".into(), coding.into()),
+            ],
+            Bytes::from(batch(&[fill(
+                "GZ", "GZ", "ACC-A", "EURUSD", "BUY", "100", "1.1",
+            )])),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+        let v = assert_problem(&r, 415);
+        assert_eq!(
+            v["type"],
+            "urn:tickgate:problem:unsupported-content-encoding"
+        );
+        assert_eq!(r.header("accept-encoding"), Some("identity"));
+    }
+    assert_eq!(position_qty(&db.store, "ACC-A", "EURUSD").await, None);
     // Nothing was stored under the refused keys: a valid retry is fresh.
     let ok = batch(&[fill("OK", "OK", "ACC-A", "EURUSD", "BUY", "3", "1.1")]);
     let r = srv.post(Some("token-alice"), Some("m1"), ok).await;
@@ -560,6 +591,45 @@ async fn bad_events_rejected_individually() {
     assert_eq!(
         position_qty(&db.store, "ACC-A", "EURUSD").await,
         Some(dec("5"))
+    );
+}
+
+/// `exec_time` is exact or the event is rejected with the reason: more
+/// than nine fractional digits is not truncated, a leap second is not
+/// moved to `:59.999999999`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inexact_exec_times_are_rejected_not_truncated() {
+    let db = sqlite_db(StoreOptions::default()).await;
+    let srv = serve(Arc::new(db.store.clone()), HttpOptions::default()).await;
+    let mut long_fraction = fill("T1", "T1", "ACC-A", "EURUSD", "BUY", "1", "1.1");
+    long_fraction["exec_time"] = "2026-11-30T08:00:00.1234567891Z".into();
+    let mut leap = fill("T2", "T2", "ACC-A", "EURUSD", "BUY", "2", "1.1");
+    leap["exec_time"] = "2016-12-31T23:59:60Z".into();
+    let mut nanos = fill("T3", "T3", "ACC-A", "EURUSD", "BUY", "4", "1.1");
+    nanos["exec_time"] = "2026-11-30T08:00:00.123456789Z".into();
+    let r = srv
+        .post(
+            Some("token-alice"),
+            Some("times"),
+            batch(&[long_fraction, leap, nanos]),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let v = json(&r);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results[0]["status"], "rejected", "{v}");
+    let reason = results[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("exec_time:") && reason.contains("at most 9"),
+        "{reason}"
+    );
+    assert_eq!(results[1]["status"], "rejected", "{v}");
+    let reason = results[1]["reason"].as_str().unwrap();
+    assert!(reason.contains("leap second"), "{reason}");
+    assert_eq!(results[2]["status"], "applied", "{v}");
+    assert_eq!(
+        position_qty(&db.store, "ACC-A", "EURUSD").await,
+        Some(dec("4"))
     );
 }
 

@@ -517,6 +517,22 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
     }
 }
 
+/// `Ok` when every `Content-Encoding` (all headers, each a comma list) is
+/// `identity` or absent; else the first other coding, as sent.
+fn identity_content_encoding(headers: &HeaderMap) -> Result<(), String> {
+    for v in headers.get_all(header::CONTENT_ENCODING) {
+        let Ok(s) = v.to_str() else {
+            return Err(String::from_utf8_lossy(v.as_bytes()).into_owned());
+        };
+        for coding in s.split(',').map(str::trim) {
+            if !coding.is_empty() && !coding.eq_ignore_ascii_case("identity") {
+                return Err(coding.to_owned());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn answer(status: u16, body: Bytes, replayed: bool) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = Response::new(Body::from(body));
@@ -550,6 +566,21 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             "",
             "the body must be application/json",
         );
+    }
+    // The body is read as it is sent: nothing here decodes a compressed
+    // body, so one labelled with any coding but identity is refused rather
+    // than applied as if it were plain JSON.
+    if let Err(coding) = identity_content_encoding(&parts.headers) {
+        let mut resp = problem(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-content-encoding",
+            format!("Content-Encoding {coding:?} is not supported; send the body uncompressed"),
+        );
+        resp.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        return resp;
     }
     let bytes = match Bytes::from_request(Request::from_parts(parts, body), &()).await {
         Ok(b) => b,
@@ -693,7 +724,7 @@ async fn post_fills(State(state): State<Arc<HttpState>>, req: Request) -> Respon
             )
         }
         Err(e) => {
-            tracing::error!(client = %client.name, %key, error = %format!("{e:#}"), "fills batch failed");
+            tracing::error!(client = %client.name, %key, error = %crate::util::errors::chain(&e), "fills batch failed");
             problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "",
@@ -876,7 +907,7 @@ async fn get_positions(
             answer(200, Bytes::from(body.to_string()), false)
         }
         Err(e) => {
-            tracing::error!(%account, error = %format!("{e:#}"), "positions query failed");
+            tracing::error!(%account, error = %crate::util::errors::chain(&e), "positions query failed");
             problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "",
@@ -961,6 +992,21 @@ mod tests {
         assert_eq!(url_query_param("accounts=1", "account"), None);
         assert_eq!(url_query_param("account=%zz", "account"), None);
         assert_eq!(url_query_param("account", "account").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn content_encodings() {
+        assert!(identity_content_encoding(&HeaderMap::new()).is_ok());
+        assert!(identity_content_encoding(&headers(&[("content-encoding", b"Identity")])).is_ok());
+        assert_eq!(
+            identity_content_encoding(&headers(&[("content-encoding", b"gzip")])),
+            Err("gzip".to_owned())
+        );
+        let two = headers(&[
+            ("content-encoding", b"identity"),
+            ("content-encoding", b"identity, br"),
+        ]);
+        assert_eq!(identity_content_encoding(&two), Err("br".to_owned()));
     }
 
     #[test]

@@ -313,9 +313,29 @@ fn field_time(obj: &Map<String, Value>, name: &str) -> Result<i64, String> {
 }
 
 /// RFC 3339 timestamp to Unix nanoseconds.
+///
+/// Exact or refused, like the decimals: more than nine fractional digits
+/// (which the parser would truncate) and a leap second `:60` (which it
+/// would turn into `:59.999999999`) are errors, never a nearby time.
 pub fn parse_rfc3339_ns(s: &str) -> Result<i64, String> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("{s:?} is not an RFC 3339 time ({e})"))?;
+    // Parsed, so the text is `YYYY-MM-DD?HH:MM:SS[.frac]<offset>`: the
+    // seconds at bytes 17..19, the fraction (if any) from byte 19.
+    let b = s.as_bytes();
+    if b.get(17..19) == Some(b"60".as_slice()) {
+        return Err(format!(
+            "{s:?} is a leap second (:60), which has no exact Unix time"
+        ));
+    }
+    if b.get(19) == Some(&b'.') {
+        let digits = b[20..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits > 9 {
+            return Err(format!(
+                "{s:?} has {digits} fractional digits; at most 9 (nanoseconds)"
+            ));
+        }
+    }
     i64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{s:?} is out of range"))
 }
 
@@ -546,6 +566,22 @@ mod tests {
         let mut v = fill_json();
         v["exec_time"] = "yesterday".into();
         assert!(reason(v).contains("RFC 3339"));
+        // Exact or refused: neither truncated nor moved to :59.999999999.
+        let mut v = fill_json();
+        v["exec_time"] = "2026-11-30T08:00:00.1234567891Z".into();
+        assert!(reason(v).contains("at most 9"));
+        let mut v = fill_json();
+        v["exec_time"] = "2016-12-31T23:59:60Z".into();
+        assert!(reason(v).contains("leap second"));
+        let mut v = fill_json();
+        v["exec_time"] = "2016-12-31T23:59:60.5+00:00".into();
+        assert!(reason(v).contains("leap second"));
+        let ns = parse_rfc3339_ns("2026-11-30T08:00:00.123456789+01:00").unwrap();
+        assert_eq!(ns % 1_000_000_000, 123_456_789);
+        assert_eq!(
+            parse_rfc3339_ns("2026-11-30T08:00:59.000000000Z").unwrap() % 60_000_000_000,
+            59_000_000_000
+        );
         let mut v = fill_json();
         v["event_id"] = serde_json::json!(7);
         assert!(reason(v).contains("event_id: must be a string"));
