@@ -101,8 +101,8 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_CONFIG);
         }
         Err(StartError::Other(e)) => {
-            tracing::error!(error = %format!("{e:#}"), "start failed");
-            eprintln!("tickgate: {e:#}");
+            tracing::error!(error = %crate::util::errors::chain(&e), "start failed");
+            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
             return Ok(EXIT_FAILURE);
         }
     };
@@ -531,7 +531,7 @@ impl Daemon {
         }
         for f in self.feeds.drain(..) {
             if let Err(e) = f.thread.stop() {
-                tracing::error!(feed = f.name.as_str(), error = %format!("{e:#}"), "feed thread failed");
+                tracing::error!(feed = f.name.as_str(), error = %crate::util::errors::chain(&e), "feed thread failed");
             }
         }
         if let Some(p) = self.shm.take() {

@@ -78,7 +78,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("tickgate: {e:#}");
+            eprintln!("tickgate: {}", tickgate::util::errors::chain(&e));
             std::process::exit(2);
         }
     }

@@ -496,7 +496,7 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_CONFIG);
         }
         Err(StartError::Other(e)) => {
-            eprintln!("tickgate: {e:#}");
+            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
             return Ok(EXIT_FAILURE);
         }
     };
@@ -594,7 +594,10 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     match provider.join() {
         Ok(Ok(())) => Ok(code),
         Ok(Err(e)) => {
-            eprintln!("tickgate: demo provider: {e:#}");
+            eprintln!(
+                "tickgate: demo provider: {}",
+                crate::util::errors::chain(&e)
+            );
             Ok(EXIT_FAILURE)
         }
         Err(_) => Ok(EXIT_FAILURE),

@@ -199,7 +199,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
         }
         Err(StartError::Other(e)) => {
             stop.store(true, Ordering::Relaxed);
-            eprintln!("tickgate: {e:#}");
+            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
             return Ok(EXIT_FAILURE);
         }
     };
@@ -236,7 +236,10 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
     match sender.join() {
         Ok(Ok(())) => Ok(code),
         Ok(Err(e)) => {
-            eprintln!("tickgate: demo provider: {e:#}");
+            eprintln!(
+                "tickgate: demo provider: {}",
+                crate::util::errors::chain(&e)
+            );
             Ok(EXIT_FAILURE)
         }
         Err(_) => Ok(EXIT_FAILURE),

@@ -76,7 +76,7 @@ pub fn line_specs(feed_index: usize, f: &FeedConfig) -> Result<Vec<LineSpec>, co
                         Err(e) => {
                             return Err(config::ConfigError::Invalid {
                                 key: format!("feed[{feed_index}].line[{k}].interface"),
-                                problem: format!("{e:#}"),
+                                problem: crate::util::errors::chain(&e).to_string(),
                             })
                         }
                     }

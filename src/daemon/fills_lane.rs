@@ -114,7 +114,7 @@ impl FillsLane {
         }
         if let Some(c) = self.consumer {
             if let Ok(Err(e)) = c.await {
-                tracing::error!(error = %format!("{e:#}"), "fills NATS consumer failed");
+                tracing::error!(error = %crate::util::errors::chain(&e), "fills NATS consumer failed");
             }
         }
     }

@@ -349,7 +349,7 @@ where
             Err(e) => {
                 let pause = pauses.after_failure(started, Instant::now());
                 metrics.restarts.inc();
-                tracing::warn!(error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64,
+                tracing::warn!(error = %crate::util::errors::chain(&e), pause_ms = pause.as_millis() as u64,
                     "fills kafka consumer: session failed, restarting");
                 tokio::select! {
                     _ = shutdown.as_mut() => return Ok(()),
@@ -541,7 +541,7 @@ async fn partition_loop(
                 metrics.store_failures.inc();
                 store_pause =
                     (store_pause * 2).clamp(Duration::from_millis(200), Duration::from_secs(10));
-                tracing::warn!(topic = %s.topic, partition, error = %format!("{e:#}"),
+                tracing::warn!(topic = %s.topic, partition, error = %crate::util::errors::chain(&e),
                     pause_ms = store_pause.as_millis() as u64,
                     "fills kafka: batch not committed; it will be read again");
                 // The stored offset may have moved meanwhile (another

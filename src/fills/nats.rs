@@ -316,7 +316,7 @@ where
             Err(e) => {
                 let pause = pauses.after_failure(started, Instant::now());
                 metrics.restarts.inc();
-                tracing::warn!(error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64,
+                tracing::warn!(error = %crate::util::errors::chain(&e), pause_ms = pause.as_millis() as u64,
                     "fills nats consumer: session failed, restarting");
                 tokio::select! {
                     _ = shutdown.as_mut() => return Ok(()),
@@ -559,7 +559,7 @@ async fn process_batch(
         }
         Err(e) => {
             store_failed = true;
-            tracing::warn!(error = %format!("{e:#}"), events = event_of.len(), last_seq,
+            tracing::warn!(error = %crate::util::errors::chain(&e), events = event_of.len(), last_seq,
                 "fills nats: transaction failed; nakking the batch for redelivery");
             for &i in &event_of {
                 deliveries[i].ack = Some(false);
@@ -620,7 +620,7 @@ async fn dead_letter(
                 d.ack = Some(true);
             }
             Err(e) => {
-                tracing::warn!(stream_seq = d.stream_seq, error = %format!("{e:#}"),
+                tracing::warn!(stream_seq = d.stream_seq, error = %crate::util::errors::chain(&e),
                     "fills nats: dead-letter publish failed; nakking");
                 d.ack = Some(false);
             }

@@ -126,7 +126,7 @@ pub async fn run_sweeper(store: Store, policy: RetentionPolicy, interval: Durati
     loop {
         tick.tick().await;
         if let Err(e) = sweep(&store, &policy, clock()).await {
-            tracing::warn!(error = %format!("{e:#}"), "fills: retention sweep failed");
+            tracing::warn!(error = %crate::util::errors::chain(&e), "fills: retention sweep failed");
         }
     }
 }
