@@ -526,3 +526,146 @@ async fn timeouts_are_retried_then_dead_lettered() {
         "{err}"
     );
 }
+
+/// A fake fills endpoint on 127.0.0.1: reads each request whole, then
+/// answers with `head` and, if `endless`, a chunked body that never ends
+/// (until the client hangs up). Returns the base URL and the request count.
+async fn fake_endpoint(
+    head: &'static str,
+    body: Vec<u8>,
+    endless: bool,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 8192];
+                let header_end = loop {
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                    if let Some(at) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head_text = String::from_utf8_lossy(&req[..header_end]).to_lowercase();
+                let len: usize = head_text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while req.len() < header_end + len {
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                }
+                if endless {
+                    let chunk = format!("10000\r\n{}\r\n", "[".repeat(0x10000));
+                    if sock.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    while sock.write_all(chunk.as_bytes()).await.is_ok() {}
+                } else {
+                    let mut out =
+                        format!("{head}content-length: {}\r\n\r\n", body.len()).into_bytes();
+                    out.extend_from_slice(&body);
+                    let _ = sock.write_all(&out).await;
+                }
+            });
+        }
+    });
+    (base, requests)
+}
+
+/// fills.md K4: a `200` is a delivery only when it answers every event of
+/// the batch (one result per event, in order, totals that agree). A
+/// non-JSON 200, one that accounts for fewer events, or an answer that
+/// never ends is a failed batch: dead-lettered at once (the key kept, so a
+/// re-send is answered from the stored answer if it was applied) and the
+/// run exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_that_does_not_answer_every_event_is_a_failure() {
+    let one_of_five = serde_json::json!({
+        "results": [{"index":0,"kind":"FILL","event_id":"E-0","status":"applied"}],
+        "totals": {"applied":1,"duplicate":0,"rejected":0,"held":0}
+    })
+    .to_string()
+    .into_bytes();
+    let ok_head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n";
+    let cases: [(&str, Vec<u8>, bool, &str); 3] = [
+        ("not json", b"<html>ok</html>".to_vec(), false, "not JSON"),
+        ("one of five", one_of_five, false, "1 of the 5 events"),
+        ("endless", Vec::new(), true, "answer body over"),
+    ];
+    let (lines, _) = job(5);
+    assert_eq!(lines.len(), 5);
+    for (name, body, endless, why) in cases {
+        let head = if endless {
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        } else {
+            ok_head
+        };
+        let (base, requests) = fake_endpoint(head, body, endless).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("job.jsonl");
+        write_lines(&file, &lines);
+        let dead = dir.path().join("dead");
+        let run = push(args(&[
+            file.to_str().unwrap(),
+            "--url",
+            &base,
+            "--token",
+            TOKEN,
+            "--max-attempts",
+            "3",
+            "--backoff-base-ms",
+            "1",
+            "--timeout-ms",
+            "20000",
+            "--dead-letter-dir",
+            dead.to_str().unwrap(),
+        ]))
+        .await;
+        assert_eq!(run.code, 1, "{name}: {}\n{}", run.stdout, run.stderr);
+        assert_eq!(summary_number(&run.stdout, "failed"), 1, "{name}");
+        assert_eq!(summary_number(&run.stdout, "applied"), 0, "{name}");
+        assert_eq!(
+            requests.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{name}"
+        );
+        let files: Vec<_> = std::fs::read_dir(&dead)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let jsonl = files
+            .iter()
+            .find(|p| p.extension().unwrap() == "jsonl")
+            .unwrap_or_else(|| panic!("{name}: no dead letter in {files:?}"));
+        let kept: Vec<String> = std::fs::read_to_string(jsonl)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(kept, lines, "{name}");
+        let error = files
+            .iter()
+            .find(|p| p.to_str().unwrap().ends_with(".error.json"))
+            .unwrap();
+        let err: Value = serde_json::from_slice(&std::fs::read(error).unwrap()).unwrap();
+        assert!(
+            err["last_error"].as_str().unwrap().contains(why),
+            "{name}: {err}"
+        );
+    }
+}

@@ -326,36 +326,100 @@ pub struct BatchAnswer {
     pub rejections: Vec<String>,
 }
 
-/// Reads the totals and rejections of a `200` body (fills.md: each event
-/// with `applied`, `duplicate` or `rejected` and a reason, and the totals).
-pub fn parse_answer(status: u16, replayed: bool, body: &[u8]) -> BatchAnswer {
+/// Reads a `200` body (fills.md K4, `model::batch_answer`): one result per
+/// event of the batch, in input order (`index` 0, 1, ...), each `applied`,
+/// `duplicate`, `rejected` (with a reason) or `held`, and totals that
+/// agree with the results. Anything else is not a delivery this client can
+/// vouch for: an error, and the batch is dead-lettered (its key kept, so a
+/// re-send is answered from the server's stored answer if it was in fact
+/// applied, K4).
+pub fn parse_answer(
+    status: u16,
+    replayed: bool,
+    body: &[u8],
+    events: usize,
+) -> Result<BatchAnswer, String> {
     let mut a = BatchAnswer {
         status,
         replayed,
         ..Default::default()
     };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return a;
-    };
-    let totals = &v["totals"];
-    let count = |k: &str| totals.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-    a.applied = count("applied");
-    a.duplicate = count("duplicate");
-    a.rejected = count("rejected");
-    a.held = count("held");
-    let results = v.get("results").and_then(|r| r.as_array());
-    for r in results.into_iter().flatten() {
-        let outcome = r
-            .get("outcome")
-            .or_else(|| r.get("status"))
-            .and_then(|s| s.as_str());
-        if outcome == Some("rejected") {
-            let id = r.get("event_id").and_then(|s| s.as_str()).unwrap_or("?");
-            let reason = r.get("reason").and_then(|s| s.as_str()).unwrap_or("?");
-            a.rejections.push(format!("{id}: {reason}"));
+    if status != 200 {
+        return Err(format!(
+            "HTTP {status} is not a batch answer (expected 200): {}",
+            problem_summary(body)
+        ));
+    }
+    let v = serde_json::from_slice::<serde_json::Value>(body).map_err(|e| {
+        format!(
+            "HTTP 200 with a body that is not JSON ({e}): {}",
+            problem_summary(body)
+        )
+    })?;
+    let results = v
+        .get("results")
+        .and_then(|r| r.as_array())
+        .ok_or("HTTP 200 without a `results` array")?;
+    if results.len() != events {
+        return Err(format!(
+            "HTTP 200 answering {} of the {events} events sent",
+            results.len()
+        ));
+    }
+    for (i, r) in results.iter().enumerate() {
+        if r.get("index").and_then(|x| x.as_u64()) != Some(i as u64) {
+            return Err(format!(
+                "HTTP 200 whose result {i} does not carry index {i}: {r}"
+            ));
+        }
+        let field = |k: &str| r.get(k).and_then(|s| s.as_str());
+        match field("status") {
+            Some("applied") => a.applied += 1,
+            Some("duplicate") => a.duplicate += 1,
+            Some("held") => a.held += 1,
+            Some("rejected") => {
+                a.rejected += 1;
+                let id = field("event_id").unwrap_or("?");
+                let reason = field("reason").unwrap_or("?");
+                a.rejections.push(format!("{id}: {reason}"));
+            }
+            _ => return Err(format!("HTTP 200 with result {i} of no known status: {r}")),
         }
     }
-    a
+    let totals = &v["totals"];
+    let count = |k: &str| totals.get(k).and_then(|x| x.as_u64());
+    let claimed = (
+        count("applied"),
+        count("duplicate"),
+        count("rejected"),
+        count("held"),
+    );
+    let counted = (
+        Some(a.applied),
+        Some(a.duplicate),
+        Some(a.rejected),
+        Some(a.held),
+    );
+    if claimed != counted {
+        return Err(format!(
+            "HTTP 200 whose totals {totals} disagree with its results \
+             (applied {}, duplicate {}, rejected {}, held {})",
+            a.applied, a.duplicate, a.rejected, a.held
+        ));
+    }
+    Ok(a)
+}
+
+/// The most bytes read of an answer to a batch of `body_len` bytes and
+/// `events` events: a result repeats at most an event's ids and a reason
+/// quoting a field of it (escaped, so up to a few times its size), plus a
+/// fixed part. An answer over this is not read further, so an endless body
+/// costs a bounded amount of memory.
+pub fn answer_cap(body_len: usize, events: usize) -> usize {
+    body_len
+        .saturating_mul(4)
+        .saturating_add(events.saturating_mul(2048))
+        .saturating_add(64 * 1024)
 }
 
 struct SendResult {
@@ -376,6 +440,7 @@ async fn send_with_retries(
     mut on_retry: impl FnMut(&str),
 ) -> SendResult {
     let body = batch_body(&batch.lines);
+    let answer_cap = answer_cap(body.len(), batch.lines.len());
     let headers = [
         ("authorization".to_owned(), format!("Bearer {token}")),
         ("idempotency-key".to_owned(), batch.key.clone()),
@@ -385,14 +450,16 @@ async fn send_with_retries(
     loop {
         attempts += 1;
         let (outcome, retry_after, error) =
-            match http_request("POST", url, &headers, body.clone(), timeout).await {
+            match http_request_capped("POST", url, &headers, body.clone(), timeout, answer_cap)
+                .await
+            {
                 Ok(resp) if (200..300).contains(&resp.status) => {
                     let replayed = resp
                         .header("idempotent-replayed")
                         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
                     return SendResult {
                         attempts,
-                        outcome: Ok(parse_answer(resp.status, replayed, &resp.body)),
+                        outcome: parse_answer(resp.status, replayed, &resp.body, batch.lines.len()),
                     };
                 }
                 Ok(resp) => {
@@ -414,6 +481,13 @@ async fn send_with_retries(
                     return SendResult {
                         attempts,
                         outcome: Err(format!("request: {e}")),
+                    }
+                }
+                // Not a batch answer whatever it says: the batch is kept.
+                Err(e @ HttpError::AnswerTooLarge(_)) => {
+                    return SendResult {
+                        attempts,
+                        outcome: Err(e.to_string()),
                     }
                 }
             };
@@ -691,11 +765,18 @@ pub enum HttpError {
     /// The request could not even be built (bad URL or header).
     #[error("{0}")]
     Request(String),
+    /// The answer's body ran over the cap; reading stopped there.
+    #[error("answer body over {0} bytes, not read further")]
+    AnswerTooLarge(usize),
 }
+
+/// The answer cap of [`http_request`].
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// One HTTP/1.1 exchange on a fresh connection (hyper's low-level client:
 /// no pool, no TLS; enough for one batch at a time). The timeout covers
-/// connect, send and the whole answer.
+/// connect, send and the whole answer; an answer body over
+/// [`MAX_ANSWER_BYTES`] is an error.
 pub async fn http_request(
     method: &str,
     url: &str,
@@ -703,7 +784,20 @@ pub async fn http_request(
     body: Bytes,
     timeout: Duration,
 ) -> Result<HttpResponse, HttpError> {
-    match tokio::time::timeout(timeout, exchange(method, url, headers, body)).await {
+    http_request_capped(method, url, headers, body, timeout, MAX_ANSWER_BYTES).await
+}
+
+/// [`http_request`] reading at most `max_answer` bytes of the answer body.
+pub async fn http_request_capped(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: Bytes,
+    timeout: Duration,
+    max_answer: usize,
+) -> Result<HttpResponse, HttpError> {
+    let exchange = exchange(method, url, headers, body, max_answer);
+    match tokio::time::timeout(timeout, exchange).await {
         Ok(r) => r,
         Err(_) => Err(HttpError::Timeout),
     }
@@ -714,6 +808,7 @@ async fn exchange(
     url: &str,
     headers: &[(String, String)],
     body: Bytes,
+    max_answer: usize,
 ) -> Result<HttpResponse, HttpError> {
     let uri: hyper::Uri = url
         .parse()
@@ -755,15 +850,29 @@ async fn exchange(
         .map_err(|e| HttpError::Connection(e.to_string()))?;
     let status = resp.status().as_u16();
     let (parts, incoming) = resp.into_parts();
-    let body = axum::body::to_bytes(axum::body::Body::new(incoming), usize::MAX)
-        .await
-        .map_err(|e| HttpError::Connection(format!("reading the answer: {e}")))?;
+    let body = read_capped(incoming, max_answer).await;
     driver.abort();
+    let body = body?;
     Ok(HttpResponse {
         status,
         headers: parts.headers,
         body,
     })
+}
+
+/// The body, chunk by chunk, stopping as soon as it runs over `max`.
+async fn read_capped(incoming: hyper::body::Incoming, max: usize) -> Result<Bytes, HttpError> {
+    use futures::StreamExt;
+    let mut chunks = axum::body::Body::new(incoming).into_data_stream();
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| HttpError::Connection(format!("reading the answer: {e}")))?;
+        if body.len() + chunk.len() > max {
+            return Err(HttpError::AnswerTooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 #[cfg(test)]
@@ -819,16 +928,43 @@ mod tests {
 
     #[test]
     fn answer_totals_and_rejections() {
-        let body = br#"{"results":[{"event_id":"E1","status":"applied"},
-            {"event_id":"E2","status":"rejected","reason":"qty: not a decimal"},
-            {"event_id":"B1","status":"held","reason":"bust for a deal not seen yet"}],
+        let body = br#"{"results":[{"index":0,"event_id":"E1","status":"applied"},
+            {"index":1,"event_id":"E2","status":"rejected","reason":"qty: not a decimal"},
+            {"index":2,"event_id":"B1","status":"held","reason":"bust for a deal not seen yet"}],
             "totals":{"applied":1,"duplicate":0,"rejected":1,"held":1}}"#;
-        let a = parse_answer(200, true, body);
+        let a = parse_answer(200, true, body, 3).unwrap();
         assert_eq!((a.applied, a.duplicate, a.rejected, a.held), (1, 0, 1, 1));
         assert!(a.replayed);
         assert_eq!(a.rejections, vec!["E2: qty: not a decimal".to_owned()]);
-        let junk = parse_answer(200, false, b"not json");
-        assert_eq!((junk.applied, junk.rejected), (0, 0));
+        // The server's own answer is read whole.
+        let outs: Vec<_> = ["E1", "E2"]
+            .iter()
+            .enumerate()
+            .map(|(index, id)| crate::fills::model::EventOutcome {
+                index,
+                kind: Some("FILL".into()),
+                event_id: Some((*id).into()),
+                outcome: crate::fills::model::Outcome::Applied,
+            })
+            .collect();
+        let (_, real) = crate::fills::model::batch_answer(&outs);
+        assert_eq!(parse_answer(200, false, &real, 2).unwrap().applied, 2);
+        // Not an answer for every event sent: refused, never counted.
+        let why = |body: &[u8], n| parse_answer(200, false, body, n).unwrap_err();
+        assert!(why(b"not json", 1).contains("not JSON"));
+        assert!(why(&real, 5).contains("2 of the 5"));
+        assert!(why(br#"{"totals":{"applied":5}}"#, 5).contains("results"));
+        let lying = br#"{"results":[{"index":0,"status":"applied"},{"index":1,"status":"applied"}],
+            "totals":{"applied":1,"duplicate":0,"rejected":0,"held":0}}"#;
+        assert!(why(lying, 2).contains("disagree"));
+        let odd = br#"{"results":[{"index":0,"status":"lost"}],
+            "totals":{"applied":0,"duplicate":0,"rejected":0,"held":0}}"#;
+        assert!(why(odd, 1).contains("no known status"));
+        let reordered =
+            br#"{"results":[{"index":1,"status":"applied"},{"index":0,"status":"applied"}],
+            "totals":{"applied":2,"duplicate":0,"rejected":0,"held":0}}"#;
+        assert!(why(reordered, 2).contains("index 0"));
+        assert!(parse_answer(204, false, b"", 1).is_err());
     }
 
     #[test]
