@@ -439,6 +439,117 @@ async fn bad_messages_are_dead_lettered_and_the_stream_continues() {
     delete_streams(&js, &n).await;
 }
 
+/// A bad event whose payload is close to the server's max_payload cannot be
+/// copied into a dead letter (payload plus headers exceed the limit): it is
+/// dead-lettered without its payload, with headers locating the original
+/// (stream, sequence, subject), its size and the reason, and acked, so it
+/// is not redelivered and the events after it are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_bad_message_is_dead_lettered_by_reference() {
+    let Some(url) = service_url("TICKGATE_TEST_NATS_URL") else {
+        return;
+    };
+    let client = async_nats::connect(url.as_str())
+        .await
+        .expect("connect to NATS");
+    let max_payload = client.max_payload();
+    let js = jetstream::new(client);
+    let n = Names::new("DLQBIG");
+    create_streams(&js, &n).await;
+    let settings = n.settings(&url, 3, 50);
+
+    let mut rng = Rng(0x5EED_0009);
+    let fills = make_fills(&mut rng, "big", 3);
+    // An invalid event (qty not a string), padded with JSON whitespace up
+    // to 64 bytes under max_payload: it fits as published (no headers), not
+    // with the dead-letter headers.
+    let invalid = fills[1]
+        .json()
+        .replace(&format!(r#""qty":"{}""#, fills[1].qty), r#""qty":5"#);
+    assert_ne!(invalid, fills[1].json());
+    let size = max_payload - 64;
+    let mut big = b"{".to_vec();
+    big.resize(size - (invalid.len() - 1), b' ');
+    big.extend_from_slice(&invalid.as_bytes()[1..]);
+    assert_eq!(big.len(), size);
+    publish_all(
+        &js,
+        &n.subject,
+        &[
+            fills[0].json().into_bytes(), // seq 1
+            big.clone(),                  // seq 2
+        ],
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fm) = sqlite_store(&dir.path().join("f.db")).await;
+    let nm = NatsMetrics::unregistered(fm.clone());
+    let running = start_consumer(settings.clone(), store.clone(), nm.clone());
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+    // Later good events still apply (the consumer moved on).
+    publish_all(&js, &n.subject, &[fills[2].json().into_bytes()]).await; // seq 3
+    wait_drained(&js, &n.stream, &n.durable, Duration::from_secs(30)).await;
+    // Longer than ack_wait: nothing comes back.
+    tokio::time::sleep(settings.ack_wait + Duration::from_secs(1)).await;
+    assert_eq!(
+        backlog(&js, &n.stream, &n.durable).await,
+        Some((0, 0)),
+        "nothing pending or unacked"
+    );
+    running.stop().await;
+
+    assert_eq!(
+        actual_qty(&store).await,
+        expected_qty([&fills[0], &fills[2]])
+    );
+    assert_eq!(
+        nm.redelivered.get(),
+        0,
+        "the oversized message was not redelivered"
+    );
+    assert_eq!(nm.naks.get(), 0);
+    assert_eq!(fm.dead_lettered.with_label_values(&["nats"]).get(), 1);
+    assert_eq!(
+        nm.dead_letter_causes.with_label_values(&["invalid"]).get(),
+        1
+    );
+    assert_eq!(nm.dead_letter_payloads_omitted.get(), 1);
+
+    // One dead letter, without the payload, referencing the original.
+    let mut dlq = js.get_stream(&n.dlq_stream).await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, 1);
+    let m = dlq.get_raw_message(1).await.unwrap();
+    let h = |k: &str| {
+        m.headers
+            .get(k)
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default()
+    };
+    assert!(m.payload.is_empty(), "payload omitted");
+    assert_eq!(h(src::H_STREAM), n.stream);
+    assert_eq!(h(src::H_STREAM_SEQ), "2");
+    assert_eq!(h(src::H_SUBJECT), n.subject);
+    assert_eq!(h(src::H_PAYLOAD_SIZE), size.to_string());
+    let omitted = h(src::H_PAYLOAD_OMITTED);
+    assert!(
+        omitted.contains(&format!("max_payload {max_payload}")),
+        "{omitted}"
+    );
+    let reason = h(src::H_REASON);
+    assert!(reason.starts_with("invalid: qty"), "{reason}");
+    // The reference resolves: the original is still in its stream.
+    let orig = js
+        .get_stream(&n.stream)
+        .await
+        .unwrap()
+        .get_raw_message(2)
+        .await
+        .unwrap();
+    assert_eq!(orig.payload.as_ref(), big.as_slice());
+    delete_streams(&js, &n).await;
+}
+
 /// A transaction that fails (the database is locked by another writer) is
 /// not acked: the batch is nakked, comes back, and is applied once the
 /// database is free. With max_deliver 1 the same failure dead-letters.

@@ -11,7 +11,10 @@
 //! store, or has already failed `max_deliver` deliveries is published to the
 //! dead-letter subject (raw payload, reason and origin in headers), and only
 //! after JetStream has stored it is the original acked: nothing is lost and
-//! nothing blocks the stream.
+//! nothing blocks the stream. A message too large to be copied (its payload
+//! plus the dead-letter headers exceed the server's `max_payload`) is
+//! dead-lettered without its payload: the headers say where it is (original
+//! stream and sequence), its size and the reason.
 //!
 //! Why tickgate enforces `max_deliver` itself: a JetStream consumer with
 //! `max_deliver = N` simply stops redelivering after N attempts and leaves
@@ -45,6 +48,12 @@ pub const H_STREAM: &str = "Tickgate-Original-Stream";
 pub const H_STREAM_SEQ: &str = "Tickgate-Stream-Seq";
 pub const H_DELIVERIES: &str = "Tickgate-Deliveries";
 pub const H_CONSUMER: &str = "Tickgate-Consumer";
+/// Set (to why) when the dead letter's body is empty because the original
+/// payload plus the headers would exceed the server's `max_payload`; the
+/// original stays at `Tickgate-Original-Stream` / `Tickgate-Stream-Seq`.
+pub const H_PAYLOAD_OMITTED: &str = "Tickgate-Payload-Omitted";
+/// Size in bytes of the original payload (set with `Tickgate-Payload-Omitted`).
+pub const H_PAYLOAD_SIZE: &str = "Tickgate-Payload-Size";
 
 /// Everything the consumer needs; built from `[fills.nats]` or the CLI.
 #[derive(Debug, Clone)]
@@ -160,6 +169,9 @@ pub struct NatsMetrics {
     pub naks: IntCounter,
     /// Dead letters by cause.
     pub dead_letter_causes: IntCounterVec,
+    /// Dead letters published without the original payload (too large to be
+    /// copied under the server's `max_payload`); also counted by cause.
+    pub dead_letter_payloads_omitted: IntCounter,
     /// Consumer sessions (re)started after an error.
     pub restarts: IntCounter,
 }
@@ -191,6 +203,10 @@ impl NatsMetrics {
                 "NATS messages nakked after a failed transaction",
             )?,
             dead_letter_causes,
+            dead_letter_payloads_omitted: c(
+                "fills_nats_dead_letter_payloads_omitted_total",
+                "NATS dead letters published without the original payload (over max_payload)",
+            )?,
             restarts: c(
                 "fills_nats_session_restarts_total",
                 "NATS consumer sessions restarted after an error",
@@ -284,6 +300,45 @@ pub fn dead_letter_headers(origin: &Origin<'_>, cause: &DeadCause, reason: &str)
     h.insert(H_STREAM_SEQ, origin.stream_seq.to_string().as_str());
     h.insert(H_DELIVERIES, origin.delivered.to_string().as_str());
     h
+}
+
+/// Serialized size of a header block, as the server counts it against
+/// `max_payload` (`NATS/1.0\r\n`, `name: value\r\n` each, `\r\n`).
+pub fn header_wire_len(h: &HeaderMap) -> usize {
+    let fields: usize = h
+        .iter()
+        .map(|(k, vs)| {
+            vs.iter()
+                .map(|v| AsRef::<[u8]>::as_ref(k).len() + 2 + v.as_str().len() + 2)
+                .sum::<usize>()
+        })
+        .sum();
+    "NATS/1.0\r\n".len() + fields + 2
+}
+
+/// Body of a dead letter (pure): the original payload when it fits with the
+/// headers under `max_payload`; otherwise an empty body, with
+/// `Tickgate-Payload-Omitted` and `Tickgate-Payload-Size` added to the
+/// headers (the stream and sequence headers locate the original). Returns
+/// true when the payload was omitted.
+pub fn dead_letter_body(
+    headers: &mut HeaderMap,
+    payload: bytes::Bytes,
+    max_payload: usize,
+) -> (bytes::Bytes, bool) {
+    let size = payload.len();
+    if header_wire_len(headers) + size <= max_payload {
+        return (payload, false);
+    }
+    headers.insert(H_PAYLOAD_SIZE, size.to_string().as_str());
+    headers.insert(
+        H_PAYLOAD_OMITTED,
+        format!(
+            "payload of {size} bytes plus the dead-letter headers exceeds the server's max_payload {max_payload}"
+        )
+        .as_str(),
+    );
+    (bytes::Bytes::new(), true)
 }
 
 /// Delay before a nakked message comes back: grows with its delivery count,
@@ -582,6 +637,7 @@ async fn dead_letter(
     if dead.is_empty() {
         return;
     }
+    let max_payload = js.client().max_payload();
     let publishes = dead.iter().map(|(i, cause, reason)| {
         let d = &deliveries[*i];
         let origin = Origin {
@@ -591,23 +647,30 @@ async fn dead_letter(
             stream_seq: d.stream_seq,
             delivered: d.delivered,
         };
-        let headers = dead_letter_headers(&origin, cause, reason);
-        let payload = d.msg.payload.clone();
+        let mut headers = dead_letter_headers(&origin, cause, reason);
+        let (payload, omitted) = dead_letter_body(&mut headers, d.msg.payload.clone(), max_payload);
         async move {
             let ack = js
                 .publish_with_headers(s.dlq_subject.clone(), headers, payload)
                 .await?;
             ack.await?;
-            anyhow::Ok(())
+            anyhow::Ok(omitted)
         }
     });
     let results = futures::future::join_all(publishes).await;
     for ((i, cause, reason), r) in dead.into_iter().zip(results) {
         let d = &mut deliveries[i];
         match r {
-            Ok(()) => {
-                tracing::warn!(stream_seq = d.stream_seq, deliveries = d.delivered, cause = cause.as_str(),
-                    reason = %reason, "fills nats: event dead-lettered");
+            Ok(omitted) => {
+                if omitted {
+                    metrics.dead_letter_payloads_omitted.inc();
+                    tracing::warn!(stream_seq = d.stream_seq, deliveries = d.delivered, cause = cause.as_str(),
+                        reason = %reason, size = d.msg.payload.len(), max_payload,
+                        "fills nats: event dead-lettered without its payload (over max_payload)");
+                } else {
+                    tracing::warn!(stream_seq = d.stream_seq, deliveries = d.delivered, cause = cause.as_str(),
+                        reason = %reason, "fills nats: event dead-lettered");
+                }
                 metrics
                     .fills
                     .dead_lettered
@@ -816,6 +879,52 @@ mod tests {
             Disposition::DeadLetter(DeadCause::Invalid, r) => assert!(r.contains("qty")),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn dead_letter_body_omits_a_payload_over_max_payload() {
+        let mut h = HeaderMap::new();
+        h.insert("A", "bc");
+        // "NATS/1.0\r\n" + "A: bc\r\n" + "\r\n"
+        assert_eq!(header_wire_len(&h), 10 + 7 + 2);
+        let o = Origin {
+            subject: "fills.a",
+            stream: "S",
+            consumer: "c",
+            stream_seq: 7,
+            delivered: 1,
+        };
+        let headers = dead_letter_headers(&o, &DeadCause::Invalid, "qty");
+        let room = 1000 - header_wire_len(&headers);
+        let fits = bytes::Bytes::from(vec![b'x'; room]);
+        let mut h = headers.clone();
+        let (body, omitted) = dead_letter_body(&mut h, fits.clone(), 1000);
+        assert!(!omitted);
+        assert_eq!(body, fits);
+        assert!(h.get(H_PAYLOAD_OMITTED).is_none() && h.get(H_PAYLOAD_SIZE).is_none());
+
+        let mut h = headers.clone();
+        let (body, omitted) =
+            dead_letter_body(&mut h, bytes::Bytes::from(vec![b'x'; room + 1]), 1000);
+        assert!(omitted);
+        assert!(body.is_empty());
+        assert_eq!(
+            h.get(H_PAYLOAD_SIZE).unwrap().as_str(),
+            (room + 1).to_string()
+        );
+        assert!(h
+            .get(H_PAYLOAD_OMITTED)
+            .unwrap()
+            .as_str()
+            .contains("max_payload 1000"));
+        assert_eq!(h.get(H_STREAM_SEQ).unwrap().as_str(), "7");
+        assert_eq!(h.get(H_STREAM).unwrap().as_str(), "S");
+        assert!(h
+            .get(H_REASON)
+            .unwrap()
+            .as_str()
+            .starts_with("invalid: qty"));
+        assert!(header_wire_len(&h) <= 1000);
     }
 
     #[test]
