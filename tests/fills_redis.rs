@@ -14,10 +14,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde_json::Value;
+use tickgate::fills::cache::CachedAnswer;
 use tickgate::fills::config::ClientConfig;
 use tickgate::fills::http::{BatchOutcome, FillsBackend, HttpOptions, PositionView};
 use tickgate::fills::push::{http_request, HttpResponse};
-use tickgate::fills::shared_cache::SharedCacheOptions;
+use tickgate::fills::shared_cache::{encode, SharedCache, SharedCacheOptions};
 use tickgate::fills::store::{Store, StoreOptions};
 
 #[path = "common/fills.rs"]
@@ -75,6 +76,10 @@ impl FillsBackend for Counting {
     ) -> BoxFuture<'a, anyhow::Result<Vec<PositionView>>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         FillsBackend::positions(&self.inner, account)
+    }
+
+    fn answer_mac_key(&self) -> Option<[u8; 32]> {
+        FillsBackend::answer_mac_key(&self.inner)
     }
 }
 
@@ -247,8 +252,10 @@ async fn wrong_redis_values_are_ignored() {
     let body = batch(&["E1"], "5");
     let first = post(&srv, "token-alice", "k", body.clone()).await;
     assert_eq!(first.status, 200);
-    let cache = tickgate::fills::shared_cache::SharedCache::new(
+    let cache = SharedCache::new(
         shared(&rurl, &prefix),
+        db.store.answer_mac_key(),
+        1 << 20,
         &prometheus::Registry::new(),
     )
     .unwrap();
@@ -331,4 +338,181 @@ async fn redis_down_changes_nothing() {
             &[("result", "unavailable")]
         ) >= 1
     );
+}
+
+/// The request hash tickgate computes for `body` (K3): reproducible by
+/// anyone who knows the body.
+fn request_hash(body: &[u8]) -> String {
+    tickgate::fills::hash::value_hash(&serde_json::from_slice(body).unwrap())
+}
+
+async fn plant(url: &str, rkey: &str, value: Vec<u8>) {
+    let mut c = redis_conn(url).await;
+    let _: () = redis::cmd("SET")
+        .arg(rkey)
+        .arg(value)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// K8: a Redis writer can compute the request hash of a batch never sent,
+/// but not the MAC: a planted answer (well-formed, right client, key and
+/// hash) is not served; the batch is applied by the database. A forged
+/// status 204 is not served either, not even under the true key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_and_forged_answers_are_not_served() {
+    let Some(rurl) = redis_url("planted_and_forged_answers_are_not_served") else {
+        return;
+    };
+    let db = sqlite_db(StoreOptions::default()).await;
+    let prefix = format!("{}:", unique_schema("t_redis", "plant"));
+    let be = Counting::new(db.store.clone());
+    let srv = fills_common::serve(
+        be.clone(),
+        &clients(),
+        options(Some(shared(&rurl, &prefix))),
+    )
+    .await;
+    let real_key = db.store.answer_mac_key();
+    let cache = SharedCache::new(
+        shared(&rurl, &prefix),
+        real_key,
+        1 << 20,
+        &prometheus::Registry::new(),
+    )
+    .unwrap();
+    let forged_body = Bytes::from_static(b"{\"results\":[],\"totals\":{\"applied\":0}}");
+
+    // 1. A planted 200 for a batch never sent, MAC'd under a guessed key.
+    let body = batch(&["P1", "P2"], "5");
+    let planted = CachedAnswer {
+        request_hash: request_hash(&body),
+        status: 200,
+        body: forged_body.clone(),
+    };
+    plant(
+        &rurl,
+        &cache.redis_key("alice", "never-sent"),
+        encode("alice", "never-sent", &planted, &[0x42; 32]),
+    )
+    .await;
+    let r = post(&srv, "token-alice", "never-sent", body.clone()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("idempotent-replayed"), None, "a first attempt");
+    assert_ne!(r.body, forged_body);
+    assert_eq!(be.calls(), 1, "the batch went to the database");
+    let rows = db.store.positions(None).await.unwrap();
+    assert_eq!(rows[0].position.qty, rust_decimal::Decimal::from(10));
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_shared_cache_total",
+            &[("op", "get"), ("result", "bad_mac")]
+        ),
+        1
+    );
+
+    // 2. Forged statuses for a never-sent batch: 204 under a guessed key,
+    // and 101, 204, 304 even under the database's key.
+    let body = batch(&["P3"], "1");
+    let mut expect_qty = 10;
+    for (i, (status, key)) in [
+        (204, [0x42; 32]),
+        (101, real_key),
+        (204, real_key),
+        (304, real_key),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let idem = format!("forged-{i}");
+        let forged = CachedAnswer {
+            request_hash: request_hash(&body),
+            status,
+            body: Bytes::new(),
+        };
+        plant(
+            &rurl,
+            &cache.redis_key("alice", &idem),
+            encode("alice", &idem, &forged, &key),
+        )
+        .await;
+        let r = post(&srv, "token-alice", &idem, body.clone()).await;
+        assert_eq!(r.status, 200, "case {i}: status {status} not served");
+        assert_eq!(r.header("idempotent-replayed"), None, "case {i}");
+        assert_eq!(be.calls(), 2 + i, "case {i}: answered by the database");
+        if i == 0 {
+            // P3 is applied once; the later keys see it as a duplicate.
+            expect_qty += 1;
+        }
+    }
+    let rows = db.store.positions(None).await.unwrap();
+    assert_eq!(
+        rows[0].position.qty,
+        rust_decimal::Decimal::from(expect_qty)
+    );
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_shared_cache_total",
+            &[("op", "get"), ("result", "bad_status")]
+        ),
+        3
+    );
+    // The genuine answers (written back by the fresh attempts) are
+    // served.
+    let r = post(&srv, "token-alice", "never-sent", batch(&["P1", "P2"], "5")).await;
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(be.calls(), 5, "served from Redis");
+    cleanup_redis(&rurl, &prefix).await;
+}
+
+/// K8: a value longer than any answer tickgate writes is refused before
+/// it is read whole (GETRANGE, counted as too_large) and the request is
+/// answered by the database as if Redis had nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_values_are_not_read() {
+    let Some(rurl) = redis_url("oversized_values_are_not_read") else {
+        return;
+    };
+    let db = sqlite_db(StoreOptions::default()).await;
+    let prefix = format!("{}:", unique_schema("t_redis", "big"));
+    let be = Counting::new(db.store.clone());
+    let opts = HttpOptions {
+        body_limit: 64 * 1024,
+        ..options(Some(shared(&rurl, &prefix)))
+    };
+    let bound = tickgate::fills::http::shared_value_bound(opts.body_limit);
+    let srv = fills_common::serve(be.clone(), &clients(), opts).await;
+    let cache = SharedCache::new(
+        shared(&rurl, &prefix),
+        db.store.answer_mac_key(),
+        bound,
+        &prometheus::Registry::new(),
+    )
+    .unwrap();
+    let rkey = cache.redis_key("alice", "k");
+    // Well past the bound (4 x 64 KiB + 1 MiB), starting like a value.
+    let mut big = b"{\"v\":2,\"body\":\"".to_vec();
+    big.resize(bound * 4, b'0');
+    plant(&rurl, &rkey, big).await;
+
+    let body = batch(&["B1"], "3");
+    let r = post(&srv, "token-alice", "k", body.clone()).await;
+    assert_eq!((r.status, r.header("idempotent-replayed")), (200, None));
+    assert_eq!(be.calls(), 1);
+    assert_eq!(
+        srv.counter(
+            "tickgate_fills_http_shared_cache_total",
+            &[("op", "get"), ("result", "too_large")]
+        ),
+        1
+    );
+    let rows = db.store.positions(None).await.unwrap();
+    assert_eq!(rows[0].position.qty, rust_decimal::Decimal::from(3));
+    // The fresh answer replaced it: the retry is served from Redis.
+    let again = post(&srv, "token-alice", "k", body).await;
+    assert_eq!((again.status, again.body.clone()), (200, r.body.clone()));
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(be.calls(), 1);
+    cleanup_redis(&rurl, &prefix).await;
 }

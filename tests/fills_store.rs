@@ -1869,7 +1869,13 @@ async fn upgrade_from_schema_v2(b: Backend) {
                     |r| r.get(0),
                 )
                 .unwrap();
-            assert_eq!(version, 3);
+            assert_eq!(version, 4);
+            // K8: the answer MAC key is created once and kept.
+            let again = SqliteStore::open(&path, StoreOptions::default(), metrics.clone())
+                .await
+                .unwrap();
+            assert_eq!(again.answer_mac_key(), store.answer_mac_key());
+            assert_ne!(store.answer_mac_key(), [0u8; 32]);
             dir = Some(d);
             Store::Sqlite(store)
         }
@@ -1934,7 +1940,7 @@ async fn upgrade_from_schema_v2(b: Backend) {
                 .await
                 .unwrap()
                 .get(0);
-            assert_eq!(version, 3);
+            assert_eq!(version, 4);
             let key: String = cl
                 .query_one(
                     "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c

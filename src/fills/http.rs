@@ -84,6 +84,13 @@ pub trait FillsBackend: Send + Sync + 'static {
         &'a self,
         account: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<Vec<PositionView>>>;
+
+    /// K8: the key authenticating shared answer cache values, kept in the
+    /// backend's database so every instance has the same one. A backend
+    /// without one cannot use the shared cache.
+    fn answer_mac_key(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 /// Knobs of the HTTP layer. [`HttpOptions::from_config`] takes what the
@@ -229,6 +236,15 @@ impl HttpMetrics {
     }
 }
 
+/// K8: the largest shared cache value read or written. An answer names
+/// each event of a request no larger than `body_limit`, and the value
+/// holds it in hex (twice its size): four times the body limit and a
+/// mebibyte of slack is more than any answer tickgate writes, and bounds
+/// what a planted value can cost the request path.
+pub fn shared_value_bound(body_limit: usize) -> usize {
+    body_limit.saturating_mul(4).saturating_add(1 << 20)
+}
+
 /// Everything the handlers share.
 pub struct HttpState {
     backend: Arc<dyn FillsBackend>,
@@ -268,6 +284,23 @@ impl HttpState {
             let prev = by_token.insert(token_digest(&c.token), Arc::new(c.clone()));
             anyhow::ensure!(prev.is_none(), "client {}: token reused", c.name);
         }
+        let shared = match &options.shared_cache {
+            Some(o) => {
+                let key = backend.answer_mac_key().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "fills.cache.redis: the backend keeps no answer MAC key; \
+                         the shared cache needs one"
+                    )
+                })?;
+                Some(SharedCache::new(
+                    o.clone(),
+                    key,
+                    shared_value_bound(options.body_limit),
+                    registry,
+                )?)
+            }
+            None => None,
+        };
         Ok(Arc::new(HttpState {
             backend,
             clients: by_token,
@@ -276,10 +309,7 @@ impl HttpState {
                 options.cache_capacity,
                 i64::try_from(options.key_ttl.as_nanos()).unwrap_or(i64::MAX),
             ),
-            shared: match &options.shared_cache {
-                Some(o) => Some(SharedCache::new(o.clone(), registry)?),
-                None => None,
-            },
+            shared,
             metrics: HttpMetrics::new(registry)?,
             fault_rng: Mutex::new(
                 options
@@ -854,6 +884,10 @@ impl FillsBackend for Store {
                 })
                 .collect())
         })
+    }
+
+    fn answer_mac_key(&self) -> Option<[u8; 32]> {
+        Some(Store::answer_mac_key(self))
     }
 }
 

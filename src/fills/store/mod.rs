@@ -193,6 +193,27 @@ pub struct OffsetConflict {
     pub stored: Option<i64>,
 }
 
+/// Length of the shared answer cache's MAC key (HMAC-SHA256, K8).
+pub const ANSWER_MAC_KEY_LEN: usize = 32;
+
+/// A fresh MAC key from the operating system's random source.
+fn new_answer_mac_key() -> anyhow::Result<[u8; ANSWER_MAC_KEY_LEN]> {
+    let mut k = [0u8; ANSWER_MAC_KEY_LEN];
+    getrandom::getrandom(&mut k)
+        .map_err(|e| anyhow::anyhow!("no random bytes for the answer MAC key: {e}"))?;
+    Ok(k)
+}
+
+/// The stored key, which must be exactly [`ANSWER_MAC_KEY_LEN`] bytes.
+fn answer_mac_key_from(stored: &[u8]) -> anyhow::Result<[u8; ANSWER_MAC_KEY_LEN]> {
+    stored.try_into().map_err(|_| {
+        anyhow::anyhow!(
+            "answer_mac_key: stored key is {} bytes, not {ANSWER_MAC_KEY_LEN}",
+            stored.len()
+        )
+    })
+}
+
 #[derive(Clone)]
 pub enum Store {
     Sqlite(SqliteStore),
@@ -217,6 +238,16 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.metrics(),
             Store::Postgres(s) => s.metrics(),
+        }
+    }
+
+    /// K8: the key that authenticates shared answer cache values: random,
+    /// created once in the database (schema v4), so every instance of this
+    /// database has the same one and a Redis writer does not.
+    pub fn answer_mac_key(&self) -> [u8; ANSWER_MAC_KEY_LEN] {
+        match self {
+            Store::Sqlite(s) => s.answer_mac_key(),
+            Store::Postgres(s) => s.answer_mac_key(),
         }
     }
 

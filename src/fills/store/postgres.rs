@@ -55,6 +55,14 @@ ALTER TABLE fills ADD CONSTRAINT fills_pkey PRIMARY KEY (account, deal_id);
 DROP INDEX fills_held;
 CREATE INDEX fills_held ON fills (account, deal_id) WHERE status = 'bust_held';
 ";
+/// Version 4 (K8): the key of the shared answer cache's MAC, one row,
+/// created once (see [`super::ANSWER_MAC_KEY_LEN`]).
+const SCHEMA_V4: &str = "
+CREATE TABLE answer_mac_key (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    key bytea   NOT NULL CHECK (length(key) = 32)
+);
+";
 /// Serialises migrations of instances starting together.
 const MIGRATION_LOCK: i64 = 0x7469_636b_6761_7465; // "tickgate"
 const MAX_ATTEMPTS: usize = 5;
@@ -161,7 +169,8 @@ fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-async fn migrate(client: &mut Client) -> anyhow::Result<()> {
+/// Migrates and returns the shared answer cache's MAC key (K8).
+async fn migrate(client: &mut Client) -> anyhow::Result<[u8; super::ANSWER_MAC_KEY_LEN]> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
@@ -210,8 +219,32 @@ async fn migrate(client: &mut Client) -> anyhow::Result<()> {
         )
         .await?;
     }
+    if v < 4 {
+        // K8: the shared answer cache's MAC key lives here, where every
+        // instance reads it and a Redis writer cannot.
+        tx.batch_execute(SCHEMA_V4)
+            .await
+            .context("applying PostgreSQL schema v4 (answer MAC key)")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (4)",
+            &[],
+        )
+        .await?;
+    }
+    // Created once (under the migration lock): the first instance's key
+    // stays; a row deleted by hand is replaced.
+    let fresh = super::new_answer_mac_key()?;
+    tx.execute(
+        "INSERT INTO answer_mac_key (id, key) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        &[&fresh.as_slice()],
+    )
+    .await?;
+    let key: Vec<u8> = tx
+        .query_one("SELECT key FROM answer_mac_key WHERE id = 1", &[])
+        .await?
+        .get(0);
     tx.commit().await?;
-    Ok(())
+    super::answer_mac_key_from(&key)
 }
 
 async fn prepare(c: &Client) -> anyhow::Result<Stmts> {
@@ -430,6 +463,8 @@ pub struct PgStore {
     pool: Arc<Pool>,
     opts: StoreOptions,
     metrics: FillsMetrics,
+    /// K8: the shared answer cache's MAC key, read at connect.
+    mac_key: [u8; super::ANSWER_MAC_KEY_LEN],
     /// Hints for the one-statement fast path (`pg_fast`): checked there.
     cache: Arc<Mutex<pg_fast::Cache>>,
     fast: Arc<FastGate>,
@@ -502,7 +537,7 @@ impl PgStore {
             sem: Arc::new(Semaphore::new(opts.pg_pool_size.max(1))),
         });
         let mut first = connect(&pool.cfg, pool.schema.as_deref()).await?;
-        migrate(&mut first).await?;
+        let mac_key = migrate(&mut first).await?;
         let st = prepare(&first).await?;
         if let Ok(mut v) = pool.idle.lock() {
             v.push(Conn { client: first, st });
@@ -511,6 +546,7 @@ impl PgStore {
             pool,
             opts,
             metrics,
+            mac_key,
             cache: Arc::default(),
             fast: Arc::default(),
         })
@@ -655,6 +691,11 @@ impl PgStore {
 
     pub fn metrics(&self) -> &FillsMetrics {
         &self.metrics
+    }
+
+    /// K8: the shared answer cache's MAC key, read from the database at connect.
+    pub fn answer_mac_key(&self) -> [u8; super::ANSWER_MAC_KEY_LEN] {
+        self.mac_key
     }
 
     /// The store's transaction size for `Store::apply_events`.

@@ -62,12 +62,21 @@ DROP TABLE fills;
 ALTER TABLE fills_v3 RENAME TO fills;
 CREATE INDEX fills_held ON fills (account, deal_id) WHERE status = 'bust_held';
 ";
+/// Version 4 (K8): the key of the shared answer cache's MAC, one row,
+/// created once (see [`super::ANSWER_MAC_KEY_LEN`]).
+const SCHEMA_V4: &str = "
+CREATE TABLE answer_mac_key (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    key BLOB    NOT NULL CHECK (length(key) = 32)
+);
+";
 
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     opts: StoreOptions,
     metrics: FillsMetrics,
+    mac_key: [u8; super::ANSWER_MAC_KEY_LEN],
 }
 
 impl SqliteStore {
@@ -79,41 +88,49 @@ impl SqliteStore {
     ) -> anyhow::Result<SqliteStore> {
         let path = path.to_owned();
         let wait = opts.key_wait;
-        let conn = tokio::task::spawn_blocking(move || -> anyhow::Result<Connection> {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                crate::fills::files::create_dir(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
-            crate::fills::files::prepare_db_file(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            let mut conn = Connection::open(&path)
-                .with_context(|| format!("opening SQLite {}", path.display()))?;
-            conn.busy_timeout(wait.max(std::time::Duration::from_millis(100)))?;
-            let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-            anyhow::ensure!(
-                mode.eq_ignore_ascii_case("wal"),
-                "SQLite refused WAL mode ({mode})"
-            );
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            // A batch dirties pages all over the indexes; a page cache that
-            // holds them avoids spilling and re-reading mid-transaction.
-            conn.pragma_update(None, "cache_size", -65_536)?; // KiB
-            conn.pragma_update(None, "wal_autocheckpoint", 4_000)?; // pages
-                                                                    // A batch uses about twenty cached statements; keep them all.
-            conn.set_prepared_statement_cache_capacity(48);
-            migrate(&mut conn)?;
-            Ok(conn)
-        })
-        .await??;
+        let conn =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<(Connection, [u8; 32])> {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    crate::fills::files::create_dir(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                crate::fills::files::prepare_db_file(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                let mut conn = Connection::open(&path)
+                    .with_context(|| format!("opening SQLite {}", path.display()))?;
+                conn.busy_timeout(wait.max(std::time::Duration::from_millis(100)))?;
+                let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+                anyhow::ensure!(
+                    mode.eq_ignore_ascii_case("wal"),
+                    "SQLite refused WAL mode ({mode})"
+                );
+                conn.pragma_update(None, "synchronous", "FULL")?;
+                // A batch dirties pages all over the indexes; a page cache that
+                // holds them avoids spilling and re-reading mid-transaction.
+                conn.pragma_update(None, "cache_size", -65_536)?; // KiB
+                conn.pragma_update(None, "wal_autocheckpoint", 4_000)?; // pages
+                                                                        // A batch uses about twenty cached statements; keep them all.
+                conn.set_prepared_statement_cache_capacity(48);
+                let mac_key = migrate(&mut conn)?;
+                Ok((conn, mac_key))
+            })
+            .await??;
+        let (conn, mac_key) = conn;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             opts,
             metrics,
+            mac_key,
         })
     }
 
     pub fn metrics(&self) -> &FillsMetrics {
         &self.metrics
+    }
+
+    /// K8: the shared answer cache's MAC key, read from the database at open.
+    pub fn answer_mac_key(&self) -> [u8; super::ANSWER_MAC_KEY_LEN] {
+        self.mac_key
     }
 
     /// Run `f` on the connection in a blocking task that the caller's
@@ -448,7 +465,8 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
+/// Migrates and returns the shared answer cache's MAC key (K8).
+fn migrate(conn: &mut Connection) -> anyhow::Result<[u8; super::ANSWER_MAC_KEY_LEN]> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS tickgate_schema_version (version INTEGER PRIMARY KEY)",
@@ -486,8 +504,28 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
             [],
         )?;
     }
+    if v < 4 {
+        // K8: the shared answer cache's MAC key lives here, where every
+        // instance reads it and a Redis writer cannot.
+        tx.execute_batch(SCHEMA_V4)
+            .context("applying SQLite schema v4 (answer MAC key)")?;
+        tx.execute(
+            "INSERT INTO tickgate_schema_version (version) VALUES (4)",
+            [],
+        )?;
+    }
+    // Created once: the first instance's key stays; a row deleted by hand
+    // is replaced (the entries it signed then no longer verify).
+    let fresh = super::new_answer_mac_key()?;
+    tx.execute(
+        "INSERT INTO answer_mac_key (id, key) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+        params![fresh.as_slice()],
+    )?;
+    let key: Vec<u8> = tx.query_row("SELECT key FROM answer_mac_key WHERE id = 1", [], |r| {
+        r.get(0)
+    })?;
     tx.commit()?;
-    Ok(())
+    super::answer_mac_key_from(&key)
 }
 
 fn dec(s: &str) -> anyhow::Result<Decimal> {
