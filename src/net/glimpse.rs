@@ -10,13 +10,12 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::feed::SnapshotFailure;
+use crate::util::stoppable::StoppableThread;
 use crate::venue::nasdaq_itch::glimpse::{parse_end_of_snapshot, TYPE_END_OF_SNAPSHOT};
 use crate::venue::nasdaq_itch::soupbin::{Decoder, LoginRequest, Packet};
 use crate::wire::SessionId;
@@ -72,8 +71,8 @@ pub enum Outcome {
 pub struct GlimpseClient {
     start: Sender<()>,
     outcomes: Receiver<Outcome>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    /// Stopped and joined when the client is dropped.
+    _thread: StoppableThread,
 }
 
 impl GlimpseClient {
@@ -81,30 +80,25 @@ impl GlimpseClient {
     pub fn spawn(feed: &str, opts: GlimpseOptions) -> std::io::Result<GlimpseClient> {
         let (start_tx, start_rx) = crossbeam_channel::bounded::<()>(1);
         let (out_tx, out_rx) = crossbeam_channel::bounded::<Outcome>(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = Arc::clone(&stop);
         let name = feed.to_string();
-        let thread = std::thread::Builder::new()
-            .name(format!("glimpse-{feed}"))
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    match start_rx.recv_timeout(Duration::from_millis(100)) {
-                        Ok(()) => {}
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-                    }
-                    tracing::info!(feed = name.as_str(), server = %opts.address, "GLIMPSE snapshot started");
-                    let outcome = attempt(&opts, &stop2);
-                    if out_tx.send(outcome).is_err() {
-                        break;
-                    }
+        let thread = StoppableThread::spawn(format!("glimpse-{feed}"), move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                match start_rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(()) => {}
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                 }
-            })?;
+                tracing::info!(feed = name.as_str(), server = %opts.address, "GLIMPSE snapshot started");
+                let outcome = attempt(&opts, &stop);
+                if out_tx.send(outcome).is_err() {
+                    break;
+                }
+            }
+        })?;
         Ok(GlimpseClient {
             start: start_tx,
             outcomes: out_rx,
-            stop,
-            thread: Some(thread),
+            _thread: thread,
         })
     }
 
@@ -117,15 +111,6 @@ impl GlimpseClient {
     /// The outcome of the attempt, once it is over.
     pub fn try_outcome(&self) -> Option<Outcome> {
         self.outcomes.try_recv().ok()
-    }
-}
-
-impl Drop for GlimpseClient {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

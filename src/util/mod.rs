@@ -5,3 +5,4 @@ pub mod errors;
 pub mod histogram;
 pub mod lines;
 pub mod prefetch;
+pub mod stoppable;

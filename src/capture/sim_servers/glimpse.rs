@@ -22,11 +22,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::util::stoppable::StoppableThread;
 use crate::venue::nasdaq_itch::glimpse::encode_end_of_snapshot;
 use crate::venue::nasdaq_itch::messages::{self, Message};
 use crate::venue::nasdaq_itch::soupbin::{
@@ -126,8 +126,7 @@ fn bump(c: &AtomicU64) {
 pub struct GlimpseServer {
     addr: SocketAddr,
     counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: StoppableThread,
 }
 
 impl GlimpseServer {
@@ -145,20 +144,18 @@ impl GlimpseServer {
             .set_nonblocking(true)
             .context("GLIMPSE server socket")?;
         let counters = Arc::new(Counters::default());
-        let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (counters, stop) = (counters.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("glimpse-accept".into())
-                .spawn(move || accept_loop(listener, source, Arc::new(opts), counters, stop))
-                .context("starting the GLIMPSE server thread")?
+            let counters = counters.clone();
+            StoppableThread::spawn("glimpse-accept".into(), move |stop| {
+                accept_loop(listener, source, Arc::new(opts), counters, stop)
+            })
+            .context("starting the GLIMPSE server thread")?
         };
         tracing::info!(%addr, "GLIMPSE server listening");
         Ok(GlimpseServer {
             addr,
             counters,
-            stop,
-            thread: Some(thread),
+            thread,
         })
     }
 
@@ -186,21 +183,8 @@ impl GlimpseServer {
     /// Stops accepting and asks every connection to close (each notices
     /// within its next read timeout, at most `heartbeat`).
     pub fn stop(mut self) -> GlimpseCounts {
-        self.shutdown();
+        self.thread.stop();
         self.counts()
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for GlimpseServer {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 

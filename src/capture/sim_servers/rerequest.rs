@@ -13,12 +13,12 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use super::history::{History, Unanswered};
+use crate::util::stoppable::StoppableThread;
 use crate::venue::rerequest::Request;
 use crate::wire::PacketBuilder;
 
@@ -107,8 +107,7 @@ impl Bucket {
 pub struct RerequestServer {
     addr: SocketAddr,
     counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: StoppableThread,
 }
 
 impl RerequestServer {
@@ -127,20 +126,18 @@ impl RerequestServer {
             .set_read_timeout(Some(Duration::from_millis(100)))
             .context("re-request server socket")?;
         let counters = Arc::new(Counters::default());
-        let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (counters, stop) = (counters.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("rerequest-server".into())
-                .spawn(move || serve(socket, history, opts, &counters, &stop))
-                .context("starting the re-request server thread")?
+            let counters = counters.clone();
+            StoppableThread::spawn("rerequest-server".into(), move |stop| {
+                serve(socket, history, opts, &counters, &stop)
+            })
+            .context("starting the re-request server thread")?
         };
         tracing::info!(%addr, "re-request server listening");
         Ok(RerequestServer {
             addr,
             counters,
-            stop,
-            thread: Some(thread),
+            thread,
         })
     }
 
@@ -166,21 +163,8 @@ impl RerequestServer {
 
     /// Stops the server thread and waits for it.
     pub fn stop(mut self) -> RerequestCounts {
-        self.shutdown();
+        self.thread.stop();
         self.counts()
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for RerequestServer {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
