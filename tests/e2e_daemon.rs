@@ -7,9 +7,9 @@
 //! has processed everything sent, a check turned stale), never timing
 //! assertions.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,21 +19,10 @@ use std::time::{Duration, Instant};
 use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::capture::simulate::{default_lines, SimConfig, SimTruth, Simulator};
 
-/// The binary under test; `TICKGATE_BIN` may point at another build.
-fn bin() -> String {
-    std::env::var("TICKGATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tickgate").to_string())
-}
+#[path = "common/daemon.rs"]
+mod daemon;
 
-/// Upper bound of every wait (a broken daemon fails instead of hanging).
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// One daemon and one sender at a time: the tests measure the daemon, not
-/// how six of them share two cores.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use daemon::{bin, free_port, read_line, serial, terminate, wait_for, PATIENCE};
 
 struct Daemon {
     child: Child,
@@ -44,26 +33,8 @@ struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            if self.child.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts the daemon with one full feed "fx" on lines A and B
@@ -153,47 +124,15 @@ impl Daemon {
     }
 
     fn metrics_text(&self) -> String {
-        let mut s = TcpStream::connect(self.metrics).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).unwrap();
-        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-        raw.split_once("\r\n\r\n").unwrap().1.to_string()
+        daemon::metrics_text(self.metrics)
     }
 
-    /// Every sample of the exposition without a `le` label, by full name.
-    fn metrics(&self) -> HashMap<String, f64> {
-        self.metrics_text()
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
+    fn metrics(&self) -> BTreeMap<String, f64> {
+        daemon::metrics(self.metrics)
     }
 }
 
-fn read_line(s: &mut UnixStream) -> String {
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut line = String::new();
-    let _ = BufReader::new(s).read_line(&mut line);
-    line.trim_end().to_string()
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn get(m: &HashMap<String, f64>, key: &str) -> u64 {
+fn get(m: &BTreeMap<String, f64>, key: &str) -> u64 {
     *m.get(key)
         .unwrap_or_else(|| panic!("{key} not in /metrics")) as u64
 }
@@ -227,8 +166,8 @@ fn send(d: &Daemon, mut cfg: SimConfig, loss: [f64; 2]) -> SimTruth {
 
 /// Waits until the daemon has read and processed every datagram sent
 /// (read by the sockets, and the feed thread's counters published).
-fn wait_processed(d: &Daemon, truth: &SimTruth) -> HashMap<String, f64> {
-    let done = |m: &HashMap<String, f64>| {
+fn wait_processed(d: &Daemon, truth: &SimTruth) -> BTreeMap<String, f64> {
+    let done = |m: &BTreeMap<String, f64>| {
         let line = |name: &str, l: &str| {
             m.get(&format!("{name}{{feed=\"fx\",line=\"{l}\"}}"))
                 .copied()

@@ -37,43 +37,13 @@ use tickgate::venue::nasdaq_itch::PRICE_SCALE;
 use tickgate::venue::rerequest::Request;
 use tickgate::wire::{PacketBuilder, SessionId, Symbol};
 
-/// The binary under test; `TICKGATE_BIN` may point at another build.
-fn bin() -> String {
-    std::env::var("TICKGATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tickgate").to_string())
-}
+#[path = "common/daemon.rs"]
+mod daemon;
 
-/// Upper bound of every wait (a broken daemon fails instead of hanging).
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// One daemon and one stream at a time (two cores).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use daemon::{bin, free_port, read_line, serial, terminate, wait_for, wait_within, PATIENCE};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind(loopback())
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    wait_within(PATIENCE, what, &mut cond);
-}
-
-fn wait_within(patience: Duration, what: &str, cond: &mut dyn FnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !cond() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 // ---------------------------------------------------------------- daemon
@@ -96,17 +66,7 @@ struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            if self.child.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
 }
 
@@ -194,13 +154,6 @@ listen = "{metrics}"
     d
 }
 
-fn read_line(s: &mut UnixStream) -> String {
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut line = String::new();
-    let _ = BufReader::new(s).read_line(&mut line);
-    line.trim_end().to_string()
-}
-
 impl Daemon {
     fn socket(&self) -> PathBuf {
         self.dir.path().join("gate.sock")
@@ -230,27 +183,9 @@ impl Daemon {
         feed
     }
 
-    /// Every sample of `/metrics` without a `le` label, by full name.
+    /// Every sample of `/metrics`, by full name.
     fn metrics(&self) -> BTreeMap<String, f64> {
-        let mut s = TcpStream::connect(self.metrics).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).unwrap();
-        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-        raw.split_once("\r\n\r\n")
-            .unwrap()
-            .1
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
+        daemon::metrics(self.metrics)
     }
 
     /// The daemon's log so far.

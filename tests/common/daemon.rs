@@ -1,0 +1,100 @@
+//! What the tests that run `tickgate run` as a child share: the binary,
+//! one daemon at a time, bounded waits, the gate's line, `/metrics`, and
+//! stopping the child.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::process::Child;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The binary under test; `TICKGATE_BIN` may point at another build.
+pub fn bin() -> String {
+    std::env::var("TICKGATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tickgate").to_string())
+}
+
+/// Upper bound of every wait (a broken daemon fails instead of hanging).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// One daemon and one sender at a time: the tests measure the daemon, not
+/// how several of them share two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A TCP port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `cond` until it holds; fails after [`PATIENCE`].
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    wait_within(PATIENCE, what, &mut cond);
+}
+
+pub fn wait_within(patience: Duration, what: &str, cond: &mut dyn FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One answer line from the gate socket, without its newline.
+pub fn read_line(s: &mut UnixStream) -> String {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut line = String::new();
+    let _ = BufReader::new(s).read_line(&mut line);
+    line.trim_end().to_string()
+}
+
+/// The body of `GET /metrics` at `addr`.
+pub fn metrics_text(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    raw.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// Every sample of `/metrics` at `addr`, by its full name with labels.
+pub fn metrics(addr: SocketAddr) -> BTreeMap<String, f64> {
+    metrics_text(addr)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// SIGTERM, then up to [`PATIENCE`] for the child to exit, then SIGKILL.
+pub fn terminate(child: &mut Child) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
