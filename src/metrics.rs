@@ -24,7 +24,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 
-use crate::feed::{HoleTimeHistogram, HOLE_TIME_BOUNDS_NS};
+use crate::feed::{NsHistogram, NS_HISTOGRAM_BOUNDS};
 use crate::gate::server::{GateStats, REJECT_REASONS};
 use crate::net::receiver::LineStats as SocketStats;
 use crate::util::histogram::{HistogramSnapshot, SharedHistogram};
@@ -232,7 +232,7 @@ pub struct FeedMetrics {
     /// recovery.md R6: hole open-to-close times and line skew, as the
     /// core's fixed buckets, published by the feed writer (`try_lock`:
     /// it never waits for a scrape).
-    pub recovery_times: Mutex<[HoleTimeHistogram; 2]>,
+    pub recovery_times: Mutex<[NsHistogram; 2]>,
 }
 
 impl FeedMetrics {
@@ -247,7 +247,7 @@ impl FeedMetrics {
                 .collect(),
             apply_latency: Arc::new(SharedHistogram::default()),
             sockets: OnceLock::new(),
-            recovery_times: Mutex::new([HoleTimeHistogram::default(); 2]),
+            recovery_times: Mutex::new([NsHistogram::default(); 2]),
         }
     }
 
@@ -361,9 +361,9 @@ const LINE_SKEW: (&str, &str) = (
 );
 
 /// The core's fixed buckets as a Prometheus histogram snapshot.
-fn fixed_snapshot(h: &HoleTimeHistogram) -> HistogramSnapshot {
+fn fixed_snapshot(h: &NsHistogram) -> HistogramSnapshot {
     let mut running = 0;
-    let cumulative = HOLE_TIME_BOUNDS_NS
+    let cumulative = NS_HISTOGRAM_BOUNDS
         .iter()
         .zip(&h.counts)
         .map(|(_, c)| {
@@ -372,7 +372,7 @@ fn fixed_snapshot(h: &HoleTimeHistogram) -> HistogramSnapshot {
         })
         .collect();
     HistogramSnapshot {
-        bounds: HOLE_TIME_BOUNDS_NS
+        bounds: NS_HISTOGRAM_BOUNDS
             .iter()
             .map(|&b| b as f64 / 1e9)
             .collect(),

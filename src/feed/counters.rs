@@ -97,15 +97,15 @@ pub struct RecoveryCounters {
     pub snapshots_applied: u64,
     pub snapshots_failed: [u64; 9],
     /// From a hole's opening to its closing (filled or declared).
-    pub hole_time: HoleTimeHistogram,
+    pub hole_time: NsHistogram,
     /// Line skew: from a packet's first copy to its second.
-    pub line_skew: HoleTimeHistogram,
+    pub line_skew: NsHistogram,
 }
 
-/// Bucket upper bounds (ns) of `HoleTimeHistogram`, for a Prometheus
+/// Bucket upper bounds (ns) of `NsHistogram`, for a Prometheus
 /// histogram: from a few microseconds of line skew to a re-request that
 /// gave up.
-pub const HOLE_TIME_BOUNDS_NS: [i64; 14] = [
+pub const NS_HISTOGRAM_BOUNDS: [i64; 14] = [
     1_000,
     5_000,
     10_000,
@@ -122,19 +122,19 @@ pub const HOLE_TIME_BOUNDS_NS: [i64; 14] = [
     1_000_000_000,
 ];
 
-/// A fixed-bucket histogram (no allocation): `counts[i]` holes took at most
-/// `HOLE_TIME_BOUNDS_NS[i]` and more than the bound before; the last
-/// bucket is the rest.
+/// A fixed-bucket histogram of durations (no allocation), for hole times
+/// and line skew: `counts[i]` samples were at most `NS_HISTOGRAM_BOUNDS[i]`
+/// and more than the bound before; the last bucket is the rest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HoleTimeHistogram {
-    pub counts: [u64; HOLE_TIME_BOUNDS_NS.len() + 1],
+pub struct NsHistogram {
+    pub counts: [u64; NS_HISTOGRAM_BOUNDS.len() + 1],
     pub sum_ns: u64,
 }
 
-impl HoleTimeHistogram {
+impl NsHistogram {
     pub fn observe(&mut self, ns: i64) {
         let ns = ns.max(0);
-        let i = HOLE_TIME_BOUNDS_NS.partition_point(|&b| b < ns);
+        let i = NS_HISTOGRAM_BOUNDS.partition_point(|&b| b < ns);
         self.counts[i] += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns as u64);
     }

@@ -23,8 +23,7 @@ pub mod view;
 use crate::util::prefetch;
 
 pub use counters::{
-    FeedCounters, HoleTimeHistogram, LineCounters, RecoveryCounters, SymbolSummary,
-    HOLE_TIME_BOUNDS_NS,
+    FeedCounters, LineCounters, NsHistogram, RecoveryCounters, SymbolSummary, NS_HISTOGRAM_BOUNDS,
 };
 pub use engine::{DatagramOutcome, Feed, SnapshotFailure, SnapshotPhase};
 pub use settings::{ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings};
