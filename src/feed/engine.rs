@@ -448,7 +448,7 @@ impl<P: Publish> Feed<P> {
             // the path of a feed that does not hold.
             return self.process(Source::Line(line), datagram, &header, now);
         }
-        self.handle_timeout(now);
+        self.expire(now);
         let out = self.route(Source::Line(line), datagram, &header, now);
         self.refresh_recovery_view();
         out
@@ -494,7 +494,7 @@ impl<P: Publish> Feed<P> {
             self.counters.recovery.answers_not_data += 1;
             return DatagramOutcome::Ignored;
         }
-        self.handle_timeout(now);
+        self.expire(now);
         let out = self.route(Source::Rerequest, datagram, &header, now);
         self.refresh_recovery_view();
         out
@@ -511,6 +511,15 @@ impl<P: Publish> Feed<P> {
     /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
     /// replay and the check's tests before a check stamped `now`.
     pub fn handle_timeout(&mut self, now: i64) {
+        self.expire(now);
+        if self.settings.recovery.holds() {
+            self.refresh_recovery_view();
+        }
+    }
+
+    /// `handle_timeout` without publishing the recovery state (a datagram's
+    /// path publishes it once, after the datagram).
+    fn expire(&mut self, now: i64) {
         if self.snapshot_running() {
             // R5: the snapshot's hold has no deadline of its own.
             return;
@@ -521,13 +530,9 @@ impl<P: Publish> Feed<P> {
                 break;
             }
             // R2: right after the deadline, processed with now = deadline.
-            self.counters.recovery.holes_lost += 1;
             self.declare_first(deadline);
         }
         self.schedule_request(now);
-        if self.settings.recovery.holds() {
-            self.refresh_recovery_view();
-        }
     }
 
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
@@ -732,10 +737,7 @@ impl<P: Publish> Feed<P> {
                         self.on_snapshot_failed(SnapshotFailure::SessionChanged, now);
                     }
                     // R2: every open hole is declared before C5 applies.
-                    while !self.hold.is_empty() {
-                        self.counters.recovery.holes_lost += 1;
-                        self.declare_first(now);
-                    }
+                    self.declare_all(now);
                 }
                 return self.process(source, datagram, header, now);
             }
@@ -758,21 +760,14 @@ impl<P: Publish> Feed<P> {
                     self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
                     continue;
                 }
-                if self.hold.is_empty() {
-                    self.open_hole(now);
-                }
-                self.hold.push(*header, datagram, now, source);
-                return DatagramOutcome::Held;
+                return self.keep(source, datagram, header, now);
             }
             if seq > next {
                 if !self.believed_beyond_hold(seq) {
                     // C3b: dropped, or (the third of a run) a gap from
                     // `next`: held datagrams are older, declare them first.
                     if self.channel.jump_would_resync(&ch) {
-                        while !self.hold.is_empty() {
-                            self.counters.recovery.holes_lost += 1;
-                            self.declare_first(now);
-                        }
+                        self.declare_all(now);
                     }
                     return self.process(source, datagram, header, now);
                 }
@@ -784,15 +779,10 @@ impl<P: Publish> Feed<P> {
                 if self.hold.len() >= self.settings.recovery.gap_hold_packets.max(1) {
                     // R2: holding one more would exceed the bound.
                     self.counters.recovery.hold_overflows += 1;
-                    self.counters.recovery.holes_lost += 1;
                     self.declare_first(now);
                     continue;
                 }
-                if self.hold.is_empty() {
-                    self.open_hole(now);
-                }
-                self.hold.push(*header, datagram, now, source);
-                return DatagramOutcome::Held;
+                return self.keep(source, datagram, header, now);
             }
             if self.hold.is_empty() {
                 return self.process(source, datagram, header, now);
@@ -869,6 +859,7 @@ impl<P: Publish> Feed<P> {
     /// at `at`, then the ones that continue. Held datagrams beyond the next
     /// hole stay, and that hole keeps its own open time.
     fn declare_first(&mut self, at: i64) {
+        self.counters.recovery.holes_lost += 1;
         let mut bytes = std::mem::take(&mut self.scratch);
         if let Some(held) = self.hold.pop_into(&mut bytes) {
             self.process(held.source, &bytes, &held.header, at);
@@ -880,6 +871,28 @@ impl<P: Publish> Feed<P> {
             let t = self.hold.earliest_arrival().unwrap_or(at);
             self.open_hole(t);
         }
+    }
+
+    /// R2: every open hole, in order, at `at`.
+    fn declare_all(&mut self, at: i64) {
+        while !self.hold.is_empty() {
+            self.declare_first(at);
+        }
+    }
+
+    /// R1: holds a datagram (the hole opens with the first one held).
+    fn keep(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        if self.hold.is_empty() {
+            self.open_hole(now);
+        }
+        self.hold.push(*header, datagram, now, source);
+        DatagramOutcome::Held
     }
 
     fn open_hole(&mut self, t_open: i64) {
