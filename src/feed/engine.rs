@@ -621,10 +621,15 @@ impl<P: Publish> Feed<P> {
             self.on_snapshot_failed(SnapshotFailure::OtherSession, now);
             return Err(SnapshotFailure::OtherSession);
         }
-        if next == 0 || self.venue.validate_snapshot(blocks).is_err() {
-            self.on_snapshot_failed(SnapshotFailure::Malformed, now);
-            return Err(SnapshotFailure::Malformed);
-        }
+        // Validated whole before anything changes (R5: nothing of a failed
+        // attempt is applied).
+        let messages = match self.venue.validate_snapshot(blocks) {
+            Ok(n) if next > 0 => n,
+            _ => {
+                self.on_snapshot_failed(SnapshotFailure::Malformed, now);
+                return Err(SnapshotFailure::Malformed);
+            }
+        };
         let quote_seq = next - 1;
         let ctx = self.ctx(now);
         // Step 1-2. Symbols are published before the feed's trust flags
@@ -641,11 +646,7 @@ impl<P: Publish> Feed<P> {
             settings: &self.settings,
             view: &self.view,
         };
-        // Validated above: the rebuild cannot refuse it now.
-        let latest = self
-            .venue
-            .rebuild(blocks, next, &mut rules)
-            .unwrap_or(i64::MIN);
+        let latest = self.venue.rebuild(blocks, messages, next, &mut rules);
         for (i, st) in self.symbols.iter_mut().enumerate() {
             if st.view.has_quote() && st.view.source_ts == i64::MIN {
                 st.view.source_ts = latest;

@@ -262,18 +262,21 @@ pub trait Venue {
 
     /// recovery.md R5: replaces every book, order, locate name and trading
     /// state by what a snapshot's messages build (`blocks`: MoldUDP64
-    /// message blocks, each a u16 big-endian length then the message),
-    /// then gives every symbol it names its book's best as its quote with
-    /// `seq = next - 1` and `source_ts` = the latest message time. The
-    /// whole snapshot is validated before anything is replaced. Returns
-    /// that latest time (`i64::MIN` when no message had one).
+    /// message blocks, each a u16 big-endian length then the message, as
+    /// `validate_snapshot` accepted them and counted `messages`), then
+    /// gives every symbol it names its book's best as its quote with
+    /// `seq = next - 1` and `source_ts` = the latest message time. Called
+    /// only after `validate_snapshot`, so nothing of a snapshot that does
+    /// not parse is ever replaced. Returns that latest time (`i64::MIN`
+    /// when no message had one).
     fn rebuild<R: Rules>(
         &mut self,
         _blocks: &[u8],
+        _messages: usize,
         _next: u64,
         _rules: &mut R,
-    ) -> Result<i64, SnapshotError> {
-        Err(SnapshotError::Unsupported)
+    ) -> i64 {
+        i64::MIN
     }
 }
 
@@ -400,9 +403,10 @@ impl Venue for AnyVenue {
     fn rebuild<R: Rules>(
         &mut self,
         blocks: &[u8],
+        messages: usize,
         next: u64,
         rules: &mut R,
-    ) -> Result<i64, SnapshotError> {
-        each_venue!(self, v => v.rebuild(blocks, next, rules))
+    ) -> i64 {
+        each_venue!(self, v => v.rebuild(blocks, messages, next, rules))
     }
 }
