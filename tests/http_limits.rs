@@ -62,26 +62,48 @@ fn read_all(s: &mut TcpStream, wait: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-#[test]
-fn over_the_rate_a_client_gets_429_with_retry_after() {
-    let rt = runtime();
-    let addr = start(
+/// A server allowing one request a second per client, bursts of two.
+fn start_rate_limited(rt: &tokio::runtime::Runtime) -> SocketAddr {
+    start(
         HttpLimits {
             rate_per_sec: 1,
             rate_burst: 2,
             ..HttpLimits::default()
         },
-        &rt,
-    );
+        rt,
+    )
+}
+
+/// `GET /ping` on one connection with each `Authorization` value in turn;
+/// the answers' heads.
+fn pings(addr: SocketAddr, authorizations: &[&str]) -> Vec<String> {
     let mut s = TcpStream::connect(addr).unwrap();
-    let req = "GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n";
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        s.write_all(req.as_bytes()).unwrap();
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).unwrap();
-        answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-    }
+    authorizations
+        .iter()
+        .map(|auth| {
+            let req = format!("GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n");
+            s.write_all(req.as_bytes()).unwrap();
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        })
+        .collect()
+}
+
+/// One `GET /ping` without a token (the anonymous clients' bucket).
+fn anonymous_ping(addr: SocketAddr) -> String {
+    let mut other = TcpStream::connect(addr).unwrap();
+    other
+        .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    read_all(&mut other, Duration::from_secs(5))
+}
+
+#[test]
+fn over_the_rate_a_client_gets_429_with_retry_after() {
+    let rt = runtime();
+    let addr = start_rate_limited(&rt);
+    let answers = pings(addr, &["Bearer tok"; 3]);
     assert!(answers[0].starts_with("HTTP/1.1 200"), "{}", answers[0]);
     assert!(answers[1].starts_with("HTTP/1.1 200"), "{}", answers[1]);
     assert!(answers[2].starts_with("HTTP/1.1 429"), "{}", answers[2]);
@@ -91,11 +113,7 @@ fn over_the_rate_a_client_gets_429_with_retry_after() {
         answers[2]
     );
     // Another client (no token: the shared bucket) is not held back by it.
-    let mut other = TcpStream::connect(addr).unwrap();
-    other
-        .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    assert!(read_all(&mut other, Duration::from_secs(5)).starts_with("HTTP/1.1 200"));
+    assert!(anonymous_ping(addr).starts_with("HTTP/1.1 200"));
 }
 
 /// One parser for authentication and the rate limit: however a client
@@ -105,33 +123,14 @@ fn over_the_rate_a_client_gets_429_with_retry_after() {
 #[test]
 fn the_rate_limit_reads_the_scheme_without_case() {
     let rt = runtime();
-    let addr = start(
-        HttpLimits {
-            rate_per_sec: 1,
-            rate_burst: 2,
-            ..HttpLimits::default()
-        },
-        &rt,
-    );
-    let mut s = TcpStream::connect(addr).unwrap();
-    let mut answers = Vec::new();
-    for scheme in ["Bearer", "bearer", "BEARER"] {
-        let req = format!("GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: {scheme} tok\r\n\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).unwrap();
-        answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-    }
+    let addr = start_rate_limited(&rt);
+    let answers = pings(addr, &["Bearer tok", "bearer tok", "BEARER tok"]);
     assert!(answers[0].starts_with("HTTP/1.1 200"), "{}", answers[0]);
     assert!(answers[1].starts_with("HTTP/1.1 200"), "{}", answers[1]);
     assert!(answers[2].starts_with("HTTP/1.1 429"), "{}", answers[2]);
     // The anonymous bucket is untouched: two requests pass.
     for _ in 0..2 {
-        let mut other = TcpStream::connect(addr).unwrap();
-        other
-            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        assert!(read_all(&mut other, Duration::from_secs(5)).starts_with("HTTP/1.1 200"));
+        assert!(anonymous_ping(addr).starts_with("HTTP/1.1 200"));
     }
 }
 
