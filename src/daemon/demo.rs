@@ -8,7 +8,7 @@
 //! returns datagrams with the lines they reach. A thread sends them.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -376,12 +376,23 @@ pub fn demo_config(
         stale_ms: Some(250),
         source_max_age_ms: None,
     });
+    with_demo_services(&args.dir, metrics, feed, fills)
+}
+
+/// A demo's config around its one feed: the gate socket and the shared
+/// state file in `dir`, metrics on `metrics`, warnings only in the log.
+pub(super) fn with_demo_services(
+    dir: &Path,
+    metrics: SocketAddr,
+    feed: FeedConfig,
+    fills: Option<FillsConfig>,
+) -> Config {
     Config {
         feeds: vec![feed],
         gate: GateConfig {
-            socket: args.dir.join("gate.sock"),
+            socket: dir.join("gate.sock"),
             socket_mode: 0o600,
-            shm: Some(crate::config::default_shm(&args.dir.join("gate.sock"))),
+            shm: Some(crate::config::default_shm(&dir.join("gate.sock"))),
             ..GateConfig::default()
         },
         metrics: MetricsConfig {

@@ -19,15 +19,12 @@ use crate::capture::sim_servers::{
 };
 use crate::capture::simulate::{SimConfig, SimLine, Simulator};
 use crate::capture::venue_sim::venue_symbol;
-use crate::config::{
-    Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, Liveness, LogConfig,
-    MetricsConfig, SnapshotConfig,
-};
+use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness, SnapshotConfig};
 use crate::gate::server::Backend;
 use crate::net::receiver::realtime_ns;
 use crate::venue::VenueKind;
 
-use super::demo::{free_demo_port, free_or_ephemeral, DemoArgs};
+use super::demo::{free_demo_port, free_or_ephemeral, with_demo_services, DemoArgs};
 use super::notify::Notifier;
 use super::{logging, Daemon, RunOptions, StartError, EXIT_CONFIG, EXIT_FAILURE};
 
@@ -170,25 +167,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
             rcvbuf: None,
         });
     }
-    let config = Config {
-        feeds: vec![feed],
-        gate: GateConfig {
-            socket: dir.join("gate.sock"),
-            socket_mode: 0o600,
-            shm: Some(crate::config::default_shm(&dir.join("gate.sock"))),
-            ..GateConfig::default()
-        },
-        metrics: MetricsConfig {
-            listen: Some(free_or_ephemeral(args.metrics)),
-            ..MetricsConfig::default()
-        },
-        log: LogConfig {
-            level: "warn".to_string(),
-            ..LogConfig::default()
-        },
-        fills: None,
-        fills_section: None,
-    };
+    let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
     logging::init(&config.log);
     let daemon = match Daemon::start(config, None, Notifier::disabled()) {
         Ok(d) => d,
