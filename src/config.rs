@@ -688,6 +688,21 @@ impl Config {
                 }
             }
         }
+        if let Some(sock) = self.fills.as_ref().and_then(|f| f.http.socket.as_ref()) {
+            let clash = if sock == &self.gate.socket {
+                Some("gate.socket")
+            } else if self.gate.shm.as_ref() == Some(sock) {
+                Some("gate.shm")
+            } else {
+                None
+            };
+            if let Some(other) = clash {
+                out.push(ConfigError::invalid(
+                    "fills.http.socket",
+                    format!("{} is also {other}", sock.display()),
+                ));
+            }
+        }
         if let (Some(metrics), Some(fills)) = (self.metrics.listen, &self.fills) {
             if let Ok(http) = fills.http.listen.parse::<SocketAddr>() {
                 let overlap = metrics.ip() == http.ip()
@@ -1197,54 +1212,68 @@ fn parse_symbols(syms: Section<'_>) -> Result<Vec<SymbolConfig>> {
     Ok(out)
 }
 
-fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
-    let mut g = GateConfig::default();
-    if let Some(p) = s.str("socket")? {
-        if p.is_empty() {
-            return Err(s.err("socket", "empty path"));
-        }
-        if p.len() > MAX_SOCKET_PATH {
-            return Err(s.err(
-                "socket",
-                format!(
-                    "path is {} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}",
-                    p.len()
-                ),
-            ));
-        }
-        g.socket = PathBuf::from(p);
+/// A Unix socket's path (`key`): not empty, short enough for `sun_path`.
+fn parse_socket_path(s: &mut Section<'_>, key: &'static str) -> Result<Option<PathBuf>> {
+    let Some(p) = s.str(key)? else {
+        return Ok(None);
+    };
+    if p.is_empty() {
+        return Err(s.err(key, "empty path"));
     }
-    match s.get("socket_mode") {
-        None => {}
+    if p.len() > MAX_SOCKET_PATH {
+        return Err(s.err(
+            key,
+            format!(
+                "path is {} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}",
+                p.len()
+            ),
+        ));
+    }
+    Ok(Some(PathBuf::from(p)))
+}
+
+/// A Unix socket's file mode (`key`): an octal string ("0660") or TOML's
+/// octal literal (0o660), letting the owner read and write.
+fn parse_socket_mode(s: &mut Section<'_>, key: &'static str) -> Result<Option<u32>> {
+    let mode = match s.get(key) {
+        None => return Ok(None),
         Some(Value::String(text)) => {
             let digits = text.strip_prefix("0o").unwrap_or(text);
             match u32::from_str_radix(digits, 8) {
-                Ok(m) if m <= 0o777 && !digits.is_empty() => g.socket_mode = m,
+                Ok(m) if m <= 0o777 && !digits.is_empty() => m,
                 _ => {
                     return Err(s.err(
-                        "socket_mode",
+                        key,
                         format!("\"{text}\" is not an octal file mode such as \"0660\""),
                     ))
                 }
             }
         }
         // TOML's own octal literal (0o660).
-        Some(Value::Integer(m)) if (0..=0o777).contains(m) => g.socket_mode = *m as u32,
+        Some(Value::Integer(m)) if (0..=0o777).contains(m) => *m as u32,
         Some(other) => {
             return Err(s.err(
-                "socket_mode",
+                key,
                 format!("{} is not an octal file mode such as \"0660\"", show(other)),
             ))
         }
-    }
-    if g.socket_mode & 0o600 != 0o600 {
+    };
+    if mode & 0o600 != 0o600 {
         return Err(s.err(
-            "socket_mode",
-            format!(
-                "{:04o} does not let the owner read and write the socket",
-                g.socket_mode
-            ),
+            key,
+            format!("{mode:04o} does not let the owner read and write the socket"),
         ));
+    }
+    Ok(Some(mode))
+}
+
+fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
+    let mut g = GateConfig::default();
+    if let Some(p) = parse_socket_path(&mut s, "socket")? {
+        g.socket = p;
+    }
+    if let Some(m) = parse_socket_mode(&mut s, "socket_mode")? {
+        g.socket_mode = m;
     }
     g.server_mode = match s.str("server_mode")? {
         None | Some("blocking") => ServerMode::Blocking,
@@ -1343,8 +1372,12 @@ fn parse_limits(
     }
     if let Ok(Some(n)) = s.uint("max_connections", 1, 1_000_000) {
         l.max_connections = n as usize;
+        l.max_connections_per_client = crate::http_limits::default_per_client(l.max_connections);
     }
     if rate {
+        if let Ok(Some(n)) = s.uint("max_connections_per_client", 1, l.max_connections as u64) {
+            l.max_connections_per_client = n as usize;
+        }
         if let Ok(Some(n)) = s.uint("rate_per_client", 0, 1_000_000) {
             l.rate_per_sec = n as u32;
         }
@@ -1356,11 +1389,14 @@ fn parse_limits(
 }
 
 /// The limit keys of `[fills.http]` (read by `parse_limits`, not serde).
-const FILLS_HTTP_LIMIT_KEYS: [&str; 6] = [
+const FILLS_HTTP_LIMIT_KEYS: [&str; 9] = [
     "header_timeout",
     "body_timeout",
     "idle_timeout",
     "max_connections",
+    "max_connections_per_client",
+    "socket",
+    "socket_mode",
     "rate_per_client",
     "rate_burst",
 ];
@@ -1409,6 +1445,7 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
     rest.remove("enabled");
     let mut allow_remote = false;
     let mut limits = crate::http_limits::HttpLimits::default();
+    let (mut unix_socket, mut unix_socket_mode) = (None, None);
     if let Some(Value::Table(http)) = rest.get_mut("http") {
         let copy = http.clone();
         let mut hs = Section {
@@ -1418,6 +1455,15 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
             sink: s.sink,
         };
         limits = parse_limits(&mut hs, limits, true);
+        // The API on a Unix socket as well (docs/operations.md).
+        match parse_socket_path(&mut hs, "socket") {
+            Ok(p) => unix_socket = p,
+            Err(e) => s.sink.borrow_mut().push(e),
+        }
+        match parse_socket_mode(&mut hs, "socket_mode") {
+            Ok(m) => unix_socket_mode = m,
+            Err(e) => s.sink.borrow_mut().push(e),
+        }
         for k in FILLS_HTTP_LIMIT_KEYS {
             http.remove(k);
         }
@@ -1452,6 +1498,10 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
         }
     }
     fills.http.limits = limits;
+    fills.http.socket = unix_socket;
+    if let Some(m) = unix_socket_mode {
+        fills.http.socket_mode = m;
+    }
     if let Err(e) = fills.validate() {
         // The lane's own checks say "fills.max_batch must be >= 1": the
         // key path is their first word.
@@ -1955,6 +2005,41 @@ port = 31001
 
     fn err_of(text: &str) -> ConfigError {
         Config::parse(text).expect_err("config should be refused")
+    }
+
+    #[test]
+    fn fills_http_takes_a_unix_socket_and_a_per_client_cap() {
+        let base = format!("{MINIMAL}\n[fills]\ndb = \"sqlite:/tmp/x.db\"\n[fills.http]\n");
+        let c = Config::parse(&format!(
+            "{base}max_connections = 100\nsocket = \"/run/tickgate/fills.sock\"\nsocket_mode = \"0600\"\n"
+        ))
+        .unwrap();
+        let http = &c.fills.as_ref().unwrap().http;
+        assert_eq!(http.socket, Some(PathBuf::from("/run/tickgate/fills.sock")));
+        assert_eq!(http.socket_mode, 0o600);
+        // Three quarters of the cap unless given.
+        assert_eq!(http.limits.max_connections_per_client, 75);
+        let c = Config::parse(&format!(
+            "{base}max_connections = 100\nmax_connections_per_client = 10\n"
+        ))
+        .unwrap();
+        assert_eq!(c.fills.unwrap().http.limits.max_connections_per_client, 10);
+        let e = err_of(&format!(
+            "{base}max_connections = 100\nmax_connections_per_client = 101\n"
+        ));
+        assert!(
+            e.to_string()
+                .contains("fills.http.max_connections_per_client"),
+            "{e}"
+        );
+        let e = err_of(&format!("{base}socket = \"/run/tickgate/gate.sock\"\n"));
+        assert!(
+            e.to_string()
+                .contains("fills.http.socket: /run/tickgate/gate.sock is also gate.socket"),
+            "{e}"
+        );
+        let e = err_of(&format!("{base}socket_mode = \"0400\"\n"));
+        assert!(e.to_string().contains("fills.http.socket_mode"), "{e}");
     }
 
     #[test]

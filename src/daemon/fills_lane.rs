@@ -22,6 +22,7 @@ use crate::fills::store::{system_clock, Store};
 pub struct FillsLane {
     stop: watch::Sender<bool>,
     http: JoinHandle<std::io::Result<()>>,
+    unix: Option<(JoinHandle<std::io::Result<()>>, std::path::PathBuf)>,
     consumer: Option<JoinHandle<anyhow::Result<()>>>,
     sweeper: JoinHandle<()>,
     pub http_addr: SocketAddr,
@@ -67,6 +68,27 @@ impl FillsLane {
             cfg.http.max_body_bytes,
             limit_stats.clone(),
         );
+        // The same API on a Unix socket, with its own slots; the
+        // per-client cap counts each peer uid there (docs/operations.md).
+        let unix = match &cfg.http.socket {
+            Some(path) => {
+                let std_listener =
+                    crate::gate::server::bind_socket(path, cfg.http.socket_mode, "fills API")?;
+                std_listener
+                    .set_nonblocking(true)
+                    .with_context(|| format!("setting {} non-blocking", path.display()))?;
+                let listener = tokio::net::UnixListener::from_std(std_listener)
+                    .with_context(|| format!("registering {}", path.display()))?;
+                Some(tokio::spawn(crate::http_limits::serve(
+                    listener,
+                    app.clone(),
+                    cfg.http.limits.clone(),
+                    crate::http_limits::LimitStats::of(limited, "fills_unix"),
+                    stopped(rx.clone()),
+                )))
+            }
+            None => None,
+        };
         let http = tokio::spawn(crate::http_limits::serve(
             listener,
             app,
@@ -93,10 +115,11 @@ impl FillsLane {
             cfg.retention.interval,
             system_clock(),
         ));
-        tracing::info!(http = %http_addr, db = cfg.db.as_str(), nats = consumer.is_some(), "fills lane started");
+        tracing::info!(http = %http_addr, socket = ?cfg.http.socket, db = cfg.db.as_str(), nats = consumer.is_some(), "fills lane started");
         Ok(FillsLane {
             stop,
             http,
+            unix: unix.zip(cfg.http.socket.clone()),
             consumer,
             sweeper,
             http_addr,
@@ -111,6 +134,12 @@ impl FillsLane {
         self.sweeper.abort();
         if let Err(e) = self.http.await.unwrap_or(Ok(())) {
             tracing::error!(error = %e, "fills HTTP server failed");
+        }
+        if let Some((task, path)) = self.unix {
+            if let Err(e) = task.await.unwrap_or(Ok(())) {
+                tracing::error!(error = %e, "fills HTTP server on the Unix socket failed");
+            }
+            let _ = std::fs::remove_file(&path);
         }
         if let Some(c) = self.consumer {
             if let Ok(Err(e)) = c.await {

@@ -106,6 +106,13 @@ pub struct HttpConfig {
     /// read from the same table by `crate::config`, not by serde.
     #[serde(skip)]
     pub limits: crate::http_limits::HttpLimits,
+    /// The same API on a Unix socket too (`socket`), where the per-client
+    /// cap counts the peer's uid; read by `crate::config`.
+    #[serde(skip)]
+    pub socket: Option<std::path::PathBuf>,
+    /// Its file mode (`socket_mode`).
+    #[serde(skip)]
+    pub socket_mode: u32,
 }
 
 impl Default for HttpConfig {
@@ -115,6 +122,8 @@ impl Default for HttpConfig {
             clients: Vec::new(),
             max_body_bytes: 1 << 20,
             limits: crate::http_limits::HttpLimits::default(),
+            socket: None,
+            socket_mode: 0o660,
         }
     }
 }

@@ -28,7 +28,8 @@ pub struct PushArgs {
     /// `--resend-dead-letters`.
     pub file: Option<PathBuf>,
     /// Base URL of the tickgate fills endpoint, e.g. `http://127.0.0.1:8088`
-    /// (`/v1/fills` is appended unless the URL already has a path).
+    /// (`/v1/fills` is appended unless the URL already has a path), or
+    /// `unix:/run/tickgate/fills.sock` for the API's Unix socket.
     #[arg(long)]
     pub url: String,
     /// Bearer token of this client. Falls back to $TICKGATE_FILLS_TOKEN
@@ -725,8 +726,16 @@ impl Progress {
 
 // ---------------------------------------------------------------- HTTP client
 
-/// `http://host[:port]` + `/v1/fills` unless the URL names a path.
+/// `http://host[:port]` + `/v1/fills` unless the URL names a path;
+/// `unix:SOCKET` (the API's Unix socket, `fills.http.socket`) as it is.
 pub fn endpoint_url(base: &str) -> anyhow::Result<String> {
+    if let Some(path) = base.strip_prefix("unix:") {
+        anyhow::ensure!(
+            path.starts_with('/'),
+            "a unix: URL names the socket by its absolute path, e.g. unix:/run/tickgate/fills.sock: {base:?}"
+        );
+        return Ok(base.to_owned());
+    }
     let uri: hyper::Uri = base.parse().with_context(|| format!("bad URL {base:?}"))?;
     anyhow::ensure!(
         uri.scheme_str() == Some("http"),
@@ -803,6 +812,9 @@ pub async fn http_request_capped(
     }
 }
 
+/// `POST`s to a `unix:SOCKET` URL go to this path of the API.
+const UNIX_SOCKET_PATH: &str = "/v1/fills";
+
 async fn exchange(
     method: &str,
     url: &str,
@@ -810,6 +822,13 @@ async fn exchange(
     body: Bytes,
     max_answer: usize,
 ) -> Result<HttpResponse, HttpError> {
+    if let Some(socket) = url.strip_prefix("unix:") {
+        let stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|e| HttpError::Connection(format!("connecting to {socket}: {e}")))?;
+        let target = (UNIX_SOCKET_PATH, "localhost");
+        return exchange_on(stream, method, target, headers, body, max_answer).await;
+    }
     let uri: hyper::Uri = url
         .parse()
         .map_err(|e| HttpError::Request(format!("bad URL {url:?}: {e}")))?;
@@ -827,17 +846,41 @@ async fn exchange(
         .await
         .map_err(|e| HttpError::Connection(format!("connecting to {authority}: {e}")))?;
     let _ = stream.set_nodelay(true);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    exchange_on(
+        stream,
+        method,
+        (path, &authority),
+        headers,
+        body,
+        max_answer,
+    )
+    .await
+}
+
+/// One exchange on a connected stream: `target` is the request's path and
+/// `Host`.
+async fn exchange_on<S>(
+    stream: S,
+    method: &str,
+    (path, authority): (&str, &str),
+    headers: &[(String, String)],
+    body: Bytes,
+    max_answer: usize,
+) -> Result<HttpResponse, HttpError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .map_err(|e| HttpError::Connection(e.to_string()))?;
     let driver = tokio::spawn(conn);
 
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header(hyper::header::HOST, &authority);
+        .header(hyper::header::HOST, authority);
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
@@ -924,6 +967,11 @@ mod tests {
         );
         assert!(endpoint_url("https://h/").is_err());
         assert!(endpoint_url("not a url").is_err());
+        assert_eq!(
+            endpoint_url("unix:/run/tickgate/fills.sock").unwrap(),
+            "unix:/run/tickgate/fills.sock"
+        );
+        assert!(endpoint_url("unix:fills.sock").is_err());
     }
 
     #[test]

@@ -701,14 +701,20 @@ pub fn temp_beside(path: &Path, what: &str) -> anyhow::Result<std::path::PathBuf
 /// there. The socket is bound under a temporary name, given its mode and
 /// renamed into place, so it is never reachable with looser permissions.
 pub fn bind(path: &Path, mode: u32) -> anyhow::Result<UnixListener> {
+    bind_socket(path, mode, "gate")
+}
+
+/// [`bind`] for any of the daemon's Unix sockets; `what` names its server
+/// in messages ("gate", "fills API").
+pub fn bind_socket(path: &Path, mode: u32, what: &str) -> anyhow::Result<UnixListener> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
             Ok(_) => bail!(
-                "another gate server is already listening on {} (is tickgate already running?)",
+                "another {what} server is already listening on {} (is tickgate already running?)",
                 path.display()
             ),
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                tracing::info!(path = %path.display(), "replacing stale gate socket");
+                tracing::info!(path = %path.display(), "replacing stale {what} socket");
                 std::fs::remove_file(path)
                     .with_context(|| format!("removing stale socket {}", path.display()))?;
             }
