@@ -16,6 +16,9 @@ use plotters::prelude::*;
 
 use super::model::{Category, Event, Grid, Row, Timeline, CATEGORY_COUNT, EVENT_COUNT};
 
+/// A bucket's middle (s) and its least and greatest clock offset (ms).
+type OffsetPoint = (f64, f64, f64);
+
 /// What the picture says about the replay besides the model.
 #[derive(Clone, Debug)]
 pub struct Meta {
@@ -464,7 +467,7 @@ fn draw<DB: DrawingBackend>(
     }
 
     // Clock offset per feed: its least and greatest in each bucket.
-    let points: Vec<(usize, Vec<(f64, f64, f64)>)> = tl
+    let points: Vec<(usize, Vec<OffsetPoint>)> = tl
         .feeds
         .iter()
         .enumerate()
