@@ -12,6 +12,7 @@ pub mod seeded;
 pub mod sim_servers;
 pub mod simulate;
 pub mod stream;
+pub mod timeline;
 pub mod venue_sim;
 pub mod window;
 

@@ -27,6 +27,8 @@ use super::live::{
 };
 use super::progress::Progress;
 use super::stream::{CaptureStream, StreamOptions, StreamSummary};
+use super::timeline::model::Touches;
+use super::timeline::Recorder;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
@@ -116,6 +118,8 @@ pub struct ReplayArgs {
     /// datagram goes on whatever the window).
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub reorder_max_mib: usize,
+    #[command(flatten)]
+    pub timeline: super::timeline::TimelineArgs,
 }
 
 impl ReplayArgs {
@@ -135,7 +139,8 @@ pub struct ReplayFeed {
     pub name: String,
     pub mode: Mode,
     pub venue: VenueKind,
-    pub feed: Feed,
+    /// Its publisher notes the symbols a datagram changed, for --timeline.
+    pub feed: Feed<Touches>,
     /// Each line (line index = position).
     pub lines: Vec<ReplayLine>,
     pub sessions: Vec<SessionInfo>,
@@ -192,6 +197,8 @@ pub struct Replay {
     pub unmatched: u64,
     /// A destination that is no line yet becomes one of the first feed.
     discover_lines: bool,
+    /// --timeline: told of each datagram and each advance of the clock.
+    pub timeline: Option<Box<Recorder>>,
 }
 
 impl Replay {
@@ -237,7 +244,8 @@ impl Replay {
                         answers.entry(*a).or_insert(fi);
                     }
                 }
-                let mut feed = Feed::new(spec.settings, spec.lines.len());
+                let mut feed =
+                    Feed::with_publisher(spec.settings, spec.lines.len(), Touches::default());
                 for (sym, stale, source) in spec.symbols {
                     feed.set_symbol_thresholds(sym, stale, source);
                 }
@@ -258,6 +266,7 @@ impl Replay {
             answers,
             unmatched: 0,
             discover_lines: false,
+            timeline: None,
         }
     }
 
@@ -279,6 +288,14 @@ impl Replay {
 
     /// One datagram from `src` to `dst`, stamped `ts` (the clock).
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+        self.apply_datagram(src, dst, payload, ts);
+        if let Some(mut t) = self.timeline.take() {
+            t.after_datagram(self, dst, ts);
+            self.timeline = Some(t);
+        }
+    }
+
+    fn apply_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
         if let Some(&fi) = self.answers.get(&src) {
             // recovery.md "Replay": the feed's re-request answer (R4).
             self.feeds[fi].feed.on_rerequest_answer(payload, ts);
@@ -321,6 +338,10 @@ impl Replay {
         for f in &mut self.feeds {
             f.feed.handle_timeout(now);
             while f.feed.poll_request().is_some() {}
+        }
+        if let Some(mut t) = self.timeline.take() {
+            t.after_advance(self, now);
+            self.timeline = Some(t);
         }
     }
 
@@ -504,6 +525,7 @@ impl std::fmt::Write for Utf8<'_> {
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
+    let timeline = Recorder::from_args(&args.timeline)?;
     let mut cap = CaptureStream::open(&args.capture, args.stream_options())?;
     if args.send {
         return replay_send(&args, cap);
@@ -528,6 +550,10 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             }
         }
     };
+    if let Some(mut t) = timeline {
+        t.attach(&mut replay);
+        replay.timeline = Some(Box::new(t));
+    }
     let mut checks = match &args.checks {
         Some(path) => Some(std::io::BufReader::new(
             std::fs::File::open(path)
@@ -555,6 +581,9 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             "tickgate: warning: {} ends in the middle of a record; replayed what came before",
             args.capture.display()
         );
+    }
+    if let Some(t) = replay.timeline.take() {
+        eprintln!("tickgate: {}", t.finish(&replay, &args.capture, &sum)?);
     }
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
