@@ -11,6 +11,8 @@
 use std::fmt::Write as _;
 use std::sync::Once;
 
+use plotters::coord::ranged1d::SegmentedCoord;
+use plotters::coord::types::{RangedCoordf64, RangedCoordu32};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -243,6 +245,45 @@ fn height(tl: &Timeline) -> u32 {
 }
 
 /// The whole picture on `root`.
+/// A chart of one row per label (the first label on top) over the
+/// capture's span, its axes drawn.
+fn rows_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    labels: &[String],
+    label_size: u32,
+    span_s: f64,
+    xfmt: &dyn Fn(&f64) -> String,
+) -> anyhow::Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, SegmentedCoord<RangedCoordu32>>>>
+{
+    let n = labels.len().max(1) as u32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 16).into_font())
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(110)
+        .build_cartesian_2d(0f64..span_s, (0u32..n).into_segmented())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(12)
+        .x_label_formatter(xfmt)
+        .y_labels(n as usize)
+        .y_label_formatter(&|v: &SegmentValue<u32>| match v {
+            SegmentValue::CenterOf(i) => (n - 1)
+                .checked_sub(*i)
+                .and_then(|k| labels.get(k as usize))
+                .cloned()
+                .unwrap_or_default(),
+            _ => String::new(),
+        })
+        .label_style((FONT, label_size).into_font())
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     tl: &Timeline,
@@ -285,34 +326,15 @@ fn draw<DB: DrawingBackend>(
     // Verdicts: one row per symbol, each bucket its worst verdict.
     let drawn = tl.drawn();
     let n = drawn.len().max(1) as u32;
-    let mut chart = ChartBuilder::on(&verdicts)
-        .caption(
-            "verdict per symbol (worst in each bucket)",
-            (FONT, 16).into_font(),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(110)
-        .build_cartesian_2d(0f64..span_s, (0u32..n).into_segmented())
-        .map_err(err)?;
     let names: Vec<String> = drawn.iter().map(|r| r.symbol.to_string()).collect();
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_labels(12)
-        .x_label_formatter(&xfmt)
-        .y_labels(n as usize)
-        .y_label_formatter(&|v: &SegmentValue<u32>| match v {
-            SegmentValue::CenterOf(i) => (n - 1)
-                .checked_sub(*i)
-                .and_then(|k| names.get(k as usize))
-                .cloned()
-                .unwrap_or_default(),
-            _ => String::new(),
-        })
-        .label_style((FONT, 13).into_font())
-        .draw()
-        .map_err(err)?;
+    let mut chart = rows_chart(
+        &verdicts,
+        "verdict per symbol (worst in each bucket)",
+        &names,
+        13,
+        span_s,
+        &xfmt,
+    )?;
     let bucket_s = g.width as f64 / 1e9;
     for (k, row) in drawn.iter().enumerate() {
         let y = n - 1 - k as u32;
@@ -342,41 +364,22 @@ fn draw<DB: DrawingBackend>(
     let totals = event_totals(tl);
     let kinds: Vec<usize> = (0..EVENT_COUNT).filter(|&k| totals[k] > 0).collect();
     let ne = kinds.len().max(1) as u32;
-    let mut chart = ChartBuilder::on(&events)
-        .caption(
-            if kinds.is_empty() {
-                "feed events: none (no gap, hole, re-request, snapshot or session change)"
-            } else {
-                "feed events (count in the whole capture)"
-            },
-            (FONT, 16).into_font(),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(110)
-        .build_cartesian_2d(0f64..span_s, (0u32..ne).into_segmented())
-        .map_err(err)?;
     let labels: Vec<String> = kinds
         .iter()
         .map(|&k| format!("{} {}", totals[k], Event::ALL[k].name()))
         .collect();
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_labels(12)
-        .x_label_formatter(&xfmt)
-        .y_labels(ne as usize)
-        .y_label_formatter(&|v: &SegmentValue<u32>| match v {
-            SegmentValue::CenterOf(i) => (ne - 1)
-                .checked_sub(*i)
-                .and_then(|k| labels.get(k as usize))
-                .cloned()
-                .unwrap_or_default(),
-            _ => String::new(),
-        })
-        .label_style((FONT, 12).into_font())
-        .draw()
-        .map_err(err)?;
+    let mut chart = rows_chart(
+        &events,
+        if kinds.is_empty() {
+            "feed events: none (no gap, hole, re-request, snapshot or session change)"
+        } else {
+            "feed events (count in the whole capture)"
+        },
+        &labels,
+        12,
+        span_s,
+        &xfmt,
+    )?;
     for (j, &k) in kinds.iter().enumerate() {
         let y = ne - 1 - j as u32;
         let mut per_bucket = vec![0u64; g.len];
