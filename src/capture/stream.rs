@@ -36,12 +36,17 @@ use super::spill::{ChunkReader, SpillDir, SpillStats, READ_BUF, WRITE_BUF};
 /// Default memory budget of the sort (readers, chunks, buffers).
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 
+/// Least room for a chunk being sorted when the budget is raised to fit a
+/// file's reader.
+const MIN_CHUNK: usize = 512 << 10;
+
 /// How captures are streamed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamOptions {
     /// Keep only datagrams sent to these destinations (all when empty).
     pub filter: Vec<SocketAddrV4>,
-    /// Most memory the ordering holds (at least 1 MiB).
+    /// Most memory the ordering holds (at least 1 MiB, and at least one
+    /// file reader, decoder included, plus 512 KiB).
     pub memory_bytes: usize,
     /// Where spill files go (the system's temporary directory if `None`).
     pub spill_dir: Option<PathBuf>,
@@ -83,7 +88,7 @@ pub struct OrderSummary {
     /// Whether the runs were sorted in chunks (spilled unless one chunk).
     pub chunked: bool,
     pub spill: SpillStats,
-    /// The budget.
+    /// The budget (as asked, or raised to fit a file's reader).
     pub memory_bytes: usize,
     /// Most bytes held at once by the ordering's own accounting: readers'
     /// buffers and decoders, chunk being sorted, payload buffers.
@@ -320,13 +325,18 @@ impl CaptureStream {
     /// merge; errors name the file.
     pub fn open(paths: &[PathBuf], opts: StreamOptions) -> anyhow::Result<Self> {
         anyhow::ensure!(!paths.is_empty(), "no capture to read");
-        let budget = opts.memory_bytes.max(super::merge::MIN_BUDGET);
+        let asked = opts.memory_bytes.max(super::merge::MIN_BUDGET);
         // more runs than this cannot all be read at once, whatever the file
-        let max_runs = budget / super::compress::BUF + 1;
+        let max_runs = asked / super::compress::BUF + 1;
         let mut scans = Vec::with_capacity(paths.len());
         for p in paths {
             scans.push(scan(p, &opts.filter, max_runs)?);
         }
+        // A file is read by at least one reader, whose decoder holds its
+        // window (a zstd capture's can be MiBs): the budget is raised to
+        // one reader and room for a chunk.
+        let largest = scans.iter().map(|s| s.reader_bytes).max().unwrap_or(0);
+        let budget = asked.max(largest + WRITE_BUF + MIN_CHUNK);
         let runs: u64 = scans.iter().map(|s| s.summary.runs).sum();
         let direct_bytes = scans.iter().try_fold(0usize, |acc, s| {
             let n = s.runs.as_ref()?.len();
@@ -334,7 +344,9 @@ impl CaptureStream {
         });
         let max_payload = scans.iter().map(|s| s.max_payload).max().unwrap_or(0);
         let input_bytes = scans.iter().map(|s| s.reader_bytes).max().unwrap_or(0) + WRITE_BUF;
-        let chunk_reader_bytes = READ_BUF + max_payload;
+        // a chunk reader's buffer, its head's payload buffer and its share
+        // of the one handed out
+        let chunk_reader_bytes = READ_BUF + 2 * max_payload;
         let p = plan(
             runs,
             direct_bytes.unwrap_or(usize::MAX),
