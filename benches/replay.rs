@@ -29,7 +29,6 @@
 //! override the size and the number of rounds.
 
 use std::hint::black_box;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tickgate::capture::replay::{summary_json, Replay};

@@ -603,11 +603,14 @@ fn gzip_members(bytes: &[u8], members: usize) -> Vec<u8> {
     out
 }
 
-/// The JSON summary without the fields that name the file.
+/// The JSON summary without the fields that name the file or depend on
+/// how it is read (a decoder's buffers count in the sort's memory).
 fn without_name(mut v: Value) -> Value {
     let m = v.as_object_mut().unwrap();
     assert!(m.remove("capture").is_some());
+    assert!(m.remove("captures").is_some());
     assert!(m.remove("compression").is_some());
+    assert!(m.remove("sort").is_some());
     v
 }
 
@@ -787,12 +790,7 @@ fn truncated_compressed_capture_reports_what_was_read_then_fails_naming_the_file
             format!("{} PING\n{} PING\n", t0, t["end_ns"].as_i64().unwrap()),
         )
         .unwrap();
-        let out = tickgate(&[
-            "replay",
-            p(&f),
-            "--checks",
-            p(&checks),
-        ]);
+        let out = tickgate(&["replay", p(&f), "--checks", p(&checks)]);
         assert_eq!(out.status.code(), Some(2), "{kind}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "PONG\n", "{kind}");
     }

@@ -294,14 +294,9 @@ fn interleaved_thousands_of_times_spills_within_the_memory_bound() {
             want_answers,
             "{c:?}"
         );
-        let v: Value = serde_json::from_slice(&ok(&[
-            "replay",
-            "--json",
-            "--sort-memory-mib",
-            &mib,
-            p(&f),
-        ]))
-        .unwrap();
+        let v: Value =
+            serde_json::from_slice(&ok(&["replay", "--json", "--sort-memory-mib", &mib, p(&f)]))
+                .unwrap();
         assert_eq!(v["sort"]["spilled"], true);
         assert_eq!(v["sort"]["memory_bytes"], bound);
         assert!(v["sort"]["peak_bytes"].as_u64().unwrap() <= bound as u64);

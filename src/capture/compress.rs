@@ -198,7 +198,9 @@ impl CaptureInput {
                 if n < offset {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        format!("the file is shorter than when it was scanned ({n} < {offset} bytes)"),
+                        format!(
+                            "the file is shorter than when it was scanned ({n} < {offset} bytes)"
+                        ),
                     ));
                 }
             }
@@ -393,7 +395,10 @@ mod tests {
     #[test]
     fn zstd_windows_are_read_from_the_frame_header() {
         // window descriptor: exponent 11, mantissa 0: 2^21
-        assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 11 << 3]), Some(2 << 20));
+        assert_eq!(
+            zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 11 << 3]),
+            Some(2 << 20)
+        );
         // mantissa 4: 2^21 + 4 * 2^18
         assert_eq!(
             zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, (11 << 3) | 4]),
@@ -402,7 +407,10 @@ mod tests {
         // single segment, 1-byte content size 200
         assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x20, 200]), Some(200));
         // huge windows are capped at what the decoder accepts
-        assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 31 << 3]), Some(1 << 27));
+        assert_eq!(
+            zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 31 << 3]),
+            Some(1 << 27)
+        );
         assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd]), None);
         assert_eq!(zstd_window(b"\x1f\x8b"), None);
     }

@@ -292,8 +292,7 @@ impl SortBuffer {
                 .limit
                 .saturating_sub(self.entries.capacity() * SORT_ENTRY_BYTES)
                 .max(self.arena.len() + payload.len());
-            self.arena
-                .reserve_exact(want.min(room) - self.arena.len());
+            self.arena.reserve_exact(want.min(room) - self.arena.len());
         }
         let start = self.arena.len();
         self.arena.extend_from_slice(payload);
@@ -399,7 +398,8 @@ pub fn plan(
         return Plan::Direct;
     }
     let chunk_bytes = budget.saturating_sub(input_bytes).max(budget / 4);
-    let fan_in = (budget.saturating_sub(super::spill::WRITE_BUF) / chunk_reader_bytes.max(1)).max(2);
+    let fan_in =
+        (budget.saturating_sub(super::spill::WRITE_BUF) / chunk_reader_bytes.max(1)).max(2);
     Plan::Spill {
         chunk_bytes,
         fan_in,
@@ -511,7 +511,11 @@ mod tests {
         assert_eq!(m.next_into(&mut buf).unwrap().unwrap().ts_ns, 3);
         let e = m.next_into(&mut buf).unwrap_err();
         assert_eq!(e.source, 0);
-        assert!(e.error.to_string().contains("went back in time"), "{}", e.error);
+        assert!(
+            e.error.to_string().contains("went back in time"),
+            "{}",
+            e.error
+        );
         assert_eq!(m.next_into(&mut buf).unwrap(), None);
     }
 
@@ -572,7 +576,10 @@ mod tests {
         let kib = 1 << 10;
         // one run: read as it is, whatever its reader holds
         assert_eq!(plan(1, 100 * mib, 0, 0, mib), Plan::Direct);
-        assert_eq!(plan(4, 4 * 200 * kib, 200 * kib, 40 * kib, mib), Plan::Direct);
+        assert_eq!(
+            plan(4, 4 * 200 * kib, 200 * kib, 40 * kib, mib),
+            Plan::Direct
+        );
         match plan(6, 6 * 200 * kib, 200 * kib, 40 * kib, mib) {
             Plan::Spill {
                 chunk_bytes,

@@ -63,7 +63,9 @@ pub struct VecSource {
 }
 
 impl VecSource {
-    pub fn new(items: impl IntoIterator<Item = (i64, SocketAddrV4, SocketAddrV4, Vec<u8>)>) -> Self {
+    pub fn new(
+        items: impl IntoIterator<Item = (i64, SocketAddrV4, SocketAddrV4, Vec<u8>)>,
+    ) -> Self {
         VecSource {
             items: items
                 .into_iter()

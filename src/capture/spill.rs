@@ -85,7 +85,11 @@ impl SpillDir {
     /// Merges chunks (sorted each, in tie order) a group of at most
     /// `fan_in` at a time into bigger ones until at most `fan_in` are left;
     /// the merged files are removed. Returns the chunks left, in tie order.
-    pub fn merge_down(&mut self, mut chunks: Vec<PathBuf>, fan_in: usize) -> io::Result<Vec<PathBuf>> {
+    pub fn merge_down(
+        &mut self,
+        mut chunks: Vec<PathBuf>,
+        fan_in: usize,
+    ) -> io::Result<Vec<PathBuf>> {
         let fan_in = fan_in.max(2);
         while chunks.len() > fan_in {
             self.stats.passes += 1;
@@ -283,7 +287,8 @@ mod tests {
         let left = d.merge_down(chunks, 3).unwrap();
         assert!(left.len() <= 3);
         assert_eq!(d.stats.passes, 2);
-        let readers: Vec<ChunkReader> = left.iter().map(|p| ChunkReader::open(p).unwrap()).collect();
+        let readers: Vec<ChunkReader> =
+            left.iter().map(|p| ChunkReader::open(p).unwrap()).collect();
         let mut m = Merge::new(readers);
         let mut buf = Vec::new();
         let mut got = Vec::new();

@@ -286,12 +286,16 @@ fn open(path: &Path) -> anyhow::Result<CaptureReader<CaptureInput>> {
 }
 
 /// A file's reader resumed where a run starts.
-fn open_run(path: &Path, from: &Option<ResumePoint>) -> anyhow::Result<CaptureReader<CaptureInput>> {
+fn open_run(
+    path: &Path,
+    from: &Option<ResumePoint>,
+) -> anyhow::Result<CaptureReader<CaptureInput>> {
     match from {
         None => open(path),
         Some(at) => {
-            let input = CaptureInput::open_at(path, at.offset)
-                .map_err(|e| anyhow::anyhow!("{}: reading the capture again: {e}", path.display()))?;
+            let input = CaptureInput::open_at(path, at.offset).map_err(|e| {
+                anyhow::anyhow!("{}: reading the capture again: {e}", path.display())
+            })?;
             Ok(CaptureReader::resume(input, at.clone()))
         }
     }
@@ -388,12 +392,12 @@ impl CaptureStream {
                 let mut reader_peak = 0usize;
                 for s in &scans {
                     let path = &s.summary.path;
-                    let mut f = FilteredReader::new(open(path)?, opts.filter.clone(), s.summary.datagrams)
-                        .with_input_memory();
-                    while let Some(m) = f
-                        .next(&mut buf)
-                        .map_err(|e| anyhow::anyhow!("{}: reading the capture again: {e}", path.display()))?
-                    {
+                    let mut f =
+                        FilteredReader::new(open(path)?, opts.filter.clone(), s.summary.datagrams)
+                            .with_input_memory();
+                    while let Some(m) = f.next(&mut buf).map_err(|e| {
+                        anyhow::anyhow!("{}: reading the capture again: {e}", path.display())
+                    })? {
                         if !sorter.fits(m.len) {
                             let mut w = dir.create()?;
                             sorter.drain_sorted(|m, p| w.write(m, p))?;
@@ -608,7 +612,10 @@ mod tests {
         let items = [(100, 1), (0, 2), (100, 3), (50, 4), (300, 5)];
         pcap(&path, &items, 4, false);
         let mut s = CaptureStream::open(&[path], StreamOptions::default()).unwrap();
-        assert_eq!(drain(&mut s), [(0, 2), (50, 4), (100, 1), (100, 3), (300, 5)]);
+        assert_eq!(
+            drain(&mut s),
+            [(0, 2), (50, 4), (100, 1), (100, 3), (300, 5)]
+        );
         let sum = s.summary();
         assert!(!sum.was_sorted());
         assert_eq!(sum.out_of_order, 2);
@@ -641,7 +648,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.pcap");
         let items: Vec<(i64, u16)> = (0..20_000i64)
-            .map(|i| (i / 2 * 1_000 + if i % 2 == 0 { 5_000_000_000 } else { 0 }, i as u16))
+            .map(|i| {
+                (
+                    i / 2 * 1_000 + if i % 2 == 0 { 5_000_000_000 } else { 0 },
+                    i as u16,
+                )
+            })
             .collect();
         pcap(&path, &items, 200, false);
         let mut s = CaptureStream::open(&[path], opts(1 << 20)).unwrap();
@@ -660,7 +672,9 @@ mod tests {
     fn many_runs_that_fit_one_chunk_are_sorted_in_memory() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.pcap");
-        let items: Vec<(i64, u16)> = (0..5_000i64).map(|i| ((i * 7919) % 1000, i as u16)).collect();
+        let items: Vec<(i64, u16)> = (0..5_000i64)
+            .map(|i| ((i * 7919) % 1000, i as u16))
+            .collect();
         pcap(&path, &items, 10, false);
         let mut s = CaptureStream::open(&[path], opts(1 << 20)).unwrap();
         let mut want = items.clone();
@@ -678,12 +692,18 @@ mod tests {
         pcap(&a, &[(10, 1), (20, 2), (5, 3)], 4, false);
         pcap(&b, &[(5, 4), (10, 5), (20, 6)], 4, false);
         let mut s = CaptureStream::open(&[a.clone(), b.clone()], StreamOptions::default()).unwrap();
-        assert_eq!(drain(&mut s), [(5, 3), (5, 4), (10, 1), (10, 5), (20, 2), (20, 6)]);
+        assert_eq!(
+            drain(&mut s),
+            [(5, 3), (5, 4), (10, 1), (10, 5), (20, 2), (20, 6)]
+        );
         let sum = s.summary();
         assert_eq!(sum.files.len(), 2);
         assert_eq!((sum.files[0].runs, sum.files[1].runs), (2, 1));
         let mut s = CaptureStream::open(&[b, a], StreamOptions::default()).unwrap();
-        assert_eq!(drain(&mut s), [(5, 4), (5, 3), (10, 5), (10, 1), (20, 6), (20, 2)]);
+        assert_eq!(
+            drain(&mut s),
+            [(5, 4), (5, 3), (10, 5), (10, 1), (20, 6), (20, 2)]
+        );
     }
 
     #[test]
@@ -710,7 +730,12 @@ mod tests {
     fn checks_see_everything_up_to_their_time_and_nothing_later() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.pcap");
-        pcap(&path, &[(100, 1), (0, 2), (150, 3), (120, 4), (400, 5), (20, 6)], 4, false);
+        pcap(
+            &path,
+            &[(100, 1), (0, 2), (150, 3), (120, 4), (400, 5), (20, 6)],
+            4,
+            false,
+        );
         let mut s = CaptureStream::open(&[path], StreamOptions::default()).unwrap();
         let mut at = |t: i64| {
             let mut v = Vec::new();
