@@ -1,15 +1,16 @@
-//! Replay throughput: a 10-million-message simulated capture held in memory
-//! through the path `tickgate replay CAPTURE --json` takes, minus file I/O.
+//! Replay throughput: a 10-million-message simulated capture through the
+//! path `tickgate replay CAPTURE --json` takes (the file is written to a
+//! temporary directory first, so it is read from the page cache).
 //!
 //! `cargo bench --bench replay`
 //!
 //! Untimed: the seeded `Simulator` (1,000 symbols, full feed, lines A and B,
 //! 16 quotes a packet, heartbeat and snapshot rounds, 0.3 % loss per line)
-//! writes a nanosecond pcap into a `Vec<u8>`. Timed, in phases:
+//! writes a nanosecond pcap. Timed, in phases:
 //!
-//! - stream only: a `CaptureStream` over the in-memory pcap (record
-//!   headers, Ethernet/IPv4/UDP parsing, the reorder window with its copy
-//!   of each payload), every datagram taken and dropped;
+//! - stream only: a `CaptureStream` over the pcap (the first pass that
+//!   finds its sorted runs, then record headers, Ethernet/IPv4/UDP parsing
+//!   and the copy of each payload), every datagram taken and dropped;
 //! - stream + feed: the same, every datagram through `Replay::on_datagram`
 //!   (routing, lines found as they come, session notes,
 //!   `Feed::on_datagram`), capture time as the clock;
@@ -28,13 +29,12 @@
 //! override the size and the number of rounds.
 
 use std::hint::black_box;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tickgate::capture::replay::{summary_json, Replay};
 use tickgate::capture::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
 use tickgate::capture::stream::{CaptureStream, StreamOptions};
-use tickgate::capture::{CaptureReader, PcapWriter};
+use tickgate::capture::PcapWriter;
 use tickgate::feed::{Feed, FeedSettings, Mode};
 
 const SYMBOLS: usize = 1_000;
@@ -186,16 +186,19 @@ fn main() {
         messages: truth.messages,
         datagrams: truth.datagrams,
     };
-    let name = Path::new("in-memory.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bench.pcap");
+    std::fs::write(&file, &pcap).unwrap();
+    let files = [file];
+    let open = || CaptureStream::open(&files, StreamOptions::default()).unwrap();
 
     // The whole path, phase by phase: the stream alone (read, parse, the
-    // reorder window), then the stream into the replay, then the summary.
+    // first pass), then the stream into the replay, then the summary.
     let (mut load, mut feed, mut summary, mut total) = (vec![], vec![], vec![], vec![]);
     let mut json_len = 0;
     for _ in 0..rounds {
         let (count, t_load) = timed(|| {
-            let r = CaptureReader::new(&pcap[..]).unwrap();
-            let mut cap = CaptureStream::new(r, StreamOptions::default());
+            let mut cap = open();
             let mut n = 0u64;
             while let Some(d) = cap.next_datagram() {
                 black_box(d.payload);
@@ -205,8 +208,7 @@ fn main() {
         });
         assert_eq!(count, truth.datagrams);
         let ((cap, replay), t_feed) = timed(|| {
-            let r = CaptureReader::new(&pcap[..]).unwrap();
-            let mut cap = CaptureStream::new(r, StreamOptions::default());
+            let mut cap = open();
             let mut replay = Replay::single_feed(Mode::Full, &[]).discover_lines();
             while let Some(d) = cap.next_datagram() {
                 replay.on_datagram(d.src, d.dst, d.payload, d.ts);
@@ -214,7 +216,7 @@ fn main() {
             (cap.summary(), replay)
         });
         let (json, t_summary) = timed(|| {
-            let v = summary_json(name, &cap, &replay);
+            let v = summary_json(&cap, &replay);
             let mut out = Vec::with_capacity(1 << 20);
             serde_json::to_writer(&mut out, &v).unwrap();
             out
@@ -240,10 +242,7 @@ fn main() {
     let mut arena = Vec::new();
     let mut records: Vec<(usize, i64, usize, usize)> = Vec::new();
     let mut dsts = Vec::new();
-    let mut cap = CaptureStream::new(
-        CaptureReader::new(&pcap[..]).unwrap(),
-        StreamOptions::default(),
-    );
+    let mut cap = open();
     while let Some(d) = cap.next_datagram() {
         let line = match dsts.iter().position(|&x| x == d.dst) {
             Some(l) => l,

@@ -495,8 +495,9 @@ fn without_times(v: &mut serde_json::Value) {
         serde_json::Value::Object(m) => {
             for k in [
                 "capture",
+                "captures",
                 "compression",
-                "reorder_peak_bytes",
+                "sort",
                 "first_ts",
                 "last_ts",
                 "alive_at",

@@ -9,7 +9,7 @@
 //! the first. A zstd stream may likewise hold several frames; all are read.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
@@ -18,7 +18,7 @@ use flate2::write::GzEncoder;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Reads from the file and from the decoder go through buffers this large.
-const BUF: usize = 1 << 16;
+pub const BUF: usize = 1 << 16;
 
 /// How a capture is (or is to be) compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -118,7 +118,50 @@ impl CompressArgs {
 pub enum CaptureInput {
     Plain(BufReader<File>),
     Gzip(BufReader<MultiGzDecoder<BufReader<File>>>),
-    Zstd(BufReader<zstd::Decoder<'static, BufReader<File>>>),
+    /// With the window of its first frame (what the decoder holds).
+    Zstd(BufReader<zstd::Decoder<'static, BufReader<File>>>, usize),
+}
+
+/// What a gzip decoder holds beside its buffers: the 32 KiB window and
+/// inflate's tables, rounded up.
+const GZIP_STATE: usize = 64 << 10;
+/// What a zstd decoder holds beside its window: block buffers, rounded up.
+const ZSTD_STATE: usize = 256 << 10;
+/// The window assumed when a zstd frame header does not say: 8 MiB, the
+/// most the default levels (up to 19) use.
+const ZSTD_DEFAULT_WINDOW: usize = 8 << 20;
+/// The decoder refuses windows over 2^27 bytes (zstd's default limit).
+const ZSTD_MAX_WINDOW: usize = 1 << 27;
+
+/// The window a zstd frame header declares (RFC 8878 3.1.1.1), or `None`
+/// when `head` is not the start of one.
+pub fn zstd_window(head: &[u8]) -> Option<usize> {
+    if !head.starts_with(&ZSTD_MAGIC) {
+        return None;
+    }
+    let fhd = *head.get(4)?;
+    let single_segment = fhd & 0x20 != 0;
+    if !single_segment {
+        let wd = *head.get(5)?;
+        let log = 10 + (wd >> 3) as u32;
+        let base = 1usize.checked_shl(log)?;
+        let window = base + (base / 8) * (wd & 7) as usize;
+        return Some(window.min(ZSTD_MAX_WINDOW));
+    }
+    // single segment: the window is the content size that follows the
+    // descriptor (and the dictionary id)
+    let dict_len = [0usize, 1, 2, 4][(fhd & 3) as usize];
+    let fcs_len = [1usize, 2, 4, 8][(fhd >> 6) as usize];
+    let at = 5 + dict_len;
+    let b = head.get(at..at + fcs_len)?;
+    let mut v = 0u64;
+    for (i, x) in b.iter().enumerate() {
+        v |= (*x as u64) << (8 * i);
+    }
+    if fcs_len == 2 {
+        v += 256;
+    }
+    Some((v as usize).min(ZSTD_MAX_WINDOW))
 }
 
 impl CaptureInput {
@@ -131,18 +174,55 @@ impl CaptureInput {
             Compression::Gzip => {
                 CaptureInput::Gzip(BufReader::with_capacity(BUF, MultiGzDecoder::new(f)))
             }
-            Compression::Zstd => CaptureInput::Zstd(BufReader::with_capacity(
-                BUF,
-                zstd::Decoder::with_buffer(f)?,
-            )),
+            Compression::Zstd => {
+                let window = zstd_window(head).unwrap_or(ZSTD_DEFAULT_WINDOW);
+                CaptureInput::Zstd(
+                    BufReader::with_capacity(BUF, zstd::Decoder::with_buffer(f)?),
+                    window,
+                )
+            }
         })
+    }
+
+    /// Opens `path` positioned at byte `offset` of its (decompressed)
+    /// content: a seek for a plain file; a compressed one is decompressed
+    /// up to there.
+    pub fn open_at(path: &Path, offset: u64) -> io::Result<CaptureInput> {
+        let mut input = CaptureInput::open(path)?;
+        match &mut input {
+            CaptureInput::Plain(f) => {
+                f.seek(SeekFrom::Start(offset))?;
+            }
+            _ => {
+                let n = io::copy(&mut (&mut input).take(offset), &mut io::sink())?;
+                if n < offset {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the file is shorter than when it was scanned ({n} < {offset} bytes)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(input)
+    }
+
+    /// Bytes a reader of this input holds: its buffers and, compressed,
+    /// the decoder's state (estimated: the libraries do not say).
+    pub fn memory(&self) -> usize {
+        match self {
+            CaptureInput::Plain(_) => BUF,
+            CaptureInput::Gzip(_) => 2 * BUF + GZIP_STATE,
+            CaptureInput::Zstd(_, window) => 2 * BUF + ZSTD_STATE + window,
+        }
     }
 
     pub fn compression(&self) -> Compression {
         match self {
             CaptureInput::Plain(_) => Compression::None,
             CaptureInput::Gzip(_) => Compression::Gzip,
-            CaptureInput::Zstd(_) => Compression::Zstd,
+            CaptureInput::Zstd(..) => Compression::Zstd,
         }
     }
 }
@@ -152,7 +232,7 @@ impl Read for CaptureInput {
         let r = match self {
             CaptureInput::Plain(r) => return r.read(buf),
             CaptureInput::Gzip(r) => r.read(buf),
-            CaptureInput::Zstd(r) => r.read(buf),
+            CaptureInput::Zstd(r, _) => r.read(buf),
         };
         // A decoder's error says what broke, not in which layer: name it.
         r.map_err(|e| {
@@ -282,6 +362,57 @@ mod tests {
             .read_to_string(&mut back)
             .unwrap();
         assert_eq!(back, "first member, second member");
+    }
+
+    #[test]
+    fn open_at_starts_at_the_offset_whatever_the_compression() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        for c in [Compression::None, Compression::Gzip, Compression::Zstd] {
+            let path = dir.path().join(format!("at-{}", c.name()));
+            let mut w = CaptureOutput::create(&path, c, None).unwrap();
+            w.write_all(&data).unwrap();
+            w.finish().unwrap();
+            for at in [0u64, 1, 65_536, 299_999, 300_000] {
+                let mut back = Vec::new();
+                CaptureInput::open_at(&path, at)
+                    .unwrap()
+                    .read_to_end(&mut back)
+                    .unwrap();
+                assert_eq!(back, &data[at as usize..], "{c:?} at {at}");
+            }
+            let e = CaptureInput::open_at(&path, 300_001).err();
+            assert_eq!(e.is_some(), c != Compression::None, "{c:?}");
+            let input = CaptureInput::open(&path).unwrap();
+            assert!(input.memory() >= BUF);
+            if let CaptureInput::Zstd(_, window) = input {
+                // level 3 of a stream of unknown size: a 2 MiB window
+                assert_eq!(window, 2 << 20);
+            }
+        }
+    }
+
+    #[test]
+    fn zstd_windows_are_read_from_the_frame_header() {
+        // window descriptor: exponent 11, mantissa 0: 2^21
+        assert_eq!(
+            zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 11 << 3]),
+            Some(2 << 20)
+        );
+        // mantissa 4: 2^21 + 4 * 2^18
+        assert_eq!(
+            zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, (11 << 3) | 4]),
+            Some((2 << 20) + (1 << 20))
+        );
+        // single segment, 1-byte content size 200
+        assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x20, 200]), Some(200));
+        // huge windows are capped at what the decoder accepts
+        assert_eq!(
+            zstd_window(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 31 << 3]),
+            Some(1 << 27)
+        );
+        assert_eq!(zstd_window(&[0x28, 0xb5, 0x2f, 0xfd]), None);
+        assert_eq!(zstd_window(b"\x1f\x8b"), None);
     }
 
     #[test]

@@ -128,6 +128,13 @@ impl SkipCounts {
         }
     }
 
+    /// Adds another's counts (several files' totals).
+    pub fn add_all(&mut self, other: &SkipCounts) {
+        for &r in SkipReason::ALL.iter() {
+            *self.slot(r) += other.get(r);
+        }
+    }
+
     pub fn total(&self) -> u64 {
         SkipReason::ALL.iter().map(|&r| self.get(r)).sum()
     }

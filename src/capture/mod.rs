@@ -4,6 +4,7 @@
 pub mod compress;
 pub mod frame;
 pub mod live;
+pub mod merge;
 pub mod pcap;
 pub mod progress;
 pub mod record;
@@ -11,14 +12,16 @@ pub mod replay;
 pub mod seeded;
 pub mod sim_servers;
 pub mod simulate;
+pub mod source;
+pub mod spill;
 pub mod stream;
 pub mod timeline;
 pub mod venue_sim;
-pub mod window;
 
 pub use compress::{CaptureInput, CaptureOutput, Compression};
 pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};
 pub use pcap::{
     CaptureError, CaptureFormat, CaptureReader, CaptureStats, CapturedDatagram, DatagramRef,
-    PcapWriter,
+    PcapWriter, ResumePoint,
 };
+pub use source::{DatagramMeta, DatagramSource, Released};

@@ -116,7 +116,7 @@ struct Interface {
     offset_s: i64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Kind {
     Pcap {
         big: bool,
@@ -140,7 +140,21 @@ pub struct CaptureReader<R> {
     offset: u64,
     stats: CaptureStats,
     last_ts: i64,
+    /// Offset of the record (pcap) or block (pcapng) read last.
+    frame_start: u64,
     done: bool,
+}
+
+/// Where a reader stood before the frame it handed out last, with what it
+/// knew then (byte order, interfaces): a reader resumed there (see
+/// [`CaptureReader::resume`]) reads that frame next. Taken with
+/// [`CaptureReader::resume_point`].
+#[derive(Clone, Debug)]
+pub struct ResumePoint {
+    /// Byte offset in the (decompressed) capture.
+    pub offset: u64,
+    kind: Kind,
+    last_ts: i64,
 }
 
 impl CaptureReader<CaptureInput> {
@@ -168,6 +182,7 @@ impl<R: Read> CaptureReader<R> {
             offset: 0,
             stats: CaptureStats::default(),
             last_ts: 0,
+            frame_start: 0,
             done: false,
         };
         let mut magic = [0u8; 4];
@@ -205,6 +220,38 @@ impl<R: Read> CaptureReader<R> {
             link,
         };
         Ok(me)
+    }
+
+    /// A reader over `r`, which is positioned at `at.offset` of a capture
+    /// read before by a reader that gave `at`: it reads on from there (the
+    /// file header is not read again).
+    pub fn resume(r: R, at: ResumePoint) -> Self {
+        CaptureReader {
+            r,
+            kind: at.kind,
+            buf: Vec::with_capacity(2048),
+            offset: at.offset,
+            stats: CaptureStats::default(),
+            last_ts: at.last_ts,
+            frame_start: at.offset,
+            done: false,
+        }
+    }
+
+    /// Where to resume to read again the frame of the datagram handed out
+    /// last (see [`ResumePoint`]).
+    pub fn resume_point(&self) -> ResumePoint {
+        ResumePoint {
+            offset: self.frame_start,
+            kind: self.kind.clone(),
+            last_ts: self.last_ts,
+        }
+    }
+
+    /// Bytes the reader's record buffer holds now (it grows to the
+    /// largest record read).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     pub fn format(&self) -> CaptureFormat {
@@ -295,6 +342,7 @@ impl<R: Read> CaptureReader<R> {
             unreachable!("pcap record in a pcapng file")
         };
         let hlen = if modified { 24 } else { 16 };
+        self.frame_start = self.offset;
         let mut hdr = [0u8; 24];
         match self.fill(&mut hdr[..hlen])? {
             0 => return Ok(None),
@@ -324,6 +372,7 @@ impl<R: Read> CaptureReader<R> {
 
     fn next_ng_packet(&mut self) -> Result<Option<(i64, u32, Range<usize>)>, CaptureError> {
         loop {
+            self.frame_start = self.offset;
             let mut head = [0u8; 4];
             match self.fill(&mut head)? {
                 0 => return Ok(None),

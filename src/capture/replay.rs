@@ -1,20 +1,20 @@
 //! `tickgate replay`: a capture through the same core, capture time as the
 //! clock (gate.md "Asking the past: replay with checks").
 //!
-//! The capture is streamed, never loaded whole (`stream`: plain, gzip or
-//! zstd, pcap or pcapng), through a bounded reorder window (`window`):
-//! merged captures are not always sorted, so datagrams are taken in
-//! timestamp order (capture order among equal stamps) as long as they
-//! arrive within the window; one arriving later is applied at the
-//! watermark and counted (`out_of_order_beyond_window`). Each datagram goes
-//! to `feed::Feed` with its stamp as `now`. Checks are answered by the same
-//! `gate::protocol::answer` the socket uses, with `now = T`, after every
-//! packet stamped at or before `T` and before any later one: the stream is
-//! read on until the window has passed `T`.
+//! The captures (one or more) are streamed, never loaded whole (`stream`:
+//! plain, gzip or zstd, pcap or pcapng), in exact timestamp order, capture
+//! order among equal stamps (files in the order given, then each file's
+//! order), whatever order they were written in: a first pass finds each
+//! file's sorted runs, which are merged, or sorted in spilled chunks when
+//! they are too many for the memory budget (`merge`, `spill`). Each
+//! datagram goes to `feed::Feed` with its stamp as `now`. Checks are
+//! answered by the same `gate::protocol::answer` the socket uses, with
+//! `now = T`, after every packet stamped at or before `T` and before any
+//! later one.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
@@ -70,9 +70,11 @@ pub enum ReplayMode {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// The capture: pcap or pcapng, plain, gzip or zstd compressed (told
-    /// by its content, not its name).
-    pub capture: PathBuf,
+    /// The captures: pcap or pcapng, plain, gzip or zstd compressed (told
+    /// by their content, not their name). Several (e.g. one per line) are
+    /// merged in time order, the files' order among equal stamps.
+    #[arg(required = true, num_args = 1.., value_name = "CAPTURE")]
+    pub captures: Vec<PathBuf>,
     /// Feeds and lines from a tickgate config file (each feed's lines are
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
@@ -110,26 +112,26 @@ pub struct ReplayArgs {
     /// With --send: multicast TTL (1 stays on the local segment).
     #[arg(long, default_value_t = 1)]
     pub ttl: u32,
-    /// Capture time a datagram may arrive behind the newest one read and
-    /// still be replayed in its place (an unsorted, merged capture).
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    pub reorder_window_ms: u64,
-    /// Most memory the reorder window holds, MiB (beyond it the earliest
-    /// datagram goes on whatever the window).
+    /// Most memory putting the captures in time order may hold, MiB (at
+    /// least 1): readers of their sorted runs, or chunks sorted in memory
+    /// and spilled when the runs are too many to read at once.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
-    pub reorder_max_mib: usize,
+    pub sort_memory_mib: usize,
+    /// Directory of the spill files (default: the system's temporary
+    /// directory, `TMPDIR`).
+    #[arg(long, value_name = "DIR")]
+    pub sort_dir: Option<PathBuf>,
     #[command(flatten)]
     pub timeline: super::timeline::TimelineArgs,
 }
 
 impl ReplayArgs {
-    /// How the capture is streamed.
+    /// How the captures are streamed.
     pub fn stream_options(&self) -> StreamOptions {
         StreamOptions {
             filter: self.filter.clone(),
-            window_ns: i64::try_from(self.reorder_window_ms.saturating_mul(1_000_000))
-                .unwrap_or(i64::MAX),
-            max_bytes: self.reorder_max_mib.saturating_mul(1 << 20),
+            memory_bytes: self.sort_memory_mib.saturating_mul(1 << 20),
+            spill_dir: self.sort_dir.clone(),
         }
     }
 }
@@ -458,9 +460,9 @@ impl std::error::Error for ChecksError {}
 /// (the caller reports the error): later answers would miss data. The
 /// checks are read a line at a time, each at most `MAX_CHECK_LINE` bytes:
 /// a longer one stops the answers there, with an error naming it.
-pub fn run_checks<R: Read, C: std::io::BufRead>(
+pub fn run_checks<C: std::io::BufRead>(
     replay: &mut Replay,
-    cap: &mut CaptureStream<R>,
+    cap: &mut CaptureStream,
     checks: &mut C,
     out: &mut Vec<u8>,
     progress: &mut Progress,
@@ -507,7 +509,6 @@ pub fn run_checks<R: Read, C: std::io::BufRead>(
         if cap.error().is_some() {
             return Ok(());
         }
-        cap.close_through(t);
         replay.advance(t);
         replay.answer(request, t, out);
         clock = Some(t);
@@ -526,7 +527,7 @@ impl std::fmt::Write for Utf8<'_> {
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     let timeline = Recorder::from_args(&args.timeline)?;
-    let mut cap = CaptureStream::open(&args.capture, args.stream_options())?;
+    let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
     if args.send {
         return replay_send(&args, cap);
     }
@@ -575,26 +576,25 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     }
     progress.finish();
     let sum = cap.summary();
-    warn_about_order(&args.capture, &sum);
-    if sum.stats.truncated_tail {
+    for f in sum.files.iter().filter(|f| f.stats.truncated_tail) {
         eprintln!(
             "tickgate: warning: {} ends in the middle of a record; replayed what came before",
-            args.capture.display()
+            f.path.display()
         );
     }
     if let Some(t) = replay.timeline.take() {
-        eprintln!("tickgate: {}", t.finish(&replay, &args.capture, &sum)?);
+        eprintln!("tickgate: {}", t.finish(&replay, &args.captures, &sum)?);
     }
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
     if checks.is_some() {
         w.write_all(&out)?;
     } else if args.json {
-        let v = summary_json(&args.capture, &sum, &replay);
+        let v = summary_json(&sum, &replay);
         serde_json::to_writer(&mut w, &v)?;
         w.write_all(b"\n")?;
     } else {
-        w.write_all(summary_text(&args.capture, &sum, &replay).as_bytes())?;
+        w.write_all(summary_text(&sum, &replay).as_bytes())?;
     }
     w.flush()?;
     drop(w);
@@ -606,8 +606,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     }
     if let Some(e) = cap.take_error() {
         anyhow::bail!(
-            "{}: {e}, after {} datagrams ({} of the capture); {} above is of what came before",
-            args.capture.display(),
+            "{e}, after {} datagrams ({} of the capture); {} above is of what came before",
             sum.released,
             ts_span(&sum),
             if checks.is_some() {
@@ -620,34 +619,22 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The captures' names, as given (several: comma-separated).
+fn capture_names(cap: &StreamSummary) -> String {
+    let names: Vec<String> = cap
+        .files
+        .iter()
+        .map(|f| f.path.display().to_string())
+        .collect();
+    names.join(", ")
+}
+
 /// Up to where a stream got, for an error.
 fn ts_span(sum: &StreamSummary) -> String {
     match (sum.first_ts, sum.last_ts) {
         (Some(a), Some(b)) => format!("{} .. {}", ts_str(a), ts_str(b)),
         _ => "nothing".to_string(),
     }
-}
-
-/// Datagrams that came too late for the reorder window are not an error,
-/// but the replay differs from a sorted one: say so on stderr too.
-fn warn_about_order(path: &Path, sum: &StreamSummary) {
-    let w = &sum.window;
-    if w.out_of_order_beyond_window > 0 {
-        eprintln!(
-            "tickgate: warning: {}: {} datagrams arrived later than the reorder window allows ({}); applied at the watermark",
-            path.display(),
-            w.out_of_order_beyond_window,
-            window_str(sum)
-        );
-    }
-}
-
-fn window_str(sum: &StreamSummary) -> String {
-    format!(
-        "{} ms or {} MiB",
-        sum.window_ns / 1_000_000,
-        sum.max_bytes >> 20
-    )
 }
 
 /// `tickgate replay CAPTURE --send`: the capture's datagrams re-sent to
@@ -690,7 +677,6 @@ fn replay_send(args: &ReplayArgs, mut cap: CaptureStream) -> anyhow::Result<i32>
         return Err(e);
     }
     let sum = cap.summary();
-    warn_about_order(&args.capture, &sum);
     eprintln!(
         "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
         st.datagrams,
@@ -702,8 +688,7 @@ fn replay_send(args: &ReplayArgs, mut cap: CaptureStream) -> anyhow::Result<i32>
     );
     if let Some(e) = cap.take_error() {
         anyhow::bail!(
-            "{}: {e}, after {} datagrams ({} of the capture)",
-            args.capture.display(),
+            "{e}, after {} datagrams ({} of the capture)",
             sum.released,
             ts_span(&sum)
         );
@@ -831,7 +816,7 @@ fn session_json(s: &SessionInfo) -> Value {
 }
 
 /// The `--json` summary: totals over feeds at the top, details per feed.
-pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
+pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
     let mut totals = [0u64; 9];
     let mut symbols = Map::new();
     let mut sessions = Vec::new();
@@ -925,8 +910,26 @@ pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
         }));
     }
     let st = &cap.stats;
+    let o = &cap.order;
+    let files: Vec<Value> = cap
+        .files
+        .iter()
+        .map(|f| {
+            json!({
+                "path": f.path.display().to_string(),
+                "compression": f.compression.name(),
+                "frames": f.stats.frames,
+                "datagrams": f.stats.datagrams,
+                "filtered_out": f.filtered_out,
+                "truncated_tail": f.stats.truncated_tail,
+                "sorted_runs": f.runs,
+                "out_of_order": f.out_of_order,
+            })
+        })
+        .collect();
     json!({
-        "capture": path.display().to_string(),
+        "capture": capture_names(cap),
+        "captures": files,
         "frames": st.frames,
         "datagrams": st.datagrams,
         "skipped": skipped_json(&st.skipped),
@@ -936,11 +939,18 @@ pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
         "unmatched": r.unmatched,
         "compression": cap.compression.name(),
         "sorted": cap.was_sorted(),
-        "out_of_order": cap.window.out_of_order,
-        "out_of_order_beyond_window": cap.window.out_of_order_beyond_window,
-        "reorder_window_ns": cap.window_ns,
-        "reorder_max_bytes": cap.max_bytes,
-        "reorder_peak_bytes": cap.window.peak_bytes,
+        "out_of_order": cap.out_of_order,
+        "sorted_runs": o.runs,
+        "sort": {
+            "sources": o.sources,
+            "chunked": o.chunked,
+            "spilled": o.spill.chunks > 0,
+            "spill_chunks": o.spill.chunks,
+            "spill_passes": o.spill.passes,
+            "spill_bytes": o.spill.bytes_written,
+            "memory_bytes": o.memory_bytes,
+            "peak_bytes": o.peak_bytes,
+        },
         "first_ts": cap.first_ts,
         "last_ts": cap.last_ts,
         "packets": totals[0],
@@ -970,13 +980,13 @@ fn ts_str(ts: i64) -> String {
 
 /// The readable summary: capture, then per feed its lines, sessions,
 /// counters and a symbol table.
-pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
+pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
     let st = &cap.stats;
     let mut s = String::new();
     let _ = writeln!(
         s,
         "capture {}{}: {}, {}, {} skipped",
-        path.display(),
+        capture_names(cap),
         match cap.compression {
             super::compress::Compression::None => String::new(),
             c => format!(" ({})", c.name()),
@@ -1007,18 +1017,21 @@ pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
         let _ = writeln!(s, "  {} datagrams to no configured line", r.unmatched);
     }
     if !cap.was_sorted() {
+        let o = &cap.order;
         let _ = writeln!(
             s,
-            "  not in time order: {} datagrams put back in timestamp order",
-            cap.window.out_of_order - cap.window.out_of_order_beyond_window
-        );
-    }
-    if cap.window.out_of_order_beyond_window > 0 {
-        let _ = writeln!(
-            s,
-            "  {} datagrams arrived later than the reorder window allows ({}): applied at the watermark (out_of_order_beyond_window)",
-            cap.window.out_of_order_beyond_window,
-            window_str(cap)
+            "  not in time order: {} datagrams stamped earlier than one before them, in {}; replayed in timestamp order{}",
+            cap.out_of_order,
+            crate::text::plural(o.runs, "sorted run"),
+            if o.spill.chunks > 0 {
+                format!(
+                    " (sorted in {} spilled chunks, {} MiB)",
+                    o.spill.chunks,
+                    o.spill.bytes_written >> 20
+                )
+            } else {
+                String::new()
+            }
         );
     }
     for f in &r.feeds {

@@ -248,13 +248,17 @@ impl Recorder {
     pub fn finish(
         mut self,
         r: &Replay,
-        capture: &Path,
+        captures: &[std::path::PathBuf],
         sum: &StreamSummary,
     ) -> anyhow::Result<String> {
         let end = sum.last_ts.unwrap_or(i64::MIN).max(self.model.clock());
         self.model.finish(end);
         let meta = render::Meta {
-            capture: capture.display().to_string(),
+            capture: captures
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
             symbols_known: r.feeds.iter().map(|f| f.feed.symbol_count() as u64).sum(),
             lines_total: r.feeds.iter().map(|f| f.lines.len()).sum(),
             datagrams: sum.released,
