@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
@@ -68,9 +68,15 @@ pub enum ReplayMode {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// The capture: pcap or pcapng, plain, gzip or zstd compressed (told
-    /// by its content, not its name).
+    /// The capture: pcap or pcapng, or a Nasdaq BinaryFILE (a historical
+    /// TotalView-ITCH day, `MMDDYYYY.NASDAQ_ITCH50`), plain, gzip or zstd
+    /// compressed (told by its content, not its name).
     pub capture: PathBuf,
+    /// A Nasdaq BinaryFILE's day (New York), when its name does not start
+    /// with it (`MMDDYYYY.`): its messages carry only the time since
+    /// midnight.
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub date: Option<jiff::civil::Date>,
     /// Feeds and lines from a tickgate config file (each feed's lines are
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
@@ -126,6 +132,7 @@ impl ReplayArgs {
             window_ns: i64::try_from(self.reorder_window_ms.saturating_mul(1_000_000))
                 .unwrap_or(i64::MAX),
             max_bytes: self.reorder_max_mib.saturating_mul(1 << 20),
+            date: self.date,
         }
     }
 }
@@ -437,7 +444,7 @@ impl std::error::Error for ChecksError {}
 /// (the caller reports the error): later answers would miss data. The
 /// checks are read a line at a time, each at most `MAX_CHECK_LINE` bytes:
 /// a longer one stops the answers there, with an error naming it.
-pub fn run_checks<R: Read, C: std::io::BufRead>(
+pub fn run_checks<R: std::io::BufRead, C: std::io::BufRead>(
     replay: &mut Replay,
     cap: &mut CaptureStream<R>,
     checks: &mut C,
@@ -550,6 +557,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     progress.finish();
     let sum = cap.summary();
     warn_about_order(&args.capture, &sum);
+    warn_about_binaryfile(&args.capture, &sum);
     if sum.stats.truncated_tail {
         eprintln!(
             "tickgate: warning: {} ends in the middle of a record; replayed what came before",
@@ -613,6 +621,21 @@ fn warn_about_order(path: &Path, sum: &StreamSummary) {
     }
 }
 
+/// A BinaryFILE's messages of unknown type are passed on (the venue
+/// skips and counts them): say where the first one is.
+fn warn_about_binaryfile(path: &Path, sum: &StreamSummary) {
+    let Some(b) = &sum.binaryfile else {
+        return;
+    };
+    if let Some((message, offset, kind)) = b.stats.first_unknown {
+        eprintln!(
+            "tickgate: warning: {}: {} BinaryFILE messages of a type ITCH 5.0 does not have, the first message {message} at byte {offset} (type {kind:#04x}); passed on, counted as unknown_messages",
+            path.display(),
+            b.stats.unknown_types
+        );
+    }
+}
+
 fn window_str(sum: &StreamSummary) -> String {
     format!(
         "{} ms or {} MiB",
@@ -662,6 +685,7 @@ fn replay_send(args: &ReplayArgs, mut cap: CaptureStream) -> anyhow::Result<i32>
     }
     let sum = cap.summary();
     warn_about_order(&args.capture, &sum);
+    warn_about_binaryfile(&args.capture, &sum);
     eprintln!(
         "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
         st.datagrams,
@@ -896,8 +920,24 @@ pub fn summary_json(path: &Path, cap: &StreamSummary, r: &Replay) -> Value {
         }));
     }
     let st = &cap.stats;
+    let binaryfile = cap.binaryfile.map(|b| {
+        json!({
+            "date": b.date.to_string(),
+            "session": b.session.to_string(),
+            "messages": b.stats.messages,
+            "datagrams": b.stats.datagrams,
+            "unknown_types": b.stats.unknown_types,
+            "first_unknown": b.stats.first_unknown.map(|(m, o, k)| json!({
+                "message": m, "offset": o, "type": k,
+            })),
+            "stamps_backwards": b.stats.backwards,
+            "bytes": b.stats.bytes,
+        })
+    });
     json!({
         "capture": path.display().to_string(),
+        "format": cap.format,
+        "binaryfile": binaryfile,
         "frames": st.frames,
         "datagrams": st.datagrams,
         "skipped": skipped_json(&st.skipped),
@@ -944,18 +984,42 @@ fn ts_str(ts: i64) -> String {
 pub fn summary_text(path: &Path, cap: &StreamSummary, r: &Replay) -> String {
     let st = &cap.stats;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "capture {}{}: {}, {}, {} skipped",
-        path.display(),
-        match cap.compression {
-            super::compress::Compression::None => String::new(),
-            c => format!(" ({})", c.name()),
-        },
-        crate::text::plural(st.frames, "frame"),
-        crate::text::plural(st.datagrams, "UDP datagram"),
-        crate::text::plural(st.skipped.total(), "frame")
-    );
+    if let Some(b) = &cap.binaryfile {
+        let _ = writeln!(
+            s,
+            "Nasdaq BinaryFILE {}{}: {} of {} (New York), as {} of session {} to {}",
+            path.display(),
+            match cap.compression {
+                super::compress::Compression::None => String::new(),
+                c => format!(" ({})", c.name()),
+            },
+            crate::text::plural(b.stats.messages, "message"),
+            b.date,
+            crate::text::plural(b.stats.datagrams, "MoldUDP64 datagram"),
+            b.session,
+            super::binaryfile::DESTINATION
+        );
+        if b.stats.unknown_types > 0 {
+            let _ = writeln!(
+                s,
+                "  {} of a type ITCH 5.0 does not have (passed on)",
+                crate::text::plural(b.stats.unknown_types, "message")
+            );
+        }
+    } else {
+        let _ = writeln!(
+            s,
+            "capture {}{}: {}, {}, {} skipped",
+            path.display(),
+            match cap.compression {
+                super::compress::Compression::None => String::new(),
+                c => format!(" ({})", c.name()),
+            },
+            crate::text::plural(st.frames, "frame"),
+            crate::text::plural(st.datagrams, "UDP datagram"),
+            crate::text::plural(st.skipped.total(), "frame")
+        );
+    }
     if st.skipped.total() > 0 {
         let parts: Vec<String> = st
             .skipped

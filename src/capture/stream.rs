@@ -1,14 +1,19 @@
 //! A capture streamed in time order with bounded memory: a
-//! [`CaptureReader`] (plain, gzip or zstd, pcap or pcapng) through a
+//! [`CaptureReader`] (plain, gzip or zstd, pcap or pcapng) or a Nasdaq
+//! BinaryFILE ([`BinaryFileReader`], told by its content) through a
 //! destination filter and a [`ReorderWindow`]. What `replay` and
 //! `replay --send` read; nothing is loaded whole.
 
-use std::io::Read;
+use std::io::BufRead;
 use std::net::SocketAddrV4;
 use std::path::Path;
 
+use jiff::civil::Date;
+
+use super::binaryfile::{self, BinaryFileReader, BinaryFileStats};
 use super::compress::{CaptureInput, Compression};
-use super::pcap::{CaptureError, CaptureReader, CaptureStats};
+use super::pcap::{CaptureError, CaptureReader, CaptureStats, DatagramRef};
+use super::source::DatagramSource;
 use super::window::{Released, ReorderWindow, WindowStats, DEFAULT_MAX_BYTES, DEFAULT_WINDOW_NS};
 
 /// How a capture is streamed.
@@ -21,6 +26,9 @@ pub struct StreamOptions {
     pub window_ns: i64,
     /// Most bytes the reorder window holds.
     pub max_bytes: usize,
+    /// The day of a Nasdaq BinaryFILE (its messages carry only the time
+    /// since midnight); default: from its `MMDDYYYY.` file name.
+    pub date: Option<Date>,
 }
 
 impl Default for StreamOptions {
@@ -29,6 +37,7 @@ impl Default for StreamOptions {
             filter: Vec::new(),
             window_ns: DEFAULT_WINDOW_NS,
             max_bytes: DEFAULT_MAX_BYTES,
+            date: None,
         }
     }
 }
@@ -47,6 +56,18 @@ pub struct StreamSummary {
     pub max_bytes: usize,
     pub first_ts: Option<i64>,
     pub last_ts: Option<i64>,
+    /// `pcap`, `pcapng` or `binaryfile`.
+    pub format: &'static str,
+    /// A Nasdaq BinaryFILE: what its reader saw.
+    pub binaryfile: Option<BinaryFileSummary>,
+}
+
+/// What was read of a Nasdaq BinaryFILE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryFileSummary {
+    pub date: Date,
+    pub session: crate::wire::SessionId,
+    pub stats: BinaryFileStats,
 }
 
 impl StreamSummary {
@@ -56,9 +77,16 @@ impl StreamSummary {
     }
 }
 
+/// Where a stream's datagrams come from.
+enum Input<R> {
+    Pcap(CaptureReader<R>),
+    /// With the buffer its datagrams are built in.
+    BinaryFile(BinaryFileReader<R>, Vec<u8>),
+}
+
 /// See the module documentation.
 pub struct CaptureStream<R = CaptureInput> {
-    reader: CaptureReader<R>,
+    input: Input<R>,
     window: ReorderWindow,
     filter: Vec<SocketAddrV4>,
     compression: Compression,
@@ -69,21 +97,43 @@ pub struct CaptureStream<R = CaptureInput> {
 }
 
 impl CaptureStream<CaptureInput> {
-    /// Opens `path`; the error names it once.
+    /// Opens `path`, a pcap, pcapng or Nasdaq BinaryFILE (told by its
+    /// decompressed content); the error names it once.
     pub fn open(path: &Path, opts: StreamOptions) -> anyhow::Result<Self> {
-        let r =
-            CaptureReader::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let c = r.get_ref().compression();
-        let mut s = CaptureStream::new(r, opts);
+        let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", path.display());
+        let mut input = CaptureInput::open(path).map_err(|e| fail(&CaptureError::Io(e)))?;
+        let c = input.compression();
+        let head = input.fill_buf().map_err(|e| fail(&CaptureError::Io(e)))?;
+        let mut s = if binaryfile::looks_like(head) {
+            let Some(date) = opts.date.or_else(|| binaryfile::date_from_name(path)) else {
+                anyhow::bail!(
+                    "{}: a Nasdaq BinaryFILE, whose messages carry only the time since midnight: name it MMDDYYYY.NASDAQ_ITCH50[.gz] as Nasdaq does, or give its day with --date YYYY-MM-DD",
+                    path.display()
+                );
+            };
+            CaptureStream::from_binaryfile(BinaryFileReader::new(input, date), opts)
+        } else {
+            CaptureStream::new(CaptureReader::new(input).map_err(|e| fail(&e))?, opts)
+        };
         s.compression = c;
         Ok(s)
     }
 }
 
-impl<R: Read> CaptureStream<R> {
+impl<R: BufRead> CaptureStream<R> {
     pub fn new(reader: CaptureReader<R>, opts: StreamOptions) -> Self {
+        Self::with_input(Input::Pcap(reader), opts)
+    }
+
+    /// A Nasdaq BinaryFILE's datagrams (`binaryfile`).
+    pub fn from_binaryfile(reader: BinaryFileReader<R>, opts: StreamOptions) -> Self {
+        let buf = Vec::with_capacity(binaryfile::MAX_DATAGRAM);
+        Self::with_input(Input::BinaryFile(reader, buf), opts)
+    }
+
+    fn with_input(input: Input<R>, opts: StreamOptions) -> Self {
         CaptureStream {
-            reader,
+            input,
             window: ReorderWindow::new(opts.window_ns, opts.max_bytes),
             filter: opts.filter,
             compression: Compression::None,
@@ -160,8 +210,34 @@ impl<R: Read> CaptureStream<R> {
     }
 
     pub fn summary(&self) -> StreamSummary {
+        let (stats, binaryfile) = match &self.input {
+            Input::Pcap(r) => (*r.stats(), None),
+            Input::BinaryFile(r, _) => {
+                let b = r.stats();
+                let stats = CaptureStats {
+                    frames: b.datagrams,
+                    datagrams: b.datagrams,
+                    ..CaptureStats::default()
+                };
+                let summary = BinaryFileSummary {
+                    date: r.date(),
+                    session: r.session(),
+                    stats: *b,
+                };
+                (stats, Some(summary))
+            }
+        };
+        let format = match &self.input {
+            Input::Pcap(r) => match r.format() {
+                super::pcap::CaptureFormat::Pcap { .. } => "pcap",
+                super::pcap::CaptureFormat::PcapNg => "pcapng",
+            },
+            Input::BinaryFile(..) => "binaryfile",
+        };
         StreamSummary {
-            stats: *self.reader.stats(),
+            stats,
+            format,
+            binaryfile,
             compression: self.compression,
             filtered_out: self.filtered_out,
             released: self.released,
@@ -174,7 +250,18 @@ impl<R: Read> CaptureStream<R> {
     }
 
     fn read_one(&mut self) {
-        match self.reader.next_ref() {
+        let got = match &mut self.input {
+            Input::Pcap(r) => r.next_ref(),
+            Input::BinaryFile(r, buf) => r.next(buf).transpose().map(|m| {
+                m.map(|m| DatagramRef {
+                    ts_ns: m.ts_ns,
+                    src: m.src,
+                    dst: m.dst,
+                    payload: &buf[..],
+                })
+            }),
+        };
+        match got {
             Some(Ok(d)) => {
                 if !self.filter.is_empty() && !self.filter.contains(&d.dst) {
                     self.filtered_out += 1;
@@ -223,6 +310,7 @@ mod tests {
                 filter: Vec::new(),
                 window_ns,
                 max_bytes,
+                date: None,
             },
         )
     }
