@@ -98,6 +98,11 @@ pub struct ReplayArgs {
     /// The summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// With --json: add what the replay loop cost (`timing`: wall and
+    /// thread CPU ns, and both per message applied), which differs from
+    /// run to run.
+    #[arg(long, requires = "json")]
+    pub timing: bool,
     /// Re-send the datagrams to their (multicast) destinations instead of
     /// replaying them through the core.
     #[arg(long, conflicts_with_all = ["json", "checks"])]
@@ -545,6 +550,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     let mut progress = Progress::stderr();
     let mut out = Vec::with_capacity(4096);
     let mut checks_error = None;
+    let (wall0, cpu0) = (std::time::Instant::now(), crate::util::cpu::thread_cpu_ns());
     if let Some(checks) = &mut checks {
         checks_error = run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress).err();
     } else {
@@ -554,6 +560,8 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             progress.tick(cap.released(), ts);
         }
     }
+    let wall_ns = wall0.elapsed().as_nanos() as u64;
+    let cpu_ns = crate::util::cpu::thread_cpu_ns().saturating_sub(cpu0);
     progress.finish();
     let sum = cap.summary();
     warn_about_order(&args.capture, &sum);
@@ -569,7 +577,22 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     if checks.is_some() {
         w.write_all(&out)?;
     } else if args.json {
-        let v = summary_json(&args.capture, &sum, &replay);
+        let mut v = summary_json(&args.capture, &sum, &replay);
+        if args.timing {
+            let messages: u64 = replay
+                .feeds
+                .iter()
+                .map(|f| f.feed.counters().messages())
+                .sum();
+            let per = |ns: u64| ns as f64 / messages.max(1) as f64;
+            v["timing"] = json!({
+                "messages": messages,
+                "wall_ns": wall_ns,
+                "thread_cpu_ns": cpu_ns,
+                "wall_ns_per_message": per(wall_ns),
+                "thread_cpu_ns_per_message": per(cpu_ns),
+            });
+        }
         serde_json::to_writer(&mut w, &v)?;
         w.write_all(b"\n")?;
     } else {
