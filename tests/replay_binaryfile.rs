@@ -339,3 +339,56 @@ fn simulate_refuses_what_a_binaryfile_cannot_hold() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--venue nasdaq-itch"));
 }
+
+/// A BinaryFILE is one sequenced stream: a stamp that goes back is applied
+/// in sequence order at the watermark (and counted), not moved ahead of
+/// the messages before it, which the channel rules would take as a gap.
+#[test]
+fn a_stamp_going_back_keeps_sequence_order() {
+    use tickgate::venue::nasdaq_itch::messages::{encode, Header, Message, Side};
+    use tickgate::wire::Symbol;
+    let dir = tempfile::tempdir().unwrap();
+    let ms = 1_000_000u64;
+    let header = |ts| Header {
+        locate: 1,
+        tracking: 0,
+        timestamp: ts,
+    };
+    let add = |ts, order_ref| Message::AddOrder {
+        header: header(ts),
+        order_ref,
+        side: Side::Sell,
+        shares: 100,
+        stock: Symbol::parse("ACME").unwrap(),
+        price: 10_0000,
+        attribution: None,
+    };
+    let mut w = BinaryFileWriter::new(Vec::new());
+    w.write_message(&system_event(10 * ms, b'O')).unwrap();
+    for m in [
+        add(20 * ms, 7),
+        Message::Delete {
+            header: header(19 * ms), // one millisecond back
+            order_ref: 7,
+        },
+        add(30 * ms, 8),
+    ] {
+        let mut b = Vec::new();
+        encode(&m, &mut b);
+        w.write_message(&b).unwrap();
+    }
+    let f = dir.path().join("01302019.NASDAQ_ITCH50");
+    std::fs::write(&f, w.into_inner()).unwrap();
+    // whatever the window: reordering by stamp would put the Delete
+    // before its Add, a gap then a late packet to the channel rules
+    for window in ["0", "1000"] {
+        let v = json(&[p(&f), "--reorder-window-ms", window]);
+        assert_eq!(v["binaryfile"]["stamps_backwards"], 1);
+        assert_eq!(v["out_of_order"], 0);
+        assert_eq!(v["channel_lost"], 0);
+        assert_eq!(v["feeds"][0]["unknown_orders"], 0);
+        assert_eq!(v["feeds"][0]["live_orders"], 1);
+        // the Delete at the Add's stamp
+        assert_eq!(v["last_ts"], 1_548_824_400_000_000_000i64 + 30_000_000);
+    }
+}

@@ -13,7 +13,9 @@
 //!   datagram of at most [`MAX_DATAGRAM`] bytes (a message longer than
 //!   that goes alone), stamped New York midnight of the file's date plus
 //!   that timestamp (nanoseconds since midnight, daylight saving
-//!   included), so every message keeps its own stamp;
+//!   included), so every message keeps its own stamp; a stamp earlier
+//!   than the datagram before is raised to it (counted): the file's order
+//!   is its sequence, which reordering by stamp would break;
 //! - every datagram is sent from [`SOURCE`] to [`DESTINATION`], the
 //!   simulator's default line A.
 //!
@@ -200,8 +202,8 @@ pub struct BinaryFileStats {
     pub unknown_types: u64,
     /// The first of them: message number, byte offset, type.
     pub first_unknown: Option<(u64, u64, u8)>,
-    /// Datagrams stamped earlier than the one before (the reorder window
-    /// puts them in place).
+    /// Datagrams whose messages are stamped earlier than the datagram
+    /// before: handed out at that datagram's stamp, in sequence order.
     pub backwards: u64,
     /// Bytes read (decompressed).
     pub bytes: u64,
@@ -438,9 +440,12 @@ impl<R: BufRead> DatagramSource for BinaryFileReader<R> {
         buf[..10].copy_from_slice(&self.session.0);
         buf[10..18].copy_from_slice(&first.to_be_bytes());
         buf[18..20].copy_from_slice(&count.to_be_bytes());
-        let stamp = self.midnight_ns.saturating_add(ts as i64);
+        let mut stamp = self.midnight_ns.saturating_add(ts as i64);
         if stamp < self.last_stamp {
+            // Sequence order is the file's order: applied at the previous
+            // stamp rather than moved ahead of the messages before it.
             self.stats.backwards += 1;
+            stamp = self.last_stamp;
         }
         self.last_stamp = stamp;
         self.stats.datagrams += 1;
@@ -719,6 +724,7 @@ mod tests {
         let mut r = BinaryFileReader::new(Cursor::new(bytes), date(2019, 1, 30));
         let (got, _) = all(&mut r);
         assert_eq!(got.len(), 2);
+        assert_eq!(got[1].0.ts_ns, got[0].0.ts_ns, "raised to the one before");
         assert_eq!(r.stats().backwards, 1);
     }
 }

@@ -650,6 +650,13 @@ fn warn_about_binaryfile(path: &Path, sum: &StreamSummary) {
     let Some(b) = &sum.binaryfile else {
         return;
     };
+    if b.stats.backwards > 0 {
+        eprintln!(
+            "tickgate: warning: {}: {} BinaryFILE datagrams stamped earlier than the one before; applied at that stamp, in sequence order (stamps_backwards)",
+            path.display(),
+            b.stats.backwards
+        );
+    }
     if let Some((message, offset, kind)) = b.stats.first_unknown {
         eprintln!(
             "tickgate: warning: {}: {} BinaryFILE messages of a type ITCH 5.0 does not have, the first message {message} at byte {offset} (type {kind:#04x}); passed on, counted as unknown_messages",

@@ -125,9 +125,17 @@ impl<R: BufRead> CaptureStream<R> {
         Self::with_input(Input::Pcap(reader), opts)
     }
 
-    /// A Nasdaq BinaryFILE's datagrams (`binaryfile`).
+    /// A Nasdaq BinaryFILE's datagrams (`binaryfile`). One sequenced
+    /// stream, whose order is its sequence: the reader never hands out a
+    /// stamp earlier than the one before (one that goes back is applied at
+    /// the previous stamp and counted), so nothing is reordered and the
+    /// window holds one datagram whatever `opts.window_ns` says.
     pub fn from_binaryfile(reader: BinaryFileReader<R>, opts: StreamOptions) -> Self {
         let buf = Vec::with_capacity(binaryfile::MAX_DATAGRAM);
+        let opts = StreamOptions {
+            window_ns: 0,
+            ..opts
+        };
         Self::with_input(Input::BinaryFile(reader, buf), opts)
     }
 
