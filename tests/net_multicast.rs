@@ -730,3 +730,92 @@ fn a_line_read_ahead_does_not_open_false_gaps() {
         assert!(w[0].arrival <= w[1].arrival, "{w:?}");
     }
 }
+
+/// `replay --send` of a Nasdaq BinaryFILE: its datagrams go to the
+/// documented group (the simulator's line A), and what `record` receives
+/// replays to the same books, sequences and message counts as the file.
+#[test]
+fn a_binaryfile_sent_to_multicast_replays_the_same() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let (day, rec) = (p("11302026.NASDAQ_ITCH50.gz"), p("rec.pcap"));
+    tickgate(&[
+        "simulate",
+        "--venue",
+        "nasdaq-itch",
+        "--lines",
+        "A",
+        "--out",
+        &day,
+        "--symbols",
+        "20",
+        "--rate",
+        "8000",
+        "--batch",
+        "4",
+        "--orders",
+        "500",
+        "--duration",
+        "0.5",
+        "--seed",
+        "3",
+    ]);
+    let summary = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["replay", "--venue", "nasdaq-itch", "--json"];
+        all.extend_from_slice(args);
+        serde_json::from_slice(&tickgate(&all).stdout).unwrap()
+    };
+    let a = summary(&[&day]);
+    let n = a["datagrams"].as_u64().unwrap();
+    assert!(n > 500, "{n}");
+    let count = n.to_string();
+    let mut child = start_record(&[
+        "--group",
+        "239.255.0.1:30001",
+        "--interface",
+        "lo",
+        "--out",
+        &rec,
+        "--count",
+        &count,
+        "--duration",
+        "30",
+    ]);
+    tickgate(&[
+        "replay",
+        &day,
+        "--send",
+        "--max-speed",
+        "--interface",
+        "127.0.0.1",
+    ]);
+    assert!(wait_child(&mut child).success());
+    let b = summary(&[&rec]);
+    assert_eq!(b["datagrams"].as_u64(), Some(n), "every datagram recorded");
+    let (fa, fb) = (&a["feeds"][0], &b["feeds"][0]);
+    for k in [
+        "packets",
+        "messages",
+        "channel_lost",
+        "live_orders",
+        "message_types",
+    ] {
+        assert_eq!(fa[k], fb[k], "{k}");
+    }
+    assert_eq!(fb["sessions"][0]["id"], "20261130BF");
+    assert_eq!(
+        fa["sessions"][0]["next_sequence"],
+        fb["sessions"][0]["next_sequence"]
+    );
+    // the same books: each symbol's quote and its sequence (the stamps are
+    // the recording's)
+    let syms = a["symbols"].as_object().unwrap();
+    assert_eq!(syms.len(), 20);
+    for (sym, qa) in syms {
+        let qb = &b["symbols"][sym];
+        for k in ["seq", "bid", "ask", "trading"] {
+            assert_eq!(qa[k], qb[k], "{sym} {k}");
+        }
+    }
+}

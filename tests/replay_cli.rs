@@ -411,7 +411,9 @@ fn bad_input_is_a_clear_error() {
     let out = tickgate(&["replay", p(&junk)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a pcap or pcapng"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a pcap, pcapng or Nasdaq BinaryFILE")
+    );
     let out = tickgate(&["replay", p(&dir.path().join("missing.pcap"))]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.pcap"));

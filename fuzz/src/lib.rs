@@ -66,6 +66,54 @@ pub fn capture_reader(data: &[u8]) {
     }
 }
 
+/// The Nasdaq BinaryFILE reader over the bytes as a file, read twice:
+/// through a buffer of `1 + first byte % 64` bytes (messages straddle it:
+/// the slow path) and whole (the fast path). Both must hand out the same
+/// datagrams and the same error; every datagram is valid MoldUDP64 whose
+/// count and sequence follow the messages read, within one datagram of
+/// size unless one message alone is larger.
+pub fn binaryfile_reader(data: &[u8]) {
+    use tickgate::capture::binaryfile::{BinaryFileReader, MAX_DATAGRAM};
+    use tickgate::capture::source::DatagramSource;
+    use tickgate::venue::nasdaq_itch::messages::message_size;
+    let date = jiff::civil::Date::new(2019, 1, 30).expect("a date");
+    let cap = 1 + data.first().map_or(0, |b| (b % 64) as usize);
+    let read = |r: &mut dyn DatagramSource| {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for _ in 0..100_000 {
+            match r.next(&mut buf) {
+                Ok(Some(m)) => {
+                    assert_eq!(m.len, buf.len());
+                    out.push((m, buf.clone()));
+                }
+                Ok(None) => return (out, None),
+                Err(e) => return (out, Some(e.to_string())),
+            }
+        }
+        (out, None)
+    };
+    let mut small = BinaryFileReader::new(
+        std::io::BufReader::with_capacity(cap, std::io::Cursor::new(data)),
+        date,
+    );
+    let mut whole = BinaryFileReader::new(std::io::Cursor::new(data), date);
+    let (a, ea) = read(&mut small);
+    let (b, eb) = read(&mut whole);
+    assert_eq!(a, b, "the same datagrams whatever the buffer");
+    assert_eq!(ea, eb, "the same error whatever the buffer");
+    let mut next = 1u64;
+    for (_, d) in &a {
+        let p = Packet::parse_with(d, |k| message_size(k).unwrap_or(1)).expect("valid MoldUDP64");
+        assert_eq!(p.sequence, next);
+        let n = p.blocks().count();
+        assert_eq!(n, p.message_count() as usize);
+        assert!(d.len() <= MAX_DATAGRAM || n == 1, "{} bytes", d.len());
+        next += n as u64;
+    }
+    assert_eq!(small.stats().messages + 1, next);
+}
+
 /// The fills event parser (one event per JSON line) and the HTTP batch
 /// body (`{"events":[...]}`, hashed as K3 does).
 pub fn fills_events(data: &[u8]) {
@@ -310,10 +358,11 @@ pub fn rerequest_answers(data: &[u8]) {
     assert!(!feed.recovering(), "a hole outlived its deadline");
 }
 
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, fn(&[u8])); 9] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
+    ("binaryfile_reader", binaryfile_reader),
     ("fills_events", fills_events),
     ("iex_tops_feed", iex_tops_feed),
     ("nasdaq_itch_feed", nasdaq_itch_feed),

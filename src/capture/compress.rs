@@ -234,16 +234,37 @@ impl Read for CaptureInput {
             CaptureInput::Gzip(r) => r.read(buf),
             CaptureInput::Zstd(r, _) => r.read(buf),
         };
-        // A decoder's error says what broke, not in which layer: name it.
-        r.map_err(|e| {
-            let what = self.compression().name();
-            let kind = e.kind();
-            if kind == io::ErrorKind::UnexpectedEof {
-                io::Error::new(kind, format!("{what} stream ends early ({e})"))
-            } else {
-                io::Error::new(kind, format!("{what} stream: {e}"))
-            }
-        })
+        r.map_err(|e| name_layer(self.compression().name(), e))
+    }
+}
+
+impl BufRead for CaptureInput {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        let what = self.compression().name();
+        let r = match self {
+            CaptureInput::Plain(r) => return r.fill_buf(),
+            CaptureInput::Gzip(r) => r.fill_buf(),
+            CaptureInput::Zstd(r, _) => r.fill_buf(),
+        };
+        r.map_err(|e| name_layer(what, e))
+    }
+
+    fn consume(&mut self, n: usize) {
+        match self {
+            CaptureInput::Plain(r) => r.consume(n),
+            CaptureInput::Gzip(r) => r.consume(n),
+            CaptureInput::Zstd(r, _) => r.consume(n),
+        }
+    }
+}
+
+/// A decoder's error says what broke, not in which layer: name it.
+fn name_layer(what: &str, e: io::Error) -> io::Error {
+    let kind = e.kind();
+    if kind == io::ErrorKind::UnexpectedEof {
+        io::Error::new(kind, format!("{what} stream ends early ({e})"))
+    } else {
+        io::Error::new(kind, format!("{what} stream: {e}"))
     }
 }
 

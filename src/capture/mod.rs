@@ -1,6 +1,7 @@
-//! Captures: pcap/pcapng reading and writing, replay through the core,
+//! Captures: pcap/pcapng reading and writing, Nasdaq BinaryFILE days, replay through the core,
 //! the synthetic provider (simulate) and recording live lines.
 
+pub mod binaryfile;
 pub mod compress;
 pub mod frame;
 pub mod live;

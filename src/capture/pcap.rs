@@ -74,10 +74,18 @@ pub enum CaptureError {
     /// (`{:#}`) would say it twice.
     #[error("reading the capture: {0}")]
     Io(io::Error),
-    #[error("not a pcap or pcapng file (first bytes {0:02x?})")]
+    #[error("not a pcap, pcapng or Nasdaq BinaryFILE (first bytes {0:02x?})")]
     NotACapture(Vec<u8>),
     #[error("corrupt capture at byte {offset}: {what}")]
     Corrupt { offset: u64, what: String },
+    /// A Nasdaq BinaryFILE (`binaryfile`): the message (from 1) and the
+    /// byte (of the decompressed file) where its length starts.
+    #[error("BinaryFILE message {message} at byte {offset}: {what}")]
+    BinaryFile {
+        message: u64,
+        offset: u64,
+        what: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -70,11 +70,18 @@ pub enum ReplayMode {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// The captures: pcap or pcapng, plain, gzip or zstd compressed (told
-    /// by their content, not their name). Several (e.g. one per line) are
-    /// merged in time order, the files' order among equal stamps.
+    /// The captures: pcap or pcapng, or a Nasdaq BinaryFILE (a historical
+    /// TotalView-ITCH day, `MMDDYYYY.NASDAQ_ITCH50`), plain, gzip or zstd
+    /// compressed (told by their content, not their name). Several (e.g.
+    /// one per line) are merged in time order, the files' order among
+    /// equal stamps.
     #[arg(required = true, num_args = 1.., value_name = "CAPTURE")]
     pub captures: Vec<PathBuf>,
+    /// A Nasdaq BinaryFILE's day (New York), when its name does not start
+    /// with it (`MMDDYYYY.`): its messages carry only the time since
+    /// midnight.
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub date: Option<jiff::civil::Date>,
     /// Feeds and lines from a tickgate config file (each feed's lines are
     /// matched by group:port).
     #[arg(long, value_name = "FILE", conflicts_with = "mode")]
@@ -96,6 +103,11 @@ pub struct ReplayArgs {
     /// The summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// With --json: add what the replay loop cost (`timing`: wall and
+    /// thread CPU ns, and both per message applied), which differs from
+    /// run to run.
+    #[arg(long, requires = "json")]
+    pub timing: bool,
     /// Re-send the datagrams to their (multicast) destinations instead of
     /// replaying them through the core.
     #[arg(long, conflicts_with_all = ["json", "checks"])]
@@ -132,6 +144,7 @@ impl ReplayArgs {
             filter: self.filter.clone(),
             memory_bytes: self.sort_memory_mib.saturating_mul(1 << 20),
             spill_dir: self.sort_dir.clone(),
+            date: self.date,
         }
     }
 }
@@ -565,6 +578,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     let mut progress = Progress::stderr();
     let mut out = Vec::with_capacity(4096);
     let mut checks_error = None;
+    let (wall0, cpu0) = (std::time::Instant::now(), crate::util::cpu::thread_cpu_ns());
     if let Some(checks) = &mut checks {
         checks_error = run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress).err();
     } else {
@@ -574,8 +588,11 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             progress.tick(cap.released(), ts);
         }
     }
+    let wall_ns = wall0.elapsed().as_nanos() as u64;
+    let cpu_ns = crate::util::cpu::thread_cpu_ns().saturating_sub(cpu0);
     progress.finish();
     let sum = cap.summary();
+    warn_about_binaryfile(&sum);
     for f in sum.files.iter().filter(|f| f.stats.truncated_tail) {
         eprintln!(
             "tickgate: warning: {} ends in the middle of a record; replayed what came before",
@@ -590,7 +607,22 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     if checks.is_some() {
         w.write_all(&out)?;
     } else if args.json {
-        let v = summary_json(&sum, &replay);
+        let mut v = summary_json(&sum, &replay);
+        if args.timing {
+            let messages: u64 = replay
+                .feeds
+                .iter()
+                .map(|f| f.feed.counters().messages())
+                .sum();
+            let per = |ns: u64| ns as f64 / messages.max(1) as f64;
+            v["timing"] = json!({
+                "messages": messages,
+                "wall_ns": wall_ns,
+                "thread_cpu_ns": cpu_ns,
+                "wall_ns_per_message": per(wall_ns),
+                "thread_cpu_ns_per_message": per(cpu_ns),
+            });
+        }
         serde_json::to_writer(&mut w, &v)?;
         w.write_all(b"\n")?;
     } else {
@@ -637,6 +669,30 @@ fn ts_span(sum: &StreamSummary) -> String {
     }
 }
 
+/// A BinaryFILE's messages of unknown type are passed on (the venue
+/// skips and counts them): say where the first one is, and how many
+/// datagrams went back in time (applied in sequence order).
+fn warn_about_binaryfile(sum: &StreamSummary) {
+    for f in &sum.files {
+        let Some(b) = &f.binaryfile else {
+            continue;
+        };
+        let path = f.path.display();
+        if b.stats.backwards > 0 {
+            eprintln!(
+                "tickgate: warning: {path}: {} BinaryFILE datagrams stamped earlier than the one before; applied at that stamp, in sequence order (stamps_backwards)",
+                b.stats.backwards
+            );
+        }
+        if let Some((message, offset, kind)) = b.stats.first_unknown {
+            eprintln!(
+                "tickgate: warning: {path}: {} BinaryFILE messages of a type ITCH 5.0 does not have, the first message {message} at byte {offset} (type {kind:#04x}); passed on, counted as unknown_messages",
+                b.stats.unknown_types
+            );
+        }
+    }
+}
+
 /// `tickgate replay CAPTURE --send`: the capture's datagrams re-sent to
 /// their destinations, in time order, at the recorded pace (`--speed`) or
 /// as fast as possible (`--max-speed`). Streamed: a destination is checked
@@ -677,6 +733,7 @@ fn replay_send(args: &ReplayArgs, mut cap: CaptureStream) -> anyhow::Result<i32>
         return Err(e);
     }
     let sum = cap.summary();
+    warn_about_binaryfile(&sum);
     eprintln!(
         "sent {} of {} datagrams ({} bytes) to {} destination(s) in {:.3} s, {:.0}/s",
         st.datagrams,
@@ -911,12 +968,27 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
     }
     let st = &cap.stats;
     let o = &cap.order;
+    let binaryfile_json = |b: &super::stream::BinaryFileSummary| {
+        json!({
+            "date": b.date.to_string(),
+            "session": b.session.to_string(),
+            "messages": b.stats.messages,
+            "datagrams": b.stats.datagrams,
+            "unknown_types": b.stats.unknown_types,
+            "first_unknown": b.stats.first_unknown.map(|(m, o, k)| json!({
+                "message": m, "offset": o, "type": k,
+            })),
+            "stamps_backwards": b.stats.backwards,
+            "bytes": b.stats.bytes,
+        })
+    };
     let files: Vec<Value> = cap
         .files
         .iter()
         .map(|f| {
             json!({
                 "path": f.path.display().to_string(),
+                "format": f.format,
                 "compression": f.compression.name(),
                 "frames": f.stats.frames,
                 "datagrams": f.stats.datagrams,
@@ -924,12 +996,15 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
                 "truncated_tail": f.stats.truncated_tail,
                 "sorted_runs": f.runs,
                 "out_of_order": f.out_of_order,
+                "binaryfile": f.binaryfile.as_ref().map(binaryfile_json),
             })
         })
         .collect();
     json!({
         "capture": capture_names(cap),
         "captures": files,
+        "format": cap.format,
+        "binaryfile": cap.binaryfile.as_ref().map(binaryfile_json),
         "frames": st.frames,
         "datagrams": st.datagrams,
         "skipped": skipped_json(&st.skipped),
@@ -983,18 +1058,38 @@ fn ts_str(ts: i64) -> String {
 pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
     let st = &cap.stats;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "capture {}{}: {}, {}, {} skipped",
-        capture_names(cap),
-        match cap.compression {
-            super::compress::Compression::None => String::new(),
-            c => format!(" ({})", c.name()),
-        },
-        crate::text::plural(st.frames, "frame"),
-        crate::text::plural(st.datagrams, "UDP datagram"),
-        crate::text::plural(st.skipped.total(), "frame")
-    );
+    let compression = match cap.compression {
+        super::compress::Compression::None => String::new(),
+        c => format!(" ({})", c.name()),
+    };
+    if let (Some(b), [_]) = (&cap.binaryfile, cap.files.as_slice()) {
+        let _ = writeln!(
+            s,
+            "Nasdaq BinaryFILE {}{compression}: {} of {} (New York), as {} of session {} to {}",
+            capture_names(cap),
+            crate::text::plural(b.stats.messages, "message"),
+            b.date,
+            crate::text::plural(b.stats.datagrams, "MoldUDP64 datagram"),
+            b.session,
+            super::binaryfile::DESTINATION
+        );
+        if b.stats.unknown_types > 0 {
+            let _ = writeln!(
+                s,
+                "  {} of a type ITCH 5.0 does not have (passed on)",
+                crate::text::plural(b.stats.unknown_types, "message")
+            );
+        }
+    } else {
+        let _ = writeln!(
+            s,
+            "capture {}{compression}: {}, {}, {} skipped",
+            capture_names(cap),
+            crate::text::plural(st.frames, "frame"),
+            crate::text::plural(st.datagrams, "UDP datagram"),
+            crate::text::plural(st.skipped.total(), "frame")
+        );
+    }
     if st.skipped.total() > 0 {
         let parts: Vec<String> = st
             .skipped

@@ -1104,6 +1104,8 @@ fn ser_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Resul
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The capture to write (nanosecond pcap; `.gz`/`.zst`: compressed).
+    /// With --venue nasdaq-itch, a name ending `.NASDAQ_ITCH50` (or
+    /// `.NASDAQ_ITCH50.gz`, `.zst`) writes a Nasdaq BinaryFILE instead.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
@@ -1320,6 +1322,9 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     let Some(out_path) = args.out.as_ref() else {
         bail!("--out FILE is required");
     };
+    if super::binaryfile::is_binaryfile_name(out_path) {
+        return simulate_binaryfile(&args, cfg, out_path);
+    }
     let mut sim = Simulator::new(cfg)?;
     let (compression, level) = args.compress.for_path(out_path)?;
     let mut w = PcapWriter::create_compressed(out_path, compression, level)
@@ -1336,6 +1341,89 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     print!("{}", summary(truth));
     if let Some(p) = &args.truth {
         let json = serde_json::to_string_pretty(truth)?;
+        std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(0)
+}
+
+/// `tickgate simulate --venue nasdaq-itch --out DAY.NASDAQ_ITCH50[.gz]`:
+/// the provider's messages as a Nasdaq BinaryFILE (`binaryfile`), each
+/// once, in sequence order. A BinaryFILE is the venue's record of one
+/// session, not what a line delivered: line faults and a session change
+/// are refused. A `MMDDYYYY.` name must be the New York date of `--start`
+/// (the messages carry only the time since that midnight).
+fn simulate_binaryfile(
+    args: &SimulateArgs,
+    cfg: SimConfig,
+    out_path: &std::path::Path,
+) -> anyhow::Result<i32> {
+    use super::binaryfile::{date_from_name, BinaryFileWriter};
+    use super::compress::CaptureOutput;
+    if cfg.venue != VenueKind::NasdaqItch {
+        bail!(
+            "{}: a .NASDAQ_ITCH50 file holds Nasdaq ITCH: it needs --venue nasdaq-itch",
+            out_path.display()
+        );
+    }
+    let faults = cfg.lines.iter().any(|l| l.loss > 0.0)
+        || cfg.dup > 0.0
+        || cfg.reorder > 0.0
+        || cfg.drop_both_every.is_some()
+        || cfg.session_change_at_ns.is_some();
+    if faults {
+        bail!(
+            "{}: a BinaryFILE is the venue's record of one session: --loss-a, --loss-b, --dup, --reorder, --drop-both and --session-change-at do not apply (write a pcap for those)",
+            out_path.display()
+        );
+    }
+    let tz = crate::venue::nasdaq_itch::new_york();
+    let at = jiff::Timestamp::from_nanosecond(cfg.start_ns as i128)?;
+    let start_date = tz.to_datetime(at).date();
+    match date_from_name(out_path) {
+        Some(d) if d != start_date => bail!(
+            "{}: the name says {d} but --start is on {start_date} in New York: the file's messages carry the time since that midnight",
+            out_path.display()
+        ),
+        Some(_) => {}
+        None => eprintln!(
+            "tickgate: note: {} is not named MMDDYYYY.NASDAQ_ITCH50: replay it with --date {start_date}",
+            out_path.display()
+        ),
+    }
+    let mut sim = Simulator::new(cfg)?;
+    let (compression, level) = args.compress.for_path(out_path)?;
+    let ctx = || format!("writing {}", out_path.display());
+    let out = CaptureOutput::create(out_path, compression, level)
+        .with_context(|| format!("creating {}", out_path.display()))?;
+    let mut w = BinaryFileWriter::new(out);
+    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
+    let mut next = 1u64;
+    while sim.next_into(&mut buf).is_some() {
+        if buf.len() < HEADER_LEN {
+            continue;
+        }
+        let seq = u64::from_be_bytes(buf[10..18].try_into().expect("8 bytes"));
+        let count = u16::from_be_bytes([buf[18], buf[19]]);
+        if count == 0 || count == COUNT_END_OF_SESSION || seq < next {
+            // heartbeat, end of session, or line B's copy
+            continue;
+        }
+        if seq > next {
+            bail!("internal: the simulated stream skipped from message {next} to {seq}");
+        }
+        w.write_blocks(&buf[HEADER_LEN..]).with_context(ctx)?;
+        w.add_count(count as u64);
+        next = seq + count as u64;
+    }
+    let messages = w.messages();
+    w.into_inner().finish().with_context(ctx)?;
+    print!("{}", summary(sim.truth()));
+    println!(
+        "wrote {messages} messages as a Nasdaq BinaryFILE of {start_date} to {}",
+        out_path.display()
+    );
+    if let Some(p) = &args.truth {
+        let json = serde_json::to_string_pretty(sim.truth())?;
         std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(0)

@@ -1,6 +1,7 @@
 //! Captures streamed in exact time order with bounded memory (I/O shell
 //! over `merge`): what `replay` and `replay --send` read. One or more
-//! capture files (plain, gzip or zstd, pcap or pcapng), through a
+//! capture files (plain, gzip or zstd, pcap or pcapng, or a Nasdaq
+//! BinaryFILE, told by its content), through a
 //! destination filter, come out as one stream in timestamp order, capture
 //! order among equal stamps (the files in the order given, then each
 //! file's own order). Nothing is loaded whole.
@@ -18,15 +19,24 @@
 //!    time (more than one pass if they are many). A capture whose datagrams
 //!    fit one chunk is sorted in memory without spilling.
 //!
+//! A Nasdaq BinaryFILE is one sequenced stream whose reader never hands
+//! out a stamp earlier than the one before (`binaryfile`): it is one run by
+//! construction, merged as it is read, with no first pass.
+//!
 //! A file that cannot be read to its end (corrupt or cut in the middle of a
 //! compressed stream) takes part with what came before the fault; the error
 //! ends the stream once nothing later than what was read from that file is
 //! left (see [`CaptureStream::next_through`]).
 
-use std::io::Read;
+use std::cell::Cell;
+use std::io::{BufRead, Read};
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
+use jiff::civil::Date;
+
+use super::binaryfile::{self, BinaryFileReader, BinaryFileStats};
 use super::compress::{CaptureInput, Compression};
 use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer};
 use super::pcap::{CaptureError, CaptureReader, CaptureStats, ResumePoint};
@@ -50,6 +60,9 @@ pub struct StreamOptions {
     pub memory_bytes: usize,
     /// Where spill files go (the system's temporary directory if `None`).
     pub spill_dir: Option<PathBuf>,
+    /// The day of a Nasdaq BinaryFILE (its messages carry only the time
+    /// since midnight); default: from its `MMDDYYYY.` file name.
+    pub date: Option<Date>,
 }
 
 impl Default for StreamOptions {
@@ -58,6 +71,7 @@ impl Default for StreamOptions {
             filter: Vec::new(),
             memory_bytes: DEFAULT_MEMORY_BYTES,
             spill_dir: None,
+            date: None,
         }
     }
 }
@@ -76,6 +90,18 @@ pub struct FileSummary {
     pub runs: u64,
     /// Datagrams stamped earlier than one before them in the file.
     pub out_of_order: u64,
+    /// `pcap`, `pcapng` or `binaryfile`.
+    pub format: &'static str,
+    /// A Nasdaq BinaryFILE: what its reader saw.
+    pub binaryfile: Option<BinaryFileSummary>,
+}
+
+/// What was read of a Nasdaq BinaryFILE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryFileSummary {
+    pub date: Date,
+    pub session: crate::wire::SessionId,
+    pub stats: BinaryFileStats,
 }
 
 /// How the stream was put in time order.
@@ -112,6 +138,10 @@ pub struct StreamSummary {
     pub order: OrderSummary,
     pub first_ts: Option<i64>,
     pub last_ts: Option<i64>,
+    /// The first file's format (`pcap`, `pcapng` or `binaryfile`).
+    pub format: &'static str,
+    /// The first Nasdaq BinaryFILE's summary, if any.
+    pub binaryfile: Option<BinaryFileSummary>,
 }
 
 impl StreamSummary {
@@ -274,6 +304,11 @@ fn scan(path: &Path, filter: &[SocketAddrV4], max_runs: usize) -> anyhow::Result
             datagrams: kept,
             runs: finder.runs(),
             out_of_order: finder.out_of_order(),
+            format: match reader.format() {
+                super::pcap::CaptureFormat::Pcap { .. } => "pcap",
+                super::pcap::CaptureFormat::PcapNg => "pcapng",
+            },
+            binaryfile: None,
         },
         runs,
         error,
@@ -301,6 +336,60 @@ fn open_run(
     }
 }
 
+/// A Nasdaq BinaryFILE as a source: its reader, the destination filter,
+/// and its counts shared with the stream's summary.
+struct BinarySource {
+    reader: BinaryFileReader<CaptureInput>,
+    filter: Vec<SocketAddrV4>,
+    stats: Rc<Cell<BinaryFileStats>>,
+}
+
+impl DatagramSource for BinarySource {
+    fn next(&mut self, buf: &mut Vec<u8>) -> Result<Option<DatagramMeta>, CaptureError> {
+        loop {
+            let got = self.reader.next(buf);
+            self.stats.set(*self.reader.stats());
+            match got? {
+                Some(m) if !self.filter.is_empty() && !self.filter.contains(&m.dst) => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    fn memory(&self) -> usize {
+        self.reader.get_ref().memory() + binaryfile::MAX_DATAGRAM
+    }
+}
+
+/// A BinaryFILE of the stream, for its summary.
+struct BinaryFile {
+    /// Its place among the files.
+    file: usize,
+    date: Date,
+    compression: Compression,
+    stats: Rc<Cell<BinaryFileStats>>,
+}
+
+/// `path` opened as a Nasdaq BinaryFILE if its content is one (`None`:
+/// a capture, to be scanned).
+fn open_binaryfile(
+    path: &Path,
+    opts: &StreamOptions,
+) -> anyhow::Result<Option<BinaryFileReader<CaptureInput>>> {
+    let fail = |e: std::io::Error| anyhow::anyhow!("{}: {}", path.display(), CaptureError::Io(e));
+    let mut input = CaptureInput::open(path).map_err(fail)?;
+    if !binaryfile::looks_like(input.fill_buf().map_err(fail)?) {
+        return Ok(None);
+    }
+    let Some(date) = opts.date.or_else(|| binaryfile::date_from_name(path)) else {
+        anyhow::bail!(
+            "{}: a Nasdaq BinaryFILE, whose messages carry only the time since midnight: name it MMDDYYYY.NASDAQ_ITCH50[.gz] as Nasdaq does, or give its day with --date YYYY-MM-DD",
+            path.display()
+        );
+    };
+    Ok(Some(BinaryFileReader::new(input, date)))
+}
+
 /// A file that failed part way, kept until the stream reaches its fault.
 struct Deferred {
     error: StreamError,
@@ -317,6 +406,7 @@ pub struct CaptureStream {
     error: Option<StreamError>,
     files: Vec<FileSummary>,
     order: OrderSummary,
+    binaryfiles: Vec<BinaryFile>,
     released: u64,
     first_ts: Option<i64>,
     last_ts: Option<i64>,
@@ -333,14 +423,23 @@ impl CaptureStream {
         // more runs than this cannot all be read at once, whatever the file
         let max_runs = asked / super::compress::BUF + 1;
         let mut scans = Vec::with_capacity(paths.len());
-        for p in paths {
-            scans.push(scan(p, &opts.filter, max_runs)?);
+        // (place among the files, reader) of each BinaryFILE: one run each
+        let mut binaries = Vec::new();
+        for (i, p) in paths.iter().enumerate() {
+            match open_binaryfile(p, &opts)? {
+                Some(r) => binaries.push((i, r)),
+                None => scans.push(scan(p, &opts.filter, max_runs)?),
+            }
         }
+        let binary_bytes: usize = binaries
+            .iter()
+            .map(|(_, r)| r.get_ref().memory() + binaryfile::MAX_DATAGRAM)
+            .sum();
         // A file is read by at least one reader, whose decoder holds its
         // window (a zstd capture's can be MiBs): the budget is raised to
         // one reader and room for a chunk.
         let largest = scans.iter().map(|s| s.reader_bytes).max().unwrap_or(0);
-        let budget = asked.max(largest + WRITE_BUF + MIN_CHUNK);
+        let budget = asked.max(largest + WRITE_BUF + MIN_CHUNK + binary_bytes);
         let runs: u64 = scans.iter().map(|s| s.summary.runs).sum();
         let direct_bytes = scans.iter().try_fold(0usize, |acc, s| {
             let n = s.runs.as_ref()?.len();
@@ -356,7 +455,7 @@ impl CaptureStream {
             direct_bytes.unwrap_or(usize::MAX),
             input_bytes,
             chunk_reader_bytes,
-            budget,
+            budget - binary_bytes,
         );
         let mut order = OrderSummary {
             runs,
@@ -368,9 +467,34 @@ impl CaptureStream {
         let mut sources: Vec<Box<dyn DatagramSource>> = Vec::new();
         let mut labels = Vec::new();
         let mut spill = None;
+        let mut binaryfiles = Vec::new();
+        // Each BinaryFILE as one source, its counts kept for the summary.
+        let mut binary_source = |i: usize, reader: BinaryFileReader<CaptureInput>| {
+            let stats = Rc::new(Cell::new(BinaryFileStats::default()));
+            binaryfiles.push(BinaryFile {
+                file: i,
+                date: reader.date(),
+                compression: reader.get_ref().compression(),
+                stats: stats.clone(),
+            });
+            Box::new(BinarySource {
+                reader,
+                filter: opts.filter.clone(),
+                stats,
+            }) as Box<dyn DatagramSource>
+        };
+        let mut binaries = binaries.into_iter().peekable();
         match p {
             Plan::Direct => {
-                for s in &scans {
+                // in the files' order: equal stamps go in that order
+                let mut scanned = scans.iter();
+                for (i, path) in paths.iter().enumerate() {
+                    if let Some((_, r)) = binaries.next_if(|(at, _)| *at == i) {
+                        sources.push(binary_source(i, r));
+                        labels.push(path.clone());
+                        continue;
+                    }
+                    let Some(s) = scanned.next() else { break };
                     for run in s.runs.as_deref().unwrap_or_default() {
                         let r = open_run(&s.summary.path, &run.from)?;
                         let f = FilteredReader::new(r, opts.filter.clone(), run.datagrams)
@@ -435,7 +559,33 @@ impl CaptureStream {
                 }
             }
         }
-        for s in scans {
+        // Spilled: the BinaryFILEs after the chunks (among equal stamps,
+        // after every capture).
+        for (i, r) in binaries {
+            sources.push(binary_source(i, r));
+            labels.push(paths[i].clone());
+        }
+        let mut scans = scans.into_iter();
+        for (i, path) in paths.iter().enumerate() {
+            if let Some(b) = binaryfiles.iter().find(|b| b.file == i) {
+                files.push(FileSummary {
+                    path: path.clone(),
+                    compression: b.compression,
+                    stats: CaptureStats::default(),
+                    filtered_out: 0,
+                    datagrams: 0,
+                    runs: 1,
+                    out_of_order: 0,
+                    format: "binaryfile",
+                    binaryfile: Some(BinaryFileSummary {
+                        date: b.date,
+                        session: binaryfile::session_for(b.date),
+                        stats: BinaryFileStats::default(),
+                    }),
+                });
+                continue;
+            }
+            let Some(s) = scans.next() else { break };
             if let Some(error) = s.error {
                 deferred.push(Deferred {
                     error: StreamError {
@@ -457,6 +607,7 @@ impl CaptureStream {
             error: None,
             files,
             order,
+            binaryfiles,
             released: 0,
             first_ts: None,
             last_ts: None,
@@ -538,23 +689,36 @@ impl CaptureStream {
     }
 
     pub fn summary(&self) -> StreamSummary {
+        let mut files = self.files.clone();
+        for b in &self.binaryfiles {
+            let st = b.stats.get();
+            let f = &mut files[b.file];
+            f.stats.frames = st.datagrams;
+            f.stats.datagrams = st.datagrams;
+            f.datagrams = st.datagrams;
+            if let Some(s) = &mut f.binaryfile {
+                s.stats = st;
+            }
+        }
         let mut stats = CaptureStats::default();
-        for f in &self.files {
+        for f in &files {
             let s = &f.stats;
             stats.frames += s.frames;
             stats.datagrams += s.datagrams;
             stats.truncated_tail |= s.truncated_tail;
             stats.skipped.add_all(&s.skipped);
         }
-        let first = self.files[0].compression;
+        let first = files[0].compression;
         let mut order = self.order;
         order.peak_bytes = order.peak_bytes.max(self.merge.peak_bytes());
         StreamSummary {
             stats,
             compression: first,
-            filtered_out: self.files.iter().map(|f| f.filtered_out).sum(),
-            out_of_order: self.files.iter().map(|f| f.out_of_order).sum(),
-            files: self.files.clone(),
+            filtered_out: files.iter().map(|f| f.filtered_out).sum(),
+            out_of_order: files.iter().map(|f| f.out_of_order).sum(),
+            format: files[0].format,
+            binaryfile: files.iter().find_map(|f| f.binaryfile),
+            files,
             released: self.released,
             order,
             first_ts: self.first_ts,

@@ -1,6 +1,7 @@
 //! Helpers below every other module (the core included): they import
 //! nothing of tickgate's.
 
+pub mod cpu;
 pub mod errors;
 pub mod histogram;
 pub mod lines;

@@ -248,6 +248,42 @@ fn rerequest_seeds() -> Vec<Vec<u8>> {
     out
 }
 
+/// BinaryFILEs: the ITCH messages of the real Nasdaq captures' datagrams
+/// (their MoldUDP64 blocks have the BinaryFILE's framing), one file per 16
+/// datagrams and one of them all; a day opened by a System Event and the
+/// same cut inside a length and inside a message.
+fn binaryfile_seeds() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut all = Vec::new();
+    for c in files(&repo().join("fixtures/real"), &["pcap", "gz"]) {
+        let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.starts_with("nasdaq-") {
+            continue;
+        }
+        let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
+            continue;
+        };
+        let payloads: Vec<Vec<u8>> = r.take(256).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+        for chunk in payloads.chunks(16) {
+            let mut f = Vec::new();
+            for p in chunk.iter().filter(|p| p.len() > 20) {
+                f.extend_from_slice(&p[20..]);
+            }
+            all.extend_from_slice(&f);
+            out.push(f);
+        }
+    }
+    let mut day = Vec::new();
+    day.extend_from_slice(&[0, 12]);
+    day.extend_from_slice(&tickgate::capture::binaryfile::system_event(34_200_000_000_000, b'O'));
+    day.extend_from_slice(&all[..all.len().min(4096)]);
+    out.push(day.clone());
+    out.push(day[..13].to_vec());
+    out.push(day[..15].to_vec());
+    out.push(all);
+    out
+}
+
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "soupbin_glimpse" => soupbin_seeds(),
@@ -268,6 +304,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             }
             out
         }
+        "binaryfile_reader" => binaryfile_seeds(),
         "capture_reader" => captures()
             .iter()
             .filter_map(|p| std::fs::read(p).ok())

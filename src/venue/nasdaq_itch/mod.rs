@@ -231,9 +231,13 @@ pub fn new_york() -> TimeZone {
 /// (New York: daylight saving included).
 pub fn midnight_in(tz: &TimeZone, now: i64) -> i64 {
     let at = jiff::Timestamp::from_nanosecond(now as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    tz.to_datetime(at)
-        .date()
-        .to_zoned_datetime(tz.clone())
+    midnight_of(tz, tz.to_datetime(at).date())
+}
+
+/// Midnight, as Unix ns, of `date` in `tz` (New York: daylight saving
+/// included). 0 if that instant cannot be represented.
+pub fn midnight_of(tz: &TimeZone, date: jiff::civil::Date) -> i64 {
+    date.to_zoned_datetime(tz.clone())
         .map_or(0, |z| z.timestamp().as_nanosecond() as i64)
 }
 
