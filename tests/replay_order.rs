@@ -310,3 +310,72 @@ fn interleaved_thousands_of_times_spills_within_the_memory_bound() {
     assert!(got == reference(&four));
     assert!(o["peak_bytes"].as_u64().unwrap() <= 1 << 20, "{o}");
 }
+
+/// A pipe at `path` fed with `data` by a thread (which ends when the
+/// reader has it all or goes away).
+fn pipe_with(path: &Path, data: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&path) {
+            let _ = f.write_all(&data);
+        }
+    })
+}
+
+/// A sorted capture is read once, as it streams, so it replays from a pipe
+/// too, with the answers of the file. One that is not in time order is
+/// found out as it is read and read again from a first pass, said on
+/// stderr, with the answers of the sorted one; from a pipe that cannot be
+/// done, and the error says so.
+#[test]
+fn a_sorted_capture_is_read_once_and_an_unsorted_one_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = simulated(dir.path());
+    let sorted = dir.path().join("sorted.pcap");
+    write(&sorted, &reference(&[&all]), Compression::None);
+    let checks = checks_file(dir.path(), &all);
+    let want = answers(&[&sorted], &checks, &[]);
+
+    let fifo = dir.path().join("sorted.fifo");
+    let feeder = pipe_with(&fifo, std::fs::read(&sorted).unwrap());
+    let out = tickgate(&["replay", p(&fifo), "--checks", p(&checks)]);
+    feeder.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
+    assert!(!stderr.contains("reading again"), "{stderr}");
+
+    let (a, b) = lines(&all);
+    let cat: Vec<CapturedDatagram> = a.iter().chain(&b).cloned().collect();
+    let cat_file = dir.path().join("cat.pcap");
+    write(&cat_file, &cat, Compression::None);
+    let resorted = dir.path().join("resorted.pcap");
+    write(&resorted, &reference(&[&cat]), Compression::None);
+    let out = tickgate(&["replay", p(&cat_file), "--checks", p(&checks)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not in time order; reading again to put it in order"),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        answers(&[&resorted], &checks, &[])
+    );
+
+    let fifo = dir.path().join("cat.fifo");
+    let feeder = pipe_with(&fifo, std::fs::read(&cat_file).unwrap());
+    let out = tickgate(&["replay", p(&fifo), "--checks", p(&checks)]);
+    feeder.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("not a regular file") && stderr.contains("write it to a file first"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "answers given from a disordered pipe");
+}

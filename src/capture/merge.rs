@@ -59,6 +59,9 @@ impl RunFinder {
 pub struct MergeError {
     pub source: usize,
     pub error: CaptureError,
+    /// The source handed out a datagram stamped earlier than its previous
+    /// one: it was not sorted after all.
+    pub went_back: bool,
 }
 
 struct Head<S> {
@@ -132,6 +135,7 @@ impl<S: DatagramSource> Merge<S> {
             Ok(Some(m)) if prev.is_some_and(|p| m.ts_ns < p) => {
                 self.error = Some(MergeError {
                     source: i,
+                    went_back: true,
                     error: CaptureError::Corrupt {
                         offset: 0,
                         what: format!(
@@ -147,7 +151,13 @@ impl<S: DatagramSource> Merge<S> {
                 self.heap.push(Reverse((m.ts_ns, i)));
             }
             Ok(None) => {}
-            Err(error) => self.error = Some(MergeError { source: i, error }),
+            Err(error) => {
+                self.error = Some(MergeError {
+                    source: i,
+                    error,
+                    went_back: false,
+                })
+            }
         }
     }
 

@@ -538,12 +538,18 @@ impl std::fmt::Write for Utf8<'_> {
     }
 }
 
-pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
+/// One replay of an opened stream: the state it left, the answers and
+/// what the loop cost.
+struct Pass {
+    replay: Replay,
+    out: Vec<u8>,
+    checks_error: Option<ChecksError>,
+    wall_ns: u64,
+    cpu_ns: u64,
+}
+
+fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pass> {
     let timeline = Recorder::from_args(&args.timeline)?;
-    let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
-    if args.send {
-        return replay_send(&args, cap);
-    }
     let mut replay = match &args.config {
         Some(path) => replay_from_config(path)?,
         None => {
@@ -580,7 +586,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     let mut checks_error = None;
     let (wall0, cpu0) = (std::time::Instant::now(), crate::util::cpu::thread_cpu_ns());
     if let Some(checks) = &mut checks {
-        checks_error = run_checks(&mut replay, &mut cap, checks, &mut out, &mut progress).err();
+        checks_error = run_checks(&mut replay, cap, checks, &mut out, &mut progress).err();
     } else {
         while let Some(d) = cap.next_datagram() {
             replay.on_datagram(d.src, d.dst, d.payload, d.ts);
@@ -588,9 +594,60 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             progress.tick(cap.released(), ts);
         }
     }
-    let wall_ns = wall0.elapsed().as_nanos() as u64;
-    let cpu_ns = crate::util::cpu::thread_cpu_ns().saturating_sub(cpu0);
     progress.finish();
+    Ok(Pass {
+        replay,
+        out,
+        checks_error,
+        wall_ns: wall0.elapsed().as_nanos() as u64,
+        cpu_ns: crate::util::cpu::thread_cpu_ns().saturating_sub(cpu0),
+    })
+}
+
+pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
+    // Refused before any capture is read.
+    Recorder::from_args(&args.timeline)?;
+    if args.send {
+        // What was sent cannot be taken back: the first pass comes first.
+        let cap = CaptureStream::open(&args.captures, args.stream_options())?;
+        return replay_send(&args, cap);
+    }
+    // Most captures are sorted: one streaming pass. One that is not is
+    // found out as it is read; then everything starts again from a first
+    // pass that finds its runs (nothing answered so far has been written).
+    let (mut cap, pass) =
+        match CaptureStream::open_assuming_sorted(&args.captures, args.stream_options())? {
+            Some(mut cap) => {
+                let pass = replay_pass(&args, &mut cap)?;
+                if cap.read_rest_for_order() {
+                    eprintln!(
+                        "tickgate: {}: not in time order; reading again to put it in order",
+                        cap.take_error().map_or_else(
+                            || "the captures".to_string(),
+                            |e| e.path.display().to_string()
+                        )
+                    );
+                    let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
+                    let pass = replay_pass(&args, &mut cap)?;
+                    (cap, pass)
+                } else {
+                    (cap, pass)
+                }
+            }
+            None => {
+                let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
+                let pass = replay_pass(&args, &mut cap)?;
+                (cap, pass)
+            }
+        };
+    let Pass {
+        mut replay,
+        out,
+        checks_error,
+        wall_ns,
+        cpu_ns,
+    } = pass;
+    let checks = args.checks.as_ref();
     let sum = cap.summary();
     warn_about_binaryfile(&sum);
     for f in sum.files.iter().filter(|f| f.stats.truncated_tail) {

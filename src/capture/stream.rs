@@ -19,6 +19,13 @@
 //!    time (more than one pass if they are many). A capture whose datagrams
 //!    fit one chunk is sorted in memory without spilling.
 //!
+//! [`CaptureStream::open_assuming_sorted`] skips the first pass: one
+//! reader per file, merged as they are read. Most captures are sorted, so
+//! this is one streaming pass; a file that turns out not to be stops the
+//! stream ([`CaptureStream::went_back`]) and the caller starts again with
+//! [`CaptureStream::open`] (`replay` does, and discards what it had
+//! answered).
+//!
 //! A Nasdaq BinaryFILE is one sequenced stream whose reader never hands
 //! out a stamp earlier than the one before (`binaryfile`): it is one run by
 //! construction, merged as it is read, with no first pass.
@@ -336,6 +343,42 @@ fn open_run(
     }
 }
 
+/// What a file's reader has read so far, shared with the stream's summary
+/// when there was no first pass to count it.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReadSoFar {
+    stats: CaptureStats,
+    filtered_out: u64,
+    datagrams: u64,
+}
+
+/// A whole file read as one sorted run (no first pass), counting as it
+/// goes for the summary.
+struct AssumedSorted {
+    inner: FilteredReader<CaptureInput>,
+    kept: u64,
+    counts: Rc<Cell<ReadSoFar>>,
+}
+
+impl DatagramSource for AssumedSorted {
+    fn next(&mut self, buf: &mut Vec<u8>) -> Result<Option<DatagramMeta>, CaptureError> {
+        let got = self.inner.next(buf);
+        if let Ok(Some(_)) = got {
+            self.kept += 1;
+        }
+        self.counts.set(ReadSoFar {
+            stats: *self.inner.reader.stats(),
+            filtered_out: self.inner.filtered_out,
+            datagrams: self.kept,
+        });
+        got
+    }
+
+    fn memory(&self) -> usize {
+        self.inner.memory()
+    }
+}
+
 /// A Nasdaq BinaryFILE as a source: its reader, the destination filter,
 /// and its counts shared with the stream's summary.
 struct BinarySource {
@@ -370,16 +413,19 @@ struct BinaryFile {
     stats: Rc<Cell<BinaryFileStats>>,
 }
 
-/// `path` opened as a Nasdaq BinaryFILE if its content is one (`None`:
-/// a capture, to be scanned).
-fn open_binaryfile(
-    path: &Path,
-    opts: &StreamOptions,
-) -> anyhow::Result<Option<BinaryFileReader<CaptureInput>>> {
-    let fail = |e: std::io::Error| anyhow::anyhow!("{}: {}", path.display(), CaptureError::Io(e));
-    let mut input = CaptureInput::open(path).map_err(fail)?;
-    if !binaryfile::looks_like(input.fill_buf().map_err(fail)?) {
-        return Ok(None);
+/// A file opened and told by its content.
+enum Opened {
+    BinaryFile(BinaryFileReader<CaptureInput>),
+    Capture(CaptureReader<CaptureInput>),
+}
+
+/// `path` opened, once (a pipe can be read this way), and told by its
+/// content: a Nasdaq BinaryFILE or a capture.
+fn open_any(path: &Path, opts: &StreamOptions) -> anyhow::Result<Opened> {
+    let fail = |e: CaptureError| anyhow::anyhow!("{}: {e}", path.display());
+    let mut input = CaptureInput::open(path).map_err(|e| fail(CaptureError::Io(e)))?;
+    if !binaryfile::looks_like(input.fill_buf().map_err(|e| fail(CaptureError::Io(e)))?) {
+        return Ok(Opened::Capture(CaptureReader::new(input).map_err(fail)?));
     }
     let Some(date) = opts.date.or_else(|| binaryfile::date_from_name(path)) else {
         anyhow::bail!(
@@ -387,7 +433,7 @@ fn open_binaryfile(
             path.display()
         );
     };
-    Ok(Some(BinaryFileReader::new(input, date)))
+    Ok(Opened::BinaryFile(BinaryFileReader::new(input, date)))
 }
 
 /// A file that failed part way, kept until the stream reaches its fault.
@@ -407,6 +453,10 @@ pub struct CaptureStream {
     files: Vec<FileSummary>,
     order: OrderSummary,
     binaryfiles: Vec<BinaryFile>,
+    /// Files read without a first pass: their place and counts.
+    assumed_sorted: Vec<(usize, Rc<Cell<ReadSoFar>>)>,
+    /// A file assumed sorted went back in time (see the module docs).
+    went_back: bool,
     released: u64,
     first_ts: Option<i64>,
     last_ts: Option<i64>,
@@ -415,10 +465,126 @@ pub struct CaptureStream {
 }
 
 impl CaptureStream {
+    /// Opens `paths` as if each were sorted: one reader each, merged as
+    /// read, no first pass (see the module documentation). `None` when one
+    /// reader per file does not fit the memory budget (then [`Self::open`]).
+    pub fn open_assuming_sorted(
+        paths: &[PathBuf],
+        opts: StreamOptions,
+    ) -> anyhow::Result<Option<Self>> {
+        anyhow::ensure!(!paths.is_empty(), "no capture to read");
+        let budget = opts.memory_bytes.max(super::merge::MIN_BUDGET);
+        let mut sources: Vec<Box<dyn DatagramSource>> = Vec::with_capacity(paths.len());
+        let mut files = Vec::with_capacity(paths.len());
+        let mut binaryfiles = Vec::new();
+        let mut assumed_sorted = Vec::new();
+        let mut memory = 0usize;
+        for (i, path) in paths.iter().enumerate() {
+            let reader = match open_any(path, &opts)? {
+                Opened::Capture(r) => r,
+                Opened::BinaryFile(reader) => {
+                    memory += reader.get_ref().memory() + binaryfile::MAX_DATAGRAM;
+                    let stats = Rc::new(Cell::new(BinaryFileStats::default()));
+                    let date = reader.date();
+                    let compression = reader.get_ref().compression();
+                    binaryfiles.push(BinaryFile {
+                        file: i,
+                        date,
+                        compression,
+                        stats: stats.clone(),
+                    });
+                    files.push(FileSummary {
+                        path: path.clone(),
+                        compression,
+                        stats: CaptureStats::default(),
+                        filtered_out: 0,
+                        datagrams: 0,
+                        runs: 1,
+                        out_of_order: 0,
+                        format: "binaryfile",
+                        binaryfile: Some(BinaryFileSummary {
+                            date,
+                            session: binaryfile::session_for(date),
+                            stats: BinaryFileStats::default(),
+                        }),
+                    });
+                    sources.push(Box::new(BinarySource {
+                        reader,
+                        filter: opts.filter.clone(),
+                        stats,
+                    }));
+                    continue;
+                }
+            };
+            let compression = reader.get_ref().compression();
+            let format = match reader.format() {
+                super::pcap::CaptureFormat::Pcap { .. } => "pcap",
+                super::pcap::CaptureFormat::PcapNg => "pcapng",
+            };
+            let inner =
+                FilteredReader::new(reader, opts.filter.clone(), u64::MAX).with_input_memory();
+            memory += inner.memory();
+            let counts = Rc::new(Cell::new(ReadSoFar::default()));
+            assumed_sorted.push((i, counts.clone()));
+            files.push(FileSummary {
+                path: path.clone(),
+                compression,
+                stats: CaptureStats::default(),
+                filtered_out: 0,
+                datagrams: 0,
+                runs: 1,
+                out_of_order: 0,
+                format,
+                binaryfile: None,
+            });
+            sources.push(Box::new(AssumedSorted {
+                inner,
+                kept: 0,
+                counts,
+            }));
+        }
+        if memory > budget {
+            return Ok(None);
+        }
+        let order = OrderSummary {
+            runs: paths.len() as u64,
+            sources: sources.len(),
+            memory_bytes: budget,
+            ..OrderSummary::default()
+        };
+        Ok(Some(CaptureStream {
+            merge: Merge::new(sources),
+            labels: paths.to_vec(),
+            out: Vec::new(),
+            deferred: Vec::new(),
+            error: None,
+            files,
+            order,
+            binaryfiles,
+            assumed_sorted,
+            went_back: false,
+            released: 0,
+            first_ts: None,
+            last_ts: None,
+            _spill: None,
+        }))
+    }
+
     /// Opens `paths` (one or more), finds their runs and prepares the
     /// merge; errors name the file.
     pub fn open(paths: &[PathBuf], opts: StreamOptions) -> anyhow::Result<Self> {
         anyhow::ensure!(!paths.is_empty(), "no capture to read");
+        for p in paths {
+            // read twice (runs, then datagrams): a pipe would block or
+            // give its second half
+            let regular = std::fs::metadata(p).map(|m| m.is_file());
+            if let Ok(false) = regular {
+                anyhow::bail!(
+                    "{}: not a regular file, and a capture that is not in time order is read twice (its runs, then its datagrams): write it to a file first",
+                    p.display()
+                );
+            }
+        }
         let asked = opts.memory_bytes.max(super::merge::MIN_BUDGET);
         // more runs than this cannot all be read at once, whatever the file
         let max_runs = asked / super::compress::BUF + 1;
@@ -426,9 +592,9 @@ impl CaptureStream {
         // (place among the files, reader) of each BinaryFILE: one run each
         let mut binaries = Vec::new();
         for (i, p) in paths.iter().enumerate() {
-            match open_binaryfile(p, &opts)? {
-                Some(r) => binaries.push((i, r)),
-                None => scans.push(scan(p, &opts.filter, max_runs)?),
+            match open_any(p, &opts)? {
+                Opened::BinaryFile(r) => binaries.push((i, r)),
+                Opened::Capture(_) => scans.push(scan(p, &opts.filter, max_runs)?),
             }
         }
         let binary_bytes: usize = binaries
@@ -608,6 +774,8 @@ impl CaptureStream {
             files,
             order,
             binaryfiles,
+            assumed_sorted: Vec::new(),
+            went_back: false,
             released: 0,
             first_ts: None,
             last_ts: None,
@@ -640,6 +808,7 @@ impl CaptureStream {
                 None
             }
             Err(e) => {
+                self.went_back |= e.went_back;
                 self.error = Some(StreamError {
                     path: self.labels[e.source].clone(),
                     error: e.error,
@@ -673,6 +842,36 @@ impl CaptureStream {
         }
     }
 
+    /// Reads what is left of the captures without handing it out, only to
+    /// learn whether they were sorted: a replay whose checks ended early
+    /// answered them as if nothing later in a file could be stamped
+    /// earlier, which is only known at the end. Returns
+    /// [`Self::went_back`]. A read error found here is not the replay's:
+    /// it came after everything that was answered.
+    pub fn read_rest_for_order(&mut self) -> bool {
+        if self.error.is_none() {
+            let mut buf = Vec::new();
+            loop {
+                match self.merge.next_into(&mut buf) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.went_back |= e.went_back;
+                        break;
+                    }
+                }
+            }
+        }
+        self.went_back
+    }
+
+    /// Whether a file opened by [`Self::open_assuming_sorted`] turned out
+    /// not to be in time order: the stream stopped there, and the captures
+    /// must be read again with [`Self::open`].
+    pub fn went_back(&self) -> bool {
+        self.went_back
+    }
+
     /// The error that ended the stream early, if any (what came before it
     /// was handed out).
     pub fn error(&self) -> Option<&StreamError> {
@@ -690,6 +889,13 @@ impl CaptureStream {
 
     pub fn summary(&self) -> StreamSummary {
         let mut files = self.files.clone();
+        for (i, counts) in &self.assumed_sorted {
+            let c = counts.get();
+            let f = &mut files[*i];
+            f.stats = c.stats;
+            f.filtered_out = c.filtered_out;
+            f.datagrams = c.datagrams;
+        }
         for b in &self.binaryfiles {
             let st = b.stats.get();
             let f = &mut files[b.file];
