@@ -377,5 +377,8 @@ fn a_sorted_capture_is_read_once_and_an_unsorted_one_again() {
         stderr.contains("not a regular file") && stderr.contains("write it to a file first"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty(), "answers given from a disordered pipe");
+    assert!(
+        out.stdout.is_empty(),
+        "answers given from a disordered pipe"
+    );
 }
