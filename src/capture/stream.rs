@@ -311,10 +311,7 @@ fn scan(path: &Path, filter: &[SocketAddrV4], max_runs: usize) -> anyhow::Result
             datagrams: kept,
             runs: finder.runs(),
             out_of_order: finder.out_of_order(),
-            format: match reader.format() {
-                super::pcap::CaptureFormat::Pcap { .. } => "pcap",
-                super::pcap::CaptureFormat::PcapNg => "pcapng",
-            },
+            format: format_name(&reader),
             binaryfile: None,
         },
         runs,
@@ -413,6 +410,73 @@ struct BinaryFile {
     stats: Rc<Cell<BinaryFileStats>>,
 }
 
+impl BinaryFile {
+    /// A BinaryFILE's reader as a source of the merge (`file`: its place
+    /// among the files), and its entry for the summary.
+    fn source(
+        file: usize,
+        reader: BinaryFileReader<CaptureInput>,
+        filter: &[SocketAddrV4],
+    ) -> (Box<dyn DatagramSource>, BinaryFile) {
+        let stats = Rc::new(Cell::new(BinaryFileStats::default()));
+        let entry = BinaryFile {
+            file,
+            date: reader.date(),
+            compression: reader.get_ref().compression(),
+            stats: stats.clone(),
+        };
+        let source = BinarySource {
+            reader,
+            filter: filter.to_vec(),
+            stats,
+        };
+        (Box::new(source), entry)
+    }
+
+    /// Its summary before anything is read (counts come in as it is).
+    fn summary(&self, path: &Path) -> FileSummary {
+        FileSummary::one_run(
+            path,
+            self.compression,
+            "binaryfile",
+            Some(BinaryFileSummary {
+                date: self.date,
+                session: binaryfile::session_for(self.date),
+                stats: BinaryFileStats::default(),
+            }),
+        )
+    }
+}
+
+impl FileSummary {
+    /// A file read as one sorted run, nothing counted yet.
+    fn one_run(
+        path: &Path,
+        compression: Compression,
+        format: &'static str,
+        binaryfile: Option<BinaryFileSummary>,
+    ) -> FileSummary {
+        FileSummary {
+            path: path.to_path_buf(),
+            compression,
+            stats: CaptureStats::default(),
+            filtered_out: 0,
+            datagrams: 0,
+            runs: 1,
+            out_of_order: 0,
+            format,
+            binaryfile,
+        }
+    }
+}
+
+fn format_name<R: Read>(reader: &CaptureReader<R>) -> &'static str {
+    match reader.format() {
+        super::pcap::CaptureFormat::Pcap { .. } => "pcap",
+        super::pcap::CaptureFormat::PcapNg => "pcapng",
+    }
+}
+
 /// A file opened and told by its content.
 enum Opened {
     BinaryFile(BinaryFileReader<CaptureInput>),
@@ -484,59 +548,21 @@ impl CaptureStream {
                 Opened::Capture(r) => r,
                 Opened::BinaryFile(reader) => {
                     memory += reader.get_ref().memory() + binaryfile::MAX_DATAGRAM;
-                    let stats = Rc::new(Cell::new(BinaryFileStats::default()));
-                    let date = reader.date();
-                    let compression = reader.get_ref().compression();
-                    binaryfiles.push(BinaryFile {
-                        file: i,
-                        date,
-                        compression,
-                        stats: stats.clone(),
-                    });
-                    files.push(FileSummary {
-                        path: path.clone(),
-                        compression,
-                        stats: CaptureStats::default(),
-                        filtered_out: 0,
-                        datagrams: 0,
-                        runs: 1,
-                        out_of_order: 0,
-                        format: "binaryfile",
-                        binaryfile: Some(BinaryFileSummary {
-                            date,
-                            session: binaryfile::session_for(date),
-                            stats: BinaryFileStats::default(),
-                        }),
-                    });
-                    sources.push(Box::new(BinarySource {
-                        reader,
-                        filter: opts.filter.clone(),
-                        stats,
-                    }));
+                    let (source, entry) = BinaryFile::source(i, reader, &opts.filter);
+                    files.push(entry.summary(path));
+                    binaryfiles.push(entry);
+                    sources.push(source);
                     continue;
                 }
             };
             let compression = reader.get_ref().compression();
-            let format = match reader.format() {
-                super::pcap::CaptureFormat::Pcap { .. } => "pcap",
-                super::pcap::CaptureFormat::PcapNg => "pcapng",
-            };
+            let format = format_name(&reader);
             let inner =
                 FilteredReader::new(reader, opts.filter.clone(), u64::MAX).with_input_memory();
             memory += inner.memory();
             let counts = Rc::new(Cell::new(ReadSoFar::default()));
             assumed_sorted.push((i, counts.clone()));
-            files.push(FileSummary {
-                path: path.clone(),
-                compression,
-                stats: CaptureStats::default(),
-                filtered_out: 0,
-                datagrams: 0,
-                runs: 1,
-                out_of_order: 0,
-                format,
-                binaryfile: None,
-            });
+            files.push(FileSummary::one_run(path, compression, format, None));
             sources.push(Box::new(AssumedSorted {
                 inner,
                 kept: 0,
@@ -636,18 +662,9 @@ impl CaptureStream {
         let mut binaryfiles = Vec::new();
         // Each BinaryFILE as one source, its counts kept for the summary.
         let mut binary_source = |i: usize, reader: BinaryFileReader<CaptureInput>| {
-            let stats = Rc::new(Cell::new(BinaryFileStats::default()));
-            binaryfiles.push(BinaryFile {
-                file: i,
-                date: reader.date(),
-                compression: reader.get_ref().compression(),
-                stats: stats.clone(),
-            });
-            Box::new(BinarySource {
-                reader,
-                filter: opts.filter.clone(),
-                stats,
-            }) as Box<dyn DatagramSource>
+            let (source, entry) = BinaryFile::source(i, reader, &opts.filter);
+            binaryfiles.push(entry);
+            source
         };
         let mut binaries = binaries.into_iter().peekable();
         match p {
@@ -734,21 +751,7 @@ impl CaptureStream {
         let mut scans = scans.into_iter();
         for (i, path) in paths.iter().enumerate() {
             if let Some(b) = binaryfiles.iter().find(|b| b.file == i) {
-                files.push(FileSummary {
-                    path: path.clone(),
-                    compression: b.compression,
-                    stats: CaptureStats::default(),
-                    filtered_out: 0,
-                    datagrams: 0,
-                    runs: 1,
-                    out_of_order: 0,
-                    format: "binaryfile",
-                    binaryfile: Some(BinaryFileSummary {
-                        date: b.date,
-                        session: binaryfile::session_for(b.date),
-                        stats: BinaryFileStats::default(),
-                    }),
-                });
+                files.push(b.summary(path));
                 continue;
             }
             let Some(s) = scans.next() else { break };
