@@ -105,10 +105,7 @@ listen = "{metrics}"
         metrics,
         groups,
     };
-    wait_for("the gate socket to answer", || {
-        UnixStream::connect(d.socket())
-            .is_ok_and(|mut s| s.write_all(b"PING\n").is_ok() && read_line(&mut s) == "PONG")
-    });
+    daemon::wait_for_gate(&d.socket());
     d
 }
 
@@ -118,9 +115,7 @@ impl Daemon {
     }
 
     fn ask(&self, request: &str) -> String {
-        let mut s = UnixStream::connect(self.socket()).unwrap();
-        s.write_all(format!("{request}\n").as_bytes()).unwrap();
-        read_line(&mut s)
+        daemon::ask(&self.socket(), request)
     }
 
     fn metrics_text(&self) -> String {

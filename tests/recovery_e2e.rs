@@ -40,7 +40,7 @@ use tickgate::wire::{PacketBuilder, SessionId, Symbol};
 #[path = "common/daemon.rs"]
 mod daemon;
 
-use daemon::{bin, free_port, read_line, serial, terminate, wait_for, wait_within, PATIENCE};
+use daemon::{bin, free_port, serial, terminate, wait_for, wait_within, PATIENCE};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -147,10 +147,7 @@ listen = "{metrics}"
         metrics,
         log,
     };
-    wait_for("the gate socket to answer", || {
-        UnixStream::connect(d.socket())
-            .is_ok_and(|mut s| s.write_all(b"PING\n").is_ok() && read_line(&mut s) == "PONG")
-    });
+    daemon::wait_for_gate(&d.socket());
     d
 }
 
@@ -160,9 +157,7 @@ impl Daemon {
     }
 
     fn ask(&self, request: &str) -> String {
-        let mut s = UnixStream::connect(self.socket()).unwrap();
-        s.write_all(format!("{request}\n").as_bytes()).unwrap();
-        read_line(&mut s)
+        daemon::ask(&self.socket(), request)
     }
 
     /// The `STATUS` listing's FEED line of "fx".

@@ -58,6 +58,22 @@ pub fn read_line(s: &mut UnixStream) -> String {
     line.trim_end().to_string()
 }
 
+/// One request on a fresh connection to the gate socket at `path`; its
+/// answer line.
+pub fn ask(path: &std::path::Path, request: &str) -> String {
+    let mut s = UnixStream::connect(path).unwrap();
+    s.write_all(format!("{request}\n").as_bytes()).unwrap();
+    read_line(&mut s)
+}
+
+/// Waits (bounded) until the gate socket at `path` answers `PING`.
+pub fn wait_for_gate(path: &std::path::Path) {
+    wait_for("the gate socket to answer", || {
+        UnixStream::connect(path)
+            .is_ok_and(|mut s| s.write_all(b"PING\n").is_ok() && read_line(&mut s) == "PONG")
+    });
+}
+
 /// The body of `GET /metrics` at `addr`.
 pub fn metrics_text(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
