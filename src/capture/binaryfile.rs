@@ -277,16 +277,7 @@ impl<R: BufRead> BinaryFileReader<R> {
 
     /// Reads until `buf` is full or the input ends; the bytes read.
     fn fill(&mut self, buf: &mut [u8]) -> Result<usize, CaptureError> {
-        let mut n = 0;
-        while n < buf.len() {
-            match self.r.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io_error(e)),
-            }
-        }
-        Ok(n)
+        crate::util::read::read_up_to(&mut self.r, buf).map_err(|e| self.io_error(e))
     }
 
     /// Reads the next message whole into `pending` (the slow path, for a

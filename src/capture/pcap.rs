@@ -572,15 +572,7 @@ impl<R: Read> CaptureReader<R> {
 
     /// Reads until `buf` is full or the file ends; returns the bytes read.
     fn fill(&mut self, buf: &mut [u8]) -> Result<usize, CaptureError> {
-        let mut n = 0;
-        while n < buf.len() {
-            match self.r.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CaptureError::Io(e)),
-            }
-        }
+        let n = crate::util::read::read_up_to(&mut self.r, buf).map_err(CaptureError::Io)?;
         self.offset += n as u64;
         Ok(n)
     }

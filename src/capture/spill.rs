@@ -172,19 +172,14 @@ impl ChunkReader {
 impl DatagramSource for ChunkReader {
     fn next(&mut self, buf: &mut Vec<u8>) -> Result<Option<DatagramMeta>, CaptureError> {
         let mut h = [0u8; HEADER];
-        let mut n = 0;
-        while n < HEADER {
-            match self.r.read(&mut h[n..]) {
-                Ok(0) if n == 0 => return Ok(None),
-                Ok(0) => {
-                    return Err(CaptureError::Corrupt {
-                        offset: 0,
-                        what: "spill file ends inside a record".into(),
-                    })
-                }
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CaptureError::Io(e)),
+        match crate::util::read::read_up_to(&mut self.r, &mut h).map_err(CaptureError::Io)? {
+            0 => return Ok(None),
+            HEADER => {}
+            _ => {
+                return Err(CaptureError::Corrupt {
+                    offset: 0,
+                    what: "spill file ends inside a record".into(),
+                })
             }
         }
         let ts_ns = i64::from_le_bytes(h[0..8].try_into().expect("8 bytes"));

@@ -6,4 +6,5 @@ pub mod errors;
 pub mod histogram;
 pub mod lines;
 pub mod prefetch;
+pub mod read;
 pub mod stoppable;
