@@ -242,32 +242,25 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthorizationEr
 struct RateLimiter {
     rate: f64,
     burst: f64,
-    known: Vec<[u8; 32]>,
     buckets: Mutex<HashMap<Option<[u8; 32]>, Bucket>>,
 }
 
 impl RateLimiter {
-    fn new(limits: &HttpLimits, tokens: &[String]) -> Option<RateLimiter> {
+    fn new(limits: &HttpLimits) -> Option<RateLimiter> {
         if limits.rate_per_sec == 0 {
             return None;
         }
         Some(RateLimiter {
             rate: f64::from(limits.rate_per_sec),
             burst: f64::from(limits.rate_burst.max(1)),
-            known: tokens.iter().map(|t| Sha256::digest(t).into()).collect(),
             buckets: Mutex::new(HashMap::new()),
         })
     }
 
-    /// `Ok` to go on, or the seconds until the client's next request.
-    fn take(&self, req: &Request) -> Result<(), u64> {
-        // The same parser as authentication: a client is charged to its
-        // own bucket however it spells the scheme.
-        let token = bearer_token(req.headers())
-            .ok()
-            .flatten()
-            .map(|t| -> [u8; 32] { Sha256::digest(t).into() })
-            .filter(|h| self.known.contains(h));
+    /// `Ok` to go on, or the seconds until the client's next request;
+    /// `token`: the request's known token ([`known_token`]), `None` for
+    /// the shared bucket.
+    fn take(&self, token: Option<[u8; 32]>) -> Result<(), u64> {
         let now = Instant::now();
         let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let (level, at) = b.entry(token).or_insert((self.burst, now));
@@ -307,7 +300,7 @@ pub fn limit_requests(
     max_body: usize,
     stats: LimitStats,
 ) -> Router {
-    let limiter = RateLimiter::new(limits, tokens).map(Arc::new);
+    let limiter = RateLimiter::new(limits).map(Arc::new);
     let known: Arc<[[u8; 32]]> = tokens
         .iter()
         .map(|t| -> [u8; 32] { Sha256::digest(t).into() })
@@ -317,7 +310,8 @@ pub fn limit_requests(
         move |req: Request, next: axum::middleware::Next| {
             let (limiter, stats, known) = (limiter.clone(), stats.clone(), known.clone());
             async move {
-                if charge_request(&req, &known).is_err() {
+                let token = known_token(&req, &known);
+                if charge_request(&req, token).is_err() {
                     stats.refused_client.inc();
                     let mut resp = problem(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -331,7 +325,7 @@ pub fn limit_requests(
                     return resp;
                 }
                 if let Some(l) = &limiter {
-                    if let Err(secs) = l.take(&req) {
+                    if let Err(secs) = l.take(token) {
                         stats.rate_limited.inc();
                         let mut resp = problem(
                             StatusCode::TOO_MANY_REQUESTS,
@@ -577,19 +571,23 @@ fn release(clients: &mut HashMap<Client, usize>, c: Client) {
     }
 }
 
-/// The per-client connection cap, applied to each request (in
-/// [`limit_requests`]): a request with a configured token charges its
-/// connection to that token; `Err` when the token holds its share.
-fn charge_request(req: &Request, known: &[[u8; 32]]) -> Result<(), ()> {
-    let Some(conn) = req.extensions().get::<Arc<Conn>>() else {
-        return Ok(());
-    };
-    let Some(token) = bearer_token(req.headers())
+/// The request's bearer token (by SHA-256) when it is one of `known`: the
+/// client the per-client cap and the rate limit charge. The same parser as
+/// authentication, so a client is charged as itself however it spells the
+/// scheme.
+fn known_token(req: &Request, known: &[[u8; 32]]) -> Option<[u8; 32]> {
+    bearer_token(req.headers())
         .ok()
         .flatten()
         .map(|t| -> [u8; 32] { Sha256::digest(t).into() })
         .filter(|h| known.contains(h))
-    else {
+}
+
+/// The per-client connection cap, applied to each request (in
+/// [`limit_requests`]): a request with a configured token charges its
+/// connection to that token; `Err` when the token holds its share.
+fn charge_request(req: &Request, token: Option<[u8; 32]>) -> Result<(), ()> {
+    let (Some(conn), Some(token)) = (req.extensions().get::<Arc<Conn>>(), token) else {
         return Ok(());
     };
     if conn.charge_token(token) {
