@@ -257,8 +257,13 @@ struct Scan {
     last_ts: Option<i64>,
 }
 
-fn scan(path: &Path, filter: &[SocketAddrV4], max_runs: usize) -> anyhow::Result<Scan> {
-    let mut reader = open(path)?;
+/// The first pass over `path`, read by `reader` (opened at its start).
+fn scan(
+    path: &Path,
+    mut reader: CaptureReader<CaptureInput>,
+    filter: &[SocketAddrV4],
+    max_runs: usize,
+) -> anyhow::Result<Scan> {
     let compression = reader.get_ref().compression();
     let mut finder = RunFinder::default();
     let mut runs: Option<Vec<Run>> = Some(Vec::new());
@@ -620,7 +625,7 @@ impl CaptureStream {
         for (i, p) in paths.iter().enumerate() {
             match open_any(p, &opts)? {
                 Opened::BinaryFile(r) => binaries.push((i, r)),
-                Opened::Capture(_) => scans.push(scan(p, &opts.filter, max_runs)?),
+                Opened::Capture(r) => scans.push(scan(p, r, &opts.filter, max_runs)?),
             }
         }
         let binary_bytes: usize = binaries
