@@ -1388,8 +1388,9 @@ fn parse_limits(
     l
 }
 
-/// The limit keys of `[fills.http]` (read by `parse_limits`, not serde).
-const FILLS_HTTP_LIMIT_KEYS: [&str; 9] = [
+/// The keys of `[fills.http]` read here, not by serde: the limits
+/// (`parse_limits`) and the Unix socket (`parse_socket_path`, `parse_socket_mode`).
+const FILLS_HTTP_KEYS_READ_HERE: [&str; 9] = [
     "header_timeout",
     "body_timeout",
     "idle_timeout",
@@ -1464,7 +1465,7 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
             Ok(m) => unix_socket_mode = m,
             Err(e) => s.sink.borrow_mut().push(e),
         }
-        for k in FILLS_HTTP_LIMIT_KEYS {
+        for k in FILLS_HTTP_KEYS_READ_HERE {
             http.remove(k);
         }
         match http.remove("allow_remote") {
