@@ -265,11 +265,12 @@ impl Daemon {
             let beat = Beat::new(&format!("feed-{}", f.name));
             let (mut writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
             if let Some(snap) = &f.snapshot {
-                let opts = crate::net::glimpse::GlimpseOptions::new(
+                let mut opts = crate::net::glimpse::GlimpseOptions::new(
                     snap.address,
                     &snap.username,
                     &snap.password,
                 );
+                opts.max_bytes = crate::config::mib(snap.max_mib);
                 let client = crate::net::glimpse::GlimpseClient::spawn(&f.name, opts)
                     .with_context(|| format!("feed {}: starting the GLIMPSE client", f.name))?;
                 writer.set_glimpse(client);

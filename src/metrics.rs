@@ -166,6 +166,12 @@ stats! {
             "Re-request answers of another session, dropped (R4).";
         rerequest_answers_not_data: Counter, "tickgate_feed_rerequest_answers_not_data_total",
             "Heartbeats and ends of session among re-request answers, dropped (R4).";
+        rerequest_answers_malformed: Counter, "tickgate_feed_rerequest_answers_malformed_total",
+            "Re-request answers that are not valid datagrams of the feed's venue, dropped (R4, R6).";
+        conflicts: Counter, "tickgate_feed_conflicts_total",
+            "Copies of a held datagram with the same sequence and message count but other bytes: neither applied, the sequence re-requested or lost (recovery.md R1).";
+        conflict_copies_dropped: Counter, "tickgate_feed_conflict_copies_dropped_total",
+            "Later copies of a conflicted sequence from the lines, dropped until the hole reaches past it (R1).";
         snapshots_started: Counter, "tickgate_feed_snapshots_started_total",
             "GLIMPSE snapshot attempts started (recovery.md R5).";
         snapshots_applied_r5: Counter, "tickgate_feed_glimpse_snapshots_applied_total",
