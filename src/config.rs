@@ -492,6 +492,28 @@ fn read_config_file(path: &Path) -> std::result::Result<String, String> {
 }
 
 impl Config {
+    /// What a valid config leaves open that an operator should know:
+    /// each line of a venue feed without a `source` filter, the one
+    /// control against a stranger on the group (recovery.md R1: a planted
+    /// datagram is held, and a conflicting copy costs a re-request).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, f) in self.feeds.iter().enumerate() {
+            if !f.venue.is_venue_feed() {
+                continue;
+            }
+            for (j, l) in f.lines.iter().enumerate() {
+                if l.source.is_none() {
+                    out.push(format!(
+                        "feed[{i}].line[{j}] (feed {}, line {}): no `source` filter: any sender on {}:{} can plant datagrams (docs/operations.md, \"A stranger on the group\")",
+                        f.name, l.name, l.group, l.port
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config> {
         let text = read_config_file(path).map_err(|message| ConfigError::Read {

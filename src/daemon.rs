@@ -76,7 +76,11 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_CONFIG);
         }
     };
+    let warnings = config.warnings();
     if args.check_config {
+        for w in &warnings {
+            eprintln!("tickgate: config {}: warning: {w}", args.config.display());
+        }
         println!(
             "{}: valid ({}, {})",
             args.config.display(),
@@ -93,6 +97,9 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     logging::init(&config.log);
+    for w in &warnings {
+        tracing::warn!(config = %args.config.display(), "{w}");
+    }
     let notifier = Notifier::from_env().context("NOTIFY_SOCKET")?;
     let daemon = match Daemon::start(config, Some(args.config.clone()), notifier) {
         Ok(d) => d,

@@ -449,3 +449,31 @@ listen = "127.0.0.1:46199"
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A venue feed's line without a `source` filter is valid but open to any
+/// sender on the group: `--check-config` passes (exit 0) and warns, naming
+/// the line; with `source` set, or on a tickgate-protocol feed, it is
+/// silent.
+#[test]
+fn check_config_warns_of_a_venue_line_without_a_source_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let venue = config(dir.path(), "").replace("mode = \"full\"", "venue = \"nasdaq-itch\"");
+    let out = run(&write_config(dir.path(), &venue), &["--check-config"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: feed[0].line[0] (feed fx, line A): no `source` filter"),
+        "{stderr}"
+    );
+    let filtered = config(dir.path(), "source = \"127.0.0.1\"")
+        .replace("mode = \"full\"", "venue = \"nasdaq-itch\"");
+    let out = run(&write_config(dir.path(), &filtered), &["--check-config"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+    let own = run(
+        &write_config(dir.path(), &config(dir.path(), "")),
+        &["--check-config"],
+    );
+    assert_eq!(own.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&own.stderr).contains("warning"));
+}

@@ -288,3 +288,34 @@ fn c3b_judges_a_jump_from_the_furthest_held_datagram() {
     );
     assert_eq!(f.counters().channel_seq_anomalies, 1);
 }
+
+/// R4/R6: a malformed answer from a configured server (a length past the
+/// datagram, a count of 65534 with no messages) is an answer received and
+/// dropped, counted as such, not only an invalid packet; nothing changes.
+#[test]
+fn malformed_answers_are_counted_as_answers_dropped() {
+    let p = stream(&[1, 1, 1]);
+    let mut f = Feed::new(settings(1_000, 10, 1), 2);
+    f.on_datagram(0, &p[0], T0);
+    assert_eq!(f.on_datagram(0, &p[2], T0 + US), DatagramOutcome::Held);
+    let mut long = p[1].clone();
+    long.truncate(long.len() - 5);
+    let mut count = p[1][..20].to_vec();
+    count[18..20].copy_from_slice(&65534u16.to_be_bytes());
+    for bad in [long, count] {
+        assert!(matches!(
+            f.on_rerequest_answer(&bad, T0 + 2 * US),
+            DatagramOutcome::Invalid(_)
+        ));
+    }
+    let r = &f.counters().recovery;
+    assert_eq!((r.answers_received, r.answers_malformed), (2, 2));
+    assert_eq!(f.counters().rerequest.invalid_packets, 2);
+    assert!(f.recovering());
+    assert_eq!(
+        f.on_rerequest_answer(&p[1], T0 + 3 * US),
+        DatagramOutcome::Applied
+    );
+    assert!(!f.recovering());
+    assert_eq!(f.counters().recovery.answers_received, 3);
+}

@@ -527,3 +527,42 @@ fn the_held_bytes_bound_fails_the_attempt() {
     );
     assert_eq!(f.hold_usage().0, 0, "released as without a snapshot");
 }
+
+/// R2 `max_hole_ms`: a stranger's datagram of the current session planted
+/// 3,000 messages ahead opens a hole that the lines keep filling in part
+/// (each filling moves a re-requesting hole's deadline). Whatever the
+/// progress, the hole is declared lost `max_hole_ms` (2 s) after it
+/// opened: the feed stops answering `recovering`, its books are no longer
+/// trusted (`channel_gap`, so the planted order is never answered `OK`),
+/// and a snapshot is asked for.
+#[test]
+fn a_planted_datagram_holds_the_feed_at_most_max_hole_ms() {
+    let mut s = FeedSettings::for_venue(VenueKind::NasdaqItch);
+    s.recovery.snapshot = true;
+    s.recovery.rerequest_servers = 1;
+    let mut f = Feed::new(s, 2);
+    f.on_datagram(0, &packet(1, &[add(1, "AAPL", 1, true, 5, 1_000_000)]), T0);
+    let planted = packet(3_001, &[add(1, "AAPL", 666, true, 100, 1_005_000)]);
+    assert_eq!(f.on_datagram(1, &planted, T0 + MS), DatagramOutcome::Held);
+    let mut seq = 2u64;
+    let mut now = T0 + MS;
+    while now < T0 + 2_500 * MS {
+        now += MS;
+        f.handle_timeout(now);
+        while f.poll_request().is_some() {}
+        let real = packet(seq, &[add(1, "AAPL", 1_000 + seq, false, 1, 1_100_000)]);
+        f.on_datagram(0, &real, now);
+        seq += 1;
+        if now == T0 + 2_001 * MS {
+            assert!(f.recovering(), "open through its deadline");
+            assert_eq!(f.counters().recovery.holes_lost, 0);
+        }
+    }
+    assert!(!f.recovering());
+    assert_eq!(f.counters().recovery.holes_lost, 1);
+    assert_eq!(
+        f.symbol_summary(sym("AAPL")).unwrap().suspect,
+        Some(SuspectCause::ChannelGap)
+    );
+    assert!(matches!(f.snapshot_phase().0, SnapshotPhase::Wanted { .. }));
+}
