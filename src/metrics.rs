@@ -132,6 +132,8 @@ stats! {
             "nasdaq-itch: Adds that did not fit the order table (max_orders); the symbol is suspect gap.";
         order_conflicts: Counter, "tickgate_feed_order_conflicts_total",
             "nasdaq-itch: an order reference reused while live, or an execution or cancel larger than the order.";
+        locate_conflicts: Counter, "tickgate_feed_locate_conflicts_total",
+            "nasdaq-itch: stocks a GLIMPSE snapshot named by two locates; the symbol is not trusted (recovery.md R5).";
         live_orders: Gauge, "tickgate_feed_live_orders",
             "nasdaq-itch: live orders in the feed's books.";
         symbols_halted: Gauge, "tickgate_feed_symbols_halted",

@@ -566,3 +566,28 @@ fn a_planted_datagram_holds_the_feed_at_most_max_hole_ms() {
     );
     assert!(matches!(f.snapshot_phase().0, SnapshotPhase::Wanted { .. }));
 }
+
+/// R5: a snapshot that names one stock by two locates has two books for
+/// it and no way to tell which is the stock's: counted
+/// (`locate_conflicts`) and the symbol is not trusted, instead of silently
+/// taking the later locate's book.
+#[test]
+fn a_stock_named_by_two_locates_in_a_snapshot_is_not_trusted() {
+    let mut f = feed();
+    f.on_datagram(
+        0,
+        &packet(100, &[add(3, "MSFT", 1, true, 5, 4_000_000)]),
+        T0,
+    );
+    assert!(f.poll_snapshot_start(T0));
+    let snap = blocks(&[
+        add(1, "AAPL", 10, true, 5, 1_000_000),
+        add(2, "AAPL", 11, true, 7, 1_010_000),
+        add(3, "MSFT", 12, true, 9, 4_000_000),
+    ]);
+    f.on_snapshot(101, &snap, T0 + MS).unwrap();
+    assert_eq!(f.counters().locate_conflicts, 1);
+    let a = f.symbol_summary(sym("AAPL")).unwrap();
+    assert!(a.suspect.is_some(), "{a:?}");
+    assert_eq!(f.symbol_summary(sym("MSFT")).unwrap().suspect, None);
+}

@@ -1003,6 +1003,7 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
             "unknown_orders": c.unknown_orders,
             "orders_overflow": c.orders_overflow,
             "order_conflicts": c.order_conflicts,
+            "locate_conflicts": c.locate_conflicts,
             "live_orders": c.live_orders,
             "channel_seq_anomalies": c.channel_seq_anomalies,
             "stale_ends_of_session": c.stale_ends_of_session,

@@ -303,6 +303,7 @@ impl FeedWriter {
             unknown_orders: c.unknown_orders,
             orders_overflow: c.orders_overflow,
             order_conflicts: c.order_conflicts,
+            locate_conflicts: c.locate_conflicts,
             live_orders: c.live_orders,
             symbols_halted: self.symbols_halted,
             symbols: self.feed.symbol_count() as u64,

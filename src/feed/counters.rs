@@ -59,6 +59,9 @@ pub struct FeedCounters {
     /// nasdaq-itch: an order reference reused while live, or an execution
     /// or cancel larger than the order (the book stays consistent).
     pub order_conflicts: u64,
+    /// nasdaq-itch (R5): stocks a snapshot named by two locates (not
+    /// trusted: which book is theirs is unknown).
+    pub locate_conflicts: u64,
     /// nasdaq-itch: live orders in the books (a gauge, not a counter).
     pub live_orders: u64,
     /// C3b: packets beyond `max_channel_jump`, not believed.

@@ -1525,6 +1525,7 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::UnknownOrder => c.unknown_orders += 1,
             Count::OrderOverflow => c.orders_overflow += 1,
             Count::OrderConflict => c.order_conflicts += 1,
+            Count::LocateConflict => c.locate_conflicts += 1,
         }
     }
 }
