@@ -2297,6 +2297,28 @@ enabled = false
         );
         assert!(s.recovery.snapshot);
         assert_eq!(f.snapshot.as_ref().unwrap().username, "user01");
+        // R5's bounds default to 512 and 256 MiB; R2's cap to 2000 ms.
+        let snap = f.snapshot.as_ref().unwrap();
+        assert_eq!(
+            (snap.hold_mib, snap.max_mib, f.max_hole_ms),
+            (512, 256, 2000)
+        );
+        assert_eq!(s.recovery.snapshot_hold_bytes, 512 << 20);
+        let c = Config::parse(&venue(
+            "nasdaq-itch",
+            "max_hole_ms = 500\nsnapshot = { address = \"127.0.0.1:9100\", username = \"u\", password = \"p\", hold_mib = 64, max_mib = 32 }",
+        ))
+        .unwrap();
+        let f = &c.feeds[0];
+        let snap = f.snapshot.as_ref().unwrap();
+        assert_eq!((snap.hold_mib, snap.max_mib, f.max_hole_ms), (64, 32, 500));
+        let s = f.feed_settings();
+        assert_eq!(
+            (s.recovery.max_hole_ms, s.recovery.snapshot_hold_bytes),
+            (500, 64 << 20)
+        );
+        let e = err_of(&venue("nasdaq-itch", "max_hole_ms = 0"));
+        assert_eq!(e.key(), Some("feed[0].max_hole_ms"), "{e}");
         assert_eq!(
             Config::parse(MINIMAL).unwrap().feeds[0].gap_hold_us,
             0,
