@@ -136,6 +136,15 @@ ok "unit enabled (multi-user.target.wants)"
 
 systemd_running=0
 [ -d /run/systemd/system ] && systemd_running=1
+# A policy-rc.d that answers 101 (Docker images ship one) forbids the
+# maintainer scripts' service actions: then the upgrade's restart and the
+# remove's stop cannot happen, and are checked as not happening.
+invoke_allowed=1
+if [ -x /usr/sbin/policy-rc.d ]; then
+  rc=0
+  /usr/sbin/policy-rc.d tickgate.service restart >/dev/null 2>&1 || rc=$?
+  if [ $rc = 101 ]; then invoke_allowed=0; fi
+fi
 if [ $systemd_running = 1 ]; then
   systemctl is-enabled tickgate.service
   if systemctl is-active --quiet tickgate.service; then fail "the service was started on install"; fi
@@ -194,18 +203,19 @@ else
   ) >"$work/daemon.log" 2>&1 &
   daemon_pid=$!
 fi
-pong=""
-for _ in $(seq 1 100); do
-  pong="$(ask PING)"
-  [ "$pong" = PONG ] && break
-  if [ -n "$daemon_pid" ] && ! kill -0 "$daemon_pid" 2>/dev/null; then break; fi
-  sleep 0.2
-done
-if [ "$pong" != PONG ]; then
-  [ -n "$daemon_pid" ] && cat "$work/daemon.log"
-  [ $systemd_running = 1 ] && journalctl -u tickgate.service --no-pager -n 50
+wait_pong() {
+  local pong=""
+  for _ in $(seq 1 100); do
+    pong="$(ask PING)"
+    [ "$pong" = PONG ] && return 0
+    if [ -n "$daemon_pid" ] && ! kill -0 "$daemon_pid" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  if [ -n "$daemon_pid" ]; then cat "$work/daemon.log"; fi
+  if [ $systemd_running = 1 ]; then journalctl -u tickgate.service --no-pager -n 50 || true; fi
   fail "no PONG from /run/tickgate/gate.sock (got '${pong}')"
-fi
+}
+wait_pong
 ok "PING -> PONG on /run/tickgate/gate.sock"
 stat -c '%n %U:%G %a' /run/tickgate/gate.sock /run/tickgate/state.shm
 
@@ -225,10 +235,27 @@ ok "python3 -c 'import tickgate' (the packaged client and library): $got"
 ls /usr/lib/python3/dist-packages/__pycache__/tickgate.cpython-*.pyc \
   || fail "importing the client as root wrote no compiled file (the remove check below would prove nothing)"
 
-step "stop"
 if [ $systemd_running = 1 ]; then
-  systemctl stop tickgate.service
+  step "apt-get install --reinstall (configured as an upgrade): the running service is restarted"
+  pid_before="$(systemctl show -p MainPID --value tickgate.service)"
+  apt-get install -y -qq --reinstall "$deb" >"$work/apt-reinstall.log" 2>&1 || {
+    cat "$work/apt-reinstall.log"
+    fail "apt-get install --reinstall"
+  }
+  wait_pong
+  pid_after="$(systemctl show -p MainPID --value tickgate.service)"
+  if [ $invoke_allowed = 1 ]; then
+    [ "$pid_after" != 0 ] && [ "$pid_after" != "$pid_before" ] \
+      || fail "the service was not restarted by the upgrade (main pid $pid_before, then $pid_after)"
+    ok "restarted: main pid $pid_before, then $pid_after; PONG"
+  else
+    [ "$pid_after" = "$pid_before" ] || fail "the service restarted although policy-rc.d forbids it"
+    echo "note: /usr/sbin/policy-rc.d forbids service actions here: the restart on upgrade is not exercised"
+    ok "the service kept running through the upgrade (main pid $pid_after); PONG"
+    systemctl stop tickgate.service
+  fi
 else
+  step "stop"
   kill -TERM "$daemon_pid"
   rc=0
   wait "$daemon_pid" || rc=$?
@@ -239,8 +266,8 @@ else
   }
   [ -e /run/tickgate/gate.sock ] && fail "the gate socket is left after a clean stop"
   if [ $runtime_made = 1 ]; then rm -rf /run/tickgate; fi
+  ok "stopped cleanly"
 fi
-ok "stopped cleanly"
 [ -f /var/lib/tickgate/fills.db ] || fail "the daemon made no /var/lib/tickgate/fills.db"
 ok "fills database $(stat -c '%n %U:%G %a' /var/lib/tickgate/fills.db)"
 
@@ -249,6 +276,11 @@ apt-get remove -y -qq tickgate >"$work/apt-remove.log" 2>&1 || {
   cat "$work/apt-remove.log"
   fail "apt-get remove"
 }
+if [ $systemd_running = 1 ] && [ $invoke_allowed = 1 ]; then
+  if systemctl is-active --quiet tickgate.service; then fail "remove did not stop the service"; fi
+  [ -e /run/tickgate ] && fail "/run/tickgate left after the service stopped"
+  ok "remove stopped the service and systemd removed /run/tickgate"
+fi
 [ -e /usr/bin/tickgate ] && fail "/usr/bin/tickgate left after remove"
 [ -e "$unit" ] && fail "$unit left after remove"
 [ -f /etc/tickgate/tickgate.toml ] || fail "remove deleted the config"
