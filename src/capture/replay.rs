@@ -1308,6 +1308,25 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
     s
 }
 
+/// R6's counters of one feed, for `--json`.
+fn recovery_json(f: &ReplayFeed) -> serde_json::Value {
+    let c = f.feed.counters();
+    json!({
+            "holes_opened": c.recovery.holes_opened,
+            "holes_filled": c.recovery.holes_filled,
+            "holes_lost": c.recovery.holes_lost,
+            "hold_overflows": c.recovery.hold_overflows,
+            "messages_recovered": c.recovery.messages_recovered,
+            "answers_received": c.recovery.answers_received,
+            "answers_wrong_session": c.recovery.answers_wrong_session,
+            "answers_not_data": c.recovery.answers_not_data,
+            "answers_malformed": c.recovery.answers_malformed,
+            "conflicts": c.recovery.conflicts,
+            "conflict_copies_dropped": c.recovery.conflict_copies_dropped,
+            "holes_open_at_end": f.feed.recovering(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1352,23 +1371,4 @@ mod tests {
             Err("timestamp out of range")
         );
     }
-}
-
-/// R6's counters of one feed, for `--json`.
-fn recovery_json(f: &ReplayFeed) -> serde_json::Value {
-    let c = f.feed.counters();
-    json!({
-            "holes_opened": c.recovery.holes_opened,
-            "holes_filled": c.recovery.holes_filled,
-            "holes_lost": c.recovery.holes_lost,
-            "hold_overflows": c.recovery.hold_overflows,
-            "messages_recovered": c.recovery.messages_recovered,
-            "answers_received": c.recovery.answers_received,
-            "answers_wrong_session": c.recovery.answers_wrong_session,
-            "answers_not_data": c.recovery.answers_not_data,
-            "answers_malformed": c.recovery.answers_malformed,
-            "conflicts": c.recovery.conflicts,
-            "conflict_copies_dropped": c.recovery.conflict_copies_dropped,
-            "holes_open_at_end": f.feed.recovering(),
-    })
 }
