@@ -4,5 +4,6 @@
 //! from CME's schemas in `schema/` (versions 5 to 13) by
 //! `tests/cme_sbe_codegen.rs`. Sans-I/O.
 
+pub mod messages;
 pub mod sbe;
 pub mod templates;
