@@ -1000,7 +1000,36 @@ fn generate(schemas: &[Schema]) -> String {
                 camel(&g.name)
             ));
         }
-        o.line("}");
+        o.line("/// Reads every field of the root and of every group entry and");
+        o.line("/// counts those present (not null, carried by the version and the");
+        o.line("/// block): every accessor at once, for tests and fuzzing.");
+        o.line("pub fn fields_present(&self) -> usize {");
+        if m.groups.is_empty() && m.fields.iter().all(|f| f.ty.size() == 0) {
+            o.line("0");
+            o.line("}");
+            o.line("}");
+        } else {
+            o.line("let mut n = 0;");
+            for f in m.fields.iter().filter(|f| f.ty.size() > 0) {
+                o.line(format!(
+                    "n += usize::from(self.{}().is_some());",
+                    snake(&f.name)
+                ));
+            }
+            for g in &m.groups {
+                o.line(format!("for e in self.{}() {{", snake(&g.name)));
+                for f in g.fields.iter().filter(|f| f.ty.size() > 0) {
+                    o.line(format!(
+                        "n += usize::from(e.{}().is_some());",
+                        snake(&f.name)
+                    ));
+                }
+                o.line("}");
+            }
+            o.line("n");
+            o.line("}");
+            o.line("}");
+        }
         for g in &m.groups {
             let gm = snake(&g.name);
             let gs = camel(&g.name);
@@ -1064,6 +1093,20 @@ fn generate(schemas: &[Schema]) -> String {
     }
     o.line("_ => return None,");
     o.line("})");
+    o.line("}");
+    o.line("");
+    o.line("impl Message<'_> {");
+    o.line("/// The message's `fields_present`.");
+    o.line("pub fn fields_present(&self) -> usize {");
+    o.line("match self {");
+    for (m, _) in &messages {
+        o.line(format!(
+            "Message::{}(m) => m.fields_present(),",
+            camel(&m.name)
+        ));
+    }
+    o.line("}");
+    o.line("}");
     o.line("}");
     o.line("");
     o.line("/// The schema's name of a template decoded here.");

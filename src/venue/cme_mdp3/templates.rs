@@ -457,6 +457,18 @@ pub mod channel_reset4 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.appl_id().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -539,6 +551,12 @@ pub mod admin_heartbeat12 {
         #[inline]
         pub fn version(&self) -> u16 {
             self.layout.root.version()
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            0
         }
     }
 }
@@ -1009,6 +1027,72 @@ pub mod md_instrument_definition_future27 {
         #[inline]
         pub fn no_lot_type_rules(&self) -> Group<'a, NoLotTypeRules<'a>> {
             Group::new(self.layout.groups[3], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.decay_quantity().is_some());
+            n += usize::from(self.decay_start_date().is_some());
+            n += usize::from(self.original_contract_size().is_some());
+            n += usize::from(self.contract_multiplier().is_some());
+            n += usize::from(self.contract_multiplier_unit().is_some());
+            n += usize::from(self.flow_schedule_type().is_some());
+            n += usize::from(self.min_price_increment_amount().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoEvents` entry.
@@ -1569,6 +1653,73 @@ pub mod md_instrument_definition_spread29 {
         pub fn no_legs(&self) -> Group<'a, NoLegs<'a>> {
             Group::new(self.layout.groups[4], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.security_sub_type().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.price_ratio().is_some());
+            n += usize::from(self.tick_rule().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_legs() {
+                n += usize::from(e.leg_security_id().is_some());
+                n += usize::from(e.leg_side().is_some());
+                n += usize::from(e.leg_ratio_qty().is_some());
+                n += usize::from(e.leg_price().is_some());
+                n += usize::from(e.leg_option_delta().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoEvents` entry.
     pub mod no_events {
@@ -1897,6 +2048,22 @@ pub mod security_status30 {
         pub fn security_trading_event(&self) -> Option<u8> {
             self.layout.root.u8(SECURITY_TRADING_EVENT)
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.trade_date().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.security_trading_status().is_some());
+            n += usize::from(self.halt_reason().is_some());
+            n += usize::from(self.security_trading_event().is_some());
+            n
+        }
     }
 }
 
@@ -1965,6 +2132,32 @@ pub mod md_incremental_refresh_book32 {
         #[inline]
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.md_order_priority().is_some());
+                n += usize::from(e.md_display_qty().is_some());
+                n += usize::from(e.reference_id().is_some());
+                n += usize::from(e.order_update_action().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -2173,6 +2366,25 @@ pub mod md_incremental_refresh_daily_statistics33 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.trading_reference_date().is_some());
+                n += usize::from(e.settl_price_type().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -2318,6 +2530,22 @@ pub mod md_incremental_refresh_limits_banding34 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.high_limit_price().is_some());
+                n += usize::from(e.low_limit_price().is_some());
+                n += usize::from(e.max_price_variation().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -2459,6 +2687,24 @@ pub mod md_incremental_refresh_session_statistics35 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -2603,6 +2849,21 @@ pub mod md_incremental_refresh_volume37 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.md_update_action().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -2802,6 +3063,34 @@ pub mod snapshot_full_refresh38 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.last_msg_seq_num_processed().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.rpt_seq().is_some());
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.trade_date().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.trading_reference_date().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.settl_price_type().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -3363,6 +3652,78 @@ pub mod md_instrument_definition_option41 {
         pub fn no_related_instruments(&self) -> Group<'a, NoRelatedInstruments<'a>> {
             Group::new(self.layout.groups[5], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.put_or_call().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.strike_price().is_some());
+            n += usize::from(self.strike_currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.min_cab_price().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.min_price_increment_amount().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.tick_rule().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_underlyings() {
+                n += usize::from(e.underlying_security_id().is_some());
+                n += usize::from(e.underlying_symbol().is_some());
+            }
+            for e in self.no_related_instruments() {
+                n += usize::from(e.related_security_id().is_some());
+                n += usize::from(e.related_symbol().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoEvents` entry.
     pub mod no_events {
@@ -3656,6 +4017,29 @@ pub mod md_incremental_refresh_trade_summary42 {
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.aggressor_side().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_trade_entry_id().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.last_qty().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -3850,6 +4234,33 @@ pub mod md_incremental_refresh_book46 {
         #[inline]
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+                n += usize::from(e.tradeable_size().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.md_order_priority().is_some());
+                n += usize::from(e.md_display_qty().is_some());
+                n += usize::from(e.reference_id().is_some());
+                n += usize::from(e.order_update_action().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -4078,6 +4489,29 @@ pub mod md_incremental_refresh_trade_summary48 {
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.aggressor_side().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_trade_entry_id().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.last_qty().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -4260,6 +4694,25 @@ pub mod md_incremental_refresh_daily_statistics49 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.trading_reference_date().is_some());
+                n += usize::from(e.settl_price_type().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -4405,6 +4858,22 @@ pub mod md_incremental_refresh_limits_banding50 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.high_limit_price().is_some());
+                n += usize::from(e.low_limit_price().is_some());
+                n += usize::from(e.max_price_variation().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -4546,6 +5015,24 @@ pub mod md_incremental_refresh_session_statistics51 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -4768,6 +5255,34 @@ pub mod snapshot_full_refresh52 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.last_msg_seq_num_processed().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.rpt_seq().is_some());
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.trade_date().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.trading_reference_date().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.settl_price_type().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -5342,6 +5857,73 @@ pub mod md_instrument_definition_future54 {
         #[inline]
         pub fn no_lot_type_rules(&self) -> Group<'a, NoLotTypeRules<'a>> {
             Group::new(self.layout.groups[3], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.decay_quantity().is_some());
+            n += usize::from(self.decay_start_date().is_some());
+            n += usize::from(self.original_contract_size().is_some());
+            n += usize::from(self.contract_multiplier().is_some());
+            n += usize::from(self.contract_multiplier_unit().is_some());
+            n += usize::from(self.flow_schedule_type().is_some());
+            n += usize::from(self.min_price_increment_amount().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoEvents` entry.
@@ -5964,6 +6546,79 @@ pub mod md_instrument_definition_option55 {
         #[inline]
         pub fn no_related_instruments(&self) -> Group<'a, NoRelatedInstruments<'a>> {
             Group::new(self.layout.groups[5], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.put_or_call().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.strike_price().is_some());
+            n += usize::from(self.strike_currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.min_cab_price().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.min_price_increment_amount().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.tick_rule().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_underlyings() {
+                n += usize::from(e.underlying_security_id().is_some());
+                n += usize::from(e.underlying_symbol().is_some());
+            }
+            for e in self.no_related_instruments() {
+                n += usize::from(e.related_security_id().is_some());
+                n += usize::from(e.related_symbol().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoEvents` entry.
@@ -6646,6 +7301,78 @@ pub mod md_instrument_definition_spread56 {
         #[inline]
         pub fn no_legs(&self) -> Group<'a, NoLegs<'a>> {
             Group::new(self.layout.groups[4], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.security_sub_type().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.price_ratio().is_some());
+            n += usize::from(self.tick_rule().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.settl_price_type().is_some());
+            n += usize::from(self.open_interest_qty().is_some());
+            n += usize::from(self.cleared_volume().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            n += usize::from(self.price_quote_method().is_some());
+            n += usize::from(self.risk_set().is_some());
+            n += usize::from(self.market_set().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            n += usize::from(self.financial_instrument_full_name().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_legs() {
+                n += usize::from(e.leg_security_id().is_some());
+                n += usize::from(e.leg_side().is_some());
+                n += usize::from(e.leg_ratio_qty().is_some());
+                n += usize::from(e.leg_price().is_some());
+                n += usize::from(e.leg_option_delta().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoEvents` entry.
@@ -7396,6 +8123,80 @@ pub mod md_instrument_definition_fixed_income57 {
         pub fn no_lot_type_rules(&self) -> Group<'a, NoLotTypeRules<'a>> {
             Group::new(self.layout.groups[3], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.main_fraction().is_some());
+            n += usize::from(self.sub_fraction().is_some());
+            n += usize::from(self.price_display_format().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.min_price_increment_amount().is_some());
+            n += usize::from(self.issue_date().is_some());
+            n += usize::from(self.dated_date().is_some());
+            n += usize::from(self.maturity_date().is_some());
+            n += usize::from(self.coupon_rate().is_some());
+            n += usize::from(self.par_value().is_some());
+            n += usize::from(self.coupon_frequency_unit().is_some());
+            n += usize::from(self.coupon_frequency_period().is_some());
+            n += usize::from(self.coupon_day_count().is_some());
+            n += usize::from(self.country_of_issue().is_some());
+            n += usize::from(self.issuer().is_some());
+            n += usize::from(self.financial_instrument_full_name().is_some());
+            n += usize::from(self.security_alt_id().is_some());
+            n += usize::from(self.security_alt_id_source().is_some());
+            n += usize::from(self.price_quote_method().is_some());
+            n += usize::from(self.party_role_clearing_org().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.risk_set().is_some());
+            n += usize::from(self.market_set().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoEvents` entry.
     pub mod no_events {
@@ -8008,6 +8809,97 @@ pub mod md_instrument_definition_repo58 {
         #[inline]
         pub fn no_broken_dates(&self) -> Group<'a, NoBrokenDates<'a>> {
             Group::new(self.layout.groups[6], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.trading_reference_price().is_some());
+            n += usize::from(self.trading_reference_date().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.financial_instrument_full_name().is_some());
+            n += usize::from(self.party_role_clearing_org().is_some());
+            n += usize::from(self.start_date().is_some());
+            n += usize::from(self.end_date().is_some());
+            n += usize::from(self.termination_type().is_some());
+            n += usize::from(self.security_sub_type().is_some());
+            n += usize::from(self.money_or_par().is_some());
+            n += usize::from(self.max_no_of_substitutions().is_some());
+            n += usize::from(self.price_quote_method().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.risk_set().is_some());
+            n += usize::from(self.market_set().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            n += usize::from(self.term_code().is_some());
+            n += usize::from(self.broken_date_term_type().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_underlyings() {
+                n += usize::from(e.underlying_symbol().is_some());
+                n += usize::from(e.underlying_security_id().is_some());
+                n += usize::from(e.underlying_security_alt_id().is_some());
+                n += usize::from(e.underlying_security_alt_id_source().is_some());
+                n += usize::from(e.underlying_financial_instrument_full_name().is_some());
+                n += usize::from(e.underlying_security_type().is_some());
+                n += usize::from(e.underlying_country_of_issue().is_some());
+                n += usize::from(e.underlying_issuer().is_some());
+                n += usize::from(e.underlying_max_life_time().is_some());
+                n += usize::from(e.underlying_min_days_to_maturity().is_some());
+                n += usize::from(e.underlying_instrument_guid().is_some());
+                n += usize::from(e.underlying_maturity_date().is_some());
+            }
+            for e in self.no_related_instruments() {
+                n += usize::from(e.related_security_id().is_some());
+                n += usize::from(e.related_symbol().is_some());
+                n += usize::from(e.related_instrument_guid().is_some());
+            }
+            for e in self.no_broken_dates() {
+                n += usize::from(e.broken_date_guid().is_some());
+                n += usize::from(e.broken_date_security_id().is_some());
+                n += usize::from(e.broken_date_start().is_some());
+                n += usize::from(e.broken_date_end().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoEvents` entry.
@@ -8867,6 +9759,81 @@ pub mod md_instrument_definition_fx63 {
         pub fn no_trading_sessions(&self) -> Group<'a, NoTradingSessions<'a>> {
             Group::new(self.layout.groups[4], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.match_event_indicator().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_update_action().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.appl_id().is_some());
+            n += usize::from(self.market_segment_id().is_some());
+            n += usize::from(self.underlying_product().is_some());
+            n += usize::from(self.security_exchange().is_some());
+            n += usize::from(self.security_group().is_some());
+            n += usize::from(self.asset().is_some());
+            n += usize::from(self.symbol().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.security_type().is_some());
+            n += usize::from(self.cfi_code().is_some());
+            n += usize::from(self.currency().is_some());
+            n += usize::from(self.settl_currency().is_some());
+            n += usize::from(self.price_quote_currency().is_some());
+            n += usize::from(self.match_algorithm().is_some());
+            n += usize::from(self.min_trade_vol().is_some());
+            n += usize::from(self.max_trade_vol().is_some());
+            n += usize::from(self.min_price_increment().is_some());
+            n += usize::from(self.display_factor().is_some());
+            n += usize::from(self.price_precision().is_some());
+            n += usize::from(self.unit_of_measure().is_some());
+            n += usize::from(self.unit_of_measure_qty().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            n += usize::from(self.user_defined_instrument().is_some());
+            n += usize::from(self.financial_instrument_full_name().is_some());
+            n += usize::from(self.fx_currency_symbol().is_some());
+            n += usize::from(self.settl_type().is_some());
+            n += usize::from(self.intervening_days().is_some());
+            n += usize::from(self.fx_benchmark_rate_fix().is_some());
+            n += usize::from(self.rate_source().is_some());
+            n += usize::from(self.fix_rate_local_time().is_some());
+            n += usize::from(self.fix_rate_local_time_zone().is_some());
+            n += usize::from(self.min_quote_life().is_some());
+            n += usize::from(self.max_price_discretion_offset().is_some());
+            n += usize::from(self.instrument_guid().is_some());
+            n += usize::from(self.maturity_month_year().is_some());
+            n += usize::from(self.settlement_locale().is_some());
+            n += usize::from(self.alt_min_price_increment().is_some());
+            n += usize::from(self.alt_min_quote_life().is_some());
+            n += usize::from(self.alt_price_increment_constraint().is_some());
+            n += usize::from(self.max_bid_ask_constraint().is_some());
+            for e in self.no_events() {
+                n += usize::from(e.event_type().is_some());
+                n += usize::from(e.event_time().is_some());
+            }
+            for e in self.no_md_feed_types() {
+                n += usize::from(e.md_feed_type().is_some());
+                n += usize::from(e.market_depth().is_some());
+            }
+            for e in self.no_inst_attrib() {
+                n += usize::from(e.inst_attrib_value().is_some());
+            }
+            for e in self.no_lot_type_rules() {
+                n += usize::from(e.lot_type().is_some());
+                n += usize::from(e.min_lot_size().is_some());
+            }
+            for e in self.no_trading_sessions() {
+                n += usize::from(e.trade_date().is_some());
+                n += usize::from(e.settl_date().is_some());
+                n += usize::from(e.maturity_date().is_some());
+                n += usize::from(e.security_alt_id().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoEvents` entry.
     pub mod no_events {
@@ -9134,6 +10101,32 @@ pub mod md_incremental_refresh_book_long_qty64 {
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.md_order_priority().is_some());
+                n += usize::from(e.md_display_qty().is_some());
+                n += usize::from(e.reference_id().is_some());
+                n += usize::from(e.order_update_action().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -9352,6 +10345,29 @@ pub mod md_incremental_refresh_trade_summary_long_qty65 {
         pub fn no_order_id_entries(&self) -> Group<'a, NoOrderIdEntries<'a>> {
             Group::new(self.layout.groups[1], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_trade_entry_id().is_some());
+                n += usize::from(e.aggressor_side().is_some());
+                n += usize::from(e.md_update_action().is_some());
+            }
+            for e in self.no_order_id_entries() {
+                n += usize::from(e.order_id().is_some());
+                n += usize::from(e.last_qty().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -9532,6 +10548,21 @@ pub mod md_incremental_refresh_volume_long_qty66 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.md_update_action().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -9643,6 +10674,24 @@ pub mod md_incremental_refresh_session_statistics_long_qty67 {
         #[inline]
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
+        }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.match_event_indicator().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.security_id().is_some());
+                n += usize::from(e.rpt_seq().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.md_update_action().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
         }
     }
     /// The fields of a `NoMDEntries` entry.
@@ -9866,6 +10915,32 @@ pub mod snapshot_full_refresh_long_qty69 {
         pub fn no_md_entries(&self) -> Group<'a, NoMdEntries<'a>> {
             Group::new(self.layout.groups[0], self.version())
         }
+        /// Reads every field of the root and of every group entry and
+        /// counts those present (not null, carried by the version and the
+        /// block): every accessor at once, for tests and fuzzing.
+        pub fn fields_present(&self) -> usize {
+            let mut n = 0;
+            n += usize::from(self.last_msg_seq_num_processed().is_some());
+            n += usize::from(self.tot_num_reports().is_some());
+            n += usize::from(self.security_id().is_some());
+            n += usize::from(self.rpt_seq().is_some());
+            n += usize::from(self.transact_time().is_some());
+            n += usize::from(self.last_update_time().is_some());
+            n += usize::from(self.trade_date().is_some());
+            n += usize::from(self.md_security_trading_status().is_some());
+            n += usize::from(self.high_limit_price().is_some());
+            n += usize::from(self.low_limit_price().is_some());
+            n += usize::from(self.max_price_variation().is_some());
+            for e in self.no_md_entries() {
+                n += usize::from(e.md_entry_px().is_some());
+                n += usize::from(e.md_entry_size().is_some());
+                n += usize::from(e.number_of_orders().is_some());
+                n += usize::from(e.md_price_level().is_some());
+                n += usize::from(e.open_close_settl_flag().is_some());
+                n += usize::from(e.md_entry_type().is_some());
+            }
+            n
+        }
     }
     /// The fields of a `NoMDEntries` entry.
     pub mod no_md_entries {
@@ -10063,6 +11138,44 @@ pub fn decode<'a>(m: &RawMessage<'a>) -> Option<Result<Message<'a>, SbeError>> {
             .map(Message::SnapshotFullRefreshLongQty69),
         _ => return None,
     })
+}
+
+impl Message<'_> {
+    /// The message's `fields_present`.
+    pub fn fields_present(&self) -> usize {
+        match self {
+            Message::ChannelReset4(m) => m.fields_present(),
+            Message::AdminHeartbeat12(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionFuture27(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionSpread29(m) => m.fields_present(),
+            Message::SecurityStatus30(m) => m.fields_present(),
+            Message::MdIncrementalRefreshBook32(m) => m.fields_present(),
+            Message::MdIncrementalRefreshDailyStatistics33(m) => m.fields_present(),
+            Message::MdIncrementalRefreshLimitsBanding34(m) => m.fields_present(),
+            Message::MdIncrementalRefreshSessionStatistics35(m) => m.fields_present(),
+            Message::MdIncrementalRefreshVolume37(m) => m.fields_present(),
+            Message::SnapshotFullRefresh38(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionOption41(m) => m.fields_present(),
+            Message::MdIncrementalRefreshTradeSummary42(m) => m.fields_present(),
+            Message::MdIncrementalRefreshBook46(m) => m.fields_present(),
+            Message::MdIncrementalRefreshTradeSummary48(m) => m.fields_present(),
+            Message::MdIncrementalRefreshDailyStatistics49(m) => m.fields_present(),
+            Message::MdIncrementalRefreshLimitsBanding50(m) => m.fields_present(),
+            Message::MdIncrementalRefreshSessionStatistics51(m) => m.fields_present(),
+            Message::SnapshotFullRefresh52(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionFuture54(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionOption55(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionSpread56(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionFixedIncome57(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionRepo58(m) => m.fields_present(),
+            Message::MdInstrumentDefinitionFx63(m) => m.fields_present(),
+            Message::MdIncrementalRefreshBookLongQty64(m) => m.fields_present(),
+            Message::MdIncrementalRefreshTradeSummaryLongQty65(m) => m.fields_present(),
+            Message::MdIncrementalRefreshVolumeLongQty66(m) => m.fields_present(),
+            Message::MdIncrementalRefreshSessionStatisticsLongQty67(m) => m.fields_present(),
+            Message::SnapshotFullRefreshLongQty69(m) => m.fields_present(),
+        }
+    }
 }
 
 /// The schema's name of a template decoded here.
