@@ -4,6 +4,8 @@
 //! from CME's schemas in `schema/` (versions 5 to 13) by
 //! `tests/cme_sbe_codegen.rs`. Sans-I/O.
 
+pub mod book;
+pub mod instruments;
 pub mod messages;
 pub mod sbe;
 pub mod templates;
