@@ -1,0 +1,164 @@
+//! The packets of `cme_scenarios.json` (venues.md `cme-mdp3`) through the
+//! venue's own parts: every packet decodes, and where a scenario's answers
+//! depend only on the book, the names and the trading state (no snapshot,
+//! no channel reset, no session change), the book's level 1, the name
+//! resolution and the halted state match every check's expected answer.
+//!
+//! This is not the scenario runner: the per-instrument sequence rules, the
+//! channel rules by MsgSeqNum and SendingTime, snapshots and the answers'
+//! times need the engine (`feed`), where this venue is not plugged in yet.
+
+use serde_json::Value;
+use tickgate::feed::check::write_price_bytes;
+use tickgate::venue::cme_mdp3::instruments::Instruments;
+use tickgate::venue::cme_mdp3::messages::{self, Body, Item};
+use tickgate::venue::cme_mdp3::sbe;
+use tickgate::wire::Side;
+
+/// The contract file: the repository's copy (`spec/`), or the shared
+/// contract beside the repository while the copy lags behind it.
+fn scenarios() -> Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/spec/cme_scenarios.json"))
+        .or_else(|_| std::fs::read_to_string(format!("{root}/../shared/spec/cme_scenarios.json")))
+        .expect("cme_scenarios.json in spec/ (or ../shared/spec/)");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn unhex(h: &str) -> Vec<u8> {
+    (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn side(s: Option<Side>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) => {
+            let mut p = Vec::new();
+            write_price_bytes(&mut p, s.px);
+            format!("{}@{}", String::from_utf8(p).unwrap(), s.qty)
+        }
+    }
+}
+
+/// The `key=value` of an answer line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+#[test]
+fn every_packet_of_the_contract_decodes() {
+    let doc = scenarios();
+    let mut packets = 0;
+    let mut templates = std::collections::BTreeSet::new();
+    for s in doc["scenarios"].as_array().unwrap() {
+        for step in s["steps"].as_array().unwrap() {
+            let Some(h) = step["hex"].as_str() else {
+                continue;
+            };
+            let d = unhex(h);
+            let summary = messages::validate(&d).unwrap_or_else(|e| panic!("{}: {e}", s["name"]));
+            assert_eq!(summary.unknown, 0, "{}", s["name"]);
+            let (_, msgs) = sbe::packet(&d).unwrap();
+            for m in msgs {
+                let m = m.unwrap();
+                // Schema 9, and template 32 of schema 6 (its prices x 10^-7).
+                let v = m.header.version;
+                assert!(v == 9 || (v == 6 && m.header.template_id == 32), "{v}");
+                templates.insert(m.header.template_id);
+            }
+            packets += 1;
+        }
+    }
+    assert!(packets > 40, "{packets}");
+    // Book, trade, status, reset, heartbeat, snapshot and definitions.
+    for t in [4, 12, 30, 32, 46, 48, 52, 54] {
+        assert!(templates.contains(&t), "template {t} in {templates:?}");
+    }
+}
+
+/// The scenarios whose answers follow from the book, names and trading
+/// state alone.
+const BOOK_ONLY: &[&str] = &[
+    "book_from_rptseq_1",
+    "late_join_no_snapshot",
+    "book_actions",
+    "old_prices_times_100",
+    "channel_gap_clears_per_instrument",
+    "group_status_halts_through_definitions",
+    "channel_liveness_and_staleness",
+];
+
+#[test]
+fn books_names_and_halts_answer_as_the_contract_says() {
+    let doc = scenarios();
+    let mut checked = 0;
+    for s in doc["scenarios"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap();
+        if !BOOK_ONLY.contains(&name) {
+            continue;
+        }
+        let lines = &s["feed"]["lines"];
+        let mut inst = Instruments::default();
+        for step in s["steps"].as_array().unwrap() {
+            if let Some(h) = step["hex"].as_str() {
+                let kind = lines[step["line"].as_str().unwrap()].as_str().unwrap();
+                assert!(kind == "incremental" || kind == "definition", "{name}");
+                let d = unhex(h);
+                let (_, msgs) = sbe::packet(&d).unwrap();
+                for m in msgs {
+                    let Item::Known { body, .. } = messages::decode(&m.unwrap()).unwrap() else {
+                        continue;
+                    };
+                    match body {
+                        Body::Definition(def) => {
+                            inst.define(&def);
+                        }
+                        Body::SecurityStatus(st) => inst.status(&st, |_| {}),
+                        Body::Incremental { entries, .. } => {
+                            for e in entries {
+                                let i = inst.index(e.security_id);
+                                if let Some(b) = e.book {
+                                    // An entry that cannot apply changes nothing.
+                                    let _ = inst.get_mut(i).unwrap().book.apply(&b);
+                                }
+                            }
+                        }
+                        Body::AdminHeartbeat => {}
+                        other => panic!("{name}: {other:?}"),
+                    }
+                }
+                continue;
+            }
+            let check = step["check"].as_str().unwrap();
+            let symbol = check.strip_prefix("CHECK ").unwrap();
+            let expect = step["expect"].as_str().unwrap();
+            let found = inst.resolve(symbol.as_bytes());
+            if expect.contains(" unknown_symbol ") {
+                assert_eq!(found, None, "{name}: {check}");
+                checked += 1;
+                continue;
+            }
+            let i = found.unwrap_or_else(|| panic!("{name}: {symbol} unknown"));
+            let it = inst.get(i).unwrap();
+            let (bid, ask) = it.book.top();
+            assert_eq!(
+                (side(bid), side(ask)),
+                (
+                    field(expect, "bid").unwrap().to_string(),
+                    field(expect, "ask").unwrap().to_string()
+                ),
+                "{name}: {check} -> {expect}"
+            );
+            assert_eq!(
+                it.halted == Some(true),
+                expect.contains(" halted "),
+                "{name}: {check} -> {expect}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "{checked}");
+}
