@@ -162,3 +162,67 @@ fn books_names_and_halts_answer_as_the_contract_says() {
     }
     assert!(checked >= 20, "{checked}");
 }
+
+/// The incremental packets of the scenarios that lose, duplicate or
+/// restart the channel, classified by MsgSeqNum and SendingTime as their
+/// docs say: packet 2 lost on both lines; B's copy a duplicate; numbering
+/// restarted later (a new session); a packet sent before that session
+/// began (the replaced session's).
+#[test]
+fn channel_packets_are_classified_as_the_scenarios_say() {
+    use tickgate::venue::cme_mdp3::channel::{PacketClass::*, Sequence};
+    let doc = scenarios();
+    let want = [
+        (
+            "session_by_sending_time",
+            vec![
+                First,
+                InOrder,
+                Duplicate,
+                NewSession,
+                InOrder,
+                ReplacedSession,
+                InOrder,
+            ],
+        ),
+        (
+            "channel_gap_clears_per_instrument",
+            vec![First, Gap { lost: 1 }, InOrder],
+        ),
+        (
+            "unverified_instrument_not_rolled_back",
+            vec![First, Gap { lost: 1 }],
+        ),
+        (
+            "lost_packet_then_snapshot_with_kept_entries",
+            vec![First, Gap { lost: 1 }, InOrder],
+        ),
+        ("channel_reset", vec![First, InOrder, InOrder]),
+    ];
+    for (name, classes) in want {
+        let s = doc["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        let lines = &s["feed"]["lines"];
+        let mut seq = Sequence::default();
+        let mut got = Vec::new();
+        for step in s["steps"].as_array().unwrap() {
+            let (Some(h), Some(line)) = (step["hex"].as_str(), step["line"].as_str()) else {
+                continue;
+            };
+            if lines[line] != "incremental" {
+                continue;
+            }
+            let p = messages::validate(&unhex(h)).unwrap().header;
+            let c = seq.classify(p.msg_seq_num, p.sending_time);
+            if !matches!(c, Duplicate | ReplacedSession) {
+                seq.process(p.msg_seq_num, p.sending_time, c);
+            }
+            got.push(c);
+        }
+        assert_eq!(got, classes, "{name}");
+    }
+}

@@ -5,6 +5,7 @@
 //! `tests/cme_sbe_codegen.rs`. Sans-I/O.
 
 pub mod book;
+pub mod channel;
 pub mod instruments;
 pub mod messages;
 pub mod sbe;
