@@ -8,5 +8,6 @@ pub mod book;
 pub mod channel;
 pub mod instruments;
 pub mod messages;
+pub mod recovery;
 pub mod sbe;
 pub mod templates;
