@@ -44,7 +44,8 @@ pub struct Entry {
 pub struct BookEntry {
     /// MDEntryPx: `None` when null (i64 max).
     pub price: Option<Decimal>,
-    /// MDEntrySize (i32, or u64 in template 64): `None` when null.
+    /// MDEntrySize (i32, or u64 in template 64): `None` when null or
+    /// negative.
     pub size: Option<u64>,
     /// MDPriceLevel.
     pub level: u8,
@@ -54,10 +55,11 @@ pub struct BookEntry {
     pub entry_type: u8,
 }
 
-/// A size that is not a quantity (a negative i32) reads as 0.
+/// A size that is not a quantity (a negative i32) reads as no size: a
+/// book entry without one cannot apply.
 #[inline(always)]
 fn qty_i32(v: Option<i32>) -> Option<u64> {
-    v.map(|q| u64::try_from(q).unwrap_or(0))
+    v.and_then(|q| u64::try_from(q).ok())
 }
 
 macro_rules! entries {
@@ -671,6 +673,17 @@ mod tests {
         let b1 = e[1].book.unwrap();
         assert_eq!(e[1].rpt_seq, 2);
         assert_eq!((b1.price, b1.size), (None, None), "nulls");
+        // A negative size is no size.
+        let neg = book_entry((1, -5, 1, 3), (1, 0, b'0'), 32);
+        let d = packet(&[msg(32, 1, 6, &root11(), &[(32, &[&neg])])]);
+        let Ok(Item::Known {
+            body: Body::Incremental { mut entries, .. },
+            ..
+        }) = only_item(&d)
+        else {
+            panic!()
+        };
+        assert_eq!(entries.next().unwrap().book.unwrap().size, None);
         assert_eq!((b1.level, b1.action, b1.entry_type), (2, 2, b'1'));
     }
 
