@@ -719,7 +719,7 @@ fn glimpse_apply() {
     for run in 0..runs {
         let mut f = late_feed();
         let (w0, c0) = (Instant::now(), thread_cpu_now());
-        f.on_snapshot(session, next, black_box(&blocks), now)
+        f.on_snapshot(next, black_box(&blocks), now)
             .expect("snapshot applied");
         let (w, c) = (w0.elapsed(), thread_cpu_now() - c0);
         assert_eq!(f.counters().live_orders as usize, adds);
@@ -775,8 +775,7 @@ fn glimpse_apply() {
     let (held_now, peak_entries, peak_bytes) = f.hold_usage();
     let rss_held = status_kib("VmRSS:");
     let (w0, c0) = (Instant::now(), thread_cpu_now());
-    f.on_snapshot(session, next, &blocks, now)
-        .expect("snapshot applied");
+    f.on_snapshot(next, &blocks, now).expect("snapshot applied");
     let (w, c) = (w0.elapsed(), thread_cpu_now() - c0);
     let cnt = f.counters();
     assert!(!f.recovering());

@@ -119,6 +119,8 @@ pub struct FeedConfig {
     pub rerequest: Vec<SocketAddr>,
     pub rerequest_timeout_ms: u64,
     pub rerequest_attempts: u32,
+    /// R2: the longest a hole stays open, progress or not.
+    pub max_hole_ms: u64,
     /// R5: the GLIMPSE 5.0 server of a nasdaq-itch feed.
     pub snapshot: Option<SnapshotConfig>,
     pub clock_offset: ClockOffset,
@@ -156,6 +158,7 @@ impl FeedConfig {
             rerequest: Vec::new(),
             rerequest_timeout_ms: DEFAULT_REREQUEST_TIMEOUT_MS,
             rerequest_attempts: DEFAULT_REREQUEST_ATTEMPTS,
+            max_hole_ms: crate::feed::settings::DEFAULT_MAX_HOLE_MS,
             snapshot: None,
             clock_offset: ClockOffset::Auto,
             max_symbols: DEFAULT_MAX_SYMBOLS,
@@ -199,7 +202,14 @@ impl FeedConfig {
                 rerequest_servers: self.rerequest.len(),
                 rerequest_timeout_ms: self.rerequest_timeout_ms,
                 rerequest_attempts: self.rerequest_attempts,
+                max_hole_ms: self.max_hole_ms,
                 snapshot: self.snapshot.is_some(),
+                snapshot_hold_bytes: self
+                    .snapshot
+                    .as_ref()
+                    .map_or(crate::feed::settings::DEFAULT_SNAPSHOT_HOLD_BYTES, |s| {
+                        mib(s.hold_mib)
+                    }),
             },
         }
     }
@@ -482,6 +492,28 @@ fn read_config_file(path: &Path) -> std::result::Result<String, String> {
 }
 
 impl Config {
+    /// What a valid config leaves open that an operator should know:
+    /// each line of a venue feed without a `source` filter, the one
+    /// control against a stranger on the group (recovery.md R1: a planted
+    /// datagram is held, and a conflicting copy costs a re-request).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, f) in self.feeds.iter().enumerate() {
+            if !f.venue.is_venue_feed() {
+                continue;
+            }
+            for (j, l) in f.lines.iter().enumerate() {
+                if l.source.is_none() {
+                    out.push(format!(
+                        "feed[{i}].line[{j}] (feed {}, line {}): no `source` filter: any sender on {}:{} can plant datagrams (docs/operations.md, \"A stranger on the group\")",
+                        f.name, l.name, l.group, l.port
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config> {
         let text = read_config_file(path).map_err(|message| ConfigError::Read {
@@ -755,6 +787,7 @@ impl Config {
                 || old.rerequest != newf.rerequest
                 || old.rerequest_timeout_ms != newf.rerequest_timeout_ms
                 || old.rerequest_attempts != newf.rerequest_attempts
+                || old.max_hole_ms != newf.max_hole_ms
                 || old.snapshot != newf.snapshot
             {
                 plan.needs_restart.push(format!("{k}.recovery"));
@@ -938,6 +971,9 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     let rerequest_attempts = s
         .uint("rerequest_attempts", 1, 1000)?
         .map_or(DEFAULT_REREQUEST_ATTEMPTS, |n| n as u32);
+    let max_hole_ms = s
+        .uint("max_hole_ms", 1, 3_600_000)?
+        .unwrap_or(crate::feed::settings::DEFAULT_MAX_HOLE_MS);
     let snapshot = match s.table("snapshot")? {
         None => None,
         Some(t) if venue != VenueKind::NasdaqItch => {
@@ -1005,6 +1041,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         rerequest,
         rerequest_timeout_ms,
         rerequest_attempts,
+        max_hole_ms,
         snapshot,
         clock_offset,
         max_symbols,
@@ -1016,13 +1053,29 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     })
 }
 
-/// R5: `snapshot = { address = "ip:port", username, password }`.
+/// R5: `snapshot = { address = "ip:port", username, password, hold_mib,
+/// max_mib }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotConfig {
     pub address: SocketAddr,
     /// SoupBinTCP fields: at most 6 and 10 ASCII characters.
     pub username: String,
     pub password: String,
+    /// Most MiB of datagrams held while an attempt runs.
+    pub hold_mib: u64,
+    /// Most MiB of the snapshot's own messages.
+    pub max_mib: u64,
+}
+
+/// R5: `snapshot.hold_mib`'s and `snapshot.max_mib`'s defaults.
+pub const DEFAULT_SNAPSHOT_HOLD_MIB: u64 =
+    (crate::feed::settings::DEFAULT_SNAPSHOT_HOLD_BYTES >> 20) as u64;
+pub const DEFAULT_SNAPSHOT_MAX_MIB: u64 =
+    (crate::feed::settings::DEFAULT_SNAPSHOT_MAX_BYTES >> 20) as u64;
+
+/// MiB to bytes, saturating.
+pub fn mib(n: u64) -> usize {
+    usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
 }
 
 fn parse_snapshot(mut s: Section<'_>) -> Result<SnapshotConfig> {
@@ -1040,11 +1093,19 @@ fn parse_snapshot(mut s: Section<'_>) -> Result<SnapshotConfig> {
             ));
         }
     }
+    let hold_mib = s
+        .uint("hold_mib", 1, 1 << 20)?
+        .unwrap_or(DEFAULT_SNAPSHOT_HOLD_MIB);
+    let max_mib = s
+        .uint("max_mib", 1, 1 << 20)?
+        .unwrap_or(DEFAULT_SNAPSHOT_MAX_MIB);
     s.finish()?;
     Ok(SnapshotConfig {
         address,
         username,
         password,
+        hold_mib,
+        max_mib,
     })
 }
 
@@ -2236,6 +2297,28 @@ enabled = false
         );
         assert!(s.recovery.snapshot);
         assert_eq!(f.snapshot.as_ref().unwrap().username, "user01");
+        // R5's bounds default to 512 and 256 MiB; R2's cap to 2000 ms.
+        let snap = f.snapshot.as_ref().unwrap();
+        assert_eq!(
+            (snap.hold_mib, snap.max_mib, f.max_hole_ms),
+            (512, 256, 2000)
+        );
+        assert_eq!(s.recovery.snapshot_hold_bytes, 512 << 20);
+        let c = Config::parse(&venue(
+            "nasdaq-itch",
+            "max_hole_ms = 500\nsnapshot = { address = \"127.0.0.1:9100\", username = \"u\", password = \"p\", hold_mib = 64, max_mib = 32 }",
+        ))
+        .unwrap();
+        let f = &c.feeds[0];
+        let snap = f.snapshot.as_ref().unwrap();
+        assert_eq!((snap.hold_mib, snap.max_mib, f.max_hole_ms), (64, 32, 500));
+        let s = f.feed_settings();
+        assert_eq!(
+            (s.recovery.max_hole_ms, s.recovery.snapshot_hold_bytes),
+            (500, 64 << 20)
+        );
+        let e = err_of(&venue("nasdaq-itch", "max_hole_ms = 0"));
+        assert_eq!(e.key(), Some("feed[0].max_hole_ms"), "{e}");
         assert_eq!(
             Config::parse(MINIMAL).unwrap().feeds[0].gap_hold_us,
             0,

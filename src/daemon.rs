@@ -76,7 +76,11 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_CONFIG);
         }
     };
+    let warnings = config.warnings();
     if args.check_config {
+        for w in &warnings {
+            eprintln!("tickgate: config {}: warning: {w}", args.config.display());
+        }
         println!(
             "{}: valid ({}, {})",
             args.config.display(),
@@ -93,6 +97,9 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     logging::init(&config.log);
+    for w in &warnings {
+        tracing::warn!(config = %args.config.display(), "{w}");
+    }
     let notifier = Notifier::from_env().context("NOTIFY_SOCKET")?;
     let daemon = match Daemon::start(config, Some(args.config.clone()), notifier) {
         Ok(d) => d,
@@ -265,11 +272,12 @@ impl Daemon {
             let beat = Beat::new(&format!("feed-{}", f.name));
             let (mut writer, control) = FeedWriter::new(feed, Arc::clone(fm), Arc::clone(&beat));
             if let Some(snap) = &f.snapshot {
-                let opts = crate::net::glimpse::GlimpseOptions::new(
+                let mut opts = crate::net::glimpse::GlimpseOptions::new(
                     snap.address,
                     &snap.username,
                     &snap.password,
                 );
+                opts.max_bytes = crate::config::mib(snap.max_mib);
                 let client = crate::net::glimpse::GlimpseClient::spawn(&f.name, opts)
                     .with_context(|| format!("feed {}: starting the GLIMPSE client", f.name))?;
                 writer.set_glimpse(client);

@@ -15,6 +15,7 @@ pub mod feed;
 pub mod fills;
 pub mod gate;
 pub mod http_limits;
+pub mod manual;
 pub mod metrics;
 pub mod net;
 pub mod text;

@@ -1,6 +1,6 @@
 //! The `tickgate` command line: thin dispatch to the modules that own each command.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,7 +59,23 @@ The summary goes to standard output, progress to standard error.")]
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // The packaging command (`generate`, hidden) is added here rather than
+    // to Cli, so that the man pages and completions written from Cli offer
+    // only the commands users run.
+    let matches = Cli::command()
+        .subcommand(tickgate::manual::GenerateCommand::augment_subcommands(
+            clap::Command::new("generate")
+                .about("Man pages and shell completions (for packaging)")
+                .subcommand_required(true)
+                .hide(true),
+        ))
+        .get_matches();
+    if let Some(("generate", m)) = matches.subcommand() {
+        let what =
+            tickgate::manual::GenerateCommand::from_arg_matches(m).unwrap_or_else(|e| e.exit());
+        finish(tickgate::manual::generate_main(Cli::command(), what));
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Run(a) => tickgate::daemon::run_main(a),
         Command::Demo(a) => tickgate::daemon::demo_main(a),
@@ -75,6 +91,10 @@ fn main() {
             tickgate::fills::kafka::consume_kafka_main(*a)
         }
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

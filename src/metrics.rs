@@ -132,6 +132,8 @@ stats! {
             "nasdaq-itch: Adds that did not fit the order table (max_orders); the symbol is suspect gap.";
         order_conflicts: Counter, "tickgate_feed_order_conflicts_total",
             "nasdaq-itch: an order reference reused while live, or an execution or cancel larger than the order.";
+        locate_conflicts: Counter, "tickgate_feed_locate_conflicts_total",
+            "nasdaq-itch: stocks a GLIMPSE snapshot named by two locates; the symbol is not trusted (recovery.md R5).";
         live_orders: Gauge, "tickgate_feed_live_orders",
             "nasdaq-itch: live orders in the feed's books.";
         symbols_halted: Gauge, "tickgate_feed_symbols_halted",
@@ -166,6 +168,12 @@ stats! {
             "Re-request answers of another session, dropped (R4).";
         rerequest_answers_not_data: Counter, "tickgate_feed_rerequest_answers_not_data_total",
             "Heartbeats and ends of session among re-request answers, dropped (R4).";
+        rerequest_answers_malformed: Counter, "tickgate_feed_rerequest_answers_malformed_total",
+            "Re-request answers that are not valid datagrams of the feed's venue, dropped (R4, R6).";
+        conflicts: Counter, "tickgate_feed_conflicts_total",
+            "Copies of a held datagram with the same sequence and message count but other bytes: neither applied, the sequence re-requested or lost (recovery.md R1).";
+        conflict_copies_dropped: Counter, "tickgate_feed_conflict_copies_dropped_total",
+            "Later copies of a conflicted sequence from the lines, dropped until the hole reaches past it (R1).";
         snapshots_started: Counter, "tickgate_feed_snapshots_started_total",
             "GLIMPSE snapshot attempts started (recovery.md R5).";
         snapshots_applied_r5: Counter, "tickgate_feed_glimpse_snapshots_applied_total",

@@ -59,6 +59,7 @@ fn settings(hold_us: u64, packets: usize, servers: usize) -> FeedSettings {
             rerequest_timeout_ms: 5,
             rerequest_attempts: 2,
             snapshot: false,
+            ..Recovery::default()
         },
         ..FeedSettings::default()
     }
@@ -225,4 +226,96 @@ fn a_request_dropped_before_the_shell_takes_it_is_not_counted() {
     let (server, request) = f.poll_request().expect("the request for packet 5");
     assert_eq!((server, request.sequence, request.count), (0, 5, 1));
     assert_eq!(f.counters().recovery.requests_sent, 1);
+}
+
+/// R1: the other line's copy of a held datagram takes no room: with room
+/// for two held datagrams, A's and B's copies of packets 3 and 4 are all
+/// held without overflowing, and packet 2 then fills the hole.
+#[test]
+fn r1_the_other_lines_copy_of_a_held_datagram_takes_no_room() {
+    let p = stream(&[1, 1, 1, 1]);
+    let mut f = Feed::new(settings(1_000, 2, 0), 2);
+    f.on_datagram(0, &p[0], T0);
+    assert_eq!(f.on_datagram(0, &p[2], T0 + US), DatagramOutcome::Held);
+    assert_eq!(
+        f.on_datagram(1, &p[2], T0 + 2 * US),
+        DatagramOutcome::Duplicate
+    );
+    assert_eq!(f.on_datagram(0, &p[3], T0 + 3 * US), DatagramOutcome::Held);
+    assert_eq!(
+        f.on_datagram(1, &p[3], T0 + 4 * US),
+        DatagramOutcome::Duplicate
+    );
+    assert_eq!(f.hold_usage().0, 2);
+    assert_eq!(f.counters().recovery.hold_overflows, 0);
+    assert_eq!(
+        f.on_datagram(1, &p[1], T0 + 5 * US),
+        DatagramOutcome::Applied
+    );
+    assert!(!f.recovering());
+    assert_eq!(f.counters().channel_messages_lost, 0);
+    assert_eq!(f.counters().recovery.holes_filled, 1);
+}
+
+/// semantics.md C3b with a hold: a datagram is judged from the end of the
+/// furthest one held, not from a `next` that waits for the hole: two
+/// jumps of 600,000 (each under `max_channel_jump`, 1,000,000) are both
+/// held although the second is 1,200,000 beyond `next`.
+#[test]
+fn c3b_judges_a_jump_from_the_furthest_held_datagram() {
+    let session = SessionId::parse("HOLDPROP01").unwrap();
+    let at = |seq: u64| {
+        let mut b = PacketBuilder::new();
+        b.start(session, seq);
+        b.quote(&Quote::new(sym(0), seq, T0 as u64, None, None));
+        b.bytes().to_vec()
+    };
+    let mut f = Feed::new(settings(100_000, 10, 0), 2);
+    f.on_datagram(0, &at(1), T0);
+    assert_eq!(
+        f.on_datagram(0, &at(600_000), T0 + US),
+        DatagramOutcome::Held
+    );
+    assert_eq!(
+        f.on_datagram(0, &at(1_200_000), T0 + 2 * US),
+        DatagramOutcome::Held
+    );
+    assert_eq!(f.counters().channel_seq_anomalies, 0);
+    // From the furthest held (1,200,001), 1,000,000 more is not believed.
+    assert_eq!(
+        f.on_datagram(0, &at(2_200_001), T0 + 3 * US),
+        DatagramOutcome::Ignored
+    );
+    assert_eq!(f.counters().channel_seq_anomalies, 1);
+}
+
+/// R4/R6: a malformed answer from a configured server (a length past the
+/// datagram, a count of 65534 with no messages) is an answer received and
+/// dropped, counted as such, not only an invalid packet; nothing changes.
+#[test]
+fn malformed_answers_are_counted_as_answers_dropped() {
+    let p = stream(&[1, 1, 1]);
+    let mut f = Feed::new(settings(1_000, 10, 1), 2);
+    f.on_datagram(0, &p[0], T0);
+    assert_eq!(f.on_datagram(0, &p[2], T0 + US), DatagramOutcome::Held);
+    let mut long = p[1].clone();
+    long.truncate(long.len() - 5);
+    let mut count = p[1][..20].to_vec();
+    count[18..20].copy_from_slice(&65534u16.to_be_bytes());
+    for bad in [long, count] {
+        assert!(matches!(
+            f.on_rerequest_answer(&bad, T0 + 2 * US),
+            DatagramOutcome::Invalid(_)
+        ));
+    }
+    let r = &f.counters().recovery;
+    assert_eq!((r.answers_received, r.answers_malformed), (2, 2));
+    assert_eq!(f.counters().rerequest.invalid_packets, 2);
+    assert!(f.recovering());
+    assert_eq!(
+        f.on_rerequest_answer(&p[1], T0 + 3 * US),
+        DatagramOutcome::Applied
+    );
+    assert!(!f.recovering());
+    assert_eq!(f.counters().recovery.answers_received, 3);
 }

@@ -614,6 +614,49 @@ fn a_late_join_is_rebuilt_from_glimpse() {
     );
 }
 
+/// R5: a GLIMPSE server that names its SoupBinTCP session differently
+/// from the multicast session (nothing in SoupBinTCP or GLIMPSE promises
+/// they are equal) still rebuilds every book: `G` alone places the
+/// snapshot.
+#[test]
+fn a_glimpse_server_with_its_own_session_name_rebuilds_the_books() {
+    let _serial = serial();
+    let g = groups(13, 46408);
+    let mut stream = Stream::new(itch(48, 4.0, 1_000, 4), g, [0.0, 0.0], new_history());
+    let mut opts = ServerOptions::new("tguser", "tgpass");
+    opts.soupbin_session = Some(SessionId::parse("GLIMPSE001").unwrap());
+    assert_ne!(opts.soupbin_session, Some(stream.session()));
+    let server = GlimpseServer::spawn(loopback(), stream.snapshot_source(), opts).unwrap();
+    stream.start();
+    stream.wait_sent(300);
+    let d = start(
+        g,
+        &format!(
+            "snapshot = {{ address = \"{}\", username = \"tguser\", password = \"tgpass\" }}",
+            server.local_addr()
+        ),
+    );
+    wait_within(
+        Duration::from_secs(15),
+        "every symbol trusted after the snapshot",
+        &mut || {
+            every_symbol_trusted(&d) && feed(&d.metrics(), "glimpse_snapshots_applied_total") >= 1
+        },
+    );
+    let end = stream.finish(true);
+    wait_for("every datagram read is processed, no hole open", || {
+        let m = d.metrics();
+        line_sum(&m, "datagrams_received_total") == line_sum(&m, "packets_received_total")
+            && feed(&m, "recovering") == 0
+    });
+    wait_book(&d, &end.book);
+    let m = d.metrics();
+    assert_eq!(feed(&m, "channel_messages_lost_total"), 0);
+    assert_eq!(feed(&m, "glimpse_snapshots_applied_total"), 1);
+    assert_eq!(feed(&m, "snapshots_failed_total"), 0);
+    assert_eq!(server.stop().logins_accepted, 1);
+}
+
 // ------------------------------------- (c) R5 failures: a scripted server
 
 /// What a scripted GLIMPSE server does on one connection (after reading
@@ -640,6 +683,12 @@ enum Script {
     BadMessage,
     /// Server heartbeats until the flag is set, then `Serve`.
     Gated(Arc<AtomicBool>),
+    /// Login Accepted, then a Sequenced Data packet one byte every 100 ms:
+    /// bytes flow, but no whole packet.
+    Trickle,
+    /// Login Accepted, then 1,000-byte messages of an unknown type, never
+    /// `G`.
+    Endless,
     /// The snapshot as the source has it now, then heartbeats until the
     /// client logs out.
     Serve,
@@ -875,6 +924,27 @@ fn run_script(
             messages(&mut s, usize::MAX)?;
             end_of_snapshot(&mut s)?;
             heartbeats_until(&mut s, None, stop);
+            return Ok(());
+        }
+        Script::Trickle => {
+            accept(&mut s)?;
+            let mut packet = Vec::new();
+            Soup::SequencedData(&[b'S'; 1000])
+                .encode(&mut packet)
+                .unwrap();
+            for b in packet {
+                if stop.load(Ordering::Relaxed) || s.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            return Ok(());
+        }
+        Script::Endless => {
+            accept(&mut s)?;
+            let msg = [b'~'; 1000];
+            while !stop.load(Ordering::Relaxed) && soup(&mut s, Soup::SequencedData(&msg)).is_ok() {
+            }
             return Ok(());
         }
         Script::Garbage | Script::Silent => unreachable!(),
@@ -1268,6 +1338,7 @@ fn client_options(address: SocketAddr) -> GlimpseOptions {
     o.silence = Duration::from_millis(300);
     o.whole = Duration::from_millis(1_000);
     o.heartbeat = Duration::from_millis(100);
+    o.max_bytes = 256 << 10;
     o
 }
 
@@ -1302,6 +1373,10 @@ fn the_glimpse_client_reports_every_failure_then_recovers() {
         (Script::Garbage, SnapshotFailure::Malformed),
         (Script::BadEnd, SnapshotFailure::Malformed),
         (Script::DataBeforeLogin, SnapshotFailure::Malformed),
+        // R5: silence counts whole packets, not bytes.
+        (Script::Trickle, SnapshotFailure::Silence),
+        // R5: the snapshot's own messages are bounded (`snapshot.max_mib`).
+        (Script::Endless, SnapshotFailure::SnapshotBound),
     ];
     let mut scripts: Vec<Script> = cases.iter().map(|(s, _)| s.clone()).collect();
     scripts.push(Script::Serve);

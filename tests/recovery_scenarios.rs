@@ -7,5 +7,5 @@ mod scenarios;
 
 #[test]
 fn every_recovery_scenario_answers_as_specified() {
-    scenarios::run_file("recovery_scenarios.json", 16);
+    scenarios::run_file("recovery_scenarios.json", 20);
 }

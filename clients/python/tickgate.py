@@ -9,7 +9,8 @@ line are exactly the gate socket's (gate.md).
         print(a.line)                    # "OK EURUSD seq=... \\n"
 
 The library is found at $TICKGATE_LIB, else by the linker's search
-(ctypes.util.find_library("tickgate")). A Client is for one thread at a
+(ctypes.util.find_library("tickgate")), else where the Debian package puts
+it (/usr/lib/tickgate/libtickgate.so). A Client is for one thread at a
 time; open one per thread.
 """
 
@@ -54,8 +55,14 @@ class _Answer(ctypes.Structure):
     ]
 
 
+# The Debian package's private library directory (not on the linker's path).
+PACKAGED_LIB = "/usr/lib/tickgate/libtickgate.so"
+
+
 def _load():
     path = os.environ.get("TICKGATE_LIB") or ctypes.util.find_library("tickgate")
+    if not path and os.path.exists(PACKAGED_LIB):
+        path = PACKAGED_LIB
     if not path:
         raise OSError("libtickgate not found: set TICKGATE_LIB to libtickgate.so")
     lib = ctypes.CDLL(path)

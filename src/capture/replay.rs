@@ -1003,20 +1003,11 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
             "unknown_orders": c.unknown_orders,
             "orders_overflow": c.orders_overflow,
             "order_conflicts": c.order_conflicts,
+            "locate_conflicts": c.locate_conflicts,
             "live_orders": c.live_orders,
             "channel_seq_anomalies": c.channel_seq_anomalies,
             "stale_ends_of_session": c.stale_ends_of_session,
-            "recovery": {
-                "holes_opened": c.recovery.holes_opened,
-                "holes_filled": c.recovery.holes_filled,
-                "holes_lost": c.recovery.holes_lost,
-                "hold_overflows": c.recovery.hold_overflows,
-                "messages_recovered": c.recovery.messages_recovered,
-                "answers_received": c.recovery.answers_received,
-                "answers_wrong_session": c.recovery.answers_wrong_session,
-                "answers_not_data": c.recovery.answers_not_data,
-                "holes_open_at_end": f.feed.recovering(),
-            },
+            "recovery": recovery_json(f),
             "message_types": message_types_json(f.feed.message_types()),
             "clock_offset_ns": f.feed.clock_offset_ns(),
             "sessions": fsessions,
@@ -1361,4 +1352,23 @@ mod tests {
             Err("timestamp out of range")
         );
     }
+}
+
+/// R6's counters of one feed, for `--json`.
+fn recovery_json(f: &ReplayFeed) -> serde_json::Value {
+    let c = f.feed.counters();
+    json!({
+            "holes_opened": c.recovery.holes_opened,
+            "holes_filled": c.recovery.holes_filled,
+            "holes_lost": c.recovery.holes_lost,
+            "hold_overflows": c.recovery.hold_overflows,
+            "messages_recovered": c.recovery.messages_recovered,
+            "answers_received": c.recovery.answers_received,
+            "answers_wrong_session": c.recovery.answers_wrong_session,
+            "answers_not_data": c.recovery.answers_not_data,
+            "answers_malformed": c.recovery.answers_malformed,
+            "conflicts": c.recovery.conflicts,
+            "conflict_copies_dropped": c.recovery.conflict_copies_dropped,
+            "holes_open_at_end": f.feed.recovering(),
+    })
 }

@@ -138,17 +138,25 @@ impl ChunkWriter {
         h[14..18].copy_from_slice(&m.dst.ip().octets());
         h[18..20].copy_from_slice(&m.dst.port().to_le_bytes());
         h[20..24].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.w.write_all(&h)?;
-        self.w.write_all(payload)?;
+        self.w
+            .write_all(&h)
+            .and_then(|()| self.w.write_all(payload))
+            .map_err(|e| self.named(e))?;
         self.bytes += (HEADER + payload.len()) as u64;
         Ok(())
     }
 
+    /// The error with the chunk's path (a full `--sort-dir` says where).
+    #[cold]
+    fn named(&self, e: io::Error) -> io::Error {
+        io::Error::new(e.kind(), format!("{}: {e}", self.path.display()))
+    }
+
     /// Flushes the file; returns its path.
     pub fn finish(mut self, stats: &mut SpillStats) -> io::Result<PathBuf> {
-        self.w
-            .flush()
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))?;
+        if let Err(e) = self.w.flush() {
+            return Err(self.named(e));
+        }
         stats.bytes_written += self.bytes;
         Ok(self.path)
     }
@@ -245,6 +253,34 @@ mod tests {
             out.push((m.ts_ns, m.src.port()));
         }
         out
+    }
+
+    /// A full `--sort-dir` names the file it could not write.
+    #[test]
+    fn a_full_disk_names_the_chunk() {
+        let path = PathBuf::from("/dev/full");
+        let Ok(f) = File::options().write(true).open(&path) else {
+            eprintln!("SKIPPED a_full_disk_names_the_chunk: no /dev/full");
+            return;
+        };
+        let mut w = ChunkWriter {
+            w: BufWriter::new(f),
+            path,
+            bytes: 0,
+        };
+        let m = DatagramMeta {
+            ts_ns: 1,
+            src: a(1),
+            dst: a(2),
+            len: 64 << 10,
+        };
+        let payload = vec![0u8; 64 << 10];
+        let err = (0..64)
+            .find_map(|_| w.write(m, &payload).err())
+            .or_else(|| w.finish(&mut SpillStats::default()).err())
+            .expect("writing to /dev/full fails");
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert!(err.to_string().starts_with("/dev/full: "), "{err}");
     }
 
     #[test]

@@ -156,6 +156,8 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
         address: glimpse.local_addr(),
         username: GLIMPSE_USER.to_string(),
         password: GLIMPSE_PASSWORD.to_string(),
+        hold_mib: crate::config::DEFAULT_SNAPSHOT_HOLD_MIB,
+        max_mib: crate::config::DEFAULT_SNAPSHOT_MAX_MIB,
     });
     for (name, last) in [("A", 1u8), ("B", 2)] {
         feed.lines.push(LineConfig {

@@ -239,13 +239,11 @@ impl FeedWriter {
             match outcome {
                 Outcome::Done(s) => {
                     let orders_before = self.feed.counters().live_orders;
-                    match self
-                        .feed
-                        .on_snapshot(s.session, s.next, &s.blocks, s.end_at)
-                    {
+                    match self.feed.on_snapshot(s.next, &s.blocks, s.end_at) {
                         Ok(()) => tracing::info!(
                             feed,
                             next = s.next,
+                            soupbin_session = %s.session,
                             bytes = s.blocks.len(),
                             live_orders = self.feed.counters().live_orders,
                             orders_before,
@@ -305,6 +303,7 @@ impl FeedWriter {
             unknown_orders: c.unknown_orders,
             orders_overflow: c.orders_overflow,
             order_conflicts: c.order_conflicts,
+            locate_conflicts: c.locate_conflicts,
             live_orders: c.live_orders,
             symbols_halted: self.symbols_halted,
             symbols: self.feed.symbol_count() as u64,
@@ -322,6 +321,9 @@ impl FeedWriter {
             rerequest_answers_wrong_source: c.recovery.answers_wrong_source,
             rerequest_answers_wrong_session: c.recovery.answers_wrong_session,
             rerequest_answers_not_data: c.recovery.answers_not_data,
+            rerequest_answers_malformed: c.recovery.answers_malformed,
+            conflicts: c.recovery.conflicts,
+            conflict_copies_dropped: c.recovery.conflict_copies_dropped,
             snapshots_started: c.recovery.snapshots_started,
             snapshots_applied_r5: c.recovery.snapshots_applied,
             snapshots_failed: c.recovery.snapshots_failed.iter().sum(),

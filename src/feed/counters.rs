@@ -59,6 +59,9 @@ pub struct FeedCounters {
     /// nasdaq-itch: an order reference reused while live, or an execution
     /// or cancel larger than the order (the book stays consistent).
     pub order_conflicts: u64,
+    /// nasdaq-itch (R5): stocks a snapshot named by two locates (not
+    /// trusted: which book is theirs is unknown).
+    pub locate_conflicts: u64,
     /// nasdaq-itch: live orders in the books (a gauge, not a counter).
     pub live_orders: u64,
     /// C3b: packets beyond `max_channel_jump`, not believed.
@@ -82,20 +85,26 @@ pub struct RecoveryCounters {
     /// Messages applied from re-request answers.
     pub messages_recovered: u64,
     pub requests_sent: u64,
-    /// Answers from a configured server (valid datagrams).
+    /// Answers from a configured server (malformed ones included).
     pub answers_received: u64,
     /// Dropped answers: from an address that is not a configured server,
-    /// of another session, heartbeats and ends of session.
+    /// of another session, heartbeats and ends of session, malformed.
     pub answers_wrong_source: u64,
     pub answers_wrong_session: u64,
     pub answers_not_data: u64,
+    pub answers_malformed: u64,
+    /// R1: copies whose bytes differ from the held one of their sequence
+    /// and message count (neither applied).
+    pub conflicts: u64,
+    /// R1: later copies of a conflicted sequence from the lines, dropped.
+    pub conflict_copies_dropped: u64,
     /// R2: holes declared because the hold was full.
     pub hold_overflows: u64,
     /// R5: snapshot attempts started, applied, and failed by reason (in
     /// `SnapshotFailure::ALL` order).
     pub snapshots_started: u64,
     pub snapshots_applied: u64,
-    pub snapshots_failed: [u64; 9],
+    pub snapshots_failed: [u64; 10],
     /// From a hole's opening to its closing (filled or declared).
     pub hole_time: NsHistogram,
     /// Line skew: from a packet's first copy to its second.

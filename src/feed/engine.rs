@@ -7,7 +7,7 @@
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
-use super::hold::{Hold, Source};
+use super::hold::{Against, Hold, Source};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, HOT_BYTES};
@@ -69,22 +69,26 @@ pub enum SnapshotFailure {
     LoginRejected,
     /// End of Session (`Z`) or the connection closed before `G`.
     Closed,
-    /// 15 s without any packet from the server.
+    /// 15 s without a whole packet from the server.
     Silence,
     /// 30 s without `G`.
     NoEndOfSnapshot,
     /// A packet or message that does not parse.
     Malformed,
-    /// More than `SNAPSHOT_HOLD_MAX` datagrams held meanwhile.
+    /// More than `SNAPSHOT_HOLD_MAX` datagrams, or more than
+    /// `snapshot.hold_mib` of them, held meanwhile.
     HeldBound,
-    /// The snapshot is of another session than the feed's.
-    OtherSession,
-    /// The feed's session changed during the attempt.
+    /// The snapshot's own messages passed `snapshot.max_mib`.
+    SnapshotBound,
+    /// `G` is `max_channel_jump` or more beyond the furthest held datagram,
+    /// or as far below the first one (C3b's rule for a snapshot).
+    Implausible,
+    /// The feed's session changed (or ended) during the attempt.
     SessionChanged,
 }
 
 impl SnapshotFailure {
-    pub const ALL: [SnapshotFailure; 9] = [
+    pub const ALL: [SnapshotFailure; 10] = [
         SnapshotFailure::Refused,
         SnapshotFailure::LoginRejected,
         SnapshotFailure::Closed,
@@ -92,7 +96,8 @@ impl SnapshotFailure {
         SnapshotFailure::NoEndOfSnapshot,
         SnapshotFailure::Malformed,
         SnapshotFailure::HeldBound,
-        SnapshotFailure::OtherSession,
+        SnapshotFailure::SnapshotBound,
+        SnapshotFailure::Implausible,
         SnapshotFailure::SessionChanged,
     ];
 
@@ -105,7 +110,8 @@ impl SnapshotFailure {
             SnapshotFailure::NoEndOfSnapshot => "no_end_of_snapshot",
             SnapshotFailure::Malformed => "malformed",
             SnapshotFailure::HeldBound => "held_bound",
-            SnapshotFailure::OtherSession => "other_session",
+            SnapshotFailure::SnapshotBound => "snapshot_bound",
+            SnapshotFailure::Implausible => "implausible_end",
             SnapshotFailure::SessionChanged => "session_changed",
         }
     }
@@ -120,17 +126,33 @@ impl SnapshotFailure {
 
 /// R5: most datagrams held while a snapshot runs.
 pub const SNAPSHOT_HOLD_MAX: usize = 1_000_000;
-/// R5: the first retry waits this long, doubling up to the maximum.
+/// R5 "Pace": an attempt starts at the earliest this long after the
+/// previous one started, doubling up to the maximum while attempts keep
+/// being needed.
 const SNAPSHOT_BACKOFF_MIN_NS: i64 = 1_000_000_000;
 const SNAPSHOT_BACKOFF_MAX_NS: i64 = 60_000_000_000;
+/// R5 "Pace": after this long without needing a snapshot, the backoff is
+/// back to its minimum.
+const SNAPSHOT_BACKOFF_RESET_NS: i64 = 60_000_000_000;
 
 /// R5 state of a feed.
 #[derive(Clone, Copy, Debug)]
 struct SnapshotState {
     phase: SnapshotPhase,
+    /// The wait between the next attempt's start and the one after it.
     backoff_ns: i64,
+    /// The earliest start of the next attempt (the last start plus the
+    /// backoff then): whatever ended the last one, none starts sooner.
+    earliest_next: i64,
+    /// Since when no snapshot has been needed (the last one applied), if
+    /// one was ever started.
+    idle_since: Option<i64>,
     last_failure: Option<SnapshotFailure>,
 }
+
+/// R1: most sequences remembered as conflicted at once (their copies from
+/// the lines are dropped until the hole reaches past them).
+const CONFLICTS_MAX: usize = 1024;
 
 /// R2: the open hole's times.
 #[derive(Clone, Copy, Debug, Default)]
@@ -206,6 +228,9 @@ pub struct Feed<P: Publish = NoPublish> {
     rec: HoleTimes,
     req: Requester,
     snap: SnapshotState,
+    /// R1: sequences whose held copy met a conflicting one, ascending; all
+    /// at or beyond `next` (pruned as `next` passes them).
+    conflicted: Vec<u64>,
     /// Line skew: first arrival of recent packets by sequence (a ring
     /// indexed by sequence; the second copy reads and clears its entry).
     first_copy: Box<[(u64, i64); SKEW_RING]>,
@@ -259,8 +284,11 @@ impl<P: Publish> Feed<P> {
             snap: SnapshotState {
                 phase: SnapshotPhase::Idle,
                 backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
+                earliest_next: i64::MIN,
+                idle_since: None,
                 last_failure: None,
             },
+            conflicted: Vec::new(),
             first_copy: Box::new([(0, 0); SKEW_RING]),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
@@ -461,6 +489,7 @@ impl<P: Publish> Feed<P> {
     fn steady(&self, header: &Header) -> bool {
         let ch = &header.channel;
         self.hold.is_empty()
+            && self.conflicted.is_empty()
             && self.view.recovery == 0
             && self.snap.phase == SnapshotPhase::Idle
             && ch.sequence <= self.channel.next_sequence()
@@ -477,8 +506,11 @@ impl<P: Publish> Feed<P> {
         let header = match self.venue.parse(datagram) {
             Ok(h) => h,
             Err(e) => {
+                // R6: a malformed answer is an answer dropped, too.
                 self.counters.invalid_packets += 1;
                 self.counters.rerequest.invalid_packets += 1;
+                self.counters.recovery.answers_received += 1;
+                self.counters.recovery.answers_malformed += 1;
                 return DatagramOutcome::Invalid(e);
             }
         };
@@ -571,6 +603,10 @@ impl<P: Publish> Feed<P> {
         match self.snap.phase {
             SnapshotPhase::Wanted { not_before } if now >= not_before => {
                 self.snap.phase = SnapshotPhase::Running { since: now };
+                // Pace: the next attempt, whatever ends this one, waits
+                // the backoff from this start.
+                self.snap.earliest_next = now.saturating_add(self.snap.backoff_ns);
+                self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
                 self.counters.recovery.snapshots_started += 1;
                 self.refresh_recovery_view();
                 true
@@ -582,13 +618,23 @@ impl<P: Publish> Feed<P> {
     /// R5: a late join or a lost hole on a feed with a snapshot server.
     fn want_snapshot(&mut self, now: i64) {
         if self.settings.recovery.snapshot && self.snap.phase == SnapshotPhase::Idle {
-            self.snap.phase = SnapshotPhase::Wanted { not_before: now };
+            if self
+                .snap
+                .idle_since
+                .is_some_and(|t| now.saturating_sub(t) >= SNAPSHOT_BACKOFF_RESET_NS)
+            {
+                // Pace: 60 s without needing one, back to the minimum.
+                self.snap.backoff_ns = SNAPSHOT_BACKOFF_MIN_NS;
+            }
+            self.snap.phase = SnapshotPhase::Wanted {
+                not_before: now.max(self.snap.earliest_next),
+            };
         }
     }
 
     /// R5: the attempt failed: nothing of it is applied; the held
     /// datagrams are processed as without a snapshot (R1-R2) and the next
-    /// attempt waits 1 s, doubling up to 60 s.
+    /// attempt waits for its pace (the backoff from this one's start).
     pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
         if !self.snapshot_running() {
             return;
@@ -596,20 +642,31 @@ impl<P: Publish> Feed<P> {
         self.counters.recovery.snapshots_failed[why.index()] += 1;
         self.snap.last_failure = Some(why);
         self.snap.phase = SnapshotPhase::Wanted {
-            not_before: now.saturating_add(self.snap.backoff_ns),
+            not_before: now.max(self.snap.earliest_next),
         };
-        self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
-        self.resume_after_snapshot(now);
+        self.resume_after_snapshot(None, now);
         self.refresh_recovery_view();
     }
 
-    /// R5: the snapshot arrived whole: `session` as Login Accepted named
-    /// it, `next` from End of Snapshot (`G`), `blocks` its messages (each
-    /// a u16 big-endian length then the message), `now` the arrival of
-    /// `G`. Applied as R5 says, or failed (then as `on_snapshot_failed`).
+    /// R5: a `G` that C3b's rule does not believe: `max_channel_jump` or
+    /// more beyond the furthest held datagram (or `next`, nothing held),
+    /// or as far below the first one.
+    fn implausible_end(&self, next: u64) -> bool {
+        let jump = self.settings.max_channel_jump.max(1);
+        let current = self.channel.next_sequence();
+        let furthest = current.max(self.hold.max_end());
+        let first = self.hold.first().map_or(current, |h| h.sequence());
+        next >= furthest.saturating_add(jump) || next.saturating_add(jump) <= first
+    }
+
+    /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
+    /// `blocks` its messages (each a u16 big-endian length then the
+    /// message), `now` the arrival of `G`. Applied to the feed's current
+    /// session as R5 says (Login Accepted's session is SoupBinTCP's own and
+    /// is not compared with it: `G` alone places the snapshot), or failed
+    /// (then as `on_snapshot_failed`).
     pub fn on_snapshot(
         &mut self,
-        session: SessionId,
         next: u64,
         blocks: &[u8],
         now: i64,
@@ -617,15 +674,19 @@ impl<P: Publish> Feed<P> {
         if !self.snapshot_running() {
             return Err(SnapshotFailure::SessionChanged);
         }
-        if self.channel.current_session() != Some(session) || self.channel.ended() {
-            self.on_snapshot_failed(SnapshotFailure::OtherSession, now);
-            return Err(SnapshotFailure::OtherSession);
+        if self.channel.current_session().is_none() || self.channel.ended() {
+            self.on_snapshot_failed(SnapshotFailure::SessionChanged, now);
+            return Err(SnapshotFailure::SessionChanged);
+        }
+        if next == 0 || self.implausible_end(next) {
+            self.on_snapshot_failed(SnapshotFailure::Implausible, now);
+            return Err(SnapshotFailure::Implausible);
         }
         // Validated whole before anything changes (R5: nothing of a failed
         // attempt is applied).
         let messages = match self.venue.validate_snapshot(blocks) {
-            Ok(n) if next > 0 => n,
-            _ => {
+            Ok(n) => n,
+            Err(_) => {
                 self.on_snapshot_failed(SnapshotFailure::Malformed, now);
                 return Err(SnapshotFailure::Malformed);
             }
@@ -662,27 +723,32 @@ impl<P: Publish> Feed<P> {
         self.counters.recovery.snapshots_applied += 1;
         // Step 3.
         self.channel.set_next(next);
-        self.snap = SnapshotState {
-            phase: SnapshotPhase::Idle,
-            backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
-            last_failure: None,
-        };
-        self.resume_after_snapshot(now);
+        self.conflicted.retain(|&seq| seq >= next);
+        // Pace: the backoff stays as it is until 60 s pass without need.
+        self.snap.phase = SnapshotPhase::Idle;
+        self.snap.idle_since = Some(now);
+        self.snap.last_failure = None;
+        self.resume_after_snapshot(Some(now), now);
         self.refresh_recovery_view();
         Ok(())
     }
 
     /// After a snapshot attempt: held datagrams that continue from `next`
-    /// are processed; what remains beyond is a hole (R1, R2, R4).
-    fn resume_after_snapshot(&mut self, now: i64) {
+    /// are processed; what remains beyond is a hole (R1, R2, R4) whose open
+    /// time is the arrival of `G` when one was applied (`end_at`, R5 step
+    /// 3), else the earliest held arrival. The hold then gives back what
+    /// the attempt grew (R5: its buffers are released).
+    fn resume_after_snapshot(&mut self, end_at: Option<i64>, now: i64) {
         self.release(now);
         if self.hold.is_empty() {
             self.close_hole(now);
         } else {
-            let t = self.hold.earliest_arrival().unwrap_or(now);
+            let t = end_at.unwrap_or_else(|| self.hold.earliest_arrival().unwrap_or(now));
             self.open_hole(t);
             self.schedule_request(now);
         }
+        self.hold
+            .shrink_to(self.settings.recovery.gap_hold_packets.min(1 << 16));
     }
 
     /// R4: the request to send now, if one fell due: the index of the
@@ -739,11 +805,25 @@ impl<P: Publish> Feed<P> {
                     }
                     // R2: every open hole is declared before C5 applies.
                     self.declare_all(now);
+                    self.conflicted.clear();
                 }
                 return self.process(source, datagram, header, now);
             }
             let next = self.channel.next_sequence();
             let seq = ch.sequence;
+            if !self.conflicted.is_empty() {
+                // R1: the lines' copies of a conflicted sequence are dropped
+                // until the hole reaches past it; the servers decide.
+                let passed = self.conflicted.partition_point(|&c| c < next);
+                self.conflicted.drain(..passed);
+                if matches!(source, Source::Line(_))
+                    && ch.kind == PacketKind::Data
+                    && self.conflicted.binary_search(&seq).is_ok()
+                {
+                    self.counters.recovery.conflict_copies_dropped += 1;
+                    return DatagramOutcome::Ignored;
+                }
+            }
             if self.snapshot_running() {
                 // R5: every datagram of the session is held meanwhile.
                 let end = seq.saturating_add(ch.count as u64);
@@ -753,11 +833,13 @@ impl<P: Publish> Feed<P> {
                 if !self.believed_beyond_hold(seq) {
                     return self.process(source, datagram, header, now);
                 }
-                if self.hold.holds_copy(header) {
-                    self.source_counters(source).duplicate_packets += 1;
-                    return DatagramOutcome::Duplicate;
+                if let Some(out) = self.against_held(source, datagram, header, now) {
+                    return out;
                 }
-                if self.hold.len() >= SNAPSHOT_HOLD_MAX {
+                if self.hold.len() >= SNAPSHOT_HOLD_MAX
+                    || self.hold.bytes() + datagram.len()
+                        > self.settings.recovery.snapshot_hold_bytes
+                {
                     self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
                     continue;
                 }
@@ -772,10 +854,8 @@ impl<P: Publish> Feed<P> {
                     }
                     return self.process(source, datagram, header, now);
                 }
-                if self.hold.holds_copy(header) {
-                    // The other line's copy of a held packet adds nothing.
-                    self.source_counters(source).duplicate_packets += 1;
-                    return DatagramOutcome::Duplicate;
+                if let Some(out) = self.against_held(source, datagram, header, now) {
+                    return out;
                 }
                 if self.hold.len() >= self.settings.recovery.gap_hold_packets.max(1) {
                     // R2: holding one more would exceed the bound.
@@ -809,6 +889,48 @@ impl<P: Publish> Feed<P> {
                     out
                 }
             };
+        }
+    }
+
+    /// R1: a datagram beyond `next` against the held ones: the other
+    /// line's copy of a held packet adds nothing; one with the same
+    /// sequence and message count but other bytes is a conflict: neither is
+    /// applied, the held one is removed, and its sequence is missing (its
+    /// later copies from the lines are dropped, a server's answer decides).
+    /// `None`: hold it.
+    fn against_held(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> Option<DatagramOutcome> {
+        match self.hold.compare(header, datagram) {
+            Against::New => None,
+            Against::Copy => {
+                self.source_counters(source).duplicate_packets += 1;
+                Some(DatagramOutcome::Duplicate)
+            }
+            Against::Conflict(at) => {
+                self.counters.recovery.conflicts += 1;
+                let seq = header.channel.sequence;
+                self.hold.remove(at);
+                if self.conflicted.binary_search(&seq).is_err() {
+                    if self.conflicted.len() >= CONFLICTS_MAX {
+                        // Bounded: the furthest mark goes (the nearest to
+                        // `next` are re-requested first).
+                        self.conflicted.pop();
+                    }
+                    let at = self.conflicted.partition_point(|&c| c < seq);
+                    self.conflicted.insert(at, seq);
+                }
+                if self.hold.is_empty() {
+                    // Nothing held beyond `next`: no hole is open until a
+                    // datagram beyond the conflicted sequence arrives.
+                    self.close_hole(now);
+                }
+                Some(DatagramOutcome::Ignored)
+            }
         }
     }
 
@@ -981,19 +1103,22 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// R2: the open hole's deadline.
+    /// R2: the open hole's deadline, never more than `max_hole_ms` after
+    /// its open time.
     fn hole_deadline(&self) -> i64 {
         let r = &self.settings.recovery;
         let held_until = self
             .rec
             .t_open
             .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64);
-        if r.rerequest_servers == 0 {
-            return held_until;
-        }
-        held_until
-            .max(self.rec.t_progress)
-            .saturating_add(self.rerequest_window_ns())
+        let deadline = if r.rerequest_servers == 0 {
+            held_until
+        } else {
+            held_until
+                .max(self.rec.t_progress)
+                .saturating_add(self.rerequest_window_ns())
+        };
+        deadline.min(self.rec.t_open.saturating_add(ms_to_ns(r.max_hole_ms)))
     }
 
     /// R2: `rerequest_attempts x rerequest_timeout_ms`, in ns.
@@ -1400,6 +1525,7 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::UnknownOrder => c.unknown_orders += 1,
             Count::OrderOverflow => c.orders_overflow += 1,
             Count::OrderConflict => c.order_conflicts += 1,
+            Count::LocateConflict => c.locate_conflicts += 1,
         }
     }
 }

@@ -11,6 +11,19 @@
 use std::collections::VecDeque;
 
 use crate::venue::Header;
+use crate::wire::PacketKind;
+
+/// R1: an arriving datagram against the held ones of its sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Against {
+    /// None of its sequence is held (or only ones with fewer messages).
+    New,
+    /// A copy of one held (same bytes, or no more messages): no room.
+    Copy,
+    /// Same sequence and message count as the held entry at this index,
+    /// other bytes.
+    Conflict(usize),
+}
 
 /// Where a held datagram came from: a line of the feed, or a re-request
 /// answer (R4).
@@ -108,15 +121,69 @@ impl Hold {
         self.entries.iter().map(|e| e.arrival).min()
     }
 
-    /// Whether a copy of this packet (same sequence, count and kind) is
-    /// already held: the other line's copy adds nothing (C2).
-    pub fn holds_copy(&self, header: &Header) -> bool {
+    /// R1: what an arriving datagram of a sequence beyond `next` is to the
+    /// ones held. Only data packets with messages can conflict: a
+    /// heartbeat or end of session carries nothing to forge.
+    pub fn compare(&self, header: &Header, datagram: &[u8]) -> Against {
         let seq = header.channel.sequence;
+        let count = header.channel.count;
         let start = self.entries.partition_point(|e| e.sequence() < seq);
-        self.entries
+        let mut conflict = None;
+        for (i, e) in self
+            .entries
             .range(start..)
-            .take_while(|e| e.sequence() == seq)
-            .any(|e| e.header.channel == header.channel)
+            .enumerate()
+            .take_while(|(_, e)| e.sequence() == seq)
+        {
+            if e.header.channel.kind != header.channel.kind {
+                continue;
+            }
+            let same_count = e.header.channel.count == count;
+            if same_count && &self.arena[e.offset..e.offset + e.len] == datagram {
+                return Against::Copy;
+            }
+            if same_count && count > 0 && header.channel.kind == PacketKind::Data {
+                conflict = Some(start + i);
+            } else if count <= e.header.channel.count {
+                // No more messages than one held: it takes no room.
+                return Against::Copy;
+            }
+        }
+        match conflict {
+            Some(at) => Against::Conflict(at),
+            None => Against::New,
+        }
+    }
+
+    /// Removes the entry at `at` (a conflict, R1): its bytes stay in the
+    /// arena until the next compaction or the hold empties.
+    pub fn remove(&mut self, at: usize) -> Option<Held> {
+        let held = self.entries.remove(at)?;
+        self.live_bytes -= held.len;
+        if self.entries.is_empty() {
+            self.arena.clear();
+            self.live_bytes = 0;
+        }
+        Some(held)
+    }
+
+    /// Memory the held datagrams take now: their bytes and their entries
+    /// (R5 bounds a snapshot's hold by this).
+    #[inline]
+    pub fn bytes(&self) -> usize {
+        self.live_bytes + self.entries.len() * std::mem::size_of::<Held>()
+    }
+
+    /// Gives back memory grown beyond `entries` datagrams and an empty
+    /// arena (R5: a snapshot attempt's buffers are released when it ends).
+    /// Only when empty; a hold in use keeps what it has.
+    pub fn shrink_to(&mut self, entries: usize) {
+        if !self.entries.is_empty() {
+            return;
+        }
+        self.entries.shrink_to(entries);
+        self.arena = Vec::new();
+        self.spare = Vec::new();
     }
 
     /// Holds `datagram`: after every held entry of a lower or equal
@@ -186,7 +253,7 @@ impl Hold {
 mod tests {
     use super::*;
     use crate::venue::ChannelHeader;
-    use crate::wire::{PacketKind, SessionId};
+    use crate::wire::SessionId;
 
     fn header(seq: u64, count: u16) -> Header {
         Header {
@@ -208,8 +275,10 @@ mod tests {
         h.push(header(5, 2), b"five-b", 3, Source::Line(1));
         h.push(header(7, 1), b"seven", 4, Source::Rerequest);
         assert_eq!(h.earliest_arrival(), Some(1));
-        assert!(h.holds_copy(&header(5, 2)));
-        assert!(!h.holds_copy(&header(5, 1)));
+        assert_eq!(h.compare(&header(5, 2), b"five-a"), Against::Copy);
+        assert_eq!(h.compare(&header(5, 1), b"five"), Against::Copy);
+        assert_eq!(h.compare(&header(5, 3), b"five-c"), Against::New);
+        assert_eq!(h.compare(&header(6, 2), b"six"), Against::New);
         let mut out = Vec::new();
         let mut got = Vec::new();
         while let Some(e) = h.pop_into(&mut out) {
@@ -241,5 +310,78 @@ mod tests {
             assert_eq!(out, big);
         }
         assert!(h.peak_bytes < 4 << 20, "arena grew to {}", h.peak_bytes);
+    }
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+    use crate::venue::ChannelHeader;
+    use crate::wire::SessionId;
+
+    fn header(seq: u64, count: u16, kind: PacketKind) -> Header {
+        Header {
+            channel: ChannelHeader {
+                session: SessionId(*b"SESSION001"),
+                sequence: seq,
+                kind,
+                count,
+            },
+            send_time: None,
+        }
+    }
+
+    #[test]
+    fn other_bytes_with_the_same_count_conflict_and_can_be_removed() {
+        let mut h = Hold::with_capacity(4);
+        h.push(
+            header(5, 2, PacketKind::Data),
+            b"five-a",
+            1,
+            Source::Line(0),
+        );
+        h.push(header(7, 1, PacketKind::Data), b"seven", 2, Source::Line(0));
+        assert_eq!(
+            h.compare(&header(5, 2, PacketKind::Data), b"five-X"),
+            Against::Conflict(0)
+        );
+        let before = h.bytes();
+        let gone = h.remove(0).unwrap();
+        assert_eq!(gone.sequence(), 5);
+        assert!(h.bytes() < before);
+        assert_eq!(h.first().unwrap().sequence(), 7);
+        assert_eq!(
+            h.compare(&header(5, 2, PacketKind::Data), b"five-X"),
+            Against::New
+        );
+    }
+
+    #[test]
+    fn heartbeats_never_conflict() {
+        let mut h = Hold::with_capacity(2);
+        h.push(
+            header(9, 0, PacketKind::Heartbeat),
+            b"hb-a",
+            1,
+            Source::Line(0),
+        );
+        assert_eq!(
+            h.compare(&header(9, 0, PacketKind::Heartbeat), b"hb-b"),
+            Against::Copy
+        );
+    }
+
+    #[test]
+    fn shrinking_an_empty_hold_gives_its_arena_back() {
+        let mut h = Hold::with_capacity(2);
+        let big = vec![1u8; 1 << 20];
+        h.push(header(1, 1, PacketKind::Data), &big, 0, Source::Line(0));
+        assert!(h.bytes() >= 1 << 20);
+        h.shrink_to(2);
+        assert!(h.arena.capacity() >= 1 << 20, "in use: kept");
+        h.clear();
+        h.shrink_to(2);
+        assert_eq!(h.arena.capacity(), 0);
+        assert_eq!(h.bytes(), 0);
     }
 }

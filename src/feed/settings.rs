@@ -76,10 +76,24 @@ pub struct Recovery {
     pub rerequest_timeout_ms: u64,
     /// R4: requests in a row without progress before the hole is lost.
     pub rerequest_attempts: u32,
+    /// R2: no hole stays open longer than this after its open time,
+    /// progress or not.
+    pub max_hole_ms: u64,
     /// R5: the feed has a snapshot server (nasdaq-itch, GLIMPSE); its
     /// address and login are the I/O shell's.
     pub snapshot: bool,
+    /// R5: most bytes of datagrams held while a snapshot runs
+    /// (`snapshot.hold_mib`).
+    pub snapshot_hold_bytes: usize,
 }
+
+/// R2: `max_hole_ms`'s default.
+pub const DEFAULT_MAX_HOLE_MS: u64 = 2_000;
+/// R5: `snapshot.hold_mib`'s default, in bytes.
+pub const DEFAULT_SNAPSHOT_HOLD_BYTES: usize = 512 << 20;
+/// R5: `snapshot.max_mib`'s default (the snapshot's own messages), in
+/// bytes.
+pub const DEFAULT_SNAPSHOT_MAX_BYTES: usize = 256 << 20;
 
 impl Default for Recovery {
     fn default() -> Self {
@@ -89,7 +103,9 @@ impl Default for Recovery {
             rerequest_servers: 0,
             rerequest_timeout_ms: 50,
             rerequest_attempts: 3,
+            max_hole_ms: DEFAULT_MAX_HOLE_MS,
             snapshot: false,
+            snapshot_hold_bytes: DEFAULT_SNAPSHOT_HOLD_BYTES,
         }
     }
 }

@@ -26,14 +26,14 @@ pub struct GlimpseOptions {
     pub address: SocketAddr,
     pub username: String,
     pub password: String,
-    /// R5: an attempt fails after this long without any packet.
+    /// R5: an attempt fails after this long without a whole packet.
     pub silence: Duration,
     /// R5: an attempt fails after this long without `G`.
     pub whole: Duration,
     /// SoupBinTCP: a client heartbeat after this long without sending.
     pub heartbeat: Duration,
-    /// Most snapshot bytes accepted (a server that never sends `G` must
-    /// not exhaust memory before the time limit).
+    /// Most snapshot bytes accepted (`snapshot.max_mib`: a server that
+    /// never sends `G` must not exhaust memory before the time limit).
     pub max_bytes: usize,
 }
 
@@ -46,13 +46,15 @@ impl GlimpseOptions {
             silence: Duration::from_secs(15),
             whole: Duration::from_secs(30),
             heartbeat: Duration::from_secs(1),
-            max_bytes: 1 << 30,
+            max_bytes: crate::feed::settings::DEFAULT_SNAPSHOT_MAX_BYTES,
         }
     }
 }
 
-/// A finished snapshot: Login Accepted's session, `G`'s next sequence, the
-/// messages as MoldUDP64 blocks (u16 length, message), the arrival of `G`.
+/// A finished snapshot: Login Accepted's session (SoupBinTCP's own, for
+/// the log only: R5 does not compare it with the multicast session), `G`'s
+/// next sequence, the messages as MoldUDP64 blocks (u16 length, message),
+/// the arrival of `G`.
 #[derive(Debug)]
 pub struct Snapshot {
     pub session: SessionId,
@@ -159,7 +161,13 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
             return failed(SnapshotFailure::Closed, "stopping");
         }
         if last_heard.elapsed() > opts.silence {
-            return failed(SnapshotFailure::Silence, "no packet from the server");
+            return failed(
+                SnapshotFailure::Silence,
+                format!(
+                    "no whole packet from the server in {} s",
+                    opts.silence.as_secs()
+                ),
+            );
         }
         if started.elapsed() > opts.whole {
             return failed(
@@ -191,7 +199,6 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
             }
             Err(e) => return failed(SnapshotFailure::Closed, format!("reading: {e}")),
         };
-        last_heard = Instant::now();
         decoder.push(&buf[..n]);
         loop {
             let packet = match decoder.next_packet() {
@@ -199,6 +206,9 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
                 Ok(None) => break,
                 Err(e) => return failed(SnapshotFailure::Malformed, format!("SoupBinTCP: {e}")),
             };
+            // R5: silence is measured between whole packets; bytes that
+            // never complete one do not count.
+            last_heard = Instant::now();
             match packet {
                 Packet::LoginAccepted { session: s, .. } => session = Some(s),
                 Packet::LoginRejected { reason } => {
@@ -234,8 +244,11 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
                     }
                     if blocks.len() + msg.len() + 2 > opts.max_bytes {
                         return failed(
-                            SnapshotFailure::Malformed,
-                            "snapshot larger than the bound",
+                            SnapshotFailure::SnapshotBound,
+                            format!(
+                                "snapshot larger than snapshot.max_mib ({} MiB)",
+                                opts.max_bytes >> 20
+                            ),
                         );
                     }
                     blocks.extend_from_slice(&(msg.len() as u16).to_be_bytes());

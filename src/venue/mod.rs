@@ -175,6 +175,9 @@ pub enum Count {
     /// nasdaq-itch: an order reference reused while live, or an execution
     /// or cancel larger than the order: counted, the book kept consistent.
     OrderConflict,
+    /// nasdaq-itch: a snapshot names one stock by two locates; which book
+    /// is the stock's cannot be known (the symbol is not trusted).
+    LocateConflict,
 }
 
 /// How the verdict treats a venue's feeds (the engine sets feed flags).

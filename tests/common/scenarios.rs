@@ -76,7 +76,11 @@ pub fn settings(feed: &Value) -> FeedSettings {
             rerequest_attempts: feed["rerequest_attempts"]
                 .as_u64()
                 .map_or(d.recovery.rerequest_attempts, |n| n as u32),
+            max_hole_ms: feed["max_hole_ms"]
+                .as_u64()
+                .unwrap_or(d.recovery.max_hole_ms),
             snapshot: false,
+            ..Recovery::default()
         },
         ..d
     }

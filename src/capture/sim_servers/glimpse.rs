@@ -58,6 +58,10 @@ pub struct GlimpseOptions {
     pub write_timeout: Duration,
     pub snapshot_timeout: Duration,
     pub max_connections: usize,
+    /// The SoupBinTCP session Login Accepted names (and a Login Request may
+    /// ask for): the multicast session when `None`. A GLIMPSE server may
+    /// name its own (recovery.md R5: the client does not compare them).
+    pub soupbin_session: Option<SessionId>,
 }
 
 impl GlimpseOptions {
@@ -73,6 +77,7 @@ impl GlimpseOptions {
             // R5: a client waits 30 s for `G`.
             snapshot_timeout: Duration::from_secs(30),
             max_connections: 16,
+            soupbin_session: None,
         }
     }
 
@@ -299,7 +304,13 @@ impl Connection<'_> {
             return Closed::Rejected;
         }
         let snapshot = match source() {
-            Some(s) if login.requested_session().is_none_or(|r| r == s.session) => s,
+            Some(s)
+                if login
+                    .requested_session()
+                    .is_none_or(|r| r == opts.soupbin_session.unwrap_or(s.session)) =>
+            {
+                s
+            }
             _ => {
                 bump(&self.counters.logins_rejected);
                 let _ = self.send(&[Packet::LoginRejected {
@@ -413,7 +424,7 @@ impl Connection<'_> {
         let deadline = Instant::now() + self.opts.snapshot_timeout;
         let mut out = Vec::with_capacity(CHUNK + 64);
         Packet::LoginAccepted {
-            session: s.session,
+            session: self.opts.soupbin_session.unwrap_or(s.session),
             sequence: 1,
         }
         .encode(&mut out)

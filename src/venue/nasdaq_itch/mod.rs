@@ -347,11 +347,19 @@ impl Venue for NasdaqItch {
             seq = seq.saturating_add(n as u64);
         }
         // Every symbol a locate names takes its book's best, stamped as
-        // of the snapshot (R5 step 2).
+        // of the snapshot (R5 step 2). A stock two locates name has two
+        // books and no way to tell which is its own: counted, and its
+        // symbol is not trusted (the first locate's book is quoted).
         let quote_seq = next.saturating_sub(1);
+        let mut quoted = std::collections::HashSet::new();
         for locate in 0..LOCATES {
             let l = &mut self.locates[locate];
             if l.slot1 == 0 {
+                continue;
+            }
+            if !quoted.insert(l.slot1) {
+                rules.count(Count::LocateConflict);
+                rules.suspect_gap(l.slot1 - 1);
                 continue;
             }
             let locate = locate as u16;
