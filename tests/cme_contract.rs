@@ -15,13 +15,10 @@ use tickgate::venue::cme_mdp3::messages::{self, Body, Item};
 use tickgate::venue::cme_mdp3::sbe;
 use tickgate::wire::Side;
 
-/// The contract file: the repository's copy (`spec/`), or the shared
-/// contract beside the repository while the copy lags behind it.
+/// The contract file, from the repository's copy of the contract.
 fn scenarios() -> Value {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/spec/cme_scenarios.json"))
-        .or_else(|_| std::fs::read_to_string(format!("{root}/../shared/spec/cme_scenarios.json")))
-        .expect("cme_scenarios.json in spec/ (or ../shared/spec/)");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/cme_scenarios.json");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap()
 }
 
