@@ -223,3 +223,198 @@ fn channel_packets_are_classified_as_the_scenarios_say() {
         assert_eq!(got, classes, "{name}");
     }
 }
+
+/// The snapshots of the recovery scenarios, used or ignored as their docs
+/// and answers say, decided by `recovery` (coverage, continuation, kept
+/// entries) over a small model of the instruments' sequences: an
+/// instrument waits from a first entry other than RptSeq 1, a RptSeq gap,
+/// a book error, a channel gap (until its next entry in order) or a
+/// channel reset (until an entry with RptSeq 1); a used snapshot sets its
+/// sequence and the kept entries above it continue it.
+#[test]
+fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
+    use std::collections::HashMap;
+    use tickgate::venue::cme_mdp3::channel::{PacketClass, Sequence};
+    use tickgate::venue::cme_mdp3::recovery::{continues, Coverage, Kept, KeptEntry};
+
+    let doc = scenarios();
+    // (scenario, each snapshot used?, instruments that stop waiting with
+    // their RptSeq, instruments still waiting at the end)
+    type Want<'a> = (&'a str, &'a [bool], &'a [(&'a str, u32)], &'a [&'a str]);
+    let want: &[Want] = &[
+        (
+            "lost_packet_then_snapshot_with_kept_entries",
+            &[false, true, false],
+            &[("#1001", 6), ("#2002", 2)],
+            &[],
+        ),
+        (
+            "unverified_instrument_not_rolled_back",
+            &[false, true],
+            &[("#1001", 3)],
+            &[],
+        ),
+        (
+            "late_join_recovered_by_snapshot",
+            &[true, false],
+            &[("#1001", 78)],
+            &[],
+        ),
+        ("channel_reset", &[false], &[("#1001", 1)], &["#2002"]),
+        (
+            "book_error_makes_the_instrument_wait",
+            &[true],
+            &[("#1001", 6)],
+            &[],
+        ),
+    ];
+    for &(name, used_want, seqs_want, waiting_want) in want {
+        let s = doc["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        let lines = &s["feed"]["lines"];
+        let mut inst = Instruments::default();
+        let mut seq = Sequence::default();
+        let mut cov = Coverage::default();
+        let mut kept = Kept::new(1_000_000);
+        // Per instrument: last RptSeq, and whether only a channel gap
+        // (not a cause of its own) makes it wait.
+        let mut last: HashMap<u32, u32> = HashMap::new();
+        let mut only_unverified: HashMap<u32, bool> = HashMap::new();
+        let mut used = Vec::new();
+        for step in s["steps"].as_array().unwrap() {
+            let (Some(h), Some(line)) = (step["hex"].as_str(), step["line"].as_str()) else {
+                continue;
+            };
+            let d = unhex(h);
+            let p = messages::validate(&d).unwrap().header;
+            let (_, msgs) = sbe::packet(&d).unwrap();
+            match lines[line].as_str().unwrap() {
+                "incremental" => {
+                    let c = seq.classify(p.msg_seq_num, p.sending_time);
+                    match c {
+                        PacketClass::Duplicate | PacketClass::ReplacedSession => continue,
+                        PacketClass::First | PacketClass::NewSession => {
+                            cov.new_session(p.sending_time)
+                        }
+                        PacketClass::Gap { lost } => {
+                            let next = seq.next().unwrap();
+                            cov.lost(next, next + lost - 1);
+                            for i in 0..inst.len() as u32 {
+                                if !kept.is_waiting(i) {
+                                    kept.start_waiting(i);
+                                    only_unverified.insert(i, true);
+                                }
+                            }
+                        }
+                        PacketClass::InOrder => {}
+                    }
+                    seq.process(p.msg_seq_num, p.sending_time, c);
+                    for m in msgs {
+                        let Item::Known { body, .. } = messages::decode(&m.unwrap()).unwrap()
+                        else {
+                            continue;
+                        };
+                        match body {
+                            Body::ChannelReset => {
+                                cov.channel_reset(p.msg_seq_num);
+                                inst.reset(|_| {});
+                                last.clear();
+                                for i in 0..inst.len() as u32 {
+                                    kept.start_waiting(i);
+                                    only_unverified.insert(i, false);
+                                }
+                            }
+                            Body::Incremental {
+                                transact_time,
+                                entries,
+                            } => {
+                                let kind = entries.kind();
+                                for e in entries {
+                                    let i = inst.index(e.security_id);
+                                    let mut wait = None;
+                                    match last.get(&i) {
+                                        None => wait = Some(e.rpt_seq != 1),
+                                        Some(&l) if e.rpt_seq <= l => continue,
+                                        Some(&l) if e.rpt_seq > l + 1 => wait = Some(true),
+                                        Some(_) if only_unverified.get(&i) == Some(&true) => {
+                                            wait = Some(false)
+                                        }
+                                        Some(_) => {}
+                                    }
+                                    last.insert(i, e.rpt_seq);
+                                    if let Some(b) = e.book {
+                                        if inst.get_mut(i).unwrap().book.apply(&b).is_err() {
+                                            wait = Some(true);
+                                        }
+                                    }
+                                    match wait {
+                                        Some(true) => {
+                                            kept.start_waiting(i);
+                                            only_unverified.insert(i, false);
+                                        }
+                                        Some(false) => kept.stop_waiting(i),
+                                        None => {}
+                                    }
+                                    kept.keep(
+                                        i,
+                                        KeptEntry {
+                                            rpt_seq: e.rpt_seq,
+                                            transact_time,
+                                            kind,
+                                            book: e.book,
+                                        },
+                                    );
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                "snapshot" => {
+                    for m in msgs {
+                        let Item::Known {
+                            body: Body::Snapshot(snap),
+                            ..
+                        } = messages::decode(&m.unwrap()).unwrap()
+                        else {
+                            panic!("{name}: not a snapshot");
+                        };
+                        let i = inst.index(snap.security_id);
+                        let r = snap.rpt_seq;
+                        let ok = kept.is_waiting(i)
+                            && cov.covers(p.sending_time, snap.last_msg_seq_num_processed)
+                            && continues(r, last.get(&i).copied(), kept.has(i, r + 1));
+                        used.push(ok);
+                        if ok {
+                            let mut l = r;
+                            let mut in_order = true;
+                            kept.drain_after(i, r, |k| {
+                                in_order &= k.rpt_seq == l + 1;
+                                l = k.rpt_seq;
+                            });
+                            last.insert(i, l);
+                            if in_order {
+                                kept.stop_waiting(i);
+                            }
+                        }
+                    }
+                }
+                other => assert_eq!(other, "definition"),
+            }
+        }
+        assert_eq!(used, used_want, "{name}: snapshots used");
+        for &(symbol, rpt) in seqs_want {
+            let i = inst.resolve(symbol.as_bytes()).unwrap();
+            assert_eq!(last.get(&i), Some(&rpt), "{name}: {symbol}");
+            assert!(!kept.is_waiting(i), "{name}: {symbol} still waits");
+        }
+        for symbol in waiting_want {
+            let i = inst.resolve(symbol.as_bytes()).unwrap();
+            assert!(kept.is_waiting(i), "{name}: {symbol} does not wait");
+        }
+    }
+}
