@@ -12,7 +12,7 @@ use super::book::{Book, DEFAULT_DEPTH};
 use super::messages::{trim, Definition, SecurityStatus};
 use super::templates::enums::security_trading_status as st;
 
-/// The longest name a definition gives (`Symbol`, char[20]).
+/// The longest name a definition gives (`Symbol`, `char[20]`).
 pub const NAME_LEN: usize = 20;
 
 /// An instrument's name from its definition, trailing NULs and spaces
@@ -44,7 +44,7 @@ impl Name {
     }
 }
 
-/// A SecurityGroup (char[6], trimmed).
+/// A SecurityGroup (`char[6]`, trimmed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Group([u8; 6]);
 

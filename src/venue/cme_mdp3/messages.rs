@@ -183,9 +183,9 @@ entries! {
 pub struct Definition<'a> {
     pub template_id: u16,
     pub security_id: i32,
-    /// `Symbol`, char[20] as on the wire (see [`trim`]).
+    /// `Symbol`, `char[20]` as on the wire (see [`trim`]).
     pub symbol: &'a [u8],
-    /// `SecurityGroup`, char[6] as on the wire.
+    /// `SecurityGroup`, `char[6]` as on the wire.
     pub security_group: &'a [u8],
     /// SecurityUpdateAction: `A`, `D` or `M`.
     pub update_action: u8,
@@ -201,7 +201,7 @@ pub struct Definition<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SecurityStatus<'a> {
     pub transact_time: u64,
-    /// `SecurityGroup`, char[6] as on the wire.
+    /// `SecurityGroup`, `char[6]` as on the wire.
     pub security_group: &'a [u8],
     /// `None` (null): the status is for the whole SecurityGroup.
     pub security_id: Option<i32>,
