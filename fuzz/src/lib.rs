@@ -3,8 +3,8 @@
 //! (`fuzz_targets/`) and the stable replay runner (`src/bin/replay.rs`)
 //! call the same functions.
 
-use tickgate::feed::{Feed, FeedSettings};
 use tickgate::feed::check::parse_request;
+use tickgate::feed::{Feed, FeedSettings};
 use tickgate::gate::protocol::answer_with;
 use tickgate::wire::Packet;
 
@@ -206,6 +206,79 @@ pub fn nasdaq_itch_feed(data: &[u8]) {
     venue_feed(tickgate::feed::VenueKind::NasdaqItch, data)
 }
 
+/// The CME MDP 3.0 SBE decoder (venues.md `cme-mdp3`): the input cut into
+/// datagrams as for `wire_feed`, and the whole input as one. Each is
+/// validated (`messages::validate`) and then walked message by message:
+/// every framed message through the generated decoder (every field of a
+/// known template read) and through `messages::decode` (every entry of its
+/// groups read). A valid datagram's walk agrees with the summary (messages,
+/// unknown ones, heartbeat only); an invalid one's walk fails with the
+/// same error.
+pub fn cme_sbe(data: &[u8]) {
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let n = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        cme_datagram(&rest[2..2 + n]);
+        rest = &rest[2 + n..];
+    }
+    cme_datagram(data);
+}
+
+fn cme_datagram(d: &[u8]) {
+    use tickgate::venue::cme_mdp3::messages::{self, Body, Item};
+    use tickgate::venue::cme_mdp3::{sbe, templates};
+    let walk = || -> Result<(u32, u32, bool), sbe::SbeError> {
+        let (_, msgs) = sbe::packet(d)?;
+        let (mut n, mut unknown, mut heartbeat_only) = (0, 0, true);
+        let mut end = sbe::PACKET_HEADER_LEN;
+        for raw in msgs {
+            let raw = raw?;
+            assert_eq!(raw.offset, end, "messages are contiguous");
+            end = raw.offset + sbe::MIN_MSG_SIZE + raw.body.len();
+            n += 1;
+            if let Some(Ok(m)) = templates::decode(&raw) {
+                let _ = m.fields_present();
+            }
+            match messages::decode(&raw)? {
+                Item::Unknown { .. } => unknown += 1,
+                Item::Known { header, body } => {
+                    if header.template_id != messages::ADMIN_HEARTBEAT {
+                        heartbeat_only = false;
+                    }
+                    match body {
+                        Body::Incremental { entries, .. } => {
+                            let count = entries.count();
+                            assert_eq!(entries.count(), count);
+                            assert_eq!(entries.map(|e| e.book.is_some()).count(), count);
+                        }
+                        Body::Snapshot(s) => {
+                            let count = s.entries.count();
+                            assert_eq!(s.entries.count(), count);
+                            for e in s.entries {
+                                let _ = e.price.and_then(|p| p.to_nanos());
+                            }
+                        }
+                        Body::Definition(def) => {
+                            let _ = messages::trim(def.symbol);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(end, d.len(), "messages cover the packet");
+        Ok((n, unknown, heartbeat_only))
+    };
+    match (messages::validate(d), walk()) {
+        (Ok(s), Ok(w)) => {
+            assert!(s.messages >= 1);
+            assert_eq!((s.messages, s.unknown, s.heartbeat_only), w);
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        (a, b) => panic!("validate and the walk disagree: {a:?} {b:?}"),
+    }
+}
+
 /// SoupBinTCP and GLIMPSE (recovery.md R5) as a client receives them: the
 /// input is a TCP stream, cut into reads at places taken from its first
 /// byte; every packet the decoder yields must encode back to the bytes it
@@ -229,7 +302,11 @@ pub fn soupbin_glimpse(data: &[u8]) {
                     // Same length and type (numbers may have had leading
                     // zeros), and the encoding decodes to the same packet.
                     assert_eq!(&data[consumed..consumed + 3], &out[..3], "length and type");
-                    assert_eq!(soupbin::Packet::parse(out[2], &out[3..]), Ok(p), "round trip");
+                    assert_eq!(
+                        soupbin::Packet::parse(out[2], &out[3..]),
+                        Ok(p),
+                        "round trip"
+                    );
                     consumed += out.len();
                     if let soupbin::Packet::SequencedData(m) = p {
                         if let Ok(msg) = glimpse::decode(m) {
@@ -358,7 +435,7 @@ pub fn rerequest_answers(data: &[u8]) {
     assert!(!feed.recovering(), "a hole outlived its deadline");
 }
 
-pub const TARGETS: [(&str, fn(&[u8])); 9] = [
+pub const TARGETS: [(&str, fn(&[u8])); 10] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
@@ -368,4 +445,5 @@ pub const TARGETS: [(&str, fn(&[u8])); 9] = [
     ("nasdaq_itch_feed", nasdaq_itch_feed),
     ("soupbin_glimpse", soupbin_glimpse),
     ("rerequest_answers", rerequest_answers),
+    ("cme_sbe", cme_sbe),
 ];

@@ -66,6 +66,42 @@ fn vectors() -> Vec<Vec<u8>> {
     Vec::new()
 }
 
+/// The packets of `cme_scenarios.json` (venues.md `cme-mdp3`: snapshots,
+/// definitions, channel resets and status messages of schema 9, which the
+/// real captures lack), each alone and all together, from the repository's
+/// `spec/` or `TICKGATE_SPEC_DIR`.
+fn cme_scenario_seeds() -> Vec<Vec<u8>> {
+    let candidates = [
+        std::env::var("TICKGATE_SPEC_DIR").map(PathBuf::from).ok(),
+        Some(repo().join("spec")),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        let Ok(text) = std::fs::read_to_string(dir.join("cme_scenarios.json")) else {
+            continue;
+        };
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let packets: Vec<Vec<u8>> = doc["scenarios"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["steps"].as_array().into_iter().flatten())
+            .filter_map(|step| step["hex"].as_str())
+            .filter_map(|h| {
+                (0..h.len() / 2)
+                    .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok())
+                    .collect()
+            })
+            .collect();
+        let mut out: Vec<Vec<u8>> = packets
+            .iter()
+            .map(|p| frame(std::slice::from_ref(p)))
+            .collect();
+        out.push(frame(&packets));
+        return out;
+    }
+    Vec::new()
+}
+
 fn frame(datagrams: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for d in datagrams {
@@ -79,7 +115,7 @@ fn frame(datagrams: &[Vec<u8>]) -> Vec<u8> {
 /// (their venue's datagrams), framed for a feed target.
 fn venue_seeds(prefix: &str) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    for c in files(&repo().join("fixtures/real"), &["pcap", "gz"]) {
+    for c in files(&repo().join("fixtures/real"), &["pcap", "pcapng", "gz"]) {
         let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if !name.starts_with(prefix) {
             continue;
@@ -87,7 +123,11 @@ fn venue_seeds(prefix: &str) -> Vec<Vec<u8>> {
         let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
             continue;
         };
-        let payloads: Vec<Vec<u8>> = r.take(256).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+        let payloads: Vec<Vec<u8>> = r
+            .take(256)
+            .filter_map(|d| d.ok())
+            .map(|d| d.payload)
+            .collect();
         for chunk in payloads.chunks(16) {
             out.push(frame(chunk));
         }
@@ -112,7 +152,10 @@ fn soupbin_seeds() -> Vec<Vec<u8>> {
         timestamp: 34_200_000_000_000,
     };
     let itch = [
-        Message::SystemEvent { header, event: b'O' },
+        Message::SystemEvent {
+            header,
+            event: b'O',
+        },
         Message::StockDirectory { header, stock },
         Message::TradingAction {
             header,
@@ -131,9 +174,18 @@ fn soupbin_seeds() -> Vec<Vec<u8>> {
         },
     ];
     let mut singles: Vec<Vec<u8>> = vec![
-        Packet::LoginRequest(LoginRequest::new("user", "secret", None, 1).unwrap()).encode_to_vec().unwrap(),
-        Packet::LoginAccepted { session, sequence: 1 }.encode_to_vec().unwrap(),
-        Packet::LoginRejected { reason: b'A' }.encode_to_vec().unwrap(),
+        Packet::LoginRequest(LoginRequest::new("user", "secret", None, 1).unwrap())
+            .encode_to_vec()
+            .unwrap(),
+        Packet::LoginAccepted {
+            session,
+            sequence: 1,
+        }
+        .encode_to_vec()
+        .unwrap(),
+        Packet::LoginRejected { reason: b'A' }
+            .encode_to_vec()
+            .unwrap(),
         Packet::ServerHeartbeat.encode_to_vec().unwrap(),
         Packet::EndOfSession.encode_to_vec().unwrap(),
         Packet::Debug(b"debug text").encode_to_vec().unwrap(),
@@ -255,7 +307,7 @@ fn rerequest_seeds() -> Vec<Vec<u8>> {
 fn binaryfile_seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut all = Vec::new();
-    for c in files(&repo().join("fixtures/real"), &["pcap", "gz"]) {
+    for c in files(&repo().join("fixtures/real"), &["pcap", "pcapng", "gz"]) {
         let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if !name.starts_with("nasdaq-") {
             continue;
@@ -263,7 +315,11 @@ fn binaryfile_seeds() -> Vec<Vec<u8>> {
         let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
             continue;
         };
-        let payloads: Vec<Vec<u8>> = r.take(256).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+        let payloads: Vec<Vec<u8>> = r
+            .take(256)
+            .filter_map(|d| d.ok())
+            .map(|d| d.payload)
+            .collect();
         for chunk in payloads.chunks(16) {
             let mut f = Vec::new();
             for p in chunk.iter().filter(|p| p.len() > 20) {
@@ -275,7 +331,10 @@ fn binaryfile_seeds() -> Vec<Vec<u8>> {
     }
     let mut day = Vec::new();
     day.extend_from_slice(&[0, 12]);
-    day.extend_from_slice(&tickgate::capture::binaryfile::system_event(34_200_000_000_000, b'O'));
+    day.extend_from_slice(&tickgate::capture::binaryfile::system_event(
+        34_200_000_000_000,
+        b'O',
+    ));
     day.extend_from_slice(&all[..all.len().min(4096)]);
     out.push(day.clone());
     out.push(day[..13].to_vec());
@@ -290,6 +349,11 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         "rerequest_answers" => rerequest_seeds(),
         "iex_tops_feed" => venue_seeds("iex-"),
         "nasdaq_itch_feed" => venue_seeds("nasdaq-"),
+        "cme_sbe" => {
+            let mut out = venue_seeds("cme-mdp3-");
+            out.extend(cme_scenario_seeds());
+            out
+        }
         "wire_feed" => {
             let v = vectors();
             let mut out: Vec<Vec<u8>> = v.iter().map(|d| frame(std::slice::from_ref(d))).collect();
@@ -298,8 +362,11 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
                 let Ok(r) = tickgate::capture::pcap::CaptureReader::open(&c) else {
                     continue;
                 };
-                let payloads: Vec<Vec<u8>> =
-                    r.take(64).filter_map(|d| d.ok()).map(|d| d.payload).collect();
+                let payloads: Vec<Vec<u8>> = r
+                    .take(64)
+                    .filter_map(|d| d.ok())
+                    .map(|d| d.payload)
+                    .collect();
                 out.push(frame(&payloads));
             }
             out
@@ -327,7 +394,8 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         .map(|s| s.as_bytes().to_vec())
         .collect(),
         "fills_events" => {
-            let text = std::fs::read_to_string(repo().join("fixtures/events.jsonl")).unwrap_or_default();
+            let text =
+                std::fs::read_to_string(repo().join("fixtures/events.jsonl")).unwrap_or_default();
             let mut out: Vec<Vec<u8>> = text.lines().map(|l| l.as_bytes().to_vec()).collect();
             out.push(text.as_bytes().to_vec());
             let events: Vec<&str> = text.lines().collect();
@@ -458,7 +526,9 @@ fn main() {
             *execs += 1;
             if std::panic::catch_unwind(|| target(input)).is_err() {
                 *crashes += 1;
-                let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts").join(name);
+                let d = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("artifacts")
+                    .join(name);
                 let _ = std::fs::create_dir_all(&d);
                 let _ = std::fs::write(d.join(format!("crash-{}", *crashes)), input);
             }

@@ -1,0 +1,13 @@
+//! `cme-mdp3`: CME Group MDP 3.0, SBE over UDP (venues.md `cme-mdp3`).
+//! `sbe` is the framing (packet header, MsgSize, SBE header, blocks and
+//! groups as the wire lays them out); `templates` the decoders generated
+//! from CME's schemas in `schema/` (versions 5 to 13) by
+//! `tests/cme_sbe_codegen.rs`. Sans-I/O.
+
+pub mod book;
+pub mod channel;
+pub mod instruments;
+pub mod messages;
+pub mod recovery;
+pub mod sbe;
+pub mod templates;
