@@ -1,82 +1,213 @@
 #!/bin/sh
-# The nasdaq-itch book against an open-source peer on the same Nasdaq
-# BinaryFILE day: charles-cooper/itch-order-book (C++, reads a BinaryFILE
-# on stdin, aggregate quantity per price level).
+# The nasdaq-itch replay against an open-source peer on the same Nasdaq
+# BinaryFILE day: chronoxor/CppTrader (C++, MIT), whose performance
+# programs read a BinaryFILE with its ITCH handler and, in two of them,
+# keep per-order books:
 #
-#   benches/itch_peer.sh PEER_CHECKOUT [WORK_DIR]
+#   itch_handler              parse only (every message decoded, nothing kept)
+#   market_manager_optimized  orders in a vector indexed by order reference,
+#                             price levels per symbol (preallocates 300 M
+#                             orders before its timed loop)
+#   market_manager            its general matching-engine books
 #
-# Fetches nothing: PEER_CHECKOUT is a checkout of the peer made beforehand
-# (outside this repository; none of its code is part of tickgate). Check
-# its LICENSE before running it. WORK_DIR (default: a new temporary
-# directory) receives the day, the peer's binary and each program's output.
+#   benches/itch_peer.sh PEER_SOURCES [WORK_DIR]
 #
-# 1. builds tickgate (release) and the peer (g++ -O3 -march=native, as
-#    its build.sh does);
+# Fetches nothing. PEER_SOURCES is a directory holding checkouts made
+# beforehand, outside this repository (none of their code is part of
+# tickgate; read each LICENSE before running it):
+#
+#   git clone https://github.com/chronoxor/CppTrader      PEER_SOURCES/CppTrader
+#   git clone https://github.com/chronoxor/CppCommon      PEER_SOURCES/CppCommon
+#   git clone https://github.com/chronoxor/CppBenchmark   PEER_SOURCES/CppBenchmark
+#   git clone https://github.com/weisslj/cpp-optparse     PEER_SOURCES/cpp-optparse
+#   git clone https://github.com/fmtlib/fmt               PEER_SOURCES/fmt
+#   git clone https://github.com/HdrHistogram/HdrHistogram_c PEER_SOURCES/HdrHistogram
+#
+# (CppTrader's own build fetches the same modules through its .gitlinks
+# and builds with CMake; the programs are built here with g++ directly.)
+# WORK_DIR (default: a new temporary directory) receives the peer's
+# objects and programs, the day and each program's output; a WORK_DIR
+# given again reuses them.
+#
+# 1. builds tickgate (release) and the peer (g++ -O3 -march=native
+#    -std=c++20 -DNDEBUG: every source of its libraries into one archive,
+#    then the three programs);
 # 2. simulates a day: 8,000 symbols, books held around 1,100,000 live
 #    orders, MESSAGES (default 12,000,000) messages at 1,000,000 a
-#    second, written as a plain BinaryFILE (the peer reads it plain);
-# 3. reads the file once so that both runs find it in the page cache;
-# 4. runs the peer (`peer < DAY`) and tickgate (`tickgate replay DAY
-#    --venue nasdaq-itch --json --timing`, what a user runs to replay a
-#    day: MoldUDP64 framing, channel rules, books, quotes, the summary)
-#    under /usr/bin/time -v, each RUNS times (default 3);
-# 5. prints each program's own report (the peer's stdout, tickgate's
-#    `timing`: ns per message inside its replay loop) and, per run, wall
-#    time, user + system CPU and peak resident memory.
+#    second, written as a plain BinaryFILE;
+# 3. reads the file once so that every run finds it in the page cache;
+# 4. RUNS times (default 5), alternating: itch_handler,
+#    market_manager_optimized, market_manager (unless MARKET_MANAGER=0),
+#    `tickgate replay DAY --venue nasdaq-itch --json --timing` (what a
+#    user runs to replay a day: channel rules, books with every order,
+#    quotes, the summary), each under /usr/bin/time -v, with the load
+#    average before each;
+# 5. prints each run: the program's own figure (the peer's "Processing
+#    time" over its message count; tickgate's `timing`, its replay loop),
+#    wall, user + system CPU and peak RSS of the whole process; then the
+#    medians, and tickgate's per-message figure over
+#    market_manager_optimized's (the ratio).
 set -eu
-PEER="${1:?usage: benches/itch_peer.sh PEER_CHECKOUT [WORK_DIR]}"
+PEER="${1:?usage: benches/itch_peer.sh PEER_SOURCES [WORK_DIR]}"
+PEER="$(cd "$PEER" && pwd)"
 WORK="${2:-$(mktemp -d)}"
 MESSAGES="${MESSAGES:-12000000}"
-RUNS="${RUNS:-3}"
+RUNS="${RUNS:-5}"
+MARKET_MANAGER="${MARKET_MANAGER:-1}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 mkdir -p "$WORK"
+WORK="$(cd "$WORK" && pwd)"
 
 echo "== build" >&2
 (cd "$ROOT" && cargo build --release --bin tickgate >&2)
-TG="$TARGET/release/tickgate"
-(cd "$PEER" && g++ -O3 -march=native -std=c++1y main.cpp bufferedreader.cpp -o "$WORK/peer")
+TG="${TICKGATE:-$TARGET/release/tickgate}"
+
+PROGRAMS="itch_handler market_manager_optimized"
+[ "$MARKET_MANAGER" = 1 ] && PROGRAMS="$PROGRAMS market_manager"
+CXXFLAGS="-O3 -march=native -DNDEBUG -std=c++20 -w"
+INC="-I$PEER/CppTrader/include -I$PEER/CppCommon/include -I$PEER/CppCommon/plugins -I$PEER/CppBenchmark/include -I$PEER/fmt/include -I$PEER/cpp-optparse -I$PEER/HdrHistogram/include"
+mkdir -p "$WORK/peer/obj"
+if [ ! -s "$WORK/peer/libpeer.a" ]; then
+    echo "== build the peer's libraries (g++ $CXXFLAGS)" >&2
+    {
+        find "$PEER/CppCommon/source" "$PEER/CppBenchmark/source" "$PEER/CppTrader/source" -name '*.cpp'
+        echo "$PEER/cpp-optparse/OptionParser.cpp"
+        echo "$PEER/fmt/src/format.cc"
+        echo "$PEER/fmt/src/os.cc"
+    } | while read -r src; do
+        obj="$WORK/peer/obj/$(echo "${src#"$PEER"/}" | tr / _).o"
+        echo "$src $obj"
+    done | xargs -P "$(nproc)" -n 2 sh -c "g++ $CXXFLAGS $INC -c \"\$0\" -o \"\$1\""
+    for src in "$PEER"/HdrHistogram/src/*.c; do
+        gcc -O3 -march=native -DNDEBUG -w -I"$PEER/HdrHistogram/include" \
+            -c "$src" -o "$WORK/peer/obj/HdrHistogram_$(basename "$src").o"
+    done
+    ar rcs "$WORK/peer/libpeer.a" "$WORK"/peer/obj/*.o
+fi
+for p in $PROGRAMS; do
+    if [ ! -x "$WORK/peer/$p" ]; then
+        echo "== build the peer's $p" >&2
+        g++ $CXXFLAGS $INC "$PEER/CppTrader/performance/$p.cpp" "$WORK/peer/libpeer.a" \
+            -lpthread -ldl -luuid -o "$WORK/peer/$p"
+    fi
+done
 
 DAY="$WORK/11302026.NASDAQ_ITCH50"
 RATE=1000000
 DURATION=$(awk "BEGIN { printf \"%.3f\", $MESSAGES / $RATE }")
-if [ ! -s "$DAY" ]; then
+if [ ! -s "$DAY" ] || [ "$(cat "$WORK/day.messages" 2>/dev/null)" != "$MESSAGES" ]; then
     echo "== simulate $MESSAGES messages" >&2
     "$TG" simulate --venue nasdaq-itch --lines A --symbols 8000 --orders 1100000 \
         --rate "$RATE" --duration "$DURATION" --batch 8 --channel-heartbeat-ms 0 \
         --seed 1 --out "$DAY" >"$WORK/simulate.txt"
+    echo "$MESSAGES" >"$WORK/day.messages"
     tail -n 1 "$WORK/simulate.txt"
 fi
 ls -l "$DAY"
 cat "$DAY" >/dev/null
 
-# wall, CPU (user + system) and peak RSS of one /usr/bin/time -v report
-summary() {
+# one line per run: program, ns a message (own figure), wall s, CPU s,
+# user s, system s, peak RSS MiB, messages, load average, thread CPU ns a
+# message (tickgate)
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
+
+# wall, user, system and peak RSS (KiB) of one /usr/bin/time -v report
+times_of() {
     awk -F': ' '
         /Elapsed \(wall clock\)/ { n = split($2, t, ":"); w = 0; for (i = 1; i <= n; i++) w = w * 60 + t[i] }
         /User time/ { u = $2 } /System time/ { s = $2 }
         /Maximum resident/ { m = $2 }
-        END { printf "wall %.2f s, CPU %.2f s (user %.2f, system %.2f), peak RSS %.1f MiB\n", w, u + s, u, s, m / 1024 }' "$1"
+        END { printf "%.2f %.2f %.2f %d", w, u, s, m }' "$1"
 }
+
+# The peer's "Processing time: 1.234 s" (or ms, mcs, ns; minutes as
+# m:ss.mmm m) in ns.
+peer_ns() {
+    awk -F': ' '
+        /^Processing time/ {
+            split($2, a, " "); v = a[1]; u = a[2]
+            if (u == "m") { split(v, ms, ":"); t = (ms[1] * 60 + ms[2]) * 1e9 }
+            else if (u == "s") t = v * 1e9
+            else if (u == "ms") t = v * 1e6
+            else if (u == "mcs") t = v * 1e3
+            else t = v
+        }
+        /^Total ITCH messages/ { n = $2 }
+        END { if (n > 0) printf "%.1f %d", t / n, n; else print "nan 0" }' "$1"
+}
+
+# program, ns a message, messages, /usr/bin/time report, load average,
+# thread CPU ns a message (tickgate's loop; "-" for the peer)
+record() {
+    prog=$1 ns=$2 msgs=$3 l=$5 tcpu=${6:--}
+    # shellcheck disable=SC2046
+    set -- $(times_of "$4")
+    cpu=$(awk "BEGIN { printf \"%.2f\", $2 + $3 }")
+    rss=$(awk "BEGIN { printf \"%.1f\", $4 / 1024 }")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$prog" "$ns" "$1" "$cpu" "$2" "$3" "$rss" "$msgs" "$l" "$tcpu" >>"$RESULTS"
+    echo "   $ns ns a message ($msgs messages); whole process: wall $1 s, CPU $cpu s (user $2, system $3), peak RSS $rss MiB"
+}
+
+load() { cut -d' ' -f1 /proc/loadavg; }
 
 i=1
 while [ "$i" -le "$RUNS" ]; do
-    echo "== run $i: peer"
-    /usr/bin/time -v "$WORK/peer" <"$DAY" >"$WORK/peer.out" 2>"$WORK/peer.time"
-    echo "   own report: $(tail -n 5 "$WORK/peer.out" | tr '\n' ' ')"
-    echo "   $(summary "$WORK/peer.time")"
-    echo "== run $i: tickgate replay --venue nasdaq-itch --json --timing"
+    for p in $PROGRAMS; do
+        l=$(load)
+        echo "== run $i: $p (load $l)"
+        /usr/bin/time -v "$WORK/peer/$p" -i "$DAY" >"$WORK/$p.out" 2>"$WORK/$p.time"
+        echo "   own report: $(grep -E '^(Errors|Processing time|Total ITCH messages|ITCH message latency|Max orders)' "$WORK/$p.out" | tr '\n' ';')"
+        set -- $(peer_ns "$WORK/$p.out")
+        record "$p" "$1" "$2" "$WORK/$p.time" "$l"
+    done
+    l=$(load)
+    echo "== run $i: tickgate replay --venue nasdaq-itch --json --timing (load $l)"
     /usr/bin/time -v "$TG" replay "$DAY" --venue nasdaq-itch --json --timing \
         >"$WORK/tickgate.json" 2>"$WORK/tickgate.time"
-    python3 - "$WORK/tickgate.json" <<'EOF'
+    set -- $(python3 - "$WORK/tickgate.json" <<'EOF'
 import json, sys
 v = json.load(open(sys.argv[1]))
 t, f = v["timing"], v["feeds"][0]
-print("   own report: %d messages, loop %.2f s wall, %.1f ns/message wall, %.1f ns/message thread CPU; live orders %d, symbols %d"
-      % (t["messages"], t["wall_ns"] / 1e9, t["wall_ns_per_message"], t["thread_cpu_ns_per_message"],
-         f["live_orders"], len(v["symbols"])))
+print("%.1f %d %.1f %d %d" % (t["wall_ns_per_message"], t["messages"], t["thread_cpu_ns_per_message"],
+      f["live_orders"], len(v["symbols"])))
 EOF
-    echo "   $(summary "$WORK/tickgate.time")"
+    )
+    echo "   own report: loop $1 ns a message wall, $3 ns thread CPU; live orders $4, symbols $5"
+    record tickgate "$1" "$2" "$WORK/tickgate.time" "$l" "$3"
     i=$((i + 1))
 done
+
+echo "== medians of $RUNS runs ($MESSAGES messages)"
+python3 - "$RESULTS" <<'EOF'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+progs = []
+for r in rows:
+    if r[0] not in progs:
+        progs.append(r[0])
+med = {}
+print("| program | ns a message, own figure (wall; range) | wall | CPU | peak RSS | load |")
+print("|---|---|---|---|---|---|")
+for p in progs:
+    rs = [r for r in rows if r[0] == p]
+    col = lambda i: statistics.median(float(r[i]) for r in rs)
+    med[p] = col(1)
+    lo, hi = min(float(r[1]) for r in rs), max(float(r[1]) for r in rs)
+    loads = [float(r[8]) for r in rs]
+    tcpu = [float(r[9]) for r in rs if r[9] != "-"]
+    own = "%.1f (%.1f-%.1f)" % (med[p], lo, hi)
+    if tcpu:
+        own += "; thread CPU %.1f (%.1f-%.1f)" % (statistics.median(tcpu), min(tcpu), max(tcpu))
+    print("| %s | %s | %.2f s | %.2f s | %.1f MiB | %.1f-%.1f |"
+          % (p, own, col(2), col(3), col(6), min(loads), max(loads)))
+if "tickgate" in med and "market_manager_optimized" in med:
+    print("tickgate / market_manager_optimized, per message (wall, medians): %.2fx"
+          % (med["tickgate"] / med["market_manager_optimized"]))
+    mmo = [float(r[1]) for r in rows if r[0] == "market_manager_optimized"]
+    tg = [float(r[1]) for r in rows if r[0] == "tickgate"]
+    print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, mmo)))
+EOF
 echo "outputs in $WORK"
