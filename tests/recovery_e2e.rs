@@ -563,69 +563,14 @@ fn loss_on_both_lines_is_recovered_by_rerequest() {
 /// The daemon joins a session under way (`no_snapshot`, venues.md): the
 /// simulator's GLIMPSE server rebuilds every book, every symbol is trusted
 /// within seconds, and the book matches the simulator's at the end.
-#[test]
-fn a_late_join_is_rebuilt_from_glimpse() {
-    let _serial = serial();
-    let g = groups(3, 46402);
-    let mut stream = Stream::new(itch(42, 4.0, 1_000, 4), g, [0.0, 0.0], new_history());
-    let server = GlimpseServer::spawn(
-        loopback(),
-        stream.snapshot_source(),
-        ServerOptions::new("tguser", "tgpass"),
-    )
-    .unwrap();
-    stream.start();
-    // The session began well before the daemon.
-    stream.wait_sent(300);
-    let d = start(
-        g,
-        &format!(
-            "snapshot = {{ address = \"{}\", username = \"tguser\", password = \"tgpass\" }}",
-            server.local_addr()
-        ),
-    );
-    wait_within(
-        Duration::from_secs(15),
-        "every symbol trusted after the snapshot",
-        &mut || {
-            every_symbol_trusted(&d) && feed(&d.metrics(), "glimpse_snapshots_applied_total") >= 1
-        },
-    );
-    let end = stream.finish(true);
-    let mut m = BTreeMap::new();
-    wait_for("every datagram read is processed, no hole open", || {
-        m = d.metrics();
-        line_sum(&m, "datagrams_received_total") == line_sum(&m, "packets_received_total")
-            && feed(&m, "recovering") == 0
-    });
-    wait_book(&d, &end.book);
-    let m = d.metrics();
-    assert_eq!(feed(&m, "channel_messages_lost_total"), 0);
-    assert_eq!(feed(&m, "glimpse_snapshots_applied_total"), 1);
-    assert_eq!(feed(&m, "snapshots_started_total"), 1);
-    assert_eq!(feed(&m, "snapshots_failed_total"), 0);
-    let status = d.feed_status();
-    assert!(status.contains(" recovery=live "), "{status}");
-    let counts = server.stop();
-    assert_eq!(
-        (counts.logins_accepted, counts.snapshots_sent),
-        (1, 1),
-        "{counts:?}"
-    );
-}
-
-/// R5: a GLIMPSE server that names its SoupBinTCP session differently
-/// from the multicast session (nothing in SoupBinTCP or GLIMPSE promises
-/// they are equal) still rebuilds every book: `G` alone places the
-/// snapshot.
-#[test]
-fn a_glimpse_server_with_its_own_session_name_rebuilds_the_books() {
-    let _serial = serial();
-    let g = groups(13, 46408);
-    let mut stream = Stream::new(itch(48, 4.0, 1_000, 4), g, [0.0, 0.0], new_history());
+/// R5 end to end: the session began well before the daemon; the GLIMPSE
+/// server (`soupbin_session`: the name its Login Accepted gives, the
+/// multicast session's when `None`) rebuilds every book, which then
+/// equals the simulator's, with nothing lost and one snapshot.
+fn late_join_rebuilt(g: [SocketAddrV4; 2], seed: u64, soupbin_session: Option<SessionId>) {
+    let mut stream = Stream::new(itch(seed, 4.0, 1_000, 4), g, [0.0, 0.0], new_history());
     let mut opts = ServerOptions::new("tguser", "tgpass");
-    opts.soupbin_session = Some(SessionId::parse("GLIMPSE001").unwrap());
-    assert_ne!(opts.soupbin_session, Some(stream.session()));
+    opts.soupbin_session = soupbin_session;
     let server = GlimpseServer::spawn(loopback(), stream.snapshot_source(), opts).unwrap();
     stream.start();
     stream.wait_sent(300);
@@ -653,8 +598,36 @@ fn a_glimpse_server_with_its_own_session_name_rebuilds_the_books() {
     let m = d.metrics();
     assert_eq!(feed(&m, "channel_messages_lost_total"), 0);
     assert_eq!(feed(&m, "glimpse_snapshots_applied_total"), 1);
+    assert_eq!(feed(&m, "snapshots_started_total"), 1);
     assert_eq!(feed(&m, "snapshots_failed_total"), 0);
-    assert_eq!(server.stop().logins_accepted, 1);
+    let status = d.feed_status();
+    assert!(status.contains(" recovery=live "), "{status}");
+    let counts = server.stop();
+    assert_eq!(
+        (counts.logins_accepted, counts.snapshots_sent),
+        (1, 1),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn a_late_join_is_rebuilt_from_glimpse() {
+    let _serial = serial();
+    late_join_rebuilt(groups(3, 46402), 42, None);
+}
+
+/// R5: a GLIMPSE server that names its SoupBinTCP session differently
+/// from the multicast session (nothing in SoupBinTCP or GLIMPSE promises
+/// they are equal) still rebuilds every book: `G` alone places the
+/// snapshot.
+#[test]
+fn a_glimpse_server_with_its_own_session_name_rebuilds_the_books() {
+    let _serial = serial();
+    late_join_rebuilt(
+        groups(13, 46408),
+        48,
+        Some(SessionId::parse("GLIMPSE001").unwrap()),
+    );
 }
 
 // ------------------------------------- (c) R5 failures: a scripted server

@@ -273,12 +273,9 @@ fn a_lost_hole_asks_for_a_snapshot_and_a_session_from_1_does_not() {
     assert_eq!(f.symbol_summary(sym("AAPL")).unwrap().suspect, None);
 }
 
-/// R5 step 3: a hole left after `G` opens at the arrival of `G`, however
-/// long its first held datagram waited during the snapshot; declared lost
-/// at its deadline from there, it asks for a new snapshot, which waits for
-/// its pace.
-#[test]
-fn a_hole_after_g_opens_at_g() {
+/// A late join at 100 whose snapshot (`G` = 102, at T0 + 10 ms) leaves a
+/// hole: 103 was held at T0 + 3 ms, 102 never came.
+fn hole_after_g() -> Feed {
     let mut f = feed();
     f.on_datagram(
         0,
@@ -293,6 +290,16 @@ fn a_hole_after_g_opens_at_g() {
         stock: sym("MSFT"),
     }]);
     f.on_snapshot(102, &snap, T0 + 10 * MS).unwrap();
+    f
+}
+
+/// R5 step 3: a hole left after `G` opens at the arrival of `G`, however
+/// long its first held datagram waited during the snapshot; declared lost
+/// at its deadline from there, it asks for a new snapshot, which waits for
+/// its pace.
+#[test]
+fn a_hole_after_g_opens_at_g() {
+    let mut f = hole_after_g();
     assert!(f.recovering());
     // gap_hold_us = 1000 from `G`, not from the held datagram's arrival.
     f.handle_timeout(T0 + 11 * MS);
@@ -317,20 +324,7 @@ fn a_hole_after_g_opens_at_g() {
 /// hold (from `G`): nothing lost, no new snapshot.
 #[test]
 fn a_line_fills_the_hole_after_g_within_its_hold() {
-    let mut f = feed();
-    f.on_datagram(
-        0,
-        &packet(100, &[add(1, "AAPL", 900, true, 5, 1_000_000)]),
-        T0,
-    );
-    assert!(f.poll_snapshot_start(T0 + MS));
-    let p103 = packet(103, &[add(2, "MSFT", 903, true, 3, 4_000_000)]);
-    assert_eq!(f.on_datagram(1, &p103, T0 + 3 * MS), DatagramOutcome::Held);
-    let snap = blocks(&[Message::StockDirectory {
-        header: hdr(2, 0),
-        stock: sym("MSFT"),
-    }]);
-    f.on_snapshot(102, &snap, T0 + 10 * MS).unwrap();
+    let mut f = hole_after_g();
     // Line A's 102 arrives 0.9 ms after `G`: 8.9 ms after 103 was held.
     let p102 = packet(102, &[add(2, "MSFT", 902, false, 2, 4_100_000)]);
     assert_eq!(
