@@ -135,29 +135,61 @@ impl FillsMetrics {
         FillsMetrics::new(&Registry::new()).expect("fresh registry")
     }
 
-    /// Count a committed batch's outcomes.
+    /// Count a committed batch's outcomes: one counter update per label
+    /// set in the batch, not one per event (a label lookup hashes the
+    /// labels and takes a lock).
     pub fn record(&self, source: &str, outcomes: &[EventOutcome]) {
+        // (kind, counter) -> events; a batch has a handful of these.
+        let mut counts: Vec<(&str, Counted, u64)> = Vec::new();
         for o in outcomes {
             let kind = o.kind.as_deref().unwrap_or("");
-            match o.outcome {
-                Outcome::Applied => self.applied.with_label_values(&[kind, source]).inc(),
-                Outcome::Duplicate => self
-                    .duplicate_events
-                    .with_label_values(&[kind, source])
-                    .inc(),
-                Outcome::DuplicateByDealId => self
-                    .duplicate_by_deal
-                    .with_label_values(&[kind, source])
-                    .inc(),
-                Outcome::Held => self.held.with_label_values(&[source]).inc(),
-                Outcome::Rejected(_) => self.rejected.with_label_values(&[source]).inc(),
+            let counted = match o.outcome {
+                Outcome::Applied => Counted::Applied,
+                Outcome::Duplicate => Counted::Duplicate,
+                Outcome::DuplicateByDealId => Counted::DuplicateByDeal,
+                Outcome::Held => Counted::Held,
+                Outcome::Rejected(_) => Counted::Rejected,
                 Outcome::Conflict(ref reason) => {
                     // F2b: counted and logged, never a silent duplicate.
-                    self.conflicts.with_label_values(&[kind, source]).inc();
                     tracing::warn!(kind, source, event_id = o.event_id.as_deref().unwrap_or(""),
                         %reason, "fills: conflicting event rejected");
+                    Counted::Conflict
                 }
+            };
+            match counts
+                .iter_mut()
+                .find(|(k, c, _)| *c == counted && *k == kind)
+            {
+                Some((_, _, n)) => *n += 1,
+                None => counts.push((kind, counted, 1)),
+            }
+        }
+        for (kind, counted, n) in counts {
+            match counted {
+                Counted::Applied => self.applied.with_label_values(&[kind, source]).inc_by(n),
+                Counted::Duplicate => self
+                    .duplicate_events
+                    .with_label_values(&[kind, source])
+                    .inc_by(n),
+                Counted::DuplicateByDeal => self
+                    .duplicate_by_deal
+                    .with_label_values(&[kind, source])
+                    .inc_by(n),
+                Counted::Held => self.held.with_label_values(&[source]).inc_by(n),
+                Counted::Rejected => self.rejected.with_label_values(&[source]).inc_by(n),
+                Counted::Conflict => self.conflicts.with_label_values(&[kind, source]).inc_by(n),
             }
         }
     }
+}
+
+/// The counter an outcome goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Applied,
+    Duplicate,
+    DuplicateByDeal,
+    Held,
+    Rejected,
+    Conflict,
 }
