@@ -19,10 +19,11 @@
 //!   The average price is a quotient and has in general no finite decimal
 //!   expansion; it, and what is computed from it, is computed exactly in
 //!   wide integers and rounded once, half to even, to 28 significant
-//!   digits (and to at most 28 digits after the point, the most a
-//!   `Decimal` holds). rust_decimal's own `/` is not that: it keeps as
-//!   many digits as fit the 96-bit mantissa (29 for 10 / 3), and rounding
-//!   that result again to 28 digits rounds twice.
+//!   digits and at most 28 digits after the point, whichever keeps fewer
+//!   (F6; 28 places are also the most a `Decimal` holds). rust_decimal's
+//!   own `/` is not that: it keeps as many digits as fit the 96-bit
+//!   mantissa (29 for 10 / 3), and rounding that result again to 28
+//!   digits rounds twice.
 
 use rust_decimal::Decimal;
 
