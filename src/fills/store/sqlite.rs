@@ -18,7 +18,7 @@ use super::{
     outcome_of, presort, repeat_outcome, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
     OffsetConflict, PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
-use crate::fills::metrics::FillsMetrics;
+use crate::fills::metrics::{FillsMetrics, SqlitePhase as Phase};
 use crate::fills::model::{Bust, Event, EventOutcome, Fill, Outcome, Parsed, Side};
 use crate::fills::plan::{self, DealKey, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
@@ -207,8 +207,10 @@ impl SqliteStore {
         let outs = self
             .with_conn(move |conn| {
                 let timer = metrics.tx_seconds.start_timer();
+                let mut phases = PhaseClock::start(&metrics);
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let now = clock();
+                phases.mark(Phase::Begin);
                 if let Extra::Offset {
                     stream,
                     consumer,
@@ -247,7 +249,10 @@ impl SqliteStore {
                         .into());
                     }
                 }
-                let (outs, dl) = apply_in_tx(&tx, &events, now)?;
+                phases.mark(Phase::Offsets);
+                let (outs, dl) = apply_in_tx(&tx, &events, now, &mut phases)?;
+                // What the batch's work left to free is part of its writing.
+                phases.mark(Phase::Write);
                 if let Extra::Offset {
                     before_commit: Some(hook),
                     ..
@@ -271,7 +276,9 @@ impl SqliteStore {
                         params![stream, consumer, *last_seq as i64, now],
                     )?;
                 }
+                phases.mark(Phase::Offsets);
                 tx.commit().context("SQLite commit")?;
+                phases.mark(Phase::Commit);
                 timer.observe_duration();
                 metrics.record(&src, &outs);
                 count_side_effects(&metrics, &dl);
@@ -302,6 +309,7 @@ impl SqliteStore {
         let (client, key, hash) = (client.to_owned(), key.to_owned(), request_hash.to_owned());
         run_blocking(guard, move |conn| {
             let timer = metrics.tx_seconds.start_timer();
+            let mut phases = PhaseClock::start(&metrics);
             let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
                 Ok(tx) => tx,
                 Err(e) if is_busy(&e) => return Ok(HttpOutcome::InProgressTimeout),
@@ -324,13 +332,16 @@ impl SqliteStore {
                  VALUES (?1, ?2, ?3, ?4)",
                 params![client, key, hash, now],
             )?;
-            let (outs, dl) = apply_in_tx(&tx, &events, now)?;
+            phases.mark(Phase::Begin);
+            let (outs, dl) = apply_in_tx(&tx, &events, now, &mut phases)?;
             let (status, body) = build_answer(&outs);
             tx.execute(
                 "UPDATE idempotency_keys SET status = ?3, body = ?4 WHERE client = ?1 AND key = ?2",
                 params![client, key, status, body],
             )?;
+            phases.mark(Phase::Write);
             tx.commit().context("SQLite commit")?;
+            phases.mark(Phase::Commit);
             timer.observe_duration();
             metrics.record("http", &outs);
             count_side_effects(&metrics, &dl);
@@ -1068,6 +1079,7 @@ fn apply_in_tx(
     tx: &Transaction<'_>,
     events: &[Parsed],
     now: i64,
+    phases: &mut PhaseClock<'_>,
 ) -> anyhow::Result<(Vec<EventOutcome>, SideEffects)> {
     let (unique, mut outs) = presort(events);
 
@@ -1106,6 +1118,7 @@ fn apply_in_tx(
         }
         new_events.sort_unstable_by_key(|&(i, _)| i);
     }
+    phases.mark(Phase::Dedup);
 
     // The positions of the new FILLs, with the heads of their chains (a
     // missing row is a flat position with an empty chain). The keys are
@@ -1147,6 +1160,7 @@ fn apply_in_tx(
         [],
         |r| r.get(0),
     )?;
+    phases.mark(Phase::Read);
     let mut chain_heads: Vec<Option<&str>> = loaded
         .iter()
         .map(|s| s.as_ref().and_then(|s| s.last_deal_id.as_deref()))
@@ -1188,6 +1202,7 @@ fn apply_in_tx(
         let stmts = (pair(&sql.deal_multi), pair(&sql.deal_one));
         insert_rows(tx, stmts, DEAL_ROWS, &firsts, bind, is_row, &mut new)?;
     }
+    phases.mark(Phase::Deals);
 
     // The common batch: only FILLs of deals unknown until now (each one's
     // row was just inserted, none repeats an (account, deal_id) within the
@@ -1230,6 +1245,7 @@ fn apply_in_tx(
                 }
             }
         }
+        phases.mark(Phase::Apply);
         if all_ok {
             tx.execute(
                 "UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'",
@@ -1247,6 +1263,7 @@ fn apply_in_tx(
                 outs.push(outcome_of(i, &events[i], Outcome::Applied));
             }
             outs.sort_unstable_by_key(|o| o.index);
+            phases.mark(Phase::Write);
             return Ok((outs, SideEffects::default()));
         }
     }
@@ -1327,6 +1344,7 @@ fn apply_in_tx(
         .collect();
 
     let p = plan::plan(&new_events, deals, positions, history);
+    phases.mark(Phase::Apply);
 
     // Write what changed.
     {
@@ -1454,12 +1472,47 @@ fn apply_in_tx(
         outs.push(outcome_of(i, &events[i], o));
     }
     outs.sort_unstable_by_key(|o| o.index);
+    phases.mark(Phase::Write);
     Ok((
         outs,
         SideEffects {
             released: p.released,
         },
     ))
+}
+
+/// The time since the last mark, charged to a phase of a batch
+/// transaction (`fills_sqlite_phase_*`): the applying thread's CPU time
+/// (two `clock_gettime` calls per phase, nothing per event) and the wall
+/// time.
+pub(crate) struct PhaseClock<'m> {
+    metrics: &'m FillsMetrics,
+    cpu_ns: u64,
+    wall: std::time::Instant,
+}
+
+impl<'m> PhaseClock<'m> {
+    fn start(metrics: &'m FillsMetrics) -> PhaseClock<'m> {
+        PhaseClock {
+            metrics,
+            cpu_ns: crate::util::cpu::thread_cpu_ns(),
+            wall: std::time::Instant::now(),
+        }
+    }
+
+    fn mark(&mut self, phase: Phase) {
+        let (cpu, wall) = (crate::util::cpu::thread_cpu_ns(), std::time::Instant::now());
+        let label = [phase.label()];
+        self.metrics
+            .sqlite_phase_cpu
+            .with_label_values(&label)
+            .inc_by(cpu.saturating_sub(self.cpu_ns) as f64 / 1e9);
+        self.metrics
+            .sqlite_phase_wall
+            .with_label_values(&label)
+            .inc_by(wall.duration_since(self.wall).as_secs_f64());
+        (self.cpu_ns, self.wall) = (cpu, wall);
+    }
 }
 
 /// Column values of a deal row (shared with the PostgreSQL store).
