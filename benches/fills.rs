@@ -14,6 +14,13 @@
 //! time of every process on the machine during a row (the database
 //! server's backends included, niced jobs not): on a quiet machine it is
 //! what a design costs in all, where "CPU s" is the client's share only.
+//!
+//! Below the table, tickgate's SQLite row by phase of its transactions
+//! (`fills_sqlite_phase_*`): CPU and wall µs per event of each, and the
+//! bytes the process wrote per event (WAL frames, checkpoints, statement
+//! journals): a change that makes one phase dearer, or writes more pages
+//! per commit, shows there even when the machine's noise hides it in
+//! the totals.
 
 #[path = "common/cpu.rs"]
 mod cpu;
@@ -26,7 +33,7 @@ use std::str::FromStr;
 use std::time::Instant;
 
 use rust_decimal::Decimal;
-use tickgate::fills::metrics::FillsMetrics;
+use tickgate::fills::metrics::{FillsMetrics, SqlitePhase};
 use tickgate::fills::model::{parse_value, Event, Fill, Outcome, Parsed};
 use tickgate::fills::position::Position;
 use tickgate::fills::store::{PgStore, SqliteStore, Store, StoreOptions};
@@ -101,6 +108,72 @@ fn fills_of(events: &[Parsed]) -> impl Iterator<Item = &Fill> {
         Ok(Event::Fill(f)) => Some(f),
         _ => None,
     })
+}
+
+/// Bytes this process has passed to write system calls so far
+/// (`/proc/self/io` `wchar`; 0 where it cannot be read).
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Per phase of the store's SQLite transactions: (label, CPU s, wall s)
+/// so far.
+fn sqlite_phases(m: &FillsMetrics) -> Vec<(&'static str, f64, f64)> {
+    SqlitePhase::ALL
+        .iter()
+        .map(|p| {
+            let l = [p.label()];
+            (
+                p.label(),
+                m.sqlite_phase_cpu.with_label_values(&l).get(),
+                m.sqlite_phase_wall.with_label_values(&l).get(),
+            )
+        })
+        .collect()
+}
+
+/// The SQLite row's phases and bytes written, printed below the table.
+fn phase_report(
+    events: usize,
+    batches: usize,
+    phases: &[(&str, f64, f64)],
+    written: u64,
+    total_secs: f64,
+) -> String {
+    use std::fmt::Write as _;
+    let per = |s: f64| s * 1e6 / events as f64;
+    let mut out = String::from(
+        "\nsqlite, tickgate, by phase of its transactions (the applying thread's CPU; wall):\n\n\
+         | phase | CPU µs per event | wall µs per event |\n|---|---:|---:|\n",
+    );
+    let (mut cpu, mut wall) = (0.0, 0.0);
+    for (label, c, w) in phases {
+        let _ = writeln!(out, "| {label} | {:.2} | {:.2} |", per(*c), per(*w));
+        cpu += c;
+        wall += w;
+    }
+    let _ = writeln!(
+        out,
+        "| all phases | {:.2} | {:.2} (of {:.2} for the row) |",
+        per(cpu),
+        per(wall),
+        per(total_secs)
+    );
+    let _ = writeln!(
+        out,
+        "\nwritten by the process: {:.0} bytes per event, {:.0} KiB per transaction \
+         (WAL frames, checkpoints, statement journals)",
+        written as f64 / events as f64,
+        written as f64 / 1024.0 / batches as f64
+    );
+    out
 }
 
 async fn batched(store: &Store, events: Vec<Parsed>, batch: usize) -> (usize, f64, Cpu) {
@@ -471,6 +544,7 @@ fn main() {
         .build()
         .expect("runtime");
     let mut rows = Vec::new();
+    let mut by_phase = String::new();
     rt.block_on(async {
         // SQLite: WAL, synchronous=FULL in both designs.
         let dir = tempfile::tempdir().expect("tempdir");
@@ -506,7 +580,16 @@ fn main() {
         );
         drop(store);
         let evs = workload(n, "b");
+        let phases0 = sqlite_phases(store2.metrics());
+        let written0 = written_bytes();
         let (a, secs, cpu) = batched(&store2, evs.clone(), batch).await;
+        let written = written_bytes() - written0;
+        let phases: Vec<(&str, f64, f64)> = sqlite_phases(store2.metrics())
+            .into_iter()
+            .zip(&phases0)
+            .map(|((l, c, w), (_, c0, w0))| (l, c - c0, w - w0))
+            .collect();
+        by_phase = phase_report(evs.len(), evs.len().div_ceil(batch), &phases, written, secs);
         assert_eq!(a, n);
         check(&store2, &evs).await;
         rows.push(Row {
@@ -682,4 +765,5 @@ fn main() {
             r.cpu.machine * 1e6 / r.events as f64
         );
     }
+    print!("{by_phase}");
 }

@@ -455,3 +455,36 @@ fn oracle_self_check() {
         }
     );
 }
+
+/// F6: a derived value keeps 28 significant digits and at most 28 digits
+/// after the point, whichever keeps fewer. Below 0.1 the 28 places keep
+/// fewer: 0.1 / 3 has 27 significant digits (28 would need a 29th place),
+/// and a tie at the 28th place goes to the even neighbour, rounded once
+/// from the exact quotient.
+#[test]
+fn averages_below_one_keep_28_places() {
+    let d = |s: &str| Decimal::from_str(s).unwrap();
+    let avg = |fills: &[(&str, &str)]| {
+        fills
+            .iter()
+            .try_fold(Position::FLAT, |p, (q, px)| p.apply(Side::Buy, d(q), d(px)))
+            .unwrap()
+            .avg_price
+            .to_string()
+    };
+    // (0.05 + 2 × 0.025) / 3 = 0.0333…
+    assert_eq!(
+        avg(&[("1", "0.05"), ("2", "0.025")]),
+        "0.0333333333333333333333333333"
+    );
+    // 1.5 and 2.5 units of the 28th place: both ties, to the even one.
+    let ulp = "0.0000000000000000000000000001";
+    let two = "0.0000000000000000000000000002";
+    let three = "0.0000000000000000000000000003";
+    assert_eq!(avg(&[("1", ulp), ("1", two)]), two);
+    assert_eq!(avg(&[("1", three), ("1", two)]), two);
+    // Beside a tie the exact quotient decides: 302/201 units is just
+    // above 1.5, 301/201 just below.
+    assert_eq!(avg(&[("100", ulp), ("101", two)]), two);
+    assert_eq!(avg(&[("101", ulp), ("100", two)]), ulp);
+}

@@ -1869,7 +1869,18 @@ async fn upgrade_from_schema_v2(b: Backend) {
                     |r| r.get(0),
                 )
                 .unwrap();
-            assert_eq!(version, 4);
+            assert_eq!(version, 5);
+            // F2's key, stored deal id first (schema v5): the primary key
+            // columns in their order.
+            let pk: Vec<String> = rusqlite::Connection::open(&path)
+                .unwrap()
+                .prepare("SELECT name FROM pragma_table_info('fills') WHERE pk > 0 ORDER BY pk")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(pk, ["deal_id", "account"]);
             // K8: the answer MAC key is created once and kept.
             let again = SqliteStore::open(&path, StoreOptions::default(), metrics.clone())
                 .await

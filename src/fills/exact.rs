@@ -19,10 +19,11 @@
 //!   The average price is a quotient and has in general no finite decimal
 //!   expansion; it, and what is computed from it, is computed exactly in
 //!   wide integers and rounded once, half to even, to 28 significant
-//!   digits (and to at most 28 digits after the point, the most a
-//!   `Decimal` holds). rust_decimal's own `/` is not that: it keeps as
-//!   many digits as fit the 96-bit mantissa (29 for 10 / 3), and rounding
-//!   that result again to 28 digits rounds twice.
+//!   digits and at most 28 digits after the point, whichever keeps fewer
+//!   (F6; 28 places are also the most a `Decimal` holds). rust_decimal's
+//!   own `/` is not that: it keeps as many digits as fit the 96-bit
+//!   mantissa (29 for 10 / 3), and rounding that result again to 28
+//!   digits rounds twice.
 
 use rust_decimal::Decimal;
 
@@ -203,22 +204,37 @@ impl Wide {
         self.0.iter().all(|&l| l == 0)
     }
 
+    /// Limbs in use: those up to the highest non-zero one. The values of
+    /// a fill use three or four of the sixteen; the loops below stop
+    /// there instead of running over all of them.
+    fn used(&self) -> usize {
+        self.0.iter().rposition(|&l| l != 0).map_or(0, |i| i + 1)
+    }
+
     /// self × m; overflow of 512 bits is an error (it cannot happen for
     /// the operands of F6, whose bounds are stated on the type).
     fn mul_u32(mut self, m: u32) -> Result<Wide, Inexact> {
+        let n = self.used();
         let mut carry = 0u64;
-        for l in self.0.iter_mut() {
+        for l in self.0[..n].iter_mut() {
             let t = u64::from(*l) * u64::from(m) + carry;
             *l = t as u32;
             carry = t >> 32;
         }
         if carry != 0 {
-            return Err(Inexact::Overflow);
+            // The limb above the last one in use is zero: the carry
+            // (< 2^32) goes there, if there is one.
+            *self.0.get_mut(n).ok_or(Inexact::Overflow)? = carry as u32;
         }
         Ok(self)
     }
 
     fn mul_u128(self, m: u128) -> Result<Wide, Inexact> {
+        // The values of a fill mostly fit 128 bits, products too: one
+        // multiplication instead of the limb by limb loop below.
+        if let Some(p) = self.to_u128().and_then(|v| v.checked_mul(m)) {
+            return Ok(Wide::from_u128(p));
+        }
         let mut out = Wide::ZERO;
         for i in 0..4 {
             let limb = (m >> (32 * i)) as u32;
@@ -238,6 +254,12 @@ impl Wide {
     }
 
     fn mul_pow10(mut self, mut k: u32) -> Result<Wide, Inexact> {
+        if let Some(p) = self
+            .to_u128()
+            .and_then(|v| v.checked_mul(10u128.checked_pow(k)?))
+        {
+            return Ok(Wide::from_u128(p));
+        }
         while k > 0 {
             let step = k.min(9);
             self = self.mul_u32(10u32.pow(step))?;
@@ -247,20 +269,33 @@ impl Wide {
     }
 
     fn add(mut self, o: &Wide) -> Result<Wide, Inexact> {
+        if let Some(v) = self
+            .to_u128()
+            .zip(o.to_u128())
+            .and_then(|(a, b)| a.checked_add(b))
+        {
+            return Ok(Wide::from_u128(v));
+        }
+        let n = self.used().max(o.used());
         let mut carry = 0u64;
-        for (l, r) in self.0.iter_mut().zip(o.0.iter()) {
+        for (l, r) in self.0[..n].iter_mut().zip(o.0.iter()) {
             let t = u64::from(*l) + u64::from(*r) + carry;
             *l = t as u32;
             carry = t >> 32;
         }
         if carry != 0 {
-            return Err(Inexact::Overflow);
+            // Both are zero above limb n - 1: the carry (1) goes to limb n.
+            *self.0.get_mut(n).ok_or(Inexact::Overflow)? = carry as u32;
         }
         Ok(self)
     }
 
     /// self - o, with self >= o.
     fn sub(mut self, o: &Wide) -> Wide {
+        if let (Some(a), Some(b)) = (self.to_u128(), o.to_u128()) {
+            debug_assert!(a >= b, "Wide::sub with self < o");
+            return Wide::from_u128(a - b);
+        }
         let mut borrow = 0i64;
         for (l, r) in self.0.iter_mut().zip(o.0.iter()) {
             let t = i64::from(*l) - i64::from(*r) - borrow;
@@ -279,12 +314,21 @@ impl Wide {
     /// shifted by one limb still fits 128 bits.
     fn divrem(&self, d: u128) -> (Wide, u128) {
         debug_assert!(d > 0 && d < 1 << 96);
+        if let Some(v) = self.to_u128() {
+            // Most quotients of a fill: one 128-bit division.
+            let q = v / d;
+            return (Wide::from_u128(q), v - q * d);
+        }
         let mut q = Wide::ZERO;
         let mut r = 0u128;
-        for i in (0..16).rev() {
+        // Leading zero limbs give zero quotient limbs and leave r at 0:
+        // start at the highest limb in use. One 128-bit division per
+        // limb (the remainder from the quotient, not a second one).
+        for i in (0..self.used()).rev() {
             let cur = (r << 32) | u128::from(self.0[i]);
-            q.0[i] = (cur / d) as u32;
-            r = cur % d;
+            let qi = cur / d;
+            q.0[i] = qi as u32;
+            r = cur - qi * d;
         }
         (q, r)
     }

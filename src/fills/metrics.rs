@@ -1,8 +1,8 @@
 //! Prometheus metrics of the store and the sweeper (F4, F5).
 
 use prometheus::{
-    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
-    Registry,
+    exponential_buckets, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, Opts, Registry,
 };
 
 use super::model::{EventOutcome, Outcome};
@@ -30,6 +30,14 @@ pub struct FillsMetrics {
     pub tx_retries: IntCounter,
     pub retention_rows: IntCounterVec,
     pub retention_seconds: HistogramVec,
+    /// `fills_sqlite_phase_cpu_seconds_total{phase}`: CPU time of the
+    /// thread that runs a SQLite batch transaction, by phase (see
+    /// `store::sqlite::Phase`): where a batch's cost goes, whatever else
+    /// the machine is doing.
+    pub sqlite_phase_cpu: CounterVec,
+    /// `fills_sqlite_phase_seconds_total{phase}`: the same phases' wall
+    /// time (the commit's includes waiting for the disk).
+    pub sqlite_phase_wall: CounterVec,
 }
 
 impl FillsMetrics {
@@ -112,6 +120,19 @@ impl FillsMetrics {
             &["table"],
         )?;
         reg.register(Box::new(retention_seconds.clone()))?;
+        let phase = |name: &str, help: &str| -> prometheus::Result<CounterVec> {
+            let c = CounterVec::new(Opts::new(name, help), &["phase"])?;
+            reg.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let sqlite_phase_cpu = phase(
+            "fills_sqlite_phase_cpu_seconds_total",
+            "CPU time of SQLite batch transactions by phase (the applying thread's)",
+        )?;
+        let sqlite_phase_wall = phase(
+            "fills_sqlite_phase_seconds_total",
+            "Wall time of SQLite batch transactions by phase",
+        )?;
         Ok(FillsMetrics {
             duplicate_events,
             duplicate_by_deal,
@@ -126,6 +147,8 @@ impl FillsMetrics {
             tx_retries,
             retention_rows,
             retention_seconds,
+            sqlite_phase_cpu,
+            sqlite_phase_wall,
         })
     }
 
@@ -135,29 +158,114 @@ impl FillsMetrics {
         FillsMetrics::new(&Registry::new()).expect("fresh registry")
     }
 
-    /// Count a committed batch's outcomes.
+    /// Count a committed batch's outcomes: one counter update per label
+    /// set in the batch, not one per event (a label lookup hashes the
+    /// labels and takes a lock).
     pub fn record(&self, source: &str, outcomes: &[EventOutcome]) {
+        // (kind, counter) -> events; a batch has a handful of these.
+        let mut counts: Vec<(&str, Counted, u64)> = Vec::new();
         for o in outcomes {
             let kind = o.kind.as_deref().unwrap_or("");
-            match o.outcome {
-                Outcome::Applied => self.applied.with_label_values(&[kind, source]).inc(),
-                Outcome::Duplicate => self
-                    .duplicate_events
-                    .with_label_values(&[kind, source])
-                    .inc(),
-                Outcome::DuplicateByDealId => self
-                    .duplicate_by_deal
-                    .with_label_values(&[kind, source])
-                    .inc(),
-                Outcome::Held => self.held.with_label_values(&[source]).inc(),
-                Outcome::Rejected(_) => self.rejected.with_label_values(&[source]).inc(),
+            let counted = match o.outcome {
+                Outcome::Applied => Counted::Applied,
+                Outcome::Duplicate => Counted::Duplicate,
+                Outcome::DuplicateByDealId => Counted::DuplicateByDeal,
+                Outcome::Held => Counted::Held,
+                Outcome::Rejected(_) => Counted::Rejected,
                 Outcome::Conflict(ref reason) => {
                     // F2b: counted and logged, never a silent duplicate.
-                    self.conflicts.with_label_values(&[kind, source]).inc();
                     tracing::warn!(kind, source, event_id = o.event_id.as_deref().unwrap_or(""),
                         %reason, "fills: conflicting event rejected");
+                    Counted::Conflict
                 }
+            };
+            match counts
+                .iter_mut()
+                .find(|(k, c, _)| *c == counted && *k == kind)
+            {
+                Some((_, _, n)) => *n += 1,
+                None => counts.push((kind, counted, 1)),
             }
+        }
+        for (kind, counted, n) in counts {
+            match counted {
+                Counted::Applied => self.applied.with_label_values(&[kind, source]).inc_by(n),
+                Counted::Duplicate => self
+                    .duplicate_events
+                    .with_label_values(&[kind, source])
+                    .inc_by(n),
+                Counted::DuplicateByDeal => self
+                    .duplicate_by_deal
+                    .with_label_values(&[kind, source])
+                    .inc_by(n),
+                Counted::Held => self.held.with_label_values(&[source]).inc_by(n),
+                Counted::Rejected => self.rejected.with_label_values(&[source]).inc_by(n),
+                Counted::Conflict => self.conflicts.with_label_values(&[kind, source]).inc_by(n),
+            }
+        }
+    }
+}
+
+/// The counter an outcome goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Applied,
+    Duplicate,
+    DuplicateByDeal,
+    Held,
+    Rejected,
+    Conflict,
+}
+
+/// The phases of a SQLite batch transaction, the `phase` label of
+/// `fills_sqlite_phase_cpu_seconds_total` and `fills_sqlite_phase_seconds_total`:
+/// their cost per event shows which part of a batch a change made slower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlitePhase {
+    /// `BEGIN IMMEDIATE` (waiting for the write lock included) and, for
+    /// HTTP, the idempotency key's row (K2).
+    Begin,
+    /// Consumer positions (stream offsets) and the caller's pre-commit hook.
+    Offsets,
+    /// Repeats within the batch, the processed-events insert (F1), the
+    /// content hashes (F2b).
+    Dedup,
+    /// The touched positions and the application sequence, read.
+    Read,
+    /// The rows of new deals, inserted (F2).
+    Deals,
+    /// The position arithmetic (F6), or the planner with what it reads
+    /// (deals, BUST histories).
+    Apply,
+    /// Positions, changed deals, chain links and, for HTTP, the stored
+    /// answer, written.
+    Write,
+    /// `COMMIT`: WAL frames written and synced, checkpoints.
+    Commit,
+}
+
+impl SqlitePhase {
+    pub const ALL: [SqlitePhase; 8] = [
+        SqlitePhase::Begin,
+        SqlitePhase::Offsets,
+        SqlitePhase::Dedup,
+        SqlitePhase::Read,
+        SqlitePhase::Deals,
+        SqlitePhase::Apply,
+        SqlitePhase::Write,
+        SqlitePhase::Commit,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SqlitePhase::Begin => "begin",
+            SqlitePhase::Offsets => "offsets",
+            SqlitePhase::Dedup => "dedup",
+            SqlitePhase::Read => "read",
+            SqlitePhase::Deals => "deals",
+            SqlitePhase::Apply => "apply",
+            SqlitePhase::Write => "write",
+            SqlitePhase::Commit => "commit",
         }
     }
 }

@@ -146,46 +146,74 @@ impl Event {
     }
 }
 
-/// F2b: hex of the first 16 bytes of SHA-256 over `fields`, each followed
-/// by a NUL.
-fn fields_hash(fields: &[&str]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for f in fields {
-        h.update(f.as_bytes());
-        h.update([0u8]);
+/// F2b: SHA-256 over fields each followed by a NUL, fed in place: a
+/// decimal or an integer is written into the hasher as its text, with no
+/// string of its own.
+struct FieldHasher(sha2::Sha256);
+
+impl FieldHasher {
+    fn new() -> FieldHasher {
+        use sha2::Digest;
+        FieldHasher(sha2::Sha256::new())
     }
-    let digest = h.finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+
+    fn text(&mut self, field: &str) -> &mut Self {
+        use sha2::Digest;
+        self.0.update(field.as_bytes());
+        self.0.update([0u8]);
+        self
+    }
+
+    /// `v`'s `Display` text as a field (the same bytes as `&v.to_string()`).
+    fn display(&mut self, v: &dyn std::fmt::Display) -> &mut Self {
+        use std::fmt::Write as _;
+        struct Feed<'a>(&'a mut sha2::Sha256);
+        impl std::fmt::Write for Feed<'_> {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                sha2::Digest::update(self.0, s.as_bytes());
+                Ok(())
+            }
+        }
+        // Writing into a hasher cannot fail.
+        let _ = write!(Feed(&mut self.0), "{v}");
+        self.text("")
+    }
+
+    /// Lower-case hex of the first 16 bytes of the digest.
+    fn finish(&mut self) -> String {
+        use sha2::Digest;
+        let digest = std::mem::take(&mut self.0).finalize();
+        hex::encode(&digest[..16])
+    }
 }
 
 impl Fill {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
-        fields_hash(&[
-            "FILL",
-            &self.event_id,
-            &self.deal_id,
-            &self.account,
-            &self.symbol,
-            self.side.as_str(),
-            &self.qty.to_string(),
-            &self.price.to_string(),
-            &self.exec_time.to_string(),
-        ])
+        FieldHasher::new()
+            .text("FILL")
+            .text(&self.event_id)
+            .text(&self.deal_id)
+            .text(&self.account)
+            .text(&self.symbol)
+            .text(self.side.as_str())
+            .display(&self.qty)
+            .display(&self.price)
+            .display(&self.exec_time)
+            .finish()
     }
 }
 
 impl Bust {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
-        fields_hash(&[
-            "BUST",
-            &self.event_id,
-            &self.deal_id,
-            &self.account,
-            &self.exec_time.to_string(),
-        ])
+        FieldHasher::new()
+            .text("BUST")
+            .text(&self.event_id)
+            .text(&self.deal_id)
+            .text(&self.account)
+            .display(&self.exec_time)
+            .finish()
     }
 }
 
@@ -511,6 +539,23 @@ pub fn batch_answer(outcomes: &[EventOutcome]) -> (u16, Vec<u8>) {
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    /// F2b: stored hashes are compared with new events' hashes, across
+    /// versions and stores: the bytes hashed (fields as text, each
+    /// followed by a NUL) never change. Expected values: Python's
+    /// `hashlib.sha256(b"FILL\0E-1\0…\0").hexdigest()[:32]`.
+    #[test]
+    fn content_hash_is_stable() {
+        let fill = parse_value(&serde_json::json!({"kind":"FILL","event_id":"E-1",
+            "deal_id":"D-1","account":"ACC-A","symbol":"EURUSD","side":"BUY","qty":"100",
+            "price":"1.10","exec_time":"2026-11-30T08:00:00Z"}))
+        .unwrap();
+        assert_eq!(fill.content_hash(), "2bf32c71f05acefde7a37887b2a29e3c");
+        let bust = parse_value(&serde_json::json!({"kind":"BUST","event_id":"B-1",
+            "deal_id":"D-1","account":"ACC-A","exec_time":"2026-11-30T08:00:00Z"}))
+        .unwrap();
+        assert_eq!(bust.content_hash(), "765e8082cfd0bc90b7128eaaf24bec8d");
+    }
 
     fn fill_json() -> Value {
         serde_json::json!({"kind":"FILL","event_id":"E-881","deal_id":"D-1001","account":"ACC-7",

@@ -9,8 +9,9 @@
 //! 100 @ 1.1 + 200 @ 1.2 averages 1.1666...). It, and what is computed from
 //! it (the cost of the position it grows from, the realized P&L), is
 //! computed exactly and rounded once per fill, half to even, to 28
-//! significant digits ([`exact::average_price`], [`exact::realized`]):
-//! the only rounding there is. Overflow anywhere rejects the fill.
+//! significant digits and at most 28 digits after the point, whichever
+//! keeps fewer ([`exact::average_price`], [`exact::realized`]): the only
+//! rounding there is. Overflow anywhere rejects the fill.
 use rust_decimal::Decimal;
 
 use super::exact::{self, Inexact};

@@ -18,7 +18,8 @@ CREATE INDEX processed_events_created ON processed_events (created_ns);
 -- bust_held (a BUST waiting for its FILL: fill columns NULL).
 -- Schema version 3 (F2) re-keys this table by (account, deal_id), account
 -- NOT NULL (a held BUST's row has the BUST's account): SCHEMA_V3 in
--- sqlite.rs. This file stays version 1, the start of the migrations.
+-- sqlite.rs; version 5 stores the same key in (deal_id, account) order
+-- (SCHEMA_V5). This file stays version 1, the start of the migrations.
 CREATE TABLE fills (
     deal_id        TEXT    NOT NULL PRIMARY KEY,
     status         TEXT    NOT NULL CHECK (status IN ('applied', 'busted', 'bust_held')),
