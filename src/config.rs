@@ -194,6 +194,7 @@ impl FeedConfig {
             venue: crate::venue::VenueSettings {
                 kind: self.venue,
                 max_orders: self.max_orders,
+                ..crate::venue::VenueSettings::default()
             },
             max_channel_jump: self.max_channel_jump,
             recovery: crate::feed::Recovery {

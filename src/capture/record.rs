@@ -184,6 +184,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
             kind: args.venue.kind(),
             // Only `parse` is used: no book is ever filled.
             max_orders: 1,
+            recovery_entries: 0,
         }),
         invalid: vec![0; lines.len()],
     };

@@ -384,6 +384,12 @@ pub struct Simulator {
 
 impl Simulator {
     pub fn new(cfg: SimConfig) -> anyhow::Result<Simulator> {
+        if cfg.venue == VenueKind::CmeMdp3 {
+            anyhow::bail!(
+                "the simulator does not speak cme-mdp3 yet (docs/venues.md): \
+                 replay CME captures with `tickgate replay --venue cme-mdp3`"
+            );
+        }
         cfg.validate()?;
         let mut market = SplitMix64::new(cfg.seed);
         let faults = SplitMix64::new(cfg.seed ^ 0x5EED_FA17_5EED_FA17);
@@ -472,6 +478,7 @@ impl Simulator {
                     start,
                     cfg.seed,
                 ))),
+                VenueKind::CmeMdp3 => unreachable!("refused above"),
             },
             venue_buf: Vec::with_capacity(MAX_DATAGRAM),
             ending_packet: None,

@@ -183,6 +183,11 @@ impl Channel {
     /// Classifies a valid packet and advances the channel.
     pub fn on_packet(&mut self, p: &ChannelHeader) -> (PacketAction, ChannelEvents) {
         let mut ev = ChannelEvents::default();
+        if p.stale_session {
+            // C5, told by the venue (venues.md `cme-mdp3`: sent before the
+            // current session began).
+            return (PacketAction::StaleSession, ev);
+        }
         let kind = p.kind;
         match self.sessions.last() {
             None => {

@@ -43,6 +43,8 @@ pub struct FeedCounters {
     /// S8.
     pub snapshots_applied: u64,
     pub snapshots_ignored: u64,
+    /// cme-mdp3: Book entries that could not apply to their book.
+    pub book_errors: u64,
     /// C5: provider restarts seen (the first session is not a change).
     pub session_changes: u64,
     /// C5/C6: packets of a replaced or ended session, dropped.

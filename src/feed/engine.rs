@@ -20,7 +20,8 @@ use super::view::{
 };
 use crate::venue::rerequest::Request;
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, DatagramError, Header, Policy, Rules, Venue, VenueKind,
+    AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
+    Venue, VenueKind,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
@@ -482,6 +483,46 @@ impl<P: Publish> Feed<P> {
         out
     }
 
+    /// One datagram of a snapshot or definition line (venues.md
+    /// `cme-mdp3`, Lines) received on `line` at `now`: validated whole by
+    /// the venue, then applied without channel rules (the loops are judged
+    /// message by message). Counted on its line as any datagram.
+    pub fn on_loop_datagram(
+        &mut self,
+        line: usize,
+        kind: LineKind,
+        datagram: &[u8],
+        now: i64,
+    ) -> DatagramOutcome {
+        if kind == LineKind::Incremental {
+            return self.on_datagram(line, datagram, now);
+        }
+        if line >= self.counters.lines.len() {
+            return DatagramOutcome::UnknownLine;
+        }
+        let ctx = self.ctx(now);
+        let mut rules = SymbolRules {
+            ctx,
+            index: &mut self.index,
+            symbols: &mut self.symbols,
+            counters: &mut self.counters,
+            publisher: &mut self.publisher,
+            settings: &self.settings,
+            view: &self.view,
+        };
+        match self.venue.apply_loop(kind, datagram, &mut rules) {
+            Ok(()) => {
+                self.counters.lines[line].packets += 1;
+                DatagramOutcome::Applied
+            }
+            Err(e) => {
+                self.counters.invalid_packets += 1;
+                self.counters.lines[line].invalid_packets += 1;
+                DatagramOutcome::Invalid(e)
+            }
+        }
+    }
+
     /// Nothing held, no snapshot wanted or running, the view says `live`,
     /// and the datagram continues the current session without going
     /// beyond `next`: no rule of recovery.md has anything to do.
@@ -495,6 +536,7 @@ impl<P: Publish> Feed<P> {
             && ch.sequence <= self.channel.next_sequence()
             && !self.channel.ended()
             && self.channel.current_session() == Some(ch.session)
+            && !ch.stale_session
     }
 
     /// R4: one datagram from a configured re-request server (the I/O shell
@@ -792,6 +834,10 @@ impl<P: Publish> Feed<P> {
         now: i64,
     ) -> DatagramOutcome {
         let ch = header.channel;
+        if ch.stale_session {
+            // C5: a replaced session's packet is never held.
+            return self.process(source, datagram, header, now);
+        }
         loop {
             let current = self.channel.current_session();
             if current != Some(ch.session) || self.channel.ended() {
@@ -1526,6 +1572,99 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::OrderOverflow => c.orders_overflow += 1,
             Count::OrderConflict => c.order_conflicts += 1,
             Count::LocateConflict => c.locate_conflicts += 1,
+            Count::BookError => c.book_errors += 1,
+            Count::SnapshotIgnored => c.snapshots_ignored += 1,
+        }
+    }
+
+    #[inline]
+    fn entry(&mut self, slot: u32, seq: u64, source_ts: i64) -> EntryOutcome {
+        let Some(st) = self.symbols.get_mut(slot as usize) else {
+            return EntryOutcome::NotApplied;
+        };
+        let (out, changed) = st.on_entry(seq, source_ts, &self.ctx, self.counters);
+        if changed {
+            self.publish(slot);
+        }
+        out
+    }
+
+    fn book_quote(&mut self, slot: u32, bid: Option<Side>, ask: Option<Side>) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.set_book_quote(bid, ask, &self.ctx);
+            self.publish(slot);
+        }
+    }
+
+    fn use_snapshot(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        source_ts: i64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+    ) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.use_snapshot(seq, source_ts, bid, ask, &self.ctx, self.counters);
+            self.publish(slot);
+        }
+    }
+
+    fn forget_sequence(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.forget_sequence(&self.ctx);
+            self.publish(slot);
+        }
+    }
+
+    fn suspect_book(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            if st.suspect_unless_caused(SuspectCause::Gap, &self.ctx) {
+                self.publish(slot);
+            }
+        }
+    }
+
+    fn sequence(&self, slot: u32) -> Option<u64> {
+        let st = self.symbols.get(slot as usize)?;
+        (st.view.session_epoch == self.ctx.session_epoch && st.view.has_seq())
+            .then_some(st.view.seq)
+    }
+
+    fn waits(&self, slot: u32) -> bool {
+        self.symbols
+            .get(slot as usize)
+            .is_some_and(|st| st.waits(&self.ctx))
+    }
+
+    /// The copy keeps `to`'s name and the state `configured` by the
+    /// operator; everything else is `from`'s.
+    fn mirror(&mut self, from: u32, to: u32) {
+        if from == to || from as usize >= self.symbols.len() || to as usize >= self.symbols.len() {
+            return;
+        }
+        let src = self.symbols[from as usize].clone();
+        let dst = &mut self.symbols[to as usize];
+        *dst = SymbolState {
+            symbol: dst.symbol,
+            configured: dst.configured,
+            ..src
+        };
+        self.publish(to);
+    }
+
+    fn clear_symbol(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            let mut fresh = SymbolState::new(
+                st.symbol,
+                self.view.gap_epoch,
+                self.view.session_epoch,
+                self.settings.stale_ms,
+                self.settings.source_max_age_ms,
+            );
+            fresh.configured = st.configured;
+            *st = fresh;
+            self.publish(slot);
         }
     }
 }

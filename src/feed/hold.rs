@@ -262,6 +262,7 @@ mod tests {
                 sequence: seq,
                 kind: PacketKind::Data,
                 count,
+                stale_session: false,
             },
             send_time: None,
         }
@@ -326,6 +327,7 @@ mod conflict_tests {
                 sequence: seq,
                 kind,
                 count,
+                stale_session: false,
             },
             send_time: None,
         }

@@ -12,6 +12,7 @@ use super::view::{
     SuspectCause, SymbolView, SYM_ASK, SYM_BID, SYM_HALTED, SYM_HAS_QUOTE, SYM_HAS_SEQ,
 };
 use crate::feed::clock::ts_i64;
+pub use crate::venue::EntryOutcome;
 use crate::wire::{Heartbeat, Quote, Side, Symbol, FLAG_ASK, FLAG_BID};
 
 /// What the symbol rules need to know about the feed, per message.
@@ -60,6 +61,21 @@ pub const HOT_BYTES: usize = std::mem::offset_of!(SymbolState, run_next);
 #[inline]
 fn unbelievable(seq: u64, expected: u64, max_jump: u64) -> bool {
     seq.abs_diff(expected) >= max_jump
+}
+
+/// What S1-S5 make of a message's own sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// S1 (no `last_seq`) or S5r's third rejected message: a new baseline.
+    Baseline,
+    /// S5: refused; `changed` when the cause became `seq_anomaly`.
+    Refused { changed: bool },
+    /// S2: old or repeated.
+    Stale,
+    /// S3: beyond `last_seq + 1` (the loss counted).
+    Gap,
+    /// S4: `last_seq + 1`.
+    InOrder,
 }
 
 impl SymbolState {
@@ -201,73 +217,88 @@ impl SymbolState {
         }
     }
 
-    /// A Quote (`seq >= 1`) reaching the symbol. Returns whether the view
-    /// changed.
-    pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
-        let caught_up = self.catch_up(ctx);
+    /// S1-S5 for a message with its own sequence `seq` (a Quote, or an
+    /// entry of a venue that numbers each instrument's updates): what the
+    /// sequence says, with the counters and the S5/S5r bookkeeping done.
+    /// The caller applies the message's content as the step says.
+    #[inline]
+    fn sequence_step(&mut self, seq: u64, ctx: &Ctx, c: &mut FeedCounters) -> Step {
         if !self.view.has_seq() {
-            // S1
-            self.baseline(q, ctx);
-            return true;
+            return Step::Baseline; // S1
         }
         let last = self.view.seq;
         let expected = last.saturating_add(1);
-        if unbelievable(q.seq, expected, ctx.max_jump) {
-            // S5r: a run of rejected Quotes with consecutive seqs.
-            if self.run_len > 0 && q.seq == self.run_next {
+        if unbelievable(seq, expected, ctx.max_jump) {
+            // S5r: a run of rejected messages with consecutive seqs.
+            if self.run_len > 0 && seq == self.run_next {
                 self.run_len += 1;
             } else {
                 self.run_len = 1;
             }
-            self.run_next = q.seq.wrapping_add(1);
+            self.run_next = seq.wrapping_add(1);
             if self.run_len >= 3 {
                 // The third is a new baseline, not a rejection.
                 c.seq_resyncs += 1;
                 self.seq_resyncs += 1;
-                self.baseline(q, ctx);
-                return true;
+                return Step::Baseline;
             }
             // S5: not applied, `last_seq` unchanged, liveness unchanged.
             c.seq_anomalies += 1;
             self.seq_anomalies += 1;
             let changed = self.cause() != SuspectCause::SeqAnomaly;
             self.set_cause(SuspectCause::SeqAnomaly);
-            return changed || caught_up;
+            return Step::Refused { changed };
         }
-        // Any Quote not rejected by S5 ends an S5r run.
+        // Any message not rejected by S5 ends an S5r run.
         self.run_len = 0;
-        if q.seq <= last {
+        if seq <= last {
             // S2: old or repeated, changes nothing.
             c.stale_dropped += 1;
             self.stale_dropped += 1;
-            return caught_up;
+            return Step::Stale;
         }
-        let had_quote = self.view.has_quote();
-        if q.seq > expected {
+        if seq > expected {
             // S3: forward gap, counted once (last_seq moves past it).
-            let lost = q.seq - expected;
+            let lost = seq - expected;
             self.ticks_lost = self.ticks_lost.saturating_add(lost);
             c.ticks_lost = c.ticks_lost.saturating_add(lost);
-            self.apply_quote(q, ctx);
-            match ctx.mode {
-                // The Quote is the new whole price (S7: applied full Quote).
-                Mode::Full => {
-                    self.set_cause(SuspectCause::None);
-                    self.verify(ctx);
+            return Step::Gap;
+        }
+        Step::InOrder
+    }
+
+    /// A Quote (`seq >= 1`) reaching the symbol. Returns whether the view
+    /// changed.
+    pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+        let caught_up = self.catch_up(ctx);
+        let had_quote = self.view.has_quote();
+        match self.sequence_step(q.seq, ctx, c) {
+            Step::Baseline => self.baseline(q, ctx),
+            Step::Refused { changed } => return changed || caught_up,
+            Step::Stale => return caught_up,
+            Step::Gap => {
+                self.apply_quote(q, ctx);
+                match ctx.mode {
+                    // The Quote is the new whole price (S7: applied full Quote).
+                    Mode::Full => {
+                        self.set_cause(SuspectCause::None);
+                        self.verify(ctx);
+                    }
+                    Mode::Delta => self.set_cause(SuspectCause::Gap),
                 }
-                Mode::Delta => self.set_cause(SuspectCause::Gap),
             }
-        } else {
-            // S4 in sequence; S7: `seq = last_seq + 1` verifies.
-            self.apply_quote(q, ctx);
-            self.verify(ctx);
-            match ctx.mode {
-                Mode::Full => self.set_cause(SuspectCause::None),
-                // A delta symbol's first Quote (after a Heartbeat baseline)
-                // leaves it without a whole quote: no_snapshot (S1).
-                Mode::Delta => {
-                    if !had_quote && self.cause() == SuspectCause::None {
-                        self.set_cause(SuspectCause::NoSnapshot);
+            Step::InOrder => {
+                // S4 in sequence; S7: `seq = last_seq + 1` verifies.
+                self.apply_quote(q, ctx);
+                self.verify(ctx);
+                match ctx.mode {
+                    Mode::Full => self.set_cause(SuspectCause::None),
+                    // A delta symbol's first Quote (after a Heartbeat baseline)
+                    // leaves it without a whole quote: no_snapshot (S1).
+                    Mode::Delta => {
+                        if !had_quote && self.cause() == SuspectCause::None {
+                            self.set_cause(SuspectCause::NoSnapshot);
+                        }
                     }
                 }
             }
@@ -434,5 +465,122 @@ impl SymbolState {
         let changed = self.cause() != SuspectCause::Gap;
         self.set_cause(SuspectCause::Gap);
         changed || caught_up
+    }
+}
+
+/// The symbol rules of a venue whose updates carry each instrument's own
+/// sequence (venues.md `cme-mdp3`: every entry is a message of its
+/// instrument, `seq = RptSeq`, delta mode). Pure, like the rest.
+impl SymbolState {
+    /// One entry: S1-S5 on `seq`; applying it (S4) sets `last_seq`,
+    /// `alive_at` and `quote_source_ts`, never the quote's sides (the
+    /// venue sets those from its book after the packet). Delta: S4 clears
+    /// no cause, `seq = last_seq + 1` verifies (S7). A first entry with
+    /// seq 1 starts the instrument from an empty book: no cause, verified.
+    /// Returns what happened and whether the view changed.
+    pub fn on_entry(
+        &mut self,
+        seq: u64,
+        source_ts: i64,
+        ctx: &Ctx,
+        c: &mut FeedCounters,
+    ) -> (EntryOutcome, bool) {
+        let caught_up = self.catch_up(ctx);
+        let first = !self.view.has_seq();
+        let mut fresh = false;
+        match self.sequence_step(seq, ctx, c) {
+            Step::Refused { changed } => return (EntryOutcome::NotApplied, changed || caught_up),
+            Step::Stale => return (EntryOutcome::NotApplied, caught_up),
+            Step::Baseline if first && seq == 1 => {
+                fresh = true;
+                self.set_cause(SuspectCause::None);
+                self.verify(ctx);
+            }
+            // S1 on a delta feed: the book is unknown until a snapshot.
+            Step::Baseline => {
+                if self.cause() == SuspectCause::None {
+                    self.set_cause(SuspectCause::NoSnapshot);
+                }
+            }
+            Step::Gap => self.set_cause(SuspectCause::Gap),
+            Step::InOrder => self.verify(ctx),
+        }
+        let v = &mut self.view;
+        v.flags |= SYM_HAS_SEQ;
+        v.seq = seq;
+        v.alive_at = ctx.now;
+        v.source_ts = source_ts;
+        (EntryOutcome::Applied { fresh }, true)
+    }
+
+    /// The venue's book gave a new level 1: it is the quote (an empty side
+    /// is `None`); sequence, liveness and cause stay.
+    pub fn set_book_quote(&mut self, bid: Option<Side>, ask: Option<Side>, ctx: &Ctx) {
+        self.catch_up(ctx);
+        let v = &mut self.view;
+        let b = bid.unwrap_or_default();
+        let a = ask.unwrap_or_default();
+        v.bid_px = b.px;
+        v.bid_qty = b.qty;
+        v.ask_px = a.px;
+        v.ask_qty = a.qty;
+        v.flags = (v.flags & !(SYM_BID | SYM_ASK))
+            | SYM_HAS_QUOTE
+            | if bid.is_some() { SYM_BID } else { 0 }
+            | if ask.is_some() { SYM_ASK } else { 0 };
+    }
+
+    /// A snapshot the venue used (venues.md `cme-mdp3`, Snapshots; it
+    /// replaces S8): `last_seq = seq`, `alive_at = now`, `quote_source_ts`,
+    /// the whole quote, every cause cleared, verified.
+    pub fn use_snapshot(
+        &mut self,
+        seq: u64,
+        source_ts: i64,
+        bid: Option<Side>,
+        ask: Option<Side>,
+        ctx: &Ctx,
+        c: &mut FeedCounters,
+    ) {
+        self.catch_up(ctx);
+        self.set_book_quote(bid, ask, ctx);
+        let v = &mut self.view;
+        v.flags |= SYM_HAS_SEQ;
+        v.seq = seq;
+        v.alive_at = ctx.now;
+        v.source_ts = source_ts;
+        self.run_len = 0;
+        self.set_cause(SuspectCause::None);
+        self.verify(ctx);
+        c.snapshots_applied += 1;
+        self.snapshots_applied += 1;
+    }
+
+    /// A venue's channel reset: the sequence and trading state forgotten
+    /// as by a session change (C5), in the same session.
+    pub fn forget_sequence(&mut self, ctx: &Ctx) {
+        self.catch_up(ctx);
+        self.forget_session(ctx.session_epoch);
+    }
+
+    /// Suspect `cause` unless the symbol already has one (a book that can
+    /// no longer be trusted). Returns whether the view changed.
+    pub fn suspect_unless_caused(&mut self, cause: SuspectCause, ctx: &Ctx) -> bool {
+        let caught_up = self.catch_up(ctx);
+        if self.cause() != SuspectCause::None {
+            return caught_up;
+        }
+        self.set_cause(cause);
+        true
+    }
+
+    /// Whether the symbol waits for a snapshot: suspect (any cause),
+    /// unverified, or without a sequence.
+    pub fn waits(&self, ctx: &Ctx) -> bool {
+        let session_current = self.view.session_epoch == ctx.session_epoch;
+        !session_current
+            || !self.view.has_seq()
+            || self.cause() != SuspectCause::None
+            || !self.verified(ctx)
     }
 }

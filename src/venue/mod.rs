@@ -36,6 +36,10 @@ pub struct ChannelHeader {
     pub kind: PacketKind,
     /// Message blocks of a data packet (0 otherwise).
     pub count: u16,
+    /// A venue without session ids knows the packet belongs to a session
+    /// already replaced (venues.md `cme-mdp3`: sent before the current
+    /// session's first packet): dropped and counted (C5).
+    pub stale_session: bool,
 }
 
 /// The venue a feed speaks (config `venue`, `--venue`).
@@ -48,13 +52,16 @@ pub enum VenueKind {
     IexTops,
     /// Nasdaq TotalView-ITCH 5.0 over MoldUDP64.
     NasdaqItch,
+    /// CME Group MDP 3.0 (SBE over UDP).
+    CmeMdp3,
 }
 
 impl VenueKind {
-    pub const ALL: [VenueKind; 3] = [
+    pub const ALL: [VenueKind; 4] = [
         VenueKind::Tickgate,
         VenueKind::IexTops,
         VenueKind::NasdaqItch,
+        VenueKind::CmeMdp3,
     ];
 
     /// The name used in config and on the command line.
@@ -63,6 +70,7 @@ impl VenueKind {
             VenueKind::Tickgate => "tickgate",
             VenueKind::IexTops => "iex-tops",
             VenueKind::NasdaqItch => "nasdaq-itch",
+            VenueKind::CmeMdp3 => "cme-mdp3",
         }
     }
 
@@ -90,6 +98,10 @@ pub enum DatagramError {
     Mold(WireError),
     /// IEX-TP segment or TOPS message.
     Iex(iex_tops::IexError),
+    /// CME MDP 3.0 packet or SBE message.
+    Cme(cme_mdp3::sbe::SbeError),
+    /// A datagram on a kind of line the venue does not have.
+    NoSuchLine,
 }
 
 impl From<WireError> for DatagramError {
@@ -104,11 +116,19 @@ impl From<iex_tops::IexError> for DatagramError {
     }
 }
 
+impl From<cme_mdp3::sbe::SbeError> for DatagramError {
+    fn from(e: cme_mdp3::sbe::SbeError) -> DatagramError {
+        DatagramError::Cme(e)
+    }
+}
+
 impl fmt::Display for DatagramError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DatagramError::Mold(e) => e.fmt(f),
             DatagramError::Iex(e) => e.fmt(f),
+            DatagramError::Cme(e) => e.fmt(f),
+            DatagramError::NoSuchLine => f.write_str("this venue has no such kind of line"),
         }
     }
 }
@@ -178,6 +198,68 @@ pub enum Count {
     /// nasdaq-itch: a snapshot names one stock by two locates; which book
     /// is the stock's cannot be known (the symbol is not trusted).
     LocateConflict,
+    /// cme-mdp3: a Book entry that cannot apply to its book.
+    BookError,
+    /// cme-mdp3: a snapshot not used (its instrument does not wait, or the
+    /// snapshot does not cover what was lost or reset).
+    SnapshotIgnored,
+}
+
+/// What a feed's line carries (venues.md `cme-mdp3`, Lines; every other
+/// venue has incremental lines only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum LineKind {
+    /// Real-time packets under the channel rules.
+    #[default]
+    Incremental,
+    /// A snapshot loop (CME Market Recovery): no channel rules.
+    Snapshot,
+    /// A definition loop (CME Instrument Recovery): no channel rules.
+    Definition,
+}
+
+impl LineKind {
+    pub const ALL: [LineKind; 3] = [
+        LineKind::Incremental,
+        LineKind::Snapshot,
+        LineKind::Definition,
+    ];
+
+    /// The name used in config (`kind` of a line).
+    pub fn name(self) -> &'static str {
+        match self {
+            LineKind::Incremental => "incremental",
+            LineKind::Snapshot => "snapshot",
+            LineKind::Definition => "definition",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LineKind> {
+        LineKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// A venue's recovery gauges and counters beyond the engine's (venues.md
+/// `cme-mdp3`: instruments waiting, kept entries).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VenueRecovery {
+    /// Instruments waiting for a snapshot now.
+    pub waiting: u64,
+    /// Entries kept for them now.
+    pub kept_entries: u64,
+    /// Kept entries dropped over the bound so far.
+    pub kept_dropped: u64,
+}
+
+/// What an entry of a venue with per-instrument sequences did (venues.md
+/// `cme-mdp3`, Entries): whether its content may be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryOutcome {
+    /// Applied by S4 (or S1/S3); `fresh` when it started the instrument
+    /// from an empty book (its first entry, with seq 1).
+    Applied { fresh: bool },
+    /// Dropped by S2 or refused by S5: its content changes nothing.
+    NotApplied,
 }
 
 /// How the verdict treats a venue's feeds (the engine sets feed flags).
@@ -217,6 +299,42 @@ pub trait Rules {
     /// The symbol's book is incomplete until the next session (`gap`).
     fn suspect_gap(&mut self, slot: u32);
     fn count(&mut self, what: Count);
+
+    /// venues.md `cme-mdp3`, Entries: one entry of the instrument at
+    /// `slot`, S1-S5 on `seq` in delta mode, no quote change.
+    fn entry(&mut self, _slot: u32, _seq: u64, _source_ts: i64) -> EntryOutcome {
+        EntryOutcome::NotApplied
+    }
+    /// The venue's book gave `slot` a new level 1 (its quote).
+    fn book_quote(&mut self, _slot: u32, _bid: Option<Side>, _ask: Option<Side>) {}
+    /// A snapshot the venue used for `slot` (it replaces S8).
+    fn use_snapshot(
+        &mut self,
+        _slot: u32,
+        _seq: u64,
+        _source_ts: i64,
+        _bid: Option<Side>,
+        _ask: Option<Side>,
+    ) {
+    }
+    /// A channel reset: `slot` forgets its sequence as C5 says.
+    fn forget_sequence(&mut self, _slot: u32) {}
+    /// `slot`'s book can no longer be trusted: suspect `gap` unless it
+    /// already has a cause, until a snapshot.
+    fn suspect_book(&mut self, _slot: u32) {}
+    /// `slot`'s `last_seq`, if it has one this session.
+    fn sequence(&self, _slot: u32) -> Option<u64> {
+        None
+    }
+    /// Whether `slot` waits for a snapshot (suspect, unverified, or
+    /// without a sequence).
+    fn waits(&self, _slot: u32) -> bool {
+        false
+    }
+    /// Another name of the same instrument: `to` shows `from`'s state.
+    fn mirror(&mut self, _from: u32, _to: u32) {}
+    /// A name no longer names anything: `slot` is as new (no data).
+    fn clear_symbol(&mut self, _slot: u32) {}
 }
 
 /// One venue's adapter.
@@ -244,6 +362,23 @@ pub trait Venue {
     /// Live orders held (venues that build books), for the gauge.
     fn live_orders(&self) -> u64 {
         0
+    }
+
+    /// A datagram of a snapshot or definition line (venues that have
+    /// them): validated whole, then applied without channel rules. The
+    /// packet's send time is the venue's to read.
+    fn apply_loop<R: Rules>(
+        &mut self,
+        _kind: LineKind,
+        _datagram: &[u8],
+        _rules: &mut R,
+    ) -> Result<(), DatagramError> {
+        Err(DatagramError::NoSuchLine)
+    }
+
+    /// Recovery gauges of venues with their own recovery.
+    fn recovery(&self) -> VenueRecovery {
+        VenueRecovery::default()
     }
 
     /// Messages applied by type byte, for venues that count them.
@@ -312,6 +447,9 @@ pub struct VenueSettings {
     pub kind: VenueKind,
     /// nasdaq-itch: live orders per feed (venues.md, default 10,000,000).
     pub max_orders: usize,
+    /// cme-mdp3: entries kept for instruments waiting for a snapshot, per
+    /// feed (venues.md, default 1,000,000).
+    pub recovery_entries: usize,
 }
 
 impl Default for VenueSettings {
@@ -319,6 +457,7 @@ impl Default for VenueSettings {
         VenueSettings {
             kind: VenueKind::Tickgate,
             max_orders: 10_000_000,
+            recovery_entries: cme_mdp3::recovery::DEFAULT_RECOVERY_ENTRIES,
         }
     }
 }
@@ -328,6 +467,7 @@ pub enum AnyVenue {
     Tickgate(tickgate::Tickgate),
     IexTops(iex_tops::IexTops),
     NasdaqItch(Box<nasdaq_itch::NasdaqItch>),
+    CmeMdp3(Box<cme_mdp3::CmeMdp3>),
 }
 
 impl AnyVenue {
@@ -338,6 +478,9 @@ impl AnyVenue {
             VenueKind::NasdaqItch => {
                 AnyVenue::NasdaqItch(Box::new(nasdaq_itch::NasdaqItch::new(s.max_orders)))
             }
+            VenueKind::CmeMdp3 => {
+                AnyVenue::CmeMdp3(Box::new(cme_mdp3::CmeMdp3::new(s.recovery_entries)))
+            }
         }
     }
 
@@ -346,6 +489,7 @@ impl AnyVenue {
             AnyVenue::Tickgate(_) => VenueKind::Tickgate,
             AnyVenue::IexTops(_) => VenueKind::IexTops,
             AnyVenue::NasdaqItch(_) => VenueKind::NasdaqItch,
+            AnyVenue::CmeMdp3(_) => VenueKind::CmeMdp3,
         }
     }
 }
@@ -356,6 +500,7 @@ macro_rules! each_venue {
             AnyVenue::Tickgate($v) => $e,
             AnyVenue::IexTops($v) => $e,
             AnyVenue::NasdaqItch($v) => $e,
+            AnyVenue::CmeMdp3($v) => $e,
         }
     };
 }
@@ -389,6 +534,19 @@ impl Venue for AnyVenue {
     #[inline]
     fn live_orders(&self) -> u64 {
         each_venue!(self, v => v.live_orders())
+    }
+
+    fn apply_loop<R: Rules>(
+        &mut self,
+        kind: LineKind,
+        datagram: &[u8],
+        rules: &mut R,
+    ) -> Result<(), DatagramError> {
+        each_venue!(self, v => v.apply_loop(kind, datagram, rules))
+    }
+
+    fn recovery(&self) -> VenueRecovery {
+        each_venue!(self, v => v.recovery())
     }
 
     fn message_types(&self) -> Option<&[u64; 256]> {

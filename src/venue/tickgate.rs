@@ -16,6 +16,7 @@ pub fn mold_header(p: &Packet<'_>) -> Header {
             sequence: p.sequence,
             kind: p.kind(),
             count: p.message_count(),
+            stale_session: false,
         },
         send_time: None,
     }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tickgate::feed::check::SymbolLookup;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings, Liveness, Mode, Recovery, VenueKind};
 use tickgate::gate::protocol::answer;
+use tickgate::venue::LineKind;
 
 /// The path of a contract file (`vectors.json`, `scenarios.json`, ...) in
 /// the repository's copy of the contract, `spec/`.
@@ -89,7 +90,22 @@ pub fn settings(feed: &Value) -> FeedSettings {
 /// Runs one scenario; returns its failures.
 pub fn run(sc: &Value) -> Vec<String> {
     let name = sc["name"].as_str().unwrap();
-    let mut feed = Feed::new(settings(&sc["feed"]), 2);
+    // venues.md `cme-mdp3`: named lines of three kinds; A and B stay lines
+    // 0 and 1 (incremental), the others follow.
+    let mut kinds: Vec<(String, usize, LineKind)> = Vec::new();
+    if let Some(lines) = sc["feed"]["lines"].as_object() {
+        for (name, kind) in lines {
+            let kind = LineKind::parse(kind.as_str().unwrap())
+                .unwrap_or_else(|| panic!("{name}: unknown line kind {kind}"));
+            let index = match name.as_str() {
+                "A" => 0,
+                "B" => 1,
+                _ => 2 + kinds.iter().filter(|(_, i, _)| *i >= 2).count(),
+            };
+            kinds.push((name.clone(), index, kind));
+        }
+    }
+    let mut feed = Feed::new(settings(&sc["feed"]), 2 + kinds.len());
     let mut failures = Vec::new();
     let mut out = Vec::new();
     for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
@@ -101,6 +117,10 @@ pub fn run(sc: &Value) -> Vec<String> {
                 Some("B") => feed.on_datagram(1, &bytes, t),
                 // recovery.md: an answer from the feed's first server.
                 Some("rerequest") => feed.on_rerequest_answer(&bytes, t),
+                Some(l) if kinds.iter().any(|(n, _, _)| n == l) => {
+                    let (_, index, kind) = kinds.iter().find(|(n, _, _)| n == l).unwrap();
+                    feed.on_loop_datagram(*index, *kind, &bytes, t)
+                }
                 Some(l) => panic!("{name}: unknown line {l}"),
             };
             // R4: requests are the I/O shell's to send; here they go nowhere.

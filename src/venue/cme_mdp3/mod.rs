@@ -4,6 +4,7 @@
 //! from CME's schemas in `schema/` (versions 5 to 13) by
 //! `tests/cme_sbe_codegen.rs`. Sans-I/O.
 
+pub mod adapter;
 pub mod book;
 pub mod channel;
 pub mod instruments;
@@ -11,3 +12,5 @@ pub mod messages;
 pub mod recovery;
 pub mod sbe;
 pub mod templates;
+
+pub use adapter::CmeMdp3;

@@ -108,6 +108,7 @@ impl Venue for IexTops {
                     PacketKind::Data
                 },
                 count: seg.count,
+                stale_session: false,
             },
             send_time: Some(seg.send_time),
         })

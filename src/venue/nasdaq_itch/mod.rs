@@ -337,6 +337,7 @@ impl Venue for NasdaqItch {
                     sequence: seq,
                     kind: crate::wire::PacketKind::Data,
                     count: n,
+                    stale_session: false,
                 },
                 send_time: None,
             };

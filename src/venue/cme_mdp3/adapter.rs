@@ -1,0 +1,513 @@
+//! The `cme-mdp3` venue adapter (venues.md `cme-mdp3`): the channel's
+//! packets to the engine's rules. Incremental packets go through the
+//! channel rules by MsgSeqNum (the session told by SendingTime, see
+//! `channel`); each entry is then a message of its instrument
+//! (`Rules::entry`, S1-S5 on RptSeq); snapshot and definition loops arrive
+//! through `apply_loop` and are judged message by message. Pure: no I/O,
+//! time passed in through the rules.
+//!
+//! An instrument answers under two names: `#<SecurityID>` (its own slot,
+//! where the rules run) and, once a definition names it, its symbol (a
+//! second slot that mirrors the first after every change).
+
+use std::collections::HashMap;
+
+use super::book::Level;
+use super::channel::{PacketClass, Sequence};
+use super::instruments::{HaltChange, Instruments};
+use super::messages::{self, Body, Definition, Entry, EntryKind, Item, SecurityStatus, Snapshot};
+use super::recovery::{continues, Coverage, Kept, KeptEntry};
+use super::sbe;
+use super::templates::enums::md_entry_type_book as ty;
+use crate::venue::{
+    Applied, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
+    Venue, VenueRecovery,
+};
+use crate::wire::{PacketKind, SessionId, Side, Symbol};
+
+/// V2: the trading state's halt source (SecurityStatus, definitions,
+/// snapshots: one state, the latest rule decides).
+const HALT_STATUS: u8 = 1;
+
+/// A name as a symbol (`None`: longer than a symbol holds).
+fn symbol_of(name: &[u8]) -> Option<Symbol> {
+    Symbol::parse(std::str::from_utf8(name).ok()?)
+}
+
+/// The engine slots of one instrument's names.
+#[derive(Clone, Copy, Debug, Default)]
+struct Names {
+    /// `#<SecurityID>` (`None`: the table was full, or the name does not
+    /// fit a symbol).
+    id: Option<u32>,
+    /// Its definition's symbol.
+    symbol: Option<u32>,
+}
+
+/// An instrument changed by the packet being applied, and its book's
+/// level 1 before the packet.
+#[derive(Clone, Copy, Debug)]
+struct Touched {
+    instrument: u32,
+    before: (Option<Side>, Option<Side>),
+    /// Started from an empty book in this packet: quoted whatever its book.
+    fresh: bool,
+}
+
+/// One CME channel.
+#[derive(Debug)]
+pub struct CmeMdp3 {
+    sequence: Sequence,
+    coverage: Coverage,
+    instruments: Instruments,
+    kept: Kept,
+    names: Vec<Names>,
+    /// Which instrument a symbol slot currently mirrors.
+    symbol_owner: HashMap<u32, u32>,
+    /// Sessions seen (the synthetic session id's number).
+    sessions: u64,
+    touched: Vec<Touched>,
+    drained: Vec<KeptEntry>,
+    halts: Vec<HaltChange>,
+    message_types: [u64; 256],
+}
+
+impl CmeMdp3 {
+    /// A channel keeping at most `recovery_entries` entries for waiting
+    /// instruments (venues.md, default 1,000,000).
+    pub fn new(recovery_entries: usize) -> CmeMdp3 {
+        CmeMdp3 {
+            sequence: Sequence::default(),
+            coverage: Coverage::default(),
+            instruments: Instruments::default(),
+            kept: Kept::new(recovery_entries),
+            names: Vec::new(),
+            symbol_owner: HashMap::new(),
+            sessions: 0,
+            touched: Vec::new(),
+            drained: Vec::new(),
+            halts: Vec::new(),
+            message_types: [0; 256],
+        }
+    }
+
+    /// The channel's instruments (names, books, trading states).
+    pub fn instruments(&self) -> &Instruments {
+        &self.instruments
+    }
+
+    /// The session id the channel rules compare: CME sends none, so each
+    /// session told by SendingTime gets a number.
+    fn session_id(n: u64) -> SessionId {
+        let mut id = [b'0'; 10];
+        id[..3].copy_from_slice(b"cme");
+        let mut n = n % 10_000_000;
+        for b in id[3..].iter_mut().rev() {
+            *b = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        SessionId(id)
+    }
+
+    /// The instrument's `#` slot, made (and its names' table grown) if new.
+    fn id_slot<R: Rules>(&mut self, instrument: u32, rules: &mut R) -> Option<u32> {
+        let i = instrument as usize;
+        if self.names.len() <= i {
+            self.names.resize(i + 1, Names::default());
+        }
+        if let Some(s) = self.names[i].id {
+            return Some(s);
+        }
+        let id = self.instruments.get(instrument)?.security_id;
+        let mut name = [0u8; 12];
+        let len = {
+            use std::io::Write;
+            let mut w = &mut name[..];
+            let _ = write!(w, "#{id}");
+            12 - w.len()
+        };
+        let slot = rules.symbol(symbol_of(&name[..len])?)?;
+        self.names[i].id = Some(slot);
+        // Known without a sequence: it waits for its first entry or a
+        // snapshot.
+        self.kept.start_waiting(instrument);
+        Some(slot)
+    }
+
+    /// The symbol slot shows the instrument's state.
+    fn sync<R: Rules>(&self, instrument: u32, rules: &mut R) {
+        if let Some(&Names {
+            id: Some(id),
+            symbol: Some(sym),
+        }) = self.names.get(instrument as usize)
+        {
+            rules.mirror(id, sym);
+        }
+    }
+
+    fn halt<R: Rules>(&mut self, rules: &mut R) {
+        let halts = std::mem::take(&mut self.halts);
+        for c in &halts {
+            if let Some(slot) = self.id_slot(c.index, rules) {
+                rules.set_halt(slot, HALT_STATUS, c.halted);
+                self.sync(c.index, rules);
+            }
+        }
+        self.halts = halts;
+        self.halts.clear();
+    }
+
+    /// Notes an instrument as changed by this packet (its level 1 first).
+    fn touch(&mut self, instrument: u32) -> usize {
+        if let Some(i) = self.touched.iter().position(|t| t.instrument == instrument) {
+            return i;
+        }
+        let before = self
+            .instruments
+            .get(instrument)
+            .map_or((None, None), |i| i.book.top());
+        self.touched.push(Touched {
+            instrument,
+            before,
+            fresh: false,
+        });
+        self.touched.len() - 1
+    }
+
+    /// One entry of an instrument through S1-S5, then its book; kept while
+    /// the instrument waits. Returns whether it started the book afresh.
+    fn entry<R: Rules>(&mut self, instrument: u32, slot: u32, e: KeptEntry, rules: &mut R) -> bool {
+        let out = rules.entry(slot, u64::from(e.rpt_seq), e.transact_time as i64);
+        let mut fresh = false;
+        if let EntryOutcome::Applied { fresh: f } = out {
+            fresh = f;
+            if let Some(inst) = self.instruments.get_mut(instrument) {
+                if fresh {
+                    inst.book.clear();
+                }
+                if let Some(b) = &e.book {
+                    if inst.book.apply(b).is_err() {
+                        rules.count(Count::BookError);
+                        rules.suspect_book(slot);
+                    }
+                }
+            }
+        }
+        if rules.waits(slot) {
+            self.kept.start_waiting(instrument);
+            self.kept.keep(instrument, e);
+        } else {
+            self.kept.stop_waiting(instrument);
+        }
+        fresh
+    }
+
+    fn incremental<R: Rules>(&mut self, e: Entry, kind: EntryKind, ts: u64, rules: &mut R) {
+        let instrument = self.instruments.index(e.security_id);
+        let Some(slot) = self.id_slot(instrument, rules) else {
+            return;
+        };
+        let t = self.touch(instrument);
+        let kept = KeptEntry {
+            rpt_seq: e.rpt_seq,
+            transact_time: ts,
+            kind,
+            book: e.book,
+        };
+        if self.entry(instrument, slot, kept, rules) {
+            self.touched[t].fresh = true;
+        }
+    }
+
+    /// After a packet: a changed level 1 is the quote; every name shows
+    /// its instrument's state.
+    fn finish_packet<R: Rules>(&mut self, rules: &mut R) {
+        for k in 0..self.touched.len() {
+            let t = self.touched[k];
+            let Some(slot) = self.names.get(t.instrument as usize).and_then(|n| n.id) else {
+                continue;
+            };
+            let top = self
+                .instruments
+                .get(t.instrument)
+                .map_or((None, None), |i| i.book.top());
+            if t.fresh || top != t.before {
+                rules.book_quote(slot, top.0, top.1);
+            }
+            self.sync(t.instrument, rules);
+        }
+        self.touched.clear();
+    }
+
+    fn define<R: Rules>(&mut self, d: &Definition<'_>, rules: &mut R) {
+        let (instrument, change) = self.instruments.define(d);
+        let Some(id) = self.id_slot(instrument, rules) else {
+            return;
+        };
+        let name = self
+            .instruments
+            .get(instrument)
+            .and_then(|i| i.name)
+            .and_then(|n| symbol_of(n.as_bytes()));
+        let new = name.and_then(|n| rules.symbol(n)).filter(|&s| s != id);
+        let old = self.names[instrument as usize].symbol;
+        if old != new {
+            if let Some(old) = old {
+                if self.symbol_owner.get(&old) == Some(&instrument) {
+                    // The name no longer names anything.
+                    self.symbol_owner.remove(&old);
+                    rules.clear_symbol(old);
+                }
+            }
+            if let Some(new) = new {
+                if let Some(prev) = self.symbol_owner.insert(new, instrument) {
+                    // The name moved here from another instrument.
+                    if let Some(n) = self.names.get_mut(prev as usize) {
+                        n.symbol = None;
+                    }
+                }
+            }
+            self.names[instrument as usize].symbol = new;
+        }
+        if let Some(c) = change {
+            rules.set_halt(id, HALT_STATUS, c.halted);
+        }
+        self.sync(instrument, rules);
+    }
+
+    fn status<R: Rules>(&mut self, s: &SecurityStatus<'_>, rules: &mut R) {
+        if let Some(id) = s.security_id {
+            // A SecurityStatus for an unseen SecurityID makes it known.
+            let instrument = self.instruments.index(id);
+            self.id_slot(instrument, rules);
+        }
+        let mut halts = std::mem::take(&mut self.halts);
+        self.instruments.status(s, |c| halts.push(c));
+        self.halts = halts;
+        self.halt(rules);
+    }
+
+    /// Template 4: every book emptied, every sequence and state forgotten.
+    fn channel_reset<R: Rules>(&mut self, seq: u32, rules: &mut R) {
+        self.coverage.channel_reset(seq);
+        self.instruments.reset(|_| {});
+        self.kept.reset();
+        for i in 0..self.instruments.len() as u32 {
+            if let Some(slot) = self.id_slot(i, rules) {
+                rules.forget_sequence(slot);
+                self.kept.start_waiting(i);
+                self.sync(i, rules);
+            }
+        }
+    }
+
+    /// A snapshot (whichever line brings it), sent at `sent`.
+    fn snapshot<R: Rules>(&mut self, s: &Snapshot<'_>, sent: u64, rules: &mut R) {
+        let slot = self
+            .instruments
+            .find(s.security_id)
+            .and_then(|i| Some((i, self.names.get(i as usize)?.id?)));
+        let Some((instrument, slot)) = slot else {
+            rules.count(Count::SnapshotIgnored);
+            return;
+        };
+        let r = s.rpt_seq;
+        let last = rules
+            .sequence(slot)
+            .map(|l| l.min(u64::from(u32::MAX)) as u32);
+        let usable = rules.waits(slot)
+            && self.coverage.covers(sent, s.last_msg_seq_num_processed)
+            && continues(r, last, self.kept.has(instrument, r.wrapping_add(1)));
+        if !usable {
+            rules.count(Count::SnapshotIgnored);
+            return;
+        }
+        let Some(inst) = self.instruments.get_mut(instrument) else {
+            return;
+        };
+        inst.book.replace(s.entries.filter_map(|e| {
+            let bid = match e.entry_type {
+                ty::BID => true,
+                ty::OFFER => false,
+                _ => return None,
+            };
+            let level = Level {
+                price: e.price?.to_nanos()?,
+                size: e.size?,
+            };
+            Some((bid, e.level?, level))
+        }));
+        let (bid, ask) = inst.book.top();
+        rules.use_snapshot(slot, u64::from(r), s.transact_time as i64, bid, ask);
+        if let Some(c) = self
+            .instruments
+            .snapshot_status(instrument, s.trading_status)
+        {
+            self.halts.push(c);
+            self.halt(rules);
+        }
+        // The kept entries above the snapshot continue it, in order.
+        let mut drained = std::mem::take(&mut self.drained);
+        self.kept.drain_after(instrument, r, |e| drained.push(e));
+        self.kept.stop_waiting(instrument);
+        for e in drained.drain(..) {
+            self.entry(instrument, slot, e, rules);
+        }
+        self.drained = drained;
+        if let Some(inst) = self.instruments.get(instrument) {
+            let (bid, ask) = inst.book.top();
+            rules.book_quote(slot, bid, ask);
+        }
+        self.sync(instrument, rules);
+    }
+
+    /// The messages of a validated packet, in order.
+    fn messages<R: Rules>(&mut self, datagram: &[u8], kind: LineKind, rules: &mut R) {
+        let Ok((ph, msgs)) = sbe::packet(datagram) else {
+            return;
+        };
+        for raw in msgs {
+            let Ok(raw) = raw else { return };
+            let Ok(item) = messages::decode(&raw) else {
+                return;
+            };
+            let body = match item {
+                Item::Unknown { .. } => {
+                    rules.count(Count::UnknownMessage);
+                    continue;
+                }
+                Item::Known { header, body } => {
+                    let t = &mut self.message_types[usize::from(header.template_id.min(255))];
+                    *t += 1;
+                    body
+                }
+            };
+            match (kind, body) {
+                (
+                    LineKind::Incremental,
+                    Body::Incremental {
+                        transact_time,
+                        entries,
+                    },
+                ) => {
+                    let k = entries.kind();
+                    for e in entries {
+                        self.incremental(e, k, transact_time, rules);
+                    }
+                }
+                (LineKind::Incremental, Body::ChannelReset) => {
+                    self.channel_reset(ph.msg_seq_num, rules)
+                }
+                (LineKind::Incremental, Body::SecurityStatus(s)) => self.status(&s, rules),
+                (LineKind::Incremental | LineKind::Definition, Body::Definition(d)) => {
+                    self.define(&d, rules)
+                }
+                (_, Body::Snapshot(s)) => self.snapshot(&s, ph.sending_time, rules),
+                // Heartbeats, and messages a loop does not carry.
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Venue for CmeMdp3 {
+    fn policy(&self) -> Policy {
+        Policy {
+            // V3 with the packet's SendingTime.
+            channel_source_time: true,
+            trust_from_start: false,
+        }
+    }
+
+    fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
+        let summary = messages::validate(datagram)?;
+        let ph = summary.header;
+        let class = self.sequence.classify(ph.msg_seq_num, ph.sending_time);
+        let session = match class {
+            PacketClass::First | PacketClass::NewSession => self.sessions + 1,
+            _ => self.sessions,
+        };
+        Ok(Header {
+            channel: ChannelHeader {
+                session: CmeMdp3::session_id(session),
+                sequence: u64::from(ph.msg_seq_num),
+                kind: PacketKind::Data,
+                // Each packet is one unit of the channel sequence.
+                count: 1,
+                stale_session: class == PacketClass::ReplacedSession,
+            },
+            send_time: i64::try_from(ph.sending_time).ok(),
+        })
+    }
+
+    fn on_session_start(&mut self, _now: i64, first_session: bool) {
+        if !first_session {
+            // C5: the engine forgets every sequence and state lazily.
+            self.instruments.reset(|_| {});
+            self.kept.reset();
+            for i in 0..self.names.len() as u32 {
+                if self.names[i as usize].id.is_some() {
+                    self.kept.start_waiting(i);
+                }
+            }
+        }
+    }
+
+    fn apply<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        header: &Header,
+        _skip: u16,
+        rules: &mut R,
+    ) -> Applied {
+        let seq = header.channel.sequence.min(u64::from(u32::MAX)) as u32;
+        let sent = header.send_time.unwrap_or(0).max(0) as u64;
+        let class = self.sequence.classify(seq, sent);
+        match class {
+            PacketClass::First | PacketClass::NewSession => {
+                self.sessions += 1;
+                self.coverage.new_session(sent);
+            }
+            PacketClass::Gap { .. } => {
+                let next = self.sequence.next().unwrap_or(0);
+                self.coverage.lost(next, u64::from(seq) - 1);
+                // C3: every instrument is unverified until its next entry.
+                for i in 0..self.names.len() as u32 {
+                    if self.names[i as usize].id.is_some() {
+                        self.kept.start_waiting(i);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.sequence.process(seq, sent, class);
+        self.messages(datagram, LineKind::Incremental, rules);
+        self.finish_packet(rules);
+        // The packet's SendingTime is the clock sample (the header's).
+        Applied::default()
+    }
+
+    fn apply_loop<R: Rules>(
+        &mut self,
+        kind: LineKind,
+        datagram: &[u8],
+        rules: &mut R,
+    ) -> Result<(), DatagramError> {
+        messages::validate(datagram)?;
+        self.messages(datagram, kind, rules);
+        self.finish_packet(rules);
+        Ok(())
+    }
+
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        Some(&self.message_types)
+    }
+
+    fn recovery(&self) -> VenueRecovery {
+        VenueRecovery {
+            waiting: self.kept.waiting() as u64,
+            kept_entries: self.kept.kept() as u64,
+            kept_dropped: self.kept.dropped(),
+        }
+    }
+}
