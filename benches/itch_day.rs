@@ -88,6 +88,7 @@ fn main() {
             venue: VenueSettings {
                 kind: VenueKind::NasdaqItch,
                 max_orders: 4_000_000,
+                ..VenueSettings::default()
             },
             ..FeedSettings::for_venue(VenueKind::NasdaqItch)
         },

@@ -314,6 +314,7 @@ fn hold_overhead() {
                 venue: VenueSettings {
                     kind: VenueKind::NasdaqItch,
                     max_orders: 4_000_000,
+                    ..VenueSettings::default()
                 },
                 ..FeedSettings::for_venue(VenueKind::NasdaqItch)
             };
@@ -640,6 +641,7 @@ fn glimpse_feed(snapshot: bool) -> Feed {
         venue: VenueSettings {
             kind: VenueKind::NasdaqItch,
             max_orders: 2_000_000,
+            ..VenueSettings::default()
         },
         ..FeedSettings::for_venue(VenueKind::NasdaqItch)
     };

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use crate::fills::config::FillsConfig;
-use crate::venue::VenueKind;
+use crate::venue::{LineKind, VenueKind};
 use crate::wire::Symbol;
 
 /// Defaults of `semantics.md`.
@@ -104,6 +104,8 @@ pub struct FeedConfig {
     pub venue: VenueKind,
     /// nasdaq-itch: live orders the order table holds.
     pub max_orders: usize,
+    /// cme-mdp3: entries kept for instruments waiting for a snapshot.
+    pub recovery_entries: usize,
     /// Ignored on venue feeds (`mode` does not apply to them).
     pub mode: FeedMode,
     pub liveness: Liveness,
@@ -147,6 +149,7 @@ impl FeedConfig {
             name: name.to_string(),
             venue: VenueKind::Tickgate,
             max_orders: DEFAULT_MAX_ORDERS,
+            recovery_entries: crate::venue::cme_mdp3::recovery::DEFAULT_RECOVERY_ENTRIES,
             mode,
             liveness: Liveness::Symbol,
             stale_ms: DEFAULT_STALE_MS,
@@ -194,7 +197,7 @@ impl FeedConfig {
             venue: crate::venue::VenueSettings {
                 kind: self.venue,
                 max_orders: self.max_orders,
-                ..crate::venue::VenueSettings::default()
+                recovery_entries: self.recovery_entries,
             },
             max_channel_jump: self.max_channel_jump,
             recovery: crate::feed::Recovery {
@@ -249,6 +252,9 @@ pub struct LineConfig {
     pub source: Option<Ipv4Addr>,
     /// SO_RCVBUF in bytes (the kernel doubles it and caps it at rmem_max).
     pub rcvbuf: Option<usize>,
+    /// What the line carries (venues.md `cme-mdp3`, Lines; default
+    /// incremental, the only kind of the other venues).
+    pub kind: LineKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1019,6 +1025,35 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         .into_iter()
         .filter_map(|l| keep(s.sink, parse_line(l)))
         .collect::<Vec<_>>();
+    // venues.md `cme-mdp3`, Lines: three kinds there, one elsewhere.
+    if let Some(l) = lines.iter().find(|l| l.kind != LineKind::Incremental) {
+        if venue != VenueKind::CmeMdp3 {
+            s.sink.borrow_mut().push(s.err(
+                "line",
+                format!(
+                    "line {}: kind = \"{}\" applies to cme-mdp3 feeds only",
+                    l.name,
+                    l.kind.name()
+                ),
+            ));
+        }
+    }
+    if venue == VenueKind::CmeMdp3
+        && !lines.is_empty()
+        && lines.iter().all(|l| l.kind != LineKind::Incremental)
+    {
+        s.sink.borrow_mut().push(s.err(
+            "line",
+            "a cme-mdp3 feed needs at least one line with kind = \"incremental\"",
+        ));
+    }
+    let recovery_entries = match s.uint("recovery_entries", 0, 1 << 32)? {
+        Some(_) if venue != VenueKind::CmeMdp3 => {
+            return Err(s.err("recovery_entries", "applies to cme-mdp3 feeds only"))
+        }
+        Some(n) => n as usize,
+        None => crate::venue::cme_mdp3::recovery::DEFAULT_RECOVERY_ENTRIES,
+    };
     let symbols = match s.table("symbols")? {
         None => Vec::new(),
         Some(syms) => parse_symbols(syms)?,
@@ -1031,6 +1066,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         name: name.to_string(),
         venue,
         max_orders,
+        recovery_entries,
         mode,
         liveness,
         stale_ms,
@@ -1123,6 +1159,14 @@ fn parse_rerequest(s: &mut Section<'_>, venue: VenueKind) -> Result<Vec<SocketAd
         ));
         return Ok(Vec::new());
     }
+    if venue == VenueKind::CmeMdp3 {
+        s.sink.borrow_mut().push(s.err(
+            "rerequest",
+            "applies to tickgate and nasdaq-itch feeds only (cme-mdp3 recovers from its \
+             snapshot lines: add lines with kind = \"snapshot\")",
+        ));
+        return Ok(Vec::new());
+    }
     let Value::Array(items) = v else {
         s.sink.borrow_mut().push(s.err(
             "rerequest",
@@ -1206,6 +1250,19 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
         }
     };
     let rcvbuf = s.uint("rcvbuf", 4096, i32::MAX as u64)?.map(|n| n as usize);
+    let kind = match s.str("kind")? {
+        None => LineKind::Incremental,
+        Some(text) => keep(
+            sink,
+            LineKind::parse(text).ok_or_else(|| {
+                s.err(
+                    "kind",
+                    format!("\"{text}\" is not one of: incremental, snapshot, definition"),
+                )
+            }),
+        )
+        .unwrap_or_default(),
+    };
     s.finish()?;
     Ok(LineConfig {
         name: name.to_string(),
@@ -1214,6 +1271,7 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
         interface,
         source,
         rcvbuf,
+        kind,
     })
 }
 

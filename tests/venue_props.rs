@@ -55,6 +55,7 @@ fn check_invalid_changes_nothing(venue: VenueKind, datagrams: &[(Vec<u8>, usize)
             venue: tickgate::feed::VenueSettings {
                 kind: venue,
                 max_orders: 64,
+                ..Default::default()
             },
             ..FeedSettings::for_venue(venue)
         },

@@ -32,7 +32,7 @@ use super::timeline::Recorder;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
-use crate::venue::{ChannelHeader, VenueKind};
+use crate::venue::{ChannelHeader, LineKind, VenueKind};
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
 
 /// `--venue` of replay, record and simulate (venues.md).
@@ -44,6 +44,8 @@ pub enum VenueArg {
     IexTops,
     /// Nasdaq TotalView-ITCH 5.0 over MoldUDP64.
     NasdaqItch,
+    /// CME Group MDP 3.0 (SBE over UDP).
+    CmeMdp3,
 }
 
 impl VenueArg {
@@ -52,6 +54,7 @@ impl VenueArg {
             VenueArg::Tickgate => VenueKind::Tickgate,
             VenueArg::IexTops => VenueKind::IexTops,
             VenueArg::NasdaqItch => VenueKind::NasdaqItch,
+            VenueArg::CmeMdp3 => VenueKind::CmeMdp3,
         }
     }
 }
@@ -186,6 +189,8 @@ pub struct SessionInfo {
 pub struct ReplayLine {
     pub dst: SocketAddrV4,
     pub source: Option<Ipv4Addr>,
+    /// What it carries (venues.md `cme-mdp3`, Lines).
+    pub kind: LineKind,
 }
 
 /// A feed to replay into.
@@ -236,7 +241,11 @@ impl Replay {
             settings,
             lines: lines
                 .iter()
-                .map(|&dst| ReplayLine { dst, source: None })
+                .map(|&dst| ReplayLine {
+                    dst,
+                    source: None,
+                    kind: LineKind::Incremental,
+                })
                 .collect(),
             symbols: Vec::new(),
             rerequest: Vec::new(),
@@ -263,6 +272,9 @@ impl Replay {
                     Feed::with_publisher(spec.settings, spec.lines.len(), Touches::default());
                 for (sym, stale, source) in spec.symbols {
                     feed.set_symbol_thresholds(sym, stale, source);
+                }
+                for (li, line) in spec.lines.iter().enumerate() {
+                    feed.set_line_kind(li, line.kind);
                 }
                 ReplayFeed {
                     name: spec.name,
@@ -295,7 +307,11 @@ impl Replay {
 
     fn add_line(&mut self, dst: SocketAddrV4) -> (usize, usize) {
         let f = &mut self.feeds[0];
-        f.lines.push(ReplayLine { dst, source: None });
+        f.lines.push(ReplayLine {
+            dst,
+            source: None,
+            kind: LineKind::Incremental,
+        });
         let li = f.feed.add_line();
         self.route.insert(dst, (0, li));
         (0, li)
@@ -831,6 +847,7 @@ pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
             .map(|l| ReplayLine {
                 dst: SocketAddrV4::new(l.group, l.port),
                 source: l.source,
+                kind: l.kind,
             })
             .collect(),
         symbols: f
@@ -888,19 +905,15 @@ fn symbol_json(s: &SymbolSummary) -> Value {
 }
 
 /// `{"Q": 27217, ...}`: messages applied by type, for venues that count.
-fn message_types_json(types: Option<&[u64; 256]>) -> Value {
+/// (cme-mdp3: by template id, `{"32": 9569, ...}`).
+fn message_types_json(venue: VenueKind, types: Option<&[u64; 256]>) -> Value {
     let Some(types) = types else {
         return Value::Null;
     };
     let mut m = Map::new();
     for (b, &n) in types.iter().enumerate() {
         if n > 0 {
-            let key = if (b as u8).is_ascii_graphic() {
-                (b as u8 as char).to_string()
-            } else {
-                format!("0x{b:02x}")
-            };
-            m.insert(key, json!(n));
+            m.insert(venue.message_type_label(b as u8), json!(n));
         }
     }
     Value::Object(m)
@@ -1008,7 +1021,7 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
             "channel_seq_anomalies": c.channel_seq_anomalies,
             "stale_ends_of_session": c.stale_ends_of_session,
             "recovery": recovery_json(f),
-            "message_types": message_types_json(f.feed.message_types()),
+            "message_types": message_types_json(f.feed.venue(), f.feed.message_types()),
             "clock_offset_ns": f.feed.clock_offset_ns(),
             "sessions": fsessions,
             "symbols": fsyms,
@@ -1261,10 +1274,7 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 .iter()
                 .enumerate()
                 .filter(|(_, n)| **n > 0)
-                .map(|(b, n)| match b as u8 {
-                    c if c.is_ascii_graphic() => format!("{} {n}", c as char),
-                    c => format!("0x{c:02x} {n}"),
-                })
+                .map(|(b, n)| format!("{} {n}", f.feed.venue().message_type_label(b as u8)))
                 .collect();
             let _ = writeln!(s, "  message types: {}", parts.join(", "));
         }

@@ -369,6 +369,7 @@ pub fn demo_config(
             interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
             source: None,
             rcvbuf: None,
+            kind: Default::default(),
         });
     }
     feed.symbols.push(SymbolConfig {

@@ -167,6 +167,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
             interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
             source: None,
             rcvbuf: None,
+            kind: Default::default(),
         });
     }
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);

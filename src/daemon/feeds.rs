@@ -152,6 +152,9 @@ pub fn build_in(
         None => feed_table(&settings),
     };
     let mut feed = Feed::with_publisher(settings, f.lines.len(), publisher);
+    for (i, line) in f.lines.iter().enumerate() {
+        feed.set_line_kind(i, line.kind);
+    }
     apply_overrides(&mut feed, f.stale_ms, f.source_max_age_ms, &f.symbols);
     (feed, reader)
 }
@@ -488,6 +491,7 @@ mod tests {
             interface: None,
             source: None,
             rcvbuf: None,
+            kind: Default::default(),
         });
         f.symbols.push(SymbolConfig {
             symbol: Symbol::parse("EURUSD").unwrap(),

@@ -216,6 +216,8 @@ pub struct Feed<P: Publish = NoPublish> {
     symbols: Vec<SymbolState>,
     view: FeedView,
     counters: FeedCounters,
+    /// What each line carries (venues.md `cme-mdp3`, Lines).
+    line_kinds: Vec<LineKind>,
     publisher: P,
     venue: AnyVenue,
     policy: Policy,
@@ -270,6 +272,7 @@ impl<P: Publish> Feed<P> {
             symbols: Vec::with_capacity(settings.max_symbols),
             view,
             counters: FeedCounters::new(lines),
+            line_kinds: vec![LineKind::Incremental; lines],
             publisher,
             venue,
             policy,
@@ -306,6 +309,7 @@ impl<P: Publish> Feed<P> {
     /// Lines only count: the channel rules do not depend on them.
     pub fn add_line(&mut self) -> usize {
         self.counters.lines.push(Default::default());
+        self.line_kinds.push(LineKind::Incremental);
         self.counters.lines.len() - 1
     }
 
@@ -460,6 +464,10 @@ impl<P: Publish> Feed<P> {
         if line >= self.counters.lines.len() {
             return DatagramOutcome::UnknownLine;
         }
+        let kind = self.line_kinds[line];
+        if kind != LineKind::Incremental {
+            return self.on_loop_datagram(line, kind, datagram, now);
+        }
         let header = match self.venue.parse(datagram) {
             Ok(h) => h,
             Err(e) => {
@@ -483,23 +491,29 @@ impl<P: Publish> Feed<P> {
         out
     }
 
-    /// One datagram of a snapshot or definition line (venues.md
-    /// `cme-mdp3`, Lines) received on `line` at `now`: validated whole by
+    /// What `line` carries (venues.md `cme-mdp3`, Lines; every line is
+    /// incremental unless set). A venue without such lines counts their
+    /// datagrams invalid.
+    pub fn set_line_kind(&mut self, line: usize, kind: LineKind) {
+        if let Some(k) = self.line_kinds.get_mut(line) {
+            *k = kind;
+        }
+    }
+
+    pub fn line_kind(&self, line: usize) -> LineKind {
+        self.line_kinds.get(line).copied().unwrap_or_default()
+    }
+
+    /// One datagram of a snapshot or definition line: validated whole by
     /// the venue, then applied without channel rules (the loops are judged
     /// message by message). Counted on its line as any datagram.
-    pub fn on_loop_datagram(
+    fn on_loop_datagram(
         &mut self,
         line: usize,
         kind: LineKind,
         datagram: &[u8],
         now: i64,
     ) -> DatagramOutcome {
-        if kind == LineKind::Incremental {
-            return self.on_datagram(line, datagram, now);
-        }
-        if line >= self.counters.lines.len() {
-            return DatagramOutcome::UnknownLine;
-        }
         let ctx = self.ctx(now);
         let mut rules = SymbolRules {
             ctx,

@@ -78,6 +78,16 @@ impl VenueKind {
         VenueKind::ALL.into_iter().find(|v| v.name() == s)
     }
 
+    /// How this venue's message types are named in summaries: CME's by
+    /// template id (`32`), the others by their type byte (`A`, `0x0c`).
+    pub fn message_type_label(self, t: u8) -> String {
+        match self {
+            VenueKind::CmeMdp3 => t.to_string(),
+            _ if t.is_ascii_graphic() => (t as char).to_string(),
+            _ => format!("0x{t:02x}"),
+        }
+    }
+
     /// venues.md: venue feeds default to `liveness = "channel"` and
     /// `stale_ms = 1500`; `mode` does not apply to them.
     pub fn is_venue_feed(self) -> bool {

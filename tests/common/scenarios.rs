@@ -106,6 +106,9 @@ pub fn run(sc: &Value) -> Vec<String> {
         }
     }
     let mut feed = Feed::new(settings(&sc["feed"]), 2 + kinds.len());
+    for (_, index, kind) in &kinds {
+        feed.set_line_kind(*index, *kind);
+    }
     let mut failures = Vec::new();
     let mut out = Vec::new();
     for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
@@ -118,8 +121,8 @@ pub fn run(sc: &Value) -> Vec<String> {
                 // recovery.md: an answer from the feed's first server.
                 Some("rerequest") => feed.on_rerequest_answer(&bytes, t),
                 Some(l) if kinds.iter().any(|(n, _, _)| n == l) => {
-                    let (_, index, kind) = kinds.iter().find(|(n, _, _)| n == l).unwrap();
-                    feed.on_loop_datagram(*index, *kind, &bytes, t)
+                    let (_, index, _) = kinds.iter().find(|(n, _, _)| n == l).unwrap();
+                    feed.on_datagram(*index, &bytes, t)
                 }
                 Some(l) => panic!("{name}: unknown line {l}"),
             };
