@@ -1018,6 +1018,10 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
             "order_conflicts": c.order_conflicts,
             "locate_conflicts": c.locate_conflicts,
             "live_orders": c.live_orders,
+            "book_errors": c.book_errors,
+            "instruments_waiting": f.feed.venue_recovery().waiting,
+            "recovery_entries_kept": f.feed.venue_recovery().kept_entries,
+            "recovery_entries_dropped": f.feed.venue_recovery().kept_dropped,
             "channel_seq_anomalies": c.channel_seq_anomalies,
             "stale_ends_of_session": c.stale_ends_of_session,
             "recovery": recovery_json(f),
@@ -1267,6 +1271,14 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 s,
                 "  unknown orders {}, orders overflow {}, order conflicts {}, live orders {}",
                 c.unknown_orders, c.orders_overflow, c.order_conflicts, c.live_orders
+            );
+        }
+        if f.venue == VenueKind::CmeMdp3 {
+            let r = f.feed.venue_recovery();
+            let _ = writeln!(
+                s,
+                "  book errors {}, instruments waiting for a snapshot {}, entries kept {} (dropped {})",
+                c.book_errors, r.waiting, r.kept_entries, r.kept_dropped
             );
         }
         if let Some(types) = f.feed.message_types() {

@@ -21,7 +21,7 @@ use super::view::{
 use crate::venue::rerequest::Request;
 use crate::venue::{
     AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
-    Venue, VenueKind,
+    Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
@@ -319,6 +319,12 @@ impl<P: Publish> Feed<P> {
 
     pub fn venue(&self) -> VenueKind {
         self.venue.kind()
+    }
+
+    /// The venue's own recovery gauges (venues.md `cme-mdp3`: instruments
+    /// waiting for a snapshot, entries kept).
+    pub fn venue_recovery(&self) -> VenueRecovery {
+        self.venue.recovery()
     }
 
     /// The channel header of the latest datagram the venue found valid

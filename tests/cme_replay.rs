@@ -1,0 +1,344 @@
+//! `tickgate replay` on CME MDP 3.0 (venues.md `cme-mdp3`): the real
+//! captures of fixtures/real/ (their README's facts, now through the
+//! engine: channel rules, RptSeq, books, counters), and every scenario of
+//! `cme_scenarios.json` written as a capture with one destination per line
+//! and replayed with `--config` (the three kinds of line told by
+//! destination) and `--checks`: each answer as the contract says.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddrV4;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tickgate::capture::{CaptureReader, PcapWriter};
+use tickgate::venue::cme_mdp3::messages::{self, Body, Item};
+use tickgate::venue::cme_mdp3::sbe;
+
+fn tickgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .args(args)
+        .output()
+        .expect("running tickgate")
+}
+
+fn replay_json(args: &[&str]) -> Value {
+    let mut all = vec!["replay", "--json"];
+    all.extend_from_slice(args);
+    let out = tickgate(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/real/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The one feed of a replay summary.
+fn feed(v: &Value) -> &Value {
+    let feeds = v["feeds"].as_array().unwrap();
+    assert_eq!(feeds.len(), 1);
+    &feeds[0]
+}
+
+fn types(f: &Value) -> BTreeMap<String, u64> {
+    f["message_types"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn v6_channel_through_the_engine() {
+    let v = replay_json(&[
+        &fixture("cme-mdp3-v6-incremental-ab.pcapng"),
+        "--venue",
+        "cme-mdp3",
+    ]);
+    let f = feed(&v);
+    // 5,000 packets a line, every A copy equal to its B copy: one is a
+    // duplicate (C2), none invalid, nothing lost.
+    let lines = f["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2);
+    for l in lines {
+        assert_eq!(l["packets"], 5000, "{l}");
+        assert_eq!(l["invalid_packets"], 0, "{l}");
+    }
+    assert_eq!(f["duplicate_packets"], 5000);
+    assert_eq!(f["channel_lost"], 0);
+    assert_eq!(f["channel_gaps"], 0);
+    assert_eq!(f["invalid_messages"], 0);
+    assert_eq!(f["unknown_messages"], 0);
+    // One session, MsgSeqNum 5615 to 10614.
+    let sessions = f["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["first_sequence"], 5615);
+    assert_eq!(sessions[0]["next_sequence"], 10615);
+    // Messages applied, by template: one line's worth.
+    let want: BTreeMap<String, u64> = [
+        ("12", 9),
+        ("32", 9569),
+        ("35", 307),
+        ("37", 194),
+        ("42", 194),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_string(), n))
+    .collect();
+    assert_eq!(types(f), want);
+    // RptSeq is contiguous per instrument: no entry lost, none repeated.
+    assert_eq!(f["ticks_lost"], 0);
+    assert_eq!(f["stale_dropped"], 0);
+    assert_eq!(f["seq_anomalies"], 0);
+    // 127 instruments, every one joined late: each waits for a snapshot
+    // (`no_snapshot`, never `gap`), none has a book error.
+    let symbols = v["symbols"].as_object().unwrap();
+    assert_eq!(symbols.len(), 127);
+    for (name, s) in symbols {
+        assert!(name.starts_with('#'), "{name}");
+        assert_eq!(s["suspect"], "no_snapshot", "{name}: {s}");
+    }
+    // A late join's books lack the levels sent before it: the few entries
+    // that change or delete such a level cannot apply (counted); their
+    // instruments already wait, so the cause stays `no_snapshot`.
+    assert_eq!(f["book_errors"], 5);
+    assert_eq!(f["snapshots_applied"], 0);
+    assert_eq!(f["instruments_waiting"], 127);
+    assert!(f["recovery_entries_kept"].as_u64().unwrap() > 0);
+    assert_eq!(f["recovery_entries_dropped"], 0);
+    // SecurityID 411873 was first seen at RptSeq 111.
+    let s = &symbols["#411873"];
+    assert!(s["seq"].as_u64().unwrap() >= 111, "{s}");
+}
+
+#[test]
+fn v8_security_status_messages_are_applied() {
+    let v = replay_json(&[
+        &fixture("cme-mdp3-v8-status-ab.pcapng"),
+        "--venue",
+        "cme-mdp3",
+    ]);
+    let f = feed(&v);
+    for l in f["lines"].as_array().unwrap() {
+        assert_eq!(l["packets"], 5000, "{l}");
+        assert_eq!(l["invalid_packets"], 0, "{l}");
+    }
+    let sessions = f["sessions"].as_array().unwrap();
+    assert_eq!(sessions[0]["first_sequence"], 17347815);
+    assert_eq!(sessions[0]["next_sequence"], 17352815);
+    assert_eq!(f["channel_lost"], 0);
+    // 198 SecurityStatus messages on the two lines: 99 applied, their
+    // copies duplicates.
+    assert_eq!(types(f)["30"], 99);
+}
+
+/// What one destination's packets hold, decoded by the library directly.
+struct Decoded {
+    templates: BTreeMap<String, u64>,
+    unknown: u64,
+    /// Outright (bid or offer) Book entries, and how many of them are New.
+    outright: u64,
+    outright_new: u64,
+}
+
+fn decoded(file: &str, dst: SocketAddrV4) -> Decoded {
+    let mut r = CaptureReader::open(file).unwrap();
+    let mut out = Decoded {
+        templates: BTreeMap::new(),
+        unknown: 0,
+        outright: 0,
+        outright_new: 0,
+    };
+    while let Some(d) = r.next_ref() {
+        let d = d.unwrap();
+        if d.dst != dst {
+            continue;
+        }
+        let (_, msgs) = sbe::packet(d.payload).unwrap();
+        for m in msgs {
+            match messages::decode(&m.unwrap()).unwrap() {
+                Item::Known { header, body } => {
+                    *out.templates
+                        .entry(header.template_id.to_string())
+                        .or_insert(0) += 1;
+                    if let Body::Incremental { entries, .. } = body {
+                        for b in entries.filter_map(|e| e.book) {
+                            if b.entry_type == b'0' || b.entry_type == b'1' {
+                                out.outright += 1;
+                                out.outright_new += u64::from(b.action == 0);
+                            }
+                        }
+                    }
+                }
+                Item::Unknown { .. } => out.unknown += 1,
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn v9_templates_through_the_engine() {
+    // One line of one channel of the sample: its packets are in sequence.
+    let file = fixture("cme-mdp3-v9-sample.pcap");
+    let dst: SocketAddrV4 = "224.0.28.146:15360".parse().unwrap();
+    let v = replay_json(&[&file, "--venue", "cme-mdp3", "--filter", &dst.to_string()]);
+    let f = feed(&v);
+    let d = decoded(&file, dst);
+    assert!(d.templates.contains_key("46"), "{:?}", d.templates);
+    assert_eq!(f["invalid_packets"], 0);
+    assert_eq!(f["channel_lost"], 0);
+    assert_eq!(f["duplicate_packets"], 0);
+    assert_eq!(types(f), d.templates);
+    // OrderBook 47 (Market By Order) is not read: skipped, counted.
+    assert!(d.unknown > 0);
+    assert_eq!(f["unknown_messages"], d.unknown);
+    // Joined late with no New among them: every outright entry changes a
+    // level the book never saw, so each is a book error.
+    assert_eq!(d.outright_new, 0);
+    assert_eq!(f["book_errors"], d.outright);
+}
+
+#[test]
+fn v5_definitions_name_their_instruments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cme.toml");
+    std::fs::write(
+        &cfg,
+        "[[feed]]\nname = \"es\"\nvenue = \"cme-mdp3\"\n\n\
+         [[feed.line]]\nname = \"A\"\ngroup = \"224.0.31.1\"\nport = 14310\n\n\
+         [[feed.line]]\nname = \"DA\"\ngroup = \"224.0.31.43\"\nport = 14310\nkind = \"definition\"\n",
+    )
+    .unwrap();
+    let v = replay_json(&[
+        &fixture("cme-mdp3-v5-definitions.pcap"),
+        "--config",
+        p(&cfg),
+    ]);
+    let f = feed(&v);
+    let lines = f["lines"].as_array().unwrap();
+    assert_eq!(lines[1]["packets"], 1);
+    assert_eq!(lines[1]["invalid_packets"], 0);
+    // Templates 27 (blockLength 214 on the wire) and 29 (193).
+    assert_eq!(types(f)["27"], 2);
+    assert_eq!(types(f)["29"], 3);
+    let names: Vec<&str> = v["symbols"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for n in [
+        "ESU6", "ESZ5", "#2615", "#13950", "#10123", "#7978", "#8036",
+    ] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    // A definition gives no sequence and no quote.
+    for s in v["symbols"].as_object().unwrap().values() {
+        assert_eq!(s["seq"], Value::Null, "{s}");
+    }
+}
+
+/// Destinations for a scenario's named lines.
+fn dst_of(line: &str) -> SocketAddrV4 {
+    let (group, port) = match line {
+        "A" => ("224.0.31.1", 14001),
+        "B" => ("224.0.32.1", 15001),
+        "SA" => ("224.0.31.2", 14002),
+        "SB" => ("224.0.32.2", 15002),
+        "DA" => ("224.0.31.3", 14003),
+        other => panic!("no destination for line {other}"),
+    };
+    SocketAddrV4::new(group.parse().unwrap(), port)
+}
+
+/// A scenario's feed as a config file.
+fn config_of(feed: &Value) -> String {
+    let mut c = String::from("[[feed]]\nname = \"cme\"\nvenue = \"cme-mdp3\"\n");
+    for key in [
+        "gap_hold_us",
+        "stale_ms",
+        "source_max_age_ms",
+        "max_seq_jump",
+    ] {
+        if let Some(n) = feed[key].as_u64() {
+            c += &format!("{key} = {n}\n");
+        }
+    }
+    for key in ["liveness", "clock_offset"] {
+        if let Some(s) = feed[key].as_str() {
+            c += &format!("{key} = \"{s}\"\n");
+        }
+    }
+    for (name, kind) in feed["lines"].as_object().unwrap() {
+        let d = dst_of(name);
+        c += &format!(
+            "\n[[feed.line]]\nname = \"{name}\"\ngroup = \"{}\"\nport = {}\nkind = {kind}\n",
+            d.ip(),
+            d.port()
+        );
+    }
+    c
+}
+
+#[test]
+fn every_cme_scenario_through_replay_with_its_lines_by_destination() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/cme_scenarios.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src: SocketAddrV4 = "10.0.0.1:40000".parse().unwrap();
+    let mut failures = Vec::new();
+    let mut checks = 0;
+    for sc in doc["scenarios"].as_array().unwrap() {
+        let name = sc["name"].as_str().unwrap();
+        let cfg = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, config_of(&sc["feed"])).unwrap();
+        let cap = dir.path().join(format!("{name}.pcap"));
+        let chk = dir.path().join(format!("{name}.checks"));
+        let mut w = PcapWriter::create(&cap).unwrap();
+        let mut lines = String::new();
+        let mut want = Vec::new();
+        for step in sc["steps"].as_array().unwrap() {
+            let t = step["t"].as_i64().unwrap();
+            if let Some(h) = step["hex"].as_str() {
+                let line = step["line"].as_str().unwrap_or("A");
+                w.write_udp(t, src, dst_of(line), &hex::decode(h).unwrap())
+                    .unwrap();
+            } else {
+                lines += &format!("{t} {}\n", step["check"].as_str().unwrap());
+                want.push(step["expect"].as_str().unwrap().to_string());
+            }
+        }
+        w.into_inner().unwrap();
+        std::fs::write(&chk, lines).unwrap();
+        let out = tickgate(&["replay", p(&cap), "--config", p(&cfg), "--checks", p(&chk)]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8(out.stdout).unwrap();
+        let got: Vec<&str> = got.lines().collect();
+        assert_eq!(got.len(), want.len(), "{name}: {got:?}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            checks += 1;
+            if g != w {
+                failures.push(format!(
+                    "{name} check {i}:\n   expected {w}\n   got      {g}"
+                ));
+            }
+        }
+    }
+    assert!(checks > 40, "{checks}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
