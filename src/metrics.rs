@@ -117,7 +117,7 @@ stats! {
         snapshots_applied: Counter, "tickgate_feed_snapshots_applied_total",
             "Snapshots applied (S8).";
         snapshots_ignored: Counter, "tickgate_feed_snapshots_ignored_total",
-            "Snapshots ignored: not newer than a healthy symbol's state (S8).";
+            "Snapshots ignored: not newer than a healthy symbol's state (S8); cme-mdp3: of an instrument that does not wait, or not covering what was lost.";
         session_changes: Counter, "tickgate_feed_session_changes_total",
             "Provider restarts: packets with a new session id (C5).";
         sessions_ended: Counter, "tickgate_feed_sessions_ended_total",
@@ -136,6 +136,14 @@ stats! {
             "nasdaq-itch: stocks a GLIMPSE snapshot named by two locates; the symbol is not trusted (recovery.md R5).";
         live_orders: Gauge, "tickgate_feed_live_orders",
             "nasdaq-itch: live orders in the feed's books.";
+        book_errors: Counter, "tickgate_feed_book_errors_total",
+            "cme-mdp3: Book entries that could not apply to their book; the instrument waits for a snapshot (venues.md).";
+        instruments_waiting: Gauge, "tickgate_feed_instruments_waiting",
+            "cme-mdp3: instruments waiting for a snapshot (venues.md).";
+        recovery_entries: Gauge, "tickgate_feed_recovery_entries",
+            "cme-mdp3: incremental entries kept for instruments waiting for a snapshot (recovery_entries bounds them).";
+        recovery_entries_dropped: Counter, "tickgate_feed_recovery_entries_dropped_total",
+            "cme-mdp3: kept entries dropped over the recovery_entries bound; their instrument waits for a later snapshot.";
         symbols_halted: Gauge, "tickgate_feed_symbols_halted",
             "Symbols the venue says are not trading (venues.md V2).";
         symbols: Gauge, "tickgate_feed_symbols",
