@@ -1020,11 +1020,26 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     let max_symbols = s
         .uint("max_symbols", 1, MAX_MAX_SYMBOLS)?
         .map_or(DEFAULT_MAX_SYMBOLS, |n| n as usize);
-    let lines = s
+    let mut lines = s
         .array_of_tables("line")?
         .into_iter()
         .filter_map(|l| keep(s.sink, parse_line(l)))
         .collect::<Vec<_>>();
+    // venues.md `cme-mdp3`, Lines: CME's channel file instead of lines.
+    if let Some(t) = s.table("cme_channel")? {
+        if venue != VenueKind::CmeMdp3 {
+            drop(t);
+            return Err(s.err("cme_channel", "applies to cme-mdp3 feeds only"));
+        }
+        if !lines.is_empty() {
+            drop(t);
+            return Err(s.err(
+                "cme_channel",
+                "give either [[feed.line]] tables or cme_channel, not both",
+            ));
+        }
+        lines = parse_cme_channel(t)?;
+    }
     // venues.md `cme-mdp3`, Lines: three kinds there, one elsewhere.
     if let Some(l) = lines.iter().find(|l| l.kind != LineKind::Incremental) {
         if venue != VenueKind::CmeMdp3 {
@@ -1144,6 +1159,40 @@ fn parse_snapshot(mut s: Section<'_>) -> Result<SnapshotConfig> {
         hold_mib,
         max_mib,
     })
+}
+
+/// `cme_channel = { file = "config.xml", id = 310, interface = "eth1" }`:
+/// every multicast line of one channel of CME's channel file.
+fn parse_cme_channel(mut s: Section<'_>) -> Result<Vec<LineConfig>> {
+    let file = s.required_str("file")?;
+    let id = s.required_uint(
+        "id",
+        1,
+        u32::MAX as u64,
+        "missing (the channel id, e.g. 310)",
+    )? as u32;
+    let interface = match s.str("interface")? {
+        None => None,
+        Some(text) => Some(parse_interface(text).map_err(|p| s.err("interface", p))?),
+    };
+    let rcvbuf = s.uint("rcvbuf", 4096, i32::MAX as u64)?.map(|n| n as usize);
+    let xml =
+        read_config_file(Path::new(file)).map_err(|e| s.err("file", format!("{file}: {e}")))?;
+    let lines = crate::venue::cme_mdp3::channel_file::channel_lines(&xml, id)
+        .map_err(|e| s.err("file", format!("{file}: {e}")))?;
+    s.finish()?;
+    Ok(lines
+        .into_iter()
+        .map(|l| LineConfig {
+            name: l.name,
+            group: l.group,
+            port: l.port,
+            interface: interface.clone(),
+            source: None,
+            rcvbuf,
+            kind: l.kind,
+        })
+        .collect())
 }
 
 /// R4: `rerequest = ["ip:port", ...]`, on `tickgate` and `nasdaq-itch`

@@ -43,7 +43,7 @@ fn p(path: &Path) -> &str {
 }
 
 /// The one feed of a replay summary.
-fn feed(v: &Value) -> &Value {
+fn feed_of(v: &Value) -> &Value {
     let feeds = v["feeds"].as_array().unwrap();
     assert_eq!(feeds.len(), 1);
     &feeds[0]
@@ -65,7 +65,7 @@ fn v6_channel_through_the_engine() {
         "--venue",
         "cme-mdp3",
     ]);
-    let f = feed(&v);
+    let f = feed_of(&v);
     // 5,000 packets a line, every A copy equal to its B copy: one is a
     // duplicate (C2), none invalid, nothing lost.
     let lines = f["lines"].as_array().unwrap();
@@ -128,7 +128,7 @@ fn v8_security_status_messages_are_applied() {
         "--venue",
         "cme-mdp3",
     ]);
-    let f = feed(&v);
+    let f = feed_of(&v);
     for l in f["lines"].as_array().unwrap() {
         assert_eq!(l["packets"], 5000, "{l}");
         assert_eq!(l["invalid_packets"], 0, "{l}");
@@ -193,7 +193,7 @@ fn v9_templates_through_the_engine() {
     let file = fixture("cme-mdp3-v9-sample.pcap");
     let dst: SocketAddrV4 = "224.0.28.146:15360".parse().unwrap();
     let v = replay_json(&[&file, "--venue", "cme-mdp3", "--filter", &dst.to_string()]);
-    let f = feed(&v);
+    let f = feed_of(&v);
     let d = decoded(&file, dst);
     assert!(d.templates.contains_key("46"), "{:?}", d.templates);
     assert_eq!(f["invalid_packets"], 0);
@@ -225,7 +225,7 @@ fn v5_definitions_name_their_instruments() {
         "--config",
         p(&cfg),
     ]);
-    let f = feed(&v);
+    let f = feed_of(&v);
     let lines = f["lines"].as_array().unwrap();
     assert_eq!(lines[1]["packets"], 1);
     assert_eq!(lines[1]["invalid_packets"], 0);
@@ -341,4 +341,92 @@ fn every_cme_scenario_through_replay_with_its_lines_by_destination() {
     }
     assert!(checks > 40, "{checks}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A channel file in CME's format with the v6 capture's two incremental
+/// lines, a snapshot and a definition connection, and TCP replay.
+const CHANNEL_FILE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<configuration environment="PROD" updated="2016/11/12-00:00:00">
+  <channel id="344" label="CME Globex Test">
+    <products><product code="GE"><group code="GE"/></product></products>
+    <connections>
+      <connection id="344H2A"><type feed-type="H">Historical Replay</type><protocol>TCP/IP</protocol>
+        <host-ip>205.209.220.72</host-ip><port>10000</port><feed>A</feed></connection>
+      <connection id="344IA"><type feed-type="I">Incremental</type><protocol>UDP/IP</protocol>
+        <ip>224.0.31.64</ip><host-ip>205.209.223.70</host-ip><port>14340</port><feed>A</feed></connection>
+      <connection id="344IB"><type feed-type="I">Incremental</type><protocol>UDP/IP</protocol>
+        <ip>224.0.32.64</ip><host-ip>205.209.212.70</host-ip><port>15340</port><feed>B</feed></connection>
+      <connection id="344NA"><type feed-type="N">Instrument Replay</type><protocol>UDP/IP</protocol>
+        <ip>224.0.31.106</ip><host-ip>205.209.222.85</host-ip><port>14340</port><feed>A</feed></connection>
+      <connection id="344SA"><type feed-type="S">Snapshot</type><protocol>UDP/IP</protocol>
+        <ip>224.0.31.85</ip><host-ip>205.209.222.87</host-ip><port>14340</port><feed>A</feed></connection>
+    </connections>
+  </channel>
+</configuration>
+"#;
+
+#[test]
+fn lines_from_cmes_channel_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let xml = dir.path().join("config.xml");
+    std::fs::write(&xml, CHANNEL_FILE).unwrap();
+    let cfg = dir.path().join("cme.toml");
+    let feed = |id: u32| {
+        format!(
+            "[[feed]]\nname = \"ge\"\nvenue = \"cme-mdp3\"\n\
+             cme_channel = {{ file = \"{}\", id = {id} }}\n",
+            xml.display()
+        )
+    };
+    std::fs::write(&cfg, feed(344)).unwrap();
+    let out = tickgate(&["run", "--config", p(&cfg), "--check-config"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 feed, 4 lines"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v = replay_json(&[
+        &fixture("cme-mdp3-v6-incremental-ab.pcapng"),
+        "--config",
+        p(&cfg),
+    ]);
+    let f = feed_of(&v);
+    let lines: Vec<(String, u64)> = f["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["dst"].as_str().unwrap().to_string(),
+                l["packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("224.0.31.64:14340".to_string(), 5000),
+            ("224.0.32.64:15340".to_string(), 5000),
+            ("224.0.31.106:14340".to_string(), 0),
+            ("224.0.31.85:14340".to_string(), 0),
+        ]
+    );
+    assert_eq!(f["channel_lost"], 0);
+    assert_eq!(v["symbols"].as_object().unwrap().len(), 127);
+
+    // What is wrong is named, with the file.
+    std::fs::write(&cfg, feed(999)).unwrap();
+    let out = tickgate(&["run", "--config", p(&cfg), "--check-config"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cme_channel.file") && err.contains("no channel 999 in the file (it has 344"),
+        "{err}"
+    );
 }

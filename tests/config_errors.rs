@@ -488,3 +488,49 @@ fn check_config_warns_of_a_venue_line_without_a_source_filter() {
     assert_eq!(own.status.code(), Some(0));
     assert!(!String::from_utf8_lossy(&own.stderr).contains("warning"));
 }
+
+#[test]
+fn cme_line_kinds_and_keys_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    // A kind on another venue's line.
+    let out = run(
+        &write_config(dir.path(), &config(dir.path(), "kind = \"snapshot\"")),
+        &[],
+    );
+    assert_refused(
+        &out,
+        dir.path(),
+        &["feed[0].line: line A: kind = \"snapshot\" applies to cme-mdp3 feeds only"],
+    );
+    // An unknown kind, a re-request server and max_orders on a CME feed,
+    // and a CME feed without an incremental line: all named at once.
+    let body = config(dir.path(), "kind = \"snap\"").replace(
+        "mode = \"full\"",
+        "venue = \"cme-mdp3\"\nrerequest = [\"127.0.0.1:9\"]",
+    );
+    let out = run(&write_config(dir.path(), &body), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &[
+            "feed[0].rerequest: applies to tickgate and nasdaq-itch feeds only (cme-mdp3 recovers from its snapshot lines",
+            "feed[0].line[0].kind: \"snap\" is not one of: incremental, snapshot, definition",
+        ],
+    );
+    let body = config(dir.path(), "kind = \"definition\"")
+        .replace("mode = \"full\"", "venue = \"cme-mdp3\"");
+    let out = run(&write_config(dir.path(), &body), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &["feed[0].line: a cme-mdp3 feed needs at least one line with kind = \"incremental\""],
+    );
+    let body =
+        config(dir.path(), "").replace("mode = \"full\"", "mode = \"full\"\nrecovery_entries = 10");
+    let out = run(&write_config(dir.path(), &body), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &["feed[0].recovery_entries: applies to cme-mdp3 feeds only"],
+    );
+}

@@ -7,6 +7,7 @@
 pub mod adapter;
 pub mod book;
 pub mod channel;
+pub mod channel_file;
 pub mod instruments;
 pub mod messages;
 pub mod recovery;
