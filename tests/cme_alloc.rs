@@ -76,4 +76,50 @@ fn main() {
         "allocations while decoding"
     );
     println!("test cme_decoding_allocates_nothing ... ok");
+
+    through_the_engine();
+    println!("test cme_engine_allocates_only_as_kept_entries_grow ... ok");
+}
+
+/// The v6 channel through a `cme-mdp3` feed: applying a packet allocates
+/// nothing but an instrument's book when it is first seen (its two sides,
+/// at its depth) and the amortised growth of the kept entries' slab
+/// (every instrument of this late join waits, so its entries are kept):
+/// a handful of allocations for thousands of packets, not one a message.
+fn through_the_engine() {
+    use tickgate::feed::{Feed, FeedSettings, VenueKind};
+    let path = format!(
+        "{}/fixtures/real/cme-mdp3-v6-incremental-ab.pcapng",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut r = CaptureReader::open(path).unwrap();
+    let mut packets = Vec::new();
+    while let Some(d) = r.next_ref() {
+        let d = d.unwrap();
+        let line = usize::from(d.dst.ip().octets()[2] == 32);
+        packets.push((line, d.payload.to_vec(), d.ts_ns));
+    }
+    packets.sort_by_key(|p| p.2);
+    let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 2);
+    let (warm, rest) = packets.split_at(4000);
+    for (line, d, ts) in warm {
+        feed.on_datagram(*line, d, *ts);
+    }
+    let known = feed.symbol_count();
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for (line, d, ts) in rest {
+        feed.on_datagram(*line, d, *ts);
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    let allocs = ALLOCS.load(Ordering::SeqCst);
+    let new = (feed.symbol_count() - known) as u64;
+    assert_eq!(feed.counters().channel_messages_lost, 0);
+    assert!(feed.venue_recovery().kept_entries > 5000);
+    assert!(new > 0 && new < 40, "{new} instruments first seen");
+    assert!(
+        allocs <= 2 * new + 8,
+        "{allocs} allocations for {} packets and {new} new instruments",
+        rest.len()
+    );
 }
