@@ -430,3 +430,88 @@ fn lines_from_cmes_channel_file() {
         "{err}"
     );
 }
+
+/// The packets of a capture, in capture order.
+fn payloads(name: &str) -> Vec<(i64, Vec<u8>)> {
+    let mut r = CaptureReader::open(fixture(name)).unwrap();
+    let mut out = Vec::new();
+    while let Some(d) = r.next_ref() {
+        let d = d.unwrap();
+        out.push((d.ts_ns, d.payload.to_vec()));
+    }
+    out
+}
+
+/// venues.md `cme-mdp3`, Snapshots: the snapshot lines are wanted only
+/// while an instrument waits, the definition lines until the loop was
+/// seen whole and while an entry names an instrument without definition.
+#[test]
+fn loops_are_wanted_only_while_needed() {
+    use tickgate::feed::{Feed, FeedSettings, VenueKind};
+    use tickgate::venue::LineKind;
+    let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 3);
+    f.set_line_kind(1, LineKind::Snapshot);
+    f.set_line_kind(2, LineKind::Definition);
+    assert!(f.line_wanted(0));
+    // Nothing known yet: nothing waits; the definition loop is unseen.
+    assert!(!f.line_wanted(1));
+    assert!(f.line_wanted(2));
+    // The v5 packet: five definitions of a loop of 15 (TotNumReports).
+    let defs = payloads("cme-mdp3-v5-definitions.pcap");
+    f.on_datagram(2, &defs[0].1, defs[0].0);
+    assert_eq!(f.symbol_count(), 7, "five # names and ESU6, ESZ5");
+    // Defined instruments without a sequence wait for their snapshot.
+    assert!(f.line_wanted(1));
+    assert!(f.line_wanted(2), "5 of the loop's 15 definitions seen");
+
+    // A loop of two (the contract's first scenario), seen whole.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/cme_scenarios.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let steps = doc["scenarios"][0]["steps"].as_array().unwrap();
+    let def = hex::decode(steps[0]["hex"].as_str().unwrap()).unwrap();
+    assert_eq!(steps[0]["line"], "DA");
+    let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 3);
+    f.set_line_kind(1, LineKind::Snapshot);
+    f.set_line_kind(2, LineKind::Definition);
+    f.on_datagram(2, &def, 1);
+    assert!(!f.line_wanted(2), "the loop was seen whole");
+    assert!(f.line_wanted(1), "its instruments wait for a snapshot");
+    // The v6 channel names instruments the loop did not define.
+    for (t, p) in payloads("cme-mdp3-v6-incremental-ab.pcapng")
+        .iter()
+        .take(50)
+    {
+        f.on_datagram(0, p, *t);
+    }
+    assert!(
+        f.line_wanted(2),
+        "entries name instruments without definition"
+    );
+
+    // The contract's late join: once its snapshots were used, nothing
+    // waits and the snapshot lines are left.
+    let sc = doc["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "late_join_recovered_by_snapshot")
+        .unwrap();
+    let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 2);
+    f.set_line_kind(1, LineKind::Snapshot);
+    let mut wanted_while_waiting = false;
+    for step in sc["steps"].as_array().unwrap() {
+        let Some(h) = step["hex"].as_str() else {
+            continue;
+        };
+        let line = if step["line"] == "SA" { 1 } else { 0 };
+        f.on_datagram(line, &hex::decode(h).unwrap(), step["t"].as_i64().unwrap());
+        wanted_while_waiting |= f.venue_recovery().waiting > 0 && f.line_wanted(1);
+    }
+    assert!(wanted_while_waiting);
+    assert!(f.counters().snapshots_applied > 0);
+    assert_eq!(f.venue_recovery().waiting, 0);
+    assert!(
+        !f.line_wanted(1),
+        "nothing waits: the snapshot lines are left"
+    );
+}

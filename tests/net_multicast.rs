@@ -908,3 +908,52 @@ fn replay_send_of_a_cat_merged_capture_goes_out_in_time_order() {
     assert_ne!(sorted, cat_order, "the capture was not out of order");
     assert!(sent == sorted, "not sent in time order");
 }
+
+/// Counts datagrams; wants its one line only while `wanted` is set.
+struct Membership {
+    wanted: bool,
+    got: u64,
+}
+
+impl DatagramHandler for Membership {
+    fn on_datagram(&mut self, _line: usize, _datagram: &[u8], _arrival_ns: i64) {
+        self.got += 1;
+    }
+
+    fn line_wanted(&self, _line: usize) -> bool {
+        self.wanted
+    }
+}
+
+/// venues.md `cme-mdp3`: a snapshot or definition line is a member of its
+/// group only while the feed needs it; the receiver leaves and joins as
+/// `line_wanted` says after each poll.
+#[test]
+fn a_line_is_left_and_joined_again_as_the_handler_wants() {
+    let _serial = serial();
+    let g = group(9, 47109);
+    let mut rx = Receiver::open(&[line("SA", g, None)], rx_opts()).unwrap();
+    let mut h = Membership {
+        wanted: false,
+        got: 0,
+    };
+    rx.poll(Duration::from_millis(1), &mut h).unwrap();
+    assert_eq!(rx.joined(), [false]);
+    let mut tx = sender(None);
+    send_all(&mut tx, (1..=20).map(|s| (0i64, g, packet(s, 1))));
+    // Not a member: nothing arrives (polled for a while to be sure).
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        rx.poll(Duration::from_millis(10), &mut h).unwrap();
+    }
+    assert_eq!(h.got, 0);
+    h.wanted = true;
+    rx.poll(Duration::from_millis(1), &mut h).unwrap();
+    assert_eq!(rx.joined(), [true]);
+    send_all(&mut tx, (21..=40).map(|s| (0i64, g, packet(s, 1))));
+    let until = Instant::now() + WAIT;
+    while h.got < 20 && Instant::now() < until {
+        rx.poll(Duration::from_millis(10), &mut h).unwrap();
+    }
+    assert_eq!(h.got, 20);
+}

@@ -453,6 +453,10 @@ impl DatagramHandler for FeedWriter {
         self.feed.poll_request().map(|(i, r)| (i, r.encode()))
     }
 
+    fn line_wanted(&self, line: usize) -> bool {
+        self.feed.line_wanted(line)
+    }
+
     fn on_poll(&mut self, now: i64) {
         // R2/R4: deadlines and requests that fell due; R5.
         self.feed.handle_timeout(now);

@@ -506,6 +506,17 @@ impl<P: Publish> Feed<P> {
         }
     }
 
+    /// Whether `line` should be received now: incremental lines always;
+    /// a snapshot or definition line while its venue needs that loop
+    /// (venues.md `cme-mdp3`, Snapshots). The I/O shell joins or leaves
+    /// the line's group by it.
+    pub fn line_wanted(&self, line: usize) -> bool {
+        match self.line_kind(line) {
+            LineKind::Incremental => true,
+            kind => self.venue.wants_loop(kind),
+        }
+    }
+
     pub fn line_kind(&self, line: usize) -> LineKind {
         self.line_kinds.get(line).copied().unwrap_or_default()
     }

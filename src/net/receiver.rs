@@ -312,6 +312,13 @@ pub trait DatagramHandler {
     fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
         None
     }
+
+    /// Whether `line` should be a member of its group now (venues.md
+    /// `cme-mdp3`: a snapshot or definition loop only while needed). The
+    /// receiver joins or leaves after each poll when this changes.
+    fn line_wanted(&self, _line: usize) -> bool {
+        true
+    }
 }
 
 impl<F: FnMut(usize, &[u8], i64)> DatagramHandler for F {
@@ -346,6 +353,10 @@ impl<P: crate::feed::Publish> DatagramHandler for crate::feed::Feed<P> {
 
     fn poll_request(&mut self) -> Option<(usize, [u8; REQUEST_LEN])> {
         crate::feed::Feed::poll_request(self).map(|(i, r)| (i, r.encode()))
+    }
+
+    fn line_wanted(&self, line: usize) -> bool {
+        crate::feed::Feed::line_wanted(self, line)
     }
 
     #[inline]
@@ -622,6 +633,8 @@ pub struct Receiver {
     last_ovfl: Vec<Option<u32>>,
     /// R4: the feed's re-request socket, when it has servers.
     rerequest: Option<RerequestSocket>,
+    /// Per line: a member of its group now (see `sync_membership`).
+    joined: Vec<bool>,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
@@ -708,6 +721,7 @@ impl Receiver {
             ready: Vec::with_capacity(k),
             last_ovfl: vec![None; k],
             rerequest,
+            joined: vec![true; k],
             opts,
         };
         r.wire_headers();
@@ -1128,7 +1142,54 @@ impl Receiver {
         let now = realtime_ns();
         handler.on_poll(now);
         self.send_requests(handler, now);
+        self.sync_membership(handler);
         Ok(got)
+    }
+
+    /// Joins or leaves each line's group as the handler now wants it
+    /// (`DatagramHandler::line_wanted`). A failure is logged and retried
+    /// at the next poll: the line stays as it was meanwhile.
+    fn sync_membership<H: DatagramHandler + ?Sized>(&mut self, handler: &H) {
+        for line in 0..self.sockets.len() {
+            let want = handler.line_wanted(line);
+            if want == self.joined[line] {
+                continue;
+            }
+            let spec = &self.lines[line];
+            let result = spec.interface.resolve().and_then(|iface| {
+                let sock = &self.sockets[line];
+                let r = match (want, spec.source) {
+                    (true, Some(src)) => sock.join_ssm_v4(&src, &spec.group, &iface),
+                    (true, None) => sock.join_multicast_v4(&spec.group, &iface),
+                    (false, Some(src)) => sock.leave_ssm_v4(&src, &spec.group, &iface),
+                    (false, None) => sock.leave_multicast_v4(&spec.group, &iface),
+                };
+                r.map_err(anyhow::Error::from)
+            });
+            match result {
+                Ok(()) => {
+                    self.joined[line] = want;
+                    tracing::info!(
+                        line = %spec.name,
+                        group = %spec.group,
+                        port = spec.port,
+                        "{} the line's group",
+                        if want { "joined" } else { "left" }
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    line = %spec.name,
+                    error = %e,
+                    "could not {} the line's group; trying again at the next poll",
+                    if want { "join" } else { "leave" }
+                ),
+            }
+        }
+    }
+
+    /// Whether each line is a member of its group now.
+    pub fn joined(&self) -> &[bool] {
+        &self.joined
     }
 
     /// R4: every answer waiting on the re-request socket, to the handler.
@@ -1210,6 +1271,7 @@ impl Receiver {
                     }
                     handler.on_poll(last_poll);
                     self.send_requests(handler, last_poll);
+                    self.sync_membership(handler);
                 } else {
                     idle_spins += 1;
                     std::hint::spin_loop();
@@ -1225,6 +1287,7 @@ impl Receiver {
                             last_poll = now;
                             handler.on_poll(now);
                             self.send_requests(handler, now);
+                            self.sync_membership(handler);
                         }
                     }
                 }

@@ -391,6 +391,14 @@ pub trait Venue {
         VenueRecovery::default()
     }
 
+    /// Whether the venue needs its loop of `kind` now (venues.md
+    /// `cme-mdp3`: snapshot lines while an instrument waits, definition
+    /// lines until the loop was seen whole or an instrument lacks its
+    /// definition); the daemon joins and leaves their groups by it.
+    fn wants_loop(&self, _kind: LineKind) -> bool {
+        true
+    }
+
     /// Messages applied by type byte, for venues that count them.
     fn message_types(&self) -> Option<&[u64; 256]> {
         None
@@ -557,6 +565,10 @@ impl Venue for AnyVenue {
 
     fn recovery(&self) -> VenueRecovery {
         each_venue!(self, v => v.recovery())
+    }
+
+    fn wants_loop(&self, kind: LineKind) -> bool {
+        each_venue!(self, v => v.wants_loop(kind))
     }
 
     fn message_types(&self) -> Option<&[u64; 256]> {

@@ -42,6 +42,8 @@ struct Names {
     id: Option<u32>,
     /// Its definition's symbol.
     symbol: Option<u32>,
+    /// An entry named it before any definition did.
+    undefined_entries: bool,
 }
 
 /// An instrument changed by the packet being applied, and its book's
@@ -70,6 +72,12 @@ pub struct CmeMdp3 {
     drained: Vec<KeptEntry>,
     halts: Vec<HaltChange>,
     message_types: [u64; 256],
+    /// The definition loop's TotNumReports, once a definition carried it.
+    definitions_total: Option<u32>,
+    /// Instruments with a definition.
+    defined: u32,
+    /// Instruments named by an entry and still without a definition.
+    undefined_with_entries: u32,
 }
 
 impl CmeMdp3 {
@@ -88,6 +96,9 @@ impl CmeMdp3 {
             drained: Vec::new(),
             halts: Vec::new(),
             message_types: [0; 256],
+            definitions_total: None,
+            defined: 0,
+            undefined_with_entries: 0,
         }
     }
 
@@ -139,6 +150,7 @@ impl CmeMdp3 {
         if let Some(&Names {
             id: Some(id),
             symbol: Some(sym),
+            ..
         }) = self.names.get(instrument as usize)
         {
             rules.mirror(id, sym);
@@ -207,6 +219,13 @@ impl CmeMdp3 {
         let Some(slot) = self.id_slot(instrument, rules) else {
             return;
         };
+        let names = &mut self.names[instrument as usize];
+        if !names.undefined_entries && !self.instruments.get(instrument).is_some_and(|i| i.defined)
+        {
+            // The definition loop is wanted until this one is seen.
+            names.undefined_entries = true;
+            self.undefined_with_entries += 1;
+        }
         let t = self.touch(instrument);
         let kept = KeptEntry {
             rpt_seq: e.rpt_seq,
@@ -240,10 +259,26 @@ impl CmeMdp3 {
     }
 
     fn define<R: Rules>(&mut self, d: &Definition<'_>, rules: &mut R) {
+        let was_defined = self
+            .instruments
+            .find(d.security_id)
+            .and_then(|i| self.instruments.get(i))
+            .is_some_and(|i| i.defined);
         let (instrument, change) = self.instruments.define(d);
+        if !was_defined {
+            self.defined += 1;
+        }
+        if let Some(total) = d.tot_num_reports {
+            self.definitions_total = Some(total);
+        }
         let Some(id) = self.id_slot(instrument, rules) else {
             return;
         };
+        let names = &mut self.names[instrument as usize];
+        if names.undefined_entries {
+            names.undefined_entries = false;
+            self.undefined_with_entries -= 1;
+        }
         let name = self
             .instruments
             .get(instrument)
@@ -501,6 +536,21 @@ impl Venue for CmeMdp3 {
 
     fn message_types(&self) -> Option<&[u64; 256]> {
         Some(&self.message_types)
+    }
+
+    fn wants_loop(&self, kind: LineKind) -> bool {
+        match kind {
+            LineKind::Incremental => true,
+            // While an instrument waits for a snapshot.
+            LineKind::Snapshot => self.kept.waiting() > 0,
+            // Until the loop was seen whole, and while an entry names an
+            // instrument without a definition.
+            LineKind::Definition => {
+                self.definitions_total
+                    .is_none_or(|total| self.defined < total)
+                    || self.undefined_with_entries > 0
+            }
+        }
     }
 
     fn recovery(&self) -> VenueRecovery {
