@@ -75,10 +75,8 @@ fn run(lost_a: &[bool], lost_b: &[bool]) -> Feed {
     let mut f = feed();
     let pkts = line_a();
     for i in 0..pkts.len() + LAG {
-        if let Some((t, p)) = pkts.get(i) {
-            if !lost_a[i] {
-                f.on_datagram(0, p, *t);
-            }
+        if let (Some((t, p)), Some(false)) = (pkts.get(i), lost_a.get(i)) {
+            f.on_datagram(0, p, *t);
         }
         if let Some(j) = i.checked_sub(LAG) {
             if !lost_b[j] {
