@@ -404,6 +404,21 @@ impl SymbolState {
         ctx: &Ctx,
     ) {
         self.catch_up(ctx);
+        self.set_sides(bid, ask);
+        let v = &mut self.view;
+        v.flags |= SYM_HAS_SEQ;
+        v.seq = seq;
+        v.alive_at = ctx.now;
+        v.source_ts = source_ts;
+        if self.cause() != SuspectCause::Gap {
+            self.set_cause(SuspectCause::None);
+        }
+        self.verify(ctx);
+    }
+
+    /// The whole quote's sides (an empty side is `None`): a quote now.
+    #[inline]
+    fn set_sides(&mut self, bid: Option<Side>, ask: Option<Side>) {
         let v = &mut self.view;
         let b = bid.unwrap_or_default();
         let a = ask.unwrap_or_default();
@@ -413,16 +428,8 @@ impl SymbolState {
         v.ask_qty = a.qty;
         v.flags = (v.flags & !(SYM_BID | SYM_ASK))
             | SYM_HAS_QUOTE
-            | SYM_HAS_SEQ
             | if bid.is_some() { SYM_BID } else { 0 }
             | if ask.is_some() { SYM_ASK } else { 0 };
-        v.seq = seq;
-        v.alive_at = ctx.now;
-        v.source_ts = source_ts;
-        if self.cause() != SuspectCause::Gap {
-            self.set_cause(SuspectCause::None);
-        }
-        self.verify(ctx);
     }
 
     /// recovery.md R5, before a snapshot is applied: the session caught up
@@ -517,17 +524,7 @@ impl SymbolState {
     /// is `None`); sequence, liveness and cause stay.
     pub fn set_book_quote(&mut self, bid: Option<Side>, ask: Option<Side>, ctx: &Ctx) {
         self.catch_up(ctx);
-        let v = &mut self.view;
-        let b = bid.unwrap_or_default();
-        let a = ask.unwrap_or_default();
-        v.bid_px = b.px;
-        v.bid_qty = b.qty;
-        v.ask_px = a.px;
-        v.ask_qty = a.qty;
-        v.flags = (v.flags & !(SYM_BID | SYM_ASK))
-            | SYM_HAS_QUOTE
-            | if bid.is_some() { SYM_BID } else { 0 }
-            | if ask.is_some() { SYM_ASK } else { 0 };
+        self.set_sides(bid, ask);
     }
 
     /// A snapshot the venue used (venues.md `cme-mdp3`, Snapshots; it
