@@ -531,17 +531,9 @@ impl<P: Publish> Feed<P> {
         datagram: &[u8],
         now: i64,
     ) -> DatagramOutcome {
-        let ctx = self.ctx(now);
-        let mut rules = SymbolRules {
-            ctx,
-            index: &mut self.index,
-            symbols: &mut self.symbols,
-            counters: &mut self.counters,
-            publisher: &mut self.publisher,
-            settings: &self.settings,
-            view: &self.view,
-        };
-        match self.venue.apply_loop(kind, datagram, &mut rules) {
+        let applied =
+            self.with_venue_rules(now, |venue, rules| venue.apply_loop(kind, datagram, rules));
+        match applied {
             Ok(()) => {
                 self.counters.lines[line].packets += 1;
                 DatagramOutcome::Applied
@@ -552,6 +544,27 @@ impl<P: Publish> Feed<P> {
                 DatagramOutcome::Invalid(e)
             }
         }
+    }
+
+    /// Runs `f` with the venue and the symbol rules it drives for a
+    /// datagram arriving at `now` (the feed's table, counters and
+    /// publisher, borrowed apart from the venue).
+    #[inline]
+    fn with_venue_rules<T>(
+        &mut self,
+        now: i64,
+        f: impl FnOnce(&mut AnyVenue, &mut SymbolRules<'_, P>) -> T,
+    ) -> T {
+        let mut rules = SymbolRules {
+            ctx: self.ctx(now),
+            index: &mut self.index,
+            symbols: &mut self.symbols,
+            counters: &mut self.counters,
+            publisher: &mut self.publisher,
+            settings: &self.settings,
+            view: &self.view,
+        };
+        f(&mut self.venue, &mut rules)
     }
 
     /// Nothing held, no snapshot wanted or running, the view says `live`,
@@ -771,16 +784,9 @@ impl<P: Publish> Feed<P> {
         for st in self.symbols.iter_mut() {
             st.reset_for_snapshot(quote_seq, &ctx);
         }
-        let mut rules = SymbolRules {
-            ctx,
-            index: &mut self.index,
-            symbols: &mut self.symbols,
-            counters: &mut self.counters,
-            publisher: &mut self.publisher,
-            settings: &self.settings,
-            view: &self.view,
-        };
-        let latest = self.venue.rebuild(blocks, messages, next, &mut rules);
+        let latest = self.with_venue_rules(now, |venue, rules| {
+            venue.rebuild(blocks, messages, next, rules)
+        });
         for (i, st) in self.symbols.iter_mut().enumerate() {
             if st.view.has_quote() && st.view.source_ts == i64::MIN {
                 st.view.source_ts = latest;
@@ -1354,17 +1360,9 @@ impl<P: Publish> Feed<P> {
                 let seq = header.channel.sequence;
                 self.first_copy[(seq as usize) % SKEW_RING] = (seq, now);
             }
-            let ctx = self.ctx(now);
-            let mut rules = SymbolRules {
-                ctx,
-                index: &mut self.index,
-                symbols: &mut self.symbols,
-                counters: &mut self.counters,
-                publisher: &mut self.publisher,
-                settings: &self.settings,
-                view: &self.view,
-            };
-            let applied = self.venue.apply(datagram, header, skip, &mut rules);
+            let applied = self.with_venue_rules(now, |venue, rules| {
+                venue.apply(datagram, header, skip, rules)
+            });
             if source == Source::Rerequest {
                 // R6: messages applied from a re-request answer.
                 self.counters.recovery.messages_recovered +=
@@ -1668,8 +1666,6 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             .is_some_and(|st| st.waits(&self.ctx))
     }
 
-    /// The copy keeps `to`'s name and the state `configured` by the
-    /// operator; everything else is `from`'s.
     fn mirror(&mut self, from: u32, to: u32) {
         if from == to || from as usize >= self.symbols.len() || to as usize >= self.symbols.len() {
             return;
@@ -1686,18 +1682,23 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
 
     fn clear_symbol(&mut self, slot: u32) {
         if let Some(st) = self.symbols.get_mut(slot as usize) {
-            let mut fresh = SymbolState::new(
-                st.symbol,
-                self.view.gap_epoch,
-                self.view.session_epoch,
-                self.settings.stale_ms,
-                self.settings.source_max_age_ms,
-            );
+            let mut fresh = new_state(st.symbol, self.settings, self.view);
             fresh.configured = st.configured;
             *st = fresh;
             self.publish(slot);
         }
     }
+}
+
+/// A new symbol's state, with the feed's thresholds.
+fn new_state(symbol: Symbol, settings: &FeedSettings, view: &FeedView) -> SymbolState {
+    SymbolState::new(
+        symbol,
+        view.gap_epoch,
+        view.session_epoch,
+        settings.stale_ms,
+        settings.source_max_age_ms,
+    )
 }
 
 /// Slot lookup or creation; counts and returns `None` when full. A free
@@ -1716,13 +1717,7 @@ fn slot<P: Publish>(
     match index.find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol) {
         Slot::Found(idx) => Some(idx),
         Slot::Inserted => {
-            let st = SymbolState::new(
-                symbol,
-                view.gap_epoch,
-                view.session_epoch,
-                settings.stale_ms,
-                settings.source_max_age_ms,
-            );
+            let st = new_state(symbol, settings, view);
             publisher.publish_symbol(new_slot, symbol, &st.view);
             symbols.push(st);
             Some(new_slot)

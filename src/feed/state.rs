@@ -405,15 +405,22 @@ impl SymbolState {
     ) {
         self.catch_up(ctx);
         self.set_sides(bid, ask);
+        self.mark_applied(seq, source_ts, ctx);
+        if self.cause() != SuspectCause::Gap {
+            self.set_cause(SuspectCause::None);
+        }
+        self.verify(ctx);
+    }
+
+    /// S4's bookkeeping of an applied message: `last_seq`, `alive_at`,
+    /// `quote_source_ts`.
+    #[inline]
+    fn mark_applied(&mut self, seq: u64, source_ts: i64, ctx: &Ctx) {
         let v = &mut self.view;
         v.flags |= SYM_HAS_SEQ;
         v.seq = seq;
         v.alive_at = ctx.now;
         v.source_ts = source_ts;
-        if self.cause() != SuspectCause::Gap {
-            self.set_cause(SuspectCause::None);
-        }
-        self.verify(ctx);
     }
 
     /// The whole quote's sides (an empty side is `None`): a quote now.
@@ -512,11 +519,7 @@ impl SymbolState {
             Step::Gap => self.set_cause(SuspectCause::Gap),
             Step::InOrder => self.verify(ctx),
         }
-        let v = &mut self.view;
-        v.flags |= SYM_HAS_SEQ;
-        v.seq = seq;
-        v.alive_at = ctx.now;
-        v.source_ts = source_ts;
+        self.mark_applied(seq, source_ts, ctx);
         (EntryOutcome::Applied { fresh }, true)
     }
 
@@ -540,12 +543,8 @@ impl SymbolState {
         c: &mut FeedCounters,
     ) {
         self.catch_up(ctx);
-        self.set_book_quote(bid, ask, ctx);
-        let v = &mut self.view;
-        v.flags |= SYM_HAS_SEQ;
-        v.seq = seq;
-        v.alive_at = ctx.now;
-        v.source_ts = source_ts;
+        self.set_sides(bid, ask);
+        self.mark_applied(seq, source_ts, ctx);
         self.run_len = 0;
         self.set_cause(SuspectCause::None);
         self.verify(ctx);

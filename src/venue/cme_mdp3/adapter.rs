@@ -316,9 +316,8 @@ impl CmeMdp3 {
             let instrument = self.instruments.index(id);
             self.id_slot(instrument, rules);
         }
-        let mut halts = std::mem::take(&mut self.halts);
+        let halts = &mut self.halts;
         self.instruments.status(s, |c| halts.push(c));
-        self.halts = halts;
         self.halt(rules);
     }
 
@@ -330,8 +329,18 @@ impl CmeMdp3 {
         for i in 0..self.instruments.len() as u32 {
             if let Some(slot) = self.id_slot(i, rules) {
                 rules.forget_sequence(slot);
-                self.kept.start_waiting(i);
                 self.sync(i, rules);
+            }
+        }
+        self.all_wait();
+    }
+
+    /// Every instrument with a slot waits for a snapshot or its next
+    /// entry (a channel reset, a session change, a channel gap).
+    fn all_wait(&mut self) {
+        for (i, n) in self.names.iter().enumerate() {
+            if n.id.is_some() {
+                self.kept.start_waiting(i as u32);
             }
         }
     }
@@ -480,11 +489,7 @@ impl Venue for CmeMdp3 {
             // C5: the engine forgets every sequence and state lazily.
             self.instruments.reset(|_| {});
             self.kept.reset();
-            for i in 0..self.names.len() as u32 {
-                if self.names[i as usize].id.is_some() {
-                    self.kept.start_waiting(i);
-                }
-            }
+            self.all_wait();
         }
     }
 
@@ -507,11 +512,7 @@ impl Venue for CmeMdp3 {
                 let next = self.sequence.next().unwrap_or(0);
                 self.coverage.lost(next, u64::from(seq) - 1);
                 // C3: every instrument is unverified until its next entry.
-                for i in 0..self.names.len() as u32 {
-                    if self.names[i as usize].id.is_some() {
-                        self.kept.start_waiting(i);
-                    }
-                }
+                self.all_wait();
             }
             _ => {}
         }
