@@ -515,3 +515,35 @@ fn loops_are_wanted_only_while_needed() {
         "nothing waits: the snapshot lines are left"
     );
 }
+
+/// An operator's thresholds for a CME symbol (`[feed.symbols.ESZ6]`) stay
+/// that name's own: the symbol's slot shows its instrument's state, not
+/// the `#` name's feed-wide thresholds.
+#[test]
+fn a_symbols_own_thresholds_survive_its_instruments_updates() {
+    use tickgate::feed::{Feed, FeedSettings, VenueKind};
+    use tickgate::venue::LineKind;
+    use tickgate::wire::Symbol;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/cme_scenarios.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 2);
+    f.set_line_kind(1, LineKind::Definition);
+    let esz6 = Symbol::parse("ESZ6").unwrap();
+    f.set_symbol_thresholds(esz6, 200, 900).unwrap();
+    // Definitions, then entries from RptSeq 1: ESZ6 is #1001.
+    for step in doc["scenarios"][0]["steps"].as_array().unwrap() {
+        if let Some(h) = step["hex"].as_str() {
+            let line = usize::from(step["line"] == "DA");
+            f.on_datagram(line, &hex::decode(h).unwrap(), step["t"].as_i64().unwrap());
+        }
+    }
+    let (_, named) = f.symbol_view(esz6).unwrap();
+    let (_, id) = f.symbol_view(Symbol::parse("#1001").unwrap()).unwrap();
+    assert_eq!((named.stale_ms, named.source_max_age_ms), (200, 900));
+    assert_eq!((id.stale_ms, id.source_max_age_ms), (1500, 2000));
+    assert_eq!(
+        (named.seq, named.bid(), named.ask()),
+        (id.seq, id.bid(), id.ask())
+    );
+    assert!(named.seq > 0);
+}

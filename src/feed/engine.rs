@@ -1671,20 +1671,13 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             return;
         }
         let src = self.symbols[from as usize].clone();
-        let dst = &mut self.symbols[to as usize];
-        *dst = SymbolState {
-            symbol: dst.symbol,
-            configured: dst.configured,
-            ..src
-        };
+        self.symbols[to as usize].show(&src);
         self.publish(to);
     }
 
     fn clear_symbol(&mut self, slot: u32) {
         if let Some(st) = self.symbols.get_mut(slot as usize) {
-            let mut fresh = new_state(st.symbol, self.settings, self.view);
-            fresh.configured = st.configured;
-            *st = fresh;
+            st.show(&new_state(st.symbol, self.settings, self.view));
             self.publish(slot);
         }
     }

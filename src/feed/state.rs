@@ -570,6 +570,25 @@ impl SymbolState {
         true
     }
 
+    /// Another name of the same instrument: this slot shows `other`'s
+    /// state, keeping what belongs to its own name (the symbol, and the
+    /// thresholds and `configured` an operator set for it).
+    pub fn show(&mut self, other: &SymbolState) {
+        let own = (
+            self.symbol,
+            self.configured,
+            self.view.stale_ms,
+            self.view.source_max_age_ms,
+        );
+        *self = other.clone();
+        (
+            self.symbol,
+            self.configured,
+            self.view.stale_ms,
+            self.view.source_max_age_ms,
+        ) = own;
+    }
+
     /// Whether the symbol waits for a snapshot: suspect (any cause),
     /// unverified, or without a sequence.
     pub fn waits(&self, ctx: &Ctx) -> bool {
