@@ -174,7 +174,7 @@ impl Gen {
         let sym_seq = (n - 1) / SYMBOLS as u64 + 1;
         p[10..18].copy_from_slice(&n.to_be_bytes());
         // Block: length at 20, payload at 22: type, flags, symbol, seq, ts.
-        p[24..32].copy_from_slice(&self.syms[k].0);
+        p[24..32].copy_from_slice(&self.syms[k].wire());
         p[32..40].copy_from_slice(&sym_seq.to_be_bytes());
         p[40..48].copy_from_slice(&(source_ts as u64).to_be_bytes());
         p

@@ -86,7 +86,8 @@ tickgate_client *tickgate_open(const char *path, char *err, size_t err_len);
 /* Closes a client (NULL is ignored). */
 void tickgate_close(tickgate_client *c);
 
-/* Checks symbol at now_ns; stale_ms and source_ms tighten the configured
+/* Checks symbol (1 to 20 printable ASCII characters; a longer one is
+ * answered unknown_symbol) at now_ns; stale_ms and source_ms tighten the configured
  * thresholds (< 0: as configured). Returns 0 with *out filled (OK or
  * REJECT), or a TICKGATE_E_* code; TICKGATE_E_READ (a state file that is
  * not what tickgate writes, e.g. an unknown cause code in a slot) is to be

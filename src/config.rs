@@ -1071,7 +1071,7 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
     };
     let symbols = match s.table("symbols")? {
         None => Vec::new(),
-        Some(syms) => parse_symbols(syms)?,
+        Some(syms) => parse_symbols(syms, venue)?,
     };
     let busy_poll = s.boolean("busy_poll")?.unwrap_or(false);
     let cpu = s.uint("cpu", 0, 4095)?.map(|c| c as usize);
@@ -1358,13 +1358,17 @@ fn parse_interface(text: &str) -> std::result::Result<InterfaceSpec, String> {
     Ok(InterfaceSpec::Name(text.to_string()))
 }
 
-fn parse_symbols(syms: Section<'_>) -> Result<Vec<SymbolConfig>> {
+fn parse_symbols(syms: Section<'_>, venue: VenueKind) -> Result<Vec<SymbolConfig>> {
     let mut out = Vec::new();
+    let max = venue.max_symbol_len();
     for (name, mut s) in syms.into_tables()? {
-        let Some(symbol) = Symbol::parse(&name) else {
+        // A longer name than the venue can send would never match.
+        let Some(symbol) = Symbol::parse(&name).filter(|_| name.len() <= max) else {
             s.sink.borrow_mut().push(ConfigError::invalid(
                 s.path.clone(),
-                format!("\"{name}\" is not a symbol (1 to 8 printable ASCII characters)"),
+                format!(
+                    "\"{name}\" is not a symbol of a {venue} feed (1 to {max} printable ASCII characters)"
+                ),
             ));
             continue;
         };

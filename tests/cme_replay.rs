@@ -238,15 +238,65 @@ fn v5_definitions_name_their_instruments() {
         .keys()
         .map(String::as_str)
         .collect();
+    // The three 9-character spreads answer by name too (gate.md: symbols
+    // of up to 20 characters).
     for n in [
-        "ESU6", "ESZ5", "#2615", "#13950", "#10123", "#7978", "#8036",
+        "ESU6",
+        "ESZ5",
+        "ESM6-ESU6",
+        "ESM6-ESZ6",
+        "ESU6-ESZ6",
+        "#2615",
+        "#13950",
+        "#10123",
+        "#7978",
+        "#8036",
     ] {
         assert!(names.contains(&n), "{n} in {names:?}");
     }
+    assert_eq!(names.len(), 10, "{names:?}");
     // A definition gives no sequence and no quote.
     for s in v["symbols"].as_object().unwrap().values() {
         assert_eq!(s["seq"], Value::Null, "{s}");
     }
+    // The gate's answers: a 9-character spread is known (no data yet); 20
+    // characters can be asked for, 21 cannot exist.
+    let chk = dir.path().join("checks.txt");
+    let at = "5092209031427001";
+    std::fs::write(
+        &chk,
+        format!(
+            "{at} CHECK ESM6-ESU6\n{at} CHECK ESM6-ESU6-ESZ6-ESH7X\n{at} CHECK ESM6-ESU6-ESZ6-ESH7XY\n"
+        ),
+    )
+    .unwrap();
+    let out = tickgate(&[
+        "replay",
+        &fixture("cme-mdp3-v5-definitions.pcap"),
+        "--config",
+        p(&cfg),
+        "--checks",
+        p(&chk),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = String::from_utf8(out.stdout).unwrap();
+    let answers: Vec<&str> = answers
+        .lines()
+        .filter(|l| l.starts_with("REJECT") || l.starts_with("OK"))
+        .collect();
+    let na = "seq=- bid=- ask=- silence_us=- source_age_us=-";
+    assert_eq!(
+        answers,
+        [
+            format!("REJECT ESM6-ESU6 no_data {na}"),
+            format!("REJECT ESM6-ESU6-ESZ6-ESH7X unknown_symbol {na}"),
+            format!("REJECT ESM6-ESU6-ESZ6-ESH7XY unknown_symbol {na}"),
+        ]
+    );
 }
 
 /// Destinations for a scenario's named lines.
@@ -459,7 +509,7 @@ fn loops_are_wanted_only_while_needed() {
     // The v5 packet: five definitions of a loop of 15 (TotNumReports).
     let defs = payloads("cme-mdp3-v5-definitions.pcap");
     f.on_datagram(2, &defs[0].1, defs[0].0);
-    assert_eq!(f.symbol_count(), 7, "five # names and ESU6, ESZ5");
+    assert_eq!(f.symbol_count(), 10, "five # names and five symbols");
     // Defined instruments without a sequence wait for their snapshot.
     assert!(f.line_wanted(1));
     assert!(f.line_wanted(2), "5 of the loop's 15 definitions seen");

@@ -534,3 +534,34 @@ fn cme_line_kinds_and_keys_are_checked() {
         &["feed[0].recovery_entries: applies to cme-mdp3 feeds only"],
     );
 }
+
+#[test]
+fn symbol_thresholds_are_refused_beyond_what_the_venue_can_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let sym = |venue: &str, name: &str| {
+        let body = config(dir.path(), "").replace("mode = \"full\"", venue)
+            + &format!("\n[feed.symbols.\"{name}\"]\nstale_ms = 100\n");
+        write_config(dir.path(), &body)
+    };
+    // 9 characters cannot come from tickgate's own protocol (8 bytes).
+    let out = run(&sym("mode = \"full\"", "ESM6-ESU6"), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &["feed[0].symbols.ESM6-ESU6: \"ESM6-ESU6\" is not a symbol of a tickgate feed (1 to 8 printable ASCII characters)"],
+    );
+    // CME names run to 20 characters, not 21.
+    let cme = "venue = \"cme-mdp3\"";
+    let out = run(&sym(cme, "ESM6-ESU6-ESZ6-ESH7XY"), &[]);
+    assert_refused(
+        &out,
+        dir.path(),
+        &["is not a symbol of a cme-mdp3 feed (1 to 20 printable ASCII characters)"],
+    );
+    let out = run(&sym(cme, "ESM6-ESU6-ESZ6-ESH7X"), &["--check-config"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

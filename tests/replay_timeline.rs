@@ -242,11 +242,11 @@ fn an_unknown_extension_is_refused_before_replaying() {
         "--timeline",
         dir.path().join("x.svg").to_str().unwrap(),
         "--symbol",
-        "TOOLONGSYMBOL",
+        "TOOLONGSYMBOLTOOLONGSYM",
     ]);
     assert_ne!(code, 0);
     assert!(
-        err.contains("--symbol \"TOOLONGSYMBOL\": not a symbol"),
+        err.contains("--symbol \"TOOLONGSYMBOLTOOLONGSYM\": not a symbol (1 to 20"),
         "{err}"
     );
 }

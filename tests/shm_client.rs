@@ -9,6 +9,7 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use tickgate::client::{Client, Error, FileState};
 use tickgate::feed::reader::ReadError;
 use tickgate::feed::shm::{STATE_LIVE, W_STATE};
+use tickgate::feed::table;
 use tickgate::feed::{ClockOffset, FeedSettings};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -48,6 +49,9 @@ fn market() -> Rig {
     let f = &mut rig.feeds;
     f[0].add_symbol(sym("USDJPY")).unwrap();
     f[1].add_symbol(sym("EURUSD")).unwrap();
+    // Two 20-character names (CME's longest) sharing their first 16 bytes.
+    f[1].add_symbol(sym("ESM6-ESU6-ESZ6-ESH7X")).unwrap();
+    f[1].add_symbol(sym("ESM6-ESU6-ESZ6-ESH7Y")).unwrap();
     let eur = Quote::new(
         sym("EURUSD"),
         41,
@@ -85,6 +89,9 @@ const REQUESTS: &[&str] = &[
     "CHECK EURUSD stale_ms=100000",
     "CHECK EURUSD source_ms=x",
     "CHECK TOOLONGSYMBOL",
+    "CHECK ESM6-ESU6-ESZ6-ESH7X",
+    "CHECK ESM6-ESU6-ESZ6-ESH7Z",
+    "CHECK ESM6-ESU6-ESZ6-ESH7XY",
     "CHECK",
     "PING",
     "FOO",
@@ -109,6 +116,18 @@ fn answers_equal_the_socket_byte_for_byte() {
         "OK EURUSD seq=41 bid=1.08512@1000000 ask=1.08515@2000000 silence_us=100000 source_age_us=150000\n"
     );
     assert!(shm_answer(&mut client, "CHECK USDJPY", NOW).starts_with("OK USDJPY seq=3 bid=150@5"));
+    // gate.md: up to 20 characters name a symbol; beyond, none can exist.
+    assert_eq!(
+        shm_answer(&mut client, "CHECK ESM6-ESU6-ESZ6-ESH7X", NOW),
+        "REJECT ESM6-ESU6-ESZ6-ESH7X no_data seq=- bid=- ask=- silence_us=- source_age_us=-\n"
+    );
+    for unknown in ["ESM6-ESU6-ESZ6-ESH7Z", "ESM6-ESU6-ESZ6-ESH7XY"] {
+        assert!(
+            shm_answer(&mut client, &format!("CHECK {unknown}"), NOW)
+                .starts_with(&format!("REJECT {unknown} unknown_symbol ")),
+            "{unknown}"
+        );
+    }
     let v = client.check(b"GBPUSD", NOW, None, None).unwrap();
     assert!(!v.ok());
     assert!(matches!(
@@ -235,16 +254,19 @@ fn hostile_writes_give_errors_never_a_hang_or_an_out_of_bounds_read() {
     let place = client.header().plan.feeds[0];
     let t = place.table;
     let buckets = place.table_at + t.buckets_at;
+    // A bucket is the key's words, then the tag (docs/shm-layout.md).
+    let bw = table::BUCKET_WORDS;
+    let tag = table::KEY_WORDS;
     // Every bucket taken by a foreign key: a lookup ends, as Corrupt.
     let saved: Vec<u64> = {
         let all = std::fs::read(&rig.shm).unwrap();
-        (0..t.buckets as usize * 2)
+        (0..t.buckets as usize * bw)
             .map(|i| u64::from_le_bytes(all[(buckets + i) * 8..][..8].try_into().unwrap()))
             .collect()
     };
     for i in 0..t.buckets as usize {
-        poke(&rig.shm, buckets + 2 * i, 0xDEAD_0000 + i as u64);
-        poke(&rig.shm, buckets + 2 * i + 1, 1);
+        poke(&rig.shm, buckets + bw * i, 0xDEAD_0000 + i as u64);
+        poke(&rig.shm, buckets + bw * i + tag, 1);
     }
     assert!(matches!(
         client.check(b"NOPE", NOW, None, None),
@@ -259,9 +281,9 @@ fn hostile_writes_give_errors_never_a_hang_or_an_out_of_bounds_read() {
     assert!(client.check(b"EURUSD", NOW, None, None).unwrap().ok());
     // A bucket naming a slot beyond the capacity.
     let home = (0..t.buckets as usize)
-        .find(|&i| saved[2 * i] == sym("EURUSD").key())
+        .find(|&i| saved[bw * i..bw * i + tag] == sym("EURUSD").words())
         .unwrap();
-    poke(&rig.shm, buckets + 2 * home + 1, t.capacity as u64 + 5);
+    poke(&rig.shm, buckets + bw * home + tag, t.capacity as u64 + 5);
     let got = client.check(b"EURUSD", NOW, None, None);
     assert!(
         matches!(
@@ -276,9 +298,9 @@ fn hostile_writes_give_errors_never_a_hang_or_an_out_of_bounds_read() {
     let mut out = Vec::new();
     assert!(client.answer(b"CHECK EURUSD", NOW, &mut out).is_err());
     assert!(out.is_empty(), "no answer line from a corrupt file");
-    poke(&rig.shm, buckets + 2 * home + 1, saved[2 * home + 1]);
+    poke(&rig.shm, buckets + bw * home + tag, saved[bw * home + tag]);
     // A slot left mid-write (odd sequence) forever: Busy after the tries.
-    let slot = saved[2 * home + 1] as usize - 1;
+    let slot = saved[bw * home + tag] as usize - 1;
     let seq_word = place.table_at + t.slots_at + slot * t.stride;
     let all = std::fs::read(&rig.shm).unwrap();
     let seq = u64::from_le_bytes(all[seq_word * 8..][..8].try_into().unwrap());
@@ -414,7 +436,10 @@ fn an_unknown_cause_code_in_a_slot_fails_closed() {
     let all = std::fs::read(&rig.shm).unwrap();
     let word = |i: usize| u64::from_le_bytes(all[i * 8..][..8].try_into().unwrap());
     let slot = (0..t.capacity as usize)
-        .find(|&s| word(place.table_at + t.keys_at + s) == sym("EURUSD").key())
+        .find(|&s| {
+            let at = place.table_at + t.keys_at + s * table::KEY_WORDS;
+            [word(at), word(at + 1), word(at + 2)] == sym("EURUSD").words()
+        })
         .unwrap();
     // Word 8 of the slot: bits 48..56 are the cause.
     let packed = place.table_at + t.slots_at + slot * t.stride + 8;
@@ -520,4 +545,33 @@ fn publication_in_a_small_tmpfs() {
         "no page left to allocate later"
     );
     drop(p);
+}
+
+/// docs/shm-layout.md gives other languages the index hash: the one the
+/// daemon uses.
+#[test]
+fn the_documented_hash_is_the_daemons() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/shm-layout.md"))
+        .unwrap();
+    let line = |start: &str| {
+        doc.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting {start}"))
+            .to_string()
+    };
+    let text = line("hash  =") + &line("^ key2");
+    let consts: Vec<u64> = text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|t| t.strip_prefix("0x"))
+        .map(|h| u64::from_str_radix(h, 16).unwrap())
+        .collect();
+    assert_eq!(consts.len(), 3, "{text}");
+    for s in ["EURUSD", "ESM6-ESU6", "ESM6-ESU6-ESZ6-ESH7X", "#411873"] {
+        let k = sym(s).words();
+        let h = k[0].wrapping_mul(consts[0])
+            ^ k[1].wrapping_mul(consts[1])
+            ^ k[2].wrapping_mul(consts[2]);
+        assert_eq!(h, sym(s).hash64(), "{s}");
+    }
+    assert_eq!(sym("EURUSD").words()[1], 0x2020_2020_2020_2020);
 }

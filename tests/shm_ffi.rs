@@ -188,6 +188,9 @@ fn market() -> (Rig, Vec<&'static str>) {
     let mut rig = Rig::new(&[("md1", settings)]);
     let f = &mut rig.feeds[0];
     f.add_symbol(sym("USDJPY")).unwrap();
+    // gate.md: symbols of up to 20 characters (CME's); known, no data.
+    f.add_symbol(sym("ESM6-ESU6-ESZ6-ESH7X")).unwrap();
+    f.add_symbol(sym("ESM6-ESU6-ESZ6-ESH7Y")).unwrap();
     let quotes = [
         (
             "EURUSD",
@@ -224,6 +227,10 @@ fn market() -> (Rig, Vec<&'static str>) {
             "USDJPY",
             "NOPE",
             "TOOLONGSYM",
+            "ESM6-ESU6-ESZ6-ESH7X",
+            "ESM6-ESU6-ESZ6-ESH7Y",
+            "ESM6-ESU6-ESZ6-ESH7Z",
+            "ESM6-ESU6-ESZ6-ESH7XY",
         ],
     )
 }

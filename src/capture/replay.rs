@@ -1304,17 +1304,24 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
             let _ = writeln!(s, "  {} symbols, {} suspect", n, f.feed.symbols_suspect());
         }
         if n > 0 {
-            let _ = writeln!(
-                s,
-                "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  suspect",
-                "symbol", "seq", "bid", "ask", "ticks_lost", "stale"
-            );
             let mut syms: Vec<_> = f.feed.symbols().collect();
             syms.sort_by_key(|(sym, _)| *sym);
+            // As wide as the longest symbol (up to 20 characters).
+            let w = syms
+                .iter()
+                .map(|(sym, _)| sym.to_string().len())
+                .max()
+                .unwrap_or(0)
+                .max(8);
+            let _ = writeln!(
+                s,
+                "  {:<w$} {:>12} {:>20} {:>20} {:>10} {:>8}  suspect",
+                "symbol", "seq", "bid", "ask", "ticks_lost", "stale"
+            );
             for (sym, sm) in syms {
                 let _ = writeln!(
                     s,
-                    "  {:<8} {:>12} {:>20} {:>20} {:>10} {:>8}  {}{}",
+                    "  {:<w$} {:>12} {:>20} {:>20} {:>10} {:>8}  {}{}",
                     sym.to_string(),
                     sm.shown_seq.map_or("-".to_string(), |v| v.to_string()),
                     side_str(sm.bid).unwrap_or_else(|| "-".into()),

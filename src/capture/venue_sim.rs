@@ -543,7 +543,7 @@ impl VenueFlow for IexFlow {
                 let mut tr = [0u8; 38];
                 tr[0] = b'T';
                 tr[2..10].copy_from_slice(&ts.to_le_bytes());
-                tr[10..18].copy_from_slice(&venue_symbol(i).0);
+                tr[10..18].copy_from_slice(&venue_symbol(i).wire());
                 self.builder.raw(&tr);
                 continue;
             }

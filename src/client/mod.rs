@@ -338,7 +338,7 @@ impl Client {
     /// `check(symbol, now)` with the request's thresholds (which may only
     /// tighten the configured ones): the verdict the socket would give for
     /// `CHECK <symbol> [stale_ms=..] [source_ms=..]` at `now` (Unix ns).
-    /// `symbol` is the token as asked (printable ASCII; longer than 8
+    /// `symbol` is the token as asked (printable ASCII; longer than 20
     /// bytes is `unknown_symbol`).
     #[inline]
     pub fn check(

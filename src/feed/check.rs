@@ -192,16 +192,11 @@ impl<P: Publish> SymbolLookup for Feed<P> {
     }
 }
 
-/// The token as a wire symbol: `None` when longer than 8 bytes (such a
-/// symbol cannot exist).
+/// The token as a symbol: `None` when longer than 20 bytes (gate.md: such
+/// a symbol cannot exist).
 #[inline]
 pub fn to_symbol(token: &[u8]) -> Option<Symbol> {
-    if token.len() > 8 {
-        return None;
-    }
-    let mut b = [b' '; 8];
-    b[..token.len()].copy_from_slice(token);
-    Some(Symbol(b))
+    Symbol::from_raw(token)
 }
 
 /// Several feeds may know a symbol: the first (in the given order) where

@@ -54,16 +54,15 @@ impl SymbolIndex {
     }
 
     #[inline]
-    fn home(&self, key: u64) -> usize {
-        // Fibonacci hashing: the top bits of key * 2^64/phi depend on every
-        // byte of the symbol.
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    fn home(&self, symbol: Symbol) -> usize {
+        // The top bits of the hash depend on every byte of the symbol.
+        (symbol.hash64() >> self.shift) as usize
     }
 
     /// Prefetch hint for `symbol`'s home bucket (see `util::prefetch`).
     #[inline]
     pub fn prefetch(&self, symbol: Symbol) {
-        super::prefetch::prefetch(&self.slots[self.home(symbol.key())]);
+        super::prefetch::prefetch(&self.slots[self.home(symbol)]);
     }
 
     /// The slot in `symbol`'s home bucket, without comparing keys (that
@@ -72,14 +71,14 @@ impl SymbolIndex {
     /// prefetch hint; `None` when the bucket is empty.
     #[inline]
     pub fn home_slot(&self, symbol: Symbol) -> Option<u32> {
-        let slot = self.slots[self.home(symbol.key())];
+        let slot = self.slots[self.home(symbol)];
         (slot != EMPTY).then_some(slot)
     }
 
     /// The slot of `symbol`; `key_of(slot)` gives the symbol stored there.
     #[inline]
     pub fn get(&self, symbol: Symbol, key_of: impl Fn(u32) -> Symbol) -> Option<u32> {
-        let mut i = self.home(symbol.key());
+        let mut i = self.home(symbol);
         loop {
             let slot = self.slots[i];
             if slot == EMPTY {
@@ -101,7 +100,7 @@ impl SymbolIndex {
         new_slot: u32,
         key_of: impl Fn(u32) -> Symbol,
     ) -> Slot {
-        let mut i = self.home(symbol.key());
+        let mut i = self.home(symbol);
         loop {
             let slot = self.slots[i];
             if slot == EMPTY {
@@ -139,9 +138,15 @@ mod tests {
         assert_eq!(add(&mut ix, &mut keys, s("A")), Slot::Inserted);
         assert_eq!(add(&mut ix, &mut keys, s("B")), Slot::Inserted);
         assert_eq!(add(&mut ix, &mut keys, s("A")), Slot::Found(0));
-        assert_eq!(add(&mut ix, &mut keys, Symbol([0; 8])), Slot::Inserted);
+        assert_eq!(
+            add(&mut ix, &mut keys, Symbol::from_wire([0; 8])),
+            Slot::Inserted
+        );
         assert_eq!(add(&mut ix, &mut keys, s("C")), Slot::Full);
-        assert_eq!(ix.get(Symbol([0; 8]), |i| keys[i as usize]), Some(2));
+        assert_eq!(
+            ix.get(Symbol::from_wire([0; 8]), |i| keys[i as usize]),
+            Some(2)
+        );
         assert_eq!(ix.get(s("B"), |i| keys[i as usize]), Some(1));
         assert_eq!(ix.get(s("C"), |i| keys[i as usize]), None);
         assert_eq!(ix.len(), 3);

@@ -77,9 +77,9 @@ impl Publish for TablePublisher {
         // The feed's dense slots are assigned in creation order, as the
         // table's are: `index` is the table slot once inserted.
         if index < self.symbols.len() {
-            debug_assert_eq!(self.symbols.key_at(index), Some(symbol.key()));
+            debug_assert_eq!(self.symbols.key_at(index), Some(symbol.words()));
             self.symbols.write(index, view);
-        } else if let Err(full) = self.symbols.upsert(symbol.key(), view) {
+        } else if let Err(full) = self.symbols.upsert(&symbol.words(), view) {
             if self.overflow == 0 {
                 tracing::error!(%symbol, error = %full, "symbol not published to the gate");
             }
@@ -244,7 +244,7 @@ impl FeedReader {
         tries: u32,
         retries: &mut u64,
     ) -> Result<Option<Found>, ReadError> {
-        let Some(slot) = self.symbols.try_find(symbol.key())? else {
+        let Some(slot) = self.symbols.try_find(&symbol.words())? else {
             return Ok(None);
         };
         // Feed view first, as in `lookup`.
@@ -277,13 +277,13 @@ impl FeedReader {
     /// The symbol and view of a published slot.
     pub fn slot(&self, slot: u32) -> Option<(Symbol, SymbolView)> {
         let key = self.symbols.key_at(slot)?;
-        Some((Symbol::from_key(key), self.symbols.read(slot)))
+        Some((Symbol::from_words(key), self.symbols.read(slot)))
     }
 
     /// The view of one symbol.
     #[inline]
     pub fn symbol_view(&self, symbol: Symbol) -> Option<SymbolView> {
-        self.symbols.get(symbol.key())
+        self.symbols.get(&symbol.words())
     }
 }
 
@@ -294,7 +294,7 @@ impl SymbolLookup for FeedReader {
     /// can only look more suspect, never less.
     #[inline]
     fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
-        let slot = self.symbols.find(symbol.key())?;
+        let slot = self.symbols.find(&symbol.words())?;
         let feed = self.feed.read();
         let view = self.symbols.read(slot);
         Some((view, feed, Thresholds::of(&view)))

@@ -19,7 +19,7 @@ use super::view::{FeedView, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 /// Word 0: `b"TICKGATE"` read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TICKGATE");
 /// Word 1: bumped on any change of this layout.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 /// Header word indexes.
 pub const W_MAGIC: usize = 0;
@@ -501,9 +501,9 @@ mod tests {
                 let buckets = table + f.table.buckets_at * 8;
                 assert_eq!(slots, table + 64);
                 assert_eq!(keys, slots + up(80 * c, 64));
-                assert_eq!(buckets, keys + up(8 * c, 64));
+                assert_eq!(buckets, keys + up(24 * c, 64));
                 assert_eq!(f.table.buckets as usize, b);
-                assert_eq!(f.end_at * 8, table + up(buckets - table + 16 * b, 64));
+                assert_eq!(f.end_at * 8, table + up(buckets - table + 32 * b, 64));
                 expect_cell = up(f.end_at * 8, 4096);
             }
             assert_eq!(p.words * 8, expect_cell);

@@ -6,7 +6,7 @@
 //!   a reader racing the writer reads atomics (no data race, no UB) and then
 //!   throws the copy away if the sequence moved.
 //! - The symbol index is fixed-capacity open addressing (linear probing)
-//!   from a `u64` key (`Symbol::key()`) to a slot. Only the writer inserts;
+//!   from a three-word key (`Symbol::words()`) to a slot. Only the writer inserts;
 //!   it fills the slot first and publishes the bucket with Release, readers
 //!   probe with Acquire. Nothing is ever removed, so a probe stops at the
 //!   first empty bucket.
@@ -48,6 +48,13 @@ pub trait Plain: Copy + Send + Sync + 'static {
 
 /// Largest payload of a slot, in words.
 pub const MAX_WORDS: usize = 32;
+
+/// Words of a key.
+pub const KEY_WORDS: usize = crate::wire::SYMBOL_WORDS;
+/// A table key: a symbol's words (`Symbol::words`).
+pub type Key = [u64; KEY_WORDS];
+/// Words of an index bucket: the key, then the tag (slot + 1, 0 empty).
+pub const BUCKET_WORDS: usize = KEY_WORDS + 1;
 
 impl<const N: usize> Plain for [u64; N] {
     const WORDS: usize = N;
@@ -194,8 +201,8 @@ pub const fn stride<T: Plain>() -> usize {
 ///
 /// - `[0]`: the count of published slots (`len`), alone on its line;
 /// - `slots_at`: `capacity` seqlock cells of `stride` words;
-/// - `keys_at`: the key of each slot, `capacity` words;
-/// - `buckets_at`: `buckets` index pairs `[key, slot + 1]`.
+/// - `keys_at`: the key of each slot, `KEY_WORDS` words each;
+/// - `buckets_at`: `buckets` index buckets `[key words..., slot + 1]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableLayout {
     pub capacity: u32,
@@ -220,8 +227,8 @@ impl TableLayout {
         let buckets = (capacity as u64 * 2).next_power_of_two().max(2);
         let slots_at = 8;
         let keys_at = slots_at + round8(capacity as usize * stride);
-        let buckets_at = keys_at + round8(capacity as usize);
-        let words = round8(buckets_at + buckets as usize * 2);
+        let buckets_at = keys_at + round8(capacity as usize * KEY_WORDS);
+        let words = round8(buckets_at + buckets as usize * BUCKET_WORDS);
         TableLayout {
             capacity,
             stride,
@@ -381,7 +388,7 @@ struct Inner<T> {
     slots: Words,
     /// The key of each slot, for listing (written before `len` moves).
     slot_keys: Words,
-    /// Index buckets: pairs `[key, slot + 1]`; `slot + 1 == 0` is empty.
+    /// Index buckets: `[key words..., slot + 1]`; `slot + 1 == 0` is empty.
     buckets: Words,
     bucket_mask: u64,
     bucket_shift: u32,
@@ -413,8 +420,8 @@ impl<T: Plain> Inner<T> {
             capacity: l.capacity,
             len: part(0, 1)?,
             slots: part(l.slots_at, l.capacity as usize * l.stride)?,
-            slot_keys: part(l.keys_at, l.capacity as usize)?,
-            buckets: part(l.buckets_at, l.buckets as usize * 2)?,
+            slot_keys: part(l.keys_at, l.capacity as usize * KEY_WORDS)?,
+            buckets: part(l.buckets_at, l.buckets as usize * BUCKET_WORDS)?,
             bucket_mask: l.buckets - 1,
             // `>> 64` is not allowed; a table of 1 bucket pair uses bit 63.
             bucket_shift: 64 - bits.max(1),
@@ -430,24 +437,27 @@ impl<T: Plain> Inner<T> {
     }
 
     #[inline]
-    fn home(&self, key: u64) -> u64 {
-        // Fibonacci hashing: symbols are ASCII, their low bits alone are
-        // poorly spread.
-        key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.bucket_shift
+    fn home(&self, key: &Key) -> u64 {
+        // The top bits of the hash depend on every byte of the key.
+        crate::wire::hash_words(*key) >> self.bucket_shift
     }
 
     /// Probes for `key`, at most once around the index.
     #[inline]
-    fn probe(&self, key: u64) -> Probe {
+    fn probe(&self, key: &Key) -> Probe {
         let b = self.buckets.slice();
         let mut i = self.home(key);
         for _ in 0..=self.bucket_mask {
-            let at = (i as usize) * 2;
-            let tag = b[at + 1].load(Ordering::Acquire);
+            let at = (i as usize) * BUCKET_WORDS;
+            let tag = b[at + KEY_WORDS].load(Ordering::Acquire);
             if tag == 0 {
                 return Probe::Vacant(at);
             }
-            if b[at].load(Ordering::Relaxed) == key {
+            if key
+                .iter()
+                .zip(&b[at..at + KEY_WORDS])
+                .all(|(k, w)| w.load(Ordering::Relaxed) == *k)
+            {
                 return match tag - 1 < self.capacity as u64 {
                     true => Probe::Found((tag - 1) as u32),
                     false => Probe::Corrupt,
@@ -456,6 +466,14 @@ impl<T: Plain> Inner<T> {
             i = (i + 1) & self.bucket_mask;
         }
         Probe::Corrupt
+    }
+
+    /// The key stored for `slot` (below the capacity).
+    #[inline]
+    fn key_of(&self, slot: u32) -> Key {
+        let at = slot as usize * KEY_WORDS;
+        let w = &self.slot_keys.slice()[at..at + KEY_WORDS];
+        std::array::from_fn(|i| w[i].load(Ordering::Relaxed))
     }
 
     /// Published slots, never more than the capacity.
@@ -470,8 +488,9 @@ impl<T: Plain> Inner<T> {
 /// Creates a table for `capacity` keys (at most `u32::MAX - 1`) on the
 /// heap.
 ///
-/// Memory: `capacity` slots of `STRIDE` words plus an index of twice the
-/// capacity rounded up to a power of two (16 bytes a bucket, load <= 0.5).
+/// Memory: `capacity` slots of `STRIDE` words and their keys, plus an
+/// index of twice the capacity rounded up to a power of two (32 bytes a
+/// bucket, load <= 0.5).
 pub fn table<T: Plain>(capacity: u32) -> (TableWriter<T>, TableReader<T>) {
     let words = Words::heap(TableLayout::of::<T>(capacity).words);
     table_in(&words, capacity).expect("the heap region is sized by the layout")
@@ -510,7 +529,7 @@ pub struct TableWriter<T: Plain> {
 
 impl<T: Plain> TableWriter<T> {
     /// The slot of `key`, if it was inserted.
-    pub fn find(&self, key: u64) -> Option<u32> {
+    pub fn find(&self, key: &Key) -> Option<u32> {
         match self.inner.probe(key) {
             Probe::Found(slot) => Some(slot),
             _ => None,
@@ -520,7 +539,7 @@ impl<T: Plain> TableWriter<T> {
     /// Writes `value` under `key`, inserting the key on first use. Returns
     /// the slot; `TableFull` (nothing changed) when the key is new and every
     /// slot is taken.
-    pub fn upsert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
+    pub fn upsert(&mut self, key: &Key, value: &T) -> Result<u32, TableFull> {
         match self.inner.probe(key) {
             Probe::Found(slot) => {
                 seq_write(self.inner.cell(slot), value);
@@ -533,7 +552,7 @@ impl<T: Plain> TableWriter<T> {
 
     /// Inserts a new key with its first value; an existing key keeps its
     /// value (and slot).
-    pub fn insert(&mut self, key: u64, value: &T) -> Result<u32, TableFull> {
+    pub fn insert(&mut self, key: &Key, value: &T) -> Result<u32, TableFull> {
         match self.inner.probe(key) {
             Probe::Found(slot) => Ok(slot),
             Probe::Vacant(bucket) => self.insert_at(bucket, key, value),
@@ -547,7 +566,7 @@ impl<T: Plain> TableWriter<T> {
         }
     }
 
-    fn insert_at(&mut self, bucket: usize, key: u64, value: &T) -> Result<u32, TableFull> {
+    fn insert_at(&mut self, bucket: usize, key: &Key, value: &T) -> Result<u32, TableFull> {
         let inner = &*self.inner;
         if self.len >= inner.capacity {
             return Err(self.full());
@@ -556,10 +575,15 @@ impl<T: Plain> TableWriter<T> {
         // The slot first, then the bucket (Release): a reader that finds the
         // key sees at least this first value.
         seq_write(inner.cell(slot), value);
-        inner.slot_keys.slice()[slot as usize].store(key, Ordering::Relaxed);
+        let at = slot as usize * KEY_WORDS;
+        for (word, k) in inner.slot_keys.slice()[at..at + KEY_WORDS].iter().zip(key) {
+            word.store(*k, Ordering::Relaxed);
+        }
         let b = inner.buckets.slice();
-        b[bucket].store(key, Ordering::Relaxed);
-        b[bucket + 1].store(slot as u64 + 1, Ordering::Release);
+        for (word, k) in b[bucket..bucket + KEY_WORDS].iter().zip(key) {
+            word.store(*k, Ordering::Relaxed);
+        }
+        b[bucket + KEY_WORDS].store(slot as u64 + 1, Ordering::Release);
         self.len = slot + 1;
         inner.len.slice()[0].store(self.len as u64, Ordering::Release);
         Ok(slot)
@@ -592,9 +616,8 @@ impl<T: Plain> TableWriter<T> {
     }
 
     /// The key stored in `slot` (`None` when not inserted).
-    pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len)
-            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
+    pub fn key_at(&self, slot: u32) -> Option<Key> {
+        (slot < self.len).then(|| self.inner.key_of(slot))
     }
 
     pub fn len(&self) -> u32 {
@@ -651,14 +674,14 @@ impl<T: Plain> fmt::Debug for TableReader<T> {
 impl<T: Plain> TableReader<T> {
     /// The slot of `key`, if the writer has published it.
     #[inline]
-    pub fn find(&self, key: u64) -> Option<u32> {
+    pub fn find(&self, key: &Key) -> Option<u32> {
         self.try_find(key).ok().flatten()
     }
 
     /// The slot of `key`; `Err(Corrupt)` when the index is not one this
     /// code could have written (a shared file written by someone else).
     #[inline]
-    pub fn try_find(&self, key: u64) -> Result<Option<u32>, Corrupt> {
+    pub fn try_find(&self, key: &Key) -> Result<Option<u32>, Corrupt> {
         match self.inner.probe(key) {
             Probe::Found(slot) => Ok(Some(slot)),
             Probe::Vacant(_) => Ok(None),
@@ -679,7 +702,7 @@ impl<T: Plain> TableReader<T> {
 
     /// A consistent copy of `key`'s value.
     #[inline]
-    pub fn get(&self, key: u64) -> Option<T> {
+    pub fn get(&self, key: &Key) -> Option<T> {
         self.find(key).map(|slot| self.read(slot))
     }
 
@@ -700,9 +723,8 @@ impl<T: Plain> TableReader<T> {
     }
 
     /// The key of a published slot.
-    pub fn key_at(&self, slot: u32) -> Option<u64> {
-        (slot < self.len())
-            .then(|| self.inner.slot_keys.slice()[slot as usize].load(Ordering::Relaxed))
+    pub fn key_at(&self, slot: u32) -> Option<Key> {
+        (slot < self.len()).then(|| self.inner.key_of(slot))
     }
 
     /// Published slots: `0..len()` are all readable.
@@ -831,80 +853,85 @@ mod tests {
         [x, x + 1, x + 2]
     }
 
+    /// A key whose first word is `x` (an 8-byte symbol's, the rest spaces).
+    fn k(x: u64) -> Key {
+        [x, 0x2020_2020_2020_2020, 0x2020_2020_2020_2020]
+    }
+
     #[test]
     fn insert_find_and_absent_keys() {
         let (mut w, r) = table::<V>(4);
-        assert_eq!(r.find(42), None);
-        assert_eq!(r.get(42), None);
-        assert_eq!(w.insert(42, &v(1)), Ok(0));
-        assert_eq!(w.insert(7, &v(2)), Ok(1));
+        assert_eq!(r.find(&k(42)), None);
+        assert_eq!(r.get(&k(42)), None);
+        assert_eq!(w.insert(&k(42), &v(1)), Ok(0));
+        assert_eq!(w.insert(&k(7), &v(2)), Ok(1));
         // Inserting an existing key keeps its slot and value.
-        assert_eq!(w.insert(42, &v(9)), Ok(0));
-        assert_eq!(r.get(42), Some(v(1)));
-        assert_eq!(r.get(7), Some(v(2)));
-        assert_eq!(r.get(8), None);
+        assert_eq!(w.insert(&k(42), &v(9)), Ok(0));
+        assert_eq!(r.get(&k(42)), Some(v(1)));
+        assert_eq!(r.get(&k(7)), Some(v(2)));
+        assert_eq!(r.get(&k(8)), None);
         assert_eq!(r.len(), 2);
-        assert_eq!(r.key_at(1), Some(7));
+        assert_eq!(r.key_at(1), Some(k(7)));
         assert_eq!(r.key_at(2), None);
         w.write(1, &v(5));
         assert_eq!(r.read(1), v(5));
         assert_eq!(w.read(1), v(5));
-        assert_eq!(w.upsert(7, &v(6)), Ok(1));
-        assert_eq!(r.get(7), Some(v(6)));
+        assert_eq!(w.upsert(&k(7), &v(6)), Ok(1));
+        assert_eq!(r.get(&k(7)), Some(v(6)));
     }
 
     #[test]
     fn key_zero_is_an_ordinary_key() {
         // The empty-bucket marker is in the slot word, not the key.
         let (mut w, r) = table::<V>(2);
-        assert_eq!(r.find(0), None);
-        assert_eq!(w.insert(0, &v(3)), Ok(0));
-        assert_eq!(r.get(0), Some(v(3)));
-        assert_eq!(r.find(1), None);
+        assert_eq!(r.find(&k(0)), None);
+        assert_eq!(w.insert(&k(0), &v(3)), Ok(0));
+        assert_eq!(r.get(&k(0)), Some(v(3)));
+        assert_eq!(r.find(&k(1)), None);
     }
 
     #[test]
     fn collisions_probe_past_each_other() {
         // Keys that share a home bucket: the capacity-8 table has 16
-        // buckets, so the home is the top 4 bits of key * C; search for
+        // buckets, so the home is the top 4 bits of the key's hash; search for
         // several keys with the same home.
         let (mut w, r) = table::<V>(8);
-        let home = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
+        let home = |x: u64| crate::wire::hash_words(k(x)) >> 60;
         let same: Vec<u64> = (1..10_000u64)
             .filter(|&k| home(k) == home(1))
             .take(6)
             .collect();
         assert_eq!(same.len(), 6);
-        for (i, &k) in same.iter().enumerate() {
-            assert_eq!(w.insert(k, &v(k)), Ok(i as u32));
+        for (i, &x) in same.iter().enumerate() {
+            assert_eq!(w.insert(&k(x), &v(x)), Ok(i as u32));
         }
-        for &k in &same {
-            assert_eq!(r.get(k), Some(v(k)), "key {k}");
+        for &x in &same {
+            assert_eq!(r.get(&k(x)), Some(v(x)), "key {x}");
         }
         // An absent key with the same home probes the whole run.
         let absent = (10_000u64..).find(|&k| home(k) == home(1)).unwrap();
-        assert_eq!(r.find(absent), None);
+        assert_eq!(r.find(&k(absent)), None);
         // Wrap-around at the end of the bucket array.
         let last: Vec<u64> = (1..100_000u64).filter(|&k| home(k) == 15).take(2).collect();
-        w.insert(last[0], &v(1)).unwrap();
-        w.insert(last[1], &v(2)).unwrap();
-        assert_eq!(r.get(last[0]), Some(v(1)));
-        assert_eq!(r.get(last[1]), Some(v(2)));
+        w.insert(&k(last[0]), &v(1)).unwrap();
+        w.insert(&k(last[1]), &v(2)).unwrap();
+        assert_eq!(r.get(&k(last[0])), Some(v(1)));
+        assert_eq!(r.get(&k(last[1])), Some(v(2)));
     }
 
     #[test]
     fn full_table_refuses_new_keys_only() {
         let (mut w, r) = table::<V>(3);
-        for k in 10..13 {
-            w.insert(k, &v(k)).unwrap();
+        for x in 10..13 {
+            w.insert(&k(x), &v(x)).unwrap();
         }
-        assert_eq!(w.insert(99, &v(0)), Err(TableFull { capacity: 3 }));
-        assert_eq!(w.upsert(99, &v(0)), Err(TableFull { capacity: 3 }));
-        assert_eq!(r.find(99), None);
+        assert_eq!(w.insert(&k(99), &v(0)), Err(TableFull { capacity: 3 }));
+        assert_eq!(w.upsert(&k(99), &v(0)), Err(TableFull { capacity: 3 }));
+        assert_eq!(r.find(&k(99)), None);
         assert_eq!(r.len(), 3);
         // Existing keys still update.
-        assert_eq!(w.upsert(11, &v(50)), Ok(1));
-        assert_eq!(r.get(11), Some(v(50)));
+        assert_eq!(w.upsert(&k(11), &v(50)), Ok(1));
+        assert_eq!(r.get(&k(11)), Some(v(50)));
         assert!(TableFull { capacity: 3 }
             .to_string()
             .contains("3 symbol slots"));
@@ -913,8 +940,8 @@ mod tests {
     #[test]
     fn zero_capacity_table_refuses_everything() {
         let (mut w, r) = table::<V>(0);
-        assert!(w.insert(1, &v(1)).is_err());
-        assert_eq!(r.find(1), None);
+        assert!(w.insert(&k(1), &v(1)).is_err());
+        assert_eq!(r.find(&k(1)), None);
         assert!(r.is_empty());
     }
 
@@ -925,14 +952,35 @@ mod tests {
         for i in 0..n as u64 {
             // ASCII-like keys, as symbols are.
             let key = u64::from_be_bytes(*format!("S{i:07}").as_bytes().first_chunk().unwrap());
-            w.insert(key, &[i; 12]).unwrap();
+            w.insert(&k(key), &[i; 12]).unwrap();
         }
         for i in (0..n as u64).step_by(97) {
             let key = u64::from_be_bytes(*format!("S{i:07}").as_bytes().first_chunk().unwrap());
-            assert_eq!(r.get(key), Some([i; 12]));
+            assert_eq!(r.get(&k(key)), Some([i; 12]));
         }
-        assert_eq!(r.get(u64::from_be_bytes(*b"NOTTHERE")), None);
-        assert!(w.insert(1, &[0; 12]).is_err());
+        assert_eq!(r.get(&k(u64::from_be_bytes(*b"NOTTHERE"))), None);
+        assert!(w.insert(&k(1), &[0; 12]).is_err());
+    }
+
+    #[test]
+    fn keys_that_differ_after_the_first_word_are_distinct() {
+        // 20-byte symbols sharing their first 8 bytes (CME spreads).
+        let (mut w, r) = table::<V>(4);
+        let a = crate::wire::Symbol::parse("ESM6-ESU6").unwrap().words();
+        let b = crate::wire::Symbol::parse("ESM6-ESU7").unwrap().words();
+        let c = crate::wire::Symbol::parse("ESM6-ESU6-ESZ6-ESH7X")
+            .unwrap()
+            .words();
+        let short = crate::wire::Symbol::parse("ESM6-ESU").unwrap().words();
+        assert_eq!(a[0], b[0]);
+        for (i, key) in [a, b, c].iter().enumerate() {
+            assert_eq!(w.insert(key, &v(i as u64)), Ok(i as u32));
+        }
+        assert_eq!(r.get(&a), Some(v(0)));
+        assert_eq!(r.get(&b), Some(v(1)));
+        assert_eq!(r.get(&c), Some(v(2)));
+        assert_eq!(r.get(&short), None);
+        assert_eq!(r.key_at(2), Some(c));
     }
 
     #[test]

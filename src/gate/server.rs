@@ -216,9 +216,9 @@ impl Backend for Gate {
         };
         let fv = reader.feed_view();
         let verdict = judge(Some(&view), &fv, now, &Thresholds::of(&view));
-        // Wire symbols are 8 arbitrary bytes: keep the listing one token
+        // A venue's raw name may hold any byte: keep the listing one token
         // per symbol and one line per entry.
-        let mut sym = [0u8; 8];
+        let mut sym = [0u8; crate::wire::SYMBOL_MAX];
         let trimmed = symbol.as_bytes_trimmed();
         for (d, &c) in sym.iter_mut().zip(trimmed) {
             *d = if c.is_ascii_graphic() { c } else { b'?' };

@@ -88,6 +88,15 @@ impl VenueKind {
         }
     }
 
+    /// The longest symbol this venue's messages can name (gate.md): CME's
+    /// definitions name up to 20 characters, the others' wire fields 8.
+    pub fn max_symbol_len(self) -> usize {
+        match self {
+            VenueKind::CmeMdp3 => crate::wire::SYMBOL_MAX,
+            _ => crate::wire::WIRE_SYMBOL_LEN,
+        }
+    }
+
     /// venues.md: venue feeds default to `liveness = "channel"` and
     /// `stale_ms = 1500`; `mode` does not apply to them.
     pub fn is_venue_feed(self) -> bool {

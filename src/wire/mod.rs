@@ -28,37 +28,123 @@ pub const FLAG_ASK: u8 = 2;
 /// Snapshot only: the provider restarted this symbol's sequence.
 pub const FLAG_RESET: u8 = 4;
 
-/// 8 bytes of ASCII, left-aligned, padded with spaces.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Symbol(pub [u8; 8]);
+/// The longest symbol (gate.md: CME's run to 20 bytes; this protocol, IEX
+/// and Nasdaq carry at most 8).
+pub const SYMBOL_MAX: usize = 20;
+/// Bytes of a symbol on this protocol's wire (and IEX's and Nasdaq's).
+pub const WIRE_SYMBOL_LEN: usize = 8;
+/// Words of a symbol's key (`Symbol::words`).
+pub const SYMBOL_WORDS: usize = 3;
+
+/// Up to 20 bytes of ASCII, left-aligned, padded with spaces to 24 (three
+/// whole words, so comparing and hashing are three word operations). On
+/// the wire a symbol is the first 8 bytes (`from_wire`, `wire`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(C, align(8))]
+pub struct Symbol([u8; 24]);
+
+impl Default for Symbol {
+    fn default() -> Symbol {
+        Symbol([b' '; 24])
+    }
+}
 
 impl Symbol {
-    /// `None` when longer than 8 bytes, empty, or not printable ASCII
-    /// without spaces (such a symbol cannot exist on the wire).
+    /// `None` when longer than 20 bytes, empty, or not printable ASCII
+    /// without spaces (such a symbol cannot exist).
     pub fn parse(s: &str) -> Option<Symbol> {
-        let b = s.as_bytes();
-        if b.is_empty() || b.len() > 8 || !b.iter().all(|c| c.is_ascii_graphic()) {
+        Symbol::from_token(s.as_bytes())
+    }
+
+    /// The bytes of a request token or a venue's name field as a symbol:
+    /// `None` when empty, longer than 20 bytes or not printable ASCII.
+    #[inline]
+    pub fn from_token(b: &[u8]) -> Option<Symbol> {
+        if b.is_empty() || b.len() > SYMBOL_MAX || !b.iter().all(|c| c.is_ascii_graphic()) {
             return None;
         }
-        let mut out = [b' '; 8];
+        let mut out = [b' '; 24];
         out[..b.len()].copy_from_slice(b);
         Some(Symbol(out))
     }
 
-    /// A hash key that costs nothing to compute.
-    pub fn key(&self) -> u64 {
-        u64::from_be_bytes(self.0)
+    /// Up to 20 bytes as they are (a request token: any byte a venue's
+    /// raw field might hold can be asked for); `None` when empty or longer.
+    #[inline]
+    pub fn from_raw(b: &[u8]) -> Option<Symbol> {
+        if b.is_empty() || b.len() > SYMBOL_MAX {
+            return None;
+        }
+        let mut out = [b' '; 24];
+        out[..b.len()].copy_from_slice(b);
+        Some(Symbol(out))
     }
 
-    pub fn from_key(key: u64) -> Symbol {
-        Symbol(key.to_be_bytes())
+    /// An 8-byte wire field as it is (any bytes: a venue's field is kept
+    /// raw, so that a damaged name stays distinct and shows escaped).
+    #[inline]
+    pub fn from_wire(b: [u8; WIRE_SYMBOL_LEN]) -> Symbol {
+        let mut out = [b' '; 24];
+        out[..WIRE_SYMBOL_LEN].copy_from_slice(&b);
+        Symbol(out)
     }
 
-    /// The symbol without its padding (lossy for non-UTF-8 bytes).
+    /// The 8-byte wire field of a symbol that fits one (the first 8 bytes
+    /// otherwise: encoders of 8-byte protocols never get a longer one).
+    #[inline]
+    pub fn wire(&self) -> [u8; WIRE_SYMBOL_LEN] {
+        self.0[..WIRE_SYMBOL_LEN].try_into().unwrap()
+    }
+
+    /// Whether the symbol fits an 8-byte wire field.
+    #[inline]
+    pub fn fits_wire(&self) -> bool {
+        self.0[WIRE_SYMBOL_LEN..].iter().all(|&c| c == b' ')
+    }
+
+    /// The key words: the 24 padded bytes as three big-endian u64
+    /// (docs/shm-layout.md "Symbol lookup"). The first word alone is an
+    /// 8-byte symbol's key of layout version 2.
+    #[inline]
+    pub fn words(&self) -> [u64; SYMBOL_WORDS] {
+        [
+            u64::from_be_bytes(self.0[0..8].try_into().unwrap()),
+            u64::from_be_bytes(self.0[8..16].try_into().unwrap()),
+            u64::from_be_bytes(self.0[16..24].try_into().unwrap()),
+        ]
+    }
+
+    /// The symbol of key words (the inverse of `words`).
+    pub fn from_words(w: [u64; SYMBOL_WORDS]) -> Symbol {
+        let mut out = [0u8; 24];
+        for (chunk, word) in out.chunks_exact_mut(8).zip(w) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+        Symbol(out)
+    }
+
+    /// A 64-bit hash whose top bits depend on every byte (index homes:
+    /// take the top bits). The same function as docs/shm-layout.md's.
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        hash_words(self.words())
+    }
+
+    /// The symbol without its padding.
     pub fn as_bytes_trimmed(&self) -> &[u8] {
         let end = self.0.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
         &self.0[..end]
     }
+}
+
+/// `Symbol::hash64` of key words: each word multiplied by its own odd
+/// constant (Fibonacci hashing spreads a word's bytes into the top bits),
+/// the products XORed.
+#[inline]
+pub fn hash_words(w: [u64; SYMBOL_WORDS]) -> u64 {
+    w[0].wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ w[1].wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+        ^ w[2].wrapping_mul(0x1656_67B1_9E37_79F9)
 }
 
 impl fmt::Display for Symbol {
@@ -182,7 +268,7 @@ impl Quote {
     fn decode(p: &[u8]) -> Quote {
         Quote {
             flags: p[1],
-            symbol: Symbol(p[2..10].try_into().unwrap()),
+            symbol: Symbol::from_wire(p[2..10].try_into().unwrap()),
             seq: be_u64(&p[10..]),
             source_ts: be_u64(&p[18..]),
             bid_px: be_u64(&p[26..]) as i64,
@@ -197,7 +283,7 @@ impl Quote {
         let mut p = [0u8; QUOTE_LEN];
         p[0] = kind;
         p[1] = self.flags;
-        p[2..10].copy_from_slice(&self.symbol.0);
+        p[2..10].copy_from_slice(&self.symbol.wire());
         p[10..18].copy_from_slice(&self.seq.to_be_bytes());
         p[18..26].copy_from_slice(&self.source_ts.to_be_bytes());
         p[26..34].copy_from_slice(&self.bid_px.to_be_bytes());
@@ -221,7 +307,7 @@ impl Heartbeat {
     fn decode(p: &[u8]) -> Heartbeat {
         Heartbeat {
             flags: p[1],
-            symbol: Symbol(p[2..10].try_into().unwrap()),
+            symbol: Symbol::from_wire(p[2..10].try_into().unwrap()),
             next_seq: be_u64(&p[10..]),
             source_ts: be_u64(&p[18..]),
         }
@@ -231,7 +317,7 @@ impl Heartbeat {
         let mut p = [0u8; HEARTBEAT_LEN];
         p[0] = TYPE_HEARTBEAT;
         p[1] = self.flags;
-        p[2..10].copy_from_slice(&self.symbol.0);
+        p[2..10].copy_from_slice(&self.symbol.wire());
         p[10..18].copy_from_slice(&self.next_seq.to_be_bytes());
         p[18..26].copy_from_slice(&self.source_ts.to_be_bytes());
         p
@@ -341,7 +427,7 @@ pub fn peek_first_symbol(datagram: &[u8]) -> Option<Symbol> {
     let block = datagram.get(HEADER_LEN + 2..HEADER_LEN + 12)?;
     match block[0] {
         TYPE_QUOTE | TYPE_SNAPSHOT | TYPE_HEARTBEAT => {
-            Some(Symbol(block[2..10].try_into().unwrap()))
+            Some(Symbol::from_wire(block[2..10].try_into().unwrap()))
         }
         _ => None,
     }
@@ -553,11 +639,27 @@ mod tests {
 
     #[test]
     fn symbol_parse_pads_and_rejects() {
-        assert_eq!(Symbol::parse("EURUSD").unwrap().0, *b"EURUSD  ");
-        assert_eq!(Symbol::parse("EURUSD").unwrap().to_string(), "EURUSD");
-        assert!(Symbol::parse("TOOLONGSYM").is_none());
+        let eur = Symbol::parse("EURUSD").unwrap();
+        assert_eq!(eur.wire(), *b"EURUSD  ");
+        assert!(eur.fits_wire());
+        assert_eq!(eur, Symbol::from_wire(*b"EURUSD  "));
+        assert_eq!(eur.to_string(), "EURUSD");
+        // The first word is the 8-byte key of layout version 2.
+        assert_eq!(eur.words()[0], u64::from_be_bytes(*b"EURUSD  "));
+        assert_eq!(eur.words()[1..], [0x2020_2020_2020_2020; 2]);
+        let long = Symbol::parse("ESM6-ESU6-ESZ6-ESH7X").unwrap();
+        assert_eq!(long.to_string(), "ESM6-ESU6-ESZ6-ESH7X");
+        assert!(!long.fits_wire());
+        assert_eq!(Symbol::from_words(long.words()), long);
+        assert_ne!(
+            long.hash64(),
+            Symbol::parse("ESM6-ESU6-ESZ6-ESH7Y").unwrap().hash64()
+        );
+        assert!(Symbol::parse("ESM6-ESU6-ESZ6-ESH7XY").is_none());
         assert!(Symbol::parse("").is_none());
         assert!(Symbol::parse("A B").is_none());
+        assert_eq!(Symbol::from_raw(b"A\x01"), Symbol::from_raw(b"A\x01"));
+        assert!(Symbol::from_raw(&[b'A'; 21]).is_none());
     }
 
     #[test]

@@ -87,7 +87,10 @@ impl TimelineArgs {
         let mut symbols = Vec::new();
         for s in &self.symbols {
             let sym = Symbol::parse(s).with_context(|| {
-                format!("--symbol {s:?}: not a symbol (1 to 8 printable ASCII characters)")
+                format!(
+                    "--symbol {s:?}: not a symbol (1 to {} printable ASCII characters)",
+                    crate::wire::SYMBOL_MAX
+                )
             })?;
             if !symbols.contains(&sym) {
                 symbols.push(sym);

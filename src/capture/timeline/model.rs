@@ -1043,7 +1043,7 @@ mod tests {
             let s = if i % 20 == 0 {
                 sym(heavy[[0, 0, 0, 1, 1, 2][(i / 20 % 6) as usize]])
             } else {
-                Symbol::from_key(0x5a00_0000_0000_0000 | i as u64)
+                Symbol::from_words([0x5a00_0000_0000_0000 | i as u64, 0, 0])
             };
             if let Tracked::Row(r) = tl.update(s, t) {
                 tl.judge_new(r, found(quoted(t)), t);

@@ -257,11 +257,15 @@ fn rows_chart<'a, DB: DrawingBackend>(
 ) -> anyhow::Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, SegmentedCoord<RangedCoordu32>>>>
 {
     let n = labels.len().max(1) as u32;
+    // Room for the longest label (CME names run to 20 characters): about
+    // 0.6 em a character, never less than an 8-character symbol takes.
+    let longest = labels.iter().map(String::len).max().unwrap_or(0) as u32;
+    let label_area = (longest * label_size * 6 / 10 + 30).max(110);
     let mut chart = ChartBuilder::on(area)
         .caption(caption, (FONT, 16).into_font())
         .margin(8)
         .x_label_area_size(28)
-        .y_label_area_size(110)
+        .y_label_area_size(label_area)
         .build_cartesian_2d(0f64..span_s, (0u32..n).into_segmented())
         .map_err(err)?;
     chart

@@ -72,7 +72,7 @@ impl SegmentBuilder {
         m[0] = b'Q';
         m[1] = flags;
         m[2..10].copy_from_slice(&timestamp.to_le_bytes());
-        m[10..18].copy_from_slice(&symbol.0);
+        m[10..18].copy_from_slice(&symbol.wire());
         m[18..22].copy_from_slice(&bid_size.to_le_bytes());
         m[22..30].copy_from_slice(&bid_price.to_le_bytes());
         m[30..38].copy_from_slice(&ask_price.to_le_bytes());
@@ -92,7 +92,7 @@ impl SegmentBuilder {
         m[0] = b'H';
         m[1] = status;
         m[2..10].copy_from_slice(&timestamp.to_le_bytes());
-        m[10..18].copy_from_slice(&symbol.0);
+        m[10..18].copy_from_slice(&symbol.wire());
         m[18..22].copy_from_slice(&reason);
         self.raw(&m)
     }
@@ -108,7 +108,7 @@ impl SegmentBuilder {
         m[0] = b'O';
         m[1] = status;
         m[2..10].copy_from_slice(&timestamp.to_le_bytes());
-        m[10..18].copy_from_slice(&symbol.0);
+        m[10..18].copy_from_slice(&symbol.wire());
         self.raw(&m)
     }
 

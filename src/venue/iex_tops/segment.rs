@@ -98,7 +98,7 @@ fn le_i64(b: &[u8]) -> i64 {
 /// A TOPS symbol: 8 bytes of ASCII, space-padded, the layout of `Symbol`.
 #[inline]
 pub fn symbol(b: &[u8]) -> Symbol {
-    Symbol(b[..8].try_into().unwrap())
+    Symbol::from_wire(b[..8].try_into().unwrap())
 }
 
 /// V4: a 4-decimal price scales exactly to 10^-9 without overflow.

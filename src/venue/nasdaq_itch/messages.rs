@@ -294,7 +294,7 @@ fn bytes4_at(m: &[u8], at: usize) -> [u8; 4] {
 
 #[inline]
 fn stock_at(m: &[u8], at: usize) -> Symbol {
-    Symbol(m[at..at + 8].try_into().unwrap())
+    Symbol::from_wire(m[at..at + 8].try_into().unwrap())
 }
 
 #[inline]
@@ -475,7 +475,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     m[5..11].copy_from_slice(&h.timestamp.to_be_bytes()[2..]);
     match *msg {
         Message::SystemEvent { event, .. } => m[11] = event,
-        Message::StockDirectory { stock, .. } => m[11..19].copy_from_slice(&stock.0),
+        Message::StockDirectory { stock, .. } => m[11..19].copy_from_slice(&stock.wire()),
         Message::AddOrder {
             order_ref,
             side,
@@ -542,7 +542,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             reason,
             ..
         } => {
-            m[11..19].copy_from_slice(&stock.0);
+            m[11..19].copy_from_slice(&stock.wire());
             m[19] = state;
             m[21..25].copy_from_slice(&reason);
         }
@@ -552,7 +552,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             action,
             ..
         } => {
-            m[11..19].copy_from_slice(&stock.0);
+            m[11..19].copy_from_slice(&stock.wire());
             m[19] = market_code;
             m[20] = action;
         }
@@ -572,7 +572,7 @@ fn write_add(
     m[11..19].copy_from_slice(&order_ref.to_be_bytes());
     m[19] = side;
     m[20..24].copy_from_slice(&shares.to_be_bytes());
-    m[24..32].copy_from_slice(&stock.0);
+    m[24..32].copy_from_slice(&stock.wire());
     m[32..36].copy_from_slice(&price.to_be_bytes());
     if let Some(a) = attribution {
         m[36..40].copy_from_slice(&a);
