@@ -2,6 +2,7 @@
 //! the synthetic provider (simulate) and recording live lines.
 
 pub mod binaryfile;
+pub mod cme_flow;
 pub mod compress;
 pub mod frame;
 pub mod live;

@@ -2,12 +2,14 @@
 //! `sbe` is the framing (packet header, MsgSize, SBE header, blocks and
 //! groups as the wire lays them out); `templates` the decoders generated
 //! from CME's schemas in `schema/` (versions 5 to 13) by
-//! `tests/cme_sbe_codegen.rs`. Sans-I/O.
+//! `tests/cme_sbe_codegen.rs`; `encode` writes packets from the same
+//! layouts (the simulator, the tests). Sans-I/O.
 
 pub mod adapter;
 pub mod book;
 pub mod channel;
 pub mod channel_file;
+pub mod encode;
 pub mod instruments;
 pub mod messages;
 pub mod recovery;
