@@ -848,4 +848,21 @@ listen = "{metrics}"
         without_ages(String::from_utf8_lossy(&out.stdout).trim()),
         without_ages(&answer)
     );
+    // `tickgate status`: the instruments waiting for a snapshot (none of
+    // the 127 has had one) and their kept entries, as the metrics say.
+    let kept = get(&m, "tickgate_feed_recovery_entries{feed=\"cme\"}");
+    assert!(kept > 0);
+    let out = Command::new(bin())
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{status}");
+    assert!(
+        status.contains(&format!(
+            ", 127 instruments waiting for a snapshot ({kept} entries kept)"
+        )),
+        "{status}"
+    );
 }

@@ -533,6 +533,11 @@ impl<P: Publish> Feed<P> {
     ) -> DatagramOutcome {
         let applied =
             self.with_venue_rules(now, |venue, rules| venue.apply_loop(kind, datagram, rules));
+        let before = self.view;
+        self.set_venue_gauges();
+        if self.view != before {
+            self.publisher.publish_feed(&self.view);
+        }
         match applied {
             Ok(()) => {
                 self.counters.lines[line].packets += 1;
@@ -544,6 +549,15 @@ impl<P: Publish> Feed<P> {
                 DatagramOutcome::Invalid(e)
             }
         }
+    }
+
+    /// The venue's recovery gauges into the feed view (published with it).
+    #[inline]
+    fn set_venue_gauges(&mut self) {
+        let r = self.venue.recovery();
+        let sat = |n: u64| n.min(u32::MAX as u64) as u32;
+        self.view.venue_waiting = sat(r.waiting);
+        self.view.venue_kept = sat(r.kept_entries);
     }
 
     /// Runs `f` with the venue and the symbol rules it drives for a
@@ -1391,6 +1405,7 @@ impl<P: Publish> Feed<P> {
                 self.end_session();
             }
             self.counters.live_orders = self.venue.live_orders();
+            self.set_venue_gauges();
             if self.view != before {
                 self.publisher.publish_feed(&self.view);
             }

@@ -184,7 +184,7 @@ impl SymbolView {
 /// `SymbolView` size in u64 words.
 pub const SYMBOL_VIEW_WORDS: usize = 9;
 /// `FeedView` size in u64 words.
-pub const FEED_VIEW_WORDS: usize = 5;
+pub const FEED_VIEW_WORDS: usize = 6;
 
 /// `FeedView::flags`: the current session ended (C6).
 pub const FEED_ENDED: u8 = 1;
@@ -232,7 +232,8 @@ pub fn recovery_state_name(code: u8) -> &'static str {
     }
 }
 
-/// Feed-level state the verdict needs. 40 bytes (5 words).
+/// Feed-level state the verdict needs, and the recovery gauges `STATUS`
+/// shows. 48 bytes (6 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FeedView {
@@ -255,6 +256,12 @@ pub struct FeedView {
     /// The largest time seen between the first and the second copy of a
     /// packet (line skew), ns; 0 before any second copy.
     pub line_skew_max_ns: i64,
+    /// Venues with per-instrument recovery (venues.md `cme-mdp3`): the
+    /// instruments waiting for a snapshot now (saturated to u32).
+    /// Informational: the verdict does not read it.
+    pub venue_waiting: u32,
+    /// The entries kept for them now (saturated to u32). Informational.
+    pub venue_kept: u32,
 }
 
 impl FeedView {
@@ -275,6 +282,7 @@ impl FeedView {
                 | (self.flags as u64) << 48
                 | (self.recovery as u64) << 56,
             self.line_skew_max_ns as u64,
+            self.venue_waiting as u64 | (self.venue_kept as u64) << 32,
         ]
     }
 
@@ -289,6 +297,8 @@ impl FeedView {
             flags: (w[3] >> 48) as u8,
             recovery: (w[3] >> 56) as u8,
             line_skew_max_ns: w[4] as i64,
+            venue_waiting: w[5] as u32,
+            venue_kept: (w[5] >> 32) as u32,
         }
     }
 }
@@ -357,6 +367,8 @@ mod tests {
             flags: 0x7F,
             recovery: 0xFF,
             line_skew_max_ns: -9,
+            venue_waiting: u32::MAX,
+            venue_kept: 0x8000_0001,
         };
         assert_eq!(FeedView::from_words(&f.to_words()), f);
     }

@@ -229,7 +229,7 @@ pub fn format_status(lines: &[String]) -> String {
         let tokens: Vec<&str> = line.split(' ').collect();
         match tokens.first() {
             Some(&"FEED") if tokens.len() >= 2 => feeds.push(format!(
-                "feed {}: {} symbols, {}, channel silence {} us, clock offset {} us, recovery {}, line skew max {} us",
+                "feed {}: {} symbols, {}, channel silence {} us, clock offset {} us, recovery {}, line skew max {} us{}",
                 tokens[1],
                 field(&tokens, "symbols"),
                 field(&tokens, "state"),
@@ -237,6 +237,13 @@ pub fn format_status(lines: &[String]) -> String {
                 field(&tokens, "clock_offset_us"),
                 field(&tokens, "recovery"),
                 field(&tokens, "line_skew_max_us"),
+                match field(&tokens, "waiting") {
+                    "" | "0" => String::new(),
+                    w => format!(
+                        ", {w} instruments waiting for a snapshot ({} entries kept)",
+                        field(&tokens, "kept_entries")
+                    ),
+                },
             )),
             // SYMBOL <feed> OK <sym> seq=... | SYMBOL <feed> REJECT <sym> <reasons> seq=...
             Some(&"SYMBOL") if tokens.len() >= 4 => {

@@ -18,7 +18,7 @@
 //! line per feed and per symbol, then `END`:
 //!
 //! ```text
-//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n> recovery=<state>[:last_failure=<reason>] line_skew_max_us=<n|->
+//! FEED <name> symbols=<n> state=<live|session_ended|no_session> channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n> session_epoch=<n> recovery=<state>[:last_failure=<reason>] line_skew_max_us=<n|-> waiting=<n> kept_entries=<n>
 //! SYMBOL <feed> <the verdict line a CHECK of the symbol gets from that feed>
 //! END
 //! ```
@@ -152,7 +152,7 @@ impl Backend for Gate {
     /// `FEED <name> symbols=<n> state=<live|session_ended|no_session>
     /// channel_silence_us=<n|-> clock_offset_us=<n> gap_epoch=<n>
     /// session_epoch=<n> recovery=<state>[:last_failure=<reason>]
-    /// line_skew_max_us=<n|->`
+    /// line_skew_max_us=<n|-> waiting=<n> kept_entries=<n>`
     fn status_feed(&self, feed: usize, now: i64, out: &mut Vec<u8>) -> u32 {
         let Some((name, reader)) = self.feeds.get(feed) else {
             return 0;
@@ -201,6 +201,13 @@ impl Backend for Gate {
         } else {
             out.push(b'-');
         }
+        // venues.md `cme-mdp3`: instruments waiting for a snapshot and the
+        // entries kept for them (0 on venues without per-instrument
+        // recovery).
+        out.extend_from_slice(b" waiting=");
+        write_u64(out, view.venue_waiting as u64);
+        out.extend_from_slice(b" kept_entries=");
+        write_u64(out, view.venue_kept as u64);
         out.push(b'\n');
         n
     }
