@@ -433,14 +433,10 @@ pub fn open_line_socket(line: &LineSpec, kernel_timestamps: bool) -> anyhow::Res
     sock.set_multicast_all_v4(false).with_context(ctx)?;
     sock.bind(&SockAddr::from(SocketAddrV4::new(line.group, line.port)))
         .with_context(|| format!("{}: bind", ctx()))?;
-    match line.source {
-        Some(src) => sock
-            .join_ssm_v4(&src, &line.group, &iface)
-            .with_context(|| format!("{}: join source {src} via {iface}", ctx()))?,
-        None => sock
-            .join_multicast_v4(&line.group, &iface)
-            .with_context(|| format!("{}: join via {iface}", ctx()))?,
-    }
+    membership(&sock, line, &iface, true).with_context(|| match line.source {
+        Some(src) => format!("{}: join source {src} via {iface}", ctx()),
+        None => format!("{}: join via {iface}", ctx()),
+    })?;
     if let Some(want) = line.rcvbuf {
         set_rcvbuf(&sock, want, &line.name)?;
     }
@@ -453,6 +449,17 @@ pub fn open_line_socket(line: &LineSpec, kernel_timestamps: bool) -> anyhow::Res
         .with_context(|| format!("{}: SO_RXQ_OVFL", ctx()))?;
     sock.set_nonblocking(true).with_context(ctx)?;
     Ok(sock)
+}
+
+/// Joins (`join`) or leaves the line's group on `iface`, source-specific
+/// when the line names a source.
+fn membership(sock: &Socket, line: &LineSpec, iface: &Ipv4Addr, join: bool) -> io::Result<()> {
+    match (join, line.source) {
+        (true, Some(src)) => sock.join_ssm_v4(&src, &line.group, iface),
+        (true, None) => sock.join_multicast_v4(&line.group, iface),
+        (false, Some(src)) => sock.leave_ssm_v4(&src, &line.group, iface),
+        (false, None) => sock.leave_multicast_v4(&line.group, iface),
+    }
 }
 
 /// SO_RCVBUF, then SO_RCVBUFFORCE (root) when net.core.rmem_max capped
@@ -635,6 +642,8 @@ pub struct Receiver {
     rerequest: Option<RerequestSocket>,
     /// Per line: a member of its group now (see `sync_membership`).
     joined: Vec<bool>,
+    /// Per line: the last join or leave failed (logged once).
+    membership_failing: Vec<bool>,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into
@@ -722,6 +731,7 @@ impl Receiver {
             last_ovfl: vec![None; k],
             rerequest,
             joined: vec![true; k],
+            membership_failing: vec![false; k],
             opts,
         };
         r.wire_headers();
@@ -1157,18 +1167,13 @@ impl Receiver {
             }
             let spec = &self.lines[line];
             let result = spec.interface.resolve().and_then(|iface| {
-                let sock = &self.sockets[line];
-                let r = match (want, spec.source) {
-                    (true, Some(src)) => sock.join_ssm_v4(&src, &spec.group, &iface),
-                    (true, None) => sock.join_multicast_v4(&spec.group, &iface),
-                    (false, Some(src)) => sock.leave_ssm_v4(&src, &spec.group, &iface),
-                    (false, None) => sock.leave_multicast_v4(&spec.group, &iface),
-                };
-                r.map_err(anyhow::Error::from)
+                membership(&self.sockets[line], spec, &iface, want).map_err(anyhow::Error::from)
             });
+            let verb = if want { "join" } else { "leave" };
             match result {
                 Ok(()) => {
                     self.joined[line] = want;
+                    self.membership_failing[line] = false;
                     tracing::info!(
                         line = %spec.name,
                         group = %spec.group,
@@ -1177,12 +1182,19 @@ impl Receiver {
                         if want { "joined" } else { "left" }
                     );
                 }
-                Err(e) => tracing::warn!(
-                    line = %spec.name,
-                    error = %e,
-                    "could not {} the line's group; trying again at the next poll",
-                    if want { "join" } else { "leave" }
-                ),
+                // Said once while it keeps failing (it is tried at every
+                // poll, thousands of times a second).
+                Err(e) if !self.membership_failing[line] => {
+                    self.membership_failing[line] = true;
+                    tracing::warn!(
+                        line = %spec.name,
+                        error = %e,
+                        "could not {verb} the line's group; trying again at every poll"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(line = %spec.name, error = %e, "could not {verb} the line's group")
+                }
             }
         }
     }
