@@ -553,24 +553,32 @@ fn publication_in_a_small_tmpfs() {
 fn the_documented_hash_is_the_daemons() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/shm-layout.md"))
         .unwrap();
-    let line = |start: &str| {
-        doc.lines()
-            .find(|l| l.trim_start().starts_with(start))
-            .unwrap_or_else(|| panic!("no line starting {start}"))
-            .to_string()
+    let line = doc
+        .lines()
+        .find(|l| l.trim_start().starts_with("hash  ="))
+        .expect("the hash line")
+        .to_string();
+    let num = |after: &str| -> u64 {
+        let rest = &line[line
+            .find(after)
+            .unwrap_or_else(|| panic!("{after} in {line}"))
+            + after.len()..];
+        let digits: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_hexdigit() || *c == 'x')
+            .collect();
+        match digits.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).unwrap(),
+            None => digits.parse().unwrap(),
+        }
     };
-    let text = line("hash  =") + &line("^ key2");
-    let consts: Vec<u64> = text
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter_map(|t| t.strip_prefix("0x"))
-        .map(|h| u64::from_str_radix(h, 16).unwrap())
-        .collect();
-    assert_eq!(consts.len(), 3, "{text}");
+    let (r1, r2, k) = (num("rotl(key1, "), num("rotl(key2, "), num(") * "));
     for s in ["EURUSD", "ESM6-ESU6", "ESM6-ESU6-ESZ6-ESH7X", "#411873"] {
-        let k = sym(s).words();
-        let h = k[0].wrapping_mul(consts[0])
-            ^ k[1].wrapping_mul(consts[1])
-            ^ k[2].wrapping_mul(consts[2]);
+        let w = sym(s).words();
+        let h = w[0]
+            .wrapping_add(w[1].rotate_left(r1 as u32))
+            .wrapping_add(w[2].rotate_left(r2 as u32))
+            .wrapping_mul(k);
         assert_eq!(h, sym(s).hash64(), "{s}");
     }
     assert_eq!(sym("EURUSD").words()[1], 0x2020_2020_2020_2020);

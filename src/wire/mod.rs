@@ -36,16 +36,19 @@ pub const WIRE_SYMBOL_LEN: usize = 8;
 /// Words of a symbol's key (`Symbol::words`).
 pub const SYMBOL_WORDS: usize = 3;
 
-/// Up to 20 bytes of ASCII, left-aligned, padded with spaces to 24 (three
-/// whole words, so comparing and hashing are three word operations). On
-/// the wire a symbol is the first 8 bytes (`from_wire`, `wire`).
+/// Up to 20 bytes of ASCII, left-aligned, padded with spaces to 24, held
+/// as three big-endian words (`words`): comparing, ordering (byte order)
+/// and hashing are word operations, and an 8-byte wire field is one load.
+/// On the wire a symbol is the first 8 bytes (`from_wire`, `wire`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(C, align(8))]
-pub struct Symbol([u8; 24]);
+pub struct Symbol([u64; SYMBOL_WORDS]);
+
+/// Eight spaces: the words of padding.
+const SPACES: u64 = u64::from_be_bytes([b' '; 8]);
 
 impl Default for Symbol {
     fn default() -> Symbol {
-        Symbol([b' '; 24])
+        Symbol([SPACES; SYMBOL_WORDS])
     }
 }
 
@@ -60,12 +63,10 @@ impl Symbol {
     /// `None` when empty, longer than 20 bytes or not printable ASCII.
     #[inline]
     pub fn from_token(b: &[u8]) -> Option<Symbol> {
-        if b.is_empty() || b.len() > SYMBOL_MAX || !b.iter().all(|c| c.is_ascii_graphic()) {
+        if !b.iter().all(|c| c.is_ascii_graphic()) {
             return None;
         }
-        let mut out = [b' '; 24];
-        out[..b.len()].copy_from_slice(b);
-        Some(Symbol(out))
+        Symbol::from_raw(b)
     }
 
     /// Up to 20 bytes as they are (a request token: any byte a venue's
@@ -77,29 +78,33 @@ impl Symbol {
         }
         let mut out = [b' '; 24];
         out[..b.len()].copy_from_slice(b);
-        Some(Symbol(out))
+        Some(Symbol::from_bytes(&out))
+    }
+
+    fn from_bytes(b: &[u8; 24]) -> Symbol {
+        Symbol(std::array::from_fn(|i| {
+            u64::from_be_bytes(b[8 * i..8 * i + 8].try_into().unwrap())
+        }))
     }
 
     /// An 8-byte wire field as it is (any bytes: a venue's field is kept
     /// raw, so that a damaged name stays distinct and shows escaped).
     #[inline]
     pub fn from_wire(b: [u8; WIRE_SYMBOL_LEN]) -> Symbol {
-        let mut out = [b' '; 24];
-        out[..WIRE_SYMBOL_LEN].copy_from_slice(&b);
-        Symbol(out)
+        Symbol([u64::from_be_bytes(b), SPACES, SPACES])
     }
 
     /// The 8-byte wire field of a symbol that fits one (the first 8 bytes
     /// otherwise: encoders of 8-byte protocols never get a longer one).
     #[inline]
     pub fn wire(&self) -> [u8; WIRE_SYMBOL_LEN] {
-        self.0[..WIRE_SYMBOL_LEN].try_into().unwrap()
+        self.0[0].to_be_bytes()
     }
 
     /// Whether the symbol fits an 8-byte wire field.
     #[inline]
     pub fn fits_wire(&self) -> bool {
-        self.0[WIRE_SYMBOL_LEN..].iter().all(|&c| c == b' ')
+        self.0[1] == SPACES && self.0[2] == SPACES
     }
 
     /// The key words: the 24 padded bytes as three big-endian u64
@@ -107,49 +112,55 @@ impl Symbol {
     /// 8-byte symbol's key of layout version 2.
     #[inline]
     pub fn words(&self) -> [u64; SYMBOL_WORDS] {
-        [
-            u64::from_be_bytes(self.0[0..8].try_into().unwrap()),
-            u64::from_be_bytes(self.0[8..16].try_into().unwrap()),
-            u64::from_be_bytes(self.0[16..24].try_into().unwrap()),
-        ]
+        self.0
     }
 
     /// The symbol of key words (the inverse of `words`).
     pub fn from_words(w: [u64; SYMBOL_WORDS]) -> Symbol {
-        let mut out = [0u8; 24];
-        for (chunk, word) in out.chunks_exact_mut(8).zip(w) {
-            chunk.copy_from_slice(&word.to_be_bytes());
-        }
-        Symbol(out)
+        Symbol(w)
     }
 
     /// A 64-bit hash whose top bits depend on every byte (index homes:
     /// take the top bits). The same function as docs/shm-layout.md's.
     #[inline]
     pub fn hash64(&self) -> u64 {
-        hash_words(self.words())
+        hash_words(self.0)
     }
 
-    /// The symbol without its padding.
-    pub fn as_bytes_trimmed(&self) -> &[u8] {
-        let end = self.0.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
-        &self.0[..end]
+    /// The 24 padded bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(self.0) {
+            chunk.copy_from_slice(&w.to_be_bytes());
+        }
+        out
+    }
+
+    /// The symbol's length without its padding.
+    pub fn len(&self) -> usize {
+        let b = self.to_bytes();
+        b.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1)
+    }
+
+    /// Whether the symbol is all padding (never for a parsed one).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
-/// `Symbol::hash64` of key words: each word multiplied by its own odd
-/// constant (Fibonacci hashing spreads a word's bytes into the top bits),
-/// the products XORed.
+/// `Symbol::hash64` of key words: the words added, the second and third
+/// rotated, then one Fibonacci multiply (its top bits depend on every
+/// byte). An 8-byte symbol's padding words add a constant.
 #[inline]
 pub fn hash_words(w: [u64; SYMBOL_WORDS]) -> u64 {
-    w[0].wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ w[1].wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
-        ^ w[2].wrapping_mul(0x1656_67B1_9E37_79F9)
+    w[0].wrapping_add(w[1].rotate_left(21))
+        .wrapping_add(w[2].rotate_left(42))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl fmt::Display for Symbol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for &c in self.as_bytes_trimmed() {
+        for &c in &self.to_bytes()[..self.len()] {
             if c.is_ascii_graphic() {
                 write!(f, "{}", c as char)?;
             } else {
