@@ -45,10 +45,10 @@ use jiff::civil::Date;
 
 use super::binaryfile::{self, BinaryFileReader, BinaryFileStats};
 use super::compress::{CaptureInput, Compression};
-use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer};
+use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer, READ_BUF, WRITE_BUF};
 use super::pcap::{CaptureError, CaptureReader, CaptureStats, ResumePoint};
 use super::source::{DatagramMeta, DatagramSource, Released};
-use super::spill::{ChunkReader, SpillDir, SpillStats, READ_BUF, WRITE_BUF};
+use super::spill::{ChunkReader, SpillDir, SpillStats};
 
 /// Default memory budget of the sort (readers, chunks, buffers).
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
