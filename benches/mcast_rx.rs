@@ -551,7 +551,7 @@ fn main() {
         // The receiver as its own process, so that a script can stop it
         // (SIGSTOP), fill its socket and time the drain exactly like
         // sockperf's server.
-        let stop = tickgate::capture::live::stop_on_signals();
+        let stop = tickgate::util::signals::stop_on_signals();
         let bench = Bench::start(&o, &gen, group);
         println!("ready {} next {}", std::process::id(), bench.next_n);
         while !stop.load(Ordering::Relaxed) {

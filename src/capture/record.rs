@@ -188,7 +188,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         }),
         invalid: vec![0; lines.len()],
     };
-    let interrupted = super::live::stop_on_signals();
+    let interrupted = crate::util::signals::stop_on_signals();
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     eprintln!(

@@ -22,9 +22,7 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
-use super::live::{
-    refuse_unroutable, send_paced, stop_on_signals, McastSender, Pace, SenderOptions,
-};
+use super::live::{refuse_unroutable, send_paced, McastSender, Pace, SenderOptions};
 use super::progress::Progress;
 use super::stream::{CaptureStream, StreamOptions, StreamSummary};
 use super::timeline::model::Touches;
@@ -32,6 +30,7 @@ use super::timeline::Recorder;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
+use crate::util::signals::stop_on_signals;
 use crate::venue::{ChannelHeader, LineKind, VenueKind};
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
 

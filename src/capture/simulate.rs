@@ -26,9 +26,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::live::{
-    refuse_unroutable, send_paced_in_bursts, stop_on_signals, McastSender, Pace, SenderOptions,
-};
+use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use super::pcap::PcapWriter;
 use super::replay::VenueArg;
 use super::sim_servers::{
@@ -36,6 +34,7 @@ use super::sim_servers::{
     SnapshotSource, DEFAULT_HISTORY_MESSAGES,
 };
 use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
+use crate::util::signals::stop_on_signals;
 use crate::venue::VenueKind;
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
