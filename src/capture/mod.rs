@@ -18,6 +18,7 @@ pub mod source;
 pub mod spill;
 pub mod stream;
 pub mod timeline;
+pub mod venue_arg;
 pub mod venue_sim;
 
 pub use compress::{CaptureInput, CaptureOutput, Compression};

@@ -46,8 +46,8 @@ pub struct RecordArgs {
     /// The venue the lines carry (venues.md): datagrams are recorded byte
     /// for byte whatever they are; at the end, how many were not valid for
     /// this venue is said per line (a wrong group or venue shows at once).
-    #[arg(long, value_enum, default_value_t = super::replay::VenueArg::Tickgate)]
-    pub venue: super::replay::VenueArg,
+    #[arg(long, value_enum, default_value_t = super::venue_arg::VenueArg::Tickgate)]
+    pub venue: super::venue_arg::VenueArg,
 }
 
 /// Datagrams are held this long before being written, so that what the

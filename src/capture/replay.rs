@@ -27,42 +27,13 @@ use super::progress::Progress;
 use super::stream::{CaptureStream, StreamOptions, StreamSummary};
 use super::timeline::model::Touches;
 use super::timeline::Recorder;
+use super::venue_arg::VenueArg;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
 use crate::util::signals::stop_on_signals;
 use crate::venue::{ChannelHeader, LineKind, VenueKind};
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
-
-/// `--venue` of replay, record and simulate (venues.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum VenueArg {
-    /// tickgate's own protocol (wire.md).
-    Tickgate,
-    /// IEX TOPS 1.6 over IEX-TP.
-    IexTops,
-    /// Nasdaq TotalView-ITCH 5.0 over MoldUDP64.
-    NasdaqItch,
-    /// CME Group MDP 3.0 (SBE over UDP).
-    CmeMdp3,
-}
-
-impl VenueArg {
-    pub fn kind(self) -> VenueKind {
-        match self {
-            VenueArg::Tickgate => VenueKind::Tickgate,
-            VenueArg::IexTops => VenueKind::IexTops,
-            VenueArg::NasdaqItch => VenueKind::NasdaqItch,
-            VenueArg::CmeMdp3 => VenueKind::CmeMdp3,
-        }
-    }
-}
-
-impl std::fmt::Display for VenueArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.kind().name())
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {

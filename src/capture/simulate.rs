@@ -28,11 +28,11 @@ use serde::Serialize;
 
 use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use super::pcap::PcapWriter;
-use super::replay::VenueArg;
 use super::sim_servers::{
     GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
     SnapshotSource, DEFAULT_HISTORY_MESSAGES,
 };
+use super::venue_arg::VenueArg;
 use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
 use crate::util::signals::stop_on_signals;
 use crate::venue::VenueKind;
