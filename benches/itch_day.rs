@@ -22,7 +22,7 @@ use thread_cpu::thread_cpu_now;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::simulate::SplitMix64;
+use tickgate::capture::seeded::SplitMix64;
 use tickgate::capture::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind, VenueSettings};
 use tickgate::venue::nasdaq_itch::messages;

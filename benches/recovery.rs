@@ -41,8 +41,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tickgate::capture::seeded::SplitMix64;
 use tickgate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
-use tickgate::capture::simulate::SplitMix64;
 use tickgate::capture::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind, VenueSettings};
 use tickgate::net::rerequest::{Received, RerequestSocket};

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tickgate::capture::seeded::MAX_DATAGRAM;
+use tickgate::capture::frame::MAX_DATAGRAM;
 use tickgate::capture::sim_servers::{
     GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
 };

@@ -26,8 +26,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::frame::MAX_DATAGRAM;
 use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use super::pcap::PcapWriter;
+use super::seeded::SplitMix64;
 use super::sim_servers::{
     GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
     SnapshotSource, DEFAULT_HISTORY_MESSAGES,
@@ -41,7 +43,6 @@ use crate::wire::{
     FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
 };
 
-pub use super::seeded::{SplitMix64, MAX_DATAGRAM};
 /// Quotes (or snapshots) per packet at most.
 pub const MAX_BATCH: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + QUOTE_LEN);
 const MAX_HEARTBEATS_PER_PACKET: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + HEARTBEAT_LEN);

@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::capture::live::{McastSender, SenderOptions};
+use crate::capture::seeded::SplitMix64;
 use crate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
-use crate::capture::simulate::SplitMix64;
 use crate::config::{
     Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, LogConfig, MetricsConfig,
     SymbolConfig,
