@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::feed::reader::{self, TablePublisher};
 use tickgate::feed::settings::FeedSettings;
 use tickgate::feed::Feed;
@@ -43,6 +42,7 @@ use tickgate::net::receiver::{
     realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
     LineStatsSnapshot, ReceiverOptions,
 };
+use tickgate::sim::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const SYMBOLS: usize = 100_000;

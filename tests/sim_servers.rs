@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tickgate::capture::frame::MAX_DATAGRAM;
-use tickgate::capture::sim_servers::{
+use tickgate::sim::servers::{
     GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
 };
-use tickgate::capture::simulate::{SimConfig, Simulator};
+use tickgate::sim::simulate::{SimConfig, Simulator};
 use tickgate::venue::nasdaq_itch::book::Books;
 use tickgate::venue::nasdaq_itch::glimpse::{self, GlimpseMessage};
 use tickgate::venue::nasdaq_itch::messages::{self, Message};

@@ -2,24 +2,18 @@
 //! the synthetic provider (simulate) and recording live lines.
 
 pub mod binaryfile;
-pub mod cme_flow;
 pub mod compress;
 pub mod frame;
-pub mod live;
 pub mod merge;
 pub mod pcap;
 pub mod progress;
 pub mod record;
 pub mod replay;
-pub mod seeded;
-pub mod sim_servers;
-pub mod simulate;
 pub mod source;
 pub mod spill;
 pub mod stream;
 pub mod timeline;
 pub mod venue_arg;
-pub mod venue_sim;
 
 pub use compress::{CaptureInput, CaptureOutput, Compression};
 pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};

@@ -22,7 +22,6 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use super::frame::SkipCounts;
-use super::live::{refuse_unroutable, send_paced, McastSender, Pace, SenderOptions};
 use super::progress::Progress;
 use super::stream::{CaptureStream, StreamOptions, StreamSummary};
 use super::timeline::model::Touches;
@@ -31,6 +30,7 @@ use super::venue_arg::VenueArg;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
+use crate::sim::live::{refuse_unroutable, send_paced, McastSender, Pace, SenderOptions};
 use crate::util::signals::stop_on_signals;
 use crate::venue::{ChannelHeader, LineKind, VenueKind};
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
