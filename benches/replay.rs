@@ -31,10 +31,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::replay::{summary_json, Replay};
 use tickgate::capture::stream::{CaptureStream, StreamOptions};
 use tickgate::capture::PcapWriter;
 use tickgate::feed::{Feed, FeedSettings, Mode};
+use tickgate::replay::engine::{summary_json, Replay};
 use tickgate::sim::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
 
 const SYMBOLS: usize = 1_000;

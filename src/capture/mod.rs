@@ -6,13 +6,10 @@ pub mod compress;
 pub mod frame;
 pub mod merge;
 pub mod pcap;
-pub mod progress;
 pub mod record;
-pub mod replay;
 pub mod source;
 pub mod spill;
 pub mod stream;
-pub mod timeline;
 pub mod venue_arg;
 
 pub use compress::{CaptureInput, CaptureOutput, Compression};

@@ -21,12 +21,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 
-use super::frame::SkipCounts;
 use super::progress::Progress;
-use super::stream::{CaptureStream, StreamOptions, StreamSummary};
 use super::timeline::model::Touches;
 use super::timeline::Recorder;
-use super::venue_arg::VenueArg;
+use crate::capture::frame::SkipCounts;
+use crate::capture::stream::{CaptureStream, StreamOptions, StreamSummary};
+use crate::capture::venue_arg::VenueArg;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode, SymbolSummary};
 use crate::gate::protocol::answer;
@@ -1003,7 +1003,7 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
     }
     let st = &cap.stats;
     let o = &cap.order;
-    let binaryfile_json = |b: &super::stream::BinaryFileSummary| {
+    let binaryfile_json = |b: &crate::capture::stream::BinaryFileSummary| {
         json!({
             "date": b.date.to_string(),
             "session": b.session.to_string(),
@@ -1094,7 +1094,7 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
     let st = &cap.stats;
     let mut s = String::new();
     let compression = match cap.compression {
-        super::compress::Compression::None => String::new(),
+        crate::capture::compress::Compression::None => String::new(),
         c => format!(" ({})", c.name()),
     };
     if let (Some(b), [_]) = (&cap.binaryfile, cap.files.as_slice()) {
@@ -1106,7 +1106,7 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
             b.date,
             crate::text::plural(b.stats.datagrams, "MoldUDP64 datagram"),
             b.session,
-            super::binaryfile::DESTINATION
+            crate::capture::binaryfile::DESTINATION
         );
         if b.stats.unknown_types > 0 {
             let _ = writeln!(

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::replay::{Replay, ReplayFeed};
-use super::stream::StreamSummary;
+use super::engine::{Replay, ReplayFeed};
+use crate::capture::stream::StreamSummary;
 use crate::feed::verdict::Thresholds;
 use crate::feed::view::{FeedView, SymbolView};
 use crate::feed::FeedCounters;

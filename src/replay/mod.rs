@@ -1,0 +1,7 @@
+//! `tickgate replay`: captures streamed through the same core with capture
+//! time as the clock, the checks answered against them, their summary and
+//! the timeline picture.
+
+pub mod engine;
+pub mod progress;
+pub mod timeline;
