@@ -15,12 +15,13 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 
+use super::feed::{FeedSpec, ReplayFeed, ReplayLine, SessionInfo};
 use super::progress::Progress;
 use super::timeline::model::Touches;
 use super::timeline::Recorder;
@@ -33,7 +34,7 @@ use crate::gate::protocol::answer;
 use crate::sim::live::{refuse_unroutable, send_paced, McastSender, Pace, SenderOptions};
 use crate::util::signals::stop_on_signals;
 use crate::venue::{ChannelHeader, LineKind, VenueKind};
-use crate::wire::{PacketKind, SessionId, Side, Symbol};
+use crate::wire::{PacketKind, Side};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {
@@ -120,60 +121,6 @@ impl ReplayArgs {
             date: self.date,
         }
     }
-}
-
-/// One feed of a replay and what was seen of its sessions.
-pub struct ReplayFeed {
-    pub name: String,
-    pub mode: Mode,
-    pub venue: VenueKind,
-    /// Its publisher notes the symbols a datagram changed, for --timeline.
-    pub feed: Feed<Touches>,
-    /// Each line (line index = position).
-    pub lines: Vec<ReplayLine>,
-    pub sessions: Vec<SessionInfo>,
-    /// Packets dropped as belonging to a replaced or ended session (C5/C6).
-    pub stale_session_packets: u64,
-}
-
-/// One session id as seen on the wire (valid packets, all lines).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionInfo {
-    pub id: SessionId,
-    pub packets: u64,
-    pub data_packets: u64,
-    pub heartbeats: u64,
-    pub end_of_session: bool,
-    pub first_ts: i64,
-    pub last_ts: i64,
-    /// Lowest channel sequence number seen.
-    pub first_sequence: u64,
-    /// One past the highest message sequence seen (a heartbeat's own
-    /// sequence counts as "next").
-    pub next_sequence: u64,
-}
-
-/// One line of a replayed feed: datagrams sent to `dst` (and, for a
-/// source-specific line, sent from `source`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplayLine {
-    pub dst: SocketAddrV4,
-    pub source: Option<Ipv4Addr>,
-    /// What it carries (venues.md `cme-mdp3`, Lines).
-    pub kind: LineKind,
-}
-
-/// A feed to replay into.
-#[derive(Clone, Debug)]
-pub struct FeedSpec {
-    pub name: String,
-    pub settings: FeedSettings,
-    pub lines: Vec<ReplayLine>,
-    /// Symbols known from the start, with `(stale_ms, source_max_age_ms)`.
-    pub symbols: Vec<(Symbol, u64, u64)>,
-    /// recovery.md "Replay": a datagram from one of these (UDP source) is
-    /// the feed's re-request answer (R4).
-    pub rerequest: Vec<std::net::SocketAddr>,
 }
 
 /// The replay state: feeds, and the route from destination to (feed, line).
@@ -291,7 +238,7 @@ impl Replay {
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
         self.apply_datagram(src, dst, payload, ts);
         if let Some(mut t) = self.timeline.take() {
-            t.after_datagram(self, dst, ts);
+            t.after_datagram(&mut self.feeds, dst, ts);
             self.timeline = Some(t);
         }
     }
@@ -341,7 +288,7 @@ impl Replay {
             while f.feed.poll_request().is_some() {}
         }
         if let Some(mut t) = self.timeline.take() {
-            t.after_advance(self, now);
+            t.after_advance(&mut self.feeds, now);
             self.timeline = Some(t);
         }
     }
@@ -557,7 +504,7 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
         }
     };
     if let Some(mut t) = timeline {
-        t.attach(&mut replay);
+        t.attach(&mut replay.feeds);
         replay.timeline = Some(Box::new(t));
     }
     let mut checks = match &args.checks {
@@ -643,7 +590,10 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
         );
     }
     if let Some(t) = replay.timeline.take() {
-        eprintln!("tickgate: {}", t.finish(&replay, &args.captures, &sum)?);
+        eprintln!(
+            "tickgate: {}",
+            t.finish(&replay.feeds, &args.captures, &sum)?
+        );
     }
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
@@ -1332,7 +1282,7 @@ mod tests {
 
     #[test]
     fn session_notes_take_the_header_the_feed_validated() {
-        use crate::wire::{Packet, PacketBuilder, Quote};
+        use crate::wire::{Packet, PacketBuilder, Quote, SessionId, Symbol};
         let sid = SessionId::parse("20261130S1").unwrap();
         let sym = Symbol::parse("EURUSD").unwrap();
         let mut b = PacketBuilder::new();

@@ -3,5 +3,6 @@
 //! the timeline picture.
 
 pub mod engine;
+pub mod feed;
 pub mod progress;
 pub mod timeline;
