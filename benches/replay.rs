@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 use tickgate::capture::stream::{CaptureStream, StreamOptions};
 use tickgate::capture::PcapWriter;
 use tickgate::feed::{Feed, FeedSettings, Mode};
-use tickgate::replay::engine::{summary_json, Replay};
+use tickgate::replay::engine::Replay;
+use tickgate::replay::summary::summary_json;
 use tickgate::sim::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
 
 const SYMBOLS: usize = 1_000;

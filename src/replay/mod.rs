@@ -5,4 +5,5 @@
 pub mod engine;
 pub mod feed;
 pub mod progress;
+pub mod summary;
 pub mod timeline;
