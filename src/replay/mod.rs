@@ -2,6 +2,7 @@
 //! time as the clock, the checks answered against them, their summary and
 //! the timeline picture.
 
+pub mod checks;
 pub mod engine;
 pub mod feed;
 pub mod progress;
