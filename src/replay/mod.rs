@@ -3,6 +3,7 @@
 //! the timeline picture.
 
 pub mod checks;
+pub mod command;
 pub mod engine;
 pub mod feed;
 pub mod progress;
