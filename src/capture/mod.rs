@@ -1,5 +1,6 @@
-//! Captures: pcap/pcapng reading and writing, Nasdaq BinaryFILE days, replay through the core,
-//! the synthetic provider (simulate) and recording live lines.
+//! Capture files: pcap/pcapng and Nasdaq BinaryFILE reading and writing
+//! (plain, gzip or zstd), streaming several in time order (merging, and
+//! spilling sorted chunks to disk), and recording live lines to a file.
 
 pub mod binaryfile;
 pub mod compress;
