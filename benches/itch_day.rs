@@ -22,9 +22,9 @@ use thread_cpu::thread_cpu_now;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::simulate::SplitMix64;
-use tickgate::capture::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind, VenueSettings};
+use tickgate::sim::seeded::SplitMix64;
+use tickgate::sim::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::venue::nasdaq_itch::messages;
 use tickgate::wire::Packet;
 

@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::feed::reader::{self, TablePublisher};
 use tickgate::feed::settings::FeedSettings;
 use tickgate::feed::Feed;
@@ -43,6 +42,7 @@ use tickgate::net::receiver::{
     realtime_ns, set_fifo_priority, DatagramHandler, FeedThread, InterfaceSpec, LineSpec,
     LineStatsSnapshot, ReceiverOptions,
 };
+use tickgate::sim::live::{send_paced, McastSender, Pace, SenderOptions};
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 const SYMBOLS: usize = 100_000;
@@ -551,7 +551,7 @@ fn main() {
         // The receiver as its own process, so that a script can stop it
         // (SIGSTOP), fill its socket and time the drain exactly like
         // sockperf's server.
-        let stop = tickgate::capture::live::stop_on_signals();
+        let stop = tickgate::util::signals::stop_on_signals();
         let bench = Bench::start(&o, &gen, group);
         println!("ready {} next {}", std::process::id(), bench.next_n);
         while !stop.load(Ordering::Relaxed) {

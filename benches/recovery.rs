@@ -41,11 +41,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tickgate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
-use tickgate::capture::simulate::SplitMix64;
-use tickgate::capture::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind, VenueSettings};
 use tickgate::net::rerequest::{Received, RerequestSocket};
+use tickgate::sim::seeded::SplitMix64;
+use tickgate::sim::servers::{History, RerequestOptions, RerequestServer};
+use tickgate::sim::venue_sim::{ItchFlow, VenueFlow};
 use tickgate::venue::nasdaq_itch::messages::{self, Header, Message};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 
@@ -688,7 +688,7 @@ fn glimpse_apply() {
                 tracking: 0,
                 timestamp: 0,
             },
-            stock: tickgate::capture::venue_sim::venue_symbol(0),
+            stock: tickgate::sim::venue_sim::venue_symbol(0),
         }));
         b.bytes().to_vec()
     };

@@ -31,11 +31,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::replay::{summary_json, Replay};
-use tickgate::capture::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
 use tickgate::capture::stream::{CaptureStream, StreamOptions};
 use tickgate::capture::PcapWriter;
 use tickgate::feed::{Feed, FeedSettings, Mode};
+use tickgate::replay::engine::Replay;
+use tickgate::replay::summary::summary_json;
+use tickgate::sim::simulate::{default_lines, SimConfig, SimMode, SimTruth, Simulator};
 
 const SYMBOLS: usize = 1_000;
 const BATCH: usize = 16;

@@ -18,6 +18,8 @@ pub mod http_limits;
 pub mod manual;
 pub mod metrics;
 pub mod net;
+pub mod replay;
+pub mod sim;
 pub mod text;
 pub mod util;
 pub mod venue;

@@ -29,9 +29,9 @@ enum Command {
     /// A table of feeds and symbols from the running daemon.
     Status(tickgate::gate::client::StatusArgs),
     /// Replay a capture through the core (capture time is the clock).
-    Replay(tickgate::capture::replay::ReplayArgs),
+    Replay(tickgate::replay::command::ReplayArgs),
     /// Write a synthetic provider's stream to a capture.
-    Simulate(Box<tickgate::capture::simulate::SimulateArgs>),
+    Simulate(Box<tickgate::sim::simulate::SimulateArgs>),
     /// Write what a feed's lines receive to a pcap.
     Record(tickgate::capture::record::RecordArgs),
     /// The reliable lane's tools.
@@ -81,8 +81,8 @@ fn main() {
         Command::Demo(a) => tickgate::daemon::demo_main(a),
         Command::Check(a) => tickgate::gate::client::check_main(a),
         Command::Status(a) => tickgate::gate::client::status_main(a),
-        Command::Replay(a) => tickgate::capture::replay::main(a),
-        Command::Simulate(a) => tickgate::capture::simulate::main(*a),
+        Command::Replay(a) => tickgate::replay::command::main(a),
+        Command::Simulate(a) => tickgate::sim::simulate::main(*a),
         Command::Record(a) => tickgate::capture::record::main(a),
         Command::Fills(FillsCommand::Apply(a)) => tickgate::fills::cli::apply_main(a),
         Command::Fills(FillsCommand::Push(a)) => tickgate::fills::push::main(a),

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use tickgate::capture::simulate::{SimConfig, SimMode, Simulator};
 use tickgate::capture::{CaptureReader, PcapWriter};
 use tickgate::feed::{Feed, FeedSettings, VenueKind};
+use tickgate::sim::simulate::{SimConfig, SimMode, Simulator};
 use tickgate::venue::nasdaq_itch::messages::message_size;
 use tickgate::wire::Packet;
 

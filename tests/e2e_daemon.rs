@@ -16,8 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
-use tickgate::capture::simulate::{default_lines, SimConfig, SimTruth, Simulator};
+use tickgate::sim::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::sim::simulate::{default_lines, SimConfig, SimTruth, Simulator};
 
 #[path = "common/daemon.rs"]
 mod daemon;

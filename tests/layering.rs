@@ -1,9 +1,11 @@
 //! The module layering: arrows point down only.
 //! - The core (`src/wire`, `src/venue`, `src/feed`, `src/client`) names
-//!   nothing above it: not `gate`, `capture`, `daemon`, `metrics`, `fills`,
-//!   `config` nor `net`, outside `#[cfg(test)]` code.
+//!   nothing above it: not `gate`, `capture`, `replay`, `sim`, `daemon`,
+//!   `metrics`, `fills`, `config` nor `net`, outside `#[cfg(test)]` code.
 //! - `metrics` and the gate server do not import each other both ways: one
 //!   exposes its counters, the other reads them.
+//! - `capture` (the file formats) names neither `replay` nor `sim`, which
+//!   build on it; `sim` names no `replay` (`replay --send` uses `sim::live`).
 //!
 //! The sources are scanned as text: comments and string literals are
 //! blanked, `#[cfg(test)]` items are dropped, and every path starting with
@@ -14,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 const CORE: &[&str] = &["wire", "venue", "feed", "client"];
 const ABOVE: &[&str] = &[
-    "gate", "capture", "daemon", "metrics", "fills", "config", "net",
+    "gate", "capture", "replay", "sim", "daemon", "metrics", "fills", "config", "net",
 ];
 
 /// `src` with comments, string and char literals replaced by spaces
@@ -339,6 +341,37 @@ fn metrics_and_the_gate_server_do_not_import_each_other() {
     assert!(
         !(metrics_reads_server && server_reads_metrics),
         "metrics.rs imports gate::server and gate/server.rs imports metrics"
+    );
+}
+
+#[test]
+fn captures_sit_below_the_replay_and_the_simulators() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut violations = Vec::new();
+    for (below, above) in [
+        ("capture", &["replay", "sim"][..]),
+        ("sim", &["replay"][..]),
+    ] {
+        let mut files = Vec::new();
+        rust_files(&src.join(below), &mut files);
+        files.sort();
+        assert!(!files.is_empty(), "no files in src/{below}");
+        for file in &files {
+            for (line, path) in named_by(&src, file) {
+                if path.first().is_some_and(|m| above.contains(&m.as_str())) {
+                    violations.push(format!(
+                        "{}:{line}: names crate::{}",
+                        file.strip_prefix(&src).unwrap().display(),
+                        path.join("::")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "a lower module names one above it:\n{}",
+        violations.join("\n")
     );
 }
 

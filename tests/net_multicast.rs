@@ -1,4 +1,4 @@
-//! Loopback multicast: the sender (`capture::live`) into the receiver
+//! Loopback multicast: the sender (`sim::live`) into the receiver
 //! (`net::receiver`). Only 127.0.0.0/8 addresses and 239.255.77.x groups
 //! on `lo`, TTL 1 and IP_MULTICAST_IF 127.0.0.1, so nothing leaves the
 //! host. Every wait is bounded; nothing asserts on timing.
@@ -7,12 +7,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{
-    send_paced, send_paced_in_bursts, McastSender, Pace, SendStats, SenderOptions,
-};
 use tickgate::net::receiver::{
     realtime_ns, DatagramHandler, FeedThread, InterfaceSpec, LineSpec, LineStats, Receiver,
     ReceiverOptions,
+};
+use tickgate::sim::live::{
+    send_paced, send_paced_in_bursts, McastSender, Pace, SendStats, SenderOptions,
 };
 use tickgate::wire::{Packet, PacketBuilder, Quote, SessionId, Side, Symbol};
 

@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tickgate::capture::live::{send_paced, McastSender, Pace, SenderOptions};
-use tickgate::capture::sim_servers::{
+use tickgate::feed::{SnapshotFailure, VenueKind};
+use tickgate::net::glimpse::{GlimpseClient, GlimpseOptions, Outcome};
+use tickgate::sim::live::{send_paced, McastSender, Pace, SenderOptions};
+use tickgate::sim::servers::{
     GlimpseOptions as ServerOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions,
     RerequestServer, SnapshotSource,
 };
-use tickgate::capture::simulate::{default_lines, SimConfig, SimTruth, Simulator};
-use tickgate::feed::{SnapshotFailure, VenueKind};
-use tickgate::net::glimpse::{GlimpseClient, GlimpseOptions, Outcome};
+use tickgate::sim::simulate::{default_lines, SimConfig, SimTruth, Simulator};
 use tickgate::venue::nasdaq_itch::book::{Books, Level};
 use tickgate::venue::nasdaq_itch::glimpse::encode_end_of_snapshot;
 use tickgate::venue::nasdaq_itch::messages::{encode_to_vec, Header, Message, Side};

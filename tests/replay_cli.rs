@@ -353,7 +353,7 @@ fn a_checks_line_longer_than_a_request_can_be_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let cap = checks_capture(dir.path());
     let checks = dir.path().join("checks.txt");
-    let max = tickgate::capture::replay::MAX_CHECK_LINE;
+    let max = tickgate::replay::checks::MAX_CHECK_LINE;
     // The longest line taken (with its \r): its request is too long for
     // the socket too.
     let longest = format!("{T0} CHECK {}", "X".repeat(max - 27));

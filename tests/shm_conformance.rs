@@ -3,7 +3,7 @@
 //! packet every symbol is asked both ways at the same clock; the answers
 //! must be equal byte for byte.
 //!
-//! - tickgate-protocol feeds from the simulator (`capture::simulate`):
+//! - tickgate-protocol feeds from the simulator (`sim::simulate`):
 //!   loss (gaps), duplicates and reordering on two lines, session changes,
 //!   an unbelievable sequence (suspicion), end of session, full and delta,
 //!   both liveness rules, clock offsets off, automatic and fixed;
@@ -14,8 +14,8 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use tickgate::capture::simulate::{symbol_name, SimConfig, SimMode, Simulator};
 use tickgate::feed::{ClockOffset, FeedSettings, Liveness, Mode};
+use tickgate::sim::simulate::{symbol_name, SimConfig, SimMode, Simulator};
 
 #[path = "common/scenarios.rs"]
 mod scenarios;

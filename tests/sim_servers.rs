@@ -9,11 +9,11 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tickgate::capture::seeded::MAX_DATAGRAM;
-use tickgate::capture::sim_servers::{
+use tickgate::capture::frame::MAX_DATAGRAM;
+use tickgate::sim::servers::{
     GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
 };
-use tickgate::capture::simulate::{SimConfig, Simulator};
+use tickgate::sim::simulate::{SimConfig, Simulator};
 use tickgate::venue::nasdaq_itch::book::Books;
 use tickgate::venue::nasdaq_itch::glimpse::{self, GlimpseMessage};
 use tickgate::venue::nasdaq_itch::messages::{self, Message};

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use tickgate::capture::simulate::{SimConfig, SimMode, Simulator};
+use tickgate::sim::simulate::{SimConfig, SimMode, Simulator};
 
 #[path = "common/counting_alloc.rs"]
 mod counting_alloc;

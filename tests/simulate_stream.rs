@@ -5,16 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use tickgate::capture::simulate::{SimConfig, SimEvent, SimMode, Simulator, BAD_SEQ_JUMP};
 use tickgate::capture::CaptureReader;
+use tickgate::sim::simulate::{SimConfig, SimEvent, SimMode, Simulator, BAD_SEQ_JUMP};
 use tickgate::wire::{Message, Packet, PacketKind, FLAG_RESET};
 
-fn run(
-    cfg: SimConfig,
-) -> (
-    Vec<(SimEvent, Vec<u8>)>,
-    tickgate::capture::simulate::SimTruth,
-) {
+fn run(cfg: SimConfig) -> (Vec<(SimEvent, Vec<u8>)>, tickgate::sim::simulate::SimTruth) {
     let mut sim = Simulator::new(cfg).unwrap();
     let mut out = Vec::new();
     let mut buf = Vec::new();

@@ -73,7 +73,8 @@ pub fn capture_reader(data: &[u8]) {
 /// count and sequence follow the messages read, within one datagram of
 /// size unless one message alone is larger.
 pub fn binaryfile_reader(data: &[u8]) {
-    use tickgate::capture::binaryfile::{BinaryFileReader, MAX_DATAGRAM};
+    use tickgate::capture::binaryfile::BinaryFileReader;
+    use tickgate::capture::frame::MAX_DATAGRAM;
     use tickgate::capture::source::DatagramSource;
     use tickgate::venue::nasdaq_itch::messages::message_size;
     let date = jiff::civil::Date::new(2019, 1, 30).expect("a date");

@@ -32,8 +32,8 @@ use std::path::Path;
 
 use jiff::civil::Date;
 
+use super::frame::MAX_DATAGRAM;
 use super::pcap::CaptureError;
-pub use super::seeded::MAX_DATAGRAM;
 use super::source::{DatagramMeta, DatagramSource};
 use crate::venue::nasdaq_itch::messages::{message_size, TYPE_SYSTEM_EVENT};
 use crate::venue::nasdaq_itch::{midnight_of, new_york};

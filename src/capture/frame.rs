@@ -6,6 +6,10 @@ use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::Range;
 
+/// Datagram budget of what tickgate writes (simulated lines, a BinaryFILE
+/// day's datagrams): fits a 1500-byte Ethernet MTU with room to spare.
+pub const MAX_DATAGRAM: usize = 1400;
+
 /// Link types (the pcap `LINKTYPE_*` numbers) this parser understands.
 pub mod linktype {
     /// BSD loopback: 4-byte address family in host byte order.

@@ -391,6 +391,11 @@ pub enum Plan {
 /// Least budget: a spill needs room for a chunk and two chunk readers.
 pub const MIN_BUDGET: usize = 1 << 20;
 
+/// Buffer of a spill chunk being read (`spill`), counted in the budget.
+pub const READ_BUF: usize = 32 << 10;
+/// Buffer of a spill chunk being written (`spill`), counted in the budget.
+pub const WRITE_BUF: usize = 64 << 10;
+
 /// Chooses how to merge `runs` sorted runs whose readers would hold
 /// `direct_bytes` together, within `budget` bytes (at least
 /// [`MIN_BUDGET`]). A spill reads the input with one reader and writes a
@@ -408,8 +413,7 @@ pub fn plan(
         return Plan::Direct;
     }
     let chunk_bytes = budget.saturating_sub(input_bytes).max(budget / 4);
-    let fan_in =
-        (budget.saturating_sub(super::spill::WRITE_BUF) / chunk_reader_bytes.max(1)).max(2);
+    let fan_in = (budget.saturating_sub(WRITE_BUF) / chunk_reader_bytes.max(1)).max(2);
     Plan::Spill {
         chunk_bytes,
         fan_in,

@@ -1,24 +1,17 @@
-//! Captures: pcap/pcapng reading and writing, Nasdaq BinaryFILE days, replay through the core,
-//! the synthetic provider (simulate) and recording live lines.
+//! Capture files: pcap/pcapng and Nasdaq BinaryFILE reading and writing
+//! (plain, gzip or zstd), streaming several in time order (merging, and
+//! spilling sorted chunks to disk), and recording live lines to a file.
 
 pub mod binaryfile;
-pub mod cme_flow;
 pub mod compress;
 pub mod frame;
-pub mod live;
 pub mod merge;
 pub mod pcap;
-pub mod progress;
 pub mod record;
-pub mod replay;
-pub mod seeded;
-pub mod sim_servers;
-pub mod simulate;
 pub mod source;
 pub mod spill;
 pub mod stream;
-pub mod timeline;
-pub mod venue_sim;
+pub mod venue_arg;
 
 pub use compress::{CaptureInput, CaptureOutput, Compression};
 pub use frame::{parse_frame, SkipCounts, SkipReason, UdpDatagram};

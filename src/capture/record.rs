@@ -46,8 +46,8 @@ pub struct RecordArgs {
     /// The venue the lines carry (venues.md): datagrams are recorded byte
     /// for byte whatever they are; at the end, how many were not valid for
     /// this venue is said per line (a wrong group or venue shows at once).
-    #[arg(long, value_enum, default_value_t = super::replay::VenueArg::Tickgate)]
-    pub venue: super::replay::VenueArg,
+    #[arg(long, value_enum, default_value_t = super::venue_arg::VenueArg::Tickgate)]
+    pub venue: super::venue_arg::VenueArg,
 }
 
 /// Datagrams are held this long before being written, so that what the
@@ -188,7 +188,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
         }),
         invalid: vec![0; lines.len()],
     };
-    let interrupted = super::live::stop_on_signals();
+    let interrupted = crate::util::signals::stop_on_signals();
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     eprintln!(

@@ -13,14 +13,10 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
-use super::merge::Merge;
+use super::merge::{Merge, READ_BUF, WRITE_BUF};
 use super::pcap::CaptureError;
 use super::source::{DatagramMeta, DatagramSource};
 
-/// Buffer of a chunk being read.
-pub const READ_BUF: usize = 32 << 10;
-/// Buffer of a chunk being written.
-pub const WRITE_BUF: usize = 64 << 10;
 const HEADER: usize = 8 + 6 + 6 + 4;
 
 /// What spilling cost.

@@ -45,10 +45,11 @@ use jiff::civil::Date;
 
 use super::binaryfile::{self, BinaryFileReader, BinaryFileStats};
 use super::compress::{CaptureInput, Compression};
-use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer};
+use super::frame::MAX_DATAGRAM;
+use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer, READ_BUF, WRITE_BUF};
 use super::pcap::{CaptureError, CaptureReader, CaptureStats, ResumePoint};
 use super::source::{DatagramMeta, DatagramSource, Released};
-use super::spill::{ChunkReader, SpillDir, SpillStats, READ_BUF, WRITE_BUF};
+use super::spill::{ChunkReader, SpillDir, SpillStats};
 
 /// Default memory budget of the sort (readers, chunks, buffers).
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
@@ -402,7 +403,7 @@ impl DatagramSource for BinarySource {
     }
 
     fn memory(&self) -> usize {
-        self.reader.get_ref().memory() + binaryfile::MAX_DATAGRAM
+        self.reader.get_ref().memory() + MAX_DATAGRAM
     }
 }
 
@@ -552,7 +553,7 @@ impl CaptureStream {
             let reader = match open_any(path, &opts)? {
                 Opened::Capture(r) => r,
                 Opened::BinaryFile(reader) => {
-                    memory += reader.get_ref().memory() + binaryfile::MAX_DATAGRAM;
+                    memory += reader.get_ref().memory() + MAX_DATAGRAM;
                     let (source, entry) = BinaryFile::source(i, reader, &opts.filter);
                     files.push(entry.summary(path));
                     binaryfiles.push(entry);
@@ -630,7 +631,7 @@ impl CaptureStream {
         }
         let binary_bytes: usize = binaries
             .iter()
-            .map(|(_, r)| r.get_ref().memory() + binaryfile::MAX_DATAGRAM)
+            .map(|(_, r)| r.get_ref().memory() + MAX_DATAGRAM)
             .sum();
         // A file is read by at least one reader, whose decoder holds its
         // window (a zstd capture's can be MiBs): the budget is raised to

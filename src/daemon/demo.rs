@@ -15,9 +15,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::capture::live::{McastSender, SenderOptions};
-use crate::capture::sim_servers::{History, RerequestOptions, RerequestServer};
-use crate::capture::simulate::SplitMix64;
 use crate::config::{
     Config, FeedConfig, FeedMode, GateConfig, InterfaceSpec, LineConfig, LogConfig, MetricsConfig,
     SymbolConfig,
@@ -25,6 +22,9 @@ use crate::config::{
 use crate::fills::config::{ClientConfig, FillsConfig};
 use crate::gate::server::Backend;
 use crate::net::receiver::realtime_ns;
+use crate::sim::live::{McastSender, SenderOptions};
+use crate::sim::seeded::SplitMix64;
+use crate::sim::servers::{History, RerequestOptions, RerequestServer};
 use crate::wire::{Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol};
 
 use super::notify::Notifier;

@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::capture::live::{send_paced_in_bursts, McastSender, Pace, SenderOptions};
-use crate::capture::sim_servers::{
-    GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
-};
-use crate::capture::simulate::{SimConfig, SimLine, Simulator};
-use crate::capture::venue_sim::venue_symbol;
 use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness, SnapshotConfig};
 use crate::gate::server::Backend;
 use crate::net::receiver::realtime_ns;
+use crate::sim::live::{send_paced_in_bursts, McastSender, Pace, SenderOptions};
+use crate::sim::servers::{
+    GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
+};
+use crate::sim::simulate::{SimConfig, SimLine, Simulator};
+use crate::sim::venue_sim::venue_symbol;
 use crate::venue::VenueKind;
 
 use super::demo::{free_demo_port, free_or_ephemeral, with_demo_services, DemoArgs};

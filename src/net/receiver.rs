@@ -1492,9 +1492,9 @@ mod tests {
             InterfaceSpec::Addr(Ipv4Addr::LOCALHOST),
         );
         let mut rx = Receiver::open(&[line], ReceiverOptions::default()).unwrap();
-        let tx = crate::capture::live::McastSender::open(
-            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
-        )
+        let tx = crate::sim::live::McastSender::open(&crate::sim::live::SenderOptions::new(
+            Ipv4Addr::LOCALHOST,
+        ))
         .unwrap();
         let g = SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, 41), 47041);
         tx.send(g, b"x").unwrap();
@@ -1518,9 +1518,9 @@ mod tests {
     /// Sends one-byte datagrams `0..n` to `g`, then reads line 0 until
     /// `want` were read (one batch), as the receiver's first read would.
     fn send_and_read_first(rx: &mut Receiver, g: SocketAddrV4, n: u8, want: usize) {
-        let mut tx = crate::capture::live::McastSender::open(
-            &crate::capture::live::SenderOptions::new(Ipv4Addr::LOCALHOST),
-        )
+        let mut tx = crate::sim::live::McastSender::open(&crate::sim::live::SenderOptions::new(
+            Ipv4Addr::LOCALHOST,
+        ))
         .unwrap();
         let items: Vec<(SocketAddrV4, [u8; 1])> = (0..n).map(|i| (g, [i])).collect();
         tx.send_batch(&items).unwrap();

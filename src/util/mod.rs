@@ -7,4 +7,5 @@ pub mod histogram;
 pub mod lines;
 pub mod prefetch;
 pub mod read;
+pub mod signals;
 pub mod stoppable;

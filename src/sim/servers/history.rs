@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::capture::seeded::MAX_DATAGRAM;
+use crate::capture::frame::MAX_DATAGRAM;
 use crate::venue::rerequest::Request;
 use crate::wire::{Packet, PacketBuilder, SessionId, HEADER_LEN};
 

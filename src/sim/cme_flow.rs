@@ -15,8 +15,9 @@
 //! longer than 8 characters are on every path; they belong to the
 //! SecurityGroups `GA` (even index) and `GB` (odd).
 
-use super::seeded::{SplitMix64, MAX_DATAGRAM};
+use super::seeded::SplitMix64;
 use super::venue_sim::VenueFlow;
+use crate::capture::frame::MAX_DATAGRAM;
 use crate::venue::cme_mdp3::encode::{self, BookEntry, SnapshotLevel};
 use crate::venue::cme_mdp3::sbe::PACKET_HEADER_LEN;
 

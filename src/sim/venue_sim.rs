@@ -12,7 +12,8 @@
 //!   Events and a Trading Status `T` per symbol, then Quote Updates, trade
 //!   reports and halts with resumptions; heartbeats and System Event `C`.
 
-use super::seeded::{SplitMix64, MAX_DATAGRAM};
+use super::seeded::SplitMix64;
+use crate::capture::frame::MAX_DATAGRAM;
 use crate::venue::iex_tops::SegmentBuilder;
 use crate::venue::nasdaq_itch::messages::{self, Header, Message, Side};
 use crate::venue::nasdaq_itch::{midnight_in, new_york};

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::replay::{Replay, ReplayFeed};
-use super::stream::StreamSummary;
+use super::feed::ReplayFeed;
+use crate::capture::stream::StreamSummary;
 use crate::feed::verdict::Thresholds;
 use crate::feed::view::{FeedView, SymbolView};
 use crate::feed::FeedCounters;
@@ -159,18 +159,18 @@ impl Recorder {
     }
 
     /// Turns on the feeds' notes of changed symbols.
-    pub fn attach(&mut self, r: &mut Replay) {
-        for (fi, f) in r.feeds.iter_mut().enumerate() {
+    pub fn attach(&mut self, feeds: &mut [ReplayFeed]) {
+        for (fi, f) in feeds.iter_mut().enumerate() {
             f.feed.publisher_mut().enable();
             self.model.name_feed(fi, &f.name);
         }
     }
 
     /// After `Replay::on_datagram` of a datagram to `dst` stamped `ts`.
-    pub fn after_datagram(&mut self, r: &mut Replay, dst: SocketAddrV4, ts: i64) {
-        self.moment(r, ts);
-        if let Some((fi, li)) = self.line_of(r, dst) {
-            let now = r.feeds[fi]
+    pub fn after_datagram(&mut self, feeds: &mut [ReplayFeed], dst: SocketAddrV4, ts: i64) {
+        self.moment(feeds, ts);
+        if let Some((fi, li)) = self.line_of(feeds, dst) {
+            let now = feeds[fi]
                 .feed
                 .counters()
                 .lines
@@ -186,23 +186,22 @@ impl Recorder {
             let n = now.saturating_sub(seen[li]);
             seen[li] = now;
             if n > 0 {
-                let name = || line_name(&r.feeds[fi], li);
+                let name = || line_name(&feeds[fi], li);
                 self.model.line_packets(fi, li, &name, n);
             }
         }
     }
 
     /// After `Replay::advance(now)`.
-    pub fn after_advance(&mut self, r: &mut Replay, now: i64) {
-        self.moment(r, now);
+    pub fn after_advance(&mut self, feeds: &mut [ReplayFeed], now: i64) {
+        self.moment(feeds, now);
     }
 
-    fn line_of(&mut self, r: &Replay, dst: SocketAddrV4) -> Option<(usize, usize)> {
+    fn line_of(&mut self, feeds: &[ReplayFeed], dst: SocketAddrV4) -> Option<(usize, usize)> {
         if let Some(&l) = self.lines.get(&dst) {
             return l;
         }
-        let found = r
-            .feeds
+        let found = feeds
             .iter()
             .enumerate()
             .find_map(|(fi, f)| f.lines.iter().position(|l| l.dst == dst).map(|li| (fi, li)));
@@ -215,18 +214,18 @@ impl Recorder {
     }
 
     /// One moment: the feeds' changes since the previous one.
-    fn moment(&mut self, r: &mut Replay, ts: i64) -> i64 {
+    fn moment(&mut self, feeds: &mut [ReplayFeed], ts: i64) -> i64 {
         let m = &mut self.model;
         let t = m.begin(ts);
         let mut all = false;
-        for (fi, f) in r.feeds.iter().enumerate() {
+        for (fi, f) in feeds.iter().enumerate() {
             all |= f.feed.publisher().overflowed() || m.feed_changes(fi, f.feed.feed_view(), t);
         }
-        for f in &r.feeds {
+        for f in feeds.iter() {
             for &s in f.feed.publisher().symbols() {
                 if let Tracked::Row(row) = m.update(s, t) {
                     if !all {
-                        m.judge_new(row, lookup(&r.feeds, s), t);
+                        m.judge_new(row, lookup(feeds, s), t);
                     }
                 }
             }
@@ -234,10 +233,10 @@ impl Recorder {
         if all {
             for row in 0..m.rows.len() {
                 let s = m.rows[row].symbol;
-                m.judge_new(row, lookup(&r.feeds, s), t);
+                m.judge_new(row, lookup(feeds, s), t);
             }
         }
-        for (fi, f) in r.feeds.iter_mut().enumerate() {
+        for (fi, f) in feeds.iter_mut().enumerate() {
             m.feed_counts(fi, &event_counts(f.feed.counters()));
             m.set_feed_view(fi, f.feed.feed_view());
             f.feed.publisher_mut().clear();
@@ -250,7 +249,7 @@ impl Recorder {
     /// left out, for stderr.
     pub fn finish(
         mut self,
-        r: &Replay,
+        feeds: &[ReplayFeed],
         captures: &[std::path::PathBuf],
         sum: &StreamSummary,
     ) -> anyhow::Result<String> {
@@ -262,8 +261,8 @@ impl Recorder {
                 .map(|c| c.display().to_string())
                 .collect::<Vec<_>>()
                 .join(" + "),
-            symbols_known: r.feeds.iter().map(|f| f.feed.symbol_count() as u64).sum(),
-            lines_total: r.feeds.iter().map(|f| f.lines.len()).sum(),
+            symbols_known: feeds.iter().map(|f| f.feed.symbol_count() as u64).sum(),
+            lines_total: feeds.iter().map(|f| f.lines.len()).sum(),
             datagrams: sum.released,
         };
         let note = render::left_out(&self.model, &meta);

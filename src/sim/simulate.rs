@@ -26,23 +26,23 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::live::{
-    refuse_unroutable, send_paced_in_bursts, stop_on_signals, McastSender, Pace, SenderOptions,
-};
-use super::pcap::PcapWriter;
-use super::replay::VenueArg;
-use super::sim_servers::{
+use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
+use super::seeded::SplitMix64;
+use super::servers::{
     GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
     SnapshotSource, DEFAULT_HISTORY_MESSAGES,
 };
 use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
+use crate::capture::frame::MAX_DATAGRAM;
+use crate::capture::pcap::PcapWriter;
+use crate::capture::venue_arg::VenueArg;
+use crate::util::signals::stop_on_signals;
 use crate::venue::VenueKind;
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
     FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
 };
 
-pub use super::seeded::{SplitMix64, MAX_DATAGRAM};
 /// Quotes (or snapshots) per packet at most.
 pub const MAX_BATCH: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + QUOTE_LEN);
 const MAX_HEARTBEATS_PER_PACKET: usize = (MAX_DATAGRAM - HEADER_LEN) / (2 + HEARTBEAT_LEN);
@@ -1116,7 +1116,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub compress: super::compress::CompressArgs,
+    pub compress: crate::capture::compress::CompressArgs,
     /// Write what was injected (JSON) to this file.
     #[arg(long, value_name = "FILE")]
     pub truth: Option<PathBuf>,
@@ -1329,7 +1329,7 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<i32> {
     let Some(out_path) = args.out.as_ref() else {
         bail!("--out FILE is required");
     };
-    if super::binaryfile::is_binaryfile_name(out_path) {
+    if crate::capture::binaryfile::is_binaryfile_name(out_path) {
         return simulate_binaryfile(&args, cfg, out_path);
     }
     let mut sim = Simulator::new(cfg)?;
@@ -1364,8 +1364,8 @@ fn simulate_binaryfile(
     cfg: SimConfig,
     out_path: &std::path::Path,
 ) -> anyhow::Result<i32> {
-    use super::binaryfile::{date_from_name, BinaryFileWriter};
-    use super::compress::CaptureOutput;
+    use crate::capture::binaryfile::{date_from_name, BinaryFileWriter};
+    use crate::capture::compress::CaptureOutput;
     if cfg.venue != VenueKind::NasdaqItch {
         bail!(
             "{}: a .NASDAQ_ITCH50 file holds Nasdaq ITCH: it needs --venue nasdaq-itch",

@@ -1,10 +1,6 @@
 //! What the seeded simulators share (`simulate.rs` for the tickgate
 //! protocol and the lines, `venue_sim.rs` for venue traffic): the
-//! generator and the datagram budget. Below both, so neither imports the
-//! other's internals.
-
-/// Datagram budget: fits a 1500-byte Ethernet MTU with room to spare.
-pub const MAX_DATAGRAM: usize = 1400;
+//! generator. Below both, so neither imports the other's internals.
 
 /// splitmix64: tiny, fast, and fixed forever (unlike a crate's PRNG).
 #[derive(Clone, Debug)]

@@ -1,0 +1,310 @@
+//! The replay's state: each feed's core fed the captured datagrams with
+//! their stamps as the clock, routed by destination to (feed, line), and
+//! the gate's answers at a given time; the feeds of a config file.
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::path::Path;
+
+use super::feed::{FeedSpec, ReplayFeed, ReplayLine, SessionInfo};
+use super::timeline::model::Touches;
+use super::timeline::Recorder;
+use crate::feed::check::SymbolLookup;
+use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode};
+use crate::gate::protocol::answer;
+use crate::venue::{ChannelHeader, LineKind};
+use crate::wire::PacketKind;
+
+/// The replay state: feeds, and the route from destination to (feed, line).
+pub struct Replay {
+    pub feeds: Vec<ReplayFeed>,
+    route: HashMap<SocketAddrV4, (usize, usize)>,
+    /// R4: re-request server address to feed.
+    answers: HashMap<SocketAddrV4, usize>,
+    /// Datagrams whose destination is no line (or whose source is not the
+    /// one a source-specific line accepts).
+    pub unmatched: u64,
+    /// A destination that is no line yet becomes one of the first feed.
+    discover_lines: bool,
+    /// --timeline: told of each datagram and each advance of the clock.
+    pub timeline: Option<Box<Recorder>>,
+}
+
+impl Replay {
+    /// One feed in `mode` with default settings; each destination one line.
+    pub fn single_feed(mode: Mode, lines: &[SocketAddrV4]) -> Replay {
+        Replay::single_venue_feed(
+            FeedSettings {
+                mode,
+                ..FeedSettings::default()
+            },
+            lines,
+        )
+    }
+
+    /// One feed with these settings (e.g. a venue's defaults); each
+    /// destination one line.
+    pub fn single_venue_feed(settings: FeedSettings, lines: &[SocketAddrV4]) -> Replay {
+        Replay::new(vec![FeedSpec {
+            name: "replay".to_string(),
+            settings,
+            lines: lines
+                .iter()
+                .map(|&dst| ReplayLine {
+                    dst,
+                    source: None,
+                    kind: LineKind::Incremental,
+                })
+                .collect(),
+            symbols: Vec::new(),
+            rerequest: Vec::new(),
+        }])
+    }
+
+    /// The given feeds; a destination that two lines share goes to the first.
+    pub fn new(feeds: Vec<FeedSpec>) -> Replay {
+        let mut route = HashMap::new();
+        let mut answers = HashMap::new();
+        let feeds = feeds
+            .into_iter()
+            .enumerate()
+            .map(|(fi, spec)| {
+                for (li, line) in spec.lines.iter().enumerate() {
+                    route.entry(line.dst).or_insert((fi, li));
+                }
+                for server in &spec.rerequest {
+                    if let std::net::SocketAddr::V4(a) = server {
+                        answers.entry(*a).or_insert(fi);
+                    }
+                }
+                let mut feed =
+                    Feed::with_publisher(spec.settings, spec.lines.len(), Touches::default());
+                for (sym, stale, source) in spec.symbols {
+                    feed.set_symbol_thresholds(sym, stale, source);
+                }
+                for (li, line) in spec.lines.iter().enumerate() {
+                    feed.set_line_kind(li, line.kind);
+                }
+                ReplayFeed {
+                    name: spec.name,
+                    mode: spec.settings.mode,
+                    venue: spec.settings.venue.kind,
+                    feed,
+                    lines: spec.lines,
+                    sessions: Vec::new(),
+                    stale_session_packets: 0,
+                }
+            })
+            .collect();
+        Replay {
+            feeds,
+            route,
+            answers,
+            unmatched: 0,
+            discover_lines: false,
+            timeline: None,
+        }
+    }
+
+    /// From now on each new destination becomes a line of the first feed,
+    /// in order of first appearance: a streamed capture's destinations are
+    /// known only as they come.
+    pub fn discover_lines(mut self) -> Replay {
+        self.discover_lines = !self.feeds.is_empty();
+        self
+    }
+
+    fn add_line(&mut self, dst: SocketAddrV4) -> (usize, usize) {
+        let f = &mut self.feeds[0];
+        f.lines.push(ReplayLine {
+            dst,
+            source: None,
+            kind: LineKind::Incremental,
+        });
+        let li = f.feed.add_line();
+        self.route.insert(dst, (0, li));
+        (0, li)
+    }
+
+    /// One datagram from `src` to `dst`, stamped `ts` (the clock).
+    pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+        self.apply_datagram(src, dst, payload, ts);
+        if let Some(mut t) = self.timeline.take() {
+            t.after_datagram(&mut self.feeds, dst, ts);
+            self.timeline = Some(t);
+        }
+    }
+
+    fn apply_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
+        if let Some(&fi) = self.answers.get(&src) {
+            // recovery.md "Replay": the feed's re-request answer (R4).
+            self.feeds[fi].feed.on_rerequest_answer(payload, ts);
+            return;
+        }
+        let (fi, li) = match self.route.get(&dst) {
+            Some(&r) => r,
+            None if self.discover_lines => self.add_line(dst),
+            None => {
+                self.unmatched += 1;
+                return;
+            }
+        };
+        let f = &mut self.feeds[fi];
+        if f.lines[li].source.is_some_and(|s| s != *src.ip()) {
+            self.unmatched += 1;
+            return;
+        }
+        // The feed's venue validates the whole datagram; the session notes
+        // take the header it found valid (not a second parse).
+        match f.feed.on_datagram(li, payload, ts) {
+            DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
+            DatagramOutcome::StaleSession => f.stale_session_packets += 1,
+            _ => {}
+        }
+        if let Some(h) = f.feed.last_header() {
+            note_session(&mut f.sessions, h, ts);
+            // C6 inside a data packet (IEX System Event C).
+            if f.feed.session_ended() {
+                if let Some(s) = f.sessions.iter_mut().rfind(|s| s.id == h.session) {
+                    s.end_of_session = true;
+                }
+            }
+        }
+    }
+
+    /// Capture time reaches `now`: every feed's holes whose deadline passed
+    /// are declared (recovery.md R2 with capture time; nothing is sent).
+    pub fn advance(&mut self, now: i64) {
+        for f in &mut self.feeds {
+            f.feed.handle_timeout(now);
+            while f.feed.poll_request().is_some() {}
+        }
+        if let Some(mut t) = self.timeline.take() {
+            t.after_advance(&mut self.feeds, now);
+            self.timeline = Some(t);
+        }
+    }
+
+    /// Appends the answer to one request line at `now`.
+    pub fn answer(&self, request: &[u8], now: i64, out: &mut Vec<u8>) {
+        let lookups: Vec<&dyn SymbolLookup> = self
+            .feeds
+            .iter()
+            .map(|f| &f.feed as &dyn SymbolLookup)
+            .collect();
+        answer(request, &lookups, now, out);
+    }
+}
+
+/// Sessions described per feed; packets of further ones are still replayed.
+const MAX_SESSIONS_SHOWN: usize = 1000;
+
+fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
+    // newest first: a new session's packets are the common case
+    let i = match sessions.iter().rposition(|s| s.id == p.session) {
+        Some(i) => i,
+        None if sessions.len() >= MAX_SESSIONS_SHOWN => return,
+        None => {
+            sessions.push(SessionInfo {
+                id: p.session,
+                packets: 0,
+                data_packets: 0,
+                heartbeats: 0,
+                end_of_session: false,
+                first_ts: ts,
+                last_ts: ts,
+                first_sequence: p.sequence,
+                next_sequence: p.sequence,
+            });
+            sessions.len() - 1
+        }
+    };
+    let s = &mut sessions[i];
+    s.packets += 1;
+    s.first_ts = s.first_ts.min(ts);
+    s.last_ts = s.last_ts.max(ts);
+    s.first_sequence = s.first_sequence.min(p.sequence);
+    let next = match p.kind {
+        PacketKind::Data => {
+            s.data_packets += 1;
+            p.sequence.saturating_add(p.count as u64)
+        }
+        PacketKind::Heartbeat => {
+            s.heartbeats += 1;
+            p.sequence
+        }
+        PacketKind::EndOfSession => {
+            s.end_of_session = true;
+            p.sequence
+        }
+    };
+    s.next_sequence = s.next_sequence.max(next);
+}
+
+/// The config file's feeds: each feed's lines by group:port (and source,
+/// for a source-specific line), its settings and its configured symbols.
+/// Interfaces and the other sections do not matter to a replay.
+pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
+    let cfg = crate::config::Config::load(path)
+        .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
+}
+
+/// The core's settings and the replay lines of one configured feed.
+pub fn feed_spec(f: &crate::config::FeedConfig) -> FeedSpec {
+    let settings = f.feed_settings();
+    FeedSpec {
+        name: f.name.clone(),
+        settings,
+        lines: f
+            .lines
+            .iter()
+            .map(|l| ReplayLine {
+                dst: SocketAddrV4::new(l.group, l.port),
+                source: l.source,
+                kind: l.kind,
+            })
+            .collect(),
+        symbols: f
+            .symbols
+            .iter()
+            .map(|s| {
+                let t = f.thresholds_for(s.symbol);
+                (s.symbol, t.stale_ms, t.source_max_age_ms)
+            })
+            .collect(),
+        rerequest: f.rerequest.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_notes_take_the_header_the_feed_validated() {
+        use crate::wire::{Packet, PacketBuilder, Quote, SessionId, Symbol};
+        let sid = SessionId::parse("20261130S1").unwrap();
+        let sym = Symbol::parse("EURUSD").unwrap();
+        let mut b = PacketBuilder::new();
+        b.start(sid, 41)
+            .quote(&Quote::new(sym, 7, 1, None, None))
+            .quote(&Quote::new(sym, 8, 2, None, None));
+        let data = b.bytes().to_vec();
+        let hb = PacketBuilder::channel_heartbeat(sid, 43);
+        let eos = PacketBuilder::end_of_session(sid, 43);
+        let mut feed = Feed::new(FeedSettings::default(), 1);
+        for d in [&data[..], &hb[..], &eos[..]] {
+            let p = Packet::parse(d).unwrap();
+            feed.on_datagram(0, d, 1);
+            let h = feed.last_header().unwrap();
+            assert_eq!(
+                (h.session, h.sequence, h.count, h.kind),
+                (p.session, p.sequence, p.message_count(), p.kind())
+            );
+        }
+        // An invalid datagram leaves the last valid header.
+        feed.on_datagram(0, &hb[..19], 2);
+        assert_eq!(feed.last_header().unwrap().kind, PacketKind::EndOfSession);
+    }
+}
