@@ -71,6 +71,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
             dst: group(1),
             delay_ns: 0,
             loss: args.loss_percent / 100.0,
+            kind: Default::default(),
         },
         SimLine {
             name: "B".into(),
@@ -78,6 +79,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
             dst: group(2),
             delay_ns: 20_000,
             loss: args.loss_percent / 100.0,
+            kind: Default::default(),
         },
     ];
     let mut sim = Simulator::new(cfg).context("the demo's ITCH provider")?;

@@ -16,10 +16,11 @@
 //! SecurityGroups `GA` (even index) and `GB` (odd).
 
 use super::seeded::SplitMix64;
-use super::venue_sim::VenueFlow;
+use super::venue_sim::{FlowRequest, VenueFlow};
 use crate::capture::frame::MAX_DATAGRAM;
 use crate::venue::cme_mdp3::encode::{self, BookEntry, SnapshotLevel};
 use crate::venue::cme_mdp3::sbe::PACKET_HEADER_LEN;
+use crate::venue::LineKind;
 
 /// Levels per side (the definitions' GBX depth).
 pub const DEPTH: usize = 5;
@@ -32,6 +33,8 @@ const OFFER: u8 = b'1';
 /// SecurityTradingStatus: ready to trade, and halted.
 pub const TRADING: u8 = 17;
 pub const HALTED: u8 = 2;
+/// The SecurityGroup `--halt-at` and `--resume-at` act on.
+pub const HALT_GROUP: &[u8] = b"GA";
 /// The first SecurityID; instrument `i` has `FIRST_ID + i`.
 pub const FIRST_ID: i32 = 10_001;
 
@@ -89,6 +92,8 @@ pub struct CmeFlow {
     entries: Vec<BookEntry>,
     /// SecurityIDs of the entries of the last data packet.
     touched: Vec<i32>,
+    /// Instruments whose entries were in a packet lost on every line.
+    lost_touched: std::collections::BTreeSet<i32>,
     /// Requests for the next data packet.
     reset_requested: bool,
     group_status: Option<(&'static [u8], u8)>,
@@ -123,6 +128,7 @@ impl CmeFlow {
             session: 0,
             entries: Vec::with_capacity(64),
             touched: Vec::with_capacity(64),
+            lost_touched: Default::default(),
             reset_requested: false,
             group_status: None,
             snapshot_cursor: 0,
@@ -418,6 +424,65 @@ impl VenueFlow for CmeFlow {
     fn session_name(&self) -> String {
         // As the receiver numbers sessions told apart by SendingTime.
         format!("cme{:07}", self.session + 1)
+    }
+
+    fn heartbeat_count(&self) -> u16 {
+        1
+    }
+
+    fn loop_packet(&mut self, kind: LineKind, t: i64, out: &mut Vec<u8>) -> bool {
+        let t = t.max(0) as u64;
+        match kind {
+            LineKind::Snapshot => self.snapshot_packet(t, out),
+            LineKind::Definition => self.definition_packet(t, out),
+            LineKind::Incremental => return false,
+        }
+        true
+    }
+
+    fn request(&mut self, r: FlowRequest) {
+        match r {
+            FlowRequest::ChannelReset => self.request_channel_reset(),
+            FlowRequest::GroupStatus { group, halted } => {
+                self.request_group_status(group, if halted { HALTED } else { TRADING })
+            }
+        }
+    }
+
+    fn lost_everywhere(&mut self) {
+        self.lost_touched.extend(self.touched.iter().copied());
+    }
+
+    fn venue_truth(&self) -> Option<serde_json::Value> {
+        // As replay and the gate show a side: `<price>@<qty>`.
+        let side = |l: Option<Level>| {
+            l.map_or(serde_json::Value::Null, |l| {
+                let mut s = String::new();
+                let _ = crate::wire::write_price(&mut s, l.px);
+                serde_json::Value::String(format!("{s}@{}", l.size))
+            })
+        };
+        let name_of = |id: i32| {
+            self.instruments
+                .iter()
+                .find(|i| i.security_id == id)
+                .map_or_else(|| format!("#{id}"), |i| i.name.clone())
+        };
+        Some(serde_json::json!({
+            "instruments": self.instruments.iter().map(|i| {
+                let (bid, ask) = i.top();
+                serde_json::json!({
+                    "symbol": i.name,
+                    "security_id": i.security_id,
+                    "group": String::from_utf8_lossy(i.group),
+                    "rpt_seq": i.rpt_seq,
+                    "bid": side(bid),
+                    "ask": side(ask),
+                    "trading_status": if i.status == 0 { TRADING } else { i.status },
+                })
+            }).collect::<Vec<_>>(),
+            "touched_by_lost_packets": self.lost_touched.iter().map(|&id| name_of(id)).collect::<Vec<_>>(),
+        }))
     }
 }
 

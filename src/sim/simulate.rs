@@ -26,18 +26,19 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::cme_flow::CmeFlow;
 use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use super::seeded::SplitMix64;
 use super::servers::{
     GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
     SnapshotSource, DEFAULT_HISTORY_MESSAGES,
 };
-use super::venue_sim::{IexFlow, ItchFlow, VenueFlow};
+use super::venue_sim::{FlowRequest, IexFlow, ItchFlow, VenueFlow};
 use crate::capture::frame::MAX_DATAGRAM;
 use crate::capture::pcap::PcapWriter;
 use crate::capture::venue_arg::VenueArg;
 use crate::util::signals::stop_on_signals;
-use crate::venue::VenueKind;
+use crate::venue::{LineKind, VenueKind};
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
     FLAG_BID, FLAG_RESET, HEADER_LEN, HEARTBEAT_LEN, QUOTE_LEN,
@@ -75,6 +76,15 @@ pub struct SimLine {
     pub delay_ns: i64,
     /// Probability that a packet is lost on this line.
     pub loss: f64,
+    /// What the line carries: the channel's packets (incremental), or a
+    /// recovery loop of its own (cme-mdp3: snapshot, definition), which
+    /// no line fault touches.
+    #[serde(serialize_with = "ser_kind")]
+    pub kind: LineKind,
+}
+
+fn ser_kind<S: serde::Serializer>(k: &LineKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(k.name())
 }
 
 #[derive(Clone, Debug)]
@@ -112,6 +122,13 @@ pub struct SimConfig {
     /// Every so many data packets, one is lost on every line (still kept
     /// in the re-request history, so a re-request can recover it).
     pub drop_both_every: Option<u64>,
+    /// cme-mdp3: one packet of each recovery loop every so many ns.
+    pub loop_interval_ns: i64,
+    /// cme-mdp3: offsets from start (ns) of a channel reset, and of a
+    /// SecurityGroup `GA` halt and its resumption.
+    pub channel_reset_at_ns: Option<i64>,
+    pub halt_at_ns: Option<i64>,
+    pub resume_at_ns: Option<i64>,
 }
 
 impl SimConfig {
@@ -137,6 +154,10 @@ impl SimConfig {
             venue: VenueKind::Tickgate,
             orders: 10_000,
             drop_both_every: None,
+            loop_interval_ns: 1_000_000,
+            channel_reset_at_ns: None,
+            halt_at_ns: None,
+            resume_at_ns: None,
         }
     }
 
@@ -147,8 +168,36 @@ impl SimConfig {
         if self.symbols == 0 || self.symbols > 99_999 + FX.len() {
             bail!("--symbols must be 1..={}", 99_999 + FX.len());
         }
-        if self.lines.is_empty() {
+        if !self.lines.iter().any(|l| l.kind == LineKind::Incremental) {
             bail!("at least one line is needed");
+        }
+        let cme = self.venue == VenueKind::CmeMdp3;
+        if !cme && self.lines.iter().any(|l| l.kind != LineKind::Incremental) {
+            bail!("snapshot and definition lines are for --venue cme-mdp3");
+        }
+        let cme_only = [
+            (self.channel_reset_at_ns, "--channel-reset-at"),
+            (self.halt_at_ns, "--halt-at"),
+            (self.resume_at_ns, "--resume-at"),
+        ];
+        for (at, flag) in cme_only {
+            if at.is_some() && !cme {
+                bail!("{flag} applies to --venue cme-mdp3");
+            }
+        }
+        if cme {
+            if self.end_session {
+                bail!("--end-session does not apply to cme-mdp3 (CME sends no end-of-session message)");
+            }
+            if self.batch > super::cme_flow::MAX_ENTRIES {
+                bail!(
+                    "--batch must be 1..={} for cme-mdp3 (book entries a packet)",
+                    super::cme_flow::MAX_ENTRIES
+                );
+            }
+            if self.loop_interval_ns <= 0 {
+                bail!("--loop-us must be at least 1");
+            }
         }
         if self.venue.is_venue_feed() {
             // Venue feeds have no per-symbol sequence, heartbeat or snapshot.
@@ -194,6 +243,7 @@ pub fn default_lines(names: &[&str], src: Ipv4Addr, src_port: u16, skew_ns: i64)
             dst: SocketAddrV4::new(Ipv4Addr::new(239, 255, 0, (i + 1) as u8), 30001),
             delay_ns: skew_ns * i as i64,
             loss: 0.0,
+            kind: LineKind::Incremental,
         })
         .collect()
 }
@@ -268,6 +318,13 @@ pub struct SimTruth {
     pub expected_channel_lost: u64,
     /// Sum of the lines' `expected_duplicate_packets`.
     pub expected_duplicate_packets: u64,
+    /// cme-mdp3: packets of the recovery loops (all their lines).
+    pub loop_packets: u64,
+    /// What a receiver must end with, by venue (cme-mdp3: every
+    /// instrument's book top, and the instruments a packet lost on every
+    /// line touched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub venue: Option<serde_json::Value>,
     pub bad_seq: Option<BadSeqTruth>,
     pub datagrams: u64,
 }
@@ -376,6 +433,10 @@ pub struct Simulator {
     venue_buf: Vec<u8>,
     /// The data packet that ends its session (IEX System Event C).
     ending_packet: Option<(u32, u64)>,
+    /// cme-mdp3: when the recovery loops send next (`i64::MAX`: no loop
+    /// lines), and the requested channel events still to come.
+    next_loop_t: i64,
+    requests: Vec<(i64, FlowRequest)>,
     /// Every provider data packet, as produced (before line faults), for
     /// the re-request server.
     history: Option<Arc<Mutex<History>>>,
@@ -384,12 +445,6 @@ pub struct Simulator {
 
 impl Simulator {
     pub fn new(cfg: SimConfig) -> anyhow::Result<Simulator> {
-        if cfg.venue == VenueKind::CmeMdp3 {
-            anyhow::bail!(
-                "the simulator does not speak cme-mdp3 yet (docs/venues.md): \
-                 replay CME captures with `tickgate replay --venue cme-mdp3`"
-            );
-        }
         cfg.validate()?;
         let mut market = SplitMix64::new(cfg.seed);
         let faults = SplitMix64::new(cfg.seed ^ 0x5EED_FA17_5EED_FA17);
@@ -478,7 +533,38 @@ impl Simulator {
                     start,
                     cfg.seed,
                 ))),
-                VenueKind::CmeMdp3 => unreachable!("refused above"),
+                VenueKind::CmeMdp3 => Some(Box::new(CmeFlow::new(cfg.symbols, cfg.seed))),
+            },
+            next_loop_t: if cfg.lines.iter().any(|l| l.kind != LineKind::Incremental) {
+                start
+            } else {
+                i64::MAX
+            },
+            requests: {
+                let at = |d: Option<i64>| d.map(|d| start.saturating_add(d));
+                let mut r: Vec<(i64, FlowRequest)> = [
+                    (at(cfg.channel_reset_at_ns), FlowRequest::ChannelReset),
+                    (
+                        at(cfg.halt_at_ns),
+                        FlowRequest::GroupStatus {
+                            group: super::cme_flow::HALT_GROUP,
+                            halted: true,
+                        },
+                    ),
+                    (
+                        at(cfg.resume_at_ns),
+                        FlowRequest::GroupStatus {
+                            group: super::cme_flow::HALT_GROUP,
+                            halted: false,
+                        },
+                    ),
+                ]
+                .into_iter()
+                .filter_map(|(t, r)| Some((t?, r)))
+                .collect();
+                // Latest first: the next due is popped from the end.
+                r.sort_by_key(|&(t, _)| std::cmp::Reverse(t));
+                r
             },
             venue_buf: Vec::with_capacity(MAX_DATAGRAM),
             ending_packet: None,
@@ -599,7 +685,9 @@ impl Simulator {
                 b.delivered = true;
             }
         }
-        self.receiver_model(line, session, sequence, count);
+        if self.cfg.lines[line].kind == LineKind::Incremental {
+            self.receiver_model(line, session, sequence, count);
+        }
         let l = &self.cfg.lines[line];
         SimEvent {
             t_ns: t,
@@ -721,13 +809,17 @@ impl Simulator {
             let t_bad = self.bad_seq_t.unwrap_or(i64::MAX);
             let t_data = self.next_data_t;
             let t_chb = chb.unwrap_or(i64::MAX);
+            let t_loop = self.next_loop_t;
+            let t_request = self.requests.last().map_or(i64::MAX, |r| r.0);
             let earliest = t_restart
                 .min(t_round)
                 .min(t_hb)
                 .min(t_snap)
                 .min(t_bad)
                 .min(t_data)
-                .min(t_chb);
+                .min(t_chb)
+                .min(t_loop)
+                .min(t_request);
             if earliest > self.end_t || earliest == i64::MAX {
                 if self.cfg.end_session {
                     let t = self.send_time(self.end_t);
@@ -750,6 +842,19 @@ impl Simulator {
                     }
                 }
                 self.provider_done = true;
+                self.truth.venue = self.flow.as_ref().and_then(|f| f.venue_truth());
+                return;
+            }
+            if t_request == earliest {
+                // Carried by the next data packet.
+                if let (Some((_, r)), Some(flow)) = (self.requests.pop(), self.flow.as_mut()) {
+                    flow.request(r);
+                }
+                continue;
+            }
+            if t_loop == earliest {
+                self.next_loop_t = earliest.saturating_add(self.cfg.loop_interval_ns);
+                self.loop_packets(earliest);
                 return;
             }
             if t_restart == earliest {
@@ -800,7 +905,10 @@ impl Simulator {
             if let Some(flow) = self.flow.as_mut() {
                 let mut buf = std::mem::take(&mut self.venue_buf);
                 flow.heartbeat(seq, t, &mut buf);
-                self.distribute(t, &buf, 0, seq);
+                // CME: a heartbeat packet takes a sequence number.
+                let count = flow.heartbeat_count();
+                self.next_chan_seq += count as u64;
+                self.distribute(t, &buf, count, seq);
                 self.venue_buf = buf;
             } else {
                 let hb = PacketBuilder::channel_heartbeat(self.session, seq);
@@ -1024,6 +1132,42 @@ impl Simulator {
         )
     }
 
+    /// One packet of each recovery loop, on its own lines (no faults).
+    fn loop_packets(&mut self, t: i64) {
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.venue_buf);
+        for line in 0..self.cfg.lines.len() {
+            let kind = self.cfg.lines[line].kind;
+            if kind == LineKind::Incremental || !flow.loop_packet(kind, t, &mut buf) {
+                continue;
+            }
+            self.truth.loop_packets += 1;
+            let idx = match self.free.pop() {
+                Some(i) => i,
+                None => {
+                    self.pool.push(Pending {
+                        buf: Vec::with_capacity(MAX_DATAGRAM),
+                        ..Pending::default()
+                    });
+                    self.pool.len() - 1
+                }
+            };
+            let p = &mut self.pool[idx];
+            p.line = line;
+            p.session = self.session_idx;
+            p.sequence = 0;
+            p.count = 0;
+            p.buf.clear();
+            p.buf.extend_from_slice(&buf);
+            let slot_t = t + self.cfg.lines[line].delay_ns;
+            self.heap.push(Reverse((slot_t, self.order, idx)));
+            self.order += 1;
+        }
+        self.venue_buf = buf;
+    }
+
     /// Line fates of one provider packet: loss, duplicate, reorder.
     fn distribute(&mut self, t: i64, bytes: &[u8], count: u16, sequence: u64) {
         self.truth.provider_packets += 1;
@@ -1041,6 +1185,9 @@ impl Simulator {
                 .is_some_and(|n| self.truth.data_packets.is_multiple_of(n));
         let mut delivered = false;
         for line in 0..self.cfg.lines.len() {
+            if self.cfg.lines[line].kind != LineKind::Incremental {
+                continue;
+            }
             // always draw all three so one fault's pattern does not depend on the others' settings
             let lost = self.faults.chance(self.cfg.lines[line].loss) || drop_both;
             let dup = self.faults.chance(self.cfg.dup);
@@ -1082,6 +1229,9 @@ impl Simulator {
             }
         }
         if !delivered {
+            if let Some(flow) = self.flow.as_mut() {
+                flow.lost_everywhere();
+            }
             self.truth.packets_lost_all_lines += 1;
             if count != COUNT_END_OF_SESSION {
                 self.truth.messages_lost_all_lines += count as u64;
@@ -1247,6 +1397,30 @@ pub struct SimulateArgs {
     /// heartbeat) is disconnected.
     #[arg(long, value_name = "MS", default_value_t = 15_000)]
     pub glimpse_idle_timeout_ms: u64,
+    /// With --venue cme-mdp3: the snapshot loop's group (CME Market
+    /// Recovery), line SA.
+    #[arg(long, default_value = "239.255.0.3:30001")]
+    pub group_snapshot: SocketAddrV4,
+    /// With --venue cme-mdp3: the definition loop's group (CME Instrument
+    /// Recovery), line DA.
+    #[arg(long, default_value = "239.255.0.4:30001")]
+    pub group_definition: SocketAddrV4,
+    /// With --venue cme-mdp3: one packet of each loop every so many
+    /// microseconds.
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    pub loop_us: u64,
+    /// With --venue cme-mdp3: a ChannelReset this many seconds in (every
+    /// book emptied, RptSeq from 1).
+    #[arg(long, value_name = "SECONDS")]
+    pub channel_reset_at: Option<f64>,
+    /// With --venue cme-mdp3: SecurityGroup GA halted (SecurityStatus 2)
+    /// this many seconds in.
+    #[arg(long, value_name = "SECONDS")]
+    pub halt_at: Option<f64>,
+    /// With --venue cme-mdp3: SecurityGroup GA trading again (17) this
+    /// many seconds in.
+    #[arg(long, value_name = "SECONDS")]
+    pub resume_at: Option<f64>,
 }
 
 impl SimulateArgs {
@@ -1268,7 +1442,27 @@ impl SimulateArgs {
                 dst,
                 delay_ns: delay,
                 loss,
+                kind: LineKind::Incremental,
             });
+        }
+        if self.venue.kind() == VenueKind::CmeMdp3 {
+            // The recovery loops on their own groups (venues.md `cme-mdp3`).
+            for (name, dst, kind) in [
+                ("SA", self.group_snapshot, LineKind::Snapshot),
+                ("DA", self.group_definition, LineKind::Definition),
+            ] {
+                if lines.iter().any(|l: &SimLine| l.dst == dst) {
+                    bail!("two lines send to {dst}");
+                }
+                lines.push(SimLine {
+                    name: name.to_string(),
+                    src: self.source,
+                    dst,
+                    delay_ns: 0,
+                    loss: 0.0,
+                    kind,
+                });
+            }
         }
         if self.skew_us < 0 {
             bail!("--skew-us must not be negative");
@@ -1298,6 +1492,15 @@ impl SimulateArgs {
         cfg.venue = self.venue.kind();
         cfg.orders = self.orders;
         cfg.drop_both_every = self.drop_both;
+        cfg.loop_interval_ns = (self.loop_us as i64).saturating_mul(1000);
+        let at = |s: Option<f64>, flag: &str| s.map(|s| seconds_to_ns(s, flag)).transpose();
+        cfg.channel_reset_at_ns = at(self.channel_reset_at, "--channel-reset-at")?;
+        cfg.halt_at_ns = at(self.halt_at, "--halt-at")?;
+        cfg.resume_at_ns = at(self.resume_at, "--resume-at")?;
+        if cfg.venue == VenueKind::CmeMdp3 {
+            // CME sends an AdminHeartbeat only after 30 s without traffic.
+            cfg.channel_heartbeat_ms = cfg.channel_heartbeat_ms.max(30_000);
+        }
         if self.rerequest_listen.is_some() && cfg.venue == VenueKind::IexTops {
             bail!("--rerequest-listen serves MoldUDP64 venues: --venue tickgate or nasdaq-itch");
         }

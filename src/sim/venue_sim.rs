@@ -17,6 +17,7 @@ use crate::capture::frame::MAX_DATAGRAM;
 use crate::venue::iex_tops::SegmentBuilder;
 use crate::venue::nasdaq_itch::messages::{self, Header, Message, Side};
 use crate::venue::nasdaq_itch::{midnight_in, new_york};
+use crate::venue::LineKind;
 use crate::wire::{PacketBuilder, SessionId, Symbol, COUNT_END_OF_SESSION, HEADER_LEN};
 
 /// What a venue writes into the provider's packets.
@@ -51,6 +52,35 @@ pub trait VenueFlow: Send {
     fn book_snapshot(&self, _out: &mut Vec<Message>) -> Option<SessionId> {
         None
     }
+    /// Sequence numbers a channel heartbeat takes: 0 on MoldUDP64 and
+    /// IEX-TP (it names the next one), 1 on CME (every packet is one).
+    fn heartbeat_count(&self) -> u16 {
+        0
+    }
+    /// Venues with recovery loops on lines of their own (CME): the loop
+    /// packet of `kind` sent at `t`, into `out`; `false`: none.
+    fn loop_packet(&mut self, _kind: LineKind, _t: i64, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+    /// An event the next data packet carries (CME: a channel reset, a
+    /// SecurityGroup's trading state). Venues without them ignore it.
+    fn request(&mut self, _r: FlowRequest) {}
+    /// The last data packet was lost on every line.
+    fn lost_everywhere(&mut self) {}
+    /// What a receiver must end with, for the truth file (CME: every
+    /// instrument's book top and the instruments a lost packet touched).
+    fn venue_truth(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// Events a venue's channel carries on request (`VenueFlow::request`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowRequest {
+    /// Every book emptied, every instrument's sequence restarted.
+    ChannelReset,
+    /// A SecurityGroup stops (`halted`) or starts trading.
+    GroupStatus { group: &'static [u8], halted: bool },
 }
 
 /// The symbols of a simulated venue: `S00001`, `S00002`, ...

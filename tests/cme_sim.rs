@@ -1,0 +1,249 @@
+//! The simulated CME channel (`tickgate simulate --venue cme-mdp3`)
+//! through the engine and through replay: books equal the simulator's
+//! truth; a loss on both lines makes only the instruments it touched wait
+//! for the snapshot loop (the others are unverified by C3 only until their
+//! next entry); the snapshot line is wanted only while an instrument waits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::Value;
+use tickgate::feed::verdict::{judge, Thresholds};
+use tickgate::feed::view::SuspectCause;
+use tickgate::feed::{Feed, FeedSettings, VenueKind};
+use tickgate::sim::simulate::{default_lines, SimConfig, Simulator};
+use tickgate::venue::LineKind;
+use tickgate::wire::Symbol;
+
+fn cme_config(seed: u64) -> SimConfig {
+    let mut cfg = SimConfig::new(seed);
+    cfg.venue = VenueKind::CmeMdp3;
+    cfg.symbols = 16;
+    cfg.rate = 4_000;
+    cfg.batch = 4;
+    cfg.duration_ns = 3_000_000_000;
+    cfg.heartbeat_ms = 0;
+    cfg.channel_heartbeat_ms = 30_000;
+    cfg.drop_both_every = Some(250);
+    cfg.loop_interval_ns = 2_000_000;
+    let mut lines = default_lines(
+        &["A", "B", "SA", "DA"],
+        std::net::Ipv4Addr::LOCALHOST,
+        40_000,
+        20_000,
+    );
+    lines[2].kind = LineKind::Snapshot;
+    lines[3].kind = LineKind::Definition;
+    for l in &mut lines[2..] {
+        l.delay_ns = 0;
+    }
+    cfg.lines = lines;
+    cfg
+}
+
+/// `<price>@<qty>` of a side, as the truth file and the gate write it.
+fn side_text(s: Option<tickgate::wire::Side>) -> Value {
+    s.map_or(Value::Null, |s| {
+        let mut t = String::new();
+        tickgate::wire::write_price(&mut t, s.px).unwrap();
+        Value::String(format!("{t}@{}", s.qty))
+    })
+}
+
+#[test]
+fn a_double_loss_makes_only_the_touched_instruments_wait() {
+    let mut sim = Simulator::new(cme_config(3)).unwrap();
+    let kinds: Vec<LineKind> = sim.lines().iter().map(|l| l.kind).collect();
+    let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), kinds.len());
+    for (i, k) in kinds.iter().enumerate() {
+        feed.set_line_kind(i, *k);
+    }
+    let mut buf = Vec::new();
+    // Every cause each instrument had after being OK once.
+    let mut ok_once: BTreeSet<String> = BTreeSet::new();
+    let mut causes: BTreeMap<String, std::collections::HashSet<SuspectCause>> = BTreeMap::new();
+    let mut snapshot_line_wanted = 0;
+    let mut last_t = 0;
+    while let Some(ev) = sim.next_into(&mut buf) {
+        // A receiver that joins the loops' groups only while it wants them.
+        if kinds[ev.line] != LineKind::Incremental && !feed.line_wanted(ev.line) {
+            continue;
+        }
+        if kinds[ev.line] == LineKind::Snapshot {
+            snapshot_line_wanted += 1;
+        }
+        feed.on_datagram(ev.line, &buf, ev.t_ns);
+        last_t = ev.t_ns;
+        for (sym, _) in feed.symbols().collect::<Vec<_>>() {
+            let name = sym.to_string();
+            if name.starts_with('#') {
+                continue;
+            }
+            let (_, v) = feed.symbol_view(sym).unwrap();
+            let verdict = judge(Some(v), feed.feed_view(), ev.t_ns, &Thresholds::of(v));
+            if verdict.ok() {
+                ok_once.insert(name);
+            } else if ok_once.contains(&name) {
+                causes.entry(name).or_default().insert(verdict.cause);
+            }
+        }
+    }
+    let truth = sim.truth().clone();
+    let venue = truth.venue.as_ref().expect("the CME truth");
+    let touched: BTreeSet<String> = venue["touched_by_lost_packets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        truth.packets_lost_all_lines >= 10,
+        "{}",
+        truth.packets_lost_all_lines
+    );
+    assert!(!touched.is_empty());
+    let gaps = touched
+        .iter()
+        .filter(|n| {
+            causes
+                .get(*n)
+                .is_some_and(|c| c.contains(&SuspectCause::Gap))
+        })
+        .count();
+    assert!(gaps > 0, "some touched instrument was answered suspect=gap");
+    let instruments = venue["instruments"].as_array().unwrap();
+    assert_eq!(instruments.len(), 16);
+    for i in instruments {
+        let name = i["symbol"].as_str().unwrap();
+        let sym = Symbol::parse(name).unwrap();
+        let (_, v) = feed
+            .symbol_view(sym)
+            .unwrap_or_else(|| panic!("{name} known"));
+        // The books equal the simulator's at the end, every one trusted.
+        assert_eq!(side_text(v.bid()), i["bid"], "{name}");
+        assert_eq!(side_text(v.ask()), i["ask"], "{name}");
+        let verdict = judge(Some(v), feed.feed_view(), last_t, &Thresholds::of(v));
+        assert!(verdict.ok(), "{name}: {verdict:?}");
+        let summary = feed.symbol_summary(sym).unwrap();
+        let seen = causes.get(name).cloned().unwrap_or_default();
+        if touched.contains(name) {
+            // Its lost entries: a gap (or, lost before its first entry
+            // arrived, no baseline), then the snapshot loop.
+            assert!(summary.snapshots_applied > 0, "{name}");
+            assert!(summary.ticks_lost > 0 || !ok_once.is_empty(), "{name}");
+        } else {
+            // Untouched: the channel gap (C3) and the open hole (R3) only
+            // until its next entry (a loop snapshot may be used meanwhile:
+            // unverified, it waits); never a gap of its own.
+            assert_eq!(summary.ticks_lost, 0, "{name}");
+            assert!(
+                seen.iter()
+                    .all(|c| matches!(c, SuspectCause::ChannelGap | SuspectCause::Recovering)),
+                "{name}: {seen:?}"
+            );
+        }
+    }
+    // Nothing waits at the end: the snapshot line is not wanted; it was
+    // while touched instruments waited.
+    assert!(!feed.line_wanted(2));
+    assert!(snapshot_line_wanted > 0);
+    assert_eq!(feed.venue_recovery().waiting, 0);
+    assert_eq!(
+        feed.counters().channel_messages_lost,
+        truth.expected_channel_lost
+    );
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tickgate")
+}
+
+#[test]
+fn simulate_writes_a_channel_and_replay_rebuilds_its_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("cme.pcap");
+    let truth_path = dir.path().join("truth.json");
+    let out = Command::new(bin())
+        .args([
+            "simulate",
+            "--venue",
+            "cme-mdp3",
+            "--symbols",
+            "12",
+            "--rate",
+            "2000",
+        ])
+        .args([
+            "--batch",
+            "4",
+            "--duration",
+            "3",
+            "--drop-both",
+            "400",
+            "--out",
+        ])
+        .arg(&cap)
+        .arg("--truth")
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("line SA 239.255.0.3:30001"), "{summary}");
+    assert!(summary.contains("line DA 239.255.0.4:30001"), "{summary}");
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    assert!(truth["loop_packets"].as_u64().unwrap() > 1000);
+    let cfg = dir.path().join("cme.toml");
+    let line = |name: &str, last: u8, kind: &str| {
+        format!("[[feed.line]]\nname = \"{name}\"\ngroup = \"239.255.0.{last}\"\nport = 30001\nkind = \"{kind}\"\n")
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[feed]]\nname = \"cme\"\nvenue = \"cme-mdp3\"\n{}{}{}{}",
+            line("A", 1, "incremental"),
+            line("B", 2, "incremental"),
+            line("SA", 3, "snapshot"),
+            line("DA", 4, "definition"),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--json", "--config"])
+        .arg(&cfg)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let symbols = v["symbols"].as_object().unwrap();
+    let instruments = truth["venue"]["instruments"].as_array().unwrap();
+    assert_eq!(instruments.len(), 12);
+    let long = instruments
+        .iter()
+        .filter(|i| i["symbol"].as_str().unwrap().len() > 8)
+        .count();
+    assert!(long >= 3, "names longer than 8 characters on the path");
+    for i in instruments {
+        let name = i["symbol"].as_str().unwrap();
+        let s = &symbols[name];
+        assert_eq!(s["bid"], i["bid"], "{name}: {s}");
+        assert_eq!(s["ask"], i["ask"], "{name}: {s}");
+        assert_eq!(s["suspect"], Value::Null, "{name}: {s}");
+        // The `#` name shows the same book.
+        let id = &symbols[&format!("#{}", i["security_id"])];
+        assert_eq!(id["bid"], i["bid"], "{name}");
+    }
+    let feed = &v["feeds"][0];
+    assert_eq!(feed["channel_lost"], truth["expected_channel_lost"]);
+    assert!(feed["snapshots_applied"].as_u64().unwrap() > 0, "{feed}");
+}
