@@ -10,6 +10,7 @@
 //! watchdog while every feed thread makes progress.
 
 pub mod demo;
+pub mod demo_cme;
 pub mod demo_itch;
 pub mod feeds;
 pub mod fills_lane;

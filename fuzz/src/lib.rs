@@ -168,6 +168,7 @@ pub fn venue_feed(venue: tickgate::feed::VenueKind, data: &[u8]) {
             venue: tickgate::feed::VenueSettings {
                 kind: venue,
                 max_orders: 64,
+                recovery_entries: 64,
             },
             ..FeedSettings::for_venue(venue)
         },
@@ -357,6 +358,7 @@ pub fn rerequest_answers(data: &[u8]) {
                 rerequest_timeout_ms: 1,
                 rerequest_attempts: 1 + (conf >> 6) as u32,
                 snapshot: false,
+                ..Recovery::default()
             },
             ..FeedSettings::default()
         },

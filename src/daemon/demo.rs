@@ -317,9 +317,11 @@ pub struct DemoArgs {
     /// Do not run the fills lane.
     #[arg(long)]
     pub no_fills: bool,
-    /// The provider's venue: tickgate's own protocol, or nasdaq-itch (a
+    /// The provider's venue: tickgate's own protocol, nasdaq-itch (a
     /// simulated TotalView-ITCH provider the daemon joins late and
-    /// rebuilds from its GLIMPSE snapshot; no fills lane).
+    /// rebuilds from its GLIMPSE snapshot; no fills lane) or cme-mdp3 (a
+    /// simulated CME channel the daemon joins late and rebuilds from its
+    /// snapshot loop; no fills lane).
     #[arg(long, value_enum, default_value_t = DemoVenue::Tickgate)]
     pub venue: DemoVenue,
 }
@@ -328,6 +330,7 @@ pub struct DemoArgs {
 pub enum DemoVenue {
     Tickgate,
     NasdaqItch,
+    CmeMdp3,
 }
 
 /// The demo's bearer token for the fills API.
@@ -458,8 +461,10 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
         eprintln!("tickgate: --loss-percent must be between 0 and 100");
         return Ok(EXIT_CONFIG);
     }
-    if args.venue == DemoVenue::NasdaqItch {
-        return super::demo_itch::demo_itch_main(args);
+    match args.venue {
+        DemoVenue::NasdaqItch => return super::demo_itch::demo_itch_main(args),
+        DemoVenue::CmeMdp3 => return super::demo_cme::demo_cme_main(args),
+        DemoVenue::Tickgate => {}
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;

@@ -30,13 +30,11 @@ pub struct Ctx {
 ///
 /// `repr(C)` with the fields every message touches first (the index
 /// compares `symbol`, an in-sequence Quote writes `view` and `run_len`):
-/// `HOT_BYTES` (104) of the 152 bytes. Aligned to a cache line (192
-/// bytes a slot), so that those bytes are always two lines: unaligned, half
-/// the slots spread them over three (the 20-byte symbol made the state 16
-/// bytes longer, and the engine measurably slower). In the compiler's
-/// order `run_len` came last, so every message touched three lines.
+/// `HOT_BYTES` (104) of the 152 bytes. In the compiler's order `run_len`
+/// came last, so every message touched three lines. (Aligning the state to
+/// a cache line, 192 bytes a slot, measured no faster: BENCHMARKS.md.)
 #[derive(Clone, Debug)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub struct SymbolState {
     pub symbol: Symbol,
     pub view: SymbolView,
