@@ -469,6 +469,56 @@ fn the_itch_demo_rebuilds_its_books_from_glimpse() {
     );
 }
 
+/// `tickgate demo --venue cme-mdp3` (venues.md `cme-mdp3`): the daemon
+/// joins the simulated CME channel late on loopback multicast, so no
+/// instrument is trusted at first; the snapshot loop makes every one OK
+/// within a few loop periods; packets lost on both lines (one every 3 s)
+/// make only the instruments they touched answer `gap` until the loop
+/// brings their snapshot, never all of them.
+#[test]
+fn the_cme_demo_rebuilds_its_books_from_the_snapshot_loop() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["demo", "--venue", "cme-mdp3", "--seconds", "8"])
+        .args([
+            "--port",
+            "46541",
+            "--metrics",
+            "127.0.0.1:0",
+            "--loss-percent",
+            "0",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let status: Vec<&str> = text.lines().filter(|l| l.contains("s  ok=")).collect();
+    assert!(status[0].contains(" ok=0 "), "joined late: {text}");
+    let last = status.last().unwrap();
+    assert!(last.contains(" ok=16 reject=0 "), "{text}");
+    assert!(
+        !last.contains("msgs_lost=0 "),
+        "packets were lost on both lines: {text}"
+    );
+    assert!(!last.contains("snapshots used=0 "), "{text}");
+    // After every instrument was OK once, a loss shows as a few `gap`s.
+    let after = status
+        .iter()
+        .skip_while(|l| !l.contains(" ok=16 "))
+        .filter(|l| l.contains(" gap"))
+        .collect::<Vec<_>>();
+    for l in &after {
+        assert!(
+            !l.contains(" ok=0 "),
+            "a loss touches a few instruments, not all: {text}"
+        );
+    }
+}
+
 /// Venue feeds end to end (venues.md): the simulator's venue traffic over
 /// loopback multicast on lines A and B (A loses 10%), then one more packet
 /// that halts a quoted symbol; `tickgate check` answers `REJECT ... halted`
