@@ -456,6 +456,111 @@ pub(super) fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// The demos driven by the simulator (`demo_itch`, `demo_cme`): its
+/// datagrams sent at their pace on loopback by a thread of their own until
+/// `stop`.
+pub(super) fn spawn_sim_sender(
+    sim: std::sync::Arc<Mutex<crate::sim::simulate::Simulator>>,
+    stop: std::sync::Arc<AtomicBool>,
+    name: &str,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || -> anyhow::Result<()> {
+            let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))?;
+            let mut buf = Vec::new();
+            let items = std::iter::from_fn(|| {
+                let ev = sim
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .next_into(&mut buf)?;
+                Some((ev.t_ns, ev.dst, buf.clone()))
+            });
+            crate::sim::live::send_paced_in_bursts(
+                &mut tx,
+                items,
+                crate::sim::live::Pace::Recorded { speed: 1.0 },
+                &stop,
+                None,
+                Duration::from_micros(200),
+            )?;
+            Ok(())
+        })
+        .context("starting the demo provider")
+}
+
+/// Starts the demo's daemon; `Err` is the exit code (the provider is told
+/// to stop).
+pub(super) fn start_demo_daemon(config: Config, stop: &AtomicBool) -> Result<Daemon, i32> {
+    logging::init(&config.log);
+    match Daemon::start(config, None, Notifier::disabled()) {
+        Ok(d) => Ok(d),
+        Err(StartError::Config(e)) => {
+            stop.store(true, Ordering::Relaxed);
+            eprintln!("tickgate: demo config: {e}");
+            Err(EXIT_CONFIG)
+        }
+        Err(StartError::Other(e)) => {
+            stop.store(true, Ordering::Relaxed);
+            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
+            Err(EXIT_FAILURE)
+        }
+    }
+}
+
+/// The daemon's exit code once the provider thread has ended, or a
+/// failure when the provider failed.
+pub(super) fn join_provider(
+    code: i32,
+    provider: std::thread::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<i32> {
+    match provider.join() {
+        Ok(Ok(())) => Ok(code),
+        Ok(Err(e)) => {
+            eprintln!(
+                "tickgate: demo provider: {}",
+                crate::util::errors::chain(&e)
+            );
+            Ok(EXIT_FAILURE)
+        }
+        Err(_) => Ok(EXIT_FAILURE),
+    }
+}
+
+/// Checks `names` through the daemon's gate at `now`: how many are OK,
+/// and the others counted by their cause (or first reason), in order of
+/// first appearance.
+pub(super) fn verdicts_by_cause(
+    d: &Daemon,
+    names: impl Iterator<Item = String>,
+    now: i64,
+    out: &mut Vec<u8>,
+) -> (usize, Vec<(String, usize)>) {
+    let mut ok = 0;
+    let mut causes: Vec<(String, usize)> = Vec::new();
+    for name in names {
+        out.clear();
+        d.gate()
+            .answer(format!("CHECK {name}").as_bytes(), now, out);
+        let answer = String::from_utf8_lossy(out);
+        if answer.starts_with("OK ") {
+            ok += 1;
+            continue;
+        }
+        let why = answer
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("suspect="))
+            .or_else(|| answer.split_whitespace().nth(2))
+            .unwrap_or("?")
+            .to_string();
+        match causes.iter_mut().find(|(c, _)| *c == why) {
+            Some((_, n)) => *n += 1,
+            None => causes.push((why, 1)),
+        }
+    }
+    (ok, causes)
+}
+
 pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     if !(0.0..=100.0).contains(&args.loss_percent) {
         eprintln!("tickgate: --loss-percent must be between 0 and 100");

@@ -16,16 +16,16 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness};
-use crate::gate::server::Backend;
 use crate::net::receiver::realtime_ns;
 use crate::sim::cme_flow::instrument_name;
-use crate::sim::live::{send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use crate::sim::simulate::{SimConfig, SimLine, Simulator};
 use crate::venue::{LineKind, VenueKind};
 
-use super::demo::{free_demo_port, free_or_ephemeral, with_demo_services, DemoArgs};
-use super::notify::Notifier;
-use super::{logging, Daemon, RunOptions, StartError, EXIT_CONFIG, EXIT_FAILURE};
+use super::demo::{
+    free_demo_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
+    verdicts_by_cause, with_demo_services, DemoArgs,
+};
+use super::{Daemon, RunOptions, EXIT_FAILURE};
 
 /// Instruments on the channel.
 const INSTRUMENTS: usize = 16;
@@ -90,32 +90,7 @@ pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
         Simulator::new(cfg).context("the demo's CME channel")?,
     ));
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (sim, stop) = (Arc::clone(&sim), Arc::clone(&stop));
-        std::thread::Builder::new()
-            .name("demo-cme-provider".into())
-            .spawn(move || -> anyhow::Result<()> {
-                let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))?;
-                let mut buf = Vec::new();
-                let items = std::iter::from_fn(|| {
-                    let ev = sim
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .next_into(&mut buf)?;
-                    Some((ev.t_ns, ev.dst, buf.clone()))
-                });
-                send_paced_in_bursts(
-                    &mut tx,
-                    items,
-                    Pace::Recorded { speed: 1.0 },
-                    &stop,
-                    None,
-                    Duration::from_micros(200),
-                )?;
-                Ok(())
-            })
-            .context("starting the demo provider")?
-    };
+    let sender = spawn_sim_sender(Arc::clone(&sim), Arc::clone(&stop), "demo-cme-provider")?;
     println!(
         "tickgate demo (cme-mdp3): a simulated CME channel on 239.255.77.1/.2:{port} (loopback), {INSTRUMENTS} instruments;"
     );
@@ -148,19 +123,9 @@ pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
         });
     }
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
-    logging::init(&config.log);
-    let daemon = match Daemon::start(config, None, Notifier::disabled()) {
+    let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,
-        Err(StartError::Config(e)) => {
-            stop.store(true, Ordering::Relaxed);
-            eprintln!("tickgate: demo config: {e}");
-            return Ok(EXIT_CONFIG);
-        }
-        Err(StartError::Other(e)) => {
-            stop.store(true, Ordering::Relaxed);
-            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
-            return Ok(EXIT_FAILURE);
-        }
+        Err(code) => return Ok(code),
     };
     let socket = dir.join("gate.sock");
     println!("  gate socket: {}", socket.display());
@@ -196,44 +161,14 @@ pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
         stop_after: args.seconds.map(Duration::from_secs),
     });
     stop.store(true, Ordering::Relaxed);
-    match sender.join() {
-        Ok(Ok(())) => Ok(code),
-        Ok(Err(e)) => {
-            eprintln!(
-                "tickgate: demo provider: {}",
-                crate::util::errors::chain(&e)
-            );
-            Ok(EXIT_FAILURE)
-        }
-        Err(_) => Ok(EXIT_FAILURE),
-    }
+    join_provider(code, sender)
 }
 
 /// The instruments by verdict (REJECTs by cause), then the recovery
 /// counters; and the verdicts part alone.
 fn status_line(d: &Daemon, now: i64, since_ns: i64, out: &mut Vec<u8>) -> (String, String) {
-    let mut ok = 0;
-    let mut causes: Vec<(String, usize)> = Vec::new();
-    for i in 0..INSTRUMENTS {
-        out.clear();
-        let req = format!("CHECK {}", instrument_name(i, INSTRUMENTS));
-        d.gate().answer(req.as_bytes(), now, out);
-        let answer = String::from_utf8_lossy(out);
-        if answer.starts_with("OK ") {
-            ok += 1;
-            continue;
-        }
-        let why = answer
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("suspect="))
-            .or_else(|| answer.split_whitespace().nth(2))
-            .unwrap_or("?")
-            .to_string();
-        match causes.iter_mut().find(|(c, _)| *c == why) {
-            Some((_, n)) => *n += 1,
-            None => causes.push((why, 1)),
-        }
-    }
+    let names = (0..INSTRUMENTS).map(|i| instrument_name(i, INSTRUMENTS));
+    let (ok, causes) = verdicts_by_cause(d, names, now, out);
     let rejects = causes
         .iter()
         .map(|(c, n)| format!("{n} {c}"))

@@ -14,9 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness, SnapshotConfig};
-use crate::gate::server::Backend;
 use crate::net::receiver::realtime_ns;
-use crate::sim::live::{send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use crate::sim::servers::{
     GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
 };
@@ -24,9 +22,11 @@ use crate::sim::simulate::{SimConfig, SimLine, Simulator};
 use crate::sim::venue_sim::venue_symbol;
 use crate::venue::VenueKind;
 
-use super::demo::{free_demo_port, free_or_ephemeral, with_demo_services, DemoArgs};
-use super::notify::Notifier;
-use super::{logging, Daemon, RunOptions, StartError, EXIT_CONFIG, EXIT_FAILURE};
+use super::demo::{
+    free_demo_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
+    verdicts_by_cause, with_demo_services, DemoArgs,
+};
+use super::{Daemon, RunOptions, EXIT_FAILURE};
 
 /// Stocks the provider quotes, and the live orders it keeps around.
 const SYMBOLS: usize = 8;
@@ -108,32 +108,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
     .context("starting the provider's GLIMPSE server")?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (sim, stop) = (Arc::clone(&sim), Arc::clone(&stop));
-        std::thread::Builder::new()
-            .name("demo-itch-provider".into())
-            .spawn(move || -> anyhow::Result<()> {
-                let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))?;
-                let mut buf = Vec::new();
-                let items = std::iter::from_fn(|| {
-                    let ev = sim
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .next_into(&mut buf)?;
-                    Some((ev.t_ns, ev.dst, buf.clone()))
-                });
-                send_paced_in_bursts(
-                    &mut tx,
-                    items,
-                    Pace::Recorded { speed: 1.0 },
-                    &stop,
-                    None,
-                    Duration::from_micros(200),
-                )?;
-                Ok(())
-            })
-            .context("starting the demo provider")?
-    };
+    let sender = spawn_sim_sender(Arc::clone(&sim), Arc::clone(&stop), "demo-itch-provider")?;
     println!(
         "tickgate demo (nasdaq-itch): a simulated TotalView-ITCH provider on 239.255.77.1/.2:{port} (loopback), {SYMBOLS} stocks, about {ORDERS} live orders;"
     );
@@ -173,19 +148,9 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
         });
     }
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
-    logging::init(&config.log);
-    let daemon = match Daemon::start(config, None, Notifier::disabled()) {
+    let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,
-        Err(StartError::Config(e)) => {
-            stop.store(true, Ordering::Relaxed);
-            eprintln!("tickgate: demo config: {e}");
-            return Ok(EXIT_CONFIG);
-        }
-        Err(StartError::Other(e)) => {
-            stop.store(true, Ordering::Relaxed);
-            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
-            return Ok(EXIT_FAILURE);
-        }
+        Err(code) => return Ok(code),
     };
     let socket = dir.join("gate.sock");
     println!("  gate socket: {}", socket.display());
@@ -217,43 +182,13 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
     stop.store(true, Ordering::Relaxed);
     rerequest.stop();
     glimpse.stop();
-    match sender.join() {
-        Ok(Ok(())) => Ok(code),
-        Ok(Err(e)) => {
-            eprintln!(
-                "tickgate: demo provider: {}",
-                crate::util::errors::chain(&e)
-            );
-            Ok(EXIT_FAILURE)
-        }
-        Err(_) => Ok(EXIT_FAILURE),
-    }
+    join_provider(code, sender)
 }
 
 /// The stocks by verdict (REJECTs by cause), then the feed's counters.
 fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
-    let mut ok = 0;
-    let mut causes: Vec<(String, usize)> = Vec::new();
-    for i in 0..SYMBOLS {
-        out.clear();
-        let req = format!("CHECK {}", venue_symbol(i));
-        d.gate().answer(req.as_bytes(), now, out);
-        let answer = String::from_utf8_lossy(out);
-        if answer.starts_with("OK ") {
-            ok += 1;
-            continue;
-        }
-        let why = answer
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("suspect="))
-            .or_else(|| answer.split_whitespace().nth(2))
-            .unwrap_or("?")
-            .to_string();
-        match causes.iter_mut().find(|(c, _)| *c == why) {
-            Some((_, n)) => *n += 1,
-            None => causes.push((why, 1)),
-        }
-    }
+    let names = (0..SYMBOLS).map(|i| venue_symbol(i).to_string());
+    let (ok, causes) = verdicts_by_cause(d, names, now, out);
     let rejects = causes
         .iter()
         .map(|(c, n)| format!("{n} {c}"))
