@@ -1,6 +1,6 @@
-//! cme-mdp3 decode + book + quote per book entry, beside nasdaq-itch decode
-//! + book + BBO per message, in one run; then the cost of applying a whole
-//! snapshot loop.
+//! cme-mdp3 decode, book and quote per book entry, beside nasdaq-itch
+//! decode, book and BBO per message, in one run; then the cost of applying
+//! a whole snapshot loop.
 //!
 //! `cargo bench --bench cme_day`
 //!
@@ -50,7 +50,11 @@ struct Gen<F: VenueFlow> {
 
 impl<F: VenueFlow> Gen<F> {
     /// `packets` packets and the messages (CME: book entries) in them.
-    fn packets(&mut self, packets: usize, per_message: impl Fn(&[u8]) -> u64) -> (Vec<(Vec<u8>, i64)>, u64) {
+    fn packets(
+        &mut self,
+        packets: usize,
+        per_message: impl Fn(&[u8]) -> u64,
+    ) -> (Vec<(Vec<u8>, i64)>, u64) {
         let mut out = Vec::with_capacity(packets);
         let mut n = 0;
         for _ in 0..packets {
@@ -146,7 +150,11 @@ fn main() {
         itch_rates.push(per_msg);
     }
     let c = cme.counters();
-    assert_eq!((c.invalid_packets, c.book_errors), (0, 0), "the simulated channel is clean");
+    assert_eq!(
+        (c.invalid_packets, c.book_errors),
+        (0, 0),
+        "the simulated channel is clean"
+    );
     let (mc, mi) = (median(cme_rates), median(itch_rates));
     println!(
         "median: cme {mc:.1} ns/entry, itch {mi:.1} ns/msg thread CPU: cme/itch {:.2}",
@@ -166,7 +174,10 @@ fn main() {
     while snapshots < INSTRUMENTS {
         let mut buf = Vec::with_capacity(1400);
         cme_gen.flow.snapshot_packet(t as u64, &mut buf);
-        snapshots += tickgate::venue::cme_mdp3::sbe::packet(&buf).unwrap().1.count();
+        snapshots += tickgate::venue::cme_mdp3::sbe::packet(&buf)
+            .unwrap()
+            .1
+            .count();
         loop_packets.push(buf);
     }
     let waiting = late.venue_recovery().waiting;

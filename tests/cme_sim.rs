@@ -247,3 +247,151 @@ fn simulate_writes_a_channel_and_replay_rebuilds_its_books() {
     assert_eq!(feed["channel_lost"], truth["expected_channel_lost"]);
     assert!(feed["snapshots_applied"].as_u64().unwrap() > 0, "{feed}");
 }
+
+#[path = "common/daemon.rs"]
+mod daemon;
+
+/// Through `tickgate run` on loopback multicast: the simulated channel
+/// starts first and the daemon joins a second later (a late join); two
+/// packets lost on both lines follow. Every book ends equal to the
+/// simulator's, every instrument answers OK, and the daemon left the
+/// snapshot group once nothing waited.
+#[test]
+fn a_late_join_through_the_daemon_ends_with_the_simulators_books() {
+    use std::io::{BufRead, BufReader};
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+    use std::process::Stdio;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex};
+    use tickgate::sim::live::{send_paced, McastSender, Pace, SenderOptions};
+
+    let _serial = daemon::serial();
+    let port = daemon::free_port();
+    let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 97, last), port);
+    let mut cfg = cme_config(21);
+    cfg.start_ns = tickgate::net::receiver::realtime_ns() + 200_000_000;
+    cfg.duration_ns = 3_900_000_000;
+    cfg.rate = 2_000;
+    cfg.batch = 2;
+    // Data packets 1,400 and 2,800 (1.4 s and 2.8 s in) are lost on both
+    // lines; the last second lets the loop bring their snapshots.
+    cfg.drop_both_every = Some(1_400);
+    cfg.loop_interval_ns = 50_000_000;
+    for (i, l) in cfg.lines.iter_mut().enumerate() {
+        l.dst = group(i as u8 + 1);
+    }
+    let mut sim = Simulator::new(cfg).unwrap();
+    let mut items = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(ev) = sim.next_into(&mut buf) {
+        items.push((ev.t_ns, ev.dst, buf.clone()));
+    }
+    let truth = sim.truth().clone();
+    assert_eq!(truth.packets_lost_all_lines, 2);
+    let sender = std::thread::spawn(move || {
+        let mut tx = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).unwrap();
+        send_paced(
+            &mut tx,
+            items,
+            Pace::Recorded { speed: 1.0 },
+            &AtomicBool::new(false),
+            None,
+        )
+        .unwrap();
+    });
+
+    // The daemon, a second into the channel.
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    let dir = tempfile::tempdir().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", daemon::free_port())
+        .parse()
+        .unwrap();
+    let socket = dir.path().join("gate.sock");
+    let line = |name: &str, last: u8, kind: &str| {
+        format!(
+            "[[feed.line]]\nname = \"{name}\"\ngroup = \"239.255.97.{last}\"\nport = {port}\ninterface = \"127.0.0.1\"\nkind = \"{kind}\"\n"
+        )
+    };
+    let config = dir.path().join("tickgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[feed]]\nname = \"cme\"\nvenue = \"cme-mdp3\"\nstale_ms = 600000\nsource_max_age_ms = 600000\nclock_offset = \"off\"\n{}{}{}{}\n[gate]\nsocket = \"{}\"\n\n[metrics]\nlisten = \"{metrics}\"\n",
+            line("A", 1, "incremental"),
+            line("B", 2, "incremental"),
+            line("SA", 3, "snapshot"),
+            line("DA", 4, "definition"),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("NOTIFY_SOCKET")
+        .env("RUST_LOG", "warn,tickgate::net=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    {
+        let log = log.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut g = log.lock().unwrap();
+                g.push_str(&l);
+                g.push('\n');
+            }
+        });
+    }
+    daemon::wait_for_gate(&socket);
+    sender.join().unwrap();
+    daemon::wait_for("no instrument waiting", || {
+        daemon::metrics(metrics).get("tickgate_feed_instruments_waiting{feed=\"cme\"}")
+            == Some(&0.0)
+    });
+    let m = daemon::metrics(metrics);
+    assert!(
+        m.get("tickgate_feed_channel_messages_lost_total{feed=\"cme\"}") >= Some(&1.0),
+        "a loss on both lines after the join"
+    );
+    let field = |answer: &str, key: &str| {
+        answer
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or("")
+            .to_string()
+    };
+    for i in truth.venue.as_ref().unwrap()["instruments"]
+        .as_array()
+        .unwrap()
+    {
+        let name = i["symbol"].as_str().unwrap();
+        let answer = daemon::ask(&socket, &format!("CHECK {name}"));
+        assert!(answer.starts_with(&format!("OK {name} ")), "{answer}");
+        assert_eq!(
+            field(&answer, "bid="),
+            i["bid"].as_str().unwrap(),
+            "{answer}"
+        );
+        assert_eq!(
+            field(&answer, "ask="),
+            i["ask"].as_str().unwrap(),
+            "{answer}"
+        );
+    }
+    // Joined while instruments waited, left once none did.
+    let log = log.lock().unwrap().clone();
+    let sa: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the line's group") && l.contains("SA"))
+        .collect();
+    let joined = sa
+        .iter()
+        .rposition(|l| l.contains("joined the line's group"));
+    let left = sa.iter().rposition(|l| l.contains("left the line's group"));
+    assert!(joined.is_some() && left > joined, "{log}");
+    daemon::terminate(&mut child);
+}
