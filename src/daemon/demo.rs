@@ -456,6 +456,28 @@ pub(super) fn free_or_ephemeral(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// The simulator-driven demos' set-up: `--dir` created and made absolute,
+/// and a port on which nobody sends to the demo's groups (`groups` names
+/// them in the message); `Err` is the exit code, said on stderr.
+pub(super) fn demo_dir_and_port(
+    args: &DemoArgs,
+    groups: &str,
+) -> anyhow::Result<Result<(PathBuf, u16), i32>> {
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+    match free_demo_port(args.port) {
+        Some(port) => Ok(Ok((dir, port))),
+        None => {
+            eprintln!(
+                "tickgate: demo: other providers are sending on {groups} near port {}; choose another with --port",
+                args.port
+            );
+            Ok(Err(EXIT_FAILURE))
+        }
+    }
+}
+
 /// The demos driven by the simulator (`demo_itch`, `demo_cme`): its
 /// datagrams sent at their pace on loopback by a thread of their own until
 /// `stop`.

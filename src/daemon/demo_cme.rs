@@ -22,10 +22,10 @@ use crate::sim::simulate::{SimConfig, SimLine, Simulator};
 use crate::venue::{LineKind, VenueKind};
 
 use super::demo::{
-    free_demo_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
+    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
     verdicts_by_cause, with_demo_services, DemoArgs,
 };
-use super::{Daemon, RunOptions, EXIT_FAILURE};
+use super::{Daemon, RunOptions};
 
 /// Instruments on the channel.
 const INSTRUMENTS: usize = 16;
@@ -39,15 +39,9 @@ const LATE_BY: Duration = Duration::from_secs(2);
 const LOOP_INTERVAL_NS: i64 = 200_000_000;
 
 pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    let dir = std::fs::canonicalize(&args.dir)?;
-    let Some(port) = free_demo_port(args.port) else {
-        eprintln!(
-            "tickgate: demo: other providers are sending on 239.255.77.1-4 near port {}; choose another with --port",
-            args.port
-        );
-        return Ok(EXIT_FAILURE);
+    let (dir, port) = match demo_dir_and_port(&args, "239.255.77.1-4")? {
+        Ok(found) => found,
+        Err(code) => return Ok(code),
     };
     let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, last), port);
     let lines = [

@@ -23,10 +23,10 @@ use crate::sim::venue_sim::venue_symbol;
 use crate::venue::VenueKind;
 
 use super::demo::{
-    free_demo_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
+    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
     verdicts_by_cause, with_demo_services, DemoArgs,
 };
-use super::{Daemon, RunOptions, EXIT_FAILURE};
+use super::{Daemon, RunOptions};
 
 /// Stocks the provider quotes, and the live orders it keeps around.
 const SYMBOLS: usize = 8;
@@ -40,15 +40,9 @@ const GLIMPSE_USER: &str = "demo";
 const GLIMPSE_PASSWORD: &str = "demo";
 
 pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    let dir = std::fs::canonicalize(&args.dir)?;
-    let Some(port) = free_demo_port(args.port) else {
-        eprintln!(
-            "tickgate: demo: other providers are sending on 239.255.77.1/.2 near port {}; choose another with --port",
-            args.port
-        );
-        return Ok(EXIT_FAILURE);
+    let (dir, port) = match demo_dir_and_port(&args, "239.255.77.1/.2")? {
+        Ok(found) => found,
+        Err(code) => return Ok(code),
     };
     let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 77, last), port);
 

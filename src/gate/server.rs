@@ -226,8 +226,8 @@ impl Backend for Gate {
         // A venue's raw name may hold any byte: keep the listing one token
         // per symbol and one line per entry.
         let mut sym = [0u8; crate::wire::SYMBOL_MAX];
-        let bytes = symbol.to_bytes();
-        let trimmed = &bytes[..symbol.len()];
+        let (bytes, len) = symbol.trimmed();
+        let trimmed = &bytes[..len];
         for (d, &c) in sym.iter_mut().zip(trimmed) {
             *d = if c.is_ascii_graphic() { c } else { b'?' };
         }

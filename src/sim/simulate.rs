@@ -1134,7 +1134,7 @@ impl Simulator {
 
     /// One packet of each recovery loop, on its own lines (no faults).
     fn loop_packets(&mut self, t: i64) {
-        let Some(flow) = self.flow.as_mut() else {
+        let Some(mut flow) = self.flow.take() else {
             return;
         };
         let mut buf = std::mem::take(&mut self.venue_buf);
@@ -1144,16 +1144,7 @@ impl Simulator {
                 continue;
             }
             self.truth.loop_packets += 1;
-            let idx = match self.free.pop() {
-                Some(i) => i,
-                None => {
-                    self.pool.push(Pending {
-                        buf: Vec::with_capacity(MAX_DATAGRAM),
-                        ..Pending::default()
-                    });
-                    self.pool.len() - 1
-                }
-            };
+            let idx = self.alloc();
             let p = &mut self.pool[idx];
             p.line = line;
             p.session = self.session_idx;
@@ -1161,11 +1152,10 @@ impl Simulator {
             p.count = 0;
             p.buf.clear();
             p.buf.extend_from_slice(&buf);
-            let slot_t = t + self.cfg.lines[line].delay_ns;
-            self.heap.push(Reverse((slot_t, self.order, idx)));
-            self.order += 1;
+            self.schedule(t + self.cfg.lines[line].delay_ns, idx, false);
         }
         self.venue_buf = buf;
+        self.flow = Some(flow);
     }
 
     /// Line fates of one provider packet: loss, duplicate, reorder.

@@ -136,10 +136,17 @@ impl Symbol {
         out
     }
 
+    /// The 24 padded bytes and the symbol's length without its padding
+    /// (the name is `&bytes[..len]`).
+    pub fn trimmed(&self) -> ([u8; 24], usize) {
+        let b = self.to_bytes();
+        let len = b.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
+        (b, len)
+    }
+
     /// The symbol's length without its padding.
     pub fn len(&self) -> usize {
-        let b = self.to_bytes();
-        b.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1)
+        self.trimmed().1
     }
 
     /// Whether the symbol is all padding (never for a parsed one).
@@ -160,7 +167,8 @@ pub fn hash_words(w: [u64; SYMBOL_WORDS]) -> u64 {
 
 impl fmt::Display for Symbol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for &c in &self.to_bytes()[..self.len()] {
+        let (bytes, len) = self.trimmed();
+        for &c in &bytes[..len] {
             if c.is_ascii_graphic() {
                 write!(f, "{}", c as char)?;
             } else {
