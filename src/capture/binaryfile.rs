@@ -19,6 +19,11 @@
 //! - every datagram is sent from [`SOURCE`] to [`DESTINATION`], the
 //!   simulator's default line A.
 //!
+//! [`BinaryFileReader::next_run`] hands out the same datagrams a run at a
+//! time, their message blocks back to back without headers: the file's
+//! framing is already theirs, so `replay` gives the feed the blocks as
+//! they are rather than building datagrams for it to parse again.
+//!
 //! The date comes from the file name (`MMDDYYYY.` prefix, [`date_from_name`])
 //! or is given (`replay --date`). The framing ([`frame`], [`check_message`],
 //! [`message_ts`]) is pure; [`BinaryFileReader`] is the thin shell over a
@@ -34,7 +39,7 @@ use jiff::civil::Date;
 
 use super::frame::MAX_DATAGRAM;
 use super::pcap::CaptureError;
-use super::source::{DatagramMeta, DatagramSource};
+use super::source::{DatagramMeta, DatagramRun, DatagramSource, RunDatagram};
 use crate::venue::nasdaq_itch::messages::{message_size, TYPE_SYSTEM_EVENT};
 use crate::venue::nasdaq_itch::{midnight_of, new_york};
 use crate::wire::{SessionId, HEADER_LEN};
@@ -45,6 +50,11 @@ use crate::wire::{SessionId, HEADER_LEN};
 pub const DESTINATION: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 0, 1), 30001);
 /// Where they come from: the simulator's default `--source`.
 pub const SOURCE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40000);
+
+/// Bytes of messages a run ([`BinaryFileReader::next_run`]) gathers at
+/// most (a few datagrams of [`MAX_DATAGRAM`], or a few hundred messages
+/// each alone): enough that the cost of handing one out is spread thin.
+pub const RUN_BYTES: usize = 8 << 10;
 
 /// Bytes of an ITCH message's header before its timestamp (type, stock
 /// locate, tracking number) and of the timestamp itself.
@@ -318,10 +328,13 @@ impl<R: BufRead> BinaryFileReader<R> {
         Ok(())
     }
 
-    /// Builds the next datagram in `buf`; its ITCH timestamp and count.
+    /// Appends the next datagram's message blocks to `buf` (which holds
+    /// its header, or the datagrams of a run before it); its ITCH
+    /// timestamp and count.
     fn build(&mut self, buf: &mut Vec<u8>) -> Result<Option<(u64, u16)>, CaptureError> {
-        buf.clear();
-        buf.resize(HEADER_LEN, 0);
+        // The datagram's size is its header and what `buf` gains.
+        let base = buf.len();
+        let size = |buf: &Vec<u8>| HEADER_LEN + buf.len() - base;
         let mut count = 0u16;
         let mut ts = 0u64;
         if self.has_pending {
@@ -343,27 +356,41 @@ impl<R: BufRead> BinaryFileReader<R> {
             if avail.is_empty() {
                 break;
             }
-            if let Frame::Message { len } = frame(avail) {
-                // Fast path: the message is in the reader's buffer.
-                let msg = &avail[2..2 + len];
+            // Fast path: the messages whole in the reader's buffer, checked
+            // in place and copied at once (the file's framing is the
+            // datagram's: a u16 length, then the message).
+            let mut at = 0usize;
+            let mut full = false;
+            let mut bad = None;
+            while let Frame::Message { len } = frame(&avail[at..]) {
+                let msg = &avail[at + 2..at + 2 + len];
                 let t = message_ts(msg).unwrap_or(self.last_ts);
-                if count > 0 && (t != ts || buf.len() + 2 + len > MAX_DATAGRAM) {
+                if count > 0 && (t != ts || size(buf) + at + 2 + len > MAX_DATAGRAM) {
+                    full = true;
                     break;
                 }
                 match check_message(msg) {
-                    Ok(known) => {
-                        buf.extend_from_slice(&avail[..2 + len]);
-                        count_message(&mut self.stats, known, avail[2], len);
-                    }
+                    Ok(known) => count_message(&mut self.stats, known, msg[0], len),
                     Err(e) => {
-                        let e = self.error(e.to_string());
-                        return self.stop(count, ts, e);
+                        bad = Some(e);
+                        break;
                     }
                 }
-                self.r.consume(2 + len);
                 self.last_ts = t;
                 ts = t;
                 count += 1;
+                at += 2 + len;
+            }
+            buf.extend_from_slice(&avail[..at]);
+            self.r.consume(at);
+            if let Some(e) = bad {
+                let e = self.error(e.to_string());
+                return self.stop(count, ts, e);
+            }
+            if full {
+                break;
+            }
+            if at > 0 {
                 continue;
             }
             // Slow path: the message straddles the reader's buffer.
@@ -373,7 +400,7 @@ impl<R: BufRead> BinaryFileReader<R> {
                 Err(e) => return self.stop(count, ts, e),
             }
             let t = message_ts(&self.pending).unwrap_or(self.last_ts);
-            if count > 0 && (t != ts || buf.len() + 2 + self.pending.len() > MAX_DATAGRAM) {
+            if count > 0 && (t != ts || size(buf) + 2 + self.pending.len() > MAX_DATAGRAM) {
                 self.has_pending = true;
                 break;
             }
@@ -390,6 +417,64 @@ impl<R: BufRead> BinaryFileReader<R> {
             return Ok(None);
         }
         Ok(Some((ts, count)))
+    }
+
+    /// The stamp of a datagram of ITCH timestamp `ts`, counted as handed
+    /// out.
+    fn stamp(&mut self, ts: u64) -> i64 {
+        let mut stamp = self.midnight_ns.saturating_add(ts as i64);
+        if stamp < self.last_stamp {
+            // Sequence order is the file's order: applied at the previous
+            // stamp rather than moved ahead of the messages before it.
+            self.stats.backwards += 1;
+            stamp = self.last_stamp;
+        }
+        self.last_stamp = stamp;
+        self.stats.datagrams += 1;
+        stamp
+    }
+
+    /// The next datagrams, the same as [`DatagramSource::next`] hands out,
+    /// as one run of at most about [`RUN_BYTES`] of messages (more only
+    /// for a message longer than a datagram); `Ok(false)` at the end. An
+    /// error found after the run's first datagram comes on the next call,
+    /// as it would after that datagram.
+    pub fn next_run(&mut self, run: &mut DatagramRun) -> Result<bool, CaptureError> {
+        run.datagrams.clear();
+        run.blocks.clear();
+        run.src = SOURCE;
+        run.dst = DESTINATION;
+        run.session = self.session;
+        run.first_sequence = self.stats.messages + 1;
+        if let Some(e) = self.deferred.take() {
+            self.done = true;
+            return Err(e);
+        }
+        while !self.done && run.blocks.len() + MAX_DATAGRAM <= RUN_BYTES {
+            let start = run.blocks.len();
+            match self.build(&mut run.blocks) {
+                Ok(Some((ts, count))) => {
+                    let ts_ns = self.stamp(ts);
+                    run.datagrams.push(RunDatagram {
+                        ts_ns,
+                        count,
+                        len: (run.blocks.len() - start) as u32,
+                    });
+                    if self.deferred.is_some() {
+                        break;
+                    }
+                }
+                Ok(None) => self.done = true,
+                Err(e) => {
+                    self.done = true;
+                    if run.datagrams.is_empty() {
+                        return Err(e);
+                    }
+                    self.deferred = Some(e);
+                }
+            }
+        }
+        Ok(!run.datagrams.is_empty())
     }
 
     /// An error while building: hand out what was built first.
@@ -417,6 +502,8 @@ impl<R: BufRead> DatagramSource for BinaryFileReader<R> {
             return Ok(None);
         }
         let first = self.stats.messages + 1;
+        buf.clear();
+        buf.resize(HEADER_LEN, 0);
         let (ts, count) = match self.build(buf) {
             Ok(Some(v)) => v,
             Ok(None) => {
@@ -431,17 +518,8 @@ impl<R: BufRead> DatagramSource for BinaryFileReader<R> {
         buf[..10].copy_from_slice(&self.session.0);
         buf[10..18].copy_from_slice(&first.to_be_bytes());
         buf[18..20].copy_from_slice(&count.to_be_bytes());
-        let mut stamp = self.midnight_ns.saturating_add(ts as i64);
-        if stamp < self.last_stamp {
-            // Sequence order is the file's order: applied at the previous
-            // stamp rather than moved ahead of the messages before it.
-            self.stats.backwards += 1;
-            stamp = self.last_stamp;
-        }
-        self.last_stamp = stamp;
-        self.stats.datagrams += 1;
         Ok(Some(DatagramMeta {
-            ts_ns: stamp,
+            ts_ns: self.stamp(ts),
             src: SOURCE,
             dst: DESTINATION,
             len: buf.len(),
@@ -659,6 +737,64 @@ mod tests {
             let (slow, err) = all(&mut BinaryFileReader::new(br, d));
             assert!(err.is_none());
             assert_eq!(slow, fast, "buffer of {cap}");
+        }
+    }
+
+    /// Every run's datagrams, built whole, then the error if any.
+    fn all_runs<R: BufRead>(
+        r: &mut BinaryFileReader<R>,
+    ) -> (Vec<(DatagramMeta, Vec<u8>)>, Option<String>) {
+        let mut out = Vec::new();
+        let mut run = DatagramRun::default();
+        loop {
+            match r.next_run(&mut run) {
+                Ok(true) => {
+                    assert!(run.blocks.len() <= RUN_BYTES + 2 + 2000);
+                    for d in run.iter() {
+                        let mut b = Vec::new();
+                        run.datagram(&d, &mut b);
+                        let meta = DatagramMeta {
+                            ts_ns: d.ts,
+                            src: run.src,
+                            dst: run.dst,
+                            len: b.len(),
+                        };
+                        out.push((meta, b));
+                    }
+                }
+                Ok(false) => return (out, None),
+                Err(e) => return (out, Some(e.to_string())),
+            }
+        }
+    }
+
+    #[test]
+    fn runs_hold_the_datagrams_one_by_one_gives() {
+        // stamps shared by 100 messages (more than a datagram holds), then
+        // by one or two, some going back; an unknown type with no stamp, one
+        // longer than a datagram; a bad length after a good message
+        let mut msgs: Vec<Vec<u8>> = (0..3000)
+            .map(|i| delete(if i < 1500 { i / 100 } else { i / 100 + i % 7 }, i))
+            .collect();
+        msgs.insert(500, vec![b'y']);
+        let mut big = delete(20, 0);
+        big[0] = b'z';
+        big.resize(2000, 7);
+        msgs.insert(1700, big);
+        let mut bytes = file(&msgs);
+        bytes.extend_from_slice(&[0, 0]);
+        let d = date(2019, 7, 15);
+        let mut one = BinaryFileReader::new(Cursor::new(bytes.clone()), d);
+        let (want, err) = all(&mut one);
+        assert!(err.unwrap().contains("zero length"));
+        assert!(want.len() > 10 * RUN_BYTES / MAX_DATAGRAM);
+        for cap in [7, 21, 64, 1000, 1 << 16] {
+            let br = io::BufReader::with_capacity(cap, Cursor::new(bytes.clone()));
+            let mut runs = BinaryFileReader::new(br, d);
+            let (got, err) = all_runs(&mut runs);
+            assert!(err.unwrap().contains("message 3003 at byte"), "{cap}");
+            assert_eq!(got, want, "buffer of {cap}");
+            assert_eq!(runs.stats(), one.stats());
         }
     }
 

@@ -16,7 +16,7 @@ use std::collections::BinaryHeap;
 use std::net::SocketAddrV4;
 
 use super::pcap::CaptureError;
-use super::source::{DatagramMeta, DatagramSource};
+use super::source::{DatagramMeta, DatagramRun, DatagramSource};
 
 /// Maximal sorted (non-decreasing) runs of a stream of stamps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -198,6 +198,32 @@ impl<S: DatagramSource> Merge<S> {
             self.note_memory(buf.capacity());
         }
         Ok(Some(meta))
+    }
+
+    /// The next datagrams as one run (`DatagramSource::next_run`) of a
+    /// merge of one source, which has nothing to put in order:
+    /// `Ok(Some(false))` at the end; `Ok(None)` when there are other
+    /// sources, the source hands out datagrams only, or the merge holds
+    /// its next datagram already ([`Self::next_into`] then goes on).
+    pub fn next_run(&mut self, run: &mut DatagramRun) -> Result<Option<bool>, MergeError> {
+        if self.heads.len() != 1 || !self.heap.is_empty() || self.error.is_some() {
+            return Ok(None);
+        }
+        let Some(got) = self.heads[0].source.next_run(run) else {
+            return Ok(None);
+        };
+        match got {
+            Ok(more) => {
+                self.handed += run.len() as u64;
+                self.note_memory(run.memory());
+                Ok(Some(more))
+            }
+            Err(error) => Err(MergeError {
+                source: 0,
+                error,
+                went_back: false,
+            }),
+        }
     }
 
     /// Most bytes held at once (see the field).

@@ -48,7 +48,7 @@ use super::compress::{CaptureInput, Compression};
 use super::frame::MAX_DATAGRAM;
 use super::merge::{plan, Merge, Plan, RunFinder, SortBuffer, READ_BUF, WRITE_BUF};
 use super::pcap::{CaptureError, CaptureReader, CaptureStats, ResumePoint};
-use super::source::{DatagramMeta, DatagramSource, Released};
+use super::source::{DatagramMeta, DatagramRun, DatagramSource, Released};
 use super::spill::{ChunkReader, SpillDir, SpillStats};
 
 /// Default memory budget of the sort (readers, chunks, buffers).
@@ -405,6 +405,17 @@ impl DatagramSource for BinarySource {
     fn memory(&self) -> usize {
         self.reader.get_ref().memory() + MAX_DATAGRAM
     }
+
+    fn next_run(&mut self, run: &mut DatagramRun) -> Option<Result<bool, CaptureError>> {
+        Some(loop {
+            let got = self.reader.next_run(run);
+            self.stats.set(*self.reader.stats());
+            match got {
+                Ok(true) if !self.filter.is_empty() && !self.filter.contains(&run.dst) => continue,
+                other => break other,
+            }
+        })
+    }
 }
 
 /// A BinaryFILE of the stream, for its summary.
@@ -518,6 +529,8 @@ pub struct CaptureStream {
     /// What each merged source reads, for its errors.
     labels: Vec<PathBuf>,
     out: Vec<u8>,
+    /// What [`Self::next_run`] hands out.
+    run: DatagramRun,
     deferred: Vec<Deferred>,
     error: Option<StreamError>,
     files: Vec<FileSummary>,
@@ -588,6 +601,7 @@ impl CaptureStream {
             merge: Merge::new(sources),
             labels: paths.to_vec(),
             out: Vec::new(),
+            run: DatagramRun::default(),
             deferred: Vec::new(),
             error: None,
             files,
@@ -778,6 +792,7 @@ impl CaptureStream {
             merge: Merge::new(sources),
             labels,
             out: Vec::new(),
+            run: DatagramRun::default(),
             deferred,
             error: None,
             files,
@@ -816,6 +831,36 @@ impl CaptureStream {
                 }
                 None
             }
+            Err(e) => {
+                self.went_back |= e.went_back;
+                self.error = Some(StreamError {
+                    path: self.labels[e.source].clone(),
+                    error: e.error,
+                });
+                None
+            }
+        }
+    }
+
+    /// The next datagrams as one run (see [`DatagramRun`]), when the
+    /// stream is one source that hands them out so (a Nasdaq BinaryFILE
+    /// alone): there is nothing to put in order. `None` at the end, at an
+    /// error (see [`Self::error`]), or when the stream hands out datagrams
+    /// one by one: [`Self::next_datagram`] then goes on from there.
+    pub fn next_run(&mut self) -> Option<&DatagramRun> {
+        if self.error.is_some() {
+            return None;
+        }
+        match self.merge.next_run(&mut self.run) {
+            Ok(Some(true)) => {
+                let first = self.run.datagrams.first()?.ts_ns;
+                let last = self.run.datagrams.last()?.ts_ns;
+                self.released += self.run.len() as u64;
+                self.first_ts.get_or_insert(first);
+                self.last_ts = Some(last);
+                Some(&self.run)
+            }
+            Ok(_) => None,
             Err(e) => {
                 self.went_back |= e.went_back;
                 self.error = Some(StreamError {

@@ -48,6 +48,14 @@ pub enum DatagramOutcome {
     Ignored,
 }
 
+/// What `process` applies: a whole datagram, or the message blocks of a
+/// MoldUDP64 one (`Feed::on_blocks`).
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Datagram(&'a [u8]),
+    Blocks(&'a [u8]),
+}
+
 /// R5: where a feed's snapshot stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotPhase {
@@ -495,6 +503,49 @@ impl<P: Publish> Feed<P> {
         let out = self.route(Source::Line(line), datagram, &header, now);
         self.refresh_recovery_view();
         out
+    }
+
+    /// [`Feed::on_datagram`] of the MoldUDP64 datagram made of `session`,
+    /// `sequence`, `count` and `blocks` (the message blocks after its
+    /// header), without building it: a reader that holds messages apart
+    /// from any datagram (a Nasdaq BinaryFILE) hands them over as they are.
+    /// `None`, with nothing changed, when only the datagram will do: a
+    /// venue framed otherwise, a line that is not incremental, or a feed
+    /// whose recovery rules have something to do with it (they may hold
+    /// it); the caller then builds the datagram and calls `on_datagram`.
+    #[inline]
+    pub fn on_blocks(
+        &mut self,
+        line: usize,
+        session: SessionId,
+        sequence: u64,
+        count: u16,
+        blocks: &[u8],
+        now: i64,
+    ) -> Option<DatagramOutcome> {
+        if line >= self.counters.lines.len() {
+            return Some(DatagramOutcome::UnknownLine);
+        }
+        if self.line_kinds[line] != LineKind::Incremental {
+            return None;
+        }
+        let header = match self.venue.parse_blocks(session, sequence, count, blocks)? {
+            Ok(h) => h,
+            Err(e) => {
+                self.counters.invalid_packets += 1;
+                self.counters.lines[line].invalid_packets += 1;
+                return Some(DatagramOutcome::Invalid(e));
+            }
+        };
+        if self.settings.recovery.holds() && !self.steady(&header) {
+            return None;
+        }
+        // From here exactly `on_datagram`'s path of a steady datagram.
+        self.last_header = Some(header.channel);
+        let lc = &mut self.counters.lines[line];
+        lc.packets += 1;
+        lc.messages += header.channel.count as u64;
+        Some(self.process_payload(Source::Line(line), Payload::Blocks(blocks), &header, now))
     }
 
     /// What `line` carries (venues.md `cme-mdp3`, Lines; every line is
@@ -1272,10 +1323,22 @@ impl<P: Publish> Feed<P> {
 
     /// Applies a valid datagram to the channel rules and, for data, the
     /// symbol rules (semantics.md, venues.md), at `now`.
+    #[inline]
     fn process(
         &mut self,
         source: Source,
         datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        self.process_payload(source, Payload::Datagram(datagram), header, now)
+    }
+
+    /// [`Feed::process`] of a datagram or of its blocks alone.
+    fn process_payload(
+        &mut self,
+        source: Source,
+        payload: Payload<'_>,
         header: &Header,
         now: i64,
     ) -> DatagramOutcome {
@@ -1374,8 +1437,9 @@ impl<P: Publish> Feed<P> {
                 let seq = header.channel.sequence;
                 self.first_copy[(seq as usize) % SKEW_RING] = (seq, now);
             }
-            let applied = self.with_venue_rules(now, |venue, rules| {
-                venue.apply(datagram, header, skip, rules)
+            let applied = self.with_venue_rules(now, |venue, rules| match payload {
+                Payload::Datagram(datagram) => venue.apply(datagram, header, skip, rules),
+                Payload::Blocks(blocks) => venue.apply_blocks(blocks, header, skip, rules),
             });
             if source == Source::Rerequest {
                 // R6: messages applied from a re-request answer.

@@ -167,6 +167,14 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
     if let Some(checks) = &mut checks {
         checks_error = run_checks(&mut replay, cap, checks, &mut out, &mut progress).err();
     } else {
+        // A stream of runs (a Nasdaq BinaryFILE alone) is taken run by run;
+        // every other, and whatever a run does not hold, datagram by
+        // datagram.
+        while let Some(run) = cap.next_run() {
+            let ts = run.datagrams.last().map_or(0, |d| d.ts_ns);
+            replay.on_run(run);
+            progress.tick(cap.released(), ts);
+        }
         while let Some(d) = cap.next_datagram() {
             replay.on_datagram(d.src, d.dst, d.payload, d.ts);
             let ts = d.ts;

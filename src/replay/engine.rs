@@ -9,6 +9,7 @@ use std::path::Path;
 use super::feed::{FeedSpec, ReplayFeed, ReplayLine, SessionInfo};
 use super::timeline::model::Touches;
 use super::timeline::Recorder;
+use crate::capture::source::DatagramRun;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode};
 use crate::gate::protocol::answer;
@@ -28,6 +29,8 @@ pub struct Replay {
     discover_lines: bool,
     /// --timeline: told of each datagram and each advance of the clock.
     pub timeline: Option<Box<Recorder>>,
+    /// A datagram of a run, built where only a datagram will do.
+    scratch: Vec<u8>,
 }
 
 impl Replay {
@@ -103,6 +106,7 @@ impl Replay {
             unmatched: 0,
             discover_lines: false,
             timeline: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -156,19 +160,51 @@ impl Replay {
         }
         // The feed's venue validates the whole datagram; the session notes
         // take the header it found valid (not a second parse).
-        match f.feed.on_datagram(li, payload, ts) {
-            DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
-            DatagramOutcome::StaleSession => f.stale_session_packets += 1,
-            _ => {}
-        }
-        if let Some(h) = f.feed.last_header() {
-            note_session(&mut f.sessions, h, ts);
-            // C6 inside a data packet (IEX System Event C).
-            if f.feed.session_ended() {
-                if let Some(s) = f.sessions.iter_mut().rfind(|s| s.id == h.session) {
-                    s.end_of_session = true;
-                }
+        let out = f.feed.on_datagram(li, payload, ts);
+        note_outcome(f, out, ts);
+    }
+
+    /// A run of datagrams (`CaptureStream::next_run`), each applied as
+    /// [`Self::on_datagram`] applies it: routed once (they share source
+    /// and destination), and the feed takes each one's message blocks as
+    /// they are (`Feed::on_blocks`) wherever it can, a datagram being
+    /// built only where it cannot.
+    pub fn on_run(&mut self, run: &DatagramRun) {
+        if self.timeline.is_some() || self.answers.contains_key(&run.src) {
+            // One by one: the timeline looks at each, an answer is whole.
+            let mut buf = std::mem::take(&mut self.scratch);
+            for d in run.iter() {
+                run.datagram(&d, &mut buf);
+                self.on_datagram(run.src, run.dst, &buf, d.ts);
             }
+            self.scratch = buf;
+            return;
+        }
+        let (fi, li) = match self.route.get(&run.dst) {
+            Some(&r) => r,
+            None if self.discover_lines && !run.is_empty() => self.add_line(run.dst),
+            None => {
+                self.unmatched += run.len() as u64;
+                return;
+            }
+        };
+        let f = &mut self.feeds[fi];
+        if f.lines[li].source.is_some_and(|s| s != *run.src.ip()) {
+            self.unmatched += run.len() as u64;
+            return;
+        }
+        for d in run.iter() {
+            let out = match f
+                .feed
+                .on_blocks(li, run.session, d.sequence, d.count, d.blocks, d.ts)
+            {
+                Some(out) => out,
+                None => {
+                    run.datagram(&d, &mut self.scratch);
+                    f.feed.on_datagram(li, &self.scratch, d.ts)
+                }
+            };
+            note_outcome(f, out, d.ts);
         }
     }
 
@@ -193,6 +229,25 @@ impl Replay {
             .map(|f| &f.feed as &dyn SymbolLookup)
             .collect();
         answer(request, &lookups, now, out);
+    }
+}
+
+/// What a datagram applied to `f` at `ts` did, in its sessions' notes.
+#[inline]
+fn note_outcome(f: &mut ReplayFeed, out: DatagramOutcome, ts: i64) {
+    match out {
+        DatagramOutcome::Invalid(_) | DatagramOutcome::UnknownLine => return,
+        DatagramOutcome::StaleSession => f.stale_session_packets += 1,
+        _ => {}
+    }
+    if let Some(h) = f.feed.last_header() {
+        note_session(&mut f.sessions, h, ts);
+        // C6 inside a data packet (IEX System Event C).
+        if f.feed.session_ended() {
+            if let Some(s) = f.sessions.iter_mut().rfind(|s| s.id == h.session) {
+                s.end_of_session = true;
+            }
+        }
     }
 }
 

@@ -378,6 +378,33 @@ pub trait Venue {
         rules: &mut R,
     ) -> Applied;
 
+    /// MoldUDP64 venues: `parse` of the datagram made of these header
+    /// fields and `blocks` (the message blocks after its 20-byte header),
+    /// without building it (a reader holding the messages apart, such as a
+    /// Nasdaq BinaryFILE's). `None` where datagrams are framed otherwise:
+    /// the caller builds the datagram.
+    fn parse_blocks(
+        &self,
+        _session: SessionId,
+        _sequence: u64,
+        _count: u16,
+        _blocks: &[u8],
+    ) -> Option<Result<Header, DatagramError>> {
+        None
+    }
+
+    /// `apply` of the datagram whose parts `parse_blocks` accepted; called
+    /// only then.
+    fn apply_blocks<R: Rules>(
+        &mut self,
+        _blocks: &[u8],
+        _header: &Header,
+        _skip: u16,
+        _rules: &mut R,
+    ) -> Applied {
+        unreachable!("apply_blocks on a venue whose parse_blocks takes none")
+    }
+
     /// Live orders held (venues that build books), for the gauge.
     fn live_orders(&self) -> u64 {
         0
@@ -556,6 +583,28 @@ impl Venue for AnyVenue {
         rules: &mut R,
     ) -> Applied {
         each_venue!(self, v => v.apply(datagram, header, skip, rules))
+    }
+
+    #[inline]
+    fn parse_blocks(
+        &self,
+        session: SessionId,
+        sequence: u64,
+        count: u16,
+        blocks: &[u8],
+    ) -> Option<Result<Header, DatagramError>> {
+        each_venue!(self, v => v.parse_blocks(session, sequence, count, blocks))
+    }
+
+    #[inline]
+    fn apply_blocks<R: Rules>(
+        &mut self,
+        blocks: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied {
+        each_venue!(self, v => v.apply_blocks(blocks, header, skip, rules))
     }
 
     #[inline]

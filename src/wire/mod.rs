@@ -483,7 +483,20 @@ impl<'a> Packet<'a> {
         let session = SessionId(buf[0..10].try_into().unwrap());
         let sequence = be_u64(&buf[10..]);
         let count = u16::from_be_bytes([buf[18], buf[19]]);
-        let blocks = &buf[HEADER_LEN..];
+        Packet::from_parts(session, sequence, count, &buf[HEADER_LEN..], min_len)
+    }
+
+    /// [`Packet::parse_with`] of the datagram made of these header fields
+    /// and `blocks` (what follows its 20-byte header), without building
+    /// it: the same checks, the same packet.
+    #[inline]
+    pub fn from_parts(
+        session: SessionId,
+        sequence: u64,
+        count: u16,
+        blocks: &'a [u8],
+        min_len: impl Fn(u8) -> usize,
+    ) -> Result<Packet<'a>, WireError> {
         if count == COUNT_HEARTBEAT || count == COUNT_END_OF_SESSION {
             if !blocks.is_empty() {
                 return Err(WireError::TrailingBytes {
@@ -533,6 +546,22 @@ impl<'a> Packet<'a> {
             sequence: be_u64(&buf[10..]),
             count: u16::from_be_bytes([buf[18], buf[19]]),
             blocks: &buf[HEADER_LEN..],
+        }
+    }
+
+    /// [`Packet::validated`] of the parts [`Packet::from_parts`] accepted.
+    #[inline]
+    pub fn validated_parts(
+        session: SessionId,
+        sequence: u64,
+        count: u16,
+        blocks: &'a [u8],
+    ) -> Packet<'a> {
+        Packet {
+            session,
+            sequence,
+            count,
+            blocks,
         }
     }
 

@@ -22,7 +22,7 @@ use super::{
     Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
 };
 use crate::util::prefetch::prefetch;
-use crate::wire::{Packet, Side, Symbol};
+use crate::wire::{Packet, SessionId, Side, Symbol, HEADER_LEN};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
 pub const PRICE_SCALE: i64 = 100_000;
@@ -377,6 +377,23 @@ impl Venue for NasdaqItch {
         latest
     }
 
+    #[inline]
+    fn parse_blocks(
+        &self,
+        session: SessionId,
+        sequence: u64,
+        count: u16,
+        blocks: &[u8],
+    ) -> Option<Result<Header, DatagramError>> {
+        // `parse`'s checks, on the datagram these parts make.
+        Some(
+            Packet::from_parts(session, sequence, count, blocks, itch_min_len)
+                .map(|p| mold_header(&p))
+                .map_err(DatagramError::from),
+        )
+    }
+
+    #[inline]
     fn apply<R: Rules>(
         &mut self,
         datagram: &[u8],
@@ -384,10 +401,21 @@ impl Venue for NasdaqItch {
         skip: u16,
         rules: &mut R,
     ) -> Applied {
+        self.apply_blocks(&datagram[HEADER_LEN..], header, skip, rules)
+    }
+
+    fn apply_blocks<R: Rules>(
+        &mut self,
+        blocks: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied {
         let now = rules.now();
         let mut out = Applied::default();
         let first = header.channel.sequence;
-        let packet = Packet::validated(datagram);
+        let ch = &header.channel;
+        let packet = Packet::validated_parts(ch.session, ch.sequence, ch.count, blocks);
         // Cache hints for every message first, so that the misses of one
         // message's order slot, book and locate overlap those of the
         // others instead of following one another.
