@@ -42,7 +42,7 @@ use super::pcap::CaptureError;
 use super::source::{DatagramMeta, DatagramRun, DatagramSource, RunDatagram};
 use crate::venue::nasdaq_itch::messages::{message_size, TYPE_SYSTEM_EVENT};
 use crate::venue::nasdaq_itch::{midnight_of, new_york};
-use crate::wire::{SessionId, HEADER_LEN};
+use crate::wire::{mold_header_bytes, SessionId, HEADER_LEN};
 
 /// Where a BinaryFILE's datagrams are sent to: the simulator's line A
 /// (`simulate --group-a`), so one config serves a simulated and a
@@ -515,9 +515,7 @@ impl<R: BufRead> DatagramSource for BinaryFileReader<R> {
                 return Err(e);
             }
         };
-        buf[..10].copy_from_slice(&self.session.0);
-        buf[10..18].copy_from_slice(&first.to_be_bytes());
-        buf[18..20].copy_from_slice(&count.to_be_bytes());
+        buf[..HEADER_LEN].copy_from_slice(&mold_header_bytes(self.session, first, count));
         Ok(Some(DatagramMeta {
             ts_ns: self.stamp(ts),
             src: SOURCE,

@@ -7,7 +7,7 @@
 use std::net::SocketAddrV4;
 
 use super::pcap::CaptureError;
-use crate::wire::SessionId;
+use crate::wire::{mold_header_bytes, SessionId};
 
 /// One datagram's facts; its payload is in the buffer given to
 /// [`DatagramSource::next`].
@@ -144,9 +144,7 @@ impl DatagramRun {
     /// `out` (replacing its content).
     pub fn datagram(&self, item: &RunItem<'_>, out: &mut Vec<u8>) {
         out.clear();
-        out.extend_from_slice(&self.session.0);
-        out.extend_from_slice(&item.sequence.to_be_bytes());
-        out.extend_from_slice(&item.count.to_be_bytes());
+        out.extend_from_slice(&mold_header_bytes(self.session, item.sequence, item.count));
         out.extend_from_slice(item.blocks);
     }
 

@@ -130,6 +130,28 @@ impl Replay {
         (0, li)
     }
 
+    /// The feed and line of datagrams from `src` to `dst` (a line added
+    /// when lines are discovered); `None`, the `n` datagrams counted
+    /// unmatched, when no line takes them.
+    fn line_of(&mut self, src: SocketAddrV4, dst: SocketAddrV4, n: u64) -> Option<(usize, usize)> {
+        let (fi, li) = match self.route.get(&dst) {
+            Some(&r) => r,
+            None if self.discover_lines => self.add_line(dst),
+            None => {
+                self.unmatched += n;
+                return None;
+            }
+        };
+        if self.feeds[fi].lines[li]
+            .source
+            .is_some_and(|s| s != *src.ip())
+        {
+            self.unmatched += n;
+            return None;
+        }
+        Some((fi, li))
+    }
+
     /// One datagram from `src` to `dst`, stamped `ts` (the clock).
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
         self.apply_datagram(src, dst, payload, ts);
@@ -145,19 +167,10 @@ impl Replay {
             self.feeds[fi].feed.on_rerequest_answer(payload, ts);
             return;
         }
-        let (fi, li) = match self.route.get(&dst) {
-            Some(&r) => r,
-            None if self.discover_lines => self.add_line(dst),
-            None => {
-                self.unmatched += 1;
-                return;
-            }
+        let Some((fi, li)) = self.line_of(src, dst, 1) else {
+            return;
         };
         let f = &mut self.feeds[fi];
-        if f.lines[li].source.is_some_and(|s| s != *src.ip()) {
-            self.unmatched += 1;
-            return;
-        }
         // The feed's venue validates the whole datagram; the session notes
         // take the header it found valid (not a second parse).
         let out = f.feed.on_datagram(li, payload, ts);
@@ -180,19 +193,13 @@ impl Replay {
             self.scratch = buf;
             return;
         }
-        let (fi, li) = match self.route.get(&run.dst) {
-            Some(&r) => r,
-            None if self.discover_lines && !run.is_empty() => self.add_line(run.dst),
-            None => {
-                self.unmatched += run.len() as u64;
-                return;
-            }
-        };
-        let f = &mut self.feeds[fi];
-        if f.lines[li].source.is_some_and(|s| s != *run.src.ip()) {
-            self.unmatched += run.len() as u64;
+        if run.is_empty() {
             return;
         }
+        let Some((fi, li)) = self.line_of(run.src, run.dst, run.len() as u64) else {
+            return;
+        };
+        let f = &mut self.feeds[fi];
         for d in run.iter() {
             let out = match f
                 .feed

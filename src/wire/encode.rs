@@ -85,16 +85,18 @@ impl PacketBuilder {
 
     /// A channel heartbeat: `sequence` is the next sequence number.
     pub fn channel_heartbeat(session: SessionId, sequence: u64) -> [u8; HEADER_LEN] {
-        header(session, sequence, 0)
+        mold_header_bytes(session, sequence, 0)
     }
 
     /// End of session.
     pub fn end_of_session(session: SessionId, sequence: u64) -> [u8; HEADER_LEN] {
-        header(session, sequence, COUNT_END_OF_SESSION)
+        mold_header_bytes(session, sequence, COUNT_END_OF_SESSION)
     }
 }
 
-fn header(session: SessionId, sequence: u64, count: u16) -> [u8; HEADER_LEN] {
+/// The 20-byte MoldUDP64 header of a datagram of `count` messages from
+/// `sequence` (wire.md).
+pub fn mold_header_bytes(session: SessionId, sequence: u64, count: u16) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..10].copy_from_slice(&session.0);
     h[10..18].copy_from_slice(&sequence.to_be_bytes());

@@ -6,7 +6,7 @@
 use std::fmt;
 
 mod encode;
-pub use encode::PacketBuilder;
+pub use encode::{mold_header_bytes, PacketBuilder};
 
 /// MoldUDP64 header: session (10), sequence (8), count (2).
 pub const HEADER_LEN: usize = 20;
@@ -541,12 +541,12 @@ impl<'a> Packet<'a> {
     /// validated, iterating the blocks may panic.
     #[inline]
     pub fn validated(buf: &'a [u8]) -> Packet<'a> {
-        Packet {
-            session: SessionId(buf[0..10].try_into().unwrap()),
-            sequence: be_u64(&buf[10..]),
-            count: u16::from_be_bytes([buf[18], buf[19]]),
-            blocks: &buf[HEADER_LEN..],
-        }
+        Packet::validated_parts(
+            SessionId(buf[0..10].try_into().unwrap()),
+            be_u64(&buf[10..]),
+            u16::from_be_bytes([buf[18], buf[19]]),
+            &buf[HEADER_LEN..],
+        )
     }
 
     /// [`Packet::validated`] of the parts [`Packet::from_parts`] accepted.
