@@ -10,7 +10,7 @@ use super::counters::{FeedCounters, LineCounters, SymbolSummary};
 use super::hold::{Against, Hold, Source};
 use super::index::{Slot, SymbolIndex};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
-use super::state::{Ctx, SymbolState, HOT_BYTES};
+use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
 use super::verdict::{report_cause, Thresholds};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
@@ -221,7 +221,7 @@ pub struct Feed<P: Publish = NoPublish> {
     channel: Channel,
     clock: ClockEstimator,
     index: SymbolIndex,
-    symbols: Vec<SymbolState>,
+    symbols: Symbols,
     view: FeedView,
     counters: FeedCounters,
     /// What each line carries (venues.md `cme-mdp3`, Lines).
@@ -277,7 +277,7 @@ impl<P: Publish> Feed<P> {
             channel: Channel::with_max_jump(settings.max_channel_jump),
             clock: ClockEstimator::new(settings.clock_offset),
             index: SymbolIndex::with_capacity(settings.max_symbols),
-            symbols: Vec::with_capacity(settings.max_symbols),
+            symbols: Symbols::with_capacity(settings.max_symbols),
             view,
             counters: FeedCounters::new(lines),
             line_kinds: vec![LineKind::Incremental; lines],
@@ -1526,6 +1526,7 @@ impl<P: Publish> Feed<P> {
         let session_current = v.session_epoch == self.view.session_epoch;
         let has_quote = v.has_quote();
         let cause = report_cause(v, &self.view);
+        let tally = self.symbols.tally(index);
         SymbolSummary {
             index,
             last_seq: (session_current && v.has_seq()).then_some(v.seq),
@@ -1539,11 +1540,11 @@ impl<P: Publish> Feed<P> {
             verified: v.verified_epoch == self.view.gap_epoch,
             // V2; a pending session change has forgotten it (C5).
             halted: session_current && v.flags & SYM_HALTED != 0,
-            ticks_lost: st.ticks_lost,
-            stale_dropped: st.stale_dropped,
-            seq_anomalies: st.seq_anomalies,
-            seq_resyncs: st.seq_resyncs,
-            snapshots_applied: st.snapshots_applied,
+            ticks_lost: tally.ticks_lost,
+            stale_dropped: tally.stale_dropped,
+            seq_anomalies: tally.seq_anomalies,
+            seq_resyncs: tally.seq_resyncs,
+            snapshots_applied: tally.snapshots_applied,
             configured: st.configured,
             stale_ms: v.stale_ms as u64,
             source_max_age_ms: v.source_max_age_ms as u64,
@@ -1573,7 +1574,7 @@ impl<P: Publish> Feed<P> {
 struct SymbolRules<'a, P: Publish> {
     ctx: Ctx,
     index: &'a mut SymbolIndex,
-    symbols: &'a mut Vec<SymbolState>,
+    symbols: &'a mut Symbols,
     counters: &'a mut FeedCounters,
     publisher: &'a mut P,
     settings: &'a FeedSettings,
@@ -1599,7 +1600,10 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
         let Some(idx) = self.symbol(q.symbol) else {
             return;
         };
-        if self.symbols[idx as usize].on_quote(q, &self.ctx, self.counters) {
+        let Some((st, mut c)) = self.symbols.counted(idx, self.counters) else {
+            return;
+        };
+        if st.on_quote(q, &self.ctx, &mut c) {
             self.publish(idx);
         }
     }
@@ -1609,7 +1613,10 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
         let Some(idx) = self.symbol(h.symbol) else {
             return;
         };
-        if self.symbols[idx as usize].on_heartbeat(h, &self.ctx, self.counters) {
+        let Some((st, mut c)) = self.symbols.counted(idx, self.counters) else {
+            return;
+        };
+        if st.on_heartbeat(h, &self.ctx, &mut c) {
             self.publish(idx);
         }
     }
@@ -1619,7 +1626,10 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
         let Some(idx) = self.symbol(s.symbol) else {
             return;
         };
-        if self.symbols[idx as usize].on_snapshot(s, &self.ctx, self.counters) {
+        let Some((st, mut c)) = self.symbols.counted(idx, self.counters) else {
+            return;
+        };
+        if st.on_snapshot(s, &self.ctx, &mut c) {
             self.publish(idx);
         }
     }
@@ -1687,10 +1697,10 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
 
     #[inline]
     fn entry(&mut self, slot: u32, seq: u64, source_ts: i64) -> EntryOutcome {
-        let Some(st) = self.symbols.get_mut(slot as usize) else {
+        let Some((st, mut c)) = self.symbols.counted(slot, self.counters) else {
             return EntryOutcome::NotApplied;
         };
-        let (out, changed) = st.on_entry(seq, source_ts, &self.ctx, self.counters);
+        let (out, changed) = st.on_entry(seq, source_ts, &self.ctx, &mut c);
         if changed {
             self.publish(slot);
         }
@@ -1712,8 +1722,8 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
         bid: Option<Side>,
         ask: Option<Side>,
     ) {
-        if let Some(st) = self.symbols.get_mut(slot as usize) {
-            st.use_snapshot(seq, source_ts, bid, ask, &self.ctx, self.counters);
+        if let Some((st, mut c)) = self.symbols.counted(slot, self.counters) {
+            st.use_snapshot(seq, source_ts, bid, ask, &self.ctx, &mut c);
             self.publish(slot);
         }
     }
@@ -1746,17 +1756,15 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     }
 
     fn mirror(&mut self, from: u32, to: u32) {
-        if from == to || from as usize >= self.symbols.len() || to as usize >= self.symbols.len() {
-            return;
+        if self.symbols.mirror(from, to) {
+            self.publish(to);
         }
-        let src = self.symbols[from as usize].clone();
-        self.symbols[to as usize].show(&src);
-        self.publish(to);
     }
 
     fn clear_symbol(&mut self, slot: u32) {
-        if let Some(st) = self.symbols.get_mut(slot as usize) {
-            st.show(&new_state(st.symbol, self.settings, self.view));
+        if let Some(st) = self.symbols.get(slot as usize) {
+            let fresh = new_state(st.symbol, self.settings, self.view);
+            self.symbols.reset(slot, &fresh);
             self.publish(slot);
         }
     }
@@ -1778,7 +1786,7 @@ fn new_state(symbol: Symbol, settings: &FeedSettings, view: &FeedView) -> Symbol
 #[inline]
 fn slot<P: Publish>(
     index: &mut SymbolIndex,
-    symbols: &mut Vec<SymbolState>,
+    symbols: &mut Symbols,
     counters: &mut FeedCounters,
     publisher: &mut P,
     settings: &FeedSettings,
@@ -1961,7 +1969,7 @@ mod tests {
         let mut f = Feed::new(FeedSettings::default(), 1);
         f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0), q("B", 1, T0)]), T0);
         f.view.gap_epoch = u32::MAX - 1;
-        for st in &mut f.symbols {
+        for st in f.symbols.iter_mut() {
             st.view.verified_epoch = u32::MAX - 1;
         }
         // Gap 1: epoch u32::MAX; A verified again by its next Quote.

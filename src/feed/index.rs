@@ -1,12 +1,19 @@
 //! Symbol -> dense slot index: open addressing with linear probing over a
-//! table sized once (>= 2x capacity), so lookups and inserts never allocate
-//! or rehash on the hot path. The table holds only u32 slots (1 MB for
-//! 100,000 symbols); the key is compared in the slot's own state, which the
+//! table kept at most half full. It starts small and doubles when a new
+//! symbol would fill it past half, up to 2x capacity: a table sized to the
+//! symbols in use stays in cache (1,000 symbols use 8 KB where a table
+//! sized for `max_symbols` = 100,000 spread them over 1 MB), and only a
+//! new symbol can allocate, log2(capacity) times in all. The table holds
+//! only u32 slots; the key is compared in the slot's own state, which the
 //! caller touches next anyway, so a lookup costs one table access.
 
 use crate::wire::Symbol;
 
 const EMPTY: u32 = u32::MAX;
+
+/// Buckets of a new table (room for half as many symbols before it first
+/// doubles): 4 KB.
+const INITIAL_BUCKETS: usize = 1024;
 
 /// Outcome of `SymbolIndex::find_or_insert`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,20 +32,29 @@ pub struct SymbolIndex {
     shift: u32,
     len: usize,
     capacity: usize,
+    /// Buckets of the largest table: 2x capacity, a power of two.
+    max_buckets: usize,
 }
 
 impl SymbolIndex {
     /// Room for `capacity` symbols (capped below u32::MAX).
     pub fn with_capacity(capacity: usize) -> SymbolIndex {
         let capacity = capacity.min(u32::MAX as usize - 1);
-        let size = (capacity.max(4) * 2).next_power_of_two();
+        let max_buckets = (capacity.max(4) * 2).next_power_of_two();
+        let size = max_buckets.min(INITIAL_BUCKETS);
         SymbolIndex {
             slots: vec![EMPTY; size].into_boxed_slice(),
             mask: size - 1,
             shift: 64 - size.trailing_zeros(),
             len: 0,
             capacity,
+            max_buckets,
         }
+    }
+
+    /// Buckets of the table now.
+    pub fn buckets(&self) -> usize {
+        self.slots.len()
     }
 
     pub fn len(&self) -> usize {
@@ -107,6 +123,13 @@ impl SymbolIndex {
                 if self.len >= self.capacity {
                     return Slot::Full;
                 }
+                if (self.len + 1) * 2 > self.slots.len() && self.slots.len() < self.max_buckets {
+                    self.grow(&key_of);
+                    i = self.home(symbol);
+                    while self.slots[i] != EMPTY {
+                        i = (i + 1) & self.mask;
+                    }
+                }
                 self.slots[i] = new_slot;
                 self.len += 1;
                 return Slot::Inserted;
@@ -115,6 +138,23 @@ impl SymbolIndex {
                 return Slot::Found(slot);
             }
             i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Twice the buckets, every slot placed again by its key.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, key_of: &impl Fn(u32) -> Symbol) {
+        let size = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size].into_boxed_slice());
+        self.mask = size - 1;
+        self.shift = 64 - size.trailing_zeros();
+        for slot in old.iter().copied().filter(|&s| s != EMPTY) {
+            let mut i = self.home(key_of(slot));
+            while self.slots[i] != EMPTY {
+                i = (i + 1) & self.mask;
+            }
+            self.slots[i] = slot;
         }
     }
 }
@@ -168,5 +208,30 @@ mod tests {
         for (i, sym) in keys.iter().enumerate() {
             assert_eq!(ix.get(*sym, |j| keys[j as usize]), Some(i as u32));
         }
+        assert_eq!(ix.buckets(), 65_536, "grown to 2x capacity, no further");
+    }
+
+    #[test]
+    fn the_table_grows_with_the_symbols_in_use() {
+        let mut ix = SymbolIndex::with_capacity(100_000);
+        let mut keys: Vec<Symbol> = Vec::new();
+        assert_eq!(ix.buckets(), INITIAL_BUCKETS);
+        for n in 0..1_000u32 {
+            let sym = Symbol::parse(&format!("S{n:05}")).unwrap();
+            assert_eq!(
+                ix.find_or_insert(sym, n, |i| keys[i as usize]),
+                Slot::Inserted
+            );
+            keys.push(sym);
+            assert!(ix.len() * 2 <= ix.buckets(), "at most half full");
+        }
+        assert_eq!(ix.buckets(), 2_048);
+        for (i, sym) in keys.iter().enumerate() {
+            let found = ix.find_or_insert(*sym, u32::MAX, |j| keys[j as usize]);
+            assert_eq!(found, Slot::Found(i as u32));
+        }
+        // A small capacity is its own limit: the table never outgrows it.
+        let small = SymbolIndex::with_capacity(3);
+        assert_eq!(small.buckets(), 8);
     }
 }

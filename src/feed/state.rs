@@ -30,11 +30,12 @@ pub struct Ctx {
 ///
 /// `repr(C)` with the fields every message touches first (the index
 /// compares `symbol`, an in-sequence Quote writes `view` and `run_len`):
-/// `HOT_BYTES` (104) of the 152 bytes. In the compiler's order `run_len`
-/// came last, so every message touched three lines. (Aligning the state to
-/// a cache line, 192 bytes a slot, measured no faster: BENCHMARKS.md.)
+/// `HOT_BYTES` (104) of 112 bytes, aligned so that a slot is exactly two
+/// cache lines. The counters a message rarely touches live beside it, in
+/// the feed's `SymbolTally` of the same slot (BENCHMARKS.md, "With symbols
+/// of up to 20 characters").
 #[derive(Clone, Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct SymbolState {
     pub symbol: Symbol,
     pub view: SymbolView,
@@ -46,6 +47,19 @@ pub struct SymbolState {
     /// halt, quote flag...); `SYM_HALTED` is set while any is.
     pub halt_sources: u8,
     pub run_next: u64,
+}
+
+/// The leading bytes of `SymbolState` that the common case touches.
+pub const HOT_BYTES: usize = std::mem::offset_of!(SymbolState, run_next);
+const _: () = assert!(
+    std::mem::size_of::<SymbolState>() == 128,
+    "a symbol's state is two cache lines"
+);
+
+/// One symbol's counters of what the rules dropped or repaired: touched
+/// only off the common path, so kept out of `SymbolState`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SymbolTally {
     pub ticks_lost: u64,
     pub stale_dropped: u64,
     pub seq_anomalies: u64,
@@ -53,9 +67,117 @@ pub struct SymbolState {
     pub snapshots_applied: u64,
 }
 
-/// The leading bytes of `SymbolState` that the common case touches.
-pub const HOT_BYTES: usize = std::mem::offset_of!(SymbolState, run_next);
-const _: () = assert!(HOT_BYTES <= 128, "the hot bytes fit two cache lines");
+/// A feed's symbols by slot: their states, and beside them their tallies
+/// (one per state, pushed together). Reads and writes of the states go
+/// through the slice it derefs to.
+#[derive(Clone, Debug, Default)]
+pub struct Symbols {
+    states: Vec<SymbolState>,
+    tallies: Vec<SymbolTally>,
+}
+
+impl Symbols {
+    pub fn with_capacity(capacity: usize) -> Symbols {
+        Symbols {
+            states: Vec::with_capacity(capacity),
+            tallies: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// A new symbol's state, with an empty tally, in the next slot.
+    pub fn push(&mut self, state: SymbolState) {
+        self.states.push(state);
+        self.tallies.push(SymbolTally::default());
+    }
+
+    pub fn tally(&self, slot: u32) -> SymbolTally {
+        self.tallies[slot as usize]
+    }
+
+    /// Slot `slot`'s state, and its tally counted with the feed's counters.
+    #[inline]
+    pub fn counted<'a>(
+        &'a mut self,
+        slot: u32,
+        feed: &'a mut FeedCounters,
+    ) -> Option<(&'a mut SymbolState, Counts<'a>)> {
+        let state = self.states.get_mut(slot as usize)?;
+        let symbol = &mut self.tallies[slot as usize];
+        Some((state, Counts { feed, symbol }))
+    }
+
+    /// Slot `to` shows slot `from`'s state and tally (`SymbolState::show`);
+    /// false (nothing done) for one slot or a slot that does not exist.
+    pub fn mirror(&mut self, from: u32, to: u32) -> bool {
+        let (from, to) = (from as usize, to as usize);
+        if from == to || from >= self.states.len() || to >= self.states.len() {
+            return false;
+        }
+        let src = self.states[from].clone();
+        self.states[to].show(&src);
+        self.tallies[to] = self.tallies[from];
+        true
+    }
+
+    /// Slot `slot` shows `fresh` (`SymbolState::show`), its tally emptied.
+    pub fn reset(&mut self, slot: u32, fresh: &SymbolState) {
+        if let Some(st) = self.states.get_mut(slot as usize) {
+            st.show(fresh);
+            self.tallies[slot as usize] = SymbolTally::default();
+        }
+    }
+}
+
+impl std::ops::Deref for Symbols {
+    type Target = [SymbolState];
+    fn deref(&self) -> &[SymbolState] {
+        &self.states
+    }
+}
+
+impl std::ops::DerefMut for Symbols {
+    fn deref_mut(&mut self) -> &mut [SymbolState] {
+        &mut self.states
+    }
+}
+
+/// The feed's counters and one symbol's tally, counted together.
+pub struct Counts<'a> {
+    pub feed: &'a mut FeedCounters,
+    pub symbol: &'a mut SymbolTally,
+}
+
+impl Counts<'_> {
+    #[inline]
+    fn resync(&mut self) {
+        self.feed.seq_resyncs += 1;
+        self.symbol.seq_resyncs += 1;
+    }
+
+    #[inline]
+    fn anomaly(&mut self) {
+        self.feed.seq_anomalies += 1;
+        self.symbol.seq_anomalies += 1;
+    }
+
+    #[inline]
+    fn stale(&mut self) {
+        self.feed.stale_dropped += 1;
+        self.symbol.stale_dropped += 1;
+    }
+
+    #[inline]
+    fn lost(&mut self, n: u64) {
+        self.feed.ticks_lost = self.feed.ticks_lost.saturating_add(n);
+        self.symbol.ticks_lost = self.symbol.ticks_lost.saturating_add(n);
+    }
+
+    #[inline]
+    fn snapshot_applied(&mut self) {
+        self.feed.snapshots_applied += 1;
+        self.symbol.snapshots_applied += 1;
+    }
+}
 
 /// S5: `seq` differs from `expected` (= last_seq + 1) by `max_jump` or more,
 /// either way.
@@ -102,11 +224,6 @@ impl SymbolState {
             run_next: 0,
             configured: false,
             halt_sources: 0,
-            ticks_lost: 0,
-            stale_dropped: 0,
-            seq_anomalies: 0,
-            seq_resyncs: 0,
-            snapshots_applied: 0,
         }
     }
 
@@ -223,7 +340,7 @@ impl SymbolState {
     /// sequence says, with the counters and the S5/S5r bookkeeping done.
     /// The caller applies the message's content as the step says.
     #[inline]
-    fn sequence_step(&mut self, seq: u64, ctx: &Ctx, c: &mut FeedCounters) -> Step {
+    fn sequence_step(&mut self, seq: u64, ctx: &Ctx, c: &mut Counts<'_>) -> Step {
         if !self.view.has_seq() {
             return Step::Baseline; // S1
         }
@@ -239,13 +356,11 @@ impl SymbolState {
             self.run_next = seq.wrapping_add(1);
             if self.run_len >= 3 {
                 // The third is a new baseline, not a rejection.
-                c.seq_resyncs += 1;
-                self.seq_resyncs += 1;
+                c.resync();
                 return Step::Baseline;
             }
             // S5: not applied, `last_seq` unchanged, liveness unchanged.
-            c.seq_anomalies += 1;
-            self.seq_anomalies += 1;
+            c.anomaly();
             let changed = self.cause() != SuspectCause::SeqAnomaly;
             self.set_cause(SuspectCause::SeqAnomaly);
             return Step::Refused { changed };
@@ -254,15 +369,13 @@ impl SymbolState {
         self.run_len = 0;
         if seq <= last {
             // S2: old or repeated, changes nothing.
-            c.stale_dropped += 1;
-            self.stale_dropped += 1;
+            c.stale();
             return Step::Stale;
         }
         if seq > expected {
             // S3: forward gap, counted once (last_seq moves past it).
             let lost = seq - expected;
-            self.ticks_lost = self.ticks_lost.saturating_add(lost);
-            c.ticks_lost = c.ticks_lost.saturating_add(lost);
+            c.lost(lost);
             return Step::Gap;
         }
         Step::InOrder
@@ -270,7 +383,7 @@ impl SymbolState {
 
     /// A Quote (`seq >= 1`) reaching the symbol. Returns whether the view
     /// changed.
-    pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+    pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut Counts<'_>) -> bool {
         let caught_up = self.catch_up(ctx);
         let had_quote = self.view.has_quote();
         match self.sequence_step(q.seq, ctx, c) {
@@ -308,7 +421,7 @@ impl SymbolState {
     }
 
     /// A Heartbeat (`next_seq >= 1`) reaching the symbol (S1, S5, S6).
-    pub fn on_heartbeat(&mut self, h: &Heartbeat, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+    pub fn on_heartbeat(&mut self, h: &Heartbeat, ctx: &Ctx, c: &mut Counts<'_>) -> bool {
         let caught_up = self.catch_up(ctx);
         if !self.view.has_seq() {
             // S1: sets last_seq = next_seq - 1 and nothing else.
@@ -319,8 +432,7 @@ impl SymbolState {
         let expected = self.view.seq.saturating_add(1);
         if unbelievable(h.next_seq, expected, ctx.max_jump) {
             // S5 (Heartbeats neither extend nor end an S5r run).
-            c.seq_anomalies += 1;
-            self.seq_anomalies += 1;
+            c.anomaly();
             let changed = self.cause() != SuspectCause::SeqAnomaly;
             self.set_cause(SuspectCause::SeqAnomaly);
             return changed || caught_up;
@@ -328,8 +440,7 @@ impl SymbolState {
         if h.next_seq > expected {
             // S6 e > 0: count once, move last_seq, suspect gap, no liveness.
             let lost = h.next_seq - expected;
-            self.ticks_lost = self.ticks_lost.saturating_add(lost);
-            c.ticks_lost = c.ticks_lost.saturating_add(lost);
+            c.lost(lost);
             self.view.seq = h.next_seq - 1;
             self.set_cause(SuspectCause::Gap);
             true
@@ -340,14 +451,13 @@ impl SymbolState {
             true
         } else {
             // S6 e < 0: old heartbeat, dropped and counted.
-            c.stale_dropped += 1;
-            self.stale_dropped += 1;
+            c.stale();
             caught_up
         }
     }
 
     /// A Snapshot reaching the symbol (S5, S8).
-    pub fn on_snapshot(&mut self, s: &Quote, ctx: &Ctx, c: &mut FeedCounters) -> bool {
+    pub fn on_snapshot(&mut self, s: &Quote, ctx: &Ctx, c: &mut Counts<'_>) -> bool {
         let caught_up = self.catch_up(ctx);
         let healthy = self.healthy(ctx);
         if healthy
@@ -355,8 +465,7 @@ impl SymbolState {
             && unbelievable(s.seq, self.view.seq.saturating_add(1), ctx.max_jump)
         {
             // S5: a Snapshot without RESET reaching a healthy symbol.
-            c.seq_anomalies += 1;
-            self.seq_anomalies += 1;
+            c.anomaly();
             self.set_cause(SuspectCause::SeqAnomaly);
             return true;
         }
@@ -377,12 +486,11 @@ impl SymbolState {
             v.source_ts = ts_i64(s.source_ts);
             v.cause = SuspectCause::None as u8;
             self.verify(ctx);
-            c.snapshots_applied += 1;
-            self.snapshots_applied += 1;
+            c.snapshot_applied();
             return true;
         }
         // A duplicate or a late copy: never roll a healthy symbol back.
-        c.snapshots_ignored += 1;
+        c.feed.snapshots_ignored += 1;
         caught_up
     }
 }
@@ -498,7 +606,7 @@ impl SymbolState {
         seq: u64,
         source_ts: i64,
         ctx: &Ctx,
-        c: &mut FeedCounters,
+        c: &mut Counts<'_>,
     ) -> (EntryOutcome, bool) {
         let caught_up = self.catch_up(ctx);
         let first = !self.view.has_seq();
@@ -541,7 +649,7 @@ impl SymbolState {
         bid: Option<Side>,
         ask: Option<Side>,
         ctx: &Ctx,
-        c: &mut FeedCounters,
+        c: &mut Counts<'_>,
     ) {
         self.catch_up(ctx);
         self.set_sides(bid, ask);
@@ -549,8 +657,7 @@ impl SymbolState {
         self.run_len = 0;
         self.set_cause(SuspectCause::None);
         self.verify(ctx);
-        c.snapshots_applied += 1;
-        self.snapshots_applied += 1;
+        c.snapshot_applied();
     }
 
     /// A venue's channel reset: the sequence and trading state forgotten
