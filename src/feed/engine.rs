@@ -2,7 +2,8 @@
 //! arrival time; the channel rules (`channel`), symbol rules (`state`) and
 //! clock estimator (`clock`) update plain state; observable changes go out
 //! through `Publish`. No allocation, lock or syscall per message: the
-//! symbol table is sized once (`max_symbols`).
+//! symbol states are allocated once (`max_symbols`), and the symbol index
+//! grows only when a new symbol arrives, a few times in all (`index`).
 
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
@@ -424,7 +425,7 @@ impl<P: Publish> Feed<P> {
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
         let idx = self
             .index
-            .get(symbol, |i| self.symbols[i as usize].symbol)?;
+            .get(symbol, |i| &self.symbols[i as usize].symbol)?;
         Some((idx, &self.symbols[idx as usize].view))
     }
 
@@ -1770,6 +1771,22 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     }
 }
 
+/// A new symbol in the next slot, published. Out of line: the common
+/// lookup then keeps a small frame (a state is built on the stack here).
+#[cold]
+#[inline(never)]
+fn add_symbol<P: Publish>(
+    symbols: &mut Symbols,
+    publisher: &mut P,
+    settings: &FeedSettings,
+    view: &FeedView,
+    symbol: Symbol,
+) {
+    let st = new_state(symbol, settings, view);
+    publisher.publish_symbol(symbols.len() as u32, symbol, &st.view);
+    symbols.push(st);
+}
+
 /// A new symbol's state, with the feed's thresholds.
 fn new_state(symbol: Symbol, settings: &FeedSettings, view: &FeedView) -> SymbolState {
     SymbolState::new(
@@ -1794,12 +1811,10 @@ fn slot<P: Publish>(
     symbol: Symbol,
 ) -> Option<u32> {
     let new_slot = symbols.len() as u32;
-    match index.find_or_insert(symbol, new_slot, |i| symbols[i as usize].symbol) {
+    match index.find_or_insert(symbol, new_slot, |i| &symbols[i as usize].symbol) {
         Slot::Found(idx) => Some(idx),
         Slot::Inserted => {
-            let st = new_state(symbol, settings, view);
-            publisher.publish_symbol(new_slot, symbol, &st.view);
-            symbols.push(st);
+            add_symbol(symbols, publisher, settings, view, symbol);
             Some(new_slot)
         }
         Slot::Full => {

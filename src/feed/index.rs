@@ -3,17 +3,31 @@
 //! symbol would fill it past half, up to 2x capacity: a table sized to the
 //! symbols in use stays in cache (1,000 symbols use 8 KB where a table
 //! sized for `max_symbols` = 100,000 spread them over 1 MB), and only a
-//! new symbol can allocate, log2(capacity) times in all. The table holds
-//! only u32 slots; the key is compared in the slot's own state, which the
-//! caller touches next anyway, so a lookup costs one table access.
+//! new symbol can allocate, log2(capacity) times in all. A bucket holds
+//! the slot and 32 bits of the symbol's hash: the key is compared in the
+//! slot's own state (which the caller touches next anyway) only when the
+//! hash bits match, so a lookup touches one state, however long its probe.
 
 use crate::wire::Symbol;
 
 const EMPTY: u32 = u32::MAX;
 
 /// Buckets of a new table (room for half as many symbols before it first
-/// doubles): 4 KB.
+/// doubles): 8 KB.
 const INITIAL_BUCKETS: usize = 1024;
+
+/// A slot and the top 32 bits of its symbol's hash.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(8))]
+struct Bucket {
+    slot: u32,
+    tag: u32,
+}
+
+const VACANT: Bucket = Bucket {
+    slot: EMPTY,
+    tag: 0,
+};
 
 /// Outcome of `SymbolIndex::find_or_insert`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +41,7 @@ pub enum Slot {
 
 #[derive(Clone, Debug)]
 pub struct SymbolIndex {
-    slots: Box<[u32]>,
+    slots: Box<[Bucket]>,
     mask: usize,
     shift: u32,
     len: usize,
@@ -43,7 +57,7 @@ impl SymbolIndex {
         let max_buckets = (capacity.max(4) * 2).next_power_of_two();
         let size = max_buckets.min(INITIAL_BUCKETS);
         SymbolIndex {
-            slots: vec![EMPTY; size].into_boxed_slice(),
+            slots: vec![VACANT; size].into_boxed_slice(),
             mask: size - 1,
             shift: 64 - size.trailing_zeros(),
             len: 0,
@@ -71,8 +85,19 @@ impl SymbolIndex {
 
     #[inline]
     fn home(&self, symbol: Symbol) -> usize {
-        // The top bits of the hash depend on every byte of the symbol.
-        (symbol.hash64() >> self.shift) as usize
+        self.place(symbol.hash64())
+    }
+
+    /// The home bucket of a hash: its top bits, which depend on every byte
+    /// of the symbol.
+    #[inline]
+    fn place(&self, hash: u64) -> usize {
+        (hash >> self.shift) as usize
+    }
+
+    #[inline]
+    fn tag(hash: u64) -> u32 {
+        (hash >> 32) as u32
     }
 
     /// Prefetch hint for `symbol`'s home bucket (see `util::prefetch`).
@@ -87,21 +112,23 @@ impl SymbolIndex {
     /// prefetch hint; `None` when the bucket is empty.
     #[inline]
     pub fn home_slot(&self, symbol: Symbol) -> Option<u32> {
-        let slot = self.slots[self.home(symbol)];
+        let slot = self.slots[self.home(symbol)].slot;
         (slot != EMPTY).then_some(slot)
     }
 
     /// The slot of `symbol`; `key_of(slot)` gives the symbol stored there.
     #[inline]
-    pub fn get(&self, symbol: Symbol, key_of: impl Fn(u32) -> Symbol) -> Option<u32> {
-        let mut i = self.home(symbol);
+    pub fn get<'k>(&self, symbol: Symbol, key_of: impl Fn(u32) -> &'k Symbol) -> Option<u32> {
+        let hash = symbol.hash64();
+        let tag = Self::tag(hash);
+        let mut i = self.place(hash);
         loop {
-            let slot = self.slots[i];
-            if slot == EMPTY {
+            let b = self.slots[i];
+            if b.slot == EMPTY {
                 return None;
             }
-            if key_of(slot) == symbol {
-                return Some(slot);
+            if b.tag == tag && *key_of(b.slot) == symbol {
+                return Some(b.slot);
             }
             i = (i + 1) & self.mask;
         }
@@ -110,32 +137,34 @@ impl SymbolIndex {
     /// The slot of `symbol`, or records `new_slot` for it when absent and
     /// there is room.
     #[inline]
-    pub fn find_or_insert(
+    pub fn find_or_insert<'k>(
         &mut self,
         symbol: Symbol,
         new_slot: u32,
-        key_of: impl Fn(u32) -> Symbol,
+        key_of: impl Fn(u32) -> &'k Symbol,
     ) -> Slot {
-        let mut i = self.home(symbol);
+        let hash = symbol.hash64();
+        let tag = Self::tag(hash);
+        let mut i = self.place(hash);
         loop {
-            let slot = self.slots[i];
-            if slot == EMPTY {
+            let b = self.slots[i];
+            if b.slot == EMPTY {
                 if self.len >= self.capacity {
                     return Slot::Full;
                 }
                 if (self.len + 1) * 2 > self.slots.len() && self.slots.len() < self.max_buckets {
                     self.grow(&key_of);
-                    i = self.home(symbol);
-                    while self.slots[i] != EMPTY {
-                        i = (i + 1) & self.mask;
-                    }
+                    i = self.vacancy(hash);
                 }
-                self.slots[i] = new_slot;
+                self.slots[i] = Bucket {
+                    slot: new_slot,
+                    tag,
+                };
                 self.len += 1;
                 return Slot::Inserted;
             }
-            if key_of(slot) == symbol {
-                return Slot::Found(slot);
+            if b.tag == tag && *key_of(b.slot) == symbol {
+                return Slot::Found(b.slot);
             }
             i = (i + 1) & self.mask;
         }
@@ -144,18 +173,24 @@ impl SymbolIndex {
     /// Twice the buckets, every slot placed again by its key.
     #[cold]
     #[inline(never)]
-    fn grow(&mut self, key_of: &impl Fn(u32) -> Symbol) {
+    fn grow<'k>(&mut self, key_of: &impl Fn(u32) -> &'k Symbol) {
         let size = self.slots.len() * 2;
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size].into_boxed_slice());
+        let old = std::mem::replace(&mut self.slots, vec![VACANT; size].into_boxed_slice());
         self.mask = size - 1;
         self.shift = 64 - size.trailing_zeros();
-        for slot in old.iter().copied().filter(|&s| s != EMPTY) {
-            let mut i = self.home(key_of(slot));
-            while self.slots[i] != EMPTY {
-                i = (i + 1) & self.mask;
-            }
-            self.slots[i] = slot;
+        for b in old.iter().filter(|b| b.slot != EMPTY) {
+            let i = self.vacancy(key_of(b.slot).hash64());
+            self.slots[i] = *b;
         }
+    }
+
+    /// The first empty bucket from a hash's home.
+    fn vacancy(&self, hash: u64) -> usize {
+        let mut i = self.place(hash);
+        while self.slots[i].slot != EMPTY {
+            i = (i + 1) & self.mask;
+        }
+        i
     }
 }
 
@@ -169,7 +204,7 @@ mod tests {
         let mut keys: Vec<Symbol> = Vec::new();
         let s = |n: &str| Symbol::parse(n).unwrap();
         let add = |ix: &mut SymbolIndex, keys: &mut Vec<Symbol>, sym: Symbol| {
-            let r = ix.find_or_insert(sym, keys.len() as u32, |i| keys[i as usize]);
+            let r = ix.find_or_insert(sym, keys.len() as u32, |i| &keys[i as usize]);
             if r == Slot::Inserted {
                 keys.push(sym);
             }
@@ -184,11 +219,11 @@ mod tests {
         );
         assert_eq!(add(&mut ix, &mut keys, s("C")), Slot::Full);
         assert_eq!(
-            ix.get(Symbol::from_wire([0; 8]), |i| keys[i as usize]),
+            ix.get(Symbol::from_wire([0; 8]), |i| &keys[i as usize]),
             Some(2)
         );
-        assert_eq!(ix.get(s("B"), |i| keys[i as usize]), Some(1));
-        assert_eq!(ix.get(s("C"), |i| keys[i as usize]), None);
+        assert_eq!(ix.get(s("B"), |i| &keys[i as usize]), Some(1));
+        assert_eq!(ix.get(s("C"), |i| &keys[i as usize]), None);
         assert_eq!(ix.len(), 3);
     }
 
@@ -201,14 +236,40 @@ mod tests {
         );
         for n in names {
             let sym = Symbol::parse(&n).unwrap();
-            let r = ix.find_or_insert(sym, keys.len() as u32, |i| keys[i as usize]);
+            let r = ix.find_or_insert(sym, keys.len() as u32, |i| &keys[i as usize]);
             assert_eq!(r, Slot::Inserted, "{n}");
             keys.push(sym);
         }
         for (i, sym) in keys.iter().enumerate() {
-            assert_eq!(ix.get(*sym, |j| keys[j as usize]), Some(i as u32));
+            assert_eq!(ix.get(*sym, |j| &keys[j as usize]), Some(i as u32));
         }
         assert_eq!(ix.buckets(), 65_536, "grown to 2x capacity, no further");
+    }
+
+    /// Two symbols whose hashes agree in their top 32 bits (the bucket's
+    /// tag) are still told apart by their keys.
+    #[test]
+    fn equal_tags_are_told_apart_by_the_key() {
+        let mut seen = std::collections::HashMap::new();
+        let (a, b) = (0u32..)
+            .map(|i| Symbol::parse(&format!("T{i}")).unwrap())
+            .find_map(|s| {
+                let tag = SymbolIndex::tag(s.hash64());
+                seen.insert(tag, s).map(|other| (other, s))
+            })
+            .unwrap();
+        let mut ix = SymbolIndex::with_capacity(4);
+        let keys = [a, b];
+        assert_eq!(
+            ix.find_or_insert(a, 0, |i| &keys[i as usize]),
+            Slot::Inserted
+        );
+        assert_eq!(
+            ix.find_or_insert(b, 1, |i| &keys[i as usize]),
+            Slot::Inserted
+        );
+        assert_eq!(ix.get(a, |i| &keys[i as usize]), Some(0));
+        assert_eq!(ix.get(b, |i| &keys[i as usize]), Some(1));
     }
 
     #[test]
@@ -219,7 +280,7 @@ mod tests {
         for n in 0..1_000u32 {
             let sym = Symbol::parse(&format!("S{n:05}")).unwrap();
             assert_eq!(
-                ix.find_or_insert(sym, n, |i| keys[i as usize]),
+                ix.find_or_insert(sym, n, |i| &keys[i as usize]),
                 Slot::Inserted
             );
             keys.push(sym);
@@ -227,7 +288,7 @@ mod tests {
         }
         assert_eq!(ix.buckets(), 2_048);
         for (i, sym) in keys.iter().enumerate() {
-            let found = ix.find_or_insert(*sym, u32::MAX, |j| keys[j as usize]);
+            let found = ix.find_or_insert(*sym, u32::MAX, |j| &keys[j as usize]);
             assert_eq!(found, Slot::Found(i as u32));
         }
         // A small capacity is its own limit: the table never outgrows it.
