@@ -139,12 +139,22 @@ impl Event {
     /// field can hold a control character). A repeat of an id is a
     /// duplicate only if this is the same.
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: [`Event::content_hash`] as its 16 bytes, not their hex text:
+    /// what the SQLite store keeps (schema version 6) and compares.
+    pub fn content_digest(&self) -> ContentDigest {
         match self {
-            Event::Fill(f) => f.content_hash(),
-            Event::Bust(b) => b.content_hash(),
+            Event::Fill(f) => f.content_digest(),
+            Event::Bust(b) => b.content_digest(),
         }
     }
 }
+
+/// F2b: the first 16 bytes of the SHA-256 of an event's fields
+/// ([`Event::content_hash`] is their lower-case hex).
+pub type ContentDigest = [u8; 16];
 
 /// F2b: SHA-256 over fields each followed by a NUL, fed in place: a
 /// decimal or an integer is written into the hasher as its text, with no
@@ -179,17 +189,24 @@ impl FieldHasher {
         self.text("")
     }
 
-    /// Lower-case hex of the first 16 bytes of the digest.
-    fn finish(&mut self) -> String {
+    /// The first 16 bytes of the digest.
+    fn finish(&mut self) -> ContentDigest {
         use sha2::Digest;
         let digest = std::mem::take(&mut self.0).finalize();
-        hex::encode(&digest[..16])
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&digest[..16]);
+        out
     }
 }
 
 impl Fill {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: see [`Event::content_digest`].
+    pub fn content_digest(&self) -> ContentDigest {
         FieldHasher::new()
             .text("FILL")
             .text(&self.event_id)
@@ -207,6 +224,11 @@ impl Fill {
 impl Bust {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: see [`Event::content_digest`].
+    pub fn content_digest(&self) -> ContentDigest {
         FieldHasher::new()
             .text("BUST")
             .text(&self.event_id)
