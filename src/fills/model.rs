@@ -174,6 +174,13 @@ impl FieldHasher {
         self
     }
 
+    /// A decimal's text as a field (the same bytes as
+    /// `&d.to_string()`; [`super::exact::text`]).
+    fn decimal(&mut self, d: &rust_decimal::Decimal) -> &mut Self {
+        let mut buf = [0u8; 48];
+        self.text(super::exact::text(d, &mut buf))
+    }
+
     /// `v`'s `Display` text as a field (the same bytes as `&v.to_string()`).
     fn display(&mut self, v: &dyn std::fmt::Display) -> &mut Self {
         use std::fmt::Write as _;
@@ -214,8 +221,8 @@ impl Fill {
             .text(&self.account)
             .text(&self.symbol)
             .text(self.side.as_str())
-            .display(&self.qty)
-            .display(&self.price)
+            .decimal(&self.qty)
+            .decimal(&self.price)
             .display(&self.exec_time)
             .finish()
     }

@@ -18,6 +18,7 @@ use super::{
     outcome_of, presort, repeat_verdict, AnswerFn, DeadLetterRow, Extra, HeldBust, HttpOutcome,
     OffsetConflict, PositionRow, StoreOptions, StoredAnswer, SweepTable,
 };
+use crate::fills::exact;
 use crate::fills::metrics::{FillsMetrics, SqlitePhase as Phase};
 use crate::fills::model::{
     Bust, ContentDigest, Event, EventOutcome, Fill, Outcome, Parsed, Side,
@@ -846,20 +847,22 @@ fn upsert_positions(tx: &Transaction<'_>, rows: &[PosWrite<'_>], now: i64) -> an
     Ok(())
 }
 
-/// Reused text buffers for decimals: SQLite copies bound text at bind
-/// time, so one buffer per parameter of a statement avoids an allocation
-/// per formatted decimal.
-#[derive(Default)]
-struct DecBufs([String; 3]);
+/// Text buffers for decimals: SQLite copies bound text at bind time, so
+/// one buffer per parameter of a statement avoids an allocation per
+/// formatted decimal.
+struct DecBufs([exact::TextBuf; 3]);
+
+impl Default for DecBufs {
+    fn default() -> DecBufs {
+        DecBufs([[0; 48]; 3])
+    }
+}
 
 impl DecBufs {
-    /// `d` formatted (exact, as `Decimal`'s `Display`) into buffer `i`.
+    /// `d` formatted (exact, the bytes of `Decimal`'s `Display`) into
+    /// buffer `i`.
     fn fmt(&mut self, i: usize, d: &Decimal) -> &str {
-        use std::fmt::Write as _;
-        let b = &mut self.0[i];
-        b.clear();
-        let _ = write!(b, "{d}");
-        b
+        exact::text(d, &mut self.0[i])
     }
 }
 
