@@ -152,6 +152,30 @@ impl Event {
     }
 }
 
+impl Event {
+    /// Whether `other` has exactly this event's fields, decimals with the
+    /// same digits and scale (not just the same value: `1.1` and `1.10`
+    /// are different content): then the content hashes are the same
+    /// without computing them. `false` says nothing; compare
+    /// [`Event::content_digest`]s.
+    pub fn identical_to(&self, other: &Event) -> bool {
+        match (self, other) {
+            (Event::Fill(a), Event::Fill(b)) => {
+                a.event_id == b.event_id
+                    && a.deal_id == b.deal_id
+                    && a.account == b.account
+                    && a.symbol == b.symbol
+                    && a.side == b.side
+                    && a.qty.serialize() == b.qty.serialize()
+                    && a.price.serialize() == b.price.serialize()
+                    && a.exec_time == b.exec_time
+            }
+            (Event::Bust(a), Event::Bust(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 /// F2b: the first 16 bytes of the SHA-256 of an event's fields
 /// ([`Event::content_hash`] is their lower-case hex).
 pub type ContentDigest = [u8; 16];
@@ -584,6 +608,27 @@ mod tests {
             "deal_id":"D-1","account":"ACC-A","exec_time":"2026-11-30T08:00:00Z"}))
         .unwrap();
         assert_eq!(bust.content_hash(), "765e8082cfd0bc90b7128eaaf24bec8d");
+    }
+
+    /// `identical_to` only where the hashes are equal: a price of the
+    /// same value with another scale is other content (F2b).
+    #[test]
+    fn identical_means_same_hash() {
+        let f = |price: &str| {
+            parse_value(&serde_json::json!({"kind":"FILL","event_id":"E-1",
+                "deal_id":"D-1","account":"ACC-A","symbol":"EURUSD","side":"BUY",
+                "qty":"100","price":price,"exec_time":"2026-11-30T08:00:00Z"}))
+            .unwrap()
+        };
+        let (a, b) = (f("1.1"), f("1.10"));
+        assert!(a.identical_to(&a.clone()));
+        assert!(!a.identical_to(&b));
+        assert_ne!(a.content_digest(), b.content_digest());
+        let bust = parse_value(&serde_json::json!({"kind":"BUST","event_id":"E-1",
+            "deal_id":"D-1","account":"ACC-A","exec_time":"2026-11-30T08:00:00Z"}))
+        .unwrap();
+        assert!(bust.identical_to(&bust.clone()));
+        assert!(!bust.identical_to(&a));
     }
 
     fn fill_json() -> Value {

@@ -549,7 +549,10 @@ pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
                     unique.push(i);
                 }
                 std::collections::hash_map::Entry::Occupied(o) => {
-                    let same = o.get().content_digest() == ev.content_digest();
+                    // Most repeats are the very same event: no hash.
+                    let first = o.get();
+                    let same =
+                        first.identical_to(ev) || first.content_digest() == ev.content_digest();
                     decided.push(outcome_of(i, p, repeat_verdict(ev, same)));
                 }
             },

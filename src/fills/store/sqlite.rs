@@ -991,17 +991,20 @@ fn is_constraint(e: &rusqlite::Error) -> bool {
 /// rows inserted. Most chunks have no repeat, and the plain statement
 /// spares them RETURNING's temporary table and the matching of its rows.
 /// `is_row(item, row)`: whether a returned row is that of `item`.
+/// `plain` is taken prepared: the caller prepares it once for all its
+/// chunks (a statement cache lookup hashes and compares the whole SQL
+/// text, some kilobytes for the multi-row statements).
 fn insert_chunk<T>(
     tx: &Transaction<'_>,
-    (plain, returning): (&str, &str),
+    plain: &mut rusqlite::CachedStatement<'_>,
+    returning: &str,
     chunk: &[T],
     bind: impl Fn(&mut rusqlite::CachedStatement<'_>, &[T]) -> anyhow::Result<()>,
     is_row: impl Fn(&T, &Row<'_>) -> anyhow::Result<bool>,
     new: &mut [bool],
 ) -> anyhow::Result<()> {
-    let mut stmt = tx.prepare_cached(plain)?;
-    bind(&mut stmt, chunk)?;
-    match stmt.raw_execute() {
+    bind(plain, chunk)?;
+    match plain.raw_execute() {
         Ok(_) => {
             new.fill(true);
             return Ok(());
@@ -1009,7 +1012,6 @@ fn insert_chunk<T>(
         Err(e) if is_constraint(&e) => {}
         Err(e) => return Err(e.into()),
     }
-    drop(stmt);
     let mut stmt = tx.prepare_cached(returning)?;
     bind(&mut stmt, chunk)?;
     let mut rows = stmt.raw_query();
@@ -1091,19 +1093,26 @@ fn insert_rows<T>(
     new: &mut [bool],
 ) -> anyhow::Result<()> {
     let full = rows.len() / per * per;
-    for (c, chunk) in rows[..full].chunks(per).enumerate() {
-        let new = &mut new[c * per..(c + 1) * per];
-        insert_chunk(tx, stmts.0, chunk, bind, is_row, new)?;
+    if full > 0 {
+        let mut plain = tx.prepare_cached(stmts.0 .0)?;
+        for (c, chunk) in rows[..full].chunks(per).enumerate() {
+            let new = &mut new[c * per..(c + 1) * per];
+            insert_chunk(tx, &mut plain, stmts.0 .1, chunk, bind, is_row, new)?;
+        }
     }
-    for j in full..rows.len() {
-        insert_chunk(
-            tx,
-            stmts.1,
-            &rows[j..j + 1],
-            bind,
-            is_row,
-            &mut new[j..j + 1],
-        )?;
+    if full < rows.len() {
+        let mut plain = tx.prepare_cached(stmts.1 .0)?;
+        for j in full..rows.len() {
+            insert_chunk(
+                tx,
+                &mut plain,
+                stmts.1 .1,
+                &rows[j..j + 1],
+                bind,
+                is_row,
+                &mut new[j..j + 1],
+            )?;
+        }
     }
     Ok(())
 }
@@ -1199,11 +1208,9 @@ fn apply_in_tx(
     // assumes every new deal's FILL is applied in event order; the rare
     // exceptions (rejected, or the deal already existed) are corrected by
     // the general path below.
-    let mut next_seq: i64 = tx.query_row(
-        "SELECT value FROM counters WHERE name = 'fills_applied_seq'",
-        [],
-        |r| r.get(0),
-    )?;
+    let mut next_seq: i64 = tx
+        .prepare_cached("SELECT value FROM counters WHERE name = 'fills_applied_seq'")?
+        .query_row([], |r| r.get(0))?;
     phases.mark(Phase::Read);
     let mut chain_heads: Vec<Option<&str>> = loaded
         .iter()
@@ -1291,10 +1298,8 @@ fn apply_in_tx(
         }
         phases.mark(Phase::Apply);
         if all_ok {
-            tx.execute(
-                "UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'",
-                [next_seq],
-            )?;
+            tx.prepare_cached("UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'")?
+                .execute([next_seq])?;
             let writes: Vec<PosWrite<'_>> = keys
                 .iter()
                 .enumerate()
@@ -1457,10 +1462,8 @@ fn apply_in_tx(
                 }
             }
         }
-        tx.execute(
-            "UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'",
-            [next_seq],
-        )?;
+        tx.prepare_cached("UPDATE counters SET value = ?1 WHERE name = 'fills_applied_seq'")?
+            .execute([next_seq])?;
     }
     // The chains: each position's newly applied fills, in application
     // order, follow its stored head. Rows whose assumed predecessor was
