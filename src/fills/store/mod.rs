@@ -538,7 +538,10 @@ pub(crate) fn repeat_verdict(ev: &Event, same: bool) -> super::model::Outcome {
 /// (F2b). Returns (indices of unique valid events, outcomes decided
 /// already: in-batch repeats and invalid inputs).
 pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = std::collections::HashMap::with_capacity_and_hasher(
+        events.len(),
+        foldhash::fast::RandomState::default(),
+    );
     let mut unique = Vec::new();
     let mut decided = Vec::new();
     for (i, p) in events.iter().enumerate() {

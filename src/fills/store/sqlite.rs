@@ -1218,7 +1218,8 @@ fn apply_in_tx(
         .collect();
     let mut firsts: Vec<(&Event, Option<i64>, Option<&str>)> = Vec::with_capacity(new_events.len());
     {
-        let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(new_events.len());
+        let mut seen: HashSet<(&str, &str), foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(new_events.len(), Default::default());
         for &(_, ev) in &new_events {
             if seen.insert(ev.deal_key()) {
                 let (seq, prev) = match ev {
