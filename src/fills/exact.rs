@@ -587,9 +587,23 @@ mod tests {
             assert_eq!(text(&d, &mut buf), d.to_string(), "{d:?}");
         };
         for scale in 0..=28u32 {
-            for m in [0i128, 1, -1, 9, 10, 99, 100, 12345, -120, (1 << 64) - 1, 1 << 64,
-                      10_000_000_000_000_000_000, 9_999_999_999_999_999_999, MAX_MANTISSA as i128,
-                      -(MAX_MANTISSA as i128)] {
+            for m in [
+                0i128,
+                1,
+                -1,
+                9,
+                10,
+                99,
+                100,
+                12345,
+                -120,
+                (1 << 64) - 1,
+                1 << 64,
+                10_000_000_000_000_000_000,
+                9_999_999_999_999_999_999,
+                MAX_MANTISSA as i128,
+                -(MAX_MANTISSA as i128),
+            ] {
                 check(Decimal::from_i128_with_scale(m, scale));
             }
             for _ in 0..2000 {
@@ -598,7 +612,11 @@ mod tests {
                 if bits < 96 {
                     m &= (1u128 << bits) - 1;
                 }
-                let m = if next() % 2 == 0 { m as i128 } else { -(m as i128) };
+                let m = if next() % 2 == 0 {
+                    m as i128
+                } else {
+                    -(m as i128)
+                };
                 check(Decimal::from_i128_with_scale(m, scale));
             }
         }
@@ -608,8 +626,15 @@ mod tests {
             z.set_sign_negative(true);
             check(z);
         }
-        for t in ["0", "0.00", "1.10", "-0.001", "79228162514264337593543950335",
-                  "-7.9228162514264337593543950335", "0.0000000000000000000000000001"] {
+        for t in [
+            "0",
+            "0.00",
+            "1.10",
+            "-0.001",
+            "79228162514264337593543950335",
+            "-7.9228162514264337593543950335",
+            "0.0000000000000000000000000001",
+        ] {
             check(Decimal::from_str(t).unwrap());
         }
     }

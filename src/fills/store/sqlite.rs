@@ -20,9 +20,7 @@ use super::{
 };
 use crate::fills::exact;
 use crate::fills::metrics::{FillsMetrics, SqlitePhase as Phase};
-use crate::fills::model::{
-    Bust, ContentDigest, Event, EventOutcome, Fill, Outcome, Parsed, Side,
-};
+use crate::fills::model::{Bust, ContentDigest, Event, EventOutcome, Fill, Outcome, Parsed, Side};
 use crate::fills::plan::{self, DealKey, DealRow, DealStatus, HistFill, PosKey};
 use crate::fills::position::Position;
 
