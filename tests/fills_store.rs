@@ -1869,7 +1869,19 @@ async fn upgrade_from_schema_v2(b: Backend) {
                     |r| r.get(0),
                 )
                 .unwrap();
-            assert_eq!(version, 5);
+            assert_eq!(version, 6);
+            // F2b's hashes as their 16 bytes (schema v6), converted from
+            // the stored hex.
+            let stored: Vec<Vec<u8>> = rusqlite::Connection::open(&path)
+                .unwrap()
+                .prepare("SELECT content_hash FROM processed_events ORDER BY kind, event_id")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let digest = |e: &Parsed| e.as_ref().unwrap().content_digest().to_vec();
+            assert_eq!(stored, [digest(&b2), digest(&f1)]);
             // F2's key, stored deal id first (schema v5): the primary key
             // columns in their order.
             let pk: Vec<String> = rusqlite::Connection::open(&path)
@@ -2007,6 +2019,17 @@ async fn upgrade_from_schema_v2(b: Backend) {
     assert_eq!(c.metrics.busts_released.get(), 1);
     assert!(s.held_busts().await.unwrap().is_empty());
     assert_eq!(position(s, "ACC-B", "EURUSD").await, pos("-40", "1.2", "0"));
+    // The migrated hash is compared: the migrated id with other content
+    // is a conflict (F2b), not applied.
+    let o = s
+        .apply_events(
+            "file",
+            vec![fill("E-1", "D-1", "ACC-A", "EURUSD", "BUY", "101", "1.1")],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(kinds(&o)[..], [Outcome::Conflict(_)]), "{o:?}");
+    assert_eq!(position(s, "ACC-A", "EURUSD").await, pos("100", "1.1", "0"));
     // A BUST of the migrated fill replays ACC-A's history from the
     // migrated rows (SQLite: its chain; PostgreSQL: fills_history).
     let o = s

@@ -510,10 +510,134 @@ pub fn div_rounded(a: Decimal, b: Decimal) -> Result<Decimal, Inexact> {
     Exact::of(a).div_round(b)
 }
 
+/// Room for any decimal's text: a sign, 29 digits, `0.` (see [`text`]).
+pub type TextBuf = [u8; 48];
+
+/// `d` as text, the same bytes as its `Display` (`d.to_string()`: the
+/// mantissa's digits with the point `scale` digits from the right,
+/// trailing zeros kept, a `-` for any negative value), written into
+/// `out`. The text a decimal is stored as and hashed by (F2b), made with
+/// 64-bit divisions by constants where `Display` divides the 96-bit
+/// mantissa word by word once per digit, and with no allocation.
+pub fn text<'a>(d: &Decimal, out: &'a mut TextBuf) -> &'a str {
+    // The digits, right-aligned; 2^96 has 29, a scale of 28 pads to 28.
+    let mut digits = [b'0'; 32];
+    let mut at = digits.len();
+    let mut push = |mut v: u64, min_digits: usize, at: &mut usize| {
+        let end = *at;
+        while v != 0 || end - *at < min_digits {
+            *at -= 1;
+            digits[*at] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    let m = d.mantissa().unsigned_abs();
+    const TEN19: u128 = 10_000_000_000_000_000_000;
+    if m >> 64 == 0 {
+        push(m as u64, 0, &mut at);
+    } else {
+        // The low 19 digits zero-padded, then the rest.
+        push((m % TEN19) as u64, 19, &mut at);
+        push((m / TEN19) as u64, 0, &mut at);
+    }
+    let scale = d.scale() as usize;
+    let ndigits = (digits.len() - at).max(scale);
+    let digits = &digits[digits.len() - ndigits..];
+    let mut n = 0;
+    let mut put = |b: &[u8]| {
+        out[n..n + b.len()].copy_from_slice(b);
+        n += b.len();
+    };
+    if d.is_sign_negative() {
+        put(b"-");
+    }
+    let whole = ndigits - scale;
+    if whole == 0 {
+        // No digit before the point (or a zero of scale 0).
+        put(b"0");
+    } else {
+        put(&digits[..whole]);
+    }
+    if scale > 0 {
+        put(b".");
+        put(&digits[whole..]);
+    }
+    // Only ASCII was written.
+    std::str::from_utf8(&out[..n]).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    /// [`text`] is `Display`, byte for byte: the stored and hashed
+    /// text of a decimal (F2b) must not change with the formatter.
+    #[test]
+    fn text_is_display() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let check = |d: Decimal| {
+            let mut buf = [0u8; 48];
+            assert_eq!(text(&d, &mut buf), d.to_string(), "{d:?}");
+        };
+        for scale in 0..=28u32 {
+            for m in [
+                0i128,
+                1,
+                -1,
+                9,
+                10,
+                99,
+                100,
+                12345,
+                -120,
+                (1 << 64) - 1,
+                1 << 64,
+                10_000_000_000_000_000_000,
+                9_999_999_999_999_999_999,
+                MAX_MANTISSA as i128,
+                -(MAX_MANTISSA as i128),
+            ] {
+                check(Decimal::from_i128_with_scale(m, scale));
+            }
+            for _ in 0..2000 {
+                let bits = (next() % 97) as u32;
+                let mut m = ((next() as u128) << 64 | next() as u128) & MAX_MANTISSA;
+                if bits < 96 {
+                    m &= (1u128 << bits) - 1;
+                }
+                let m = if next() % 2 == 0 {
+                    m as i128
+                } else {
+                    -(m as i128)
+                };
+                check(Decimal::from_i128_with_scale(m, scale));
+            }
+        }
+        // Negative zero, with and without digits after the point.
+        for scale in [0, 3] {
+            let mut z = Decimal::new(0, scale);
+            z.set_sign_negative(true);
+            check(z);
+        }
+        for t in [
+            "0",
+            "0.00",
+            "1.10",
+            "-0.001",
+            "79228162514264337593543950335",
+            "-7.9228162514264337593543950335",
+            "0.0000000000000000000000000001",
+        ] {
+            check(Decimal::from_str(t).unwrap());
+        }
+    }
 
     fn d(s: &str) -> Decimal {
         Decimal::from_str(s).unwrap()

@@ -139,12 +139,46 @@ impl Event {
     /// field can hold a control character). A repeat of an id is a
     /// duplicate only if this is the same.
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: [`Event::content_hash`] as its 16 bytes, not their hex text:
+    /// what the SQLite store keeps (schema version 6) and compares.
+    pub fn content_digest(&self) -> ContentDigest {
         match self {
-            Event::Fill(f) => f.content_hash(),
-            Event::Bust(b) => b.content_hash(),
+            Event::Fill(f) => f.content_digest(),
+            Event::Bust(b) => b.content_digest(),
         }
     }
 }
+
+impl Event {
+    /// Whether `other` has exactly this event's fields, decimals with the
+    /// same digits and scale (not just the same value: `1.1` and `1.10`
+    /// are different content): then the content hashes are the same
+    /// without computing them. `false` says nothing; compare
+    /// [`Event::content_digest`]s.
+    pub fn identical_to(&self, other: &Event) -> bool {
+        match (self, other) {
+            (Event::Fill(a), Event::Fill(b)) => {
+                a.event_id == b.event_id
+                    && a.deal_id == b.deal_id
+                    && a.account == b.account
+                    && a.symbol == b.symbol
+                    && a.side == b.side
+                    && a.qty.serialize() == b.qty.serialize()
+                    && a.price.serialize() == b.price.serialize()
+                    && a.exec_time == b.exec_time
+            }
+            (Event::Bust(a), Event::Bust(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// F2b: the first 16 bytes of the SHA-256 of an event's fields
+/// ([`Event::content_hash`] is their lower-case hex).
+pub type ContentDigest = [u8; 16];
 
 /// F2b: SHA-256 over fields each followed by a NUL, fed in place: a
 /// decimal or an integer is written into the hasher as its text, with no
@@ -164,6 +198,13 @@ impl FieldHasher {
         self
     }
 
+    /// A decimal's text as a field (the same bytes as
+    /// `&d.to_string()`; [`super::exact::text`]).
+    fn decimal(&mut self, d: &rust_decimal::Decimal) -> &mut Self {
+        let mut buf = [0u8; 48];
+        self.text(super::exact::text(d, &mut buf))
+    }
+
     /// `v`'s `Display` text as a field (the same bytes as `&v.to_string()`).
     fn display(&mut self, v: &dyn std::fmt::Display) -> &mut Self {
         use std::fmt::Write as _;
@@ -179,17 +220,24 @@ impl FieldHasher {
         self.text("")
     }
 
-    /// Lower-case hex of the first 16 bytes of the digest.
-    fn finish(&mut self) -> String {
+    /// The first 16 bytes of the digest.
+    fn finish(&mut self) -> ContentDigest {
         use sha2::Digest;
         let digest = std::mem::take(&mut self.0).finalize();
-        hex::encode(&digest[..16])
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&digest[..16]);
+        out
     }
 }
 
 impl Fill {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: see [`Event::content_digest`].
+    pub fn content_digest(&self) -> ContentDigest {
         FieldHasher::new()
             .text("FILL")
             .text(&self.event_id)
@@ -197,8 +245,8 @@ impl Fill {
             .text(&self.account)
             .text(&self.symbol)
             .text(self.side.as_str())
-            .display(&self.qty)
-            .display(&self.price)
+            .decimal(&self.qty)
+            .decimal(&self.price)
             .display(&self.exec_time)
             .finish()
     }
@@ -207,6 +255,11 @@ impl Fill {
 impl Bust {
     /// F2b: see [`Event::content_hash`].
     pub fn content_hash(&self) -> String {
+        hex::encode(self.content_digest())
+    }
+
+    /// F2b: see [`Event::content_digest`].
+    pub fn content_digest(&self) -> ContentDigest {
         FieldHasher::new()
             .text("BUST")
             .text(&self.event_id)
@@ -555,6 +608,27 @@ mod tests {
             "deal_id":"D-1","account":"ACC-A","exec_time":"2026-11-30T08:00:00Z"}))
         .unwrap();
         assert_eq!(bust.content_hash(), "765e8082cfd0bc90b7128eaaf24bec8d");
+    }
+
+    /// `identical_to` only where the hashes are equal: a price of the
+    /// same value with another scale is other content (F2b).
+    #[test]
+    fn identical_means_same_hash() {
+        let f = |price: &str| {
+            parse_value(&serde_json::json!({"kind":"FILL","event_id":"E-1",
+                "deal_id":"D-1","account":"ACC-A","symbol":"EURUSD","side":"BUY",
+                "qty":"100","price":price,"exec_time":"2026-11-30T08:00:00Z"}))
+            .unwrap()
+        };
+        let (a, b) = (f("1.1"), f("1.10"));
+        assert!(a.identical_to(&a.clone()));
+        assert!(!a.identical_to(&b));
+        assert_ne!(a.content_digest(), b.content_digest());
+        let bust = parse_value(&serde_json::json!({"kind":"BUST","event_id":"E-1",
+            "deal_id":"D-1","account":"ACC-A","exec_time":"2026-11-30T08:00:00Z"}))
+        .unwrap();
+        assert!(bust.identical_to(&bust.clone()));
+        assert!(!bust.identical_to(&a));
     }
 
     fn fill_json() -> Value {

@@ -513,14 +513,22 @@ async fn apply_in_lanes(
 /// the same (or unknown: a row written before hashes were kept), else a
 /// conflict naming the id.
 pub(crate) fn repeat_outcome(ev: &Event, stored_hash: Option<&str>) -> super::model::Outcome {
+    repeat_verdict(ev, stored_hash.is_none_or(|h| h == ev.content_hash()))
+}
+
+/// F2b: a repeat of `ev`'s `(kind, event_id)` is a duplicate if `same`
+/// (its content hash is the stored one, or none is stored), else a
+/// conflict naming the id.
+pub(crate) fn repeat_verdict(ev: &Event, same: bool) -> super::model::Outcome {
     use super::model::Outcome;
-    match stored_hash {
-        Some(h) if h != ev.content_hash() => Outcome::Conflict(format!(
+    if same {
+        Outcome::Duplicate
+    } else {
+        Outcome::Conflict(format!(
             "conflict: {} event_id {:?} was already processed with different content",
             ev.kind().as_str(),
             ev.event_id()
-        )),
-        _ => Outcome::Duplicate,
+        ))
     }
 }
 
@@ -530,7 +538,10 @@ pub(crate) fn repeat_outcome(ev: &Event, stored_hash: Option<&str>) -> super::mo
 /// (F2b). Returns (indices of unique valid events, outcomes decided
 /// already: in-batch repeats and invalid inputs).
 pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = std::collections::HashMap::with_capacity_and_hasher(
+        events.len(),
+        foldhash::fast::RandomState::default(),
+    );
     let mut unique = Vec::new();
     let mut decided = Vec::new();
     for (i, p) in events.iter().enumerate() {
@@ -541,8 +552,11 @@ pub(crate) fn presort(events: &[Parsed]) -> (Vec<usize>, Vec<EventOutcome>) {
                     unique.push(i);
                 }
                 std::collections::hash_map::Entry::Occupied(o) => {
-                    let first = o.get().content_hash();
-                    decided.push(outcome_of(i, p, repeat_outcome(ev, Some(&first))));
+                    // Most repeats are the very same event: no hash.
+                    let first = o.get();
+                    let same =
+                        first.identical_to(ev) || first.content_digest() == ev.content_digest();
+                    decided.push(outcome_of(i, p, repeat_verdict(ev, same)));
                 }
             },
             Err(inv) => decided.push(EventOutcome {
