@@ -1,7 +1,7 @@
 //! Symbol -> dense slot index: open addressing with linear probing over a
 //! table kept at most half full. It starts small and doubles when a new
 //! symbol would fill it past half, up to 2x capacity: a table sized to the
-//! symbols in use stays in cache (1,000 symbols use 8 KB where a table
+//! symbols in use stays in cache (1,000 symbols use 16 KB where a table
 //! sized for `max_symbols` = 100,000 spread them over 1 MB), and only a
 //! new symbol can allocate, log2(capacity) times in all. A bucket holds
 //! the slot and 32 bits of the symbol's hash: the key is compared in the
