@@ -1,6 +1,7 @@
 //! Property tests of the venue adapters (venues.md) through the public
 //! `Feed`: arbitrary and mutated datagrams never panic and an invalid one
-//! changes nothing (no counter but the invalid ones, no symbol, no book);
+//! changes nothing (no counter but the invalid ones, no symbol, no book),
+//! nor do cache hints for any bytes;
 //! and on nasdaq-itch the quote of every symbol equals the best bid and
 //! offer of a naive model of the live orders after every packet.
 
@@ -63,6 +64,11 @@ fn check_invalid_changes_nothing(venue: VenueKind, datagrams: &[(Vec<u8>, usize)
     );
     for (i, (d, line)) in datagrams.iter().enumerate() {
         let before = state(&f);
+        // Cache hints take any bytes (the datagram's blocks, or the whole
+        // datagram read as blocks) and change nothing.
+        f.prefetch_blocks(d.get(20..).unwrap_or_default());
+        f.prefetch_blocks(d);
+        assert_eq!(state(&f), before, "hints for datagram {i} changed state");
         let out = f.on_datagram(*line, d, T0 + i as i64 * 1_000_000);
         if let DatagramOutcome::Invalid(_) = out {
             assert_eq!(

@@ -470,6 +470,15 @@ impl<P: Publish> Feed<P> {
         }
     }
 
+    /// Cache hints for the message blocks of the datagram that follows
+    /// the one about to be applied through [`Feed::on_blocks`] (the
+    /// venue's `prefetch_blocks`). Changes nothing; any bytes are
+    /// accepted.
+    #[inline]
+    pub fn prefetch_blocks(&self, blocks: &[u8]) {
+        self.venue.prefetch_blocks(blocks);
+    }
+
     /// One datagram received on `line` at `now` (Unix ns). The whole
     /// datagram is validated (by the feed's venue) before anything is
     /// applied. With recovery on (recovery.md), a datagram beyond a hole is

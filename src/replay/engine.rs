@@ -200,7 +200,14 @@ impl Replay {
             return;
         };
         let f = &mut self.feeds[fi];
+        // One datagram ahead, the venue's cache hints for its messages:
+        // the first messages of a datagram then find their orders and
+        // books in cache, as the later ones do within it.
+        let mut ahead = run.iter().skip(1);
         for d in run.iter() {
+            if let Some(next) = ahead.next() {
+                f.feed.prefetch_blocks(next.blocks);
+            }
             let out = match f
                 .feed
                 .on_blocks(li, run.session, d.sequence, d.count, d.blocks, d.ts)

@@ -405,6 +405,12 @@ pub trait Venue {
         unreachable!("apply_blocks on a venue whose parse_blocks takes none")
     }
 
+    /// Cache hints for the message blocks of a datagram that will be
+    /// applied soon (`apply_blocks` of the next datagram of a run), so
+    /// that its first messages find their state in cache. Changes
+    /// nothing; any bytes are accepted (nothing is validated).
+    fn prefetch_blocks(&self, _blocks: &[u8]) {}
+
     /// Live orders held (venues that build books), for the gauge.
     fn live_orders(&self) -> u64 {
         0
@@ -605,6 +611,11 @@ impl Venue for AnyVenue {
         rules: &mut R,
     ) -> Applied {
         each_venue!(self, v => v.apply_blocks(blocks, header, skip, rules))
+    }
+
+    #[inline]
+    fn prefetch_blocks(&self, blocks: &[u8]) {
+        each_venue!(self, v => v.prefetch_blocks(blocks))
     }
 
     #[inline]

@@ -377,6 +377,22 @@ impl Venue for NasdaqItch {
         latest
     }
 
+    /// The first stage of [`NasdaqItch::prefetch`] for every message of
+    /// the blocks, read as MoldUDP64 message blocks (a length, then the
+    /// message) up to the first that does not fit.
+    #[inline]
+    fn prefetch_blocks(&self, blocks: &[u8]) {
+        let mut rest = blocks;
+        while let Some((len, tail)) = rest.split_first_chunk::<2>() {
+            let n = u16::from_be_bytes(*len) as usize;
+            let Some(block) = tail.get(..n) else {
+                return;
+            };
+            self.prefetch(block);
+            rest = &tail[n..];
+        }
+    }
+
     #[inline]
     fn parse_blocks(
         &self,
