@@ -161,14 +161,26 @@ impl Event {
     pub fn identical_to(&self, other: &Event) -> bool {
         match (self, other) {
             (Event::Fill(a), Event::Fill(b)) => {
-                a.event_id == b.event_id
-                    && a.deal_id == b.deal_id
-                    && a.account == b.account
-                    && a.symbol == b.symbol
-                    && a.side == b.side
-                    && a.qty.serialize() == b.qty.serialize()
-                    && a.price.serialize() == b.price.serialize()
-                    && a.exec_time == b.exec_time
+                // Every field named: a field added to `Fill` (and to its
+                // hash) must be added here too, or this does not compile.
+                let Fill {
+                    event_id,
+                    deal_id,
+                    account,
+                    symbol,
+                    side,
+                    qty,
+                    price,
+                    exec_time,
+                } = a;
+                *event_id == b.event_id
+                    && *deal_id == b.deal_id
+                    && *account == b.account
+                    && *symbol == b.symbol
+                    && *side == b.side
+                    && qty.serialize() == b.qty.serialize()
+                    && price.serialize() == b.price.serialize()
+                    && *exec_time == b.exec_time
             }
             (Event::Bust(a), Event::Bust(b)) => a == b,
             _ => false,

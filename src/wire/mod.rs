@@ -598,22 +598,30 @@ impl<'a> Packet<'a> {
     }
 }
 
-/// Raw block payloads of a validated packet.
+/// Raw block payloads (a 2-byte length, then the payload): every block
+/// of a validated packet; of other bytes, those up to the first block
+/// that does not fit.
 #[derive(Clone, Debug)]
 pub struct Blocks<'a> {
     rest: &'a [u8],
+}
+
+impl<'a> Blocks<'a> {
+    /// The blocks of `bytes` (message blocks after a MoldUDP64 header),
+    /// validated or not.
+    pub fn over(bytes: &'a [u8]) -> Blocks<'a> {
+        Blocks { rest: bytes }
+    }
 }
 
 impl<'a> Iterator for Blocks<'a> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
-        if self.rest.len() < 2 {
-            return None;
-        }
-        let len = u16::from_be_bytes([self.rest[0], self.rest[1]]) as usize;
-        let payload = &self.rest[2..2 + len];
-        self.rest = &self.rest[2 + len..];
+        let (len, tail) = self.rest.split_first_chunk::<2>()?;
+        let len = u16::from_be_bytes(*len) as usize;
+        let payload = tail.get(..len)?;
+        self.rest = &tail[len..];
         Some(payload)
     }
 }
@@ -708,6 +716,16 @@ mod tests {
         assert!(Symbol::parse("A B").is_none());
         assert_eq!(Symbol::from_raw(b"A\x01"), Symbol::from_raw(b"A\x01"));
         assert!(Symbol::from_raw(&[b'A'; 21]).is_none());
+    }
+
+    /// Unvalidated bytes give the blocks that fit, then stop.
+    #[test]
+    fn blocks_over_any_bytes_stop_at_the_first_that_does_not_fit() {
+        let bytes = [0, 2, b'a', b'b', 0, 0, 0, 5, b'x'];
+        let got: Vec<&[u8]> = Blocks::over(&bytes).collect();
+        assert_eq!(got, [&b"ab"[..], &b""[..]]);
+        assert_eq!(Blocks::over(&[0]).count(), 0);
+        assert_eq!(Blocks::over(&[]).count(), 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::{
     Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
 };
 use crate::util::prefetch::prefetch;
-use crate::wire::{Packet, SessionId, Side, Symbol, HEADER_LEN};
+use crate::wire::{Blocks, Packet, SessionId, Side, Symbol, HEADER_LEN};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
 pub const PRICE_SCALE: i64 = 100_000;
@@ -378,18 +378,12 @@ impl Venue for NasdaqItch {
     }
 
     /// The first stage of [`NasdaqItch::prefetch`] for every message of
-    /// the blocks, read as MoldUDP64 message blocks (a length, then the
-    /// message) up to the first that does not fit.
+    /// the blocks (up to the first that does not fit: nothing is
+    /// validated here).
     #[inline]
     fn prefetch_blocks(&self, blocks: &[u8]) {
-        let mut rest = blocks;
-        while let Some((len, tail)) = rest.split_first_chunk::<2>() {
-            let n = u16::from_be_bytes(*len) as usize;
-            let Some(block) = tail.get(..n) else {
-                return;
-            };
+        for block in Blocks::over(blocks) {
             self.prefetch(block);
-            rest = &tail[n..];
         }
     }
 
