@@ -1645,7 +1645,9 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     }
 
     /// Slot lookup or creation; counts and returns `None` when full.
-    #[inline]
+    /// Always inlined: a venue's name field (8 bytes for most) then reaches
+    /// the hash and the compare as constants and one loaded word.
+    #[inline(always)]
     fn symbol(&mut self, symbol: Symbol) -> Option<u32> {
         slot(
             self.index,
@@ -1809,8 +1811,29 @@ fn new_state(symbol: Symbol, settings: &FeedSettings, view: &FeedView) -> Symbol
 
 /// Slot lookup or creation; counts and returns `None` when full. A free
 /// function over the borrowed parts so that `Feed` and `SymbolRules` share it.
-#[inline]
+/// The lookup of a known symbol (every message but a symbol's first) is
+/// inlined into the caller; a new symbol is added out of line, so that its
+/// registers and stack do not weigh on every message.
+#[inline(always)]
 fn slot<P: Publish>(
+    index: &mut SymbolIndex,
+    symbols: &mut Symbols,
+    counters: &mut FeedCounters,
+    publisher: &mut P,
+    settings: &FeedSettings,
+    view: &FeedView,
+    symbol: Symbol,
+) -> Option<u32> {
+    match index.get(symbol, |i| &symbols[i as usize].symbol) {
+        Some(idx) => Some(idx),
+        None => new_slot(index, symbols, counters, publisher, settings, view, symbol),
+    }
+}
+
+/// [`slot`] of a symbol the index does not hold yet.
+#[cold]
+#[inline(never)]
+fn new_slot<P: Publish>(
     index: &mut SymbolIndex,
     symbols: &mut Symbols,
     counters: &mut FeedCounters,

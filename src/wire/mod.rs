@@ -40,8 +40,28 @@ pub const SYMBOL_WORDS: usize = 3;
 /// as three big-endian words (`words`): comparing, ordering (byte order)
 /// and hashing are word operations, and an 8-byte wire field is one load.
 /// On the wire a symbol is the first 8 bytes (`from_wire`, `wire`).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Eq, PartialOrd, Ord)]
 pub struct Symbol([u64; SYMBOL_WORDS]);
+
+/// Word by word, in general-purpose registers. The derived comparison reads
+/// the three words as one 16-byte and one 8-byte vector load; a symbol its
+/// caller has just written as three words (every decoded name) cannot be
+/// forwarded from those stores to a 16-byte load, and each lookup then
+/// waits for the stores to reach the cache.
+impl PartialEq for Symbol {
+    #[inline(always)]
+    fn eq(&self, other: &Symbol) -> bool {
+        let (a, b) = (self.0, other.0);
+        ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2])) == 0
+    }
+}
+
+/// The words, as `eq` compares them.
+impl std::hash::Hash for Symbol {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 /// Eight spaces: the words of padding.
 const SPACES: u64 = u64::from_be_bytes([b' '; 8]);
@@ -716,6 +736,24 @@ mod tests {
         assert!(Symbol::parse("A B").is_none());
         assert_eq!(Symbol::from_raw(b"A\x01"), Symbol::from_raw(b"A\x01"));
         assert!(Symbol::from_raw(&[b'A'; 21]).is_none());
+    }
+
+    /// The word-by-word comparison is byte equality: symbols that differ in
+    /// any one byte of any word differ, and equal bytes are equal.
+    #[test]
+    fn symbol_equality_is_byte_equality() {
+        let base = *b"ESM6-ESU6-ESZ6-ESH7X";
+        let a = Symbol::from_raw(&base).unwrap();
+        assert_eq!(a, Symbol::from_raw(&base).unwrap());
+        for i in 0..base.len() {
+            let mut b = base;
+            b[i] ^= 0x01;
+            let b = Symbol::from_raw(&b).unwrap();
+            assert_ne!(a, b, "byte {i}");
+            assert_eq!(a == b, a.to_bytes() == b.to_bytes());
+        }
+        // Padding counts: a shorter name is another symbol.
+        assert_ne!(a, Symbol::from_raw(&base[..19]).unwrap());
     }
 
     /// Unvalidated bytes give the blocks that fit, then stop.
