@@ -5,6 +5,7 @@ pub mod cpu;
 pub mod errors;
 pub mod histogram;
 pub mod lines;
+pub mod pages;
 pub mod prefetch;
 pub mod read;
 pub mod signals;

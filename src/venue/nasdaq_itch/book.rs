@@ -234,7 +234,17 @@ fn zeroed_per_locate() -> Box<PerLocate> {
     let m = Box::<PerLocate>::new_zeroed();
     // SAFETY: Top and SideBook are integers only: all zeros is a valid
     // value of both (an empty book), so of PerLocate.
-    unsafe { m.assume_init() }
+    let m = unsafe { m.assume_init() };
+    crate::util::pages::advise_huge(std::slice::from_ref(&*m));
+    m
+}
+
+/// `n` zeros, advised onto huge pages (`util::pages`): the level cache is
+/// read at random.
+fn huge_zeroed(n: usize) -> Vec<u32> {
+    let v = vec![0u32; n];
+    crate::util::pages::advise_huge(&v);
+    v
 }
 
 #[inline(always)]
@@ -307,13 +317,14 @@ impl Books {
             .trailing_zeros()
             .clamp(10, LEVEL_CACHE_BITS);
         let mut nodes = Vec::with_capacity(max_orders + 1);
+        crate::util::pages::advise_huge_reserved(nodes.as_ptr(), nodes.capacity());
         nodes.push(Node::default());
         Books {
             orders: OrderTable::new(max_orders),
             nodes,
             free: 0,
             mem: zeroed_per_locate(),
-            level_cache: vec![0u32; 1 << level_cache_bits],
+            level_cache: huge_zeroed(1 << level_cache_bits),
             level_cache_bits,
             max_orders,
         }
@@ -323,13 +334,14 @@ impl Books {
         // Free the old storage before the new one is reserved.
         self.nodes = Vec::new();
         self.nodes = Vec::with_capacity(self.max_orders + 1);
+        crate::util::pages::advise_huge_reserved(self.nodes.as_ptr(), self.nodes.capacity());
         self.nodes.push(Node::default());
         self.free = 0;
         // (The new mapping exists for a moment beside the old one: virtual
         // memory only, none of its pages is touched before the old goes.)
         self.mem = zeroed_per_locate();
         self.level_cache = Vec::new();
-        self.level_cache = vec![0u32; 1 << self.level_cache_bits];
+        self.level_cache = huge_zeroed(1 << self.level_cache_bits);
     }
 
     /// Empties every book (a session change, C5). Nothing is written per

@@ -92,8 +92,10 @@ impl<H: RefHash> OrderTable<H> {
     pub fn new(max_orders: usize) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
+        let slots = vec![[0u64; 2]; cap];
+        crate::util::pages::advise_huge(&slots);
         OrderTable {
-            slots: vec![[0u64; 2]; cap],
+            slots,
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -237,6 +239,7 @@ impl<H: RefHash> OrderTable<H> {
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
         self.slots = vec![[0u64; 2]; cap];
+        crate::util::pages::advise_huge(&self.slots);
         self.len = 0;
     }
 
