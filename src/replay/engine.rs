@@ -316,7 +316,16 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
 pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
     let cfg = crate::config::Config::load(path)
         .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
-    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
+    Ok(Replay::new(
+        cfg.feeds
+            .iter()
+            .map(|f| {
+                let mut spec = feed_spec(f);
+                spec.settings.venue.huge_pages = true;
+                spec
+            })
+            .collect(),
+    ))
 }
 
 /// The core's settings and the replay lines of one configured feed.

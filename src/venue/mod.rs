@@ -510,6 +510,10 @@ pub struct VenueSettings {
     /// cme-mdp3: entries kept for instruments waiting for a snapshot, per
     /// feed (venues.md, default 1,000,000).
     pub recovery_entries: usize,
+    /// nasdaq-itch: the books' tables on transparent huge pages. Replay
+    /// asks for it; a live feed does not, since the first touch of each
+    /// 2 MiB page stalls the feed's thread (docs/venues.md, "Huge pages").
+    pub huge_pages: bool,
 }
 
 impl Default for VenueSettings {
@@ -518,6 +522,7 @@ impl Default for VenueSettings {
             kind: VenueKind::Tickgate,
             max_orders: 10_000_000,
             recovery_entries: cme_mdp3::recovery::DEFAULT_RECOVERY_ENTRIES,
+            huge_pages: false,
         }
     }
 }
@@ -535,9 +540,9 @@ impl AnyVenue {
         match s.kind {
             VenueKind::Tickgate => AnyVenue::Tickgate(tickgate::Tickgate),
             VenueKind::IexTops => AnyVenue::IexTops(iex_tops::IexTops::default()),
-            VenueKind::NasdaqItch => {
-                AnyVenue::NasdaqItch(Box::new(nasdaq_itch::NasdaqItch::new(s.max_orders)))
-            }
+            VenueKind::NasdaqItch => AnyVenue::NasdaqItch(Box::new(
+                nasdaq_itch::NasdaqItch::with_pages(s.max_orders, s.huge_pages),
+            )),
             VenueKind::CmeMdp3 => {
                 AnyVenue::CmeMdp3(Box::new(cme_mdp3::CmeMdp3::new(s.recovery_entries)))
             }

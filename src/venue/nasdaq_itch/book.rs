@@ -230,20 +230,34 @@ struct PerLocate {
     sides: [SideBook; 2 * LOCATES],
 }
 
-fn zeroed_per_locate() -> Box<PerLocate> {
+fn zeroed_per_locate(huge_pages: bool) -> Box<PerLocate> {
     let m = Box::<PerLocate>::new_zeroed();
     // SAFETY: Top and SideBook are integers only: all zeros is a valid
     // value of both (an empty book), so of PerLocate.
     let m = unsafe { m.assume_init() };
-    crate::util::pages::advise_huge(std::slice::from_ref(&*m));
+    if huge_pages {
+        crate::util::pages::advise_huge(std::slice::from_ref(&*m));
+    }
     m
 }
 
-/// `n` zeros, advised onto huge pages (`util::pages`): the level cache is
-/// read at random.
-fn huge_zeroed(n: usize) -> Vec<u32> {
-    let v = vec![0u32; n];
-    crate::util::pages::advise_huge(&v);
+/// The level pool: room for `max_orders` levels and the null node 0,
+/// reserved (its pages become resident as levels are pushed).
+fn level_pool(max_orders: usize, huge_pages: bool) -> Vec<Node> {
+    let mut nodes = Vec::with_capacity(max_orders + 1);
+    if huge_pages {
+        crate::util::pages::advise_huge_reserved(nodes.as_ptr(), nodes.capacity());
+    }
+    nodes.push(Node::default());
+    nodes
+}
+
+/// The level cache of `1 << bits` entries, all empty.
+fn level_cache(bits: u32, huge_pages: bool) -> Vec<u32> {
+    let v = vec![0u32; 1 << bits];
+    if huge_pages {
+        crate::util::pages::advise_huge(&v);
+    }
     v
 }
 
@@ -295,6 +309,8 @@ pub struct Books {
     level_cache: Vec<u32>,
     level_cache_bits: u32,
     max_orders: usize,
+    /// Whether the tables are advised onto huge pages (`util::pages`).
+    huge_pages: bool,
 }
 
 /// An order found by [`Books::lookup`]: where it is, what it is, its
@@ -311,37 +327,40 @@ impl Books {
     /// (configuration `max_orders`, default 10,000,000). `max_orders` must
     /// be below 2^32 (level indices are u32).
     pub fn new(max_orders: usize) -> Books {
+        Books::with_pages(max_orders, false)
+    }
+
+    /// [`Books::new`], with the order table, the level pool, the per-locate
+    /// books and the level cache advised onto huge pages when `huge_pages`
+    /// (docs/venues.md, "Huge pages").
+    pub fn with_pages(max_orders: usize, huge_pages: bool) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
         let level_cache_bits = max_orders
             .next_power_of_two()
             .trailing_zeros()
             .clamp(10, LEVEL_CACHE_BITS);
-        let mut nodes = Vec::with_capacity(max_orders + 1);
-        crate::util::pages::advise_huge_reserved(nodes.as_ptr(), nodes.capacity());
-        nodes.push(Node::default());
         Books {
-            orders: OrderTable::new(max_orders),
-            nodes,
+            orders: OrderTable::with_pages(max_orders, huge_pages),
+            nodes: level_pool(max_orders, huge_pages),
             free: 0,
-            mem: zeroed_per_locate(),
-            level_cache: huge_zeroed(1 << level_cache_bits),
+            mem: zeroed_per_locate(huge_pages),
+            level_cache: level_cache(level_cache_bits, huge_pages),
             level_cache_bits,
             max_orders,
+            huge_pages,
         }
     }
 
     fn reset_levels(&mut self) {
         // Free the old storage before the new one is reserved.
         self.nodes = Vec::new();
-        self.nodes = Vec::with_capacity(self.max_orders + 1);
-        crate::util::pages::advise_huge_reserved(self.nodes.as_ptr(), self.nodes.capacity());
-        self.nodes.push(Node::default());
+        self.nodes = level_pool(self.max_orders, self.huge_pages);
         self.free = 0;
         // (The new mapping exists for a moment beside the old one: virtual
         // memory only, none of its pages is touched before the old goes.)
-        self.mem = zeroed_per_locate();
+        self.mem = zeroed_per_locate(self.huge_pages);
         self.level_cache = Vec::new();
-        self.level_cache = huge_zeroed(1 << self.level_cache_bits);
+        self.level_cache = level_cache(self.level_cache_bits, self.huge_pages);
     }
 
     /// Empties every book (a session change, C5). Nothing is written per
@@ -1345,6 +1364,44 @@ mod tests {
 
     /// Many levels per side in every arrival order, checked structurally
     /// after each step, with a model of the best.
+    #[test]
+    fn huge_pages_change_nothing_but_the_pages() {
+        // Large enough that every table holds whole 2 MiB pages to advise.
+        let mut plain = Books::new(1_000_000);
+        let mut huge = Books::with_pages(1_000_000, true);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..2 {
+            for _ in 0..5_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (locate, order_ref) = ((x >> 8) as u16 % 50, x % 3_000);
+                let side = if x >> 30 & 1 == 0 {
+                    Side::Buy
+                } else {
+                    Side::Sell
+                };
+                let (shares, price) = (1 + (x >> 40) as u32 % 50, 10_000 + (x >> 32) as u32 % 200);
+                if x >> 62 == 0 {
+                    assert_eq!(plain.delete(order_ref), huge.delete(order_ref));
+                } else {
+                    assert_eq!(
+                        plain.add(locate, order_ref, side, shares, price),
+                        huge.add(locate, order_ref, side, shares, price)
+                    );
+                }
+            }
+            for locate in 0..50 {
+                assert_eq!(plain.best(locate), huge.best(locate), "round {round}");
+            }
+            assert_eq!(plain.live_orders(), huge.live_orders());
+            assert_eq!(plain.live_levels(), huge.live_levels());
+            assert!(huge.live_orders() > 0);
+            plain.clear();
+            huge.clear();
+        }
+    }
+
     #[test]
     fn random_walk_keeps_treaps_consistent() {
         let mut b = Books::new(300);

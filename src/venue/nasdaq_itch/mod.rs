@@ -93,8 +93,14 @@ pub struct NasdaqItch {
 
 impl NasdaqItch {
     pub fn new(max_orders: usize) -> NasdaqItch {
+        NasdaqItch::with_pages(max_orders, false)
+    }
+
+    /// [`NasdaqItch::new`], its books on huge pages when `huge_pages`
+    /// (docs/venues.md, "Huge pages").
+    pub fn with_pages(max_orders: usize, huge_pages: bool) -> NasdaqItch {
         NasdaqItch {
-            books: Books::new(max_orders),
+            books: Books::with_pages(max_orders, huge_pages),
             locates: zeroed_locates(),
             dirty: Vec::with_capacity(LOCATES),
             midnight_ns: 0,

@@ -69,6 +69,8 @@ pub struct OrderTable<H: RefHash = Sequential> {
     slots: Vec<[u64; 2]>,
     bits: u32,
     len: usize,
+    /// Whether the slots are advised onto huge pages (`util::pages`).
+    huge_pages: bool,
     _hash: PhantomData<H>,
 }
 
@@ -90,12 +92,21 @@ impl<H: RefHash> OrderTable<H> {
     /// caller enforces the limit; the table is never filled, so a probe
     /// always meets an empty slot).
     pub fn new(max_orders: usize) -> OrderTable<H> {
+        OrderTable::with_pages(max_orders, false)
+    }
+
+    /// [`OrderTable::new`], its slots advised onto huge pages when
+    /// `huge_pages` (docs/venues.md, "Huge pages").
+    pub fn with_pages(max_orders: usize, huge_pages: bool) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
         let slots = vec![[0u64; 2]; cap];
-        crate::util::pages::advise_huge(&slots);
+        if huge_pages {
+            crate::util::pages::advise_huge(&slots);
+        }
         OrderTable {
             slots,
+            huge_pages,
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -239,7 +250,9 @@ impl<H: RefHash> OrderTable<H> {
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
         self.slots = vec![[0u64; 2]; cap];
-        crate::util::pages::advise_huge(&self.slots);
+        if self.huge_pages {
+            crate::util::pages::advise_huge(&self.slots);
+        }
         self.len = 0;
     }
 
