@@ -1,6 +1,6 @@
 //! Symbol -> dense slot index: open addressing with linear probing over a
-//! table kept at most half full. It starts small and doubles when a new
-//! symbol would fill it past half, up to 2x capacity: a table sized to the
+//! table kept at most a quarter full. It starts small and doubles when a
+//! new symbol would fill it past a quarter, up to 4x capacity: a table sized to the
 //! symbols in use stays in cache (1,000 symbols use 16 KB where a table
 //! sized for `max_symbols` = 100,000 spread them over 1 MB), and only a
 //! new symbol can allocate, log2(capacity) times in all. A bucket holds
@@ -12,9 +12,16 @@ use crate::wire::Symbol;
 
 const EMPTY: u32 = u32::MAX;
 
-/// Buckets of a new table (room for half as many symbols before it first
-/// doubles): 8 KB.
+/// Buckets of a new table (room for a quarter as many symbols before it
+/// first doubles): 8 KB.
 const INITIAL_BUCKETS: usize = 1024;
+
+/// The table holds at most one symbol in `MAX_LOAD` buckets. With linear
+/// probing a lookup of a known symbol takes about 1.17 probes at a quarter
+/// full and 1.5 at half full (Knuth's estimate); a probe past the home
+/// bucket is a branch the CPU cannot predict, which cost more than the
+/// larger table (BENCHMARKS.md, "The stall behind it").
+const MAX_LOAD: usize = 4;
 
 /// A slot and the top 32 bits of its symbol's hash.
 #[derive(Clone, Copy, Debug)]
@@ -46,7 +53,7 @@ pub struct SymbolIndex {
     shift: u32,
     len: usize,
     capacity: usize,
-    /// Buckets of the largest table: 2x capacity, a power of two.
+    /// Buckets of the largest table: 4x capacity, a power of two.
     max_buckets: usize,
 }
 
@@ -54,7 +61,7 @@ impl SymbolIndex {
     /// Room for `capacity` symbols (capped below u32::MAX).
     pub fn with_capacity(capacity: usize) -> SymbolIndex {
         let capacity = capacity.min(u32::MAX as usize - 1);
-        let max_buckets = (capacity.max(4) * 2).next_power_of_two();
+        let max_buckets = (capacity.max(4) * MAX_LOAD).next_power_of_two();
         let size = max_buckets.min(INITIAL_BUCKETS);
         SymbolIndex {
             slots: vec![VACANT; size].into_boxed_slice(),
@@ -152,7 +159,9 @@ impl SymbolIndex {
                 if self.len >= self.capacity {
                     return Slot::Full;
                 }
-                if (self.len + 1) * 2 > self.slots.len() && self.slots.len() < self.max_buckets {
+                if (self.len + 1) * MAX_LOAD > self.slots.len()
+                    && self.slots.len() < self.max_buckets
+                {
                     self.grow(&key_of);
                     i = self.vacancy(hash);
                 }
@@ -243,7 +252,7 @@ mod tests {
         for (i, sym) in keys.iter().enumerate() {
             assert_eq!(ix.get(*sym, |j| &keys[j as usize]), Some(i as u32));
         }
-        assert_eq!(ix.buckets(), 65_536, "grown to 2x capacity, no further");
+        assert_eq!(ix.buckets(), 131_072, "grown to 4x capacity, no further");
     }
 
     /// Two symbols whose hashes agree in their top 32 bits (the bucket's
@@ -284,15 +293,18 @@ mod tests {
                 Slot::Inserted
             );
             keys.push(sym);
-            assert!(ix.len() * 2 <= ix.buckets(), "at most half full");
+            assert!(
+                ix.len() * MAX_LOAD <= ix.buckets(),
+                "at most a quarter full"
+            );
         }
-        assert_eq!(ix.buckets(), 2_048);
+        assert_eq!(ix.buckets(), 4_096);
         for (i, sym) in keys.iter().enumerate() {
             let found = ix.find_or_insert(*sym, u32::MAX, |j| &keys[j as usize]);
             assert_eq!(found, Slot::Found(i as u32));
         }
         // A small capacity is its own limit: the table never outgrows it.
         let small = SymbolIndex::with_capacity(3);
-        assert_eq!(small.buckets(), 8);
+        assert_eq!(small.buckets(), 16);
     }
 }
