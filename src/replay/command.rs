@@ -138,8 +138,6 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
                 anyhow::bail!("--mode does not apply to --venue {venue} (its quotes are whole)");
             }
             let mut settings = FeedSettings::for_venue(venue);
-            // docs/venues.md "Huge pages": a replay has no live thread to stall.
-            settings.venue.huge_pages = true;
             settings.mode = match args.mode.unwrap_or(ReplayMode::Full) {
                 ReplayMode::Full => Mode::Full,
                 ReplayMode::Delta => Mode::Delta,

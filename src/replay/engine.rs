@@ -64,14 +64,17 @@ impl Replay {
         }])
     }
 
-    /// The given feeds; a destination that two lines share goes to the first.
+    /// The given feeds; a destination that two lines share goes to the
+    /// first. Every feed's books go on huge pages (docs/venues.md "Huge
+    /// pages"): a replay has no live thread for a page fault to stall.
     pub fn new(feeds: Vec<FeedSpec>) -> Replay {
         let mut route = HashMap::new();
         let mut answers = HashMap::new();
         let feeds = feeds
             .into_iter()
             .enumerate()
-            .map(|(fi, spec)| {
+            .map(|(fi, mut spec)| {
+                spec.settings.venue.huge_pages = true;
                 for (li, line) in spec.lines.iter().enumerate() {
                     route.entry(line.dst).or_insert((fi, li));
                 }
@@ -316,16 +319,7 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
 pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
     let cfg = crate::config::Config::load(path)
         .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
-    Ok(Replay::new(
-        cfg.feeds
-            .iter()
-            .map(|f| {
-                let mut spec = feed_spec(f);
-                spec.settings.venue.huge_pages = true;
-                spec
-            })
-            .collect(),
-    ))
+    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
 }
 
 /// The core's settings and the replay lines of one configured feed.

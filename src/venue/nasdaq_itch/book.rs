@@ -1362,8 +1362,7 @@ mod tests {
         }
     }
 
-    /// Many levels per side in every arrival order, checked structurally
-    /// after each step, with a model of the best.
+    /// Books on huge pages give the same results as books without.
     #[test]
     fn huge_pages_change_nothing_but_the_pages() {
         // Large enough that every table holds whole 2 MiB pages to advise.
@@ -1402,6 +1401,8 @@ mod tests {
         }
     }
 
+    /// Many levels per side in every arrival order, checked structurally
+    /// after each step, with a model of the best.
     #[test]
     fn random_walk_keeps_treaps_consistent() {
         let mut b = Books::new(300);
