@@ -523,6 +523,8 @@ impl<P: Publish> Feed<P> {
     /// venue framed otherwise, a line that is not incremental, or a feed
     /// whose recovery rules have something to do with it (they may hold
     /// it); the caller then builds the datagram and calls `on_datagram`.
+    /// The caller gives the blocks their cache hints first
+    /// ([`Feed::prefetch_blocks`], best a datagram ahead).
     #[inline]
     pub fn on_blocks(
         &mut self,
@@ -1644,6 +1646,16 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
         }
     }
 
+    /// The state's leading bytes and the published slot (the ones a
+    /// venue quote writes).
+    #[inline]
+    fn prefetch_symbol(&self, slot: u32) {
+        if let Some(st) = self.symbols.get(slot as usize) {
+            super::prefetch::prefetch_prefix(st, HOT_BYTES);
+        }
+        self.publisher.prefetch_symbol(slot);
+    }
+
     /// Slot lookup or creation; counts and returns `None` when full.
     /// Always inlined: a venue's name field (8 bytes for most) then reaches
     /// the hash and the compare as constants and one loaded word.
@@ -2094,6 +2106,54 @@ mod tests {
         f.prefetch_state(&[0xFF; 25]);
         f.prefetch_state(&[]);
         assert_eq!(*f.publisher().hints.borrow(), vec![1, 2]);
+    }
+
+    /// nasdaq-itch: a packet hints the state of each symbol whose book it
+    /// changed, once, before the quotes are written at its end; an
+    /// operation on an order the book does not hold hints nothing.
+    #[test]
+    fn itch_packet_hints_the_symbols_it_touches() {
+        use crate::venue::nasdaq_itch::messages::{encode_to_vec, Header, Message, Side};
+        let hdr = |locate| Header {
+            locate,
+            tracking: 0,
+            timestamp: 34_200_000_000_000,
+        };
+        let add = |locate, order_ref, name: &str| Message::AddOrder {
+            header: hdr(locate),
+            order_ref,
+            side: Side::Buy,
+            shares: 100,
+            stock: sym(name),
+            price: 1_000_000,
+            attribution: None,
+        };
+        let itch = |seq, msgs: &[Message]| {
+            let mut b = PacketBuilder::new();
+            b.start(sess("S1"), seq);
+            for m in msgs {
+                b.push_raw(&encode_to_vec(m));
+            }
+            b.bytes().to_vec()
+        };
+        let mut f = Feed::with_publisher(
+            FeedSettings::for_venue(VenueKind::NasdaqItch),
+            1,
+            Hinted::default(),
+        );
+        f.on_datagram(
+            0,
+            &itch(1, &[add(7, 1, "AAA"), add(9, 2, "BBB"), add(7, 3, "AAA")]),
+            T0,
+        );
+        assert_eq!(*f.publisher().hints.borrow(), vec![0, 1]);
+        f.publisher().hints.borrow_mut().clear();
+        let delete = |order_ref| Message::Delete {
+            header: hdr(0),
+            order_ref,
+        };
+        f.on_datagram(0, &itch(4, &[delete(99), delete(2)]), T0);
+        assert_eq!(*f.publisher().hints.borrow(), vec![1]);
     }
 
     mod prefetch_props {

@@ -206,7 +206,10 @@ impl Replay {
         // One datagram ahead, the venue's cache hints for its messages:
         // the first messages of a datagram then find their orders and
         // books in cache, as the later ones do within it.
-        let mut ahead = run.iter().skip(1);
+        let mut ahead = run.iter();
+        if let Some(first) = ahead.next() {
+            f.feed.prefetch_blocks(first.blocks);
+        }
         for d in run.iter() {
             if let Some(next) = ahead.next() {
                 f.feed.prefetch_blocks(next.blocks);

@@ -304,6 +304,10 @@ pub trait Rules {
     /// Makes `symbol` known and returns its slot (`None`: table full,
     /// counted by the engine).
     fn symbol(&mut self, symbol: Symbol) -> Option<u32>;
+    /// A cache hint for the state of `slot` (a `symbol` result) that a
+    /// call will soon touch. Changes nothing.
+    #[inline]
+    fn prefetch_symbol(&self, _slot: u32) {}
     /// V1: the whole quote of a venue feed.
     fn venue_quote(
         &mut self,
@@ -394,7 +398,8 @@ pub trait Venue {
     }
 
     /// `apply` of the datagram whose parts `parse_blocks` accepted; called
-    /// only then.
+    /// only then, and after `prefetch_blocks` of the same blocks (the
+    /// caller hints its datagrams ahead, so this gives no first hints).
     fn apply_blocks<R: Rules>(
         &mut self,
         _blocks: &[u8],

@@ -312,7 +312,7 @@ fn header_of(m: &[u8]) -> Header {
 /// block shorter than its type's size (the framing check should already
 /// have made that datagram invalid; this keeps decoding panic-free on any
 /// input). Bytes past the type's size are ignored.
-#[inline]
+#[inline(always)]
 pub fn decode(msg: &[u8]) -> Option<Message> {
     let kind = *msg.first()?;
     // Each arm takes a fixed-size array of its type's size: the field

@@ -43,22 +43,24 @@ const SNAPSHOT_PACKET_BYTES: usize = 20 + SNAPSHOT_CHUNK as usize * 52;
 /// prefetched before its first message).
 const LEVEL_AHEAD: usize = 2;
 
-/// What the adapter keeps per stock locate. Integers only, and all zeros
-/// is a locate never seen: the array (3 MiB) comes from one zeroed
-/// allocation, so nothing is written per locate; as a fresh mapping only
+/// What the adapter keeps per stock locate: one cache line. Integers
+/// only, and all zeros is a locate never seen: the array (4 MiB) comes
+/// from one zeroed allocation, so nothing is written per locate; as a fresh mapping only
 /// the pages of locates in use become resident. (glibc may serve a later
 /// one, after a session change, from its heap and clear it with a
 /// memset: once per session. See `fuzz/src/lib.rs` for the harness that
 /// builds a feed per input.)
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
+#[repr(C, align(64))]
 struct Locate {
     /// The feed's symbol slot the locate names, plus one (0: none yet, or
     /// the symbol table was full).
     slot1: u32,
     /// In the dirty list of the packet being applied.
     dirty: bool,
-    symbol: Symbol,
+    /// The stock it names: an ITCH name is 8 bytes (`Symbol::from_wire`),
+    /// so its first word is all of it.
+    stock: u64,
     /// The book's best as of the end of the last packet that touched it:
     /// what the symbol's quote was last set from.
     published: BestKey,
@@ -67,6 +69,11 @@ struct Locate {
     change_seq: u64,
     change_ts: i64,
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Locate>() == 64,
+    "a locate is one cache line"
+);
 
 /// `LOCATES` never-seen locates from one zeroed allocation. A fixed-size
 /// array, so that indexing it by a `u16` locate needs no bounds check.
@@ -118,7 +125,8 @@ impl NasdaqItch {
     #[inline(always)]
     fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
         let l = &self.locates[locate as usize];
-        if l.slot1 == 0 || l.symbol != stock {
+        debug_assert!(stock.fits_wire());
+        if l.slot1 == 0 || l.stock != stock.words()[0] {
             return self.rename(locate, stock, rules);
         }
         Some(l.slot1 - 1)
@@ -134,7 +142,7 @@ impl NasdaqItch {
             .symbol(stock)
             .and_then(|s| s.checked_add(1))
             .unwrap_or(0);
-        l.symbol = stock;
+        l.stock = stock.words()[0];
         l.slot1.checked_sub(1)
     }
 
@@ -212,9 +220,10 @@ impl NasdaqItch {
 
     /// After a book operation on `locate` whose best was `before`: note the
     /// message if its own effect changed the best, and mark the locate for
-    /// the end of the packet.
+    /// the end of the packet, where its symbol's state is written: hinted
+    /// now, it is in cache by then.
     #[inline]
-    fn touched(&mut self, locate: u16, before: BestKey, seq: u64, ts: i64) {
+    fn touched<R: Rules>(&mut self, locate: u16, before: BestKey, seq: u64, ts: i64, rules: &R) {
         let l = &mut self.locates[locate as usize];
         if self.books.best_key(locate) != before {
             l.change_seq = seq;
@@ -223,6 +232,9 @@ impl NasdaqItch {
         if !l.dirty {
             l.dirty = true;
             self.dirty.push(locate);
+            if let Some(slot) = l.slot1.checked_sub(1) {
+                rules.prefetch_symbol(slot);
+            }
         }
     }
 }
@@ -417,7 +429,15 @@ impl Venue for NasdaqItch {
         skip: u16,
         rules: &mut R,
     ) -> Applied {
-        self.apply_blocks(&datagram[HEADER_LEN..], header, skip, rules)
+        let blocks = &datagram[HEADER_LEN..];
+        // A datagram as it arrived: no one hinted its messages yet. Hints
+        // for all of them first, so that the misses of one message's order
+        // slot, book and locate overlap those of the others instead of
+        // following one another.
+        for block in Blocks::over(blocks).skip(skip as usize) {
+            self.prefetch(block);
+        }
+        self.apply_blocks(blocks, header, skip, rules)
     }
 
     fn apply_blocks<R: Rules>(
@@ -432,13 +452,8 @@ impl Venue for NasdaqItch {
         let first = header.channel.sequence;
         let ch = &header.channel;
         let packet = Packet::validated_parts(ch.session, ch.sequence, ch.count, blocks);
-        // Cache hints for every message first, so that the misses of one
-        // message's order slot, book and locate overlap those of the
-        // others instead of following one another.
-        for block in packet.blocks().skip(skip as usize) {
-            self.prefetch(block);
-        }
-        // Second stage, `LEVEL_AHEAD` messages ahead of the one applied:
+        // The first stage of the hints is the caller's (`apply` here, or
+        // the reader's `prefetch_blocks` a datagram ahead). Second stage, `LEVEL_AHEAD` messages ahead of the one applied:
         // through the slots now in cache, the level nodes.
         let mut ahead = packet.blocks().skip(skip as usize);
         for block in ahead.by_ref().take(LEVEL_AHEAD) {
@@ -475,7 +490,7 @@ impl Venue for NasdaqItch {
                         .books
                         .add(header.locate, order_ref, side, shares, price)
                     {
-                        Ok(()) => self.touched(header.locate, before, seq, ts),
+                        Ok(()) => self.touched(header.locate, before, seq, ts, rules),
                         Err(OrderError::Overflow) => {
                             // The book misses an order until the next session.
                             rules.count(Count::OrderOverflow);
@@ -635,7 +650,7 @@ impl NasdaqItch {
                 ..
             } => self.books.replace_found(found, new_ref, shares, price),
         };
-        self.touched(effect.locate, before, seq, ts);
+        self.touched(effect.locate, before, seq, ts, rules);
         match effect.error {
             None => {}
             Some(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
