@@ -304,6 +304,7 @@ impl Quote {
         }
     }
 
+    #[inline(always)]
     fn decode(p: &[u8]) -> Quote {
         Quote {
             flags: p[1],
@@ -343,6 +344,7 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
+    #[inline(always)]
     fn decode(p: &[u8]) -> Heartbeat {
         Heartbeat {
             flags: p[1],
@@ -647,6 +649,10 @@ impl<'a> Iterator for Blocks<'a> {
 }
 
 /// Decodes one block payload of a validated packet (its size was checked).
+/// Always inlined: returned through memory, a decoded symbol's three
+/// word stores would be read back by wider loads that cannot take them
+/// from the store buffer (BENCHMARKS.md, "The stall behind it").
+#[inline(always)]
 pub fn decode_block(payload: &[u8]) -> Message<'_> {
     match payload[0] {
         TYPE_QUOTE => Message::Quote(Quote::decode(payload)),
