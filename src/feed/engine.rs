@@ -422,6 +422,7 @@ impl<P: Publish> Feed<P> {
     }
 
     /// The symbol's slot and view, if known.
+    #[inline]
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
         let idx = self
             .index
