@@ -45,11 +45,11 @@ const LEVEL_AHEAD: usize = 2;
 
 /// What the adapter keeps per stock locate: one cache line. Integers
 /// only, and all zeros is a locate never seen: the array (4 MiB) comes
-/// from one zeroed allocation, so nothing is written per locate; as a fresh mapping only
-/// the pages of locates in use become resident. (glibc may serve a later
-/// one, after a session change, from its heap and clear it with a
-/// memset: once per session. See `fuzz/src/lib.rs` for the harness that
-/// builds a feed per input.)
+/// from one zeroed allocation, so nothing is written per locate; as a
+/// fresh mapping only the pages of locates in use become resident. (glibc
+/// may serve a later one, after a session change, from its heap and clear
+/// it with a memset: once per session. See `fuzz/src/lib.rs` for the
+/// harness that builds a feed per input.)
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 struct Locate {
@@ -453,8 +453,9 @@ impl Venue for NasdaqItch {
         let ch = &header.channel;
         let packet = Packet::validated_parts(ch.session, ch.sequence, ch.count, blocks);
         // The first stage of the hints is the caller's (`apply` here, or
-        // the reader's `prefetch_blocks` a datagram ahead). Second stage, `LEVEL_AHEAD` messages ahead of the one applied:
-        // through the slots now in cache, the level nodes.
+        // the reader's `prefetch_blocks` a datagram ahead). The second,
+        // `LEVEL_AHEAD` messages ahead of the one applied: through the
+        // slots now in cache, the level nodes.
         let mut ahead = packet.blocks().skip(skip as usize);
         for block in ahead.by_ref().take(LEVEL_AHEAD) {
             self.prefetch_level(block);
