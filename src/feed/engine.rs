@@ -464,10 +464,7 @@ impl<P: Publish> Feed<P> {
             return;
         };
         if let Some(idx) = self.index.home_slot(symbol) {
-            if let Some(st) = self.symbols.get(idx as usize) {
-                super::prefetch::prefetch_prefix(st, HOT_BYTES);
-            }
-            self.publisher.prefetch_symbol(idx);
+            prefetch_slot(&self.symbols, &self.publisher, idx);
         }
     }
 
@@ -1651,10 +1648,7 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     /// venue quote writes).
     #[inline]
     fn prefetch_symbol(&self, slot: u32) {
-        if let Some(st) = self.symbols.get(slot as usize) {
-            super::prefetch::prefetch_prefix(st, HOT_BYTES);
-        }
-        self.publisher.prefetch_symbol(slot);
+        prefetch_slot(self.symbols, &*self.publisher, slot);
     }
 
     /// Slot lookup or creation; counts and returns `None` when full.
@@ -1841,6 +1835,16 @@ fn slot<P: Publish>(
         Some(idx) => Some(idx),
         None => new_slot(index, symbols, counters, publisher, settings, view, symbol),
     }
+}
+
+/// Cache hints for what a message for `slot` writes: the leading bytes of
+/// its state and its published slot. Changes nothing.
+#[inline]
+fn prefetch_slot<P: Publish>(symbols: &Symbols, publisher: &P, slot: u32) {
+    if let Some(st) = symbols.get(slot as usize) {
+        super::prefetch::prefetch_prefix(st, HOT_BYTES);
+    }
+    publisher.prefetch_symbol(slot);
 }
 
 /// [`slot`] of a symbol the index does not hold yet.

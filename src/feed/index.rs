@@ -3,10 +3,11 @@
 //! new symbol would fill it past a quarter, up to 4x capacity: a table
 //! sized to the symbols in use stays in cache (1,000 symbols use 32 KB
 //! where a table sized for `max_symbols` = 100,000 would spread them over
-//! 4 MB), and only a new symbol can allocate, log2(capacity) times in all. A bucket holds
-//! the slot and 32 bits of the symbol's hash: the key is compared in the
-//! slot's own state (which the caller touches next anyway) only when the
-//! hash bits match, so a lookup touches one state, however long its probe.
+//! 4 MB), and only a new symbol can allocate, log2(capacity) times in all.
+//! A bucket holds the slot and 32 bits of the symbol's hash: the key is
+//! compared in the slot's own state (which the caller touches next
+//! anyway) only when the hash bits match, so a lookup touches one state,
+//! however long its probe.
 
 use crate::wire::Symbol;
 

@@ -24,6 +24,16 @@ pub fn advise_huge_reserved<T>(ptr: *const T, capacity: usize) {
     );
 }
 
+/// `vec![elem; len]` (a calloc where `elem` is all zeros: untouched pages
+/// are never resident), advised onto huge pages when `huge_pages`.
+pub fn filled<T: Clone>(elem: T, len: usize, huge_pages: bool) -> Vec<T> {
+    let v = vec![elem; len];
+    if huge_pages {
+        advise_huge(&v);
+    }
+    v
+}
+
 const HUGE: usize = 2 << 20;
 
 #[cfg(target_os = "linux")]
@@ -50,7 +60,8 @@ mod tests {
     use super::*;
 
     /// A range too small for a whole huge page, an empty one and a large
-    /// one are all accepted, and the hint changes no byte.
+    /// one are all accepted, the hint changes no byte, and `filled` holds
+    /// its element everywhere.
     #[test]
     fn hints_change_no_memory() {
         advise_huge::<u64>(&[]);
@@ -66,5 +77,8 @@ mod tests {
         reserved.extend(0..1000);
         assert_eq!(reserved[999], 999);
         assert!(small.iter().all(|&b| b == 7));
+        let filled = filled([0u64, 5], 1 << 18, true);
+        assert_eq!(filled.len(), 1 << 18);
+        assert!(filled.iter().all(|&v| v == [0, 5]));
     }
 }

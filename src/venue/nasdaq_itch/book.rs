@@ -252,15 +252,6 @@ fn level_pool(max_orders: usize, huge_pages: bool) -> Vec<Node> {
     nodes
 }
 
-/// The level cache of `1 << bits` entries, all empty.
-fn level_cache(bits: u32, huge_pages: bool) -> Vec<u32> {
-    let v = vec![0u32; 1 << bits];
-    if huge_pages {
-        crate::util::pages::advise_huge(&v);
-    }
-    v
-}
-
 #[inline(always)]
 fn book_id(locate: u16, side: Side) -> usize {
     (locate as usize) << 1 | (side == Side::Sell) as usize
@@ -344,7 +335,7 @@ impl Books {
             nodes: level_pool(max_orders, huge_pages),
             free: 0,
             mem: zeroed_per_locate(huge_pages),
-            level_cache: level_cache(level_cache_bits, huge_pages),
+            level_cache: crate::util::pages::filled(0u32, 1 << level_cache_bits, huge_pages),
             level_cache_bits,
             max_orders,
             huge_pages,
@@ -360,7 +351,8 @@ impl Books {
         // memory only, none of its pages is touched before the old goes.)
         self.mem = zeroed_per_locate(self.huge_pages);
         self.level_cache = Vec::new();
-        self.level_cache = level_cache(self.level_cache_bits, self.huge_pages);
+        self.level_cache =
+            crate::util::pages::filled(0u32, 1 << self.level_cache_bits, self.huge_pages);
     }
 
     /// Empties every book (a session change, C5). Nothing is written per

@@ -434,9 +434,7 @@ impl Venue for NasdaqItch {
         // for all of them first, so that the misses of one message's order
         // slot, book and locate overlap those of the others instead of
         // following one another.
-        for block in Blocks::over(blocks).skip(skip as usize) {
-            self.prefetch(block);
-        }
+        self.prefetch_blocks(blocks);
         self.apply_blocks(blocks, header, skip, rules)
     }
 

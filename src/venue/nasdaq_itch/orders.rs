@@ -100,12 +100,8 @@ impl<H: RefHash> OrderTable<H> {
     pub fn with_pages(max_orders: usize, huge_pages: bool) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
-        let slots = vec![[0u64; 2]; cap];
-        if huge_pages {
-            crate::util::pages::advise_huge(&slots);
-        }
         OrderTable {
-            slots,
+            slots: crate::util::pages::filled([0u64; 2], cap, huge_pages),
             huge_pages,
             bits: cap.trailing_zeros(),
             len: 0,
@@ -249,10 +245,7 @@ impl<H: RefHash> OrderTable<H> {
         let cap = self.slots.len();
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
-        self.slots = vec![[0u64; 2]; cap];
-        if self.huge_pages {
-            crate::util::pages::advise_huge(&self.slots);
-        }
+        self.slots = crate::util::pages::filled([0u64; 2], cap, self.huge_pages);
         self.len = 0;
     }
 
