@@ -141,9 +141,10 @@ pub fn fills_events(data: &[u8]) {
 /// builds and drops a feed per input the next same-size table comes from
 /// the heap instead and `calloc` clears it with a memset (measured: two
 /// thirds of `nasdaq_itch_feed`'s time went to clearing the adapter's
-/// 3 MiB per-locate table). Setting the threshold explicitly turns that
-/// adjustment off. A daemon builds its feeds once, so only the harness
-/// needs this.
+/// per-locate table, which has since moved to a mapping of its own).
+/// Setting the threshold explicitly turns that adjustment off for the
+/// tables still allocated. A daemon builds its feeds once, so only the
+/// harness needs this.
 fn fixed_mmap_threshold() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

@@ -34,6 +34,82 @@ pub fn filled<T: Clone>(elem: T, len: usize, huge_pages: bool) -> Vec<T> {
     v
 }
 
+/// A `T` of all-zero bytes in an anonymous mapping of its own: pages
+/// never touched are never resident, and the mapping is page-aligned, so
+/// an alignment of up to 4 KiB costs nothing. (The system allocator
+/// serves a zeroed block aligned beyond 16 bytes with an aligned malloc
+/// and a memset, making every page of it resident at once.)
+pub struct Zeroed<T> {
+    ptr: std::ptr::NonNull<T>,
+}
+
+// SAFETY: `Zeroed<T>` owns its `T` as a `Box<T>` does.
+unsafe impl<T: Send> Send for Zeroed<T> {}
+// SAFETY: as above; shared access only hands out `&T`.
+unsafe impl<T: Sync> Sync for Zeroed<T> {}
+
+impl<T> Zeroed<T> {
+    /// A fresh zeroed `T`.
+    ///
+    /// # Safety
+    ///
+    /// All-zero bytes must be a valid `T`.
+    pub unsafe fn new() -> Zeroed<T> {
+        let layout = std::alloc::Layout::new::<T>();
+        assert!(
+            layout.size() > 0 && layout.align() <= 4096,
+            "a mapping holds a sized, at most page-aligned value"
+        );
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel
+        // (addr null); it aliases nothing, and the kernel fills it with
+        // zeros. The result is checked for MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        match std::ptr::NonNull::new(p.cast::<T>()) {
+            Some(ptr) if p != libc::MAP_FAILED => Zeroed { ptr },
+            _ => std::alloc::handle_alloc_error(layout),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Zeroed<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: `ptr` is valid, aligned and initialised (zeros, a valid
+        // `T` by `new`'s contract) until `self` is dropped.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> std::ops::DerefMut for Zeroed<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes the access unique.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T> Drop for Zeroed<T> {
+    fn drop(&mut self) {
+        // SAFETY: the value is dropped in place once, then its mapping
+        // (made by `new` with this size) is removed; nothing refers to it
+        // afterwards.
+        unsafe {
+            std::ptr::drop_in_place(self.ptr.as_ptr());
+            libc::munmap(self.ptr.as_ptr().cast(), std::mem::size_of::<T>());
+        }
+    }
+}
+
 const HUGE: usize = 2 << 20;
 
 #[cfg(target_os = "linux")]
@@ -80,5 +156,40 @@ mod tests {
         let filled = filled([0u64, 5], 1 << 18, true);
         assert_eq!(filled.len(), 1 << 18);
         assert!(filled.iter().all(|&v| v == [0, 5]));
+    }
+
+    /// An over-aligned zeroed table: every element zero, writable, aligned,
+    /// and only the pages written become resident.
+    #[test]
+    fn zeroed_tables_are_resident_only_where_written() {
+        #[derive(Clone, Copy)]
+        #[repr(C, align(64))]
+        struct Line([u64; 8]);
+        const N: usize = (8 << 20) / 64;
+        // SAFETY: a Line of zero bytes is a valid Line.
+        let mut t = unsafe { Zeroed::<[Line; N]>::new() };
+        assert_eq!(t.as_ptr() as usize % 64, 0);
+        t[N / 2].0[3] = 7;
+        let page = 4096;
+        let pages = (8 << 20) / page;
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the range is the mapping `t` owns (page-aligned, its
+        // whole size); mincore only writes the vector of `pages` bytes.
+        let rc = unsafe {
+            libc::mincore(t.as_mut_ptr().cast(), pages * page, resident.as_mut_ptr())
+        };
+        assert_eq!(rc, 0);
+        // One page written: one resident (a 2 MiB page where transparent
+        // huge pages are always on), not the whole table.
+        let written = resident.iter().filter(|&&r| r & 1 == 1).count();
+        assert!(
+            (1..=512).contains(&written),
+            "{written} of {pages} pages resident"
+        );
+        // (Read after the count: reading maps the shared zero page, which
+        // mincore reports as resident.)
+        assert_eq!(t[N / 2].0[3], 7);
+        assert_eq!(t.iter().filter(|l| l.0 != [0; 8]).count(), 1);
+        drop(t);
     }
 }

@@ -21,6 +21,7 @@ use super::tickgate::mold_header;
 use super::{
     Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
 };
+use crate::util::pages::Zeroed;
 use crate::util::prefetch::prefetch;
 use crate::wire::{Blocks, Packet, SessionId, Side, Symbol, HEADER_LEN};
 
@@ -44,12 +45,10 @@ const SNAPSHOT_PACKET_BYTES: usize = 20 + SNAPSHOT_CHUNK as usize * 52;
 const LEVEL_AHEAD: usize = 2;
 
 /// What the adapter keeps per stock locate: one cache line. Integers
-/// only, and all zeros is a locate never seen: the array (4 MiB) comes
-/// from one zeroed allocation, so nothing is written per locate; as a
-/// fresh mapping only the pages of locates in use become resident. (glibc
-/// may serve a later one, after a session change, from its heap and clear
-/// it with a memset: once per session. See `fuzz/src/lib.rs` for the
-/// harness that builds a feed per input.)
+/// only, and all zeros is a locate never seen: the array (4 MiB) is a
+/// fresh zeroed mapping of its own (`util::pages::Zeroed`, aligned to the
+/// line), so nothing is written per locate and only the pages of locates
+/// in use become resident.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 struct Locate {
@@ -75,19 +74,18 @@ const _: () = assert!(
     "a locate is one cache line"
 );
 
-/// `LOCATES` never-seen locates from one zeroed allocation. A fixed-size
+/// `LOCATES` never-seen locates from one zeroed mapping. A fixed-size
 /// array, so that indexing it by a `u16` locate needs no bounds check.
-fn zeroed_locates() -> Box<[Locate; LOCATES]> {
-    let l = Box::<[Locate; LOCATES]>::new_zeroed();
-    // SAFETY: every field of Locate is an integer, a bool or a byte array
-    // (Symbol), for each of which all-zero bits are a valid value (false
-    // for the bool); all zeros is the Default locate.
-    unsafe { l.assume_init() }
+fn zeroed_locates() -> Zeroed<[Locate; LOCATES]> {
+    // SAFETY: every field of Locate is an integer or a bool, for each of
+    // which all-zero bits are a valid value (false for the bool); all
+    // zeros is the Default locate.
+    unsafe { Zeroed::new() }
 }
 
 pub struct NasdaqItch {
     books: Books,
-    locates: Box<[Locate; LOCATES]>,
+    locates: Zeroed<[Locate; LOCATES]>,
     /// Locates touched by the packet being applied (capacity: every locate,
     /// so pushing never allocates).
     dirty: Vec<u16>,
