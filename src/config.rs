@@ -198,8 +198,8 @@ impl FeedConfig {
                 kind: self.venue,
                 max_orders: self.max_orders,
                 recovery_entries: self.recovery_entries,
-                // docs/venues.md "Huge pages": not on a live feed.
-                huge_pages: false,
+                // docs/venues.md "Tables in replay": not on a live feed.
+                replay_tables: false,
             },
             max_channel_jump: self.max_channel_jump,
             recovery: crate::feed::Recovery {

@@ -185,7 +185,7 @@ pub fn main(args: RecordArgs) -> anyhow::Result<i32> {
             // Only `parse` is used: no book is ever filled.
             max_orders: 1,
             recovery_entries: 0,
-            huge_pages: false,
+            replay_tables: false,
         }),
         invalid: vec![0; lines.len()],
     };

@@ -74,7 +74,7 @@ impl Replay {
             .into_iter()
             .enumerate()
             .map(|(fi, mut spec)| {
-                spec.settings.venue.huge_pages = true;
+                spec.settings.venue.replay_tables = true;
                 for (li, line) in spec.lines.iter().enumerate() {
                     route.entry(line.dst).or_insert((fi, li));
                 }

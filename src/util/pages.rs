@@ -1,11 +1,13 @@
-//! Memory hints for large tables read at random (the ITCH books' order
-//! table, level pool, per-locate books and level cache, in replay:
-//! docs/venues.md "Huge pages"): backed by 2 MiB pages, a random probe
-//! needs one TLB entry per 2 MiB instead of one per 4 KiB, so the probes
-//! of a 256 MiB table stop missing the TLB as well as the cache.
-//! A hint only: nothing is read or written, and where the kernel declines
-//! (transparent huge pages off, or another system) the memory stays as it
-//! was.
+//! Memory for large tables: zeroed tables whose untouched pages are never
+//! resident ([`filled`], [`Zeroed`]), and hints for those read at random
+//! (the ITCH books' order table, level pool, per-locate books and level
+//! cache, in replay: docs/venues.md "Tables in replay"). Backed by 2 MiB
+//! pages, a random probe needs one TLB entry per 2 MiB instead of one per
+//! 4 KiB, so the probes of a 256 MiB table stop missing the TLB as well as
+//! the cache; populated up front, a table's first writes take no page
+//! fault. The hints read and write nothing, and where the kernel declines
+//! (transparent huge pages off, an older kernel, another system) the
+//! memory stays as it was.
 
 /// Asks that the whole 2 MiB pages inside `slice`'s memory be backed by
 /// transparent huge pages (`madvise(MADV_HUGEPAGE)`; Linux only, where the
@@ -110,6 +112,39 @@ impl<T> Drop for Zeroed<T> {
     }
 }
 
+/// Makes every page of `slice` resident and writable now
+/// (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14 and later), so that the
+/// first writes to it take no page fault; the bytes stay as they are. A
+/// hint: where the kernel declines, pages fault in as they are touched.
+pub fn populate<T>(slice: &mut [T]) {
+    populate_bytes(slice.as_mut_ptr().cast(), std::mem::size_of_val(slice));
+}
+
+#[cfg(target_os = "linux")]
+fn populate_bytes(ptr: *mut u8, len: usize) {
+    // Whole pages inside the range only (madvise wants a page-aligned
+    // start; the memory around belongs to something else).
+    let page = 4096;
+    let start = (ptr as usize).next_multiple_of(page);
+    let end = (ptr as usize).saturating_add(len) & !(page - 1);
+    if end <= start {
+        return;
+    }
+    // SAFETY: populating faults pages in as a write would, without
+    // writing: no byte of the range changes. The range lies inside memory
+    // this process owns, borrowed mutably by the caller.
+    unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            libc::MADV_POPULATE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate_bytes(_ptr: *mut u8, _len: usize) {}
+
 const HUGE: usize = 2 << 20;
 
 #[cfg(target_os = "linux")]
@@ -153,6 +188,9 @@ mod tests {
         reserved.extend(0..1000);
         assert_eq!(reserved[999], 999);
         assert!(small.iter().all(|&b| b == 7));
+        populate(&mut big[1..]);
+        assert_eq!(big[12345], 9);
+        assert_eq!(big.iter().filter(|&&v| v != 0).count(), 1);
         let filled = filled([0u64, 5], 1 << 18, true);
         assert_eq!(filled.len(), 1 << 18);
         assert!(filled.iter().all(|&v| v == [0, 5]));
@@ -175,9 +213,8 @@ mod tests {
         let mut resident = vec![0u8; pages];
         // SAFETY: the range is the mapping `t` owns (page-aligned, its
         // whole size); mincore only writes the vector of `pages` bytes.
-        let rc = unsafe {
-            libc::mincore(t.as_mut_ptr().cast(), pages * page, resident.as_mut_ptr())
-        };
+        let rc =
+            unsafe { libc::mincore(t.as_mut_ptr().cast(), pages * page, resident.as_mut_ptr()) };
         assert_eq!(rc, 0);
         // One page written: one resident (a 2 MiB page where transparent
         // huge pages are always on), not the whole table.

@@ -515,10 +515,13 @@ pub struct VenueSettings {
     /// cme-mdp3: entries kept for instruments waiting for a snapshot, per
     /// feed (venues.md, default 1,000,000).
     pub recovery_entries: usize,
-    /// nasdaq-itch: the books' tables on transparent huge pages. Replay
-    /// asks for it; a live feed does not, since the first touch of each
-    /// 2 MiB page stalls the feed's thread (docs/venues.md, "Huge pages").
-    pub huge_pages: bool,
+    /// nasdaq-itch: the books' tables laid out for a replay: on
+    /// transparent huge pages, the order table resident from the start.
+    /// Replay asks for it; a live feed does not, since the first touch of
+    /// each 2 MiB page stalls the feed's thread and the order table would
+    /// hold its whole size from the start (docs/venues.md, "Tables in
+    /// replay").
+    pub replay_tables: bool,
 }
 
 impl Default for VenueSettings {
@@ -527,7 +530,7 @@ impl Default for VenueSettings {
             kind: VenueKind::Tickgate,
             max_orders: 10_000_000,
             recovery_entries: cme_mdp3::recovery::DEFAULT_RECOVERY_ENTRIES,
-            huge_pages: false,
+            replay_tables: false,
         }
     }
 }
@@ -546,7 +549,7 @@ impl AnyVenue {
             VenueKind::Tickgate => AnyVenue::Tickgate(tickgate::Tickgate),
             VenueKind::IexTops => AnyVenue::IexTops(iex_tops::IexTops::default()),
             VenueKind::NasdaqItch => AnyVenue::NasdaqItch(Box::new(
-                nasdaq_itch::NasdaqItch::with_pages(s.max_orders, s.huge_pages),
+                nasdaq_itch::NasdaqItch::with_tables(s.max_orders, s.replay_tables),
             )),
             VenueKind::CmeMdp3 => {
                 AnyVenue::CmeMdp3(Box::new(cme_mdp3::CmeMdp3::new(s.recovery_entries)))

@@ -230,12 +230,12 @@ struct PerLocate {
     sides: [SideBook; 2 * LOCATES],
 }
 
-fn zeroed_per_locate(huge_pages: bool) -> Box<PerLocate> {
+fn zeroed_per_locate(replay_tables: bool) -> Box<PerLocate> {
     let m = Box::<PerLocate>::new_zeroed();
     // SAFETY: Top and SideBook are integers only: all zeros is a valid
     // value of both (an empty book), so of PerLocate.
     let m = unsafe { m.assume_init() };
-    if huge_pages {
+    if replay_tables {
         crate::util::pages::advise_huge(std::slice::from_ref(&*m));
     }
     m
@@ -243,9 +243,9 @@ fn zeroed_per_locate(huge_pages: bool) -> Box<PerLocate> {
 
 /// The level pool: room for `max_orders` levels and the null node 0,
 /// reserved (its pages become resident as levels are pushed).
-fn level_pool(max_orders: usize, huge_pages: bool) -> Vec<Node> {
+fn level_pool(max_orders: usize, replay_tables: bool) -> Vec<Node> {
     let mut nodes = Vec::with_capacity(max_orders + 1);
-    if huge_pages {
+    if replay_tables {
         crate::util::pages::advise_huge_reserved(nodes.as_ptr(), nodes.capacity());
     }
     nodes.push(Node::default());
@@ -300,8 +300,8 @@ pub struct Books {
     level_cache: Vec<u32>,
     level_cache_bits: u32,
     max_orders: usize,
-    /// Whether the tables are advised onto huge pages (`util::pages`).
-    huge_pages: bool,
+    /// Whether the tables are laid out for a replay (`with_tables`).
+    replay_tables: bool,
 }
 
 /// An order found by [`Books::lookup`]: where it is, what it is, its
@@ -318,41 +318,42 @@ impl Books {
     /// (configuration `max_orders`, default 10,000,000). `max_orders` must
     /// be below 2^32 (level indices are u32).
     pub fn new(max_orders: usize) -> Books {
-        Books::with_pages(max_orders, false)
+        Books::with_tables(max_orders, false)
     }
 
-    /// [`Books::new`], with the order table, the level pool, the per-locate
-    /// books and the level cache advised onto huge pages when `huge_pages`
-    /// (docs/venues.md, "Huge pages").
-    pub fn with_pages(max_orders: usize, huge_pages: bool) -> Books {
+    /// [`Books::new`], laid out for a replay when `replay_tables`: the
+    /// order table, the level pool, the per-locate books and the level
+    /// cache advised onto huge pages, and the order table resident from
+    /// the start (docs/venues.md, "Tables in replay").
+    pub fn with_tables(max_orders: usize, replay_tables: bool) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
         let level_cache_bits = max_orders
             .next_power_of_two()
             .trailing_zeros()
             .clamp(10, LEVEL_CACHE_BITS);
         Books {
-            orders: OrderTable::with_pages(max_orders, huge_pages),
-            nodes: level_pool(max_orders, huge_pages),
+            orders: OrderTable::with_tables(max_orders, replay_tables),
+            nodes: level_pool(max_orders, replay_tables),
             free: 0,
-            mem: zeroed_per_locate(huge_pages),
-            level_cache: crate::util::pages::filled(0u32, 1 << level_cache_bits, huge_pages),
+            mem: zeroed_per_locate(replay_tables),
+            level_cache: crate::util::pages::filled(0u32, 1 << level_cache_bits, replay_tables),
             level_cache_bits,
             max_orders,
-            huge_pages,
+            replay_tables,
         }
     }
 
     fn reset_levels(&mut self) {
         // Free the old storage before the new one is reserved.
         self.nodes = Vec::new();
-        self.nodes = level_pool(self.max_orders, self.huge_pages);
+        self.nodes = level_pool(self.max_orders, self.replay_tables);
         self.free = 0;
         // (The new mapping exists for a moment beside the old one: virtual
         // memory only, none of its pages is touched before the old goes.)
-        self.mem = zeroed_per_locate(self.huge_pages);
+        self.mem = zeroed_per_locate(self.replay_tables);
         self.level_cache = Vec::new();
         self.level_cache =
-            crate::util::pages::filled(0u32, 1 << self.level_cache_bits, self.huge_pages);
+            crate::util::pages::filled(0u32, 1 << self.level_cache_bits, self.replay_tables);
     }
 
     /// Empties every book (a session change, C5). Nothing is written per
@@ -1359,7 +1360,7 @@ mod tests {
     fn huge_pages_change_nothing_but_the_pages() {
         // Large enough that every table holds whole 2 MiB pages to advise.
         let mut plain = Books::new(1_000_000);
-        let mut huge = Books::with_pages(1_000_000, true);
+        let mut huge = Books::with_tables(1_000_000, true);
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for round in 0..2 {
             for _ in 0..5_000 {

@@ -98,14 +98,14 @@ pub struct NasdaqItch {
 
 impl NasdaqItch {
     pub fn new(max_orders: usize) -> NasdaqItch {
-        NasdaqItch::with_pages(max_orders, false)
+        NasdaqItch::with_tables(max_orders, false)
     }
 
-    /// [`NasdaqItch::new`], its books on huge pages when `huge_pages`
-    /// (docs/venues.md, "Huge pages").
-    pub fn with_pages(max_orders: usize, huge_pages: bool) -> NasdaqItch {
+    /// [`NasdaqItch::new`], its books laid out for a replay when
+    /// `replay_tables` (see [`Books::with_tables`]).
+    pub fn with_tables(max_orders: usize, replay_tables: bool) -> NasdaqItch {
         NasdaqItch {
-            books: Books::with_pages(max_orders, huge_pages),
+            books: Books::with_tables(max_orders, replay_tables),
             locates: zeroed_locates(),
             dirty: Vec::with_capacity(LOCATES),
             midnight_ns: 0,

@@ -69,9 +69,22 @@ pub struct OrderTable<H: RefHash = Sequential> {
     slots: Vec<[u64; 2]>,
     bits: u32,
     len: usize,
-    /// Whether the slots are advised onto huge pages (`util::pages`).
-    huge_pages: bool,
+    /// Whether the slots are laid out for a replay (`with_tables`).
+    replay_tables: bool,
     _hash: PhantomData<H>,
+}
+
+/// `cap` empty slots. For a replay, on huge pages and resident at once:
+/// the day's adds then take no page fault (the kernel zeroes the table in
+/// one pass before the first message, where each fault on the way would
+/// stall the loop), at the cost of the whole table's memory from the
+/// start (docs/venues.md, "Tables in replay").
+fn empty_slots(cap: usize, replay_tables: bool) -> Vec<[u64; 2]> {
+    let mut slots = crate::util::pages::filled([0u64; 2], cap, replay_tables);
+    if replay_tables {
+        crate::util::pages::populate(&mut slots);
+    }
+    slots
 }
 
 #[inline(always)]
@@ -92,17 +105,17 @@ impl<H: RefHash> OrderTable<H> {
     /// caller enforces the limit; the table is never filled, so a probe
     /// always meets an empty slot).
     pub fn new(max_orders: usize) -> OrderTable<H> {
-        OrderTable::with_pages(max_orders, false)
+        OrderTable::with_tables(max_orders, false)
     }
 
-    /// [`OrderTable::new`], its slots advised onto huge pages when
-    /// `huge_pages` (docs/venues.md, "Huge pages").
-    pub fn with_pages(max_orders: usize, huge_pages: bool) -> OrderTable<H> {
+    /// [`OrderTable::new`], laid out for a replay when `replay_tables`
+    /// (see [`empty_slots`]).
+    pub fn with_tables(max_orders: usize, replay_tables: bool) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
         OrderTable {
-            slots: crate::util::pages::filled([0u64; 2], cap, huge_pages),
-            huge_pages,
+            slots: empty_slots(cap, replay_tables),
+            replay_tables,
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -239,13 +252,13 @@ impl<H: RefHash> OrderTable<H> {
     /// Empties the table by replacing its storage with a fresh zeroed
     /// allocation: the old pages are returned to the system (cost
     /// proportional to the pages that were resident, in the kernel) and
-    /// the new ones cost a page fault each when first touched again. No
-    /// slot is written.
+    /// the new ones cost a page fault each when first touched again (in
+    /// a replay, all at once here). No slot is written.
     pub fn clear(&mut self) {
         let cap = self.slots.len();
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
-        self.slots = crate::util::pages::filled([0u64; 2], cap, self.huge_pages);
+        self.slots = empty_slots(cap, self.replay_tables);
         self.len = 0;
     }
 
