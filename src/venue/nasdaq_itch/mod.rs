@@ -42,7 +42,7 @@ const SNAPSHOT_PACKET_BYTES: usize = 20 + SNAPSHOT_CHUNK as usize * 52;
 /// How many messages ahead of the one applied the level nodes are
 /// prefetched (the order slots and books of the whole packet are
 /// prefetched before its first message).
-const LEVEL_AHEAD: usize = 2;
+const LEVEL_AHEAD: usize = 4;
 
 /// What the adapter keeps per stock locate: one cache line. Integers
 /// only, and all zeros is a locate never seen: the array (4 MiB) is a
