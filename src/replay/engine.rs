@@ -65,8 +65,9 @@ impl Replay {
     }
 
     /// The given feeds; a destination that two lines share goes to the
-    /// first. Every feed's books go on huge pages (docs/venues.md "Huge
-    /// pages"): a replay has no live thread for a page fault to stall.
+    /// first. Every feed's books are laid out for a replay (docs/venues.md
+    /// "Tables in replay"): a replay has no live thread for a page fault
+    /// to stall.
     pub fn new(feeds: Vec<FeedSpec>) -> Replay {
         let mut route = HashMap::new();
         let mut answers = HashMap::new();

@@ -71,20 +71,24 @@ pub struct OrderTable<H: RefHash = Sequential> {
     len: usize,
     /// Whether the slots are laid out for a replay (`with_tables`).
     replay_tables: bool,
+    /// An insert at or past this slot makes the whole table resident
+    /// (`usize::MAX`: never, or done).
+    populate_at: usize,
     _hash: PhantomData<H>,
 }
 
-/// `cap` empty slots. For a replay, on huge pages and resident at once:
-/// the day's adds then take no page fault (the kernel zeroes the table in
-/// one pass before the first message, where each fault on the way would
-/// stall the loop), at the cost of the whole table's memory from the
-/// start (docs/venues.md, "Tables in replay").
-fn empty_slots(cap: usize, replay_tables: bool) -> Vec<[u64; 2]> {
-    let mut slots = crate::util::pages::filled([0u64; 2], cap, replay_tables);
+/// The first slot whose insert makes a replay's table resident whole:
+/// half of it. Refs are sequential, so a day that has reached half the
+/// table goes on through the rest; the kernel then zeroes it in one pass
+/// instead of stopping the loop at each page's first write (and clearing
+/// the caches each time). A smaller day never pays for pages it does not
+/// use (docs/venues.md, "Tables in replay").
+fn populate_at(cap: usize, replay_tables: bool) -> usize {
     if replay_tables {
-        crate::util::pages::populate(&mut slots);
+        cap / 2
+    } else {
+        usize::MAX
     }
-    slots
 }
 
 #[inline(always)]
@@ -108,14 +112,16 @@ impl<H: RefHash> OrderTable<H> {
         OrderTable::with_tables(max_orders, false)
     }
 
-    /// [`OrderTable::new`], laid out for a replay when `replay_tables`
-    /// (see [`empty_slots`]).
+    /// [`OrderTable::new`], laid out for a replay when `replay_tables`: on
+    /// huge pages, and resident whole once half of it is in use (see
+    /// [`populate_at`]).
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
         OrderTable {
-            slots: empty_slots(cap, replay_tables),
+            slots: crate::util::pages::filled([0u64; 2], cap, replay_tables),
             replay_tables,
+            populate_at: populate_at(cap, replay_tables),
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -204,6 +210,9 @@ impl<H: RefHash> OrderTable<H> {
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
         debug_assert!(self.len + 1 < self.slots.len());
+        if slot >= self.populate_at {
+            self.populate();
+        }
         let mask = self.mask();
         let mut cur = [order_ref, pack(order)];
         let mut i = slot;
@@ -220,6 +229,20 @@ impl<H: RefHash> OrderTable<H> {
             i = (i + 1) & mask;
         }
         self.len += 1;
+    }
+
+    /// Makes the whole table resident now (`populate_at`).
+    #[cold]
+    #[inline(never)]
+    fn populate(&mut self) {
+        crate::util::pages::populate(&mut self.slots);
+        self.populate_at = usize::MAX;
+    }
+
+    /// Whether every slot is resident by [`OrderTable::populate`] (for
+    /// tests).
+    pub fn populated(&self) -> bool {
+        self.replay_tables && self.populate_at == usize::MAX
     }
 
     /// Empties an occupied slot, then moves the rest of its run back one
@@ -253,12 +276,14 @@ impl<H: RefHash> OrderTable<H> {
     /// allocation: the old pages are returned to the system (cost
     /// proportional to the pages that were resident, in the kernel) and
     /// the new ones cost a page fault each when first touched again (in
-    /// a replay, all at once here). No slot is written.
+    /// a replay, all at once when half are in use again). No slot is
+    /// written.
     pub fn clear(&mut self) {
         let cap = self.slots.len();
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
-        self.slots = empty_slots(cap, self.replay_tables);
+        self.slots = crate::util::pages::filled([0u64; 2], cap, self.replay_tables);
+        self.populate_at = populate_at(cap, self.replay_tables);
         self.len = 0;
     }
 
@@ -317,6 +342,31 @@ mod tests {
         t.remove_at(slot);
         assert_eq!(t.get(7), None);
         assert!(t.is_empty());
+    }
+
+    /// A replay's table becomes resident whole at the first insert into
+    /// its second half, not before, and not at all for a live feed; the
+    /// entries stay as they were, and `clear` starts over.
+    #[test]
+    fn a_replay_table_is_populated_once_half_is_in_use() {
+        for replay in [false, true] {
+            let mut t = OrderTable::<Sequential>::with_tables(1_000_000, replay);
+            let half = (t.capacity() / 2) as u64;
+            for r in [1, 2, half - 1] {
+                t.insert_at(t.probe(r).unwrap_err(), r, o(r as u32, 1));
+            }
+            assert!(!t.populated());
+            t.insert_at(t.probe(half).unwrap_err(), half, o(5, 2));
+            assert_eq!(t.populated(), replay);
+            for r in [1, 2, half - 1] {
+                assert_eq!(t.get(r), Some(o(r as u32, 1)));
+            }
+            assert_eq!(t.get(half), Some(o(5, 2)));
+            assert_eq!(t.len(), 4);
+            t.clear();
+            assert!(!t.populated());
+            assert!(t.is_empty());
+        }
     }
 
     /// Refs that share a home slot, removed in every position of the run,
