@@ -516,11 +516,10 @@ pub struct VenueSettings {
     /// feed (venues.md, default 1,000,000).
     pub recovery_entries: usize,
     /// nasdaq-itch: the books' tables laid out for a replay: on
-    /// transparent huge pages, the order table resident from the start.
-    /// Replay asks for it; a live feed does not, since the first touch of
-    /// each 2 MiB page stalls the feed's thread and the order table would
-    /// hold its whole size from the start (docs/venues.md, "Tables in
-    /// replay").
+    /// transparent huge pages, the order table resident whole once half of
+    /// it is in use. Replay asks for it; a live feed does not, since the
+    /// first touch of each 2 MiB page, and populating the table, would
+    /// stall the feed's thread (docs/venues.md, "Tables in replay").
     pub replay_tables: bool,
 }
 

@@ -323,8 +323,8 @@ impl Books {
 
     /// [`Books::new`], laid out for a replay when `replay_tables`: the
     /// order table, the level pool, the per-locate books and the level
-    /// cache advised onto huge pages, and the order table resident from
-    /// the start (docs/venues.md, "Tables in replay").
+    /// cache advised onto huge pages, and the order table resident whole
+    /// once half of it is in use (docs/venues.md, "Tables in replay").
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
         let level_cache_bits = max_orders

@@ -239,9 +239,9 @@ impl<H: RefHash> OrderTable<H> {
         self.populate_at = usize::MAX;
     }
 
-    /// Whether every slot is resident by [`OrderTable::populate`] (for
-    /// tests).
-    pub fn populated(&self) -> bool {
+    /// Whether every slot is resident by [`OrderTable::populate`].
+    #[cfg(test)]
+    fn populated(&self) -> bool {
         self.replay_tables && self.populate_at == usize::MAX
     }
 
