@@ -59,7 +59,7 @@ impl<T> Zeroed<T> {
     pub unsafe fn new() -> Zeroed<T> {
         let layout = std::alloc::Layout::new::<T>();
         assert!(
-            layout.size() > 0 && layout.align() <= 4096,
+            layout.size() > 0 && layout.align() <= PAGE,
             "a mapping holds a sized, at most page-aligned value"
         );
         // SAFETY: a fresh private anonymous mapping chosen by the kernel
@@ -122,24 +122,7 @@ pub fn populate<T>(slice: &mut [T]) {
 
 #[cfg(target_os = "linux")]
 fn populate_bytes(ptr: *mut u8, len: usize) {
-    // Whole pages inside the range only (madvise wants a page-aligned
-    // start; the memory around belongs to something else).
-    let page = 4096;
-    let start = (ptr as usize).next_multiple_of(page);
-    let end = (ptr as usize).saturating_add(len) & !(page - 1);
-    if end <= start {
-        return;
-    }
-    // SAFETY: populating faults pages in as a write would, without
-    // writing: no byte of the range changes. The range lies inside memory
-    // this process owns, borrowed mutably by the caller.
-    unsafe {
-        libc::madvise(
-            start as *mut libc::c_void,
-            end - start,
-            libc::MADV_POPULATE_WRITE,
-        );
-    }
+    advise_whole(ptr, len, PAGE, libc::MADV_POPULATE_WRITE);
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -147,19 +130,31 @@ fn populate_bytes(_ptr: *mut u8, _len: usize) {}
 
 const HUGE: usize = 2 << 20;
 
+/// The base page size on x86-64 (where a system has larger pages, the
+/// kernel declines a hint whose range is not aligned to them).
+const PAGE: usize = 4096;
+
 #[cfg(target_os = "linux")]
 fn advise_huge_bytes(ptr: *const u8, len: usize) {
-    // Only the 2 MiB pages wholly inside the range: the hint must not
-    // reach memory that belongs to something else.
-    let start = (ptr as usize).next_multiple_of(HUGE);
-    let end = (ptr as usize).saturating_add(len) & !(HUGE - 1);
+    advise_whole(ptr, len, HUGE, libc::MADV_HUGEPAGE);
+}
+
+/// `madvise(advice)` over the `granule`-aligned blocks wholly inside the
+/// range: the hint must not reach memory that belongs to something else.
+/// For the advice given here (huge pages, populating for writing), which
+/// read and write no byte of the range; where the kernel declines, the
+/// memory stays as it was.
+#[cfg(target_os = "linux")]
+fn advise_whole(ptr: *const u8, len: usize, granule: usize, advice: libc::c_int) {
+    let start = (ptr as usize).next_multiple_of(granule);
+    let end = (ptr as usize).saturating_add(len) & !(granule - 1);
     if end <= start {
         return;
     }
-    // SAFETY: madvise with MADV_HUGEPAGE reads and writes no memory; the
-    // range lies inside an allocation this process owns.
+    // SAFETY: the advice given by this module's callers changes no byte
+    // (see above); the range lies inside an allocation this process owns.
     unsafe {
-        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        libc::madvise(start as *mut libc::c_void, end - start, advice);
     }
 }
 
@@ -208,7 +203,7 @@ mod tests {
         let mut t = unsafe { Zeroed::<[Line; N]>::new() };
         assert_eq!(t.as_ptr() as usize % 64, 0);
         t[N / 2].0[3] = 7;
-        let page = 4096;
+        let page = PAGE;
         let pages = (8 << 20) / page;
         let mut resident = vec![0u8; pages];
         // SAFETY: the range is the mapping `t` owns (page-aligned, its
