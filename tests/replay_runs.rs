@@ -217,3 +217,48 @@ fn runs_of_a_capture_with_gaps_and_sessions_replay_as_its_datagrams() {
         assert_eq!(summary_json(&sum, &by_run), want);
     }
 }
+
+/// Replay hands the order table's requests for resident memory to its
+/// sink (in `tickgate replay`, the helper thread that has the kernel make
+/// them resident; docs/venues.md "Tables in replay"), run by run and
+/// datagram by datagram: stretches of at most `AHEAD_BYTES`, each asked
+/// for once, ahead of one another. The replay is the same with a sink or
+/// without.
+#[test]
+fn the_order_tables_pages_are_asked_for_ahead_of_use() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use tickgate::util::pages::MemRange;
+    use tickgate::venue::nasdaq_itch::orders::AHEAD_BYTES;
+
+    let dir = tempfile::tempdir().unwrap();
+    let day = dir.path().join("11302026.NASDAQ_ITCH50");
+    simulate(&["--lines", "A"], &day);
+    let mut cap = open(&day);
+    let mut plain = replay();
+    while let Some(d) = cap.next_datagram() {
+        plain.on_datagram(d.src, d.dst, d.payload, d.ts);
+    }
+    let want = comparable(&cap.summary(), &plain);
+
+    for by_run in [false, true] {
+        let asked: Rc<RefCell<Vec<MemRange>>> = Rc::default();
+        let mut r = replay();
+        let sink = asked.clone();
+        r.populate_with(move |range| sink.borrow_mut().push(range));
+        let mut cap = open(&day);
+        if by_run {
+            while let Some(run) = cap.next_run() {
+                r.on_run(run);
+            }
+        }
+        while let Some(d) = cap.next_datagram() {
+            r.on_datagram(d.src, d.dst, d.payload, d.ts);
+        }
+        assert_eq!(comparable(&cap.summary(), &r), want, "by run: {by_run}");
+        let asked = asked.borrow();
+        assert!(!asked.is_empty(), "by run: {by_run}");
+        assert!(asked.iter().all(|a| a.len > 0 && a.len <= AHEAD_BYTES));
+        assert!(asked.windows(2).all(|w| w[0].addr + w[0].len <= w[1].addr));
+    }
+}

@@ -330,6 +330,13 @@ impl<P: Publish> Feed<P> {
         self.venue.kind()
     }
 
+    /// The venue's table memory asked to be made resident ahead of use
+    /// since the last call (replay only: docs/venues.md "Tables in
+    /// replay").
+    pub fn take_populate(&mut self) -> Option<crate::util::pages::MemRange> {
+        self.venue.take_populate()
+    }
+
     /// The venue's own recovery gauges (venues.md `cme-mdp3`: instruments
     /// waiting for a snapshot, entries kept).
     pub fn venue_recovery(&self) -> VenueRecovery {

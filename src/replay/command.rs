@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::checks::{run_checks, ChecksError};
 use super::engine::{replay_from_config, Replay};
+use super::populate::Populator;
 use super::progress::Progress;
 use super::summary::{summary_json, summary_text, ts_str};
 use super::timeline::Recorder;
@@ -152,6 +153,9 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
     if let Some(mut t) = timeline {
         t.attach(&mut replay.feeds);
         replay.timeline = Some(Box::new(t));
+    }
+    if let Some(p) = Populator::spawn() {
+        replay.populate_with(move |range| p.ask(range));
     }
     let mut checks = match &args.checks {
         Some(path) => Some(std::io::BufReader::new(

@@ -13,6 +13,7 @@ use crate::capture::source::DatagramRun;
 use crate::feed::check::SymbolLookup;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode};
 use crate::gate::protocol::answer;
+use crate::util::pages::MemRange;
 use crate::venue::{ChannelHeader, LineKind};
 use crate::wire::PacketKind;
 
@@ -31,6 +32,8 @@ pub struct Replay {
     pub timeline: Option<Box<Recorder>>,
     /// A datagram of a run, built where only a datagram will do.
     scratch: Vec<u8>,
+    /// Where the tables' requests for resident memory go (`populate_with`).
+    populate: Option<Box<dyn FnMut(MemRange)>>,
 }
 
 impl Replay {
@@ -111,6 +114,7 @@ impl Replay {
             discover_lines: false,
             timeline: None,
             scratch: Vec::new(),
+            populate: None,
         }
     }
 
@@ -159,6 +163,7 @@ impl Replay {
     /// One datagram from `src` to `dst`, stamped `ts` (the clock).
     pub fn on_datagram(&mut self, src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], ts: i64) {
         self.apply_datagram(src, dst, payload, ts);
+        self.pass_populate();
         if let Some(mut t) = self.timeline.take() {
             t.after_datagram(&mut self.feeds, dst, ts);
             self.timeline = Some(t);
@@ -226,6 +231,25 @@ impl Replay {
                 }
             };
             note_outcome(f, out, d.ts);
+        }
+        self.pass_populate();
+    }
+
+    /// From now on, each feed's table memory asked to be made resident
+    /// ahead of use (docs/venues.md "Tables in replay") goes to `sink`
+    /// (the replay's helper thread) after each datagram or run.
+    pub fn populate_with(&mut self, sink: impl FnMut(MemRange) + 'static) {
+        self.populate = Some(Box::new(sink));
+    }
+
+    #[inline]
+    fn pass_populate(&mut self) {
+        if let Some(sink) = &mut self.populate {
+            for f in &mut self.feeds {
+                if let Some(range) = f.feed.take_populate() {
+                    sink(range);
+                }
+            }
         }
     }
 

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod command;
 pub mod engine;
 pub mod feed;
+pub mod populate;
 pub mod progress;
 pub mod summary;
 pub mod timeline;

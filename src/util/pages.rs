@@ -4,7 +4,7 @@
 //! cache, in replay: docs/venues.md "Tables in replay"). Backed by 2 MiB
 //! pages, a random probe needs one TLB entry per 2 MiB instead of one per
 //! 4 KiB, so the probes of a 256 MiB table stop missing the TLB as well as
-//! the cache; populated up front, a table's first writes take no page
+//! the cache; populated ahead of use, a table's first writes take no page
 //! fault. The hints read and write nothing, and where the kernel declines
 //! (transparent huge pages off, an older kernel, another system) the
 //! memory stays as it was.
@@ -112,12 +112,43 @@ impl<T> Drop for Zeroed<T> {
     }
 }
 
-/// Makes every page of `slice` resident and writable now
+/// A range of a process's memory, by address: what a table asks a helper
+/// thread to make resident ([`populate_range`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemRange {
+    pub addr: usize,
+    pub len: usize,
+}
+
+impl MemRange {
+    /// The memory of `slice`.
+    pub fn of<T>(slice: &[T]) -> MemRange {
+        MemRange {
+            addr: slice.as_ptr() as usize,
+            len: std::mem::size_of_val(slice),
+        }
+    }
+
+    /// The smallest range that covers both.
+    pub fn hull(self, other: MemRange) -> MemRange {
+        let addr = self.addr.min(other.addr);
+        let end = (self.addr + self.len).max(other.addr + other.len);
+        MemRange {
+            addr,
+            len: end - addr,
+        }
+    }
+}
+
+/// Makes every page of `range` resident and writable now
 /// (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14 and later), so that the
 /// first writes to it take no page fault; the bytes stay as they are. A
 /// hint: where the kernel declines, pages fault in as they are touched.
-pub fn populate<T>(slice: &mut [T]) {
-    populate_bytes(slice.as_mut_ptr().cast(), std::mem::size_of_val(slice));
+/// Safe from any thread, and on a range that no longer belongs to the
+/// table that asked for it (a table freed meanwhile): the advice changes
+/// no byte of what it reaches, and fails on memory not mapped writable.
+pub fn populate_range(range: MemRange) {
+    populate_bytes(range.addr as *mut u8, range.len);
 }
 
 #[cfg(target_os = "linux")]
@@ -183,7 +214,7 @@ mod tests {
         reserved.extend(0..1000);
         assert_eq!(reserved[999], 999);
         assert!(small.iter().all(|&b| b == 7));
-        populate(&mut big[1..]);
+        populate_range(MemRange::of(&big[1..]));
         assert_eq!(big[12345], 9);
         assert_eq!(big.iter().filter(|&&v| v != 0).count(), 1);
         let filled = filled([0u64, 5], 1 << 18, true);

@@ -24,6 +24,7 @@ pub mod tickgate;
 
 use std::fmt;
 
+use crate::util::pages::MemRange;
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol, WireError};
 
 /// What the channel rules (C1-C6) need of a valid packet, whatever its
@@ -421,6 +422,13 @@ pub trait Venue {
         0
     }
 
+    /// Memory of the venue's tables asked to be made resident ahead of
+    /// use since the last call (replay only: docs/venues.md "Tables in
+    /// replay"), for a helper thread; a hint the caller may ignore.
+    fn take_populate(&mut self) -> Option<MemRange> {
+        None
+    }
+
     /// A datagram of a snapshot or definition line (venues that have
     /// them): validated whole, then applied without channel rules. The
     /// packet's send time is the venue's to read.
@@ -516,10 +524,11 @@ pub struct VenueSettings {
     /// feed (venues.md, default 1,000,000).
     pub recovery_entries: usize,
     /// nasdaq-itch: the books' tables laid out for a replay: on
-    /// transparent huge pages, the order table resident whole once half of
-    /// it is in use. Replay asks for it; a live feed does not, since the
-    /// first touch of each 2 MiB page, and populating the table, would
-    /// stall the feed's thread (docs/venues.md, "Tables in replay").
+    /// transparent huge pages, the order table's pages ahead of its
+    /// inserts asked to be made resident by a helper thread. Replay asks
+    /// for it; a live feed does not, since the first touch of each 2 MiB
+    /// page would stall the feed's thread (docs/venues.md, "Tables in
+    /// replay").
     pub replay_tables: bool,
 }
 
@@ -633,6 +642,11 @@ impl Venue for AnyVenue {
     #[inline]
     fn live_orders(&self) -> u64 {
         each_venue!(self, v => v.live_orders())
+    }
+
+    #[inline]
+    fn take_populate(&mut self) -> Option<MemRange> {
+        each_venue!(self, v => v.take_populate())
     }
 
     fn apply_loop<R: Rules>(

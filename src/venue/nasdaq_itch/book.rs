@@ -323,8 +323,9 @@ impl Books {
 
     /// [`Books::new`], laid out for a replay when `replay_tables`: the
     /// order table, the level pool, the per-locate books and the level
-    /// cache advised onto huge pages, and the order table resident whole
-    /// once half of it is in use (docs/venues.md, "Tables in replay").
+    /// cache advised onto huge pages, and the order table's pages ahead
+    /// of its inserts asked to be made resident ([`Books::take_populate`];
+    /// docs/venues.md, "Tables in replay").
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> Books {
         assert!(max_orders < u32::MAX as usize, "max_orders too large");
         let level_cache_bits = max_orders
@@ -391,6 +392,12 @@ impl Books {
     /// The order table (benches: probe lengths).
     pub fn orders(&self) -> &OrderTable<Sequential> {
         &self.orders
+    }
+
+    /// The order table's memory asked to be made resident since the last
+    /// call ([`OrderTable::take_populate`]).
+    pub fn take_populate(&mut self) -> Option<crate::util::pages::MemRange> {
+        self.orders.take_populate()
     }
 
     /// Adds a live order. Checked in this order, each leaving every book

@@ -21,7 +21,7 @@ use super::tickgate::mold_header;
 use super::{
     Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
 };
-use crate::util::pages::Zeroed;
+use crate::util::pages::{MemRange, Zeroed};
 use crate::util::prefetch::prefetch;
 use crate::wire::{Blocks, Packet, SessionId, Side, Symbol, HEADER_LEN};
 
@@ -592,6 +592,10 @@ impl Venue for NasdaqItch {
 
     fn live_orders(&self) -> u64 {
         self.books.live_orders() as u64
+    }
+
+    fn take_populate(&mut self) -> Option<MemRange> {
+        self.books.take_populate()
     }
 
     fn message_types(&self) -> Option<&[u64; 256]> {

@@ -27,6 +27,7 @@
 
 use std::marker::PhantomData;
 
+use crate::util::pages::MemRange;
 use crate::util::prefetch::prefetch;
 
 /// Maps an order reference to its home slot in a table of `1 << bits`.
@@ -71,21 +72,29 @@ pub struct OrderTable<H: RefHash = Sequential> {
     len: usize,
     /// Whether the slots are laid out for a replay (`with_tables`).
     replay_tables: bool,
-    /// An insert at or past this slot makes the whole table resident
-    /// (`usize::MAX`: never, or done).
-    populate_at: usize,
+    /// Slots before this were asked to be made resident ([`AHEAD_BYTES`]).
+    ahead_to: usize,
+    /// An insert at or past this slot asks for the next stretch
+    /// (`usize::MAX`: never, or the whole table was asked for).
+    ask_at: usize,
+    /// A stretch asked for and not yet taken ([`OrderTable::take_populate`]).
+    asked: Option<MemRange>,
     _hash: PhantomData<H>,
 }
 
-/// The first slot whose insert makes a replay's table resident whole:
-/// half of it. Refs are sequential, so a day that has reached half the
-/// table goes on through the rest; the kernel then zeroes it in one pass
-/// instead of stopping the loop at each page's first write (and clearing
-/// the caches each time). A smaller day never pays for pages it does not
-/// use (docs/venues.md, "Tables in replay").
-fn populate_at(cap: usize, replay_tables: bool) -> usize {
+/// Bytes of a replay's table asked to be made resident ahead of the
+/// newest insert. Refs are sequential, so inserts sweep the table from
+/// one end to the other: the replay's helper thread has the kernel zero
+/// the pages before the loop reaches them, instead of the loop stopping
+/// at each page's first write while the kernel zeroes it (and the caches
+/// are cleared). A day never holds more than this beyond the pages it
+/// uses (docs/venues.md, "Tables in replay").
+pub const AHEAD_BYTES: usize = 32 << 20;
+
+/// The first slot whose insert asks for a stretch: the first, in a replay.
+fn first_ask(replay_tables: bool) -> usize {
     if replay_tables {
-        cap / 2
+        0
     } else {
         usize::MAX
     }
@@ -113,15 +122,17 @@ impl<H: RefHash> OrderTable<H> {
     }
 
     /// [`OrderTable::new`], laid out for a replay when `replay_tables`: on
-    /// huge pages, and resident whole once half of it is in use (see
-    /// [`populate_at`]).
+    /// huge pages, with the pages ahead of the inserts asked to be made
+    /// resident (see [`AHEAD_BYTES`]).
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> OrderTable<H> {
         let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
         let cap = want.next_power_of_two().max(2);
         OrderTable {
             slots: crate::util::pages::filled([0u64; 2], cap, replay_tables),
             replay_tables,
-            populate_at: populate_at(cap, replay_tables),
+            ahead_to: 0,
+            ask_at: first_ask(replay_tables),
+            asked: None,
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -210,8 +221,8 @@ impl<H: RefHash> OrderTable<H> {
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
         debug_assert!(self.len + 1 < self.slots.len());
-        if slot >= self.populate_at {
-            self.populate();
+        if slot >= self.ask_at {
+            self.ask_ahead(slot);
         }
         let mask = self.mask();
         let mut cur = [order_ref, pack(order)];
@@ -231,18 +242,35 @@ impl<H: RefHash> OrderTable<H> {
         self.len += 1;
     }
 
-    /// Makes the whole table resident now (`populate_at`).
+    /// Asks for the slots from `slot` (or where the last stretch ended)
+    /// to [`AHEAD_BYTES`] past it; the next stretch is asked for once
+    /// inserts are half-way through this one. A stretch not yet taken is
+    /// widened to cover the new one.
     #[cold]
     #[inline(never)]
-    fn populate(&mut self) {
-        crate::util::pages::populate(&mut self.slots);
-        self.populate_at = usize::MAX;
+    fn ask_ahead(&mut self, slot: usize) {
+        let per = AHEAD_BYTES / std::mem::size_of::<[u64; 2]>();
+        let cap = self.slots.len();
+        let from = self.ahead_to.max(slot);
+        let to = slot.saturating_add(per).min(cap);
+        self.ahead_to = to;
+        self.ask_at = if to == cap { usize::MAX } else { to - per / 2 };
+        if from >= to {
+            return;
+        }
+        let new = MemRange::of(&self.slots[from..to]);
+        self.asked = Some(match self.asked {
+            Some(old) => old.hull(new),
+            None => new,
+        });
     }
 
-    /// Whether every slot is resident by [`OrderTable::populate`].
-    #[cfg(test)]
-    fn populated(&self) -> bool {
-        self.replay_tables && self.populate_at == usize::MAX
+    /// The stretch of the table asked to be made resident since the last
+    /// call (a replay's only; see [`AHEAD_BYTES`]). A hint for a helper
+    /// thread: the caller may ignore it, and the stretch is the table's
+    /// only until the next [`OrderTable::clear`].
+    pub fn take_populate(&mut self) -> Option<MemRange> {
+        self.asked.take()
     }
 
     /// Empties an occupied slot, then moves the rest of its run back one
@@ -276,14 +304,16 @@ impl<H: RefHash> OrderTable<H> {
     /// allocation: the old pages are returned to the system (cost
     /// proportional to the pages that were resident, in the kernel) and
     /// the new ones cost a page fault each when first touched again (in
-    /// a replay, all at once when half are in use again). No slot is
+    /// a replay, asked for ahead of the inserts again). No slot is
     /// written.
     pub fn clear(&mut self) {
         let cap = self.slots.len();
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
         self.slots = crate::util::pages::filled([0u64; 2], cap, self.replay_tables);
-        self.populate_at = populate_at(cap, self.replay_tables);
+        self.ahead_to = 0;
+        self.ask_at = first_ask(self.replay_tables);
+        self.asked = None;
         self.len = 0;
     }
 
@@ -344,28 +374,67 @@ mod tests {
         assert!(t.is_empty());
     }
 
-    /// A replay's table becomes resident whole at the first insert into
-    /// its second half, not before, and not at all for a live feed; the
-    /// entries stay as they were, and `clear` starts over.
+    /// A replay's table asks for the stretch ahead of its first insert,
+    /// then for the next one each time inserts are half-way through the
+    /// last, until the end of the table; stretches not taken are widened;
+    /// a live feed's table never asks; the entries stay as they were, and
+    /// `clear` starts over.
     #[test]
-    fn a_replay_table_is_populated_once_half_is_in_use() {
+    fn a_replay_table_asks_for_the_pages_ahead_of_its_inserts() {
+        let per = AHEAD_BYTES / 16;
         for replay in [false, true] {
-            let mut t = OrderTable::<Sequential>::with_tables(1_000_000, replay);
-            let half = (t.capacity() / 2) as u64;
-            for r in [1, 2, half - 1] {
+            let mut t = OrderTable::<Sequential>::with_tables(4_000_000, replay);
+            let cap = t.capacity();
+            assert!(cap >= 4 * per, "room for several stretches");
+            let base = t.slots.as_ptr() as usize;
+            let put = |t: &mut OrderTable<Sequential>, r: u64| {
                 t.insert_at(t.probe(r).unwrap_err(), r, o(r as u32, 1));
+            };
+            assert_eq!(t.take_populate(), None);
+            put(&mut t, 5);
+            let first = t.take_populate();
+            if !replay {
+                for r in (4099..cap as u64).step_by(4099) {
+                    put(&mut t, r);
+                }
+                assert_eq!(first, None);
+                assert_eq!(t.take_populate(), None);
+                continue;
             }
-            assert!(!t.populated());
-            t.insert_at(t.probe(half).unwrap_err(), half, o(5, 2));
-            assert_eq!(t.populated(), replay);
-            for r in [1, 2, half - 1] {
+            assert_eq!(
+                first,
+                Some(MemRange {
+                    addr: base + 5 * 16,
+                    len: per * 16
+                })
+            );
+            assert_eq!(t.take_populate(), None, "taken once");
+            put(&mut t, (per / 2) as u64 - 1);
+            assert_eq!(t.take_populate(), None, "not yet half-way");
+            put(&mut t, (per / 2 + 5) as u64);
+            let second = t.take_populate().expect("half-way: the next stretch");
+            assert_eq!(second.addr, base + (per + 5) * 16);
+            assert_eq!(second.len, (per / 2) * 16, "from where the last ended");
+            // Not taken: the next stretch widens the one asked for.
+            put(&mut t, (per + 10) as u64);
+            put(&mut t, (2 * per) as u64);
+            let wide = t.take_populate().expect("asked twice");
+            assert_eq!(wide.addr, base + (per / 2 + 5 + per) * 16);
+            assert_eq!(wide.addr + wide.len, base + (3 * per) * 16);
+            // To the end of the table, and then never again.
+            put(&mut t, (cap - per / 4) as u64);
+            let last = t.take_populate().expect("the rest");
+            assert_eq!(last.addr + last.len, base + cap * 16);
+            put(&mut t, (cap + 7) as u64);
+            assert_eq!(t.take_populate(), None);
+            for r in [5, (per / 2) as u64 - 1, (2 * per) as u64, (cap + 7) as u64] {
                 assert_eq!(t.get(r), Some(o(r as u32, 1)));
             }
-            assert_eq!(t.get(half), Some(o(5, 2)));
-            assert_eq!(t.len(), 4);
             t.clear();
-            assert!(!t.populated());
             assert!(t.is_empty());
+            put(&mut t, 9);
+            let again = t.take_populate().expect("the new memory is asked for");
+            assert_eq!(again.addr, t.slots.as_ptr() as usize + 9 * 16);
         }
     }
 
