@@ -9,7 +9,7 @@
 //! go the datagram way.
 
 use std::net::SocketAddrV4;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -71,12 +71,11 @@ fn comparable(sum: &StreamSummary, r: &Replay) -> Value {
     v
 }
 
-#[test]
-fn a_binaryfile_in_runs_replays_as_datagram_by_datagram() {
-    let dir = tempfile::tempdir().unwrap();
-    let day = dir.path().join("11302026.NASDAQ_ITCH50");
+/// A simulated BinaryFILE day (line A) in `dir`, and its summary replayed
+/// datagram by datagram.
+fn day_by_datagram(dir: &Path) -> (PathBuf, Value) {
+    let day = dir.join("11302026.NASDAQ_ITCH50");
     simulate(&["--lines", "A"], &day);
-
     let mut cap = open(&day);
     let mut by_datagram = replay();
     while let Some(d) = cap.next_datagram() {
@@ -84,6 +83,13 @@ fn a_binaryfile_in_runs_replays_as_datagram_by_datagram() {
     }
     assert!(cap.error().is_none());
     let want = comparable(&cap.summary(), &by_datagram);
+    (day, want)
+}
+
+#[test]
+fn a_binaryfile_in_runs_replays_as_datagram_by_datagram() {
+    let dir = tempfile::tempdir().unwrap();
+    let (day, want) = day_by_datagram(dir.path());
 
     let mut cap = open(&day);
     let mut by_run = replay();
@@ -232,14 +238,7 @@ fn the_order_tables_pages_are_asked_for_ahead_of_use() {
     use tickgate::venue::nasdaq_itch::orders::AHEAD_BYTES;
 
     let dir = tempfile::tempdir().unwrap();
-    let day = dir.path().join("11302026.NASDAQ_ITCH50");
-    simulate(&["--lines", "A"], &day);
-    let mut cap = open(&day);
-    let mut plain = replay();
-    while let Some(d) = cap.next_datagram() {
-        plain.on_datagram(d.src, d.dst, d.payload, d.ts);
-    }
-    let want = comparable(&cap.summary(), &plain);
+    let (day, want) = day_by_datagram(dir.path());
 
     for by_run in [false, true] {
         let asked: Rc<RefCell<Vec<MemRange>>> = Rc::default();

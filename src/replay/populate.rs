@@ -68,28 +68,19 @@ mod tests {
     /// helper ends when dropped.
     #[test]
     fn asked_pages_become_resident() {
-        let len = 8 << 20;
-        // SAFETY: a fresh private anonymous mapping (zeros), checked for
-        // MAP_FAILED, unmapped at the end of the test.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        const LEN: usize = 8 << 20;
+        // SAFETY: all zeros is a valid byte array.
+        let table = unsafe { crate::util::pages::Zeroed::<[u8; LEN]>::new() };
+        let p = table.as_ptr() as *mut libc::c_void;
         // 4 KiB pages whatever the system's huge-page setting, so that
         // exactly the pages asked for become resident.
-        // SAFETY: advice on the mapping made above; it changes no byte.
-        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        // SAFETY: advice on the table's own mapping; it changes no byte.
+        unsafe { libc::madvise(p, LEN, libc::MADV_NOHUGEPAGE) };
         let resident = || {
-            let mut v = vec![0u8; len / 4096];
-            // SAFETY: `p` is a live mapping of `len` bytes; one byte a page.
-            assert_eq!(unsafe { libc::mincore(p, len, v.as_mut_ptr()) }, 0);
+            let mut v = vec![0u8; LEN / 4096];
+            // SAFETY: `p` is the table's live mapping of LEN bytes; one
+            // byte a page.
+            assert_eq!(unsafe { libc::mincore(p, LEN, v.as_mut_ptr()) }, 0);
             v.iter().filter(|&&b| b & 1 == 1).count()
         };
         assert_eq!(resident(), 0);
@@ -100,10 +91,6 @@ mod tests {
         });
         drop(populator);
         assert_eq!(resident(), 1024, "the 4 MiB asked for, no more");
-        // SAFETY: the mapping is live; reading zeros of a private mapping.
-        let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-        assert!(bytes.iter().all(|&b| b == 0));
-        // SAFETY: unmapping what was mapped above; `bytes` is not used after.
-        unsafe { libc::munmap(p, len) };
+        assert!(table.iter().all(|&b| b == 0));
     }
 }
