@@ -484,6 +484,14 @@ impl<P: Publish> Feed<P> {
         self.venue.prefetch_blocks(blocks);
     }
 
+    /// The second stage of the venue's hints for the first messages of
+    /// the datagram after the one about to be applied (the venue's
+    /// `prefetch_levels`). Changes nothing; any bytes are accepted.
+    #[inline]
+    pub fn prefetch_levels(&self, blocks: &[u8]) {
+        self.venue.prefetch_levels(blocks);
+    }
+
     /// One datagram received on `line` at `now` (Unix ns). The whole
     /// datagram is validated (by the feed's venue) before anything is
     /// applied. With recovery on (recovery.md), a datagram beyond a hole is

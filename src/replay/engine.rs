@@ -17,6 +17,11 @@ use crate::util::pages::MemRange;
 use crate::venue::{ChannelHeader, LineKind};
 use crate::wire::PacketKind;
 
+/// Messages beyond the datagram being applied whose first stage of cache
+/// hints is given already (`Replay::on_run`): a datagram ahead on a day
+/// of 8-message datagrams, as many as it takes on smaller ones.
+const HINT_AHEAD: usize = 8;
+
 /// The replay state: feeds, and the route from destination to (feed, line).
 pub struct Replay {
     pub feeds: Vec<ReplayFeed>,
@@ -209,16 +214,31 @@ impl Replay {
             return;
         };
         let f = &mut self.feeds[fi];
-        // One datagram ahead, the venue's cache hints for its messages:
-        // the first messages of a datagram then find their orders and
-        // books in cache, as the later ones do within it.
+        // The venue's cache hints, in two stages, ahead of the datagram
+        // being applied: the first stage (orders, books) at least
+        // `HINT_AHEAD` messages ahead; the second (what those reach:
+        // level nodes) for the next datagram, once its first stage has
+        // had a datagram's time to land (the venue gives the second stage
+        // within a datagram itself). So the first messages of a datagram
+        // find their state in cache as the later ones do, even where a
+        // datagram holds a single message.
         let mut ahead = run.iter();
-        if let Some(first) = ahead.next() {
-            f.feed.prefetch_blocks(first.blocks);
-        }
-        for d in run.iter() {
-            if let Some(next) = ahead.next() {
+        let mut hinted = 0usize;
+        let mut first_given = 0usize;
+        let mut levels = run.iter().skip(1);
+        for (i, d) in run.iter().enumerate() {
+            let landed = first_given;
+            while hinted < d.count as usize + HINT_AHEAD {
+                let Some(next) = ahead.next() else { break };
                 f.feed.prefetch_blocks(next.blocks);
+                hinted += next.count as usize;
+                first_given += 1;
+            }
+            hinted = hinted.saturating_sub(d.count as usize);
+            if let Some(next) = levels.next() {
+                if i + 1 < landed {
+                    f.feed.prefetch_levels(next.blocks);
+                }
             }
             let out = match f
                 .feed

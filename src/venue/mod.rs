@@ -417,6 +417,13 @@ pub trait Venue {
     /// nothing; any bytes are accepted (nothing is validated).
     fn prefetch_blocks(&self, _blocks: &[u8]) {}
 
+    /// The second stage of the cache hints, for the first messages of
+    /// the datagram applied after the one being applied (whose
+    /// `prefetch_blocks` came at least a datagram earlier): what those
+    /// messages reach through the state the first stage brought into
+    /// cache. Changes nothing; any bytes are accepted.
+    fn prefetch_levels(&self, _blocks: &[u8]) {}
+
     /// Live orders held (venues that build books), for the gauge.
     fn live_orders(&self) -> u64 {
         0
@@ -637,6 +644,11 @@ impl Venue for AnyVenue {
     #[inline]
     fn prefetch_blocks(&self, blocks: &[u8]) {
         each_venue!(self, v => v.prefetch_blocks(blocks))
+    }
+
+    #[inline]
+    fn prefetch_levels(&self, blocks: &[u8]) {
+        each_venue!(self, v => v.prefetch_levels(blocks))
     }
 
     #[inline]

@@ -403,6 +403,16 @@ impl Venue for NasdaqItch {
         }
     }
 
+    /// The level nodes of the first `LEVEL_AHEAD` messages of the blocks
+    /// (the part of the second stage that `apply_blocks` cannot give
+    /// ahead of them).
+    #[inline]
+    fn prefetch_levels(&self, blocks: &[u8]) {
+        for block in Blocks::over(blocks).take(LEVEL_AHEAD) {
+            self.prefetch_level(block);
+        }
+    }
+
     #[inline]
     fn parse_blocks(
         &self,
