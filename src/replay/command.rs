@@ -154,9 +154,14 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
         t.attach(&mut replay.feeds);
         replay.timeline = Some(Box::new(t));
     }
-    if let Some(p) = Populator::spawn() {
-        replay.populate_with(move |range| p.ask(range));
-    }
+    // The helper thread starts at a table's first request: a replay with
+    // no ITCH feed never has one.
+    let mut populator: Option<Option<Populator>> = None;
+    replay.populate_with(move |range| {
+        if let Some(p) = populator.get_or_insert_with(Populator::spawn) {
+            p.ask(range);
+        }
+    });
     let mut checks = match &args.checks {
         Some(path) => Some(std::io::BufReader::new(
             std::fs::File::open(path)

@@ -72,14 +72,34 @@ pub struct OrderTable<H: RefHash = Sequential> {
     len: usize,
     /// Whether the slots are laid out for a replay (`with_tables`).
     replay_tables: bool,
-    /// Slots before this were asked to be made resident ([`AHEAD_BYTES`]).
-    ahead_to: usize,
+    /// What of the slots was asked to be made resident ([`AHEAD_BYTES`]).
+    ahead: Ahead,
+    _hash: PhantomData<H>,
+}
+
+/// The stretches of a table's slots asked to be made resident ahead of
+/// its inserts ([`AHEAD_BYTES`]).
+#[derive(Debug)]
+struct Ahead {
+    /// Slots before this were asked for.
+    to: usize,
     /// An insert at or past this slot asks for the next stretch
     /// (`usize::MAX`: never, or the whole table was asked for).
     ask_at: usize,
     /// A stretch asked for and not yet taken ([`OrderTable::take_populate`]).
     asked: Option<MemRange>,
-    _hash: PhantomData<H>,
+}
+
+impl Ahead {
+    /// Nothing asked yet; a replay's table asks at its first insert, a
+    /// live feed's never.
+    fn new(replay_tables: bool) -> Ahead {
+        Ahead {
+            to: 0,
+            ask_at: if replay_tables { 0 } else { usize::MAX },
+            asked: None,
+        }
+    }
 }
 
 /// Bytes of a replay's table asked to be made resident ahead of the
@@ -90,15 +110,6 @@ pub struct OrderTable<H: RefHash = Sequential> {
 /// are cleared). A day never holds more than this beyond the pages it
 /// uses (docs/venues.md, "Tables in replay").
 pub const AHEAD_BYTES: usize = 32 << 20;
-
-/// The first slot whose insert asks for a stretch: the first, in a replay.
-fn first_ask(replay_tables: bool) -> usize {
-    if replay_tables {
-        0
-    } else {
-        usize::MAX
-    }
-}
 
 #[inline(always)]
 fn pack(o: Order) -> u64 {
@@ -130,9 +141,7 @@ impl<H: RefHash> OrderTable<H> {
         OrderTable {
             slots: crate::util::pages::filled([0u64; 2], cap, replay_tables),
             replay_tables,
-            ahead_to: 0,
-            ask_at: first_ask(replay_tables),
-            asked: None,
+            ahead: Ahead::new(replay_tables),
             bits: cap.trailing_zeros(),
             len: 0,
             _hash: PhantomData,
@@ -221,7 +230,7 @@ impl<H: RefHash> OrderTable<H> {
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
         debug_assert!(self.len + 1 < self.slots.len());
-        if slot >= self.ask_at {
+        if slot >= self.ahead.ask_at {
             self.ask_ahead(slot);
         }
         let mask = self.mask();
@@ -251,15 +260,16 @@ impl<H: RefHash> OrderTable<H> {
     fn ask_ahead(&mut self, slot: usize) {
         let per = AHEAD_BYTES / std::mem::size_of::<[u64; 2]>();
         let cap = self.slots.len();
-        let from = self.ahead_to.max(slot);
+        let a = &mut self.ahead;
+        let from = a.to.max(slot);
         let to = slot.saturating_add(per).min(cap);
-        self.ahead_to = to;
-        self.ask_at = if to == cap { usize::MAX } else { to - per / 2 };
+        a.to = to;
+        a.ask_at = if to == cap { usize::MAX } else { to - per / 2 };
         if from >= to {
             return;
         }
         let new = MemRange::of(&self.slots[from..to]);
-        self.asked = Some(match self.asked {
+        a.asked = Some(match a.asked {
             Some(old) => old.hull(new),
             None => new,
         });
@@ -270,7 +280,7 @@ impl<H: RefHash> OrderTable<H> {
     /// thread: the caller may ignore it, and the stretch is the table's
     /// only until the next [`OrderTable::clear`].
     pub fn take_populate(&mut self) -> Option<MemRange> {
-        self.asked.take()
+        self.ahead.asked.take()
     }
 
     /// Empties an occupied slot, then moves the rest of its run back one
@@ -311,9 +321,7 @@ impl<H: RefHash> OrderTable<H> {
         // Free first so that two tables never exist at once.
         self.slots = Vec::new();
         self.slots = crate::util::pages::filled([0u64; 2], cap, self.replay_tables);
-        self.ahead_to = 0;
-        self.ask_at = first_ask(self.replay_tables);
-        self.asked = None;
+        self.ahead = Ahead::new(self.replay_tables);
         self.len = 0;
     }
 
