@@ -9,6 +9,20 @@
 #                             price levels per symbol (preallocates 300 M
 #                             orders before its timed loop)
 #   market_manager            its general matching-engine books
+#   market_manager_optimized_priced
+#                             market_manager_optimized with the Add Order
+#                             price kept (below)
+#
+# market_manager_optimized as published never stores an Add Order's price
+# in its order (`AddOrder` sets the reference, locate, side and shares, not
+# `Price`), so every added order joins a level at price 0 of its side; only
+# orders made by Replace carry their own price. Its figure is that of a
+# book with one level per side for most orders ("Max order book levels"
+# 19 on the 12 M day, 37 with the price). This script also builds a copy
+# with that one assignment added (`order_ptr->Price = price;`, applied by
+# sed to a copy in WORK_DIR: nothing of the peer is part of tickgate) and
+# prints the ratio against both. The comparison that holds like with
+# like is the priced one: tickgate's books keep every price level.
 #
 #   benches/itch_peer.sh PEER_SOURCES [WORK_DIR]
 #
@@ -63,7 +77,7 @@ echo "== build" >&2
 (cd "$ROOT" && cargo build --release --bin tickgate >&2)
 TG="${TICKGATE:-$TARGET/release/tickgate}"
 
-PROGRAMS="itch_handler market_manager_optimized"
+PROGRAMS="itch_handler market_manager_optimized market_manager_optimized_priced"
 [ "$MARKET_MANAGER" = 1 ] && PROGRAMS="$PROGRAMS market_manager"
 CXXFLAGS="-O3 -march=native -DNDEBUG -std=c++20 -w"
 INC="-I$PEER/CppTrader/include -I$PEER/CppCommon/include -I$PEER/CppCommon/plugins -I$PEER/CppBenchmark/include -I$PEER/fmt/include -I$PEER/cpp-optparse -I$PEER/HdrHistogram/include"
@@ -85,10 +99,22 @@ if [ ! -s "$WORK/peer/libpeer.a" ]; then
     done
     ar rcs "$WORK/peer/libpeer.a" "$WORK"/peer/obj/*.o
 fi
+# The priced copy: the published program with one line added after the
+# side is stored in AddOrder; the build stops if the line is not there.
+PRICED="$WORK/peer/market_manager_optimized_priced.cpp"
+sed '/^        order_ptr->Side = side;$/{n;/^        order_ptr->Quantity = quantity;$/i\
+        order_ptr->Price = price;
+}' "$PEER/CppTrader/performance/market_manager_optimized.cpp" >"$PRICED"
+if [ "$(grep -c 'order_ptr->Price = price;' "$PRICED")" != 1 ]; then
+    echo "market_manager_optimized.cpp: AddOrder is not as expected; no priced copy" >&2
+    exit 1
+fi
 for p in $PROGRAMS; do
     if [ ! -x "$WORK/peer/$p" ]; then
         echo "== build the peer's $p" >&2
-        g++ $CXXFLAGS $INC "$PEER/CppTrader/performance/$p.cpp" "$WORK/peer/libpeer.a" \
+        src="$PEER/CppTrader/performance/$p.cpp"
+        [ "$p" = market_manager_optimized_priced ] && src="$PRICED"
+        g++ $CXXFLAGS $INC "$src" "$WORK/peer/libpeer.a" \
             -lpthread -ldl -luuid -o "$WORK/peer/$p"
     fi
 done
@@ -159,7 +185,7 @@ while [ "$i" -le "$RUNS" ]; do
         l=$(load)
         echo "== run $i: $p (load $l)"
         /usr/bin/time -v "$WORK/peer/$p" -i "$DAY" >"$WORK/$p.out" 2>"$WORK/$p.time"
-        echo "   own report: $(grep -E '^(Errors|Processing time|Total ITCH messages|ITCH message latency|Max orders)' "$WORK/$p.out" | tr '\n' ';')"
+        echo "   own report: $(grep -E '^(Errors|Processing time|Total ITCH messages|ITCH message latency|Max order book levels|Max orders)' "$WORK/$p.out" | tr '\n' ';')"
         set -- $(peer_ns "$WORK/$p.out")
         record "$p" "$1" "$2" "$WORK/$p.time" "$l"
     done
@@ -203,11 +229,12 @@ for p in progs:
         own += "; thread CPU %.1f (%.1f-%.1f)" % (statistics.median(tcpu), min(tcpu), max(tcpu))
     print("| %s | %s | %.2f s | %.2f s | %.1f MiB | %.1f-%.1f |"
           % (p, own, col(2), col(3), col(6), min(loads), max(loads)))
-if "tickgate" in med and "market_manager_optimized" in med:
-    print("tickgate / market_manager_optimized, per message (wall, medians): %.2fx"
-          % (med["tickgate"] / med["market_manager_optimized"]))
-    mmo = [float(r[1]) for r in rows if r[0] == "market_manager_optimized"]
-    tg = [float(r[1]) for r in rows if r[0] == "tickgate"]
-    print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, mmo)))
+for peer in ("market_manager_optimized", "market_manager_optimized_priced"):
+    if "tickgate" in med and peer in med:
+        print("tickgate / %s, per message (wall, medians): %.2fx"
+              % (peer, med["tickgate"] / med[peer]))
+        mmo = [float(r[1]) for r in rows if r[0] == peer]
+        tg = [float(r[1]) for r in rows if r[0] == "tickgate"]
+        print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, mmo)))
 EOF
 echo "outputs in $WORK"
