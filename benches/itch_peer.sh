@@ -51,7 +51,8 @@
 #    second, written as a plain BinaryFILE;
 # 3. reads the file once so that every run finds it in the page cache;
 # 4. RUNS times (default 5), alternating: itch_handler,
-#    market_manager_optimized, market_manager (unless MARKET_MANAGER=0),
+#    market_manager_optimized, market_manager_optimized_priced,
+#    market_manager (unless MARKET_MANAGER=0),
 #    `tickgate replay DAY --venue nasdaq-itch --json --timing` (what a
 #    user runs to replay a day: channel rules, books with every order,
 #    quotes, the summary), each under /usr/bin/time -v, with the load
@@ -60,7 +61,7 @@
 #    time" over its message count; tickgate's `timing`, its replay loop),
 #    wall, user + system CPU and peak RSS of the whole process; then the
 #    medians, and tickgate's per-message figure over
-#    market_manager_optimized's (the ratio).
+#    market_manager_optimized's and over the priced copy's (the ratios).
 set -eu
 PEER="${1:?usage: benches/itch_peer.sh PEER_SOURCES [WORK_DIR]}"
 PEER="$(cd "$PEER" && pwd)"
@@ -233,8 +234,8 @@ for peer in ("market_manager_optimized", "market_manager_optimized_priced"):
     if "tickgate" in med and peer in med:
         print("tickgate / %s, per message (wall, medians): %.2fx"
               % (peer, med["tickgate"] / med[peer]))
-        mmo = [float(r[1]) for r in rows if r[0] == peer]
+        theirs = [float(r[1]) for r in rows if r[0] == peer]
         tg = [float(r[1]) for r in rows if r[0] == "tickgate"]
-        print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, mmo)))
+        print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, theirs)))
 EOF
 echo "outputs in $WORK"
