@@ -699,17 +699,31 @@ impl Books {
         let best = self.mem.sides[b].best;
         let s = &mut self.mem.sides[b];
         s.put(i, n);
-        if best == 0 || better(b, price, self.nodes[best as usize].price) {
+        if best == 0 || better(b, price, self.best_price(b)) {
             self.set_best(b, n);
         }
         n
+    }
+
+    /// The price of side `b`'s best level (not 0), read from its top
+    /// record, which mirrors it: a line the message has in cache already,
+    /// where the best's node may be a miss.
+    #[inline(always)]
+    fn best_price(&self, b: usize) -> u32 {
+        let t = &self.mem.tops[b >> 1];
+        debug_assert_eq!(t.level[b & 1], self.mem.sides[b].best);
+        debug_assert_eq!(
+            t.price[b & 1],
+            self.nodes[self.mem.sides[b].best as usize].price
+        );
+        t.price[b & 1]
     }
 
     /// The level at `price` (off the ladder) in the treap of `b`, created
     /// when absent.
     fn tree_level_for(&mut self, b: usize, price: u32) -> u32 {
         let SideBook { root, best, .. } = self.mem.sides[b];
-        if best != 0 && self.nodes[best as usize].price == price {
+        if best != 0 && self.best_price(b) == price {
             return best;
         }
         let h = ((b as u64) << 32 | price as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -729,7 +743,7 @@ impl Books {
         let n = self.alloc(price, b as u32);
         self.tree_insert(b, n);
         self.level_cache[h as usize] = n;
-        if best == 0 || better(b, price, self.nodes[best as usize].price) {
+        if best == 0 || better(b, price, self.best_price(b)) {
             self.set_best(b, n);
         }
         n
