@@ -208,7 +208,8 @@ impl SideBook {
 /// shares; `[buy, sell]`), 32 bytes: two books per cache line, so a
 /// message's best-before and best-after read one line and no level node.
 /// A mirror of `SideBook::best` and its node, kept by `set_best` and
-/// `sync_top`; all zeros is an empty book.
+/// `sync_top` (a new level reads the best's price here, `best_price`,
+/// not from its node); all zeros is an empty book.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 struct Top {
