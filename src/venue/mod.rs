@@ -16,6 +16,7 @@
 //! 3. `apply` feeds the messages the channel lets through (C2 skips those
 //!    another line already delivered) to `Rules`, the engine's symbol rules.
 
+pub mod cboe_pitch;
 pub mod cme_mdp3;
 pub mod iex_tops;
 pub mod nasdaq_itch;

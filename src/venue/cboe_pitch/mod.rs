@@ -1,0 +1,11 @@
+//! `cboe-pitch`: Cboe US Equities Multicast PITCH (venues.md `cboe-pitch`;
+//! recovery.md R4c and R5c). Pure code, no I/O.
+//!
+//! - `frame`: the Sequenced Unit Header and the validity of a datagram;
+//! - `messages`: every PITCH message type, its size and offsets, prices
+//!   and symbols;
+//! - `time`: Time messages and Time Offsets in New York time;
+
+pub mod frame;
+pub mod messages;
+pub mod time;
