@@ -5,7 +5,10 @@
 //! - `messages`: every PITCH message type, its size and offsets, prices
 //!   and symbols;
 //! - `time`: Time messages and Time Offsets in New York time;
+//! - `session`: the blocks of the Gap Request Proxy (R4c) and Spin Server
+//!   (R5c) TCP connections, their messages encoded and decoded.
 
 pub mod frame;
 pub mod messages;
+pub mod session;
 pub mod time;
