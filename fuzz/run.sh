@@ -9,7 +9,7 @@
 set -eu
 cd "$(dirname "$0")"
 SECONDS_EACH="${1:-60}"
-TARGETS="wire_feed gate_request capture_reader binaryfile_reader fills_events iex_tops_feed nasdaq_itch_feed soupbin_glimpse rerequest_answers cme_sbe"
+TARGETS="wire_feed gate_request capture_reader binaryfile_reader fills_events iex_tops_feed nasdaq_itch_feed soupbin_glimpse rerequest_answers cme_sbe cboe_pitch"
 engine="${FUZZ_ENGINE:-}"
 if [ -z "$engine" ]; then
     if cargo +nightly fuzz --version >/dev/null 2>&1; then engine=libfuzzer; else engine=replay; fi

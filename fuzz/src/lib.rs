@@ -170,6 +170,7 @@ pub fn venue_feed(venue: tickgate::feed::VenueKind, data: &[u8]) {
                 kind: venue,
                 max_orders: 64,
                 recovery_entries: 64,
+                replay_tables: false,
             },
             ..FeedSettings::for_venue(venue)
         },
@@ -329,6 +330,121 @@ pub fn soupbin_glimpse(data: &[u8]) {
     let _ = glimpse::decode(data);
 }
 
+/// The Cboe PITCH decoders (venues.md `cboe-pitch`; recovery.md R4c,
+/// R5c). The input is cut into datagrams as for `wire_feed`, and the whole
+/// input is one datagram too: each is validated (`frame::Datagram::parse`)
+/// and a valid one walked, every message decoded (only unknown types may
+/// fail, and they number what the parse counted), encoded again and
+/// decoded to the same message, the Time messages through a unit's clock;
+/// an invalid one whose framing holds fails for a reason the walk
+/// confirms. Then the input is a TCP stream of GRP or Spin blocks, cut
+/// into reads of `1 + first byte` bytes: every message of every block
+/// decoded, and re-encoded to a message that decodes the same; the
+/// decoder never holds more than one block (its u16 length) beyond a read.
+pub fn cboe_pitch(data: &[u8]) {
+    use tickgate::venue::cboe_pitch::session::{self, BlockDecoder, SessionMessage};
+    use tickgate::venue::cboe_pitch::time::UnitClock;
+    let mut clock = UnitClock::new();
+    // An arrival from the input's first bytes: any instant, even absurd.
+    let mut now = data
+        .first_chunk::<8>()
+        .map_or(1_796_135_400_000_000_000, |b| i64::from_le_bytes(*b));
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let n = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        pitch_datagram(&rest[2..2 + n], &mut clock, now);
+        rest = &rest[2 + n..];
+        now = now.wrapping_add(1_000_000 * (1 + (n as i64 % 700)));
+    }
+    pitch_datagram(data, &mut clock, now);
+
+    let step = 1 + data.first().copied().unwrap_or(0) as usize;
+    let mut d = BlockDecoder::new();
+    let mut out = Vec::new();
+    'stream: for chunk in data.chunks(step) {
+        d.push(chunk);
+        loop {
+            match d.next_block() {
+                Ok(Some(b)) => {
+                    for m in b.messages() {
+                        let Ok(m) = m else { continue };
+                        if let SessionMessage::Unknown { .. } = m {
+                            continue;
+                        }
+                        out.clear();
+                        m.encode(&mut out).expect("a decoded message encodes");
+                        assert_eq!(session::decode_message(&out), Ok(m), "round trip");
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => break 'stream,
+            }
+        }
+        assert!(
+            d.buffered() <= u16::MAX as usize + step,
+            "bounded buffering"
+        );
+    }
+}
+
+fn pitch_datagram(d: &[u8], clock: &mut tickgate::venue::cboe_pitch::time::UnitClock, now: i64) {
+    use tickgate::venue::cboe_pitch::frame::{Block, Datagram, FrameError};
+    use tickgate::venue::cboe_pitch::messages::{self, DecodeError, Message};
+    match (Datagram::parse(d), Block::parse(d)) {
+        (Ok(p), Ok(b)) => {
+            assert_eq!((p.header, p.body), (b.header, b.body));
+            assert_ne!(p.header.unit, 0);
+            let mut count = 0usize;
+            let mut unknown = 0u8;
+            let mut bytes = 0usize;
+            let mut out = Vec::new();
+            for (seq, raw) in p.sequenced() {
+                assert_eq!(seq, p.header.sequence.wrapping_add(count as u32));
+                count += 1;
+                bytes += raw.len();
+                assert_eq!(raw[0] as usize, raw.len());
+                match messages::decode(raw) {
+                    Ok(m) => {
+                        out.clear();
+                        messages::encode(&m, &mut out).expect("a decoded message encodes");
+                        assert_eq!(messages::decode(&out), Ok(m), "round trip");
+                        match m {
+                            Message::Time { seconds } => {
+                                let _ = clock.on_time(seconds, now);
+                            }
+                            other => {
+                                let _ = other.time_offset().map(|o| clock.stamp(o));
+                            }
+                        }
+                    }
+                    Err(DecodeError::UnknownType { .. }) => unknown += 1,
+                    Err(e) => panic!("a valid datagram's message does not decode: {e}"),
+                }
+            }
+            assert_eq!(count, p.header.count as usize);
+            assert_eq!(bytes, p.body.len());
+            assert_eq!(unknown, p.unknown);
+        }
+        (Ok(_), Err(e)) => panic!("a valid datagram whose framing fails: {e}"),
+        (Err(e), Ok(b)) => match e {
+            FrameError::UnitZero => assert_eq!(b.header.unit, 0),
+            FrameError::SequenceOverflow { .. } => {
+                assert!(b.header.sequence as u64 + b.header.count as u64 - 1 > u32::MAX as u64)
+            }
+            FrameError::Message { index, error } => {
+                let raw = b
+                    .messages()
+                    .nth(index as usize)
+                    .expect("the message exists");
+                assert_eq!(messages::decode(raw), Err(error));
+            }
+            other => panic!("framing holds but the datagram fails on it: {other}"),
+        },
+        (Err(a), Err(b)) => assert_eq!(a, b),
+    }
+    clock.untime();
+}
+
 /// Re-request answers (recovery.md R1-R4) interleaved with the lines and
 /// time: the first byte sets the hold (`gap_hold_packets` 1-8,
 /// `gap_hold_us` 0-1750, one re-request server, 1 ms timeout, 1-4
@@ -439,7 +555,7 @@ pub fn rerequest_answers(data: &[u8]) {
     assert!(!feed.recovering(), "a hole outlived its deadline");
 }
 
-pub const TARGETS: [(&str, fn(&[u8])); 10] = [
+pub const TARGETS: [(&str, fn(&[u8])); 11] = [
     ("wire_feed", wire_feed),
     ("gate_request", gate_request),
     ("capture_reader", capture_reader),
@@ -450,4 +566,5 @@ pub const TARGETS: [(&str, fn(&[u8])); 10] = [
     ("soupbin_glimpse", soupbin_glimpse),
     ("rerequest_answers", rerequest_answers),
     ("cme_sbe", cme_sbe),
+    ("cboe_pitch", cboe_pitch),
 ];

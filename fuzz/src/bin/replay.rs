@@ -71,12 +71,17 @@ fn vectors() -> Vec<Vec<u8>> {
 /// real captures lack), each alone and all together, from the repository's
 /// `spec/` or `TICKGATE_SPEC_DIR`.
 fn cme_scenario_seeds() -> Vec<Vec<u8>> {
+    scenario_seeds("cme_scenarios.json")
+}
+
+/// The hex datagrams of a spec scenario file, each alone and all together.
+fn scenario_seeds(file: &str) -> Vec<Vec<u8>> {
     let candidates = [
         std::env::var("TICKGATE_SPEC_DIR").map(PathBuf::from).ok(),
         Some(repo().join("spec")),
     ];
     for dir in candidates.into_iter().flatten() {
-        let Ok(text) = std::fs::read_to_string(dir.join("cme_scenarios.json")) else {
+        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
             continue;
         };
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
@@ -100,6 +105,97 @@ fn cme_scenario_seeds() -> Vec<Vec<u8>> {
         return out;
     }
     Vec::new()
+}
+
+/// Cboe PITCH: the real capture's datagrams, `pitch_scenarios.json`'s,
+/// and GRP and Spin streams as the real sessions exchanged them (Login,
+/// responses, a Gap Request and its echo, heartbeats, a spin with its
+/// Time, an order, a trade and Spin Finished, a refusal), whole and cut
+/// short. The first byte (a Hdr Length's) also sets the target's read
+/// size.
+fn pitch_seeds() -> Vec<Vec<u8>> {
+    use tickgate::venue::cboe_pitch::messages::{Message, RawPrice, Width};
+    use tickgate::venue::cboe_pitch::session::{
+        encode_block, GapStatus, Login, LoginStatus, SessionMessage as M, SpinStatus, HEARTBEAT,
+    };
+    let mut out = venue_seeds("cboe-pitch-");
+    out.extend(scenario_seeds("pitch_scenarios.json"));
+    let block = |msgs: &[M]| {
+        let mut b = Vec::new();
+        encode_block(msgs, &mut b).expect("seed blocks encode");
+        b
+    };
+    let symbol = tickgate::wire::Symbol::parse("AAPL").unwrap();
+    let grp: Vec<u8> = [
+        block(&[M::Login(Login::new("0006", "MKDA", "").unwrap())]),
+        block(&[M::LoginResponse(LoginStatus::Accepted)]),
+        HEARTBEAT.to_vec(),
+        block(&[M::GapRequest {
+            unit: 1,
+            sequence: 14,
+            count: 1,
+        }]),
+        block(&[M::GapResponse {
+            unit: 1,
+            sequence: 14,
+            count: 1,
+            status: GapStatus::Accepted,
+        }]),
+        block(&[M::GapResponse {
+            unit: 1,
+            sequence: 14,
+            count: 9,
+            status: GapStatus::CountTooLarge,
+        }]),
+    ]
+    .concat();
+    let spin: Vec<u8> = [
+        block(&[M::Login(Login::new("0023", "BATS", "s1bats").unwrap())]),
+        block(&[M::LoginResponse(LoginStatus::Accepted)]),
+        block(&[M::SpinImageAvailable { sequence: 312 }]),
+        block(&[M::SpinRequest { sequence: 312 }]),
+        block(&[M::SpinResponse {
+            sequence: 312,
+            order_count: 1,
+            status: SpinStatus::Accepted,
+        }]),
+        block(&[M::SpinResponse {
+            sequence: 0,
+            order_count: 0,
+            status: SpinStatus::AlreadyRunning,
+        }]),
+        block(&[
+            M::Pitch(Message::Time { seconds: 75442 }),
+            M::Pitch(Message::AddOrder {
+                width: Width::Long,
+                offset: 5,
+                order_id: 7,
+                side: b'B',
+                shares: 100,
+                symbol,
+                price: 2_500_000,
+                flags: 1,
+            }),
+            M::Pitch(Message::Trade {
+                width: Width::Short,
+                offset: 6,
+                order_id: 7,
+                side: b'B',
+                shares: 100,
+                symbol,
+                price: RawPrice::Short(2001),
+                execution_id: 9,
+            }),
+            M::SpinFinished { sequence: 312 },
+        ]),
+        HEARTBEAT.to_vec(),
+    ]
+    .concat();
+    for stream in [grp, spin] {
+        out.push(stream[..stream.len() - 3].to_vec());
+        out.push(stream);
+    }
+    out
 }
 
 fn frame(datagrams: &[Vec<u8>]) -> Vec<u8> {
@@ -349,6 +445,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         "rerequest_answers" => rerequest_seeds(),
         "iex_tops_feed" => venue_seeds("iex-"),
         "nasdaq_itch_feed" => venue_seeds("nasdaq-"),
+        "cboe_pitch" => pitch_seeds(),
         "cme_sbe" => {
             let mut out = venue_seeds("cme-mdp3-");
             out.extend(cme_scenario_seeds());
