@@ -248,6 +248,43 @@ fn realtime_line_message_facts() {
     assert_eq!(ms(hi), 3_600_938, "{hi}");
 }
 
+#[test]
+fn realtime_capture_is_one_session_of_unit_1() {
+    use tickgate::venue::cboe_pitch::sessions::{NyDates, PitchLine, UnitSession, Verdict};
+    let mut unit = UnitSession::new();
+    let mut dates = NyDates::new();
+    let mut next = 0u64;
+    let mut verdicts: BTreeMap<String, usize> = BTreeMap::new();
+    for d in realtime_capture() {
+        let p = Datagram::parse(&d.payload).unwrap();
+        let date = dates.date(d.ts);
+        // Without --config both groups are realtime lines (fixtures README).
+        let v = unit.classify(PitchLine::Realtime, &p, &d.payload, date, next);
+        *verdicts.entry(format!("{v:?}")).or_default() += 1;
+        match v {
+            Verdict::FirstSession => unit.begin(),
+            Verdict::Current => {}
+            _ => continue,
+        }
+        next = next.max(p.header.next_sequence());
+        unit.processed(&p, &d.payload, date, false);
+    }
+    assert_eq!(
+        dates.date(realtime_capture()[0].ts),
+        jiff::civil::date(2014, 8, 31),
+        "22:06 EDT on 2014-08-31"
+    );
+    let expected: BTreeMap<String, usize> = [
+        ("FirstSession".to_string(), 1),
+        ("Current".to_string(), 374),
+        ("Unsequenced".to_string(), 364),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(verdicts, expected);
+    assert!(!unit.ended());
+}
+
 /// The book of one symbol's buys as nasdaq-itch builds it (venues.md: a
 /// level is the sum of its orders' live shares; an order leaves at 0).
 #[derive(Default)]
