@@ -335,7 +335,8 @@ pub fn soupbin_glimpse(data: &[u8]) {
 /// input is one datagram too: each is validated (`frame::Datagram::parse`)
 /// and a valid one walked, every message decoded (only unknown types may
 /// fail, and they number what the parse counted), encoded again and
-/// decoded to the same message, the Time messages through a unit's clock;
+/// decoded to the same message, the Time messages through a unit's clock,
+/// the datagram through its unit's session rules (`pitch_session`);
 /// an invalid one whose framing holds fails for a reason the walk
 /// confirms. Then the input is a TCP stream of GRP or Spin blocks, cut
 /// into reads of `1 + first byte` bytes: every message of every block
@@ -343,8 +344,14 @@ pub fn soupbin_glimpse(data: &[u8]) {
 /// decoder never holds more than one block (its u16 length) beyond a read.
 pub fn cboe_pitch(data: &[u8]) {
     use tickgate::venue::cboe_pitch::session::{self, BlockDecoder, SessionMessage};
+    use tickgate::venue::cboe_pitch::sessions::{NyDates, UnitSession};
     use tickgate::venue::cboe_pitch::time::UnitClock;
     let mut clock = UnitClock::new();
+    let mut units = PitchUnits {
+        dates: NyDates::new(),
+        units: vec![UnitSession::new(); 256],
+        next: vec![0; 256],
+    };
     // An arrival from the input's first bytes: any instant, even absurd.
     let mut now = data
         .first_chunk::<8>()
@@ -352,11 +359,11 @@ pub fn cboe_pitch(data: &[u8]) {
     let mut rest = data;
     while rest.len() >= 2 {
         let n = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
-        pitch_datagram(&rest[2..2 + n], &mut clock, now);
+        pitch_datagram(&rest[2..2 + n], &mut clock, &mut units, now);
         rest = &rest[2 + n..];
         now = now.wrapping_add(1_000_000 * (1 + (n as i64 % 700)));
     }
-    pitch_datagram(data, &mut clock, now);
+    pitch_datagram(data, &mut clock, &mut units, now);
 
     let step = 1 + data.first().copied().unwrap_or(0) as usize;
     let mut d = BlockDecoder::new();
@@ -387,7 +394,66 @@ pub fn cboe_pitch(data: &[u8]) {
     }
 }
 
-fn pitch_datagram(d: &[u8], clock: &mut tickgate::venue::cboe_pitch::time::UnitClock, now: i64) {
+/// A valid datagram through its unit's session rules, on the line its
+/// length's parity names: a gap line never begins a session, a session
+/// begun is running, and an ended session only ends again by a new one.
+fn pitch_session(
+    p: &tickgate::venue::cboe_pitch::frame::Datagram<'_>,
+    d: &[u8],
+    units: &mut PitchUnits,
+    now: i64,
+) {
+    use tickgate::venue::cboe_pitch::sessions::{PitchLine, Verdict};
+    let line = if d.len() % 2 == 0 {
+        PitchLine::Realtime
+    } else {
+        PitchLine::Gap
+    };
+    let u = p.header.unit as usize;
+    let date = units.dates.date(now);
+    let unit = &mut units.units[u];
+    let v = unit.classify(line, p, d, date, units.next[u]);
+    match v {
+        Verdict::FirstSession | Verdict::NewSession(_) => {
+            assert_eq!(line, PitchLine::Realtime, "a gap line began a session");
+            assert_eq!(matches!(v, Verdict::FirstSession), !unit.started());
+            unit.begin();
+            units.next[u] = p.header.sequence as u64;
+        }
+        Verdict::Current => assert!(unit.started() && !unit.ended()),
+        Verdict::EndedCopy => {
+            assert!(unit.ended());
+            return;
+        }
+        Verdict::GapDropped => {
+            assert_eq!(line, PitchLine::Gap);
+            assert!(!unit.started() || unit.ended());
+            return;
+        }
+        Verdict::Unsequenced => return,
+    }
+    units.next[u] = units.next[u].max(p.header.next_sequence());
+    let end = p.messages().any(|m| m[1] == 0x2D);
+    unit.processed(p, d, date, end);
+    if end {
+        assert!(unit.ended(), "an End of Session processed ends the session");
+    }
+}
+
+/// Every unit's session state for `cboe_pitch`, with a `next` per unit as
+/// simple channel rules would keep it (the furthest sequence seen).
+struct PitchUnits {
+    dates: tickgate::venue::cboe_pitch::sessions::NyDates,
+    units: Vec<tickgate::venue::cboe_pitch::sessions::UnitSession>,
+    next: Vec<u64>,
+}
+
+fn pitch_datagram(
+    d: &[u8],
+    clock: &mut tickgate::venue::cboe_pitch::time::UnitClock,
+    units: &mut PitchUnits,
+    now: i64,
+) {
     use tickgate::venue::cboe_pitch::frame::{Block, Datagram, FrameError};
     use tickgate::venue::cboe_pitch::messages::{self, DecodeError, Message};
     match (Datagram::parse(d), Block::parse(d)) {
@@ -424,6 +490,7 @@ fn pitch_datagram(d: &[u8], clock: &mut tickgate::venue::cboe_pitch::time::UnitC
             assert_eq!(count, p.header.count as usize);
             assert_eq!(bytes, p.body.len());
             assert_eq!(unknown, p.unknown);
+            pitch_session(&p, d, units, now);
         }
         (Ok(_), Err(e)) => panic!("a valid datagram whose framing fails: {e}"),
         (Err(e), Ok(b)) => match e {
