@@ -8,10 +8,12 @@
 //! - `session`: the blocks of the Gap Request Proxy (R4c) and Spin Server
 //!   (R5c) TCP connections, their messages encoded and decoded;
 //! - `sessions`: a unit's sessions without a session id (venues.md's rules
-//!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear).
+//!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear);
+//! - `units`: symbols as members of units.
 
 pub mod frame;
 pub mod messages;
 pub mod session;
 pub mod sessions;
 pub mod time;
+pub mod units;
