@@ -138,23 +138,16 @@ fn a_hash_symbol_never_takes_over_a_security_id() {
         // The stranger: a definition of SecurityID 999 named `#411873`,
         // then a book of its own for 999.
         let seq = if line == A { 2 } else { 1 };
-        f.on_datagram(
-            line,
-            &definition(seq, T0 + 2 * MS, 999, b"#411873"),
-            T0 + 2 * MS,
-        );
-        let next = seq + 1;
-        f.on_datagram(
-            A,
-            &book(next, T0 + 3 * MS, &[bid(999, 1, 1, 1)]),
-            T0 + 3 * MS,
-        );
-        f.on_datagram(
-            A,
-            &book(next + 1, T0 + 4 * MS, &[bid(411873, 2, 11, 6)]),
-            T0 + 4 * MS,
-        );
-        let t = T0 + 4 * MS + 10_000;
+        let t = T0 + 2 * MS;
+        f.on_datagram(line, &definition(seq, t, 999, b"#411873"), t);
+        // A book of its own for 999: a snapshot (999 has no sequence, so
+        // any covering snapshot is used).
+        let m = seq;
+        let t = T0 + 3 * MS;
+        f.on_datagram(SNAP, &snapshot(t, m, 999, 999_990, 1, 9999), t);
+        let t = T0 + 4 * MS;
+        f.on_datagram(A, &book(m + 1, t, &[bid(411873, 2, 11, 6)]), t);
+        let t = t + 10_000;
         for name in ["#411873", "ESZ6"] {
             let got = check(&f, name, t);
             assert!(
@@ -162,7 +155,11 @@ fn a_hash_symbol_never_takes_over_a_security_id() {
                 "line {line}: {got}"
             );
         }
-        assert!(check(&f, "#999", t).starts_with("OK #999 seq=1 bid=1@1"));
+        let got = check(&f, "#999", t);
+        assert!(
+            got.starts_with("OK #999 seq=999990 bid=1@1 ask=9999@1"),
+            "{got}"
+        );
     }
 }
 
