@@ -617,6 +617,9 @@ impl SymbolState {
     /// venue sets those from its book after the packet). Delta: S4 clears
     /// no cause, `seq = last_seq + 1` verifies (S7). A first entry with
     /// seq 1 starts the instrument from an empty book: no cause, verified.
+    /// `new` (an entry of a packet processed now, not a kept one replayed):
+    /// a `seq` at or below `last_seq` contradicts the sequence instead of
+    /// being S2's (cme-mdp3, Entries): `Refused`, suspect `seq_anomaly`.
     /// Returns what happened and whether the view changed.
     pub fn on_entry(
         &mut self,

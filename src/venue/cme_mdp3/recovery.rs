@@ -7,7 +7,10 @@
 //! used for a waiting instrument when it was sent after the current
 //! session began, `m` covers the latest channel reset and every packet
 //! declared lost in the session, and either the instrument has no
-//! sequence, or `r >= last_seq`, or a kept entry has RptSeq `r + 1`.
+//! sequence, or `r >= last_seq`, or a kept entry has RptSeq `r + 1`. The
+//! adapter adds what needs the channel and the book: `m` below `next`,
+//! each side's levels 1, 2, ... without a repeat, and any `r` for an
+//! instrument whose sequence is not believed (`adapter.rs`, `snapshot`).
 
 use std::collections::BTreeSet;
 
