@@ -247,7 +247,10 @@ impl Daemon {
                     .iter()
                     .map(|f| crate::feed::shm::FeedSpec {
                         name: f.name.clone(),
-                        capacity: f.max_symbols.min(u32::MAX as usize - 1) as u32,
+                        capacity: f
+                            .max_symbols
+                            .saturating_mul(f.venue.slots_per_symbol())
+                            .min(u32::MAX as usize - 1) as u32,
                         stale_ms: f.stale_ms,
                         source_max_age_ms: f.source_max_age_ms,
                     })

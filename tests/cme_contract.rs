@@ -56,6 +56,18 @@ fn every_packet_of_the_contract_decodes() {
                 continue;
             };
             let d = unhex(h);
+            if u64::from_le_bytes(d[4..12].try_into().unwrap()) >= 1 << 63 {
+                // Framing: a SendingTime of 2^63 or more is invalid.
+                assert!(
+                    matches!(
+                        messages::validate(&d),
+                        Err(sbe::SbeError::SendingTimeTooLarge { .. })
+                    ),
+                    "{}",
+                    s["name"]
+                );
+                continue;
+            }
             let summary = messages::validate(&d).unwrap_or_else(|e| panic!("{}: {e}", s["name"]));
             assert_eq!(summary.unknown, 0, "{}", s["name"]);
             let (_, msgs) = sbe::packet(&d).unwrap();
@@ -163,8 +175,9 @@ fn books_names_and_halts_answer_as_the_contract_says() {
 /// The incremental packets of the scenarios that lose, duplicate or
 /// restart the channel, classified by MsgSeqNum and SendingTime as their
 /// docs say: packet 2 lost on both lines; B's copy a duplicate; numbering
-/// restarted later (a new session); a packet sent before that session
-/// began (the replaced session's).
+/// restarted later (a candidate, confirmed by its next packet: a new
+/// session); a packet sent before that session began (the replaced
+/// session's).
 #[test]
 fn channel_packets_are_classified_as_the_scenarios_say() {
     use tickgate::venue::cme_mdp3::channel::{PacketClass::*, Sequence};
@@ -176,8 +189,8 @@ fn channel_packets_are_classified_as_the_scenarios_say() {
                 First,
                 InOrder,
                 Duplicate,
-                NewSession,
-                InOrder,
+                Candidate,
+                Confirms,
                 ReplacedSession,
                 InOrder,
             ],
@@ -297,8 +310,9 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                     let c = seq.classify(p.msg_seq_num, p.sending_time);
                     match c {
                         PacketClass::Duplicate | PacketClass::ReplacedSession => continue,
-                        PacketClass::First | PacketClass::NewSession => {
-                            cov.new_session(p.sending_time)
+                        PacketClass::First => cov.new_session(p.sending_time),
+                        PacketClass::Candidate | PacketClass::Confirms => {
+                            panic!("{name}: these scenarios keep one session")
                         }
                         PacketClass::Gap { lost } => {
                             let next = seq.next().unwrap();

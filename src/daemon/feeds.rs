@@ -190,6 +190,8 @@ pub struct FeedWriter {
     last_suspect: i64,
     symbols_suspect: u64,
     symbols_halted: u64,
+    /// The full symbol table was logged (once per feed).
+    overflow_logged: bool,
     /// Feed-wide thresholds set by a reload, when they differ from the
     /// ones the feed was created with: symbols created later get the
     /// feed's original defaults from the core, so they are corrected here.
@@ -220,6 +222,7 @@ impl FeedWriter {
             last_suspect: i64::MIN,
             symbols_suspect: 0,
             symbols_halted: 0,
+            overflow_logged: false,
             reloaded: None,
             corrected: 0,
             glimpse: None,
@@ -287,6 +290,15 @@ impl FeedWriter {
             self.last_suspect = now;
         }
         let c = self.feed.counters();
+        if c.symbols_overflow > 0 && !self.overflow_logged {
+            // Once: every further symbol is counted, not logged.
+            self.overflow_logged = true;
+            tracing::warn!(
+                feed = self.metrics.name.as_str(),
+                max_symbols = self.feed.settings().max_symbols,
+                "symbol table full: new symbols are ignored and counted (symbols_overflow)"
+            );
+        }
         self.metrics.stats.store(&FeedStats {
             invalid_packets: c.invalid_packets,
             invalid_messages: c.invalid_messages,

@@ -259,7 +259,8 @@ impl Feed<NoPublish> {
 
 impl<P: Publish> Feed<P> {
     pub fn with_publisher(settings: FeedSettings, lines: usize, publisher: P) -> Feed<P> {
-        let venue = AnyVenue::new(&settings.venue);
+        let mut venue = AnyVenue::new(&settings.venue);
+        venue.set_max_symbols(settings.max_symbols);
         let policy = venue.policy();
         let mut view = FeedView {
             channel_source_ts: i64::MIN,
@@ -277,8 +278,8 @@ impl<P: Publish> Feed<P> {
             max_jump: settings.max_seq_jump.max(1),
             channel: Channel::with_max_jump(settings.max_channel_jump),
             clock: ClockEstimator::new(settings.clock_offset),
-            index: SymbolIndex::with_capacity(settings.max_symbols),
-            symbols: Symbols::with_capacity(settings.max_symbols),
+            index: SymbolIndex::with_capacity(settings.table_slots()),
+            symbols: Symbols::with_capacity(settings.table_slots()),
             view,
             counters: FeedCounters::new(lines),
             line_kinds: vec![LineKind::Incremental; lines],
@@ -513,6 +514,12 @@ impl<P: Publish> Feed<P> {
                 return DatagramOutcome::Invalid(e);
             }
         };
+        if self.venue.set_aside(datagram) {
+            // venues.md `cme-mdp3`: a session candidate changes nothing
+            // until the next packet of its numbering confirms it.
+            self.counters.lines[line].packets += 1;
+            return DatagramOutcome::Ignored;
+        }
         self.last_header = Some(header.channel);
         let lc = &mut self.counters.lines[line];
         lc.packets += 1;
@@ -1726,15 +1733,16 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::LocateConflict => c.locate_conflicts += 1,
             Count::BookError => c.book_errors += 1,
             Count::SnapshotIgnored => c.snapshots_ignored += 1,
+            Count::SymbolOverflow => c.symbols_overflow += 1,
         }
     }
 
     #[inline]
-    fn entry(&mut self, slot: u32, seq: u64, source_ts: i64) -> EntryOutcome {
+    fn entry(&mut self, slot: u32, seq: u64, source_ts: i64, new: bool) -> EntryOutcome {
         let Some((st, mut c)) = self.symbols.counted(slot, self.counters) else {
             return EntryOutcome::NotApplied;
         };
-        let (out, changed) = st.on_entry(seq, source_ts, &self.ctx, &mut c);
+        let (out, changed) = st.on_entry(seq, source_ts, new, &self.ctx, &mut c);
         if changed {
             self.publish(slot);
         }

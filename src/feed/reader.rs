@@ -114,9 +114,10 @@ impl std::fmt::Debug for FeedReader {
     }
 }
 
-/// A table sized for the feed (`max_symbols`) and its two halves.
+/// A table sized for the feed (`FeedSettings::table_slots`) and its two
+/// halves.
 pub fn feed_table(settings: &FeedSettings) -> (TablePublisher, FeedReader) {
-    let capacity = settings.max_symbols.min(u32::MAX as usize - 1) as u32;
+    let capacity = settings.table_slots().min(u32::MAX as usize - 1) as u32;
     with_capacity(capacity)
 }
 

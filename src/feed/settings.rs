@@ -118,6 +118,16 @@ impl Recovery {
     }
 }
 
+impl FeedSettings {
+    /// Slots of the feed's symbol table: `max_symbols` symbols, each with
+    /// as many slots as its venue gives it names (venues.md `cme-mdp3`: an
+    /// instrument takes one of `max_symbols` whichever name a check uses).
+    pub fn table_slots(&self) -> usize {
+        self.max_symbols
+            .saturating_mul(self.venue.kind.slots_per_symbol())
+    }
+}
+
 impl Default for FeedSettings {
     fn default() -> Self {
         FeedSettings {

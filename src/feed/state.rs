@@ -340,7 +340,15 @@ impl SymbolState {
     /// sequence says, with the counters and the S5/S5r bookkeeping done.
     /// The caller applies the message's content as the step says.
     #[inline]
-    fn sequence_step(&mut self, seq: u64, ctx: &Ctx, c: &mut Counts<'_>) -> Step {
+    /// `contradicts_old`: a `seq` at or below `last_seq` contradicts the
+    /// sequence (venues.md `cme-mdp3`, Entries; it replaces S2 there).
+    fn sequence_step(
+        &mut self,
+        seq: u64,
+        contradicts_old: bool,
+        ctx: &Ctx,
+        c: &mut Counts<'_>,
+    ) -> Step {
         if !self.view.has_seq() {
             return Step::Baseline; // S1
         }
@@ -367,6 +375,15 @@ impl SymbolState {
         }
         // Any message not rejected by S5 ends an S5r run.
         self.run_len = 0;
+        if seq <= last && contradicts_old {
+            // cme-mdp3: CME never repeats an RptSeq, so the sequence held
+            // came from something this feed should not have believed:
+            // nothing changes, suspect `seq_anomaly`.
+            c.anomaly();
+            let changed = self.cause() != SuspectCause::SeqAnomaly;
+            self.set_cause(SuspectCause::SeqAnomaly);
+            return Step::Refused { changed };
+        }
         if seq <= last {
             // S2: old or repeated, changes nothing.
             c.stale();
@@ -386,7 +403,7 @@ impl SymbolState {
     pub fn on_quote(&mut self, q: &Quote, ctx: &Ctx, c: &mut Counts<'_>) -> bool {
         let caught_up = self.catch_up(ctx);
         let had_quote = self.view.has_quote();
-        match self.sequence_step(q.seq, ctx, c) {
+        match self.sequence_step(q.seq, false, ctx, c) {
             Step::Baseline => self.baseline(q, ctx),
             Step::Refused { changed } => return changed || caught_up,
             Step::Stale => return caught_up,
@@ -600,19 +617,23 @@ impl SymbolState {
     /// venue sets those from its book after the packet). Delta: S4 clears
     /// no cause, `seq = last_seq + 1` verifies (S7). A first entry with
     /// seq 1 starts the instrument from an empty book: no cause, verified.
+    /// `new` (an entry of a packet processed now, not a kept one replayed):
+    /// a `seq` at or below `last_seq` contradicts the sequence instead of
+    /// being S2's (cme-mdp3, Entries): `Refused`, suspect `seq_anomaly`.
     /// Returns what happened and whether the view changed.
     pub fn on_entry(
         &mut self,
         seq: u64,
         source_ts: i64,
+        new: bool,
         ctx: &Ctx,
         c: &mut Counts<'_>,
     ) -> (EntryOutcome, bool) {
         let caught_up = self.catch_up(ctx);
         let first = !self.view.has_seq();
         let mut fresh = false;
-        match self.sequence_step(seq, ctx, c) {
-            Step::Refused { changed } => return (EntryOutcome::NotApplied, changed || caught_up),
+        match self.sequence_step(seq, new, ctx, c) {
+            Step::Refused { changed } => return (EntryOutcome::Refused, changed || caught_up),
             Step::Stale => return (EntryOutcome::NotApplied, caught_up),
             Step::Baseline if first && seq == 1 => {
                 fresh = true;

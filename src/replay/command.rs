@@ -23,7 +23,7 @@ use super::checks::{run_checks, ChecksError};
 use super::engine::{replay_from_config, Replay};
 use super::populate::Populator;
 use super::progress::Progress;
-use super::summary::{summary_json, summary_text, ts_str};
+use super::summary::{summary_text, ts_str, write_summary_json};
 use super::timeline::Recorder;
 use crate::capture::stream::{CaptureStream, StreamOptions, StreamSummary};
 use crate::capture::venue_arg::VenueArg;
@@ -263,7 +263,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
     if checks.is_some() {
         w.write_all(&out)?;
     } else if args.json {
-        let mut v = summary_json(&sum, &replay);
+        let mut extra = Vec::new();
         if args.timing {
             let messages: u64 = replay
                 .feeds
@@ -271,15 +271,19 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
                 .map(|f| f.feed.counters().messages())
                 .sum();
             let per = |ns: u64| ns as f64 / messages.max(1) as f64;
-            v["timing"] = json!({
-                "messages": messages,
-                "wall_ns": wall_ns,
-                "thread_cpu_ns": cpu_ns,
-                "wall_ns_per_message": per(wall_ns),
-                "thread_cpu_ns_per_message": per(cpu_ns),
-            });
+            extra.push((
+                "timing".to_string(),
+                json!({
+                    "messages": messages,
+                    "wall_ns": wall_ns,
+                    "thread_cpu_ns": cpu_ns,
+                    "wall_ns_per_message": per(wall_ns),
+                    "thread_cpu_ns_per_message": per(cpu_ns),
+                }),
+            ));
         }
-        serde_json::to_writer(&mut w, &v)?;
+        // Written as it goes: the symbols' objects are never all held.
+        write_summary_json(&mut w, &sum, &replay, extra)?;
         w.write_all(b"\n")?;
     } else {
         w.write_all(summary_text(&sum, &replay).as_bytes())?;

@@ -11,7 +11,7 @@ use crate::capture::frame::SkipCounts;
 use crate::capture::stream::StreamSummary;
 use crate::feed::{Mode, SymbolSummary};
 use crate::venue::VenueKind;
-use crate::wire::Side;
+use crate::wire::{Side, Symbol};
 
 /// The captures' names, as given (several: comma-separated).
 fn capture_names(cap: &StreamSummary) -> String {
@@ -104,11 +104,191 @@ fn session_json(s: &SessionInfo) -> Value {
 }
 
 /// The `--json` summary: totals over feeds at the top, details per feed.
+/// Built whole: for tests and small replays; `replay --json` writes the
+/// same bytes with [`write_summary_json`], which never holds the symbols'
+/// objects all at once.
 pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
-    let mut totals = [0u64; 9];
+    let mut top = summary_head(cap, r);
     let mut symbols = Map::new();
-    let mut sessions = Vec::new();
     let mut feeds = Vec::new();
+    for f in &r.feeds {
+        let mut fsyms = Map::new();
+        for (sym, s) in f.feed.symbols() {
+            let v = symbol_json(&s);
+            symbols.entry(sym.to_string()).or_insert_with(|| v.clone());
+            fsyms.insert(sym.to_string(), v);
+        }
+        let mut fv = feed_head(f);
+        fv.insert("symbols".to_string(), Value::Object(fsyms));
+        feeds.push(Value::Object(fv));
+    }
+    top.insert("symbols".to_string(), Value::Object(symbols));
+    top.insert("feeds".to_string(), Value::Array(feeds));
+    Value::Object(top)
+}
+
+/// [`summary_json`] with the `extra` members (e.g. `timing`), written to
+/// `w` as it goes: the same bytes as `serde_json::to_writer` of that
+/// value, but each symbol's object is made, written and dropped in turn
+/// (a channel of 60,000 instruments answers under 120,000 names, twice).
+pub fn write_summary_json<W: std::io::Write>(
+    w: &mut W,
+    cap: &StreamSummary,
+    r: &Replay,
+    extra: Vec<(String, Value)>,
+) -> std::io::Result<()> {
+    let mut top = summary_head(cap, r);
+    top.extend(extra);
+    // Placeholders keep their places in the object's key order.
+    top.insert("symbols".to_string(), Value::Null);
+    top.insert("feeds".to_string(), Value::Null);
+    w.write_all(b"{")?;
+    for (i, (k, v)) in top.iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *w, k)?;
+        w.write_all(b":")?;
+        match k.as_str() {
+            "symbols" => {
+                // Every feed's names, sorted; a name of several feeds
+                // shows the first feed's symbol.
+                let mut names: Vec<(String, usize, Symbol)> = Vec::new();
+                for (fi, f) in r.feeds.iter().enumerate() {
+                    names.extend(f.feed.symbols().map(|(sym, _)| (sym.to_string(), fi, sym)));
+                }
+                names.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+                names.dedup_by(|b, a| a.0 == b.0);
+                write_symbols(w, names.iter().map(|(n, fi, sym)| (n, &r.feeds[*fi], *sym)))?;
+            }
+            "feeds" => {
+                w.write_all(b"[")?;
+                for (fi, f) in r.feeds.iter().enumerate() {
+                    if fi > 0 {
+                        w.write_all(b",")?;
+                    }
+                    let mut fv = feed_head(f);
+                    fv.insert("symbols".to_string(), Value::Null);
+                    w.write_all(b"{")?;
+                    for (j, (fk, fval)) in fv.iter().enumerate() {
+                        if j > 0 {
+                            w.write_all(b",")?;
+                        }
+                        serde_json::to_writer(&mut *w, fk)?;
+                        w.write_all(b":")?;
+                        if fk == "symbols" {
+                            let mut names: Vec<(String, Symbol)> = f
+                                .feed
+                                .symbols()
+                                .map(|(sym, _)| (sym.to_string(), sym))
+                                .collect();
+                            names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                            write_symbols(w, names.iter().map(|(n, sym)| (n, f, *sym)))?;
+                        } else {
+                            serde_json::to_writer(&mut *w, fval)?;
+                        }
+                    }
+                    w.write_all(b"}")?;
+                }
+                w.write_all(b"]")?;
+            }
+            _ => serde_json::to_writer(&mut *w, v)?,
+        }
+    }
+    w.write_all(b"}")?;
+    Ok(())
+}
+
+/// A JSON object of symbols, given in key order, each made and dropped.
+fn write_symbols<'a, W: std::io::Write>(
+    w: &mut W,
+    names: impl Iterator<Item = (&'a String, &'a ReplayFeed, Symbol)>,
+) -> std::io::Result<()> {
+    w.write_all(b"{")?;
+    for (i, (name, f, sym)) in names.enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *w, name)?;
+        w.write_all(b":")?;
+        let v = f.feed.symbol_summary(sym).map(|s| symbol_json(&s));
+        serde_json::to_writer(&mut *w, &v.unwrap_or(Value::Null))?;
+    }
+    w.write_all(b"}")
+}
+
+/// One feed's members of the summary, but its symbols.
+fn feed_head(f: &ReplayFeed) -> Map<String, Value> {
+    let c = f.feed.counters();
+    let fsessions: Vec<Value> = f.sessions.iter().map(session_json).collect();
+    let lines: Vec<Value> = f
+        .lines
+        .iter()
+        .zip(&c.lines)
+        .map(|(line, l)| {
+            json!({
+                "dst": line.dst.to_string(),
+                "source": line.source.map(|s| s.to_string()),
+                "packets": l.packets,
+                "messages": l.messages,
+                "duplicate_packets": l.duplicate_packets,
+                "invalid_packets": l.invalid_packets,
+            })
+        })
+        .collect();
+    let v = json!({
+        "name": f.name,
+        "mode": mode_name(f.mode),
+        "venue": f.venue.name(),
+        "lines": lines,
+        "packets": c.packets(),
+        "messages": c.messages(),
+        "invalid_packets": c.invalid_packets,
+        "duplicate_packets": c.duplicate_packets(),
+        "channel_lost": c.channel_messages_lost,
+        "channel_gaps": c.channel_gaps,
+        "unknown_messages": c.unknown_messages,
+        "invalid_messages": c.invalid_messages,
+        "ticks_lost": c.ticks_lost,
+        "stale_dropped": c.stale_dropped,
+        "seq_anomalies": c.seq_anomalies,
+        "seq_resyncs": c.seq_resyncs,
+        "snapshots_applied": c.snapshots_applied,
+        "snapshots_ignored": c.snapshots_ignored,
+        "session_changes": c.session_changes,
+        "stale_session_dropped": c.stale_session_dropped,
+        "sessions_ended": c.sessions_ended,
+        "session_ended": f.feed.session_ended(),
+        "symbols_suspect": f.feed.symbols_suspect(),
+        "symbols_halted": f.feed.symbols().filter(|(_, s)| s.halted).count(),
+        "symbols_quoted": f.feed.symbols().filter(|(_, s)| s.has_quote).count(),
+        "unknown_orders": c.unknown_orders,
+        "orders_overflow": c.orders_overflow,
+        "symbols_overflow": c.symbols_overflow,
+        "order_conflicts": c.order_conflicts,
+        "locate_conflicts": c.locate_conflicts,
+        "live_orders": c.live_orders,
+        "book_errors": c.book_errors,
+        "instruments_waiting": f.feed.venue_recovery().waiting,
+        "recovery_entries_kept": f.feed.venue_recovery().kept_entries,
+        "recovery_entries_dropped": f.feed.venue_recovery().kept_dropped,
+        "channel_seq_anomalies": c.channel_seq_anomalies,
+        "stale_ends_of_session": c.stale_ends_of_session,
+        "recovery": recovery_json(f),
+        "message_types": message_types_json(f.feed.venue(), f.feed.message_types()),
+        "clock_offset_ns": f.feed.clock_offset_ns(),
+        "sessions": fsessions,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("a feed's summary is an object"),
+    }
+}
+
+/// The summary's top-level members, but `symbols` and `feeds`.
+fn summary_head(cap: &StreamSummary, r: &Replay) -> Map<String, Value> {
+    let mut totals = [0u64; 9];
+    let mut sessions = Vec::new();
     for f in &r.feeds {
         let c = f.feed.counters();
         let vals = [
@@ -125,72 +305,7 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
         for (t, v) in totals.iter_mut().zip(vals) {
             *t += v;
         }
-        let mut fsyms = Map::new();
-        for (sym, s) in f.feed.symbols() {
-            let v = symbol_json(&s);
-            symbols.entry(sym.to_string()).or_insert_with(|| v.clone());
-            fsyms.insert(sym.to_string(), v);
-        }
-        let fsessions: Vec<Value> = f.sessions.iter().map(session_json).collect();
-        sessions.extend(fsessions.iter().cloned());
-        let lines: Vec<Value> = f
-            .lines
-            .iter()
-            .zip(&c.lines)
-            .map(|(line, l)| {
-                json!({
-                    "dst": line.dst.to_string(),
-                    "source": line.source.map(|s| s.to_string()),
-                    "packets": l.packets,
-                    "messages": l.messages,
-                    "duplicate_packets": l.duplicate_packets,
-                    "invalid_packets": l.invalid_packets,
-                })
-            })
-            .collect();
-        feeds.push(json!({
-            "name": f.name,
-            "mode": mode_name(f.mode),
-            "venue": f.venue.name(),
-            "lines": lines,
-            "packets": c.packets(),
-            "messages": c.messages(),
-            "invalid_packets": c.invalid_packets,
-            "duplicate_packets": c.duplicate_packets(),
-            "channel_lost": c.channel_messages_lost,
-            "channel_gaps": c.channel_gaps,
-            "unknown_messages": c.unknown_messages,
-            "invalid_messages": c.invalid_messages,
-            "ticks_lost": c.ticks_lost,
-            "stale_dropped": c.stale_dropped,
-            "seq_anomalies": c.seq_anomalies,
-            "seq_resyncs": c.seq_resyncs,
-            "snapshots_applied": c.snapshots_applied,
-            "snapshots_ignored": c.snapshots_ignored,
-            "session_changes": c.session_changes,
-            "stale_session_dropped": c.stale_session_dropped,
-            "sessions_ended": c.sessions_ended,
-            "session_ended": f.feed.session_ended(),
-            "symbols_suspect": f.feed.symbols_suspect(),
-            "symbols_halted": f.feed.symbols().filter(|(_, s)| s.halted).count(),
-            "symbols_quoted": f.feed.symbols().filter(|(_, s)| s.has_quote).count(),
-            "unknown_orders": c.unknown_orders,
-            "orders_overflow": c.orders_overflow,
-            "order_conflicts": c.order_conflicts,
-            "locate_conflicts": c.locate_conflicts,
-            "live_orders": c.live_orders,
-            "book_errors": c.book_errors,
-            "instruments_waiting": f.feed.venue_recovery().waiting,
-            "recovery_entries_kept": f.feed.venue_recovery().kept_entries,
-            "recovery_entries_dropped": f.feed.venue_recovery().kept_dropped,
-            "channel_seq_anomalies": c.channel_seq_anomalies,
-            "stale_ends_of_session": c.stale_ends_of_session,
-            "recovery": recovery_json(f),
-            "message_types": message_types_json(f.feed.venue(), f.feed.message_types()),
-            "clock_offset_ns": f.feed.clock_offset_ns(),
-            "sessions": fsessions,
-            "symbols": fsyms,
-        }));
+        sessions.extend(f.sessions.iter().map(session_json));
     }
     let st = &cap.stats;
     let o = &cap.order;
@@ -226,7 +341,7 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
             })
         })
         .collect();
-    json!({
+    let v = json!({
         "capture": capture_names(cap),
         "captures": files,
         "format": cap.format,
@@ -264,9 +379,11 @@ pub fn summary_json(cap: &StreamSummary, r: &Replay) -> Value {
         "seq_anomalies": totals[7],
         "stale_session_packets": totals[8],
         "sessions": sessions,
-        "symbols": symbols,
-        "feeds": feeds,
-    })
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("the summary is an object"),
+    }
 }
 
 pub(super) fn ts_str(ts: i64) -> String {
@@ -432,6 +549,13 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 s,
                 "  unknown orders {}, orders overflow {}, order conflicts {}, live orders {}",
                 c.unknown_orders, c.orders_overflow, c.order_conflicts, c.live_orders
+            );
+        }
+        if c.symbols_overflow > 0 {
+            let _ = writeln!(
+                s,
+                "  symbols overflow {} (the table of max_symbols was full)",
+                c.symbols_overflow
             );
         }
         if f.venue == VenueKind::CmeMdp3 {

@@ -76,6 +76,18 @@ impl VenueKind {
         }
     }
 
+    /// How many table slots an instrument of this venue may take: one per
+    /// name it answers under (`cme-mdp3`: `#<SecurityID>` and its
+    /// definition's symbol). The feed's table holds `max_symbols`
+    /// instruments, so it is laid out with this many slots for each
+    /// (venues.md `cme-mdp3`, Instruments and symbols).
+    pub fn slots_per_symbol(self) -> usize {
+        match self {
+            VenueKind::CmeMdp3 => 2,
+            _ => 1,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<VenueKind> {
         VenueKind::ALL.into_iter().find(|v| v.name() == s)
     }
@@ -224,6 +236,9 @@ pub enum Count {
     /// cme-mdp3: a snapshot not used (its instrument does not wait, or the
     /// snapshot does not cover what was lost or reset).
     SnapshotIgnored,
+    /// cme-mdp3: a new instrument that the full table cannot hold (counted
+    /// once per SecurityID, as `symbols_overflow`).
+    SymbolOverflow,
 }
 
 /// What a feed's line carries (venues.md `cme-mdp3`, Lines; every other
@@ -279,8 +294,14 @@ pub enum EntryOutcome {
     /// Applied by S4 (or S1/S3); `fresh` when it started the instrument
     /// from an empty book (its first entry, with seq 1).
     Applied { fresh: bool },
-    /// Dropped by S2 or refused by S5: its content changes nothing.
+    /// Dropped by S2: its content changes nothing.
     NotApplied,
+    /// Refused by S5, or (an entry of a packet processed now) its RptSeq
+    /// is at or below `last_seq`, which contradicts the sequence held:
+    /// changes nothing, the symbol is suspect `seq_anomaly` and its
+    /// sequence is not believed (the next usable snapshot is taken
+    /// whatever its RptSeq).
+    Refused,
 }
 
 /// How the verdict treats a venue's feeds (the engine sets feed flags).
@@ -326,8 +347,11 @@ pub trait Rules {
     fn count(&mut self, what: Count);
 
     /// venues.md `cme-mdp3`, Entries: one entry of the instrument at
-    /// `slot`, S1-S5 on `seq` in delta mode, no quote change.
-    fn entry(&mut self, _slot: u32, _seq: u64, _source_ts: i64) -> EntryOutcome {
+    /// `slot`, S1-S5 on `seq` in delta mode, no quote change. `new`: the
+    /// entry comes from a packet the channel rules process now (not one
+    /// replayed from the kept entries), so a `seq` at or below `last_seq`
+    /// contradicts the sequence instead of being S2's old message.
+    fn entry(&mut self, _slot: u32, _seq: u64, _source_ts: i64, _new: bool) -> EntryOutcome {
         EntryOutcome::NotApplied
     }
     /// The venue's book gave `slot` a new level 1 (its quote).
@@ -369,6 +393,20 @@ pub trait Venue {
 
     /// Validates the whole datagram; nothing may be applied before this.
     fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError>;
+
+    /// A datagram of an incremental line that `parse` accepted: whether
+    /// the venue keeps it aside, with no effect on any rule (`cme-mdp3`: a
+    /// candidate for a new session until the next packet of its numbering
+    /// confirms it). The engine then does nothing more with it.
+    #[inline]
+    fn set_aside(&mut self, _datagram: &[u8]) -> bool {
+        false
+    }
+
+    /// The feed's table holds this many symbols (`max_symbols`); a venue
+    /// that makes symbols of what it sees (`cme-mdp3`: instruments) keeps
+    /// no more than that.
+    fn set_max_symbols(&mut self, _max: usize) {}
 
     /// The channel (re)baselined on a session (C1 first session, C5 a new
     /// one) with this datagram, arriving at `now`; before `apply`.
@@ -603,6 +641,15 @@ impl Venue for AnyVenue {
     #[inline]
     fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
         each_venue!(self, v => v.parse(datagram))
+    }
+
+    #[inline]
+    fn set_aside(&mut self, datagram: &[u8]) -> bool {
+        each_venue!(self, v => v.set_aside(datagram))
+    }
+
+    fn set_max_symbols(&mut self, max: usize) {
+        each_venue!(self, v => v.set_max_symbols(max))
     }
 
     fn on_session_start(&mut self, now: i64, first_session: bool) {

@@ -8,13 +8,15 @@
 //!
 //! An instrument answers under two names: `#<SecurityID>` (its own slot,
 //! where the rules run) and, once a definition names it, its symbol (a
-//! second slot that mirrors the first after every change).
+//! second slot that mirrors the first after every change). Both count as
+//! one of the feed's `max_symbols` (the table has two slots for each);
+//! beyond them a new SecurityID is not kept at all, counted once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::book::Level;
 use super::channel::{PacketClass, Sequence};
-use super::instruments::{HaltChange, Instruments};
+use super::instruments::{naming, HaltChange, Instruments};
 use super::messages::{self, Body, Definition, Entry, EntryKind, Item, SecurityStatus, Snapshot};
 use super::recovery::{continues, Coverage, Kept, KeptEntry};
 use super::sbe;
@@ -44,6 +46,10 @@ struct Names {
     symbol: Option<u32>,
     /// An entry named it before any definition did.
     undefined_entries: bool,
+    /// Its sequence is not believed (S5 refused an entry, or an entry
+    /// contradicted it): its next usable snapshot is taken whatever its
+    /// RptSeq.
+    unbelieved: bool,
 }
 
 /// An instrument changed by the packet being applied, and its book's
@@ -78,6 +84,13 @@ pub struct CmeMdp3 {
     defined: u32,
     /// Instruments named by an entry and still without a definition.
     undefined_with_entries: u32,
+    /// The session candidate's datagram, while one waits (venues.md
+    /// `cme-mdp3`, Channel rules).
+    candidate: Vec<u8>,
+    /// Instruments kept at most (the feed's `max_symbols`).
+    max_instruments: usize,
+    /// SecurityIDs not kept because the table was full, each counted once.
+    overflowed: HashSet<i32>,
 }
 
 impl CmeMdp3 {
@@ -99,7 +112,26 @@ impl CmeMdp3 {
             definitions_total: None,
             defined: 0,
             undefined_with_entries: 0,
+            candidate: Vec::new(),
+            max_instruments: usize::MAX,
+            overflowed: HashSet::new(),
         }
+    }
+
+    /// The instrument of a SecurityID, made known if new and the table
+    /// has room for it; a full table keeps nothing of it and counts it
+    /// once (`symbols_overflow`).
+    fn instrument<R: Rules>(&mut self, security_id: i32, rules: &mut R) -> Option<u32> {
+        if let Some(i) = self.instruments.find(security_id) {
+            return Some(i);
+        }
+        if self.instruments.len() >= self.max_instruments {
+            if self.overflowed.insert(security_id) {
+                rules.count(Count::SymbolOverflow);
+            }
+            return None;
+        }
+        Some(self.instruments.index(security_id))
     }
 
     /// The channel's instruments (names, books, trading states).
@@ -188,9 +220,24 @@ impl CmeMdp3 {
 
     /// One entry of an instrument through S1-S5, then its book; kept while
     /// the instrument waits. Returns whether it started the book afresh.
-    fn entry<R: Rules>(&mut self, instrument: u32, slot: u32, e: KeptEntry, rules: &mut R) -> bool {
-        let out = rules.entry(slot, u64::from(e.rpt_seq), e.transact_time as i64);
+    /// `new`: from a packet processed now (not replayed from kept ones).
+    fn entry<R: Rules>(
+        &mut self,
+        instrument: u32,
+        slot: u32,
+        e: KeptEntry,
+        new: bool,
+        rules: &mut R,
+    ) -> bool {
+        let out = rules.entry(slot, u64::from(e.rpt_seq), e.transact_time as i64, new);
         let mut fresh = false;
+        if let Some(n) = self.names.get_mut(instrument as usize) {
+            match out {
+                EntryOutcome::Applied { .. } => n.unbelieved = false,
+                EntryOutcome::Refused => n.unbelieved = true,
+                EntryOutcome::NotApplied => {}
+            }
+        }
         if let EntryOutcome::Applied { fresh: f } = out {
             fresh = f;
             if let Some(inst) = self.instruments.get_mut(instrument) {
@@ -215,7 +262,9 @@ impl CmeMdp3 {
     }
 
     fn incremental<R: Rules>(&mut self, e: Entry, kind: EntryKind, ts: u64, rules: &mut R) {
-        let instrument = self.instruments.index(e.security_id);
+        let Some(instrument) = self.instrument(e.security_id, rules) else {
+            return;
+        };
         let Some(slot) = self.id_slot(instrument, rules) else {
             return;
         };
@@ -233,7 +282,7 @@ impl CmeMdp3 {
             kind,
             book: e.book,
         };
-        if self.entry(instrument, slot, kept, rules) {
+        if self.entry(instrument, slot, kept, true, rules) {
             self.touched[t].fresh = true;
         }
     }
@@ -259,11 +308,10 @@ impl CmeMdp3 {
     }
 
     fn define<R: Rules>(&mut self, d: &Definition<'_>, rules: &mut R) {
-        let was_defined = self
-            .instruments
-            .find(d.security_id)
-            .and_then(|i| self.instruments.get(i))
-            .is_some_and(|i| i.defined);
+        let Some(known) = self.instrument(d.security_id, rules) else {
+            return;
+        };
+        let was_defined = self.instruments.get(known).is_some_and(|i| i.defined);
         let (instrument, change) = self.instruments.define(d);
         if !was_defined {
             self.defined += 1;
@@ -278,6 +326,15 @@ impl CmeMdp3 {
         if names.undefined_entries {
             names.undefined_entries = false;
             self.undefined_with_entries -= 1;
+        }
+        if naming(d.symbol).is_none() {
+            // Names nothing (empty, or a `#` name: only a SecurityID's):
+            // the instrument keeps its names.
+            if let Some(c) = change {
+                rules.set_halt(id, HALT_STATUS, c.halted);
+            }
+            self.sync(instrument, rules);
+            return;
         }
         let name = self
             .instruments
@@ -312,8 +369,11 @@ impl CmeMdp3 {
 
     fn status<R: Rules>(&mut self, s: &SecurityStatus<'_>, rules: &mut R) {
         if let Some(id) = s.security_id {
-            // A SecurityStatus for an unseen SecurityID makes it known.
-            let instrument = self.instruments.index(id);
+            // A SecurityStatus for an unseen SecurityID makes it known
+            // (when the table has room: else it changes nothing).
+            let Some(instrument) = self.instrument(id, rules) else {
+                return;
+            };
             self.id_slot(instrument, rules);
         }
         let halts = &mut self.halts;
@@ -359,9 +419,22 @@ impl CmeMdp3 {
         let last = rules
             .sequence(slot)
             .map(|l| l.min(u64::from(u32::MAX)) as u32);
+        let unbelieved = self.names[instrument as usize].unbelieved;
+        let depth = self
+            .instruments
+            .get(instrument)
+            .map_or(0, |i| i.book.depth());
+        // `m` below `next`: the snapshot reflects only packets this feed
+        // processed or declared lost (one from ahead is ignored).
+        let seen = self
+            .sequence
+            .next()
+            .is_some_and(|next| u64::from(s.last_msg_seq_num_processed) < next);
         let usable = rules.waits(slot)
+            && seen
             && self.coverage.covers(sent, s.last_msg_seq_num_processed)
-            && continues(r, last, self.kept.has(instrument, r.wrapping_add(1)));
+            && levels_in_order(s.entries, depth)
+            && (unbelieved || continues(r, last, self.kept.has(instrument, r.wrapping_add(1))));
         if !usable {
             rules.count(Count::SnapshotIgnored);
             return;
@@ -383,6 +456,7 @@ impl CmeMdp3 {
         }));
         let (bid, ask) = inst.book.top();
         rules.use_snapshot(slot, u64::from(r), s.transact_time as i64, bid, ask);
+        self.names[instrument as usize].unbelieved = false;
         if let Some(c) = self
             .instruments
             .snapshot_status(instrument, s.trading_status)
@@ -395,7 +469,8 @@ impl CmeMdp3 {
         self.kept.drain_after(instrument, r, |e| drained.push(e));
         self.kept.stop_waiting(instrument);
         for e in drained.drain(..) {
-            self.entry(instrument, slot, e, rules);
+            // Replayed: judged by S2 as before.
+            self.entry(instrument, slot, e, false, rules);
         }
         self.drained = drained;
         if let Some(inst) = self.instruments.get(instrument) {
@@ -467,21 +542,45 @@ impl Venue for CmeMdp3 {
         let summary = messages::validate(datagram)?;
         let ph = summary.header;
         let class = self.sequence.classify(ph.msg_seq_num, ph.sending_time);
-        let session = match class {
-            PacketClass::First | PacketClass::NewSession => self.sessions + 1,
-            _ => self.sessions,
+        let (session, sequence, count) = match class {
+            PacketClass::First => (self.sessions + 1, ph.msg_seq_num, 1),
+            // C5 by candidate: the candidate and this packet, one unit
+            // each, open the new session from the candidate's MsgSeqNum.
+            PacketClass::Confirms => (self.sessions + 1, ph.msg_seq_num - 1, 2),
+            _ => (self.sessions, ph.msg_seq_num, 1),
         };
         Ok(Header {
             channel: ChannelHeader {
                 session: CmeMdp3::session_id(session),
-                sequence: u64::from(ph.msg_seq_num),
+                sequence: u64::from(sequence),
                 kind: PacketKind::Data,
                 // Each packet is one unit of the channel sequence.
-                count: 1,
+                count,
                 stale_session: class == PacketClass::ReplacedSession,
             },
+            // Framing keeps SendingTime below 2^63.
             send_time: i64::try_from(ph.sending_time).ok(),
         })
+    }
+
+    fn set_aside(&mut self, datagram: &[u8]) -> bool {
+        let Ok((ph, _)) = sbe::packet(datagram) else {
+            return false;
+        };
+        let class = self.sequence.classify(ph.msg_seq_num, ph.sending_time);
+        if class != PacketClass::Candidate {
+            return false;
+        }
+        // At most one candidate: a later one replaces it.
+        self.candidate.clear();
+        self.candidate.extend_from_slice(datagram);
+        self.sequence
+            .process(ph.msg_seq_num, ph.sending_time, PacketClass::Candidate);
+        true
+    }
+
+    fn set_max_symbols(&mut self, max: usize) {
+        self.max_instruments = max;
     }
 
     fn on_session_start(&mut self, _now: i64, first_session: bool) {
@@ -496,17 +595,36 @@ impl Venue for CmeMdp3 {
     fn apply<R: Rules>(
         &mut self,
         datagram: &[u8],
-        header: &Header,
+        _header: &Header,
         _skip: u16,
         rules: &mut R,
     ) -> Applied {
-        let seq = header.channel.sequence.min(u64::from(u32::MAX)) as u32;
-        let sent = header.send_time.unwrap_or(0).max(0) as u64;
+        let Ok((ph, _)) = sbe::packet(datagram) else {
+            return Applied::default();
+        };
+        let (seq, sent) = (ph.msg_seq_num, ph.sending_time);
         let class = self.sequence.classify(seq, sent);
         match class {
-            PacketClass::First | PacketClass::NewSession => {
+            PacketClass::First => {
                 self.sessions += 1;
                 self.coverage.new_session(sent);
+            }
+            PacketClass::Confirms => {
+                // C5 then C1: the candidate is the new session's first
+                // packet, processed now, then this one.
+                self.sessions += 1;
+                let candidate = std::mem::take(&mut self.candidate);
+                if let Some(c) = self.sequence.candidate() {
+                    self.coverage.new_session(c.sent);
+                }
+                self.sequence.process(seq, sent, class);
+                self.messages(&candidate, LineKind::Incremental, rules);
+                self.finish_packet(rules);
+                self.candidate = candidate;
+                self.candidate.clear();
+                self.messages(datagram, LineKind::Incremental, rules);
+                self.finish_packet(rules);
+                return Applied::default();
             }
             PacketClass::Gap { .. } => {
                 let next = self.sequence.next().unwrap_or(0);
@@ -517,6 +635,11 @@ impl Venue for CmeMdp3 {
             _ => {}
         }
         self.sequence.process(seq, sent, class);
+        if self.sequence.candidate().is_none() {
+            // Discarded by this packet of the current session, if one
+            // waited.
+            self.candidate.clear();
+        }
         self.messages(datagram, LineKind::Incremental, rules);
         self.finish_packet(rules);
         // The packet's SendingTime is the clock sample (the header's).
@@ -561,4 +684,33 @@ impl Venue for CmeMdp3 {
             kept_dropped: self.kept.dropped(),
         }
     }
+}
+
+/// Snapshots: each side's levels within `depth` are 1, 2, … without a
+/// repeat (in any order); entries that are not bid or offer levels within
+/// `depth`, or whose price or size the book cannot take, are not counted
+/// (the book ignores them too).
+fn levels_in_order(entries: super::messages::SnapshotEntries<'_>, depth: u8) -> bool {
+    // Bit `l - 1` for level `l` (depth is at most 127).
+    let (mut bids, mut asks) = (0u128, 0u128);
+    for e in entries {
+        let side = match e.entry_type {
+            ty::BID => &mut bids,
+            ty::OFFER => &mut asks,
+            _ => continue,
+        };
+        let Some(level) = e.level.filter(|&l| l >= 1 && l <= depth) else {
+            continue;
+        };
+        if e.price.and_then(|p| p.to_nanos()).is_none() || e.size.is_none() {
+            continue;
+        }
+        let bit = 1u128 << (level - 1);
+        if *side & bit != 0 {
+            return false;
+        }
+        *side |= bit;
+    }
+    // Levels 1..k without a hole: the set bits are the lowest ones.
+    bids & bids.wrapping_add(1) == 0 && asks & asks.wrapping_add(1) == 0
 }

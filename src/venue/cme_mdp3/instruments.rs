@@ -44,6 +44,13 @@ impl Name {
     }
 }
 
+/// The name a definition's `Symbol` gives, if it names anything: not
+/// when empty or beginning with `#` (venues.md `cme-mdp3`, Instruments and
+/// symbols: `#` names are SecurityIDs' alone).
+pub fn naming(symbol: &[u8]) -> Option<Name> {
+    Name::new(symbol).filter(|n| n.as_bytes().first() != Some(&b'#'))
+}
+
 /// A SecurityGroup (`char[6]`, trimmed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Group([u8; 6]);
@@ -204,20 +211,24 @@ impl Instruments {
     /// trading-state change, if any.
     pub fn define(&mut self, d: &Definition<'_>) -> (u32, Option<HaltChange>) {
         let index = self.index(d.security_id);
-        let name = Name::new(d.symbol);
-        let old = self.list[index as usize].name;
-        if let Some(old) = old {
-            if self.by_name.get(&old) == Some(&index) {
-                self.by_name.remove(&old);
+        // A `Symbol` that is empty or begins with `#` names nothing: a `#`
+        // name is only ever a SecurityID's (such a definition gives depth
+        // and group, and removes no name).
+        if let Some(name) = naming(d.symbol) {
+            let old = self.list[index as usize].name;
+            if let Some(old) = old {
+                if self.by_name.get(&old) == Some(&index) {
+                    self.by_name.remove(&old);
+                }
             }
-        }
-        let deleted = d.update_action == b'D';
-        if let (Some(n), false) = (name, deleted) {
-            self.by_name.insert(n, index);
+            let deleted = d.update_action == b'D';
+            if !deleted {
+                self.by_name.insert(name, index);
+            }
+            self.list[index as usize].name = (!deleted).then_some(name);
         }
         let group = Group::new(d.security_group);
         let inst = &mut self.list[index as usize];
-        inst.name = if deleted { None } else { name };
         inst.defined = true;
         inst.group = group;
         if let Some(depth) = d.gbx_depth {
@@ -383,6 +394,15 @@ mod tests {
         assert_eq!(d.resolve(b"ESH7"), None);
         assert_eq!(d.resolve(b"#2002"), Some(other));
         assert_eq!(d.get(other).unwrap().name, None);
+        // A `#` or empty Symbol names nothing and removes no name.
+        d.define(&def(1001, b"ESZ6", b"ES", b'M', None));
+        let (es2, _) = d.define(&def(1001, b"#2002", b"ES", b'A', None));
+        assert_eq!(es2, es);
+        assert_eq!(d.resolve(b"#2002"), Some(other));
+        assert_eq!(d.resolve(b"ESZ6"), Some(es));
+        d.define(&def(1001, b"", b"ES", b'D', None));
+        assert_eq!(d.resolve(b"ESZ6"), Some(es));
+        assert_eq!(d.get(es).unwrap().name, Name::new(b"ESZ6"));
     }
 
     #[test]

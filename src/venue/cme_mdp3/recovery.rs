@@ -7,9 +7,12 @@
 //! used for a waiting instrument when it was sent after the current
 //! session began, `m` covers the latest channel reset and every packet
 //! declared lost in the session, and either the instrument has no
-//! sequence, or `r >= last_seq`, or a kept entry has RptSeq `r + 1`.
+//! sequence, or `r >= last_seq`, or a kept entry has RptSeq `r + 1`. The
+//! adapter adds what needs the channel and the book: `m` below `next`,
+//! each side's levels 1, 2, ... without a repeat, and any `r` for an
+//! instrument whose sequence is not believed (`adapter.rs`, `snapshot`).
 
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 
 use super::messages::{BookEntry, EntryKind};
 
@@ -93,18 +96,28 @@ struct List {
 
 /// The entries kept for waiting instruments (indices are the channel's
 /// instrument indices), at most `cap` in all: beyond it, the kept entries
-/// of the instrument that has waited longest are dropped. Entries live in
-/// one slab that grows to the largest number kept at once and is reused;
-/// keeping an entry allocates only when the slab grows.
+/// of the instrument that has waited longest (among those that hold some)
+/// are dropped. Entries live in one slab that grows to the largest number
+/// kept at once and is reused; keeping an entry allocates only when the
+/// slab grows.
+///
+/// Cost and memory: the instruments holding entries are ordered by when
+/// they started waiting (`holders`), so the one to drop is found at once,
+/// whatever the number of waiting instruments without entries; an
+/// instrument enters or leaves that order only when it gains its first
+/// entry or loses them all (O(log h) for h holders), every other entry is
+/// O(1). The bookkeeping is one record per instrument, one node per kept
+/// entry and one order item per holder: nothing grows with the number of
+/// gaps or waits.
 #[derive(Debug)]
 pub struct Kept {
     cap: usize,
     slab: Vec<Node>,
     free: u32,
     lists: Vec<List>,
-    /// Instruments in the order they started waiting (stale items are
-    /// skipped: their `since` no longer matches).
-    order: VecDeque<(u32, u64)>,
+    /// The waiting instruments that hold entries, by when they started
+    /// waiting: (`since`, instrument).
+    holders: BTreeSet<(u64, u32)>,
     clock: u64,
     kept: usize,
     waiting: usize,
@@ -118,7 +131,7 @@ impl Kept {
             slab: Vec::new(),
             free: NONE,
             lists: Vec::new(),
-            order: VecDeque::new(),
+            holders: BTreeSet::new(),
             clock: 0,
             kept: 0,
             waiting: 0,
@@ -178,7 +191,6 @@ impl Kept {
         self.clock += 1;
         let at = self.clock;
         self.list(instrument).since = Some(at);
-        self.order.push_back((instrument, at));
         self.waiting += 1;
     }
 
@@ -197,12 +209,18 @@ impl Kept {
         for i in 0..self.lists.len() as u32 {
             self.stop_waiting(i);
         }
-        self.order.clear();
+        debug_assert!(self.holders.is_empty());
+        self.holders.clear();
     }
 
     fn clear(&mut self, instrument: u32) {
         let l = &mut self.lists[instrument as usize];
         let (mut at, n) = (l.head, l.len);
+        if n > 0 {
+            if let Some(since) = l.since {
+                self.holders.remove(&(since, instrument));
+            }
+        }
         *l = List {
             head: NONE,
             tail: NONE,
@@ -249,42 +267,23 @@ impl Kept {
         let l = &mut self.lists[instrument as usize];
         l.tail = at;
         l.len += 1;
+        if l.len == 1 {
+            if let Some(since) = l.since {
+                self.holders.insert((since, instrument));
+            }
+        }
         self.kept += 1;
     }
 
+    /// At the bound: the kept entries of the longest waiter holding some
+    /// are dropped (false: nobody holds any).
     fn drop_longest_waiting(&mut self) -> bool {
-        while let Some(&(i, at)) = self.order.front() {
-            let l = self.lists[i as usize];
-            if l.since != Some(at) {
-                self.order.pop_front();
-                continue;
-            }
-            if l.len == 0 {
-                // Waits longest but holds nothing: look further.
-                break;
-            }
-            self.dropped += u64::from(l.len);
-            self.clear(i);
-            return true;
-        }
-        // The longest waiters hold nothing: the next one that does.
-        let victim = self
-            .order
-            .iter()
-            .copied()
-            .find(|&(i, at)| {
-                let l = self.lists[i as usize];
-                l.since == Some(at) && l.len > 0
-            })
-            .map(|(i, _)| i);
-        match victim {
-            Some(i) => {
-                self.dropped += u64::from(self.lists[i as usize].len);
-                self.clear(i);
-                true
-            }
-            None => false,
-        }
+        let Some(&(_, i)) = self.holders.first() else {
+            return false;
+        };
+        self.dropped += u64::from(self.lists[i as usize].len);
+        self.clear(i);
+        true
     }
 
     /// Whether an entry with RptSeq `rpt` is kept for `instrument`.
@@ -425,5 +424,31 @@ mod tests {
         assert_eq!((none.kept(), none.dropped()), (0, 1));
         k.reset();
         assert_eq!((k.kept(), k.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn waits_without_entries_leave_nothing_behind() {
+        // Gaps over quiet instruments: each waits, stops, waits again.
+        let mut k = Kept::new(2);
+        for _ in 0..1000 {
+            for i in 0..50 {
+                k.start_waiting(i);
+            }
+            for i in 0..50 {
+                k.stop_waiting(i);
+            }
+        }
+        assert_eq!((k.waiting(), k.holders.len()), (0, 0));
+        // Quiet waiters ahead of the holders are not in the drop order.
+        for i in 0..50 {
+            k.start_waiting(i);
+        }
+        k.keep(49, e(1));
+        k.keep(48, e(1));
+        assert_eq!(k.holders.len(), 2);
+        k.keep(49, e(2));
+        assert_eq!(rpts(&k, 48), Vec::<u32>::new(), "48 waited longest");
+        assert_eq!(rpts(&k, 49), [1, 2]);
+        assert_eq!(k.holders.len(), 1);
     }
 }

@@ -54,6 +54,8 @@ pub struct MessageHeader {
 pub enum SbeError {
     /// Shorter than the 12-byte packet header.
     ShortPacket { len: usize },
+    /// A SendingTime of 2^63 or more (venues.md `cme-mdp3`, Framing).
+    SendingTimeTooLarge { sending_time: u64 },
     /// A packet header and no message.
     NoMessage,
     /// A MsgSize below 10 (the size field and the SBE header).
@@ -86,6 +88,9 @@ impl fmt::Display for SbeError {
         match *self {
             SbeError::ShortPacket { len } => {
                 write!(f, "{len} bytes: shorter than the 12-byte packet header")
+            }
+            SbeError::SendingTimeTooLarge { sending_time } => {
+                write!(f, "SendingTime {sending_time} is 2^63 or more")
             }
             SbeError::NoMessage => write!(f, "a packet header and no message"),
             SbeError::MsgSizeTooSmall { offset, size } => {
@@ -149,13 +154,19 @@ pub fn packet(datagram: &[u8]) -> Result<(PacketHeader, Messages<'_>), SbeError>
             len: datagram.len(),
         });
     };
+    let sending_time = u64::from_le_bytes(time);
+    if sending_time > i64::MAX as u64 {
+        // Framing: a time no clock reaches, so the packet is invalid (and
+        // every reader of the time agrees on it).
+        return Err(SbeError::SendingTimeTooLarge { sending_time });
+    }
     if datagram.len() == PACKET_HEADER_LEN {
         return Err(SbeError::NoMessage);
     }
     Ok((
         PacketHeader {
             msg_seq_num: u32::from_le_bytes(seq),
-            sending_time: u64::from_le_bytes(time),
+            sending_time,
         },
         Messages {
             datagram,
