@@ -8,8 +8,9 @@
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
-use super::hold::{Against, Hold, Source};
 use super::index::{Slot, SymbolIndex};
+use super::recovery::hold::{Hold, HoldLimits, Limit, Step};
+use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
 use super::verdict::{report_cause, Thresholds};
@@ -160,18 +161,6 @@ struct SnapshotState {
     last_failure: Option<SnapshotFailure>,
 }
 
-/// R1: most sequences remembered as conflicted at once (their copies from
-/// the lines are dropped until the hole reaches past them).
-const CONFLICTS_MAX: usize = 1024;
-
-/// R2: the open hole's times.
-#[derive(Clone, Copy, Debug, Default)]
-struct HoleTimes {
-    t_open: i64,
-    /// The arrival of the last datagram that filled part of the hole.
-    t_progress: i64,
-}
-
 /// R4: the feed's re-request state.
 #[derive(Clone, Copy, Debug)]
 struct Requester {
@@ -233,16 +222,12 @@ pub struct Feed<P: Publish = NoPublish> {
     /// The channel header of the latest valid datagram (for replay's
     /// session notes, without parsing it again).
     last_header: Option<ChannelHeader>,
-    /// R1: datagrams held beyond the open hole.
+    /// R1-R2: datagrams held beyond the open hole.
     hold: Hold,
     /// A held datagram's bytes while it is processed (capacity kept).
     scratch: Vec<u8>,
-    rec: HoleTimes,
     req: Requester,
     snap: SnapshotState,
-    /// R1: sequences whose held copy met a conflicting one, ascending; all
-    /// at or beyond `next` (pruned as `next` passes them).
-    conflicted: Vec<u64>,
     /// Line skew: first arrival of recent packets by sequence (a ring
     /// indexed by sequence; the second copy reads and clears its entry).
     first_copy: Box<[(u64, i64); SKEW_RING]>,
@@ -286,13 +271,11 @@ impl<P: Publish> Feed<P> {
             venue,
             policy,
             last_header: None,
-            hold: if settings.recovery.holds() {
-                Hold::with_capacity(settings.recovery.gap_hold_packets.min(1 << 16))
-            } else {
-                Hold::default()
-            },
+            hold: Hold::new(
+                HoldLimits::new(&settings.recovery, settings.max_channel_jump),
+                settings.recovery.holds(),
+            ),
             scratch: Vec::new(),
-            rec: HoleTimes::default(),
             req: Requester::default(),
             snap: SnapshotState {
                 phase: SnapshotPhase::Idle,
@@ -301,7 +284,6 @@ impl<P: Publish> Feed<P> {
                 idle_since: None,
                 last_failure: None,
             },
-            conflicted: Vec::new(),
             first_copy: Box::new([(0, 0); SKEW_RING]),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
@@ -663,8 +645,7 @@ impl<P: Publish> Feed<P> {
     #[inline]
     fn steady(&self, header: &Header) -> bool {
         let ch = &header.channel;
-        self.hold.is_empty()
-            && self.conflicted.is_empty()
+        self.hold.is_idle()
             && self.view.recovery == 0
             && self.snap.phase == SnapshotPhase::Idle
             && ch.sequence <= self.channel.next_sequence()
@@ -733,7 +714,7 @@ impl<P: Publish> Feed<P> {
             return;
         }
         while !self.hold.is_empty() {
-            let deadline = self.hole_deadline();
+            let deadline = self.hold.deadline();
             if deadline >= now {
                 break;
             }
@@ -755,7 +736,7 @@ impl<P: Publish> Feed<P> {
             return snapshot;
         }
         // Declared right after the deadline: wake 1 ns past it.
-        let deadline = self.hole_deadline().saturating_add(1);
+        let deadline = self.hold.deadline().saturating_add(1);
         let t = match self.request_due() {
             Some(due) if self.req.queued.is_none() => deadline.min(due),
             _ => deadline,
@@ -892,7 +873,7 @@ impl<P: Publish> Feed<P> {
         self.counters.recovery.snapshots_applied += 1;
         // Step 3.
         self.channel.set_next(next);
-        self.conflicted.retain(|&seq| seq >= next);
+        self.hold.forget_conflicts_below(next);
         // Pace: the backoff stays as it is until 60 s pass without need.
         self.snap.phase = SnapshotPhase::Idle;
         self.snap.idle_since = Some(now);
@@ -916,8 +897,7 @@ impl<P: Publish> Feed<P> {
             self.open_hole(t);
             self.schedule_request(now);
         }
-        self.hold
-            .shrink_to(self.settings.recovery.gap_hold_packets.min(1 << 16));
+        self.hold.shrink();
     }
 
     /// R4: the request to send now, if one fell due: the index of the
@@ -938,11 +918,7 @@ impl<P: Publish> Feed<P> {
     /// The held datagrams now, and the most held at once and the arena's
     /// peak size so far (bytes).
     pub fn hold_usage(&self) -> (usize, usize, usize) {
-        (
-            self.hold.len(),
-            self.hold.peak_entries,
-            self.hold.peak_bytes,
-        )
+        self.hold.usage()
     }
 
     fn source_counters(&mut self, source: Source) -> &mut LineCounters {
@@ -978,132 +954,70 @@ impl<P: Publish> Feed<P> {
                     }
                     // R2: every open hole is declared before C5 applies.
                     self.declare_all(now);
-                    self.conflicted.clear();
+                    self.hold.clear_conflicts();
                 }
                 return self.process(source, datagram, header, now);
             }
             let next = self.channel.next_sequence();
-            let seq = ch.sequence;
-            if !self.conflicted.is_empty() {
-                // R1: the lines' copies of a conflicted sequence are dropped
-                // until the hole reaches past it; the servers decide.
-                let passed = self.conflicted.partition_point(|&c| c < next);
-                self.conflicted.drain(..passed);
-                if matches!(source, Source::Line(_))
-                    && ch.kind == PacketKind::Data
-                    && self.conflicted.binary_search(&seq).is_ok()
-                {
-                    self.counters.recovery.conflict_copies_dropped += 1;
-                    return DatagramOutcome::Ignored;
+            let limit = if self.snapshot_running() {
+                Limit::Image {
+                    packets: SNAPSHOT_HOLD_MAX,
+                    bytes: self.settings.recovery.snapshot_hold_bytes,
                 }
-            }
-            if self.snapshot_running() {
-                // R5: every datagram of the session is held meanwhile.
-                let end = seq.saturating_add(ch.count as u64);
-                if ch.kind == PacketKind::Data && end <= next {
-                    return self.process(source, datagram, header, now);
-                }
-                if !self.believed_beyond_hold(seq) {
-                    return self.process(source, datagram, header, now);
-                }
-                if let Some(out) = self.against_held(source, datagram, header, now) {
-                    return out;
-                }
-                if self.hold.len() >= SNAPSHOT_HOLD_MAX
-                    || self.hold.bytes() + datagram.len()
-                        > self.settings.recovery.snapshot_hold_bytes
-                {
-                    self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
-                    continue;
-                }
-                return self.keep(source, datagram, header, now);
-            }
-            if seq > next {
-                if !self.believed_beyond_hold(seq) {
+            } else {
+                Limit::Hole
+            };
+            let step = self.hold.judge(
+                source,
+                header,
+                datagram,
+                next,
+                limit,
+                &mut self.counters.recovery,
+            );
+            return match step {
+                Step::Process => self.process(source, datagram, header, now),
+                Step::Unbelieved => {
                     // C3b: dropped, or (the third of a run) a gap from
                     // `next`: held datagrams are older, declare them first.
                     if self.channel.jump_would_resync(&ch) {
                         self.declare_all(now);
                     }
-                    return self.process(source, datagram, header, now);
+                    self.process(source, datagram, header, now)
                 }
-                if let Some(out) = self.against_held(source, datagram, header, now) {
-                    return out;
-                }
-                if self.hold.len() >= self.settings.recovery.gap_hold_packets.max(1) {
-                    // R2: holding one more would exceed the bound.
-                    self.counters.recovery.hold_overflows += 1;
-                    self.declare_first(now);
-                    continue;
-                }
-                return self.keep(source, datagram, header, now);
-            }
-            if self.hold.is_empty() {
-                return self.process(source, datagram, header, now);
-            }
-            return match ch.kind {
-                PacketKind::Heartbeat => {
-                    // R1: a lagging line's heartbeat changes nothing (no C4).
+                Step::Duplicate => {
                     self.source_counters(source).duplicate_packets += 1;
                     DatagramOutcome::Duplicate
                 }
-                PacketKind::EndOfSession => {
-                    // C6 below `next`; at `next` while later datagrams are
-                    // held it cannot be the provider's: changes nothing.
+                Step::StaleEnd => {
                     self.counters.stale_ends_of_session += 1;
                     DatagramOutcome::Ignored
                 }
-                PacketKind::Data => {
-                    let before = next;
+                Step::Ignored => DatagramOutcome::Ignored,
+                Step::IgnoredHoleClosed => {
+                    self.close_hole(now);
+                    DatagramOutcome::Ignored
+                }
+                Step::Full => {
+                    if self.snapshot_running() {
+                        // R5: the attempt fails; judged again without it.
+                        self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
+                    } else {
+                        // R2: holding one more would exceed the bound.
+                        self.counters.recovery.hold_overflows += 1;
+                        self.declare_first(now);
+                    }
+                    continue;
+                }
+                Step::Keep => self.keep(source, datagram, header, now),
+                Step::Fill => {
                     let out = self.process(source, datagram, header, now);
-                    if self.channel.next_sequence() > before {
+                    if self.channel.next_sequence() > next {
                         self.fill(source, now);
                     }
                     out
                 }
             };
-        }
-    }
-
-    /// R1: a datagram beyond `next` against the held ones: the other
-    /// line's copy of a held packet adds nothing; one with the same
-    /// sequence and message count but other bytes is a conflict: neither is
-    /// applied, the held one is removed, and its sequence is missing (its
-    /// later copies from the lines are dropped, a server's answer decides).
-    /// `None`: hold it.
-    fn against_held(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> Option<DatagramOutcome> {
-        match self.hold.compare(header, datagram) {
-            Against::New => None,
-            Against::Copy => {
-                self.source_counters(source).duplicate_packets += 1;
-                Some(DatagramOutcome::Duplicate)
-            }
-            Against::Conflict(at) => {
-                self.counters.recovery.conflicts += 1;
-                let seq = header.channel.sequence;
-                self.hold.remove(at);
-                if self.conflicted.binary_search(&seq).is_err() {
-                    if self.conflicted.len() >= CONFLICTS_MAX {
-                        // Bounded: the furthest mark goes (the nearest to
-                        // `next` are re-requested first).
-                        self.conflicted.pop();
-                    }
-                    let at = self.conflicted.partition_point(|&c| c < seq);
-                    self.conflicted.insert(at, seq);
-                }
-                if self.hold.is_empty() {
-                    // Nothing held beyond `next`: no hole is open until a
-                    // datagram beyond the conflicted sequence arrives.
-                    self.close_hole(now);
-                }
-                Some(DatagramOutcome::Ignored)
-            }
         }
     }
 
@@ -1122,7 +1036,7 @@ impl<P: Publish> Feed<P> {
             }
         } else {
             // R2: progress moves a re-requesting hole's deadline.
-            self.rec.t_progress = now;
+            self.hold.progress(now);
             if source == Source::Rerequest {
                 // R4: an answer that fills part is followed at once by a
                 // request for the rest.
@@ -1139,11 +1053,11 @@ impl<P: Publish> Feed<P> {
     fn release(&mut self, now: i64) -> bool {
         let mut any = false;
         let mut bytes = std::mem::take(&mut self.scratch);
-        while let Some(first) = self.hold.first() {
-            if first.sequence() > self.channel.next_sequence() && !self.channel.ended() {
-                break;
-            }
-            let held = self.hold.pop_into(&mut bytes).expect("first exists");
+        while let Some(held) = self.hold.pop_continuing(
+            self.channel.next_sequence(),
+            self.channel.ended(),
+            &mut bytes,
+        ) {
             self.process(held.source, &bytes, &held.header, now);
             any = true;
         }
@@ -1157,7 +1071,7 @@ impl<P: Publish> Feed<P> {
     fn declare_first(&mut self, at: i64) {
         self.counters.recovery.holes_lost += 1;
         let mut bytes = std::mem::take(&mut self.scratch);
-        if let Some(held) = self.hold.pop_into(&mut bytes) {
+        if let Some(held) = self.hold.pop_first(&mut bytes) {
             self.process(held.source, &bytes, &held.header, at);
         }
         self.scratch = bytes;
@@ -1192,11 +1106,7 @@ impl<P: Publish> Feed<P> {
     }
 
     fn open_hole(&mut self, t_open: i64) {
-        self.counters.recovery.holes_opened += 1;
-        self.rec = HoleTimes {
-            t_open,
-            t_progress: t_open,
-        };
+        self.hold.open(t_open, &mut self.counters.recovery);
         self.req.outstanding_since = None;
         self.req.queued = None;
         if self.view.flags & FEED_RECOVERING == 0 {
@@ -1208,10 +1118,7 @@ impl<P: Publish> Feed<P> {
     /// The current hole is gone (filled or declared): `recovering` ends
     /// unless another opens at once.
     fn close_hole(&mut self, now: i64) {
-        self.counters
-            .recovery
-            .hole_time
-            .observe(now.saturating_sub(self.rec.t_open));
+        self.hold.close(now, &mut self.counters.recovery);
         self.req.outstanding_since = None;
         self.req.queued = None;
         if self.hold.is_empty() && self.view.flags & FEED_RECOVERING != 0 {
@@ -1234,14 +1141,6 @@ impl<P: Publish> Feed<P> {
             self.view.line_skew_max_ns = skew;
             self.publisher.publish_feed(&self.view);
         }
-    }
-
-    /// C3b while datagrams are held: a sequence is judged from the furthest
-    /// one held (the provider's stream goes on while `next` waits for the
-    /// hole, for as long as a snapshot takes), else from `next`.
-    fn believed_beyond_hold(&self, seq: u64) -> bool {
-        let from = self.channel.next_sequence().max(self.hold.max_end());
-        seq <= from || seq - from < self.settings.max_channel_jump.max(1)
     }
 
     /// The symbol rules' context at `now`.
@@ -1276,46 +1175,19 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// R2: the open hole's deadline, never more than `max_hole_ms` after
-    /// its open time.
-    fn hole_deadline(&self) -> i64 {
-        let r = &self.settings.recovery;
-        let held_until = self
-            .rec
-            .t_open
-            .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64);
-        let deadline = if r.rerequest_servers == 0 {
-            held_until
-        } else {
-            held_until
-                .max(self.rec.t_progress)
-                .saturating_add(self.rerequest_window_ns())
-        };
-        deadline.min(self.rec.t_open.saturating_add(ms_to_ns(r.max_hole_ms)))
-    }
-
-    /// R2: `rerequest_attempts x rerequest_timeout_ms`, in ns.
-    fn rerequest_window_ns(&self) -> i64 {
-        let r = &self.settings.recovery;
-        ms_to_ns(r.rerequest_timeout_ms).saturating_mul(r.rerequest_attempts as i64)
-    }
-
     /// R4: when the next request falls due (re-requesting feeds with an
     /// open hole): the first at `max(t_open + gap_hold_us, t_progress)`,
     /// then each `rerequest_timeout_ms` after the last unanswered one, and
     /// never more than 100 in any second.
     fn request_due(&self) -> Option<i64> {
         let r = &self.settings.recovery;
-        if r.rerequest_servers == 0 || self.hold.is_empty() {
+        let ask_from = self.hold.ask_from()?;
+        if r.rerequest_servers == 0 {
             return None;
         }
         let due = match self.req.outstanding_since {
             Some(sent) => sent.saturating_add(ms_to_ns(r.rerequest_timeout_ms)),
-            None => self
-                .rec
-                .t_open
-                .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64)
-                .max(self.rec.t_progress),
+            None => ask_from,
         };
         Some(due.max(self.req.rate_free_at()))
     }

@@ -1,0 +1,14 @@
+//! Recovery (recovery.md) as state machines beside the feed's rules, each
+//! sans-I/O with `now` passed in and its own tests; `Feed` (`engine`)
+//! drives them and carries out what they decide (processing a datagram,
+//! declaring a hole lost, publishing the feed's state):
+//!
+//! | machine | rules | states |
+//! |---|---|---|
+//! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
+//!
+//! docs/recovery.md "Architecture" says which machine implements which
+//! rule.
+
+pub mod hold;
+pub mod store;
