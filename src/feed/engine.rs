@@ -10,6 +10,7 @@ use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::recovery::hold::{Hold, HoldLimits, Limit, Step};
+use super::recovery::refill::{self, Refill, RefillState};
 use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
@@ -20,7 +21,7 @@ use super::view::{
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, RECOVERY_HOLDING, RECOVERY_LIVE, RECOVERY_REREQUESTING,
     RECOVERY_SNAPSHOT, RECOVERY_SNAPSHOT_WANTED, SYM_HALTED,
 };
-use crate::venue::rerequest::Request;
+use crate::venue::rerequest::{MoldUdp64, Request};
 use crate::venue::{
     AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
     Venue, VenueKind, VenueRecovery,
@@ -161,50 +162,6 @@ struct SnapshotState {
     last_failure: Option<SnapshotFailure>,
 }
 
-/// R4: the feed's re-request state.
-#[derive(Clone, Copy, Debug)]
-struct Requester {
-    /// Index of the server asked last (in turn after a timeout).
-    server: usize,
-    /// When the outstanding request left, if one is.
-    outstanding_since: Option<i64>,
-    /// A request due, waiting for the I/O shell (`poll_request`): the
-    /// server, the request, and when it fell due. Counted as sent (and in
-    /// the rate ceiling) only when the shell takes it: a hole that closes
-    /// or is declared first drops it unsent.
-    queued: Option<(usize, Request, i64)>,
-    /// The last `RATE_LIMIT` send times (a ring), for the ceiling.
-    sent: [i64; RATE_LIMIT],
-    sent_at: usize,
-}
-
-/// R4: at most this many requests leave a feed in any second.
-const RATE_LIMIT: usize = 100;
-
-impl Default for Requester {
-    fn default() -> Requester {
-        Requester {
-            server: 0,
-            outstanding_since: None,
-            queued: None,
-            sent: [i64::MIN; RATE_LIMIT],
-            sent_at: 0,
-        }
-    }
-}
-
-impl Requester {
-    /// The earliest time one more request keeps within the ceiling.
-    fn rate_free_at(&self) -> i64 {
-        self.sent[self.sent_at].saturating_add(1_000_000_000)
-    }
-
-    fn record_send(&mut self, now: i64) {
-        self.sent[self.sent_at] = now;
-        self.sent_at = (self.sent_at + 1) % RATE_LIMIT;
-    }
-}
-
 pub struct Feed<P: Publish = NoPublish> {
     settings: FeedSettings,
     max_jump: u64,
@@ -226,7 +183,9 @@ pub struct Feed<P: Publish = NoPublish> {
     hold: Hold,
     /// A held datagram's bytes while it is processed (capacity kept).
     scratch: Vec<u8>,
-    req: Requester,
+    /// R4: the refill service's requests (MoldUDP64's, the only refill
+    /// codec today).
+    refill: Refill<MoldUdp64>,
     snap: SnapshotState,
     /// Line skew: first arrival of recent packets by sequence (a ring
     /// indexed by sequence; the second copy reads and clears its entry).
@@ -276,7 +235,7 @@ impl<P: Publish> Feed<P> {
                 settings.recovery.holds(),
             ),
             scratch: Vec::new(),
-            req: Requester::default(),
+            refill: Refill::new(&settings.recovery),
             snap: SnapshotState {
                 phase: SnapshotPhase::Idle,
                 backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
@@ -738,7 +697,7 @@ impl<P: Publish> Feed<P> {
         // Declared right after the deadline: wake 1 ns past it.
         let deadline = self.hold.deadline().saturating_add(1);
         let t = match self.request_due() {
-            Some(due) if self.req.queued.is_none() => deadline.min(due),
+            Some(due) if !self.refill.has_queued() => deadline.min(due),
             _ => deadline,
         };
         Some(snapshot.map_or(t, |s| s.min(t)))
@@ -904,10 +863,7 @@ impl<P: Publish> Feed<P> {
     /// configured server to send it to, and the request. At most one is
     /// outstanding per feed.
     pub fn poll_request(&mut self) -> Option<(usize, Request)> {
-        let (server, request, at) = self.req.queued.take()?;
-        self.req.record_send(at);
-        self.counters.recovery.requests_sent += 1;
-        Some((server, request))
+        self.refill.poll(&mut self.counters.recovery)
     }
 
     /// Whether a hole is open now (R3: the check answers `recovering`).
@@ -1040,7 +996,7 @@ impl<P: Publish> Feed<P> {
             if source == Source::Rerequest {
                 // R4: an answer that fills part is followed at once by a
                 // request for the rest.
-                self.req.outstanding_since = None;
+                self.refill.answered_in_part();
             }
         }
         self.schedule_request(now);
@@ -1107,8 +1063,7 @@ impl<P: Publish> Feed<P> {
 
     fn open_hole(&mut self, t_open: i64) {
         self.hold.open(t_open, &mut self.counters.recovery);
-        self.req.outstanding_since = None;
-        self.req.queued = None;
+        self.refill.reset();
         if self.view.flags & FEED_RECOVERING == 0 {
             self.view.flags |= FEED_RECOVERING;
             self.publisher.publish_feed(&self.view);
@@ -1119,8 +1074,7 @@ impl<P: Publish> Feed<P> {
     /// unless another opens at once.
     fn close_hole(&mut self, now: i64) {
         self.hold.close(now, &mut self.counters.recovery);
-        self.req.outstanding_since = None;
-        self.req.queued = None;
+        self.refill.reset();
         if self.hold.is_empty() && self.view.flags & FEED_RECOVERING != 0 {
             self.view.flags &= !FEED_RECOVERING;
             self.publisher.publish_feed(&self.view);
@@ -1161,7 +1115,9 @@ impl<P: Publish> Feed<P> {
             SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
             SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
             SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
-            SnapshotPhase::Idle if self.req.outstanding_since.is_some() => RECOVERY_REREQUESTING,
+            SnapshotPhase::Idle if matches!(self.refill.state(), RefillState::Asked { .. }) => {
+                RECOVERY_REREQUESTING
+            }
             SnapshotPhase::Idle => RECOVERY_HOLDING,
         };
         let reason = self
@@ -1176,46 +1132,22 @@ impl<P: Publish> Feed<P> {
     }
 
     /// R4: when the next request falls due (re-requesting feeds with an
-    /// open hole): the first at `max(t_open + gap_hold_us, t_progress)`,
-    /// then each `rerequest_timeout_ms` after the last unanswered one, and
-    /// never more than 100 in any second.
+    /// open hole).
     fn request_due(&self) -> Option<i64> {
-        let r = &self.settings.recovery;
-        let ask_from = self.hold.ask_from()?;
-        if r.rerequest_servers == 0 {
-            return None;
-        }
-        let due = match self.req.outstanding_since {
-            Some(sent) => sent.saturating_add(ms_to_ns(r.rerequest_timeout_ms)),
-            None => ask_from,
-        };
-        Some(due.max(self.req.rate_free_at()))
+        self.refill.due(self.hold.ask_from())
     }
 
     /// R4: queues the request that falls due at `now`, if any.
     fn schedule_request(&mut self, now: i64) {
-        let Some(due) = self.request_due() else {
-            return;
+        let channel = match (self.channel.current_session(), self.hold.first()) {
+            (Some(session), Some(first)) => Some(refill::Channel {
+                session,
+                next: self.channel.next_sequence(),
+                first_held: first.sequence(),
+            }),
+            _ => None,
         };
-        if due > now || self.req.queued.is_some() {
-            return;
-        }
-        let (Some(session), Some(first)) = (self.channel.current_session(), self.hold.first())
-        else {
-            return;
-        };
-        let next = self.channel.next_sequence();
-        let missing = first.sequence().saturating_sub(next);
-        if self.req.outstanding_since.is_some() {
-            // Unanswered: the next server, in turn.
-            self.req.server = (self.req.server + 1) % self.settings.recovery.rerequest_servers;
-        }
-        self.req.outstanding_since = Some(now);
-        self.req.queued = Some((
-            self.req.server,
-            Request::for_hole(session, next, missing),
-            now,
-        ));
+        self.refill.schedule(now, self.hold.ask_from(), channel);
     }
 
     /// Applies a valid datagram to the channel rules and, for data, the

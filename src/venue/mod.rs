@@ -17,6 +17,7 @@
 //!    another line already delivered) to `Rules`, the engine's symbol rules.
 
 pub mod cme_mdp3;
+pub mod codec;
 pub mod iex_tops;
 pub mod nasdaq_itch;
 pub mod rerequest;

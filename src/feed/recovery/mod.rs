@@ -6,9 +6,11 @@
 //! | machine | rules | states |
 //! |---|---|---|
 //! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
+//! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
 //!
 //! docs/recovery.md "Architecture" says which machine implements which
 //! rule.
 
 pub mod hold;
+pub mod refill;
 pub mod store;

@@ -1,0 +1,62 @@
+//! What a venue supplies to the feed's recovery machines
+//! (`feed::recovery`): codecs, not engine code. Pure: bytes in, bytes out.
+//!
+//! # A refill service (recovery.md R4; Cboe's Gap Request Proxy, R4c)
+//!
+//! The refill machine (`feed::recovery::refill::Refill`) decides *what* to
+//! ask (the channel's first missing message and how many), *when* (after
+//! `gap_hold_us`, again after `rerequest_timeout_ms`, at once after a
+//! partial answer) and *how fast* (one outstanding request, at most 100 a
+//! second). A venue only says how a request looks on the wire:
+//!
+//! ```
+//! use tickgate::venue::codec::{Gap, RefillCodec};
+//!
+//! /// A made-up service: unit byte, sequence u32 and count u16, big-endian.
+//! struct Toy;
+//!
+//! impl RefillCodec for Toy {
+//!     type Request = (u8, u32, u16);
+//!     fn request(gap: Gap) -> (u8, u32, u16) {
+//!         let count = gap.missing.clamp(1, u16::MAX as u64) as u16;
+//!         (gap.session.0[9], gap.first as u32, count)
+//!     }
+//!     fn encode(r: &(u8, u32, u16), out: &mut Vec<u8>) {
+//!         out.push(r.0);
+//!         out.extend_from_slice(&r.1.to_be_bytes());
+//!         out.extend_from_slice(&r.2.to_be_bytes());
+//!     }
+//! }
+//! ```
+//!
+//! `request` may ask for fewer messages than missing (a count limit): the
+//! machine asks for the rest once the answer has moved `next`. Answers
+//! are not the codec's business: they are the venue's ordinary datagrams
+//! (`Venue::parse`), folded into the hold as from a line named `rerequest`
+//! (MoldUDP64), or arrive on the venue's gap lines (Cboe). Sending the
+//! bytes is the I/O shell's (`net::rerequest`).
+
+use crate::wire::SessionId;
+
+/// R4: the messages a channel lacks: `missing` messages from `first` of
+/// `session` (the channel's; a venue with units finds its unit from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub session: SessionId,
+    pub first: u64,
+    pub missing: u64,
+}
+
+/// A venue's refill request: what the refill machine queues, and its
+/// bytes.
+pub trait RefillCodec {
+    /// One request, as the machine queues it and the I/O shell sends it.
+    type Request: Copy + std::fmt::Debug + PartialEq + Eq;
+
+    /// The request for `gap` (at least one message; at most what the
+    /// service accepts in one request).
+    fn request(gap: Gap) -> Self::Request;
+
+    /// `request`'s bytes, appended to `out`.
+    fn encode(request: &Self::Request, out: &mut Vec<u8>);
+}
