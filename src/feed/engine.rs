@@ -10,6 +10,7 @@ use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::recovery::hold::{Hold, HoldLimits, Limit, Step};
+use super::recovery::image::{self, Image};
 use super::recovery::refill::{self, Refill, RefillState};
 use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
@@ -27,6 +28,8 @@ use crate::venue::{
     Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
+
+pub use super::recovery::image::{SnapshotFailure, SnapshotPhase, SNAPSHOT_HOLD_MAX};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,109 +62,6 @@ enum Payload<'a> {
     Blocks(&'a [u8]),
 }
 
-/// R5: where a feed's snapshot stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotPhase {
-    /// No snapshot is needed (or the feed has no snapshot server).
-    Idle,
-    /// One is needed; the next attempt may start at `not_before`.
-    Wanted { not_before: i64 },
-    /// An attempt started at `since`: every datagram of the session is
-    /// held until its `G` or its failure.
-    Running { since: i64 },
-}
-
-/// R5: why a snapshot attempt failed (the I/O shell reports the
-/// connection's failures; the core finds the others).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SnapshotFailure {
-    /// The TCP connection was refused or could not be made.
-    Refused,
-    /// Login Rejected (`J`).
-    LoginRejected,
-    /// End of Session (`Z`) or the connection closed before `G`.
-    Closed,
-    /// 15 s without a whole packet from the server.
-    Silence,
-    /// 30 s without `G`.
-    NoEndOfSnapshot,
-    /// A packet or message that does not parse.
-    Malformed,
-    /// More than `SNAPSHOT_HOLD_MAX` datagrams, or more than
-    /// `snapshot.hold_mib` of them, held meanwhile.
-    HeldBound,
-    /// The snapshot's own messages passed `snapshot.max_mib`.
-    SnapshotBound,
-    /// `G` is `max_channel_jump` or more beyond the furthest held datagram,
-    /// or as far below the first one (C3b's rule for a snapshot).
-    Implausible,
-    /// The feed's session changed (or ended) during the attempt.
-    SessionChanged,
-}
-
-impl SnapshotFailure {
-    pub const ALL: [SnapshotFailure; 10] = [
-        SnapshotFailure::Refused,
-        SnapshotFailure::LoginRejected,
-        SnapshotFailure::Closed,
-        SnapshotFailure::Silence,
-        SnapshotFailure::NoEndOfSnapshot,
-        SnapshotFailure::Malformed,
-        SnapshotFailure::HeldBound,
-        SnapshotFailure::SnapshotBound,
-        SnapshotFailure::Implausible,
-        SnapshotFailure::SessionChanged,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotFailure::Refused => "refused",
-            SnapshotFailure::LoginRejected => "login_rejected",
-            SnapshotFailure::Closed => "closed_before_end",
-            SnapshotFailure::Silence => "silence",
-            SnapshotFailure::NoEndOfSnapshot => "no_end_of_snapshot",
-            SnapshotFailure::Malformed => "malformed",
-            SnapshotFailure::HeldBound => "held_bound",
-            SnapshotFailure::SnapshotBound => "snapshot_bound",
-            SnapshotFailure::Implausible => "implausible_end",
-            SnapshotFailure::SessionChanged => "session_changed",
-        }
-    }
-
-    fn index(self) -> usize {
-        SnapshotFailure::ALL
-            .iter()
-            .position(|&f| f == self)
-            .unwrap_or(0)
-    }
-}
-
-/// R5: most datagrams held while a snapshot runs.
-pub const SNAPSHOT_HOLD_MAX: usize = 1_000_000;
-/// R5 "Pace": an attempt starts at the earliest this long after the
-/// previous one started, doubling up to the maximum while attempts keep
-/// being needed.
-const SNAPSHOT_BACKOFF_MIN_NS: i64 = 1_000_000_000;
-const SNAPSHOT_BACKOFF_MAX_NS: i64 = 60_000_000_000;
-/// R5 "Pace": after this long without needing a snapshot, the backoff is
-/// back to its minimum.
-const SNAPSHOT_BACKOFF_RESET_NS: i64 = 60_000_000_000;
-
-/// R5 state of a feed.
-#[derive(Clone, Copy, Debug)]
-struct SnapshotState {
-    phase: SnapshotPhase,
-    /// The wait between the next attempt's start and the one after it.
-    backoff_ns: i64,
-    /// The earliest start of the next attempt (the last start plus the
-    /// backoff then): whatever ended the last one, none starts sooner.
-    earliest_next: i64,
-    /// Since when no snapshot has been needed (the last one applied), if
-    /// one was ever started.
-    idle_since: Option<i64>,
-    last_failure: Option<SnapshotFailure>,
-}
-
 pub struct Feed<P: Publish = NoPublish> {
     settings: FeedSettings,
     max_jump: u64,
@@ -186,7 +86,8 @@ pub struct Feed<P: Publish = NoPublish> {
     /// R4: the refill service's requests (MoldUDP64's, the only refill
     /// codec today).
     refill: Refill<MoldUdp64>,
-    snap: SnapshotState,
+    /// R5: the image service's phase and pace.
+    image: Image,
     /// Line skew: first arrival of recent packets by sequence (a ring
     /// indexed by sequence; the second copy reads and clears its entry).
     first_copy: Box<[(u64, i64); SKEW_RING]>,
@@ -236,13 +137,10 @@ impl<P: Publish> Feed<P> {
             ),
             scratch: Vec::new(),
             refill: Refill::new(&settings.recovery),
-            snap: SnapshotState {
-                phase: SnapshotPhase::Idle,
-                backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
-                earliest_next: i64::MIN,
-                idle_since: None,
-                last_failure: None,
-            },
+            image: Image::new(
+                settings.recovery.snapshot,
+                settings.recovery.snapshot_hold_bytes,
+            ),
             first_copy: Box::new([(0, 0); SKEW_RING]),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
@@ -606,7 +504,7 @@ impl<P: Publish> Feed<P> {
         let ch = &header.channel;
         self.hold.is_idle()
             && self.view.recovery == 0
-            && self.snap.phase == SnapshotPhase::Idle
+            && self.image.phase() == SnapshotPhase::Idle
             && ch.sequence <= self.channel.next_sequence()
             && !self.channel.ended()
             && self.channel.current_session() == Some(ch.session)
@@ -686,7 +584,7 @@ impl<P: Publish> Feed<P> {
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
     /// deadline passing or a request falling due. `None`: nothing pending.
     pub fn next_timeout(&self) -> Option<i64> {
-        let snapshot = match self.snap.phase {
+        let snapshot = match self.image.phase() {
             SnapshotPhase::Wanted { not_before } => Some(not_before),
             SnapshotPhase::Running { .. } => return None,
             SnapshotPhase::Idle => None,
@@ -704,62 +602,32 @@ impl<P: Publish> Feed<P> {
     }
 
     fn snapshot_running(&self) -> bool {
-        matches!(self.snap.phase, SnapshotPhase::Running { .. })
+        self.image.running()
     }
 
     /// R5: where the feed's snapshot stands, and the last failure.
     pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
-        (self.snap.phase, self.snap.last_failure)
+        (self.image.phase(), self.image.last_failure())
     }
 
     /// R5: whether a snapshot attempt starts now (the I/O shell then
     /// connects to the snapshot server). From now until `on_snapshot` or
     /// `on_snapshot_failed`, every datagram of the session is held.
     pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
-        match self.snap.phase {
-            SnapshotPhase::Wanted { not_before } if now >= not_before => {
-                self.snap.phase = SnapshotPhase::Running { since: now };
-                // Pace: the next attempt, whatever ends this one, waits
-                // the backoff from this start.
-                self.snap.earliest_next = now.saturating_add(self.snap.backoff_ns);
-                self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
-                self.counters.recovery.snapshots_started += 1;
-                self.refresh_recovery_view();
-                true
-            }
-            _ => false,
+        if !self.image.poll_start(now, &mut self.counters.recovery) {
+            return false;
         }
-    }
-
-    /// R5: a late join or a lost hole on a feed with a snapshot server.
-    fn want_snapshot(&mut self, now: i64) {
-        if self.settings.recovery.snapshot && self.snap.phase == SnapshotPhase::Idle {
-            if self
-                .snap
-                .idle_since
-                .is_some_and(|t| now.saturating_sub(t) >= SNAPSHOT_BACKOFF_RESET_NS)
-            {
-                // Pace: 60 s without needing one, back to the minimum.
-                self.snap.backoff_ns = SNAPSHOT_BACKOFF_MIN_NS;
-            }
-            self.snap.phase = SnapshotPhase::Wanted {
-                not_before: now.max(self.snap.earliest_next),
-            };
-        }
+        self.refresh_recovery_view();
+        true
     }
 
     /// R5: the attempt failed: nothing of it is applied; the held
     /// datagrams are processed as without a snapshot (R1-R2) and the next
     /// attempt waits for its pace (the backoff from this one's start).
     pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
-        if !self.snapshot_running() {
+        if !self.image.failed(why, now, &mut self.counters.recovery) {
             return;
         }
-        self.counters.recovery.snapshots_failed[why.index()] += 1;
-        self.snap.last_failure = Some(why);
-        self.snap.phase = SnapshotPhase::Wanted {
-            not_before: now.max(self.snap.earliest_next),
-        };
         self.resume_after_snapshot(None, now);
         self.refresh_recovery_view();
     }
@@ -768,11 +636,10 @@ impl<P: Publish> Feed<P> {
     /// more beyond the furthest held datagram (or `next`, nothing held),
     /// or as far below the first one.
     fn implausible_end(&self, next: u64) -> bool {
-        let jump = self.settings.max_channel_jump.max(1);
         let current = self.channel.next_sequence();
         let furthest = current.max(self.hold.max_end());
         let first = self.hold.first().map_or(current, |h| h.sequence());
-        next >= furthest.saturating_add(jump) || next.saturating_add(jump) <= first
+        image::implausible_end(next, furthest, first, self.settings.max_channel_jump)
     }
 
     /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
@@ -829,14 +696,10 @@ impl<P: Publish> Feed<P> {
         }
         self.publisher.publish_feed(&self.view);
         self.counters.live_orders = self.venue.live_orders();
-        self.counters.recovery.snapshots_applied += 1;
         // Step 3.
         self.channel.set_next(next);
         self.hold.forget_conflicts_below(next);
-        // Pace: the backoff stays as it is until 60 s pass without need.
-        self.snap.phase = SnapshotPhase::Idle;
-        self.snap.idle_since = Some(now);
-        self.snap.last_failure = None;
+        self.image.applied(now, &mut self.counters.recovery);
         self.resume_after_snapshot(Some(now), now);
         self.refresh_recovery_view();
         Ok(())
@@ -916,10 +779,7 @@ impl<P: Publish> Feed<P> {
             }
             let next = self.channel.next_sequence();
             let limit = if self.snapshot_running() {
-                Limit::Image {
-                    packets: SNAPSHOT_HOLD_MAX,
-                    bytes: self.settings.recovery.snapshot_hold_bytes,
-                }
+                self.image.hold_limit()
             } else {
                 Limit::Hole
             };
@@ -1111,7 +971,7 @@ impl<P: Publish> Feed<P> {
 
     /// R6: the recovery state readers see (`status`), published on change.
     fn refresh_recovery_view(&mut self) {
-        let state = match self.snap.phase {
+        let state = match self.image.phase() {
             SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
             SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
             SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
@@ -1121,8 +981,8 @@ impl<P: Publish> Feed<P> {
             SnapshotPhase::Idle => RECOVERY_HOLDING,
         };
         let reason = self
-            .snap
-            .last_failure
+            .image
+            .last_failure()
             .map_or(0, |f| (f.index() as u8 + 1) << 3);
         let code = state | reason;
         if self.view.recovery != code {
@@ -1216,7 +1076,7 @@ impl<P: Publish> Feed<P> {
                 if header.channel.sequence != 1 {
                     self.view.flags |= FEED_TRUST_LATE_JOIN;
                     // R5: a late join asks for a snapshot.
-                    self.want_snapshot(now);
+                    self.image.want(now);
                 }
             }
             self.venue.on_session_start(now, first_session);
@@ -1235,7 +1095,7 @@ impl<P: Publish> Feed<P> {
                 // nasdaq-itch: no message verifies a symbol again.
                 self.view.flags |= FEED_TRUST_GAP;
                 // R5: a lost hole asks for a snapshot.
-                self.want_snapshot(now);
+                self.image.want(now);
             }
         }
         if ev.alive {

@@ -7,10 +7,12 @@
 //! |---|---|---|
 //! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
 //! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
+//! | [`image::Image`] | R5: when, pace, bounds, plausible end | `Idle`, `Wanted`, `Running` |
 //!
 //! docs/recovery.md "Architecture" says which machine implements which
 //! rule.
 
 pub mod hold;
+pub mod image;
 pub mod refill;
 pub mod store;
