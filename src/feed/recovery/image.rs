@@ -7,11 +7,15 @@
 //!   to 1 s after 60 s without need), what bounds the hold while one runs,
 //!   and whether its end is plausible. States: [`SnapshotPhase`]. The
 //!   driver (`Feed`) applies the picture and releases the hold.
-//! - `ImageSession` (below): one attempt's conversation with the server
-//!   through the venue's `ImageCodec`.
+//! - [`ImageSession`]: one attempt's conversation with the server through
+//!   the venue's [`ImageCodec`]: log in, heartbeats, silence and time
+//!   limits, the image's byte bound, the end. States: [`SessionState`].
+//!   The I/O shell (`net::glimpse`) only connects and moves bytes.
 
 use super::hold::Limit;
 use crate::feed::counters::RecoveryCounters;
+use crate::venue::codec::{ImageCodec, ImageError, ImageEvent};
+use crate::wire::SessionId;
 
 /// R5: where a feed's snapshot stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +231,202 @@ pub fn implausible_end(next: u64, furthest: u64, first: u64, max_jump: u64) -> b
     next >= furthest.saturating_add(jump) || next.saturating_add(jump) <= first
 }
 
+/// R5: one attempt's time limits and bounds (`snapshot` settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// The attempt fails after this long without a whole packet.
+    pub silence_ns: i64,
+    /// The attempt fails after this long without the image's end.
+    pub whole_ns: i64,
+    /// A client heartbeat after this long without sending.
+    pub heartbeat_ns: i64,
+    /// Most image bytes (as blocks) accepted (`snapshot.max_mib`).
+    pub max_bytes: usize,
+}
+
+/// R5: where one attempt's conversation stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionState {
+    /// The login left; no answer yet.
+    LoggingIn,
+    /// Logged in: the image's messages are arriving.
+    Receiving,
+    /// The image is whole (the goodbye was written).
+    Done,
+    /// The attempt failed.
+    Failed,
+}
+
+/// A whole image: the server's session name where its protocol has one
+/// (for the log only), the first sequence after it, its messages as
+/// blocks (u16 big-endian length, message).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Picture {
+    pub session: Option<SessionId>,
+    pub next: u64,
+    pub blocks: Vec<u8>,
+}
+
+/// What the conversation came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SessionOutcome {
+    Done(Picture),
+    Failed(SnapshotFailure, String),
+}
+
+/// R5: one attempt's conversation with an image server, sans-I/O: the
+/// I/O shell connects, hands in what it reads with `now`
+/// ([`ImageSession::on_bytes`]), calls [`ImageSession::poll`] between
+/// reads, and sends whatever the machine appended to `out`. The venue's
+/// [`ImageCodec`] supplies the bytes and reads the server's.
+#[derive(Debug)]
+pub struct ImageSession<C: ImageCodec> {
+    codec: C,
+    limits: SessionLimits,
+    state: SessionState,
+    started: i64,
+    /// The last whole packet from the server (bytes that never complete
+    /// one do not count).
+    last_heard: i64,
+    last_sent: i64,
+    session: Option<SessionId>,
+    blocks: Vec<u8>,
+}
+
+impl<C: ImageCodec> ImageSession<C> {
+    /// The conversation starts at `now` (connected): the login is
+    /// appended to `out`.
+    pub fn start(
+        mut codec: C,
+        limits: SessionLimits,
+        now: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<ImageSession<C>, SessionOutcome> {
+        codec.login(out).map_err(failure)?;
+        Ok(ImageSession {
+            codec,
+            limits,
+            state: SessionState::LoggingIn,
+            started: now,
+            last_heard: now,
+            last_sent: now,
+            session: None,
+            blocks: Vec::new(),
+        })
+    }
+
+    pub fn state(&self) -> SessionState {
+        self.state
+    }
+
+    /// Time passes to `now` without bytes: the silence and the whole
+    /// attempt's limits, and a client heartbeat (appended to `out`) when
+    /// one is due.
+    pub fn poll(&mut self, now: i64, out: &mut Vec<u8>) -> Option<SessionOutcome> {
+        if matches!(self.state, SessionState::Done | SessionState::Failed) {
+            return None;
+        }
+        if now.saturating_sub(self.last_heard) > self.limits.silence_ns {
+            return Some(self.fail(
+                SnapshotFailure::Silence,
+                format!(
+                    "no whole packet from the server in {} s",
+                    self.limits.silence_ns / 1_000_000_000
+                ),
+            ));
+        }
+        if now.saturating_sub(self.started) > self.limits.whole_ns {
+            return Some(self.fail(
+                SnapshotFailure::NoEndOfSnapshot,
+                "no End of Snapshot in time".into(),
+            ));
+        }
+        if now.saturating_sub(self.last_sent) >= self.limits.heartbeat_ns {
+            self.codec.heartbeat(out);
+            self.last_sent = now;
+        }
+        None
+    }
+
+    /// Bytes read from the server at `now`; replies (and the goodbye
+    /// after the end) are appended to `out`.
+    pub fn on_bytes(
+        &mut self,
+        bytes: &[u8],
+        now: i64,
+        out: &mut Vec<u8>,
+    ) -> Option<SessionOutcome> {
+        if matches!(self.state, SessionState::Done | SessionState::Failed) {
+            return None;
+        }
+        self.codec.push(bytes);
+        loop {
+            let event = match self.codec.next_event(out) {
+                Ok(Some(e)) => e,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.state = SessionState::Failed;
+                    return Some(failure(e));
+                }
+            };
+            // R5: silence is measured between whole packets.
+            self.last_heard = now;
+            let logged_in = self.state == SessionState::Receiving;
+            match event {
+                ImageEvent::Heard => {}
+                ImageEvent::LoggedIn { session } => {
+                    self.session = session;
+                    self.state = SessionState::Receiving;
+                }
+                ImageEvent::Message(_) | ImageEvent::End { .. } if !logged_in => {
+                    self.state = SessionState::Failed;
+                    return Some(SessionOutcome::Failed(
+                        SnapshotFailure::Malformed,
+                        "data before Login Accepted".into(),
+                    ));
+                }
+                ImageEvent::Message(msg) => {
+                    if self.blocks.len() + msg.len() + 2 > self.limits.max_bytes {
+                        let why = format!(
+                            "snapshot larger than snapshot.max_mib ({} MiB)",
+                            self.limits.max_bytes >> 20
+                        );
+                        self.state = SessionState::Failed;
+                        return Some(SessionOutcome::Failed(SnapshotFailure::SnapshotBound, why));
+                    }
+                    self.blocks
+                        .extend_from_slice(&(msg.len() as u16).to_be_bytes());
+                    self.blocks.extend_from_slice(msg);
+                }
+                ImageEvent::End { next } => {
+                    // R5: then the client logs out and closes.
+                    self.codec.logout(out);
+                    self.state = SessionState::Done;
+                    return Some(SessionOutcome::Done(Picture {
+                        session: self.session,
+                        next,
+                        blocks: std::mem::take(&mut self.blocks),
+                    }));
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, why: SnapshotFailure, detail: String) -> SessionOutcome {
+        self.state = SessionState::Failed;
+        SessionOutcome::Failed(why, detail)
+    }
+}
+
+/// R5: a codec's error as the attempt's failure.
+fn failure(e: ImageError) -> SessionOutcome {
+    match e {
+        ImageError::Rejected(d) => SessionOutcome::Failed(SnapshotFailure::LoginRejected, d),
+        ImageError::Closed(d) => SessionOutcome::Failed(SnapshotFailure::Closed, d),
+        ImageError::Malformed(d) => SessionOutcome::Failed(SnapshotFailure::Malformed, d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +535,146 @@ mod tests {
                 bytes: 4096
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod session_tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    /// A made-up protocol, one byte a packet: `A` accepted, `J` rejected,
+    /// `H` heartbeat, `Z` end of session, `m` a message "m", `G` the end
+    /// at 42, anything else malformed. The client sends `L`, `R`, `O`.
+    #[derive(Debug, Default)]
+    struct Toy {
+        bytes: std::collections::VecDeque<u8>,
+        msg: [u8; 1],
+    }
+
+    impl ImageCodec for Toy {
+        fn login(&mut self, out: &mut Vec<u8>) -> Result<(), ImageError> {
+            out.push(b'L');
+            Ok(())
+        }
+        fn heartbeat(&mut self, out: &mut Vec<u8>) {
+            out.push(b'R');
+        }
+        fn logout(&mut self, out: &mut Vec<u8>) {
+            out.push(b'O');
+        }
+        fn push(&mut self, bytes: &[u8]) {
+            self.bytes.extend(bytes);
+        }
+        fn next_event(&mut self, _: &mut Vec<u8>) -> Result<Option<ImageEvent<'_>>, ImageError> {
+            let Some(b) = self.bytes.pop_front() else {
+                return Ok(None);
+            };
+            Ok(Some(match b {
+                b'A' => ImageEvent::LoggedIn {
+                    session: Some(SessionId(*b"SESSION001")),
+                },
+                b'J' => return Err(ImageError::Rejected("no".into())),
+                b'H' => ImageEvent::Heard,
+                b'Z' => return Err(ImageError::Closed("Z".into())),
+                b'G' => ImageEvent::End { next: 42 },
+                b'm' => {
+                    self.msg = [b'm'];
+                    ImageEvent::Message(&self.msg)
+                }
+                _ => return Err(ImageError::Malformed("?".into())),
+            }))
+        }
+    }
+
+    fn limits() -> SessionLimits {
+        SessionLimits {
+            silence_ns: 15 * S,
+            whole_ns: 30 * S,
+            heartbeat_ns: S,
+            max_bytes: 9,
+        }
+    }
+
+    fn start(out: &mut Vec<u8>) -> ImageSession<Toy> {
+        ImageSession::start(Toy::default(), limits(), 0, out).unwrap()
+    }
+
+    #[test]
+    fn logs_in_receives_and_logs_out_at_the_end() {
+        let mut out = Vec::new();
+        let mut s = start(&mut out);
+        assert_eq!(out, b"L");
+        assert_eq!(s.state(), SessionState::LoggingIn);
+        assert_eq!(s.on_bytes(b"AHm", 1, &mut out), None);
+        assert_eq!(s.state(), SessionState::Receiving);
+        let done = s.on_bytes(b"mG", 2, &mut out);
+        assert_eq!(
+            done,
+            Some(SessionOutcome::Done(Picture {
+                session: Some(SessionId(*b"SESSION001")),
+                next: 42,
+                blocks: vec![0, 1, b'm', 0, 1, b'm'],
+            }))
+        );
+        assert_eq!(out, b"LO");
+        assert_eq!(s.state(), SessionState::Done);
+    }
+
+    #[test]
+    fn heartbeats_after_each_second_without_sending() {
+        let mut out = Vec::new();
+        let mut s = start(&mut out);
+        out.clear();
+        assert_eq!(s.poll(S - 1, &mut out), None);
+        assert!(out.is_empty());
+        assert_eq!(s.poll(S, &mut out), None);
+        assert_eq!(out, b"R");
+        assert_eq!(s.poll(S + S / 2, &mut out), None);
+        assert_eq!(out, b"R");
+    }
+
+    #[test]
+    fn silence_counts_whole_packets_only_and_the_whole_attempt_is_bounded() {
+        let mut out = Vec::new();
+        let mut s = start(&mut out);
+        s.on_bytes(b"A", 10 * S, &mut out);
+        assert_eq!(s.poll(25 * S, &mut out), None);
+        let Some(SessionOutcome::Failed(why, _)) = s.poll(25 * S + 1, &mut out) else {
+            panic!("silence");
+        };
+        assert_eq!(why, SnapshotFailure::Silence);
+
+        let mut s = start(&mut out);
+        for t in 1..=30 {
+            assert_eq!(s.on_bytes(b"H", t * S, &mut out), None);
+            assert_eq!(s.poll(t * S, &mut out), None);
+        }
+        let Some(SessionOutcome::Failed(why, _)) = s.poll(30 * S + 1, &mut out) else {
+            panic!("no end");
+        };
+        assert_eq!(why, SnapshotFailure::NoEndOfSnapshot);
+    }
+
+    #[test]
+    fn each_failure_is_named() {
+        let cases: [(&[u8], SnapshotFailure); 5] = [
+            (b"J", SnapshotFailure::LoginRejected),
+            (b"AZ", SnapshotFailure::Closed),
+            (b"A?", SnapshotFailure::Malformed),
+            (b"m", SnapshotFailure::Malformed),
+            (b"Ammmm", SnapshotFailure::SnapshotBound),
+        ];
+        for (bytes, want) in cases {
+            let mut out = Vec::new();
+            let mut s = start(&mut out);
+            match s.on_bytes(bytes, 1, &mut out) {
+                Some(SessionOutcome::Failed(why, _)) => assert_eq!(why, want, "{bytes:?}"),
+                other => panic!("{bytes:?}: {other:?}"),
+            }
+            assert_eq!(s.state(), SessionState::Failed);
+            assert_eq!(s.on_bytes(b"G", 2, &mut out), None, "over");
+        }
     }
 }
