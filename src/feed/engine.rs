@@ -999,15 +999,15 @@ impl<P: Publish> Feed<P> {
 
     /// R4: queues the request that falls due at `now`, if any.
     fn schedule_request(&mut self, now: i64) {
-        let channel = match (self.channel.current_session(), self.hold.first()) {
-            (Some(session), Some(first)) => Some(refill::Channel {
+        let hole = match (self.channel.current_session(), self.hold.first()) {
+            (Some(session), Some(first)) => Some(refill::Hole {
                 session,
                 next: self.channel.next_sequence(),
                 first_held: first.sequence(),
             }),
             _ => None,
         };
-        self.refill.schedule(now, self.hold.ask_from(), channel);
+        self.refill.schedule(now, self.hold.ask_from(), hole);
     }
 
     /// Applies a valid datagram to the channel rules and, for data, the

@@ -32,9 +32,10 @@ pub enum RefillState {
     Asked { since: i64 },
 }
 
-/// What the machine needs of the channel to build a request.
+/// The open hole as the machine needs it to build a request: the
+/// channel's session and `next`, and where the held datagrams begin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Channel {
+pub struct Hole {
     pub session: SessionId,
     /// The channel's `next`: the first missing message.
     pub next: u64,
@@ -119,15 +120,15 @@ impl<C: RefillCodec> Refill<C> {
     }
 
     /// R4: queues the request that falls due at `now`, if any, for the
-    /// hole of `channel` (`None`: no session or nothing held).
-    pub fn schedule(&mut self, now: i64, ask_from: Option<i64>, channel: Option<Channel>) {
+    /// `hole` (`None`: no session or nothing held).
+    pub fn schedule(&mut self, now: i64, ask_from: Option<i64>, hole: Option<Hole>) {
         let Some(due) = self.due(ask_from) else {
             return;
         };
         if due > now || self.queued.is_some() {
             return;
         }
-        let Some(ch) = channel else {
+        let Some(h) = hole else {
             return;
         };
         if let RefillState::Asked { .. } = self.state {
@@ -136,9 +137,9 @@ impl<C: RefillCodec> Refill<C> {
         }
         self.state = RefillState::Asked { since: now };
         let gap = Gap {
-            session: ch.session,
-            first: ch.next,
-            missing: ch.first_held.saturating_sub(ch.next),
+            session: h.session,
+            first: h.next,
+            missing: h.first_held.saturating_sub(h.next),
         };
         self.queued = Some((self.server, C::request(gap), now));
     }
@@ -170,8 +171,8 @@ mod tests {
         })
     }
 
-    fn hole(next: u64, first_held: u64) -> Option<Channel> {
-        Some(Channel {
+    fn hole(next: u64, first_held: u64) -> Option<Hole> {
+        Some(Hole {
             session: S,
             next,
             first_held,
