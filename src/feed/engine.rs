@@ -136,7 +136,7 @@ impl<P: Publish> Feed<P> {
                 settings.recovery.holds(),
             ),
             scratch: Vec::new(),
-            refill: Refill::new(&settings.recovery),
+            refill: Refill::new(&settings.recovery, MoldUdp64),
             image: Image::new(
                 settings.recovery.snapshot,
                 settings.recovery.snapshot_hold_bytes,

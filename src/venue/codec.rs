@@ -17,11 +17,11 @@
 //!
 //! impl RefillCodec for Toy {
 //!     type Request = (u8, u32, u16);
-//!     fn request(gap: Gap) -> (u8, u32, u16) {
+//!     fn request(&self, gap: Gap) -> (u8, u32, u16) {
 //!         let count = gap.missing.clamp(1, u16::MAX as u64) as u16;
 //!         (gap.session.0[9], gap.first as u32, count)
 //!     }
-//!     fn encode(r: &(u8, u32, u16), out: &mut Vec<u8>) {
+//!     fn encode(&self, r: &(u8, u32, u16), out: &mut Vec<u8>) {
 //!         out.push(r.0);
 //!         out.extend_from_slice(&r.1.to_be_bytes());
 //!         out.extend_from_slice(&r.2.to_be_bytes());
@@ -29,8 +29,10 @@
 //! }
 //! ```
 //!
-//! `request` may ask for fewer messages than missing (a count limit): the
-//! machine asks for the rest once the answer has moved `next`. Answers
+//! `request` may ask for fewer messages than missing (a count limit, which
+//! the codec may keep and change: the machine lends it out through
+//! `Refill::codec_mut`, e.g. to halve it after a refusal): the machine
+//! asks for the rest once the answer has moved `next`. Answers
 //! are not the codec's business: they are the venue's ordinary datagrams
 //! (`Venue::parse`), folded into the hold as from a line named `rerequest`
 //! (MoldUDP64), or arrive on the venue's gap lines (Cboe). Sending the
@@ -68,10 +70,10 @@ pub trait RefillCodec {
 
     /// The request for `gap` (at least one message; at most what the
     /// service accepts in one request).
-    fn request(gap: Gap) -> Self::Request;
+    fn request(&self, gap: Gap) -> Self::Request;
 
     /// `request`'s bytes, appended to `out`.
-    fn encode(request: &Self::Request, out: &mut Vec<u8>);
+    fn encode(&self, request: &Self::Request, out: &mut Vec<u8>);
 }
 
 /// One thing an image server said, as its venue's codec reads it.

@@ -72,11 +72,11 @@ pub struct MoldUdp64;
 impl RefillCodec for MoldUdp64 {
     type Request = Request;
 
-    fn request(gap: Gap) -> Request {
+    fn request(&self, gap: Gap) -> Request {
         Request::for_hole(gap.session, gap.first, gap.missing)
     }
 
-    fn encode(request: &Request, out: &mut Vec<u8>) {
+    fn encode(&self, request: &Request, out: &mut Vec<u8>) {
         out.extend_from_slice(&request.encode());
     }
 }
@@ -131,10 +131,10 @@ mod tests {
             first: 7,
             missing: 100_000,
         };
-        let r = MoldUdp64::request(gap);
+        let r = MoldUdp64.request(gap);
         assert_eq!(r.count, MAX_REQUEST_COUNT);
         let mut out = vec![0xAA];
-        MoldUdp64::encode(&r, &mut out);
+        MoldUdp64.encode(&r, &mut out);
         assert_eq!(out.len(), 1 + REQUEST_LEN);
         assert_eq!(Request::decode(&out[1..]), Some(r));
     }

@@ -13,8 +13,6 @@
 //! the last answer filled part of it) and `Asked` (a request left at
 //! `since` and is unanswered).
 
-use std::marker::PhantomData;
-
 use crate::feed::counters::RecoveryCounters;
 use crate::feed::settings::{ms_to_ns, Recovery};
 use crate::venue::codec::{Gap, RefillCodec};
@@ -59,11 +57,11 @@ pub struct Refill<C: RefillCodec> {
     /// The last `RATE_LIMIT` send times (a ring), for the ceiling.
     sent: [i64; RATE_LIMIT],
     sent_at: usize,
-    codec: PhantomData<C>,
+    codec: C,
 }
 
 impl<C: RefillCodec> Refill<C> {
-    pub fn new(r: &Recovery) -> Refill<C> {
+    pub fn new(r: &Recovery, codec: C) -> Refill<C> {
         Refill {
             servers: r.rerequest_servers,
             timeout_ns: ms_to_ns(r.rerequest_timeout_ms),
@@ -72,8 +70,14 @@ impl<C: RefillCodec> Refill<C> {
             queued: None,
             sent: [i64::MIN; RATE_LIMIT],
             sent_at: 0,
-            codec: PhantomData,
+            codec,
         }
+    }
+
+    /// The venue's codec (a driver tells it what the service's answers
+    /// say, e.g. a lower count limit).
+    pub fn codec_mut(&mut self) -> &mut C {
+        &mut self.codec
     }
 
     pub fn state(&self) -> RefillState {
@@ -141,7 +145,7 @@ impl<C: RefillCodec> Refill<C> {
             first: h.next,
             missing: h.first_held.saturating_sub(h.next),
         };
-        self.queued = Some((self.server, C::request(gap), now));
+        self.queued = Some((self.server, self.codec.request(gap), now));
     }
 
     /// R4: the request to send now, if one fell due: the index of the
@@ -164,11 +168,14 @@ mod tests {
     const S: SessionId = SessionId(*b"SESSION001");
 
     fn refill(servers: usize) -> Refill<MoldUdp64> {
-        Refill::new(&Recovery {
-            rerequest_servers: servers,
-            rerequest_timeout_ms: 50,
-            ..Recovery::default()
-        })
+        Refill::new(
+            &Recovery {
+                rerequest_servers: servers,
+                rerequest_timeout_ms: 50,
+                ..Recovery::default()
+            },
+            MoldUdp64,
+        )
     }
 
     fn hole(next: u64, first_held: u64) -> Option<Hole> {
@@ -268,5 +275,41 @@ mod tests {
         let mut c = RecoveryCounters::default();
         r.schedule(0, Some(0), hole(1, 1_000_000));
         assert_eq!(r.poll(&mut c).unwrap().1.count, MAX_REQUEST_COUNT);
+    }
+
+    /// A service with a count limit of its own that the driver lowers (as
+    /// a Gap Request Proxy's refusal of a count asks for).
+    #[derive(Debug)]
+    struct Limited {
+        max_count: u64,
+    }
+
+    impl RefillCodec for Limited {
+        type Request = (u64, u64);
+        fn request(&self, gap: Gap) -> (u64, u64) {
+            (gap.first, gap.missing.clamp(1, self.max_count))
+        }
+        fn encode(&self, r: &(u64, u64), out: &mut Vec<u8>) {
+            out.extend_from_slice(&r.0.to_be_bytes());
+            out.extend_from_slice(&r.1.to_be_bytes());
+        }
+    }
+
+    #[test]
+    fn a_codec_keeps_state_the_driver_can_change() {
+        let mut r = Refill::new(
+            &Recovery {
+                rerequest_servers: 1,
+                ..Recovery::default()
+            },
+            Limited { max_count: 100 },
+        );
+        let mut c = RecoveryCounters::default();
+        r.schedule(0, Some(0), hole(5, 1_000));
+        assert_eq!(r.poll(&mut c), Some((0, (5, 100))));
+        r.codec_mut().max_count = 50;
+        r.answered_in_part();
+        r.schedule(1, Some(0), hole(5, 1_000));
+        assert_eq!(r.poll(&mut c), Some((0, (5, 50))));
     }
 }
