@@ -8,8 +8,11 @@
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
-use super::hold::{Against, Hold, Source};
 use super::index::{Slot, SymbolIndex};
+use super::recovery::hold::{Hold, HoldLimits, Limit, Step};
+use super::recovery::image::{self, Image};
+use super::recovery::refill::{self, Refill, RefillState};
+use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
 use super::verdict::{report_cause, Thresholds};
@@ -19,12 +22,14 @@ use super::view::{
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, RECOVERY_HOLDING, RECOVERY_LIVE, RECOVERY_REREQUESTING,
     RECOVERY_SNAPSHOT, RECOVERY_SNAPSHOT_WANTED, SYM_HALTED,
 };
-use crate::venue::rerequest::Request;
+use crate::venue::rerequest::{MoldUdp64, Request};
 use crate::venue::{
     AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
     Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
+
+pub use super::recovery::image::{SnapshotFailure, SnapshotPhase, SNAPSHOT_HOLD_MAX};
 
 /// What one datagram did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,165 +62,6 @@ enum Payload<'a> {
     Blocks(&'a [u8]),
 }
 
-/// R5: where a feed's snapshot stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotPhase {
-    /// No snapshot is needed (or the feed has no snapshot server).
-    Idle,
-    /// One is needed; the next attempt may start at `not_before`.
-    Wanted { not_before: i64 },
-    /// An attempt started at `since`: every datagram of the session is
-    /// held until its `G` or its failure.
-    Running { since: i64 },
-}
-
-/// R5: why a snapshot attempt failed (the I/O shell reports the
-/// connection's failures; the core finds the others).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SnapshotFailure {
-    /// The TCP connection was refused or could not be made.
-    Refused,
-    /// Login Rejected (`J`).
-    LoginRejected,
-    /// End of Session (`Z`) or the connection closed before `G`.
-    Closed,
-    /// 15 s without a whole packet from the server.
-    Silence,
-    /// 30 s without `G`.
-    NoEndOfSnapshot,
-    /// A packet or message that does not parse.
-    Malformed,
-    /// More than `SNAPSHOT_HOLD_MAX` datagrams, or more than
-    /// `snapshot.hold_mib` of them, held meanwhile.
-    HeldBound,
-    /// The snapshot's own messages passed `snapshot.max_mib`.
-    SnapshotBound,
-    /// `G` is `max_channel_jump` or more beyond the furthest held datagram,
-    /// or as far below the first one (C3b's rule for a snapshot).
-    Implausible,
-    /// The feed's session changed (or ended) during the attempt.
-    SessionChanged,
-}
-
-impl SnapshotFailure {
-    pub const ALL: [SnapshotFailure; 10] = [
-        SnapshotFailure::Refused,
-        SnapshotFailure::LoginRejected,
-        SnapshotFailure::Closed,
-        SnapshotFailure::Silence,
-        SnapshotFailure::NoEndOfSnapshot,
-        SnapshotFailure::Malformed,
-        SnapshotFailure::HeldBound,
-        SnapshotFailure::SnapshotBound,
-        SnapshotFailure::Implausible,
-        SnapshotFailure::SessionChanged,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotFailure::Refused => "refused",
-            SnapshotFailure::LoginRejected => "login_rejected",
-            SnapshotFailure::Closed => "closed_before_end",
-            SnapshotFailure::Silence => "silence",
-            SnapshotFailure::NoEndOfSnapshot => "no_end_of_snapshot",
-            SnapshotFailure::Malformed => "malformed",
-            SnapshotFailure::HeldBound => "held_bound",
-            SnapshotFailure::SnapshotBound => "snapshot_bound",
-            SnapshotFailure::Implausible => "implausible_end",
-            SnapshotFailure::SessionChanged => "session_changed",
-        }
-    }
-
-    fn index(self) -> usize {
-        SnapshotFailure::ALL
-            .iter()
-            .position(|&f| f == self)
-            .unwrap_or(0)
-    }
-}
-
-/// R5: most datagrams held while a snapshot runs.
-pub const SNAPSHOT_HOLD_MAX: usize = 1_000_000;
-/// R5 "Pace": an attempt starts at the earliest this long after the
-/// previous one started, doubling up to the maximum while attempts keep
-/// being needed.
-const SNAPSHOT_BACKOFF_MIN_NS: i64 = 1_000_000_000;
-const SNAPSHOT_BACKOFF_MAX_NS: i64 = 60_000_000_000;
-/// R5 "Pace": after this long without needing a snapshot, the backoff is
-/// back to its minimum.
-const SNAPSHOT_BACKOFF_RESET_NS: i64 = 60_000_000_000;
-
-/// R5 state of a feed.
-#[derive(Clone, Copy, Debug)]
-struct SnapshotState {
-    phase: SnapshotPhase,
-    /// The wait between the next attempt's start and the one after it.
-    backoff_ns: i64,
-    /// The earliest start of the next attempt (the last start plus the
-    /// backoff then): whatever ended the last one, none starts sooner.
-    earliest_next: i64,
-    /// Since when no snapshot has been needed (the last one applied), if
-    /// one was ever started.
-    idle_since: Option<i64>,
-    last_failure: Option<SnapshotFailure>,
-}
-
-/// R1: most sequences remembered as conflicted at once (their copies from
-/// the lines are dropped until the hole reaches past them).
-const CONFLICTS_MAX: usize = 1024;
-
-/// R2: the open hole's times.
-#[derive(Clone, Copy, Debug, Default)]
-struct HoleTimes {
-    t_open: i64,
-    /// The arrival of the last datagram that filled part of the hole.
-    t_progress: i64,
-}
-
-/// R4: the feed's re-request state.
-#[derive(Clone, Copy, Debug)]
-struct Requester {
-    /// Index of the server asked last (in turn after a timeout).
-    server: usize,
-    /// When the outstanding request left, if one is.
-    outstanding_since: Option<i64>,
-    /// A request due, waiting for the I/O shell (`poll_request`): the
-    /// server, the request, and when it fell due. Counted as sent (and in
-    /// the rate ceiling) only when the shell takes it: a hole that closes
-    /// or is declared first drops it unsent.
-    queued: Option<(usize, Request, i64)>,
-    /// The last `RATE_LIMIT` send times (a ring), for the ceiling.
-    sent: [i64; RATE_LIMIT],
-    sent_at: usize,
-}
-
-/// R4: at most this many requests leave a feed in any second.
-const RATE_LIMIT: usize = 100;
-
-impl Default for Requester {
-    fn default() -> Requester {
-        Requester {
-            server: 0,
-            outstanding_since: None,
-            queued: None,
-            sent: [i64::MIN; RATE_LIMIT],
-            sent_at: 0,
-        }
-    }
-}
-
-impl Requester {
-    /// The earliest time one more request keeps within the ceiling.
-    fn rate_free_at(&self) -> i64 {
-        self.sent[self.sent_at].saturating_add(1_000_000_000)
-    }
-
-    fn record_send(&mut self, now: i64) {
-        self.sent[self.sent_at] = now;
-        self.sent_at = (self.sent_at + 1) % RATE_LIMIT;
-    }
-}
-
 pub struct Feed<P: Publish = NoPublish> {
     settings: FeedSettings,
     max_jump: u64,
@@ -233,16 +79,15 @@ pub struct Feed<P: Publish = NoPublish> {
     /// The channel header of the latest valid datagram (for replay's
     /// session notes, without parsing it again).
     last_header: Option<ChannelHeader>,
-    /// R1: datagrams held beyond the open hole.
+    /// R1-R2: datagrams held beyond the open hole.
     hold: Hold,
     /// A held datagram's bytes while it is processed (capacity kept).
     scratch: Vec<u8>,
-    rec: HoleTimes,
-    req: Requester,
-    snap: SnapshotState,
-    /// R1: sequences whose held copy met a conflicting one, ascending; all
-    /// at or beyond `next` (pruned as `next` passes them).
-    conflicted: Vec<u64>,
+    /// R4: the refill service's requests (MoldUDP64's, the only refill
+    /// codec today).
+    refill: Refill<MoldUdp64>,
+    /// R5: the image service's phase and pace.
+    image: Image,
     /// Line skew: first arrival of recent packets by sequence (a ring
     /// indexed by sequence; the second copy reads and clears its entry).
     first_copy: Box<[(u64, i64); SKEW_RING]>,
@@ -287,22 +132,16 @@ impl<P: Publish> Feed<P> {
             venue,
             policy,
             last_header: None,
-            hold: if settings.recovery.holds() {
-                Hold::with_capacity(settings.recovery.gap_hold_packets.min(1 << 16))
-            } else {
-                Hold::default()
-            },
+            hold: Hold::new(
+                HoldLimits::new(&settings.recovery, settings.max_channel_jump),
+                settings.recovery.holds(),
+            ),
             scratch: Vec::new(),
-            rec: HoleTimes::default(),
-            req: Requester::default(),
-            snap: SnapshotState {
-                phase: SnapshotPhase::Idle,
-                backoff_ns: SNAPSHOT_BACKOFF_MIN_NS,
-                earliest_next: i64::MIN,
-                idle_since: None,
-                last_failure: None,
-            },
-            conflicted: Vec::new(),
+            refill: Refill::new(&settings.recovery, MoldUdp64),
+            image: Image::new(
+                settings.recovery.snapshot,
+                settings.recovery.snapshot_hold_bytes,
+            ),
             first_copy: Box::new([(0, 0); SKEW_RING]),
         };
         feed.view.offset_ns = feed.clock.offset_ns();
@@ -670,10 +509,9 @@ impl<P: Publish> Feed<P> {
     #[inline]
     fn steady(&self, header: &Header) -> bool {
         let ch = &header.channel;
-        self.hold.is_empty()
-            && self.conflicted.is_empty()
+        self.hold.is_idle()
             && self.view.recovery == 0
-            && self.snap.phase == SnapshotPhase::Idle
+            && self.image.phase() == SnapshotPhase::Idle
             && ch.sequence <= self.channel.next_sequence()
             && !self.channel.ended()
             && self.channel.current_session() == Some(ch.session)
@@ -740,7 +578,7 @@ impl<P: Publish> Feed<P> {
             return;
         }
         while !self.hold.is_empty() {
-            let deadline = self.hole_deadline();
+            let deadline = self.hold.deadline();
             if deadline >= now {
                 break;
             }
@@ -753,7 +591,7 @@ impl<P: Publish> Feed<P> {
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
     /// deadline passing or a request falling due. `None`: nothing pending.
     pub fn next_timeout(&self) -> Option<i64> {
-        let snapshot = match self.snap.phase {
+        let snapshot = match self.image.phase() {
             SnapshotPhase::Wanted { not_before } => Some(not_before),
             SnapshotPhase::Running { .. } => return None,
             SnapshotPhase::Idle => None,
@@ -762,71 +600,41 @@ impl<P: Publish> Feed<P> {
             return snapshot;
         }
         // Declared right after the deadline: wake 1 ns past it.
-        let deadline = self.hole_deadline().saturating_add(1);
+        let deadline = self.hold.deadline().saturating_add(1);
         let t = match self.request_due() {
-            Some(due) if self.req.queued.is_none() => deadline.min(due),
+            Some(due) if !self.refill.has_queued() => deadline.min(due),
             _ => deadline,
         };
         Some(snapshot.map_or(t, |s| s.min(t)))
     }
 
     fn snapshot_running(&self) -> bool {
-        matches!(self.snap.phase, SnapshotPhase::Running { .. })
+        self.image.running()
     }
 
     /// R5: where the feed's snapshot stands, and the last failure.
     pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
-        (self.snap.phase, self.snap.last_failure)
+        (self.image.phase(), self.image.last_failure())
     }
 
     /// R5: whether a snapshot attempt starts now (the I/O shell then
     /// connects to the snapshot server). From now until `on_snapshot` or
     /// `on_snapshot_failed`, every datagram of the session is held.
     pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
-        match self.snap.phase {
-            SnapshotPhase::Wanted { not_before } if now >= not_before => {
-                self.snap.phase = SnapshotPhase::Running { since: now };
-                // Pace: the next attempt, whatever ends this one, waits
-                // the backoff from this start.
-                self.snap.earliest_next = now.saturating_add(self.snap.backoff_ns);
-                self.snap.backoff_ns = (self.snap.backoff_ns * 2).min(SNAPSHOT_BACKOFF_MAX_NS);
-                self.counters.recovery.snapshots_started += 1;
-                self.refresh_recovery_view();
-                true
-            }
-            _ => false,
+        if !self.image.poll_start(now, &mut self.counters.recovery) {
+            return false;
         }
-    }
-
-    /// R5: a late join or a lost hole on a feed with a snapshot server.
-    fn want_snapshot(&mut self, now: i64) {
-        if self.settings.recovery.snapshot && self.snap.phase == SnapshotPhase::Idle {
-            if self
-                .snap
-                .idle_since
-                .is_some_and(|t| now.saturating_sub(t) >= SNAPSHOT_BACKOFF_RESET_NS)
-            {
-                // Pace: 60 s without needing one, back to the minimum.
-                self.snap.backoff_ns = SNAPSHOT_BACKOFF_MIN_NS;
-            }
-            self.snap.phase = SnapshotPhase::Wanted {
-                not_before: now.max(self.snap.earliest_next),
-            };
-        }
+        self.refresh_recovery_view();
+        true
     }
 
     /// R5: the attempt failed: nothing of it is applied; the held
     /// datagrams are processed as without a snapshot (R1-R2) and the next
     /// attempt waits for its pace (the backoff from this one's start).
     pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
-        if !self.snapshot_running() {
+        if !self.image.failed(why, now, &mut self.counters.recovery) {
             return;
         }
-        self.counters.recovery.snapshots_failed[why.index()] += 1;
-        self.snap.last_failure = Some(why);
-        self.snap.phase = SnapshotPhase::Wanted {
-            not_before: now.max(self.snap.earliest_next),
-        };
         self.resume_after_snapshot(None, now);
         self.refresh_recovery_view();
     }
@@ -835,11 +643,10 @@ impl<P: Publish> Feed<P> {
     /// more beyond the furthest held datagram (or `next`, nothing held),
     /// or as far below the first one.
     fn implausible_end(&self, next: u64) -> bool {
-        let jump = self.settings.max_channel_jump.max(1);
         let current = self.channel.next_sequence();
         let furthest = current.max(self.hold.max_end());
         let first = self.hold.first().map_or(current, |h| h.sequence());
-        next >= furthest.saturating_add(jump) || next.saturating_add(jump) <= first
+        image::implausible_end(next, furthest, first, self.settings.max_channel_jump)
     }
 
     /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
@@ -896,14 +703,10 @@ impl<P: Publish> Feed<P> {
         }
         self.publisher.publish_feed(&self.view);
         self.counters.live_orders = self.venue.live_orders();
-        self.counters.recovery.snapshots_applied += 1;
         // Step 3.
         self.channel.set_next(next);
-        self.conflicted.retain(|&seq| seq >= next);
-        // Pace: the backoff stays as it is until 60 s pass without need.
-        self.snap.phase = SnapshotPhase::Idle;
-        self.snap.idle_since = Some(now);
-        self.snap.last_failure = None;
+        self.hold.forget_conflicts_below(next);
+        self.image.applied(now, &mut self.counters.recovery);
         self.resume_after_snapshot(Some(now), now);
         self.refresh_recovery_view();
         Ok(())
@@ -923,18 +726,14 @@ impl<P: Publish> Feed<P> {
             self.open_hole(t);
             self.schedule_request(now);
         }
-        self.hold
-            .shrink_to(self.settings.recovery.gap_hold_packets.min(1 << 16));
+        self.hold.shrink();
     }
 
     /// R4: the request to send now, if one fell due: the index of the
     /// configured server to send it to, and the request. At most one is
     /// outstanding per feed.
     pub fn poll_request(&mut self) -> Option<(usize, Request)> {
-        let (server, request, at) = self.req.queued.take()?;
-        self.req.record_send(at);
-        self.counters.recovery.requests_sent += 1;
-        Some((server, request))
+        self.refill.poll(&mut self.counters.recovery)
     }
 
     /// Whether a hole is open now (R3: the check answers `recovering`).
@@ -945,11 +744,7 @@ impl<P: Publish> Feed<P> {
     /// The held datagrams now, and the most held at once and the arena's
     /// peak size so far (bytes).
     pub fn hold_usage(&self) -> (usize, usize, usize) {
-        (
-            self.hold.len(),
-            self.hold.peak_entries,
-            self.hold.peak_bytes,
-        )
+        self.hold.usage()
     }
 
     fn source_counters(&mut self, source: Source) -> &mut LineCounters {
@@ -985,132 +780,67 @@ impl<P: Publish> Feed<P> {
                     }
                     // R2: every open hole is declared before C5 applies.
                     self.declare_all(now);
-                    self.conflicted.clear();
+                    self.hold.clear_conflicts();
                 }
                 return self.process(source, datagram, header, now);
             }
             let next = self.channel.next_sequence();
-            let seq = ch.sequence;
-            if !self.conflicted.is_empty() {
-                // R1: the lines' copies of a conflicted sequence are dropped
-                // until the hole reaches past it; the servers decide.
-                let passed = self.conflicted.partition_point(|&c| c < next);
-                self.conflicted.drain(..passed);
-                if matches!(source, Source::Line(_))
-                    && ch.kind == PacketKind::Data
-                    && self.conflicted.binary_search(&seq).is_ok()
-                {
-                    self.counters.recovery.conflict_copies_dropped += 1;
-                    return DatagramOutcome::Ignored;
-                }
-            }
-            if self.snapshot_running() {
-                // R5: every datagram of the session is held meanwhile.
-                let end = seq.saturating_add(ch.count as u64);
-                if ch.kind == PacketKind::Data && end <= next {
-                    return self.process(source, datagram, header, now);
-                }
-                if !self.believed_beyond_hold(seq) {
-                    return self.process(source, datagram, header, now);
-                }
-                if let Some(out) = self.against_held(source, datagram, header, now) {
-                    return out;
-                }
-                if self.hold.len() >= SNAPSHOT_HOLD_MAX
-                    || self.hold.bytes() + datagram.len()
-                        > self.settings.recovery.snapshot_hold_bytes
-                {
-                    self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
-                    continue;
-                }
-                return self.keep(source, datagram, header, now);
-            }
-            if seq > next {
-                if !self.believed_beyond_hold(seq) {
+            let limit = if self.snapshot_running() {
+                self.image.hold_limit()
+            } else {
+                Limit::Hole
+            };
+            let step = self.hold.judge(
+                source,
+                header,
+                datagram,
+                next,
+                limit,
+                &mut self.counters.recovery,
+            );
+            return match step {
+                Step::Process => self.process(source, datagram, header, now),
+                Step::Unbelieved => {
                     // C3b: dropped, or (the third of a run) a gap from
                     // `next`: held datagrams are older, declare them first.
                     if self.channel.jump_would_resync(&ch) {
                         self.declare_all(now);
                     }
-                    return self.process(source, datagram, header, now);
+                    self.process(source, datagram, header, now)
                 }
-                if let Some(out) = self.against_held(source, datagram, header, now) {
-                    return out;
-                }
-                if self.hold.len() >= self.settings.recovery.gap_hold_packets.max(1) {
-                    // R2: holding one more would exceed the bound.
-                    self.counters.recovery.hold_overflows += 1;
-                    self.declare_first(now);
-                    continue;
-                }
-                return self.keep(source, datagram, header, now);
-            }
-            if self.hold.is_empty() {
-                return self.process(source, datagram, header, now);
-            }
-            return match ch.kind {
-                PacketKind::Heartbeat => {
-                    // R1: a lagging line's heartbeat changes nothing (no C4).
+                Step::Duplicate => {
                     self.source_counters(source).duplicate_packets += 1;
                     DatagramOutcome::Duplicate
                 }
-                PacketKind::EndOfSession => {
-                    // C6 below `next`; at `next` while later datagrams are
-                    // held it cannot be the provider's: changes nothing.
+                Step::StaleEnd => {
                     self.counters.stale_ends_of_session += 1;
                     DatagramOutcome::Ignored
                 }
-                PacketKind::Data => {
-                    let before = next;
+                Step::Ignored => DatagramOutcome::Ignored,
+                Step::IgnoredHoleClosed => {
+                    self.close_hole(now);
+                    DatagramOutcome::Ignored
+                }
+                Step::Full => {
+                    if self.snapshot_running() {
+                        // R5: the attempt fails; judged again without it.
+                        self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
+                    } else {
+                        // R2: holding one more would exceed the bound.
+                        self.counters.recovery.hold_overflows += 1;
+                        self.declare_first(now);
+                    }
+                    continue;
+                }
+                Step::Keep => self.keep(source, datagram, header, now),
+                Step::Fill => {
                     let out = self.process(source, datagram, header, now);
-                    if self.channel.next_sequence() > before {
+                    if self.channel.next_sequence() > next {
                         self.fill(source, now);
                     }
                     out
                 }
             };
-        }
-    }
-
-    /// R1: a datagram beyond `next` against the held ones: the other
-    /// line's copy of a held packet adds nothing; one with the same
-    /// sequence and message count but other bytes is a conflict: neither is
-    /// applied, the held one is removed, and its sequence is missing (its
-    /// later copies from the lines are dropped, a server's answer decides).
-    /// `None`: hold it.
-    fn against_held(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> Option<DatagramOutcome> {
-        match self.hold.compare(header, datagram) {
-            Against::New => None,
-            Against::Copy => {
-                self.source_counters(source).duplicate_packets += 1;
-                Some(DatagramOutcome::Duplicate)
-            }
-            Against::Conflict(at) => {
-                self.counters.recovery.conflicts += 1;
-                let seq = header.channel.sequence;
-                self.hold.remove(at);
-                if self.conflicted.binary_search(&seq).is_err() {
-                    if self.conflicted.len() >= CONFLICTS_MAX {
-                        // Bounded: the furthest mark goes (the nearest to
-                        // `next` are re-requested first).
-                        self.conflicted.pop();
-                    }
-                    let at = self.conflicted.partition_point(|&c| c < seq);
-                    self.conflicted.insert(at, seq);
-                }
-                if self.hold.is_empty() {
-                    // Nothing held beyond `next`: no hole is open until a
-                    // datagram beyond the conflicted sequence arrives.
-                    self.close_hole(now);
-                }
-                Some(DatagramOutcome::Ignored)
-            }
         }
     }
 
@@ -1129,11 +859,11 @@ impl<P: Publish> Feed<P> {
             }
         } else {
             // R2: progress moves a re-requesting hole's deadline.
-            self.rec.t_progress = now;
+            self.hold.progress(now);
             if source == Source::Rerequest {
                 // R4: an answer that fills part is followed at once by a
                 // request for the rest.
-                self.req.outstanding_since = None;
+                self.refill.answered_in_part();
             }
         }
         self.schedule_request(now);
@@ -1146,11 +876,11 @@ impl<P: Publish> Feed<P> {
     fn release(&mut self, now: i64) -> bool {
         let mut any = false;
         let mut bytes = std::mem::take(&mut self.scratch);
-        while let Some(first) = self.hold.first() {
-            if first.sequence() > self.channel.next_sequence() && !self.channel.ended() {
-                break;
-            }
-            let held = self.hold.pop_into(&mut bytes).expect("first exists");
+        while let Some(held) = self.hold.pop_continuing(
+            self.channel.next_sequence(),
+            self.channel.ended(),
+            &mut bytes,
+        ) {
             self.process(held.source, &bytes, &held.header, now);
             any = true;
         }
@@ -1164,7 +894,7 @@ impl<P: Publish> Feed<P> {
     fn declare_first(&mut self, at: i64) {
         self.counters.recovery.holes_lost += 1;
         let mut bytes = std::mem::take(&mut self.scratch);
-        if let Some(held) = self.hold.pop_into(&mut bytes) {
+        if let Some(held) = self.hold.pop_first(&mut bytes) {
             self.process(held.source, &bytes, &held.header, at);
         }
         self.scratch = bytes;
@@ -1199,13 +929,8 @@ impl<P: Publish> Feed<P> {
     }
 
     fn open_hole(&mut self, t_open: i64) {
-        self.counters.recovery.holes_opened += 1;
-        self.rec = HoleTimes {
-            t_open,
-            t_progress: t_open,
-        };
-        self.req.outstanding_since = None;
-        self.req.queued = None;
+        self.hold.open(t_open, &mut self.counters.recovery);
+        self.refill.reset();
         if self.view.flags & FEED_RECOVERING == 0 {
             self.view.flags |= FEED_RECOVERING;
             self.publisher.publish_feed(&self.view);
@@ -1215,12 +940,8 @@ impl<P: Publish> Feed<P> {
     /// The current hole is gone (filled or declared): `recovering` ends
     /// unless another opens at once.
     fn close_hole(&mut self, now: i64) {
-        self.counters
-            .recovery
-            .hole_time
-            .observe(now.saturating_sub(self.rec.t_open));
-        self.req.outstanding_since = None;
-        self.req.queued = None;
+        self.hold.close(now, &mut self.counters.recovery);
+        self.refill.reset();
         if self.hold.is_empty() && self.view.flags & FEED_RECOVERING != 0 {
             self.view.flags &= !FEED_RECOVERING;
             self.publisher.publish_feed(&self.view);
@@ -1243,14 +964,6 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// C3b while datagrams are held: a sequence is judged from the furthest
-    /// one held (the provider's stream goes on while `next` waits for the
-    /// hole, for as long as a snapshot takes), else from `next`.
-    fn believed_beyond_hold(&self, seq: u64) -> bool {
-        let from = self.channel.next_sequence().max(self.hold.max_end());
-        seq <= from || seq - from < self.settings.max_channel_jump.max(1)
-    }
-
     /// The symbol rules' context at `now`.
     #[inline]
     fn ctx(&self, now: i64) -> Ctx {
@@ -1265,16 +978,18 @@ impl<P: Publish> Feed<P> {
 
     /// R6: the recovery state readers see (`status`), published on change.
     fn refresh_recovery_view(&mut self) {
-        let state = match self.snap.phase {
+        let state = match self.image.phase() {
             SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
             SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
             SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
-            SnapshotPhase::Idle if self.req.outstanding_since.is_some() => RECOVERY_REREQUESTING,
+            SnapshotPhase::Idle if matches!(self.refill.state(), RefillState::Asked { .. }) => {
+                RECOVERY_REREQUESTING
+            }
             SnapshotPhase::Idle => RECOVERY_HOLDING,
         };
         let reason = self
-            .snap
-            .last_failure
+            .image
+            .last_failure()
             .map_or(0, |f| (f.index() as u8 + 1) << 3);
         let code = state | reason;
         if self.view.recovery != code {
@@ -1283,74 +998,23 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// R2: the open hole's deadline, never more than `max_hole_ms` after
-    /// its open time.
-    fn hole_deadline(&self) -> i64 {
-        let r = &self.settings.recovery;
-        let held_until = self
-            .rec
-            .t_open
-            .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64);
-        let deadline = if r.rerequest_servers == 0 {
-            held_until
-        } else {
-            held_until
-                .max(self.rec.t_progress)
-                .saturating_add(self.rerequest_window_ns())
-        };
-        deadline.min(self.rec.t_open.saturating_add(ms_to_ns(r.max_hole_ms)))
-    }
-
-    /// R2: `rerequest_attempts x rerequest_timeout_ms`, in ns.
-    fn rerequest_window_ns(&self) -> i64 {
-        let r = &self.settings.recovery;
-        ms_to_ns(r.rerequest_timeout_ms).saturating_mul(r.rerequest_attempts as i64)
-    }
-
     /// R4: when the next request falls due (re-requesting feeds with an
-    /// open hole): the first at `max(t_open + gap_hold_us, t_progress)`,
-    /// then each `rerequest_timeout_ms` after the last unanswered one, and
-    /// never more than 100 in any second.
+    /// open hole).
     fn request_due(&self) -> Option<i64> {
-        let r = &self.settings.recovery;
-        if r.rerequest_servers == 0 || self.hold.is_empty() {
-            return None;
-        }
-        let due = match self.req.outstanding_since {
-            Some(sent) => sent.saturating_add(ms_to_ns(r.rerequest_timeout_ms)),
-            None => self
-                .rec
-                .t_open
-                .saturating_add(r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64)
-                .max(self.rec.t_progress),
-        };
-        Some(due.max(self.req.rate_free_at()))
+        self.refill.due(self.hold.ask_from())
     }
 
     /// R4: queues the request that falls due at `now`, if any.
     fn schedule_request(&mut self, now: i64) {
-        let Some(due) = self.request_due() else {
-            return;
+        let hole = match (self.channel.current_session(), self.hold.first()) {
+            (Some(session), Some(first)) => Some(refill::Hole {
+                session,
+                next: self.channel.next_sequence(),
+                first_held: first.sequence(),
+            }),
+            _ => None,
         };
-        if due > now || self.req.queued.is_some() {
-            return;
-        }
-        let (Some(session), Some(first)) = (self.channel.current_session(), self.hold.first())
-        else {
-            return;
-        };
-        let next = self.channel.next_sequence();
-        let missing = first.sequence().saturating_sub(next);
-        if self.req.outstanding_since.is_some() {
-            // Unanswered: the next server, in turn.
-            self.req.server = (self.req.server + 1) % self.settings.recovery.rerequest_servers;
-        }
-        self.req.outstanding_since = Some(now);
-        self.req.queued = Some((
-            self.req.server,
-            Request::for_hole(session, next, missing),
-            now,
-        ));
+        self.refill.schedule(now, self.hold.ask_from(), hole);
     }
 
     /// Applies a valid datagram to the channel rules and, for data, the
@@ -1419,7 +1083,7 @@ impl<P: Publish> Feed<P> {
                 if header.channel.sequence != 1 {
                     self.view.flags |= FEED_TRUST_LATE_JOIN;
                     // R5: a late join asks for a snapshot.
-                    self.want_snapshot(now);
+                    self.image.want(now);
                 }
             }
             self.venue.on_session_start(now, first_session);
@@ -1438,7 +1102,7 @@ impl<P: Publish> Feed<P> {
                 // nasdaq-itch: no message verifies a symbol again.
                 self.view.flags |= FEED_TRUST_GAP;
                 // R5: a lost hole asks for a snapshot.
-                self.want_snapshot(now);
+                self.image.want(now);
             }
         }
         if ev.alive {

@@ -3,9 +3,11 @@
 //! snapshot server over SoupBinTCP 4.00, reads the snapshot to its End of
 //! Snapshot (`G`), logs out, and hands the finished snapshot back. The feed
 //! thread never blocks on TCP: it sends a start and polls for the outcome.
-//! Framing and parsing are the pure codecs' (`venue::nasdaq_itch::soupbin`,
-//! `glimpse`); what to do with the snapshot is the core's
-//! (`Feed::on_snapshot`).
+//! The conversation's rules are the core's session machine
+//! (`feed::recovery::image::ImageSession`) over the venue's codec
+//! (`venue::nasdaq_itch::image::GlimpseCodec`); what to do with the
+//! snapshot is the core's (`Feed::on_snapshot`). This file connects,
+//! moves bytes and reads the clock.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -14,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::feed::recovery::image::{ImageSession, SessionLimits, SessionOutcome};
 use crate::feed::SnapshotFailure;
 use crate::util::stoppable::StoppableThread;
-use crate::venue::nasdaq_itch::glimpse::{parse_end_of_snapshot, TYPE_END_OF_SNAPSHOT};
-use crate::venue::nasdaq_itch::soupbin::{Decoder, LoginRequest, Packet};
+use crate::venue::nasdaq_itch::image::GlimpseCodec;
 use crate::wire::SessionId;
 
 /// Where and how to log in, and R5's time limits.
@@ -126,7 +128,9 @@ fn failed(why: SnapshotFailure, detail: impl Into<String>) -> Outcome {
     Outcome::Failed(why, detail.into())
 }
 
-/// One R5 attempt, from connect to `G` (then Logout Request) or failure.
+/// One R5 attempt, from connect to `G` (then Logout Request) or failure:
+/// the bytes the session machine asks for go out, what the server sends
+/// goes in, with the time since the attempt started as `now`.
 fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
     let mut tcp = match TcpStream::connect_timeout(&opts.address, Duration::from_secs(5)) {
         Ok(s) => s,
@@ -136,50 +140,36 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
     if let Err(e) = tcp.set_read_timeout(Some(Duration::from_millis(50))) {
         return failed(SnapshotFailure::Closed, format!("socket: {e}"));
     }
-    let login = match LoginRequest::new(&opts.username, &opts.password, None, 1) {
-        Ok(l) => l,
-        Err(e) => return failed(SnapshotFailure::LoginRejected, format!("login: {e}")),
+    let started = Instant::now();
+    let now = || started.elapsed().as_nanos().min(i64::MAX as u128) as i64;
+    let limits = SessionLimits {
+        silence_ns: opts.silence.as_nanos().min(i64::MAX as u128) as i64,
+        whole_ns: opts.whole.as_nanos().min(i64::MAX as u128) as i64,
+        heartbeat_ns: opts.heartbeat.as_nanos().min(i64::MAX as u128) as i64,
+        max_bytes: opts.max_bytes,
     };
     let mut out = Vec::with_capacity(64);
-    let send = |tcp: &mut TcpStream, p: Packet<'_>, out: &mut Vec<u8>| -> std::io::Result<()> {
-        out.clear();
-        p.encode(out).map_err(std::io::Error::other)?;
-        tcp.write_all(out)
+    let codec = GlimpseCodec::new(&opts.username, &opts.password);
+    let mut session = match ImageSession::start(codec, limits, now(), &mut out) {
+        Ok(s) => s,
+        Err(o) => return outcome_of(o, now_ns()),
     };
-    if let Err(e) = send(&mut tcp, Packet::LoginRequest(login), &mut out) {
+    if let Err(e) = tcp.write_all(&out) {
         return failed(SnapshotFailure::Closed, format!("sending the login: {e}"));
     }
-    let started = Instant::now();
-    let mut last_heard = started;
-    let mut last_sent = started;
-    let mut session: Option<SessionId> = None;
-    let mut blocks = Vec::new();
-    let mut decoder = Decoder::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if stop.load(Ordering::Relaxed) {
             return failed(SnapshotFailure::Closed, "stopping");
         }
-        if last_heard.elapsed() > opts.silence {
-            return failed(
-                SnapshotFailure::Silence,
-                format!(
-                    "no whole packet from the server in {} s",
-                    opts.silence.as_secs()
-                ),
-            );
+        out.clear();
+        if let Some(o) = session.poll(now(), &mut out) {
+            return outcome_of(o, now_ns());
         }
-        if started.elapsed() > opts.whole {
-            return failed(
-                SnapshotFailure::NoEndOfSnapshot,
-                "no End of Snapshot in time",
-            );
-        }
-        if last_sent.elapsed() >= opts.heartbeat {
-            if let Err(e) = send(&mut tcp, Packet::ClientHeartbeat, &mut out) {
+        if !out.is_empty() {
+            if let Err(e) = tcp.write_all(&out) {
                 return failed(SnapshotFailure::Closed, format!("sending a heartbeat: {e}"));
             }
-            last_sent = Instant::now();
         }
         let n = match tcp.read(&mut buf) {
             Ok(0) => {
@@ -199,75 +189,39 @@ fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
             }
             Err(e) => return failed(SnapshotFailure::Closed, format!("reading: {e}")),
         };
-        decoder.push(&buf[..n]);
-        loop {
-            let packet = match decoder.next_packet() {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(e) => return failed(SnapshotFailure::Malformed, format!("SoupBinTCP: {e}")),
-            };
-            // R5: silence is measured between whole packets; bytes that
-            // never complete one do not count.
-            last_heard = Instant::now();
-            match packet {
-                Packet::LoginAccepted { session: s, .. } => session = Some(s),
-                Packet::LoginRejected { reason } => {
-                    return failed(
-                        SnapshotFailure::LoginRejected,
-                        format!("Login Rejected, reason {:?}", reason as char),
-                    )
-                }
-                Packet::SequencedData(msg) => {
-                    let Some(session) = session else {
-                        return failed(SnapshotFailure::Malformed, "data before Login Accepted");
-                    };
-                    if msg.first() == Some(&TYPE_END_OF_SNAPSHOT) {
-                        let next = match parse_end_of_snapshot(msg) {
-                            Ok(n) => n,
-                            Err(e) => {
-                                return failed(
-                                    SnapshotFailure::Malformed,
-                                    format!("End of Snapshot: {e}"),
-                                )
-                            }
-                        };
-                        let end_at = now_ns();
-                        // R5: then the client logs out and closes.
-                        let _ = send(&mut tcp, Packet::LogoutRequest, &mut out);
-                        let _ = tcp.shutdown(Shutdown::Both);
-                        return Outcome::Done(Snapshot {
-                            session,
-                            next,
-                            blocks,
-                            end_at,
-                        });
-                    }
-                    if blocks.len() + msg.len() + 2 > opts.max_bytes {
-                        return failed(
-                            SnapshotFailure::SnapshotBound,
-                            format!(
-                                "snapshot larger than snapshot.max_mib ({} MiB)",
-                                opts.max_bytes >> 20
-                            ),
-                        );
-                    }
-                    blocks.extend_from_slice(&(msg.len() as u16).to_be_bytes());
-                    blocks.extend_from_slice(msg);
-                }
-                Packet::EndOfSession => {
-                    return failed(
-                        SnapshotFailure::Closed,
-                        "End of Session before End of Snapshot",
-                    )
-                }
-                Packet::ServerHeartbeat | Packet::Debug(_) => {}
-                Packet::LoginRequest(_) | Packet::ClientHeartbeat | Packet::LogoutRequest => {
-                    return failed(
-                        SnapshotFailure::Malformed,
-                        "a client packet from the server",
-                    )
+        out.clear();
+        let outcome = session.on_bytes(&buf[..n], now(), &mut out);
+        let end_at = now_ns();
+        if !out.is_empty() {
+            // Replies, and the Logout Request after `G` (its failure does
+            // not undo a whole snapshot).
+            let sent = tcp.write_all(&out);
+            if outcome.is_none() {
+                if let Err(e) = sent {
+                    return failed(SnapshotFailure::Closed, format!("sending: {e}"));
                 }
             }
         }
+        if let Some(o) = outcome {
+            // R5: after `G` the client closes.
+            let _ = tcp.shutdown(Shutdown::Both);
+            return outcome_of(o, end_at);
+        }
+    }
+}
+
+/// The session machine's outcome as the feed thread takes it; `end_at`
+/// the arrival of `G` (Unix ns).
+fn outcome_of(o: SessionOutcome, end_at: i64) -> Outcome {
+    match o {
+        SessionOutcome::Failed(why, detail) => Outcome::Failed(why, detail),
+        SessionOutcome::Done(p) => Outcome::Done(Snapshot {
+            // GLIMPSE names its session at login (`G` cannot come before
+            // it: the session machine refuses data before the login).
+            session: p.session.unwrap_or(SessionId(*b"          ")),
+            next: p.next,
+            blocks: p.blocks,
+            end_at,
+        }),
     }
 }

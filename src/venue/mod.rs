@@ -18,6 +18,7 @@
 
 pub mod cboe_pitch;
 pub mod cme_mdp3;
+pub mod codec;
 pub mod iex_tops;
 pub mod nasdaq_itch;
 pub mod rerequest;

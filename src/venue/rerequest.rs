@@ -7,6 +7,7 @@
 //! | 10 | 8 | sequence: the first missing message (big-endian) |
 //! | 18 | 2 | requested message count (big-endian) |
 
+use super::codec::{Gap, RefillCodec};
 use crate::wire::SessionId;
 
 /// Length of a request datagram.
@@ -64,6 +65,22 @@ impl Request {
     }
 }
 
+/// MoldUDP64's refill codec (R4): the 20-byte request above.
+#[derive(Clone, Copy, Debug)]
+pub struct MoldUdp64;
+
+impl RefillCodec for MoldUdp64 {
+    type Request = Request;
+
+    fn request(&self, gap: Gap) -> Request {
+        Request::for_hole(gap.session, gap.first, gap.missing)
+    }
+
+    fn encode(&self, request: &Request, out: &mut Vec<u8>) {
+        out.extend_from_slice(&request.encode());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +122,20 @@ mod tests {
         let s = SessionId(*b"SESSION001");
         assert_eq!(Request::for_hole(s, 1, 1_000_000).count, MAX_REQUEST_COUNT);
         assert_eq!(Request::for_hole(s, 1, 7).count, 7);
+    }
+
+    #[test]
+    fn the_refill_codec_caps_the_count_and_encodes_the_request() {
+        let gap = Gap {
+            session: SessionId(*b"SESSION001"),
+            first: 7,
+            missing: 100_000,
+        };
+        let r = MoldUdp64.request(gap);
+        assert_eq!(r.count, MAX_REQUEST_COUNT);
+        let mut out = vec![0xAA];
+        MoldUdp64.encode(&r, &mut out);
+        assert_eq!(out.len(), 1 + REQUEST_LEN);
+        assert_eq!(Request::decode(&out[1..]), Some(r));
     }
 }

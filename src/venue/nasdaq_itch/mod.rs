@@ -9,6 +9,7 @@
 
 pub mod book;
 pub mod glimpse;
+pub mod image;
 pub mod messages;
 pub mod orders;
 pub mod soupbin;

@@ -1,10 +1,10 @@
 //! The held datagrams of recovery.md R1-R2: datagrams of the current
 //! session that arrived beyond a hole, kept in sequence order (arrival
 //! order among equal sequences) until the hole is filled or declared lost.
-//! Pure data: the feed (`engine`) decides what is held and when it is
-//! released.
+//! Pure data: the hold machine (`recovery::hold`) decides what is held,
+//! the feed (`engine`) when it is released.
 //!
-//! Bounded by `gap_hold_packets` (the feed declares a hole before holding
+//! Bounded by `gap_hold_packets` (the hold reports it full before holding
 //! one more). The entry queue and the byte arena keep their capacity once
 //! grown, so a steady state of holes allocates nothing per datagram.
 
@@ -63,7 +63,7 @@ impl Held {
 }
 
 #[derive(Debug, Default)]
-pub struct Hold {
+pub struct Store {
     entries: VecDeque<Held>,
     arena: Vec<u8>,
     /// Compaction target (kept, so compacting allocates nothing once warm).
@@ -78,12 +78,12 @@ pub struct Hold {
     pub peak_bytes: usize,
 }
 
-impl Hold {
+impl Store {
     /// A hold with room for `entries` datagrams before any allocation.
-    pub fn with_capacity(entries: usize) -> Hold {
-        Hold {
+    pub fn with_capacity(entries: usize) -> Store {
+        Store {
             entries: VecDeque::with_capacity(entries),
-            ..Hold::default()
+            ..Store::default()
         }
     }
 
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn released_in_sequence_then_arrival_order() {
-        let mut h = Hold::with_capacity(4);
+        let mut h = Store::with_capacity(4);
         h.push(header(9, 1), b"nine", 1, Source::Line(0));
         h.push(header(5, 2), b"five-a", 2, Source::Line(0));
         h.push(header(5, 2), b"five-b", 3, Source::Line(1));
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_hold_that_never_empties_stays_bounded() {
-        let mut h = Hold::with_capacity(2);
+        let mut h = Store::with_capacity(2);
         let big = vec![7u8; 100_000];
         let mut out = Vec::new();
         h.push(header(1, 1), &big, 0, Source::Line(0));
@@ -335,7 +335,7 @@ mod conflict_tests {
 
     #[test]
     fn other_bytes_with_the_same_count_conflict_and_can_be_removed() {
-        let mut h = Hold::with_capacity(4);
+        let mut h = Store::with_capacity(4);
         h.push(
             header(5, 2, PacketKind::Data),
             b"five-a",
@@ -360,7 +360,7 @@ mod conflict_tests {
 
     #[test]
     fn heartbeats_never_conflict() {
-        let mut h = Hold::with_capacity(2);
+        let mut h = Store::with_capacity(2);
         h.push(
             header(9, 0, PacketKind::Heartbeat),
             b"hb-a",
@@ -375,7 +375,7 @@ mod conflict_tests {
 
     #[test]
     fn shrinking_an_empty_hold_gives_its_arena_back() {
-        let mut h = Hold::with_capacity(2);
+        let mut h = Store::with_capacity(2);
         let big = vec![1u8; 1 << 20];
         h.push(header(1, 1, PacketKind::Data), &big, 0, Source::Line(0));
         assert!(h.bytes() >= 1 << 20);

@@ -1,0 +1,18 @@
+//! Recovery (recovery.md) as state machines beside the feed's rules, each
+//! sans-I/O with `now` passed in and its own tests; `Feed` (`engine`)
+//! drives them and carries out what they decide (processing a datagram,
+//! declaring a hole lost, publishing the feed's state):
+//!
+//! | machine | rules | states |
+//! |---|---|---|
+//! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
+//! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
+//! | [`image::Image`] | R5: when, pace, bounds, plausible end | `Idle`, `Wanted`, `Running` |
+//!
+//! docs/recovery.md "Architecture" says which machine implements which
+//! rule.
+
+pub mod hold;
+pub mod image;
+pub mod refill;
+pub mod store;

@@ -1,0 +1,124 @@
+//! What a venue supplies to the feed's recovery machines
+//! (`feed::recovery`): codecs, not engine code. Pure: bytes in, bytes out.
+//!
+//! # A refill service (recovery.md R4; Cboe's Gap Request Proxy, R4c)
+//!
+//! The refill machine (`feed::recovery::refill::Refill`) decides *what* to
+//! ask (the channel's first missing message and how many), *when* (after
+//! `gap_hold_us`, again after `rerequest_timeout_ms`, at once after a
+//! partial answer) and *how fast* (one outstanding request, at most 100 a
+//! second). A venue only says how a request looks on the wire:
+//!
+//! ```
+//! use tickgate::venue::codec::{Gap, RefillCodec};
+//!
+//! /// A made-up service: unit byte, sequence u32 and count u16, big-endian.
+//! struct Toy;
+//!
+//! impl RefillCodec for Toy {
+//!     type Request = (u8, u32, u16);
+//!     fn request(&self, gap: Gap) -> (u8, u32, u16) {
+//!         let count = gap.missing.clamp(1, u16::MAX as u64) as u16;
+//!         (gap.session.0[9], gap.first as u32, count)
+//!     }
+//!     fn encode(&self, r: &(u8, u32, u16), out: &mut Vec<u8>) {
+//!         out.push(r.0);
+//!         out.extend_from_slice(&r.1.to_be_bytes());
+//!         out.extend_from_slice(&r.2.to_be_bytes());
+//!     }
+//! }
+//! ```
+//!
+//! `request` may ask for fewer messages than missing (a count limit, which
+//! the codec may keep and change: the machine lends it out through
+//! `Refill::codec_mut`, e.g. to halve it after a refusal): the machine
+//! asks for the rest once the answer has moved `next`. Answers
+//! are not the codec's business: they are the venue's ordinary datagrams
+//! (`Venue::parse`), folded into the hold as from a line named `rerequest`
+//! (MoldUDP64), or arrive on the venue's gap lines (Cboe). Sending the
+//! bytes is the I/O shell's (`net::rerequest`).
+//!
+//! # An image service (recovery.md R5; Cboe Spin, R5c)
+//!
+//! The image session machine (`feed::recovery::image::ImageSession`)
+//! owns the conversation's rules: log in first, a client heartbeat after
+//! each second without sending, fail after 15 s without a whole packet or
+//! 30 s without the end, bound the image's bytes, keep its messages as
+//! blocks (u16 big-endian length, message), log out at the end. A venue
+//! supplies an [`ImageCodec`]: the bytes of its login, heartbeat and
+//! logout, and a decoder that turns the server's bytes into
+//! [`ImageEvent`]s (a reply, such as Spin's Spin Request, is written into
+//! the `out` buffer that `next_event` is given). The TCP connection is the
+//! I/O shell's (`net::glimpse`).
+
+use crate::wire::SessionId;
+
+/// R4: the messages a channel lacks: `missing` messages from `first` of
+/// `session` (the channel's; a venue with units finds its unit from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub session: SessionId,
+    pub first: u64,
+    pub missing: u64,
+}
+
+/// A venue's refill request: what the refill machine queues, and its
+/// bytes.
+pub trait RefillCodec {
+    /// One request, as the machine queues it and the I/O shell sends it.
+    type Request: Copy + std::fmt::Debug + PartialEq + Eq;
+
+    /// The request for `gap` (at least one message; at most what the
+    /// service accepts in one request).
+    fn request(&self, gap: Gap) -> Self::Request;
+
+    /// `request`'s bytes, appended to `out`.
+    fn encode(&self, request: &Self::Request, out: &mut Vec<u8>);
+}
+
+/// One thing an image server said, as its venue's codec reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageEvent<'a> {
+    /// A whole packet that carries nothing for the image (a heartbeat, a
+    /// debug packet, a message the codec answered through `out`).
+    Heard,
+    /// The login is accepted (`session` where the protocol names one:
+    /// for the log only, R5 does not compare it with the lines').
+    LoggedIn { session: Option<SessionId> },
+    /// One message of the image.
+    Message(&'a [u8]),
+    /// The image is whole: `next` is the first sequence after it.
+    End { next: u64 },
+}
+
+/// Why an image conversation cannot go on, as its codec sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageError {
+    /// The login was refused.
+    Rejected(String),
+    /// The server ended the session before the image's end.
+    Closed(String),
+    /// Bytes that do not parse, or a packet that has no place here.
+    Malformed(String),
+}
+
+/// A venue's image protocol, both directions (SoupBinTCP + GLIMPSE;
+/// later Cboe Spin).
+pub trait ImageCodec {
+    /// The bytes that open the conversation (the login), appended to `out`.
+    fn login(&mut self, out: &mut Vec<u8>) -> Result<(), ImageError>;
+
+    /// A client heartbeat, appended to `out`.
+    fn heartbeat(&mut self, out: &mut Vec<u8>);
+
+    /// The goodbye after the image's end (may append nothing).
+    fn logout(&mut self, out: &mut Vec<u8>);
+
+    /// Bytes read from the server, in order.
+    fn push(&mut self, bytes: &[u8]);
+
+    /// The next whole packet's event; `None` when the bytes pushed so far
+    /// hold no whole packet. A reply the protocol needs is appended to
+    /// `out`.
+    fn next_event(&mut self, out: &mut Vec<u8>) -> Result<Option<ImageEvent<'_>>, ImageError>;
+}
