@@ -340,6 +340,75 @@ fn replay_without_a_config_learns_the_loops() {
     );
 }
 
+/// A destination that carries snapshots and incremental messages both
+/// cannot be told: the replay without a config is refused, with the
+/// config to write, rather than read one way or the other.
+#[test]
+fn replay_without_a_config_refuses_a_mixed_destination() {
+    use tickgate::capture::PcapWriter;
+    use tickgate::venue::cme_mdp3::encode;
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("mixed.pcap");
+    let mut w = PcapWriter::create(&cap).unwrap();
+    let src = "10.0.0.1:40000".parse().unwrap();
+    let dst = "239.255.9.1:30001".parse().unwrap();
+    let mut snap = Vec::new();
+    encode::start_packet(&mut snap, 1, 1_000);
+    encode::snapshot(
+        &mut snap,
+        &encode::Snapshot {
+            last_msg_seq_num: 1,
+            tot_num_reports: 1,
+            security_id: 1,
+            rpt_seq: 1,
+            transact_time: 1_000,
+            trading_status: None,
+            levels: &[],
+        },
+    );
+    let mut reset = Vec::new();
+    encode::start_packet(&mut reset, 2, 2_000);
+    encode::channel_reset(&mut reset, 2_000);
+    w.write_udp(1_000, src, dst, &snap).unwrap();
+    w.write_udp(2_000, src, dst, &reset).unwrap();
+    w.into_inner().unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--venue", "cme-mdp3"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "tickgate: 239.255.9.1:30001 carry both snapshots and incremental messages"
+        ),
+        "{err}"
+    );
+    // The config to write, which replays.
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains(
+            "[[feed.line]]\nname = \"L1\"\ngroup = \"239.255.9.1\"\nport = 30001\nkind = "
+        ),
+        "{text}"
+    );
+    let cfg = dir.path().join("cme.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[path = "common/daemon.rs"]
 mod daemon;
 

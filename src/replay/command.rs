@@ -461,12 +461,16 @@ fn learn_line_kinds(args: &ReplayArgs) -> anyhow::Result<Option<LearntLines>> {
         });
     }
     if !mixed.is_empty() {
+        // The config is the refusal's result (standard output); the error
+        // one line, as every error.
+        let mut out = std::io::stdout().lock();
+        out.write_all(config_for(&lines).as_bytes())?;
+        out.flush()?;
         let list: Vec<String> = mixed.iter().map(|d| d.to_string()).collect();
         anyhow::bail!(
-            "{} carry both snapshots and incremental messages: their kind cannot be learnt from the capture. \
-             Write a config naming each line's kind and replay with --config FILE:\n\n{}",
-            list.join(", "),
-            config_for(&lines)
+            "{} carry both snapshots and incremental messages: their kind cannot be learnt from the capture; \
+             the config on standard output names every line's kind as learnt: correct it and replay with --config FILE",
+            list.join(", ")
         );
     }
     Ok(Some(LearntLines { lines, read, whole }))
