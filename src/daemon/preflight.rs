@@ -78,7 +78,10 @@ fn state_file_place(path: &Path, dir_checked: bool) -> Result<(), String> {
         Err(_) => return Ok(()),
     };
     let what = if kind.is_file() {
-        return Ok(());
+        // An old state file is replaced in place of its `state` word
+        // first (the start opens it for writing): one a run as another
+        // user (root) left must be this user's to write.
+        return writable(path, parent(path).unwrap_or(Path::new(".")));
     } else if kind.is_dir() {
         "a directory"
     } else if kind.is_symlink() {
@@ -148,6 +151,23 @@ fn can_create_in(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` (which exists) can be read and written by this user; if not,
+/// the error says who owns it and the `chown` of `dir` that fixes it.
+fn writable(path: &Path, dir: &Path) -> Result<(), String> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", path.display()))?;
+    // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "cannot write {}: {e}{}",
+            path.display(),
+            not_ours_cmd(path, dir)
+        ));
+    }
+    Ok(())
+}
+
 /// An SQLite database that exists must be one this user can write, with
 /// its journal files (`-wal`, `-shm`): a run as another user (root) leaves
 /// them behind owned by that user.
@@ -158,19 +178,9 @@ fn sqlite_files_writable(db: &Path) -> Result<(), String> {
         p.push(suffix);
         names.push(p.into());
     }
+    let dir = parent(db).unwrap_or(Path::new("."));
     for path in names.iter().filter(|p| p.exists()) {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| format!("{} contains a NUL byte", path.display()))?;
-        // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
-        if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
-            let e = std::io::Error::last_os_error();
-            let dir = parent(db).unwrap_or(Path::new("."));
-            return Err(format!(
-                "cannot write {}: {e}{}",
-                path.display(),
-                not_ours_cmd(path, dir)
-            ));
-        }
+        writable(path, dir)?;
     }
     Ok(())
 }
@@ -237,6 +247,35 @@ fn group_name(gid: libc::gid_t) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a file of another user (a run as root's, for the service
+    /// user) is told: who owns it and the `chown` of the directory.
+    #[test]
+    fn another_users_file_gets_the_chown_to_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("fills.db");
+        std::fs::write(&db, b"").unwrap();
+        assert_eq!(not_ours_cmd(&db, dir.path()), "", "our own file");
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let me = user_name(uid).unwrap_or_else(|| uid.to_string());
+        let other = if uid == 0 { 65534 } else { 0 };
+        let c = CString::new(db.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path; only root may give a file away.
+        if unsafe { libc::chown(c.as_ptr(), other, u32::MAX) } != 0 {
+            return; // not root: a file of another user cannot be made here
+        }
+        let owner = user_name(other).unwrap_or_else(|| other.to_string());
+        let hint = not_ours_cmd(&db, dir.path());
+        // SAFETY: getegid cannot fail.
+        let gid = unsafe { libc::getegid() };
+        let group = group_name(gid).unwrap_or_else(|| gid.to_string());
+        let want = format!(
+            "; it belongs to {owner}, not {me} (left by a run as {owner}?): as root, run `chown -R {me}:{group} {}`",
+            dir.path().display()
+        );
+        assert_eq!(hint, want);
+    }
 
     #[test]
     fn a_directory_under_a_file_cannot_be_created() {
