@@ -5,7 +5,11 @@
 # man pages and completions in place, the daemon answering PONG as the
 # tickgate user with the installed config, the C library and the Python
 # client answering as the socket does, then remove (config and fills
-# database kept) and purge (nothing of the package left).
+# database kept) and purge (nothing of the package left). Before the
+# install, the daemon runs once as root with the example config, as a
+# user following the README would have: the package must take over the
+# root-owned /var/lib/tickgate and /run/tickgate it leaves, and its purge
+# must give back what was there before it.
 #
 # Runs as root on a machine it may change (CI): it installs lintian, man-db,
 # socat, pkg-config and python3 when missing, and installs, removes and
@@ -44,13 +48,20 @@ if dpkg-query -W -f='${Status}' tickgate 2>/dev/null | grep -q installed; then
   fail "a tickgate package is installed already: purge it first (apt-get purge tickgate)"
 fi
 
+for path in /var/lib/tickgate /run/tickgate; do
+  [ -e "$path" ] && fail "$path exists already: this check makes it as a run as root would, and removes it at the end"
+done
+
 work="$(mktemp -d /tmp/tickgate-package-check.XXXXXX)"
 daemon_pid=""
+root_pid=""
 cleanup() {
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
+  for pid in "$daemon_pid" "$root_pid"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
 }
 trap cleanup EXIT
 
@@ -102,6 +113,37 @@ step "lintian (fails on errors)"
 lintian --fail-on error --info --display-info "$deb" || fail "lintian found errors"
 ok "lintian: no errors"
 
+ask() { printf '%s\n' "$1" | socat -t 2 - UNIX-CONNECT:/run/tickgate/gate.sock 2>/dev/null || true; }
+
+step "a run as root before the package: target/release/tickgate run --config config/tickgate.toml"
+# The README's commands run as root leave /var/lib/tickgate/fills.db and
+# /run/tickgate (gate.sock, state.shm) owned by root.
+(umask 0022 && exec target/release/tickgate run --config config/tickgate.toml) >"$work/root-run.log" 2>&1 &
+root_pid=$!
+pong=""
+for _ in $(seq 1 100); do
+  pong="$(ask PING)"
+  [ "$pong" = PONG ] && break
+  kill -0 "$root_pid" 2>/dev/null || break
+  sleep 0.2
+done
+[ "$pong" = PONG ] || {
+  cat "$work/root-run.log"
+  fail "the run as root did not answer PONG"
+}
+kill -TERM "$root_pid"
+wait "$root_pid" || {
+  cat "$work/root-run.log"
+  fail "the run as root did not stop cleanly"
+}
+root_pid=""
+[ -f /var/lib/tickgate/fills.db ] || fail "the run as root made no /var/lib/tickgate/fills.db"
+[ -f /run/tickgate/state.shm ] || fail "the run as root left no /run/tickgate/state.shm"
+find /var/lib/tickgate /run/tickgate -printf '%U:%G %m %p\n' | sort | tee "$work/root-state"
+grep -q '^0:0 .* /var/lib/tickgate/fills.db$' "$work/root-state" || fail "fills.db is not root's"
+ok "root-owned state left in /var/lib/tickgate and /run/tickgate"
+find /var/lib/tickgate -printf '%U:%G %m %p\n' | sort >"$work/state-before"
+
 # What the host has before the package, to compare after the purge. /run,
 # /tmp, logs, caches and package databases change by themselves; the
 # package's own paths are checked one by one below as well.
@@ -131,6 +173,11 @@ ok "/etc/tickgate/tickgate.toml root:tickgate 0640"
 [ "$(stat -c '%U:%G %a' /var/lib/tickgate)" = "tickgate:tickgate 750" ] \
   || fail "/var/lib/tickgate is $(stat -c '%U:%G %a' /var/lib/tickgate 2>&1)"
 ok "/var/lib/tickgate tickgate:tickgate 0750"
+for f in /var/lib/tickgate/fills.db /run/tickgate /run/tickgate/state.shm; do
+  [ "$(stat -c '%U:%G' "$f")" = tickgate:tickgate ] \
+    || fail "$f is $(stat -c '%U:%G' "$f"): the postinst did not take over what the run as root left"
+done
+ok "the postinst gave the run as root's fills.db and /run/tickgate to the tickgate user"
 [ -L /etc/systemd/system/multi-user.target.wants/tickgate.service ] || fail "the unit is not enabled"
 ok "unit enabled (multi-user.target.wants)"
 
@@ -177,7 +224,8 @@ ok "completions for bash, zsh and fish"
 # /run/tickgate is systemd's RuntimeDirectory=: made when the unit starts,
 # removed when it stops. Before a start (or without systemd) the check and
 # the daemon get it as systemd makes it.
-runtime_made=0
+# This check made /run/tickgate (the run as root): removed at the end.
+runtime_made=1
 if [ ! -d /run/tickgate ]; then
   install -d -o tickgate -g tickgate -m 0750 /run/tickgate
   runtime_made=1
@@ -188,7 +236,6 @@ step "tickgate run --config /etc/tickgate/tickgate.toml --check-config, as the t
 (cd / && as_tickgate /usr/bin/tickgate run --config /etc/tickgate/tickgate.toml --check-config)
 ok "the installed config passes its check as the tickgate user"
 
-ask() { printf '%s\n' "$1" | socat -t 2 - UNIX-CONNECT:/run/tickgate/gate.sock 2>/dev/null || true; }
 step "the daemon answers PONG"
 if [ $systemd_running = 1 ]; then
   systemctl start tickgate.service
@@ -301,7 +348,14 @@ while read -r path; do
     left=1
   fi
 done <"$work/installed"
-for path in /etc/tickgate /var/lib/tickgate /run/tickgate /etc/systemd/system/multi-user.target.wants/tickgate.service \
+# /var/lib/tickgate was there before the package (the run as root): the
+# purge keeps what it held then, owners and modes as they were.
+find /var/lib/tickgate -printf '%U:%G %m %p\n' 2>/dev/null | sort >"$work/state-after" || true
+if ! diff -u "$work/state-before" "$work/state-after"; then
+  echo "left or taken: /var/lib/tickgate differs from before the install"
+  left=1
+fi
+for path in /etc/tickgate /run/tickgate /etc/systemd/system/multi-user.target.wants/tickgate.service \
   /var/lib/systemd/deb-systemd-helper-enabled/tickgate.service.dsh-also \
   /var/lib/systemd/deb-systemd-helper-masked/tickgate.service; do
   if [ -e "$path" ]; then
@@ -320,7 +374,8 @@ if ! diff -u "$work/before" "$work/after" >"$work/diff"; then
   left=1
 fi
 [ $left = 0 ] || fail "the purge left files of the package behind"
-ok "every packaged path, /etc/tickgate, /var/lib/tickgate, the unit's enablement and the statoverride are gone; the file list of /etc /usr /opt /var equals the one before install"
+ok "every packaged path, /etc/tickgate, the unit's enablement and the statoverride are gone; /var/lib/tickgate holds what it held before the install, root's again; the file list of /etc /usr /opt /var equals the one before install"
+rm -rf /var/lib/tickgate
 if [ $had_user = 0 ] && getent passwd tickgate >/dev/null; then
   echo "note: the tickgate user and group stay after the purge, as Debian keeps system users (docs/operations.md)"
 fi

@@ -557,7 +557,9 @@ impl Config {
     /// file order).
     pub fn from_table(table: &Table) -> Result<Config> {
         let sink = Sink::default();
-        let config = Config::walk(table, &sink);
+        let mut table = table.clone();
+        check_keys(&mut table, "", "", &sink);
+        let config = Config::walk(&table, &sink);
         ConfigError::from_all(sink.into_inner())?;
         let config = config?;
         config.validate()?;
@@ -570,7 +572,11 @@ impl Config {
     /// section is absent or `enabled = false`.
     pub fn fills_only(doc: &Table) -> Result<Option<FillsConfig>> {
         let sink = Sink::default();
-        let mut root = Section::root(doc, &sink);
+        let mut doc = doc.clone();
+        if let Some(Value::Table(fills)) = doc.get_mut("fills") {
+            check_keys(fills, "fills", "fills", &sink);
+        }
+        let mut root = Section::root(&doc, &sink);
         let fills = match root.table("fills")? {
             Some(s) => keep(&sink, parse_fills(s)).flatten(),
             None => None,
@@ -904,7 +910,10 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         Some(v) => VenueKind::parse(v).ok_or_else(|| {
             s.err(
                 "venue",
-                format!("\"{v}\" is not one of: tickgate, iex-tops, nasdaq-itch"),
+                format!(
+                    "\"{v}\" is not one of: {}",
+                    VenueKind::ALL.map(VenueKind::name).join(", ")
+                ),
             )
         })?,
     };
@@ -1626,6 +1635,7 @@ fn parse_fills(mut s: Section<'_>) -> Result<Option<FillsConfig>> {
         let copy = http.clone();
         let mut hs = Section {
             path: s.key("http"),
+            pattern: "fills.http".to_string(),
             table: &copy,
             asked: Vec::new(),
             sink: s.sink,
@@ -1960,6 +1970,225 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// The keys of every table the walk reads by hand, by table pattern (key
+/// path without array indices; `*` for a table whose keys are data, such
+/// as symbols). The one list: an unknown key is refused against it
+/// (`check_keys`), its message quotes it, `Section::get` asserts it reads
+/// nothing else, and `config/tickgate.toml` holds each of its keys (a
+/// test). A new key or table is one entry here, and one line in the
+/// example config. The fills lane's tables are serde's (`keys_of`).
+const WALKED_KEYS: &[(&str, &[&str])] = &[
+    ("", &["feed", "gate", "metrics", "log", "fills"]),
+    (
+        "feed",
+        &[
+            "name",
+            "venue",
+            "mode",
+            "max_orders",
+            "liveness",
+            "stale_ms",
+            "source_max_age_ms",
+            "max_seq_jump",
+            "max_channel_jump",
+            "gap_hold_us",
+            "gap_hold_packets",
+            "rerequest",
+            "rerequest_timeout_ms",
+            "rerequest_attempts",
+            "max_hole_ms",
+            "snapshot",
+            "clock_offset",
+            "max_symbols",
+            "line",
+            "cme_channel",
+            "recovery_entries",
+            "symbols",
+            "busy_poll",
+            "cpu",
+            "fifo_priority",
+        ],
+    ),
+    (
+        "feed.line",
+        &[
+            "name",
+            "group",
+            "port",
+            "interface",
+            "source",
+            "rcvbuf",
+            "kind",
+        ],
+    ),
+    (
+        "feed.snapshot",
+        &["address", "username", "password", "hold_mib", "max_mib"],
+    ),
+    ("feed.cme_channel", &["file", "id", "interface", "rcvbuf"]),
+    ("feed.symbols", &["*"]),
+    ("feed.symbols.*", &["stale_ms", "source_max_age_ms"]),
+    (
+        "gate",
+        &[
+            "socket",
+            "socket_mode",
+            "server_mode",
+            "cpu",
+            "max_connections",
+            "shm",
+            "max_connections_per_uid",
+        ],
+    ),
+    (
+        "metrics",
+        &[
+            "enabled",
+            "allow_remote",
+            "listen",
+            "header_timeout",
+            "body_timeout",
+            "idle_timeout",
+            "max_connections",
+        ],
+    ),
+    ("log", &["format", "level"]),
+];
+
+/// The keys of the table at `pattern` (see [`WALKED_KEYS`]): the walk's
+/// own, or for the fills lane the fields of its serde structs (the very
+/// list serde parses with) and the keys read here beside them. `None` for
+/// a value that is no table of the config.
+pub fn keys_of(pattern: &str) -> Option<Vec<&'static str>> {
+    use crate::fills::config as f;
+    if let Some((_, keys)) = WALKED_KEYS.iter().find(|(p, _)| *p == pattern) {
+        return Some(keys.to_vec());
+    }
+    let (fields, extra): (&[&str], &[&str]) = match pattern {
+        "fills" => (serde_fields::<f::FillsConfig>(), &["enabled"]),
+        "fills.http" => (serde_fields::<f::HttpConfig>(), &FILLS_HTTP_KEYS_READ_HERE),
+        "fills.http.clients" => (serde_fields::<f::ClientConfig>(), &[]),
+        "fills.nats" => (serde_fields::<f::NatsConfig>(), &[]),
+        "fills.kafka" => (serde_fields::<f::KafkaConfig>(), &[]),
+        "fills.cache" => (serde_fields::<f::CacheConfig>(), &[]),
+        "fills.retention" => (serde_fields::<f::RetentionConfig>(), &[]),
+        _ => return None,
+    };
+    let beside: &[&str] = if pattern == "fills.http" {
+        &["allow_remote"]
+    } else {
+        &[]
+    };
+    Some(extra.iter().chain(beside).chain(fields).copied().collect())
+}
+
+/// Every table pattern of the config and its keys.
+pub fn all_keys() -> Vec<(&'static str, Vec<&'static str>)> {
+    WALKED_KEYS
+        .iter()
+        .map(|(p, _)| *p)
+        .chain([
+            "fills",
+            "fills.http",
+            "fills.http.clients",
+            "fills.nats",
+            "fills.kafka",
+            "fills.cache",
+            "fills.retention",
+        ])
+        .map(|p| (p, keys_of(p).expect("every pattern listed has keys")))
+        .collect()
+}
+
+/// The field names a serde-derived struct takes, as its derived
+/// `Deserialize` hands them to `deserialize_struct` (no crate here
+/// exposes them, and this is the list serde refuses unknown keys by).
+fn serde_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Deserializer, Visitor};
+
+    #[derive(Debug)]
+    struct Fields(&'static [&'static str]);
+    impl fmt::Display for Fields {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("field names")
+        }
+    }
+    impl std::error::Error for Fields {}
+    impl serde::de::Error for Fields {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Fields(&[])
+        }
+    }
+    struct Capture;
+    impl<'de> Deserializer<'de> for Capture {
+        type Error = Fields;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Fields> {
+            Err(Fields(&[]))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Fields> {
+            Err(Fields(fields))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
+    match T::deserialize(Capture) {
+        Err(Fields(f)) => f,
+        Ok(_) => &[],
+    }
+}
+
+/// Refuses (records) every key of `table` (at key path `path`, table
+/// pattern `pattern`) and of the tables in it that [`keys_of`] does not
+/// list, and takes it out, so that no parser meets it: every unknown key
+/// of the file is reported, whatever else is wrong with its table.
+fn check_keys(table: &mut Table, path: &str, pattern: &str, sink: &Sink) {
+    let Some(keys) = keys_of(pattern) else {
+        return;
+    };
+    let join = |base: &str, k: &str| {
+        if base.is_empty() {
+            k.to_string()
+        } else {
+            format!("{base}.{k}")
+        }
+    };
+    let data = keys == ["*"];
+    let mut unknown = Vec::new();
+    for (k, v) in table.iter_mut() {
+        if !data && !keys.contains(&k.as_str()) {
+            unknown.push(k.clone());
+            continue;
+        }
+        let sub = join(pattern, if data { "*" } else { k });
+        match v {
+            Value::Table(t) => check_keys(t, &join(path, k), &sub, sink),
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if let Value::Table(t) = item {
+                        check_keys(t, &format!("{}[{i}]", join(path, k)), &sub, sink);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for k in unknown {
+        table.remove(&k);
+        sink.borrow_mut().push(ConfigError::invalid(
+            join(path, &k),
+            format!("unknown key (expected one of: {})", keys.join(", ")),
+        ));
+    }
+}
+
 /// One table of the file being read: remembers its key path and which keys
 /// were asked for, so that `finish` can refuse the ones nobody asked for (a
 /// misspelt key must not silently fall back to a default). A key of the
@@ -1967,6 +2196,8 @@ fn type_name(v: &Value) -> &'static str {
 /// on and reports the next problem too.
 struct Section<'a> {
     path: String,
+    /// The table's pattern in [`WALKED_KEYS`].
+    pattern: String,
     table: &'a Table,
     asked: Vec<&'static str>,
     sink: &'a Sink,
@@ -1976,15 +2207,21 @@ impl<'a> Section<'a> {
     fn root(table: &'a Table, sink: &'a Sink) -> Section<'a> {
         Section {
             path: String::new(),
+            pattern: String::new(),
             table,
             asked: Vec::new(),
             sink,
         }
     }
 
-    fn child(&self, path: String, table: &'a Table) -> Section<'a> {
+    fn child(&self, path: String, key: &str, table: &'a Table) -> Section<'a> {
         Section {
             path,
+            pattern: if self.pattern.is_empty() {
+                key.to_string()
+            } else {
+                format!("{}.{key}", self.pattern)
+            },
             table,
             asked: Vec::new(),
             sink: self.sink,
@@ -2010,6 +2247,11 @@ impl<'a> Section<'a> {
     }
 
     fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        debug_assert!(
+            keys_of(&self.pattern).is_some_and(|k| k.contains(&key)),
+            "{key} of [{}] is read but not in WALKED_KEYS",
+            self.pattern
+        );
         self.asked.push(key);
         self.table.get(key)
     }
@@ -2089,7 +2331,7 @@ impl<'a> Section<'a> {
         let path = self.key(key);
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Table(t)) => Ok(Some(self.child(path, t))),
+            Some(Value::Table(t)) => Ok(Some(self.child(path, key, t))),
             Some(v) => self.report(ConfigError::invalid(
                 path,
                 format!("expected a table ([{key}]), found {}", type_name(v)),
@@ -2106,7 +2348,7 @@ impl<'a> Section<'a> {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, v)| match v {
-                    Value::Table(t) => Some(self.child(format!("{path}[{i}]"), t)),
+                    Value::Table(t) => Some(self.child(format!("{path}[{i}]"), key, t)),
                     other => {
                         self.sink.borrow_mut().push(ConfigError::invalid(
                             format!("{path}[{i}]"),
@@ -2137,7 +2379,7 @@ impl<'a> Section<'a> {
             let path = self.key(k);
             match v {
                 Value::Table(t) => {
-                    out.insert(k.clone(), self.child(path, t));
+                    out.insert(k.clone(), self.child(path, "*", t));
                 }
                 other => self.sink.borrow_mut().push(ConfigError::invalid(
                     path,
@@ -2148,19 +2390,19 @@ impl<'a> Section<'a> {
         Ok(out)
     }
 
-    /// Refuses (records) every key that no parser asked for.
+    /// The end of a table's walk. Unknown keys were refused before the
+    /// walk (`check_keys`); a key of the table that no parser read would
+    /// be accepted and ignored, which the table must not allow.
     fn finish(self) -> Result<()> {
-        let mut expected: Vec<&str> = self.asked.clone();
-        expected.sort_unstable();
-        expected.dedup();
-        for k in self.table.keys() {
-            if !self.asked.contains(&k.as_str()) {
-                self.sink.borrow_mut().push(ConfigError::invalid(
-                    self.key(k),
-                    format!("unknown key (expected one of: {})", expected.join(", ")),
-                ));
-            }
-        }
+        debug_assert!(
+            self.table
+                .keys()
+                .all(|k| self.asked.contains(&k.as_str()) || self.pattern.starts_with("fills")),
+            "[{}]: a key in WALKED_KEYS that no parser reads: {:?} (read: {:?})",
+            self.pattern,
+            self.table.keys().collect::<Vec<_>>(),
+            self.asked
+        );
         Ok(())
     }
 }
@@ -2703,6 +2945,167 @@ enabled = false
         assert_eq!(e.to_string().lines().count(), 1, "{e}");
         let e = err_of("[gate]\nsocket = \"/x\"\nsocket = \"/y\"\n");
         assert!(e.to_string().contains("at line 3, column 1"), "{e}");
+    }
+
+    /// The keys `config/tickgate.toml` shows (set or commented out), as
+    /// (table pattern, key): each line with its leading `#`s taken off
+    /// that is a table header or parses as TOML on its own.
+    fn example_keys() -> std::collections::BTreeSet<(String, String)> {
+        fn pattern_of(header: &str) -> String {
+            let mut pattern = String::new();
+            for seg in header.split('.') {
+                let seg = seg.trim();
+                let seg = if keys_of(&pattern).is_some_and(|k| k == ["*"]) {
+                    "*"
+                } else {
+                    seg
+                };
+                if !pattern.is_empty() {
+                    pattern.push('.');
+                }
+                pattern.push_str(seg);
+            }
+            pattern
+        }
+        fn record(
+            t: &Table,
+            pattern: &str,
+            out: &mut std::collections::BTreeSet<(String, String)>,
+        ) {
+            for (k, v) in t {
+                out.insert((pattern.to_string(), k.clone()));
+                let sub = if pattern.is_empty() {
+                    k.clone()
+                } else {
+                    pattern_of(&format!("{pattern}.{k}"))
+                };
+                match v {
+                    Value::Table(t) => record(t, &sub, out),
+                    Value::Array(items) => {
+                        for item in items {
+                            if let Value::Table(t) = item {
+                                record(t, &sub, out);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/tickgate.toml"))
+                .unwrap();
+        let mut out = std::collections::BTreeSet::new();
+        let mut section = String::new();
+        for line in text.lines() {
+            let l = line.trim_start_matches(|c: char| c == '#' || c.is_whitespace());
+            let header = l
+                .strip_prefix("[[")
+                .and_then(|r| r.split_once("]]"))
+                .or_else(|| l.strip_prefix('[').and_then(|r| r.split_once(']')))
+                .map(|(h, _)| h);
+            if let Some(h) = header.filter(|h| !h.contains(' ')) {
+                section = pattern_of(h);
+                // The header names a key of each table above it.
+                let segs: Vec<&str> = h.split('.').collect();
+                for i in 0..segs.len() {
+                    let parent = pattern_of(&segs[..i].join("."));
+                    let parent = if i == 0 { String::new() } else { parent };
+                    out.insert((parent, segs[i].trim().to_string()));
+                }
+            } else if let Ok(t) = toml::from_str::<Table>(l) {
+                record(&t, &section, &mut out);
+            }
+        }
+        out
+    }
+
+    /// `config/tickgate.toml` is the commented example of every key: each
+    /// key the config takes is in it (set, or commented out in its table),
+    /// and it shows no key the config refuses.
+    #[test]
+    fn the_example_config_holds_every_key() {
+        let shown = example_keys();
+        let mut missing = Vec::new();
+        let mut accepted = std::collections::BTreeSet::new();
+        for (pattern, keys) in all_keys() {
+            for key in keys {
+                accepted.insert((pattern.to_string(), key.to_string()));
+                if key != "*" && !shown.contains(&(pattern.to_string(), key.to_string())) {
+                    missing.push(format!("[{pattern}] {key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "accepted but not in config/tickgate.toml: {}",
+            missing.join(", ")
+        );
+        let refused: Vec<String> = shown
+            .iter()
+            .filter(|(p, k)| {
+                !accepted.contains(&(p.clone(), k.clone()))
+                    && !accepted.contains(&(p.clone(), "*".to_string()))
+            })
+            .map(|(p, k)| format!("[{p}] {k}"))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "in config/tickgate.toml but refused: {}",
+            refused.join(", ")
+        );
+    }
+
+    /// The lists an unknown key's message quotes are the whole table's:
+    /// the walk's own keys, serde's fields and the keys read beside them.
+    #[test]
+    fn unknown_keys_quote_every_key_of_their_table() {
+        let e = Config::parse(&format!(
+            "{MINIMAL}[fills]\nbogus = 1\n[fills.http]\nheader_timeout = \"5s\"\nbogus2 = 2\n"
+        ))
+        .unwrap_err();
+        let problems = e.problems();
+        let keys: Vec<_> = problems.iter().filter_map(|p| p.key()).collect();
+        assert_eq!(keys, ["fills.bogus", "fills.http.bogus2"], "{e}");
+        let fills = problems[0].to_string();
+        for k in [
+            "enabled",
+            "db",
+            "max_batch",
+            "max_in_flight",
+            "http",
+            "retention",
+        ] {
+            assert!(fills.contains(k), "{k} missing from {fills}");
+        }
+        let http = problems[1].to_string();
+        for k in [
+            "listen",
+            "clients",
+            "allow_remote",
+            "header_timeout",
+            "body_timeout",
+            "idle_timeout",
+            "max_connections",
+            "max_connections_per_client",
+            "rate_per_client",
+            "rate_burst",
+            "socket",
+            "socket_mode",
+            "max_body_bytes",
+        ] {
+            assert!(http.contains(k), "{k} missing from {http}");
+        }
+        // An unknown key is reported even where the table has another
+        // problem that ends its walk.
+        let e = Config::parse(
+            "[[feed]]\nname = \"a\"\nmode = \"sideways\"\nbogus = 1\n[[feed.line]]\nname = \"A\"\ngroup = \"239.1.1.1\"\nport = 1\n",
+        )
+        .unwrap_err();
+        let keys: Vec<_> = e.problems().iter().filter_map(|p| p.key()).collect();
+        assert_eq!(keys, ["feed[0].mode", "feed[0].bogus"], "{e}");
+        let e = err_of("[[feed]]\nname = \"a\"\nvenue = \"x\"\n");
+        assert!(e.to_string().contains("cme-mdp3"), "{e}");
     }
 
     #[test]

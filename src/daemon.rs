@@ -63,7 +63,7 @@ pub struct RunArgs {
 /// Prints each problem of a refused config on its own line.
 pub fn report_config_error(path: &std::path::Path, e: &ConfigError) {
     for p in e.problems() {
-        eprintln!("tickgate: config {}: {p}", path.display());
+        crate::util::errors::say(format_args!("tickgate: config {}: {p}", path.display()));
     }
 }
 
@@ -80,7 +80,10 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
     let warnings = config.warnings();
     if args.check_config {
         for w in &warnings {
-            eprintln!("tickgate: config {}: warning: {w}", args.config.display());
+            crate::util::errors::say(format_args!(
+                "tickgate: config {}: warning: {w}",
+                args.config.display()
+            ));
         }
         println!(
             "{}: valid ({}, {})",
@@ -110,7 +113,7 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
         }
         Err(StartError::Other(e)) => {
             tracing::error!(error = %crate::util::errors::chain(&e), "start failed");
-            eprintln!("tickgate: {}", crate::util::errors::chain(&e));
+            crate::util::errors::say(format_args!("tickgate: {}", crate::util::errors::chain(&e)));
             return Ok(EXIT_FAILURE);
         }
     };

@@ -69,13 +69,14 @@ fn main() {
                 .subcommand_required(true)
                 .hide(true),
         ))
-        .get_matches();
+        .try_get_matches()
+        .unwrap_or_else(|e| usage_error(e));
     if let Some(("generate", m)) = matches.subcommand() {
         let what =
             tickgate::manual::GenerateCommand::from_arg_matches(m).unwrap_or_else(|e| e.exit());
         finish(tickgate::manual::generate_main(Cli::command(), what));
     }
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
     let result = match cli.command {
         Command::Run(a) => tickgate::daemon::run_main(a),
         Command::Demo(a) => tickgate::daemon::demo_main(a),
@@ -98,8 +99,40 @@ fn finish(result: anyhow::Result<i32>) -> ! {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("tickgate: {}", tickgate::util::errors::chain(&e));
+            tickgate::util::errors::say(format_args!(
+                "tickgate: {}",
+                tickgate::util::errors::chain(&e)
+            ));
             std::process::exit(2);
         }
     }
+}
+
+/// A command-line error as every other error is said: one line,
+/// `tickgate: ...`, exit 2 (help and --version as clap prints them).
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit()
+    }
+    tickgate::util::errors::say(format_args!("tickgate: {}", one_line(&e.to_string())));
+    std::process::exit(2)
+}
+
+/// clap's message (`error: ...`, indented lists, `Usage: ...`, a tip)
+/// on one line: the message, then the usage in brackets.
+fn one_line(text: &str) -> String {
+    let text = text.trim().strip_prefix("error: ").unwrap_or(text.trim());
+    let (message, rest) = text.split_once("\n\nUsage: ").unwrap_or((text, ""));
+    let usage = rest.lines().next().unwrap_or("").trim();
+    let mut line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !usage.is_empty() {
+        line.push_str(&format!(" (usage: {usage}; --help for more)"));
+    }
+    line
 }

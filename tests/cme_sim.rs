@@ -248,6 +248,167 @@ fn simulate_writes_a_channel_and_replay_rebuilds_its_books() {
     assert!(feed["snapshots_applied"].as_u64().unwrap() > 0, "{feed}");
 }
 
+/// venues.md `cme-mdp3`, "Lines in a replay without a config": the
+/// simulator's channel replayed with `--venue cme-mdp3` alone learns its
+/// snapshot and definition loops from their templates, and gives what the
+/// config naming the kinds gives: one session, nothing lost, no hole, no
+/// book error, every book the simulator's.
+#[test]
+fn replay_without_a_config_learns_the_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("cme.pcap");
+    let truth_path = dir.path().join("truth.json");
+    let out = Command::new(bin())
+        .args(["simulate", "--venue", "cme-mdp3", "--out"])
+        .arg(&cap)
+        .arg("--truth")
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--json", "--venue", "cme-mdp3"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<(String, String)> = v["learnt_lines"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["dst"].as_str().unwrap().to_string(),
+                l["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut sorted = kinds.clone();
+    sorted.sort();
+    let want = |last: u8, kind: &str| (format!("239.255.0.{last}:30001"), kind.to_string());
+    assert_eq!(
+        sorted,
+        [
+            want(1, "incremental"),
+            want(2, "incremental"),
+            want(3, "snapshot"),
+            want(4, "definition"),
+        ],
+        "{}",
+        v["learnt_lines"]
+    );
+    let feed = &v["feeds"][0];
+    assert_eq!(feed["sessions"].as_array().unwrap().len(), 1, "{feed}");
+    assert_eq!(feed["channel_lost"], 0, "{feed}");
+    assert_eq!(feed["channel_lost"], truth["expected_channel_lost"]);
+    assert_eq!(feed["channel_gaps"], 0, "{feed}");
+    assert_eq!(feed["book_errors"], 0, "{feed}");
+    assert_eq!(feed["symbols_suspect"], 0, "{feed}");
+    let symbols = v["symbols"].as_object().unwrap();
+    let instruments = truth["venue"]["instruments"].as_array().unwrap();
+    assert!(!instruments.is_empty());
+    for i in instruments {
+        let name = i["symbol"].as_str().unwrap();
+        let s = &symbols[name];
+        assert_eq!(s["bid"], i["bid"], "{name}: {s}");
+        assert_eq!(s["ask"], i["ask"], "{name}: {s}");
+    }
+
+    // The readable summary says how the lines were told.
+    let out = Command::new(bin())
+        .args(["replay", "--venue", "cme-mdp3"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("lines learnt from what they carry (no --config")
+            && text.contains("line 239.255.0.3:30001: snapshot (")
+            && text.contains("line 239.255.0.4:30001: definition ("),
+        "{text}"
+    );
+}
+
+/// A destination that carries snapshots and incremental messages both
+/// cannot be told: the replay without a config is refused, with the
+/// config to write, rather than read one way or the other.
+#[test]
+fn replay_without_a_config_refuses_a_mixed_destination() {
+    use tickgate::capture::PcapWriter;
+    use tickgate::venue::cme_mdp3::encode;
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("mixed.pcap");
+    let mut w = PcapWriter::create(&cap).unwrap();
+    let src = "10.0.0.1:40000".parse().unwrap();
+    let dst = "239.255.9.1:30001".parse().unwrap();
+    let mut snap = Vec::new();
+    encode::start_packet(&mut snap, 1, 1_000);
+    encode::snapshot(
+        &mut snap,
+        &encode::Snapshot {
+            last_msg_seq_num: 1,
+            tot_num_reports: 1,
+            security_id: 1,
+            rpt_seq: 1,
+            transact_time: 1_000,
+            trading_status: None,
+            levels: &[],
+        },
+    );
+    let mut reset = Vec::new();
+    encode::start_packet(&mut reset, 2, 2_000);
+    encode::channel_reset(&mut reset, 2_000);
+    w.write_udp(1_000, src, dst, &snap).unwrap();
+    w.write_udp(2_000, src, dst, &reset).unwrap();
+    w.into_inner().unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--venue", "cme-mdp3"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "tickgate: 239.255.9.1:30001 carry both snapshots and incremental messages"
+        ),
+        "{err}"
+    );
+    // The config to write, which replays.
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains(
+            "[[feed.line]]\nname = \"L1\"\ngroup = \"239.255.9.1\"\nport = 30001\nkind = "
+        ),
+        "{text}"
+    );
+    let cfg = dir.path().join("cme.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[path = "common/daemon.rs"]
 mod daemon;
 

@@ -3,8 +3,12 @@
 //! (with `fixtures/` linked in) and its standard output compared with the
 //! lines the README shows under it.
 //!
-//! - `$ cat FILE` defines FILE: the lines shown are written to it.
-//! - `$ tickgate demo` is not run as shown (it runs until Ctrl-C): the
+//! - `$ cat FILE` is run as any command: FILE must be one the tour ships
+//!   (`fixtures/`) or one an earlier command made.
+//! - `$ tickgate demo ...` is run for a few seconds (`--seconds`, on ports
+//!   of its own) and what it prints is compared as a live command's
+//!   output (below): the demo lines the README quotes.
+//! - `$ tickgate demo` itself runs until Ctrl-C: the
 //!   commands that talk to the demo (its socket `./tickgate-data/gate.sock`
 //!   or its fills API `http://127.0.0.1:8088`) are run against a demo this
 //!   test starts in the same directory, on ports it lets the demo choose
@@ -183,6 +187,29 @@ fn start_demo(dir: &Path, bin: &Path) -> Demo {
     demo
 }
 
+/// A demo command of the README as the test runs it: for a few seconds,
+/// on a port of its own (it moves on by itself if that one is taken),
+/// metrics on an ephemeral port, the fills lane on one too (the default
+/// venue) or off.
+fn demo_command(command: &str) -> String {
+    let port = 46000 + (std::process::id() % 1000) as u16 * 3;
+    let venue = command.contains("--venue");
+    let seconds = if command.contains("nasdaq-itch") {
+        8
+    } else {
+        3
+    };
+    format!(
+        "{command} --seconds {seconds} --port {} --metrics 127.0.0.1:0 {}",
+        port + u16::from(venue) + u16::from(command.contains("cme-mdp3")),
+        if venue {
+            "--no-fills"
+        } else {
+            "--fills 127.0.0.1:0"
+        }
+    )
+}
+
 #[test]
 fn every_readme_example_works_as_written() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -196,29 +223,26 @@ fn every_readme_example_works_as_written() {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut demo: Option<Demo> = None;
+    // The demos run here, apart from the one the live commands talk to.
+    let demo_dir = tempfile::tempdir().unwrap();
     let mut ran = 0;
     let mut failures = Vec::new();
     for ex in examples(&readme) {
-        if ex.command.starts_with("tickgate demo") {
-            continue;
-        }
-        if let Some(file) = ex.command.strip_prefix("cat ") {
-            let mut text = ex.output.join("\n");
-            text.push('\n');
-            std::fs::write(dir.path().join(file.trim()), text).unwrap();
-            continue;
-        }
-        let live = ex.command.contains("./tickgate-data/gate.sock")
+        let is_demo = ex.command.starts_with("tickgate demo");
+        let live = is_demo
+            || ex.command.contains("./tickgate-data/gate.sock")
             || ex.command.contains("http://127.0.0.1:8088");
         let mut command = ex.command.clone();
-        if live {
+        if is_demo {
+            command = demo_command(&command);
+        } else if live {
             let d = demo.get_or_insert_with(|| start_demo(dir.path(), &bin));
             command = command.replace("http://127.0.0.1:8088", &d.fills);
         }
         let out = Command::new("sh")
             .arg("-c")
             .arg(&command)
-            .current_dir(dir.path())
+            .current_dir(if is_demo { demo_dir.path() } else { dir.path() })
             .env("PATH", &path)
             .env_remove("TICKGATE_SOCKET")
             .output()
@@ -236,9 +260,10 @@ fn every_readme_example_works_as_written() {
         };
         if let Err(e) = result {
             failures.push(format!(
-                "README.md line {}: $ {}\n{e}\nstderr: {}",
+                "README.md line {}: $ {}\n{e}\nstdout:\n{}\nstderr: {}",
                 ex.line,
                 ex.command,
+                got.join("\n"),
                 String::from_utf8_lossy(&out.stderr)
             ));
         }

@@ -2,8 +2,9 @@
 //! simulated CME channel starts first: incremental lines A and B, the
 //! snapshot loop (Market Recovery) and the definition loop (Instrument
 //! Recovery) on groups of their own. The daemon joins two seconds into the
-//! channel (a late join): every instrument starts `no_snapshot` and turns
-//! OK through the snapshot loop. Every so often a packet is lost on both
+//! channel (a late join): every instrument is unknown to it
+//! (`unknown_symbol`) until the definition loop names it, then waits
+//! (`no_snapshot`) until the snapshot loop brings its book, then is OK. Every so often a packet is lost on both
 //! lines: only the instruments it touched wait for the loop again (the
 //! others are unverified until their next entry), and the status line
 //! says how many wait and for what.
@@ -92,7 +93,7 @@ pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
         "  its snapshot loop on 239.255.77.3:{port}, its definition loop on 239.255.77.4:{port};"
     );
     println!(
-        "  the daemon starts {} s after the channel began: every instrument starts no_snapshot, then the snapshot loop makes it OK;",
+        "  the daemon starts {} s after the channel began: every instrument is unknown_symbol until the definition loop names it, no_snapshot until the snapshot loop brings its book, then OK;",
         LATE_BY.as_secs()
     );
     println!(

@@ -1,9 +1,9 @@
 //! `tickgate demo --venue nasdaq-itch`: recovery.md R5 shown live. A
 //! simulated Nasdaq TotalView-ITCH provider starts first, with a
 //! re-request server and a GLIMPSE server on loopback; the daemon joins
-//! two seconds into the session (a late join, so every book starts
-//! `no_snapshot`), rebuilds its books from GLIMPSE, and every symbol turns
-//! OK. The status line shows the symbols by cause and the recovery
+//! two seconds into the session (a late join: it knows no stock, each
+//! answers `unknown_symbol`), rebuilds its books from GLIMPSE, and every
+//! symbol turns OK. The status line shows the symbols by cause and the recovery
 //! counters.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -112,7 +112,7 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
         glimpse.local_addr()
     );
     println!(
-        "  the daemon starts {} s after the session began: every book starts no_snapshot, then is rebuilt from GLIMPSE (docs/recovery.md).",
+        "  the daemon starts {} s after the session began: it knows no stock yet (unknown_symbol), then rebuilds every book from GLIMPSE (docs/recovery.md).",
         LATE_BY.as_secs()
     );
     std::thread::sleep(LATE_BY);

@@ -20,6 +20,10 @@ pub fn init(cfg: &LogConfig) {
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal, not for the journal.
         .with_ansi(std::io::stderr().is_terminal())
+        // A closed stderr (the log pipe gone) loses the lines and nothing
+        // else: by default the subscriber reports a failed write with
+        // `eprintln!`, which panics when stderr is closed.
+        .log_internal_errors(false)
         .with_thread_names(true);
     let _ = match cfg.format {
         LogFormat::Human => builder.try_init(),

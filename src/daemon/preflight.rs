@@ -40,6 +40,8 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
             if let Some(dir) = parent(&path) {
                 if let Err(p) = can_create_in(dir) {
                     out.push(invalid("fills.db", p));
+                } else if let Err(p) = sqlite_files_writable(&path) {
+                    out.push(invalid("fills.db", p));
                 }
             }
         }
@@ -76,7 +78,10 @@ fn state_file_place(path: &Path, dir_checked: bool) -> Result<(), String> {
         Err(_) => return Ok(()),
     };
     let what = if kind.is_file() {
-        return Ok(());
+        // An old state file is replaced in place of its `state` word
+        // first (the start opens it for writing): one a run as another
+        // user (root) left must be this user's to write.
+        return writable(path, parent(path).unwrap_or(Path::new(".")));
     } else if kind.is_dir() {
         "a directory"
     } else if kind.is_symlink() {
@@ -130,7 +135,11 @@ fn can_create_in(dir: &Path) -> Result<(), String> {
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(if existing == dir {
-            format!("cannot create files in {}: {e}", dir.display())
+            format!(
+                "cannot create files in {}: {e}{}",
+                dir.display(),
+                not_ours(dir)
+            )
         } else {
             format!(
                 "cannot create {}: {} is not writable: {e}",
@@ -142,9 +151,131 @@ fn can_create_in(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` (which exists) can be read and written by this user; if not,
+/// the error says who owns it and the `chown` of `dir` that fixes it.
+fn writable(path: &Path, dir: &Path) -> Result<(), String> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", path.display()))?;
+    // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "cannot write {}: {e}{}",
+            path.display(),
+            not_ours_cmd(path, dir)
+        ));
+    }
+    Ok(())
+}
+
+/// An SQLite database that exists must be one this user can write, with
+/// its journal files (`-wal`, `-shm`): a run as another user (root) leaves
+/// them behind owned by that user.
+fn sqlite_files_writable(db: &Path) -> Result<(), String> {
+    let mut names = vec![db.to_path_buf()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        names.push(p.into());
+    }
+    let dir = parent(db).unwrap_or(Path::new("."));
+    for path in names.iter().filter(|p| p.exists()) {
+        writable(path, dir)?;
+    }
+    Ok(())
+}
+
+/// For a directory this user may not write: when another user owns it
+/// (an earlier run as root), who, and the command that gives it to this
+/// user. Empty otherwise (the mode is the operator's choice).
+fn not_ours(dir: &Path) -> String {
+    not_ours_cmd(dir, dir)
+}
+
+/// `path` belongs to another user: the `chown` of `dir` (the state
+/// directory, everything in it) that fixes it.
+fn not_ours_cmd(path: &Path, dir: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return String::new();
+    };
+    // SAFETY: geteuid and getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.uid() == uid {
+        return String::new();
+    }
+    let me = user_name(uid).unwrap_or_else(|| uid.to_string());
+    let group = group_name(gid).unwrap_or_else(|| gid.to_string());
+    let owner = user_name(m.uid()).unwrap_or_else(|| m.uid().to_string());
+    format!(
+        "; it belongs to {owner}, not {me} (left by a run as {owner}?): as root, run `chown -R {me}:{group} {}`",
+        dir.display()
+    )
+}
+
+fn user_name(uid: libc::uid_t) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: zeroed passwd is a valid out-parameter for getpwuid_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; buf outlives the use
+    // of pw's strings below.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into buf, NUL-terminated, on success.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+fn group_name(gid: libc::gid_t) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: zeroed group is a valid out-parameter for getgrgid_r.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut out = std::ptr::null_mut();
+    // SAFETY: as in `user_name`.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: gr_name points into buf, NUL-terminated, on success.
+    let name = unsafe { std::ffi::CStr::from_ptr(gr.gr_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a file of another user (a run as root's, for the service
+    /// user) is told: who owns it and the `chown` of the directory.
+    #[test]
+    fn another_users_file_gets_the_chown_to_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("fills.db");
+        std::fs::write(&db, b"").unwrap();
+        assert_eq!(not_ours_cmd(&db, dir.path()), "", "our own file");
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let me = user_name(uid).unwrap_or_else(|| uid.to_string());
+        let other = if uid == 0 { 65534 } else { 0 };
+        let c = CString::new(db.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path; only root may give a file away.
+        if unsafe { libc::chown(c.as_ptr(), other, u32::MAX) } != 0 {
+            return; // not root: a file of another user cannot be made here
+        }
+        let owner = user_name(other).unwrap_or_else(|| other.to_string());
+        let hint = not_ours_cmd(&db, dir.path());
+        // SAFETY: getegid cannot fail.
+        let gid = unsafe { libc::getegid() };
+        let group = group_name(gid).unwrap_or_else(|| gid.to_string());
+        let want = format!(
+            "; it belongs to {owner}, not {me} (left by a run as {owner}?): as root, run `chown -R {me}:{group} {}`",
+            dir.path().display()
+        );
+        assert_eq!(hint, want);
+    }
 
     #[test]
     fn a_directory_under_a_file_cannot_be_created() {

@@ -6,6 +6,7 @@
 //! and redelivery for JetStream, partitions and stored offsets for Kafka).
 
 use std::future::Future;
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -142,6 +143,10 @@ where
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not into a pipe or a
+        // file; a closed stderr loses the lines, no more (no panic).
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -79,11 +79,20 @@ pub fn shm_path(arg: Option<&Path>, socket: Option<&Path>) -> PathBuf {
 }
 
 fn connect(path: &Path, timeout_ms: u64) -> anyhow::Result<UnixStream> {
-    let s = UnixStream::connect(path).with_context(|| {
-        format!(
-            "cannot connect to the gate socket {} (is tickgate running? --socket or ${SOCKET_ENV} select another)",
+    let s = UnixStream::connect(path).map_err(|e| {
+        let hint = match e.kind() {
+            // The socket is there, and for the daemon's group only
+            // (operations.md: `socket_mode`, the tickgate group).
+            std::io::ErrorKind::PermissionDenied => format!(
+                "this user may not open it: it is for the daemon's group (`ls -l {}`); add the user to that group (`sudo usermod -aG tickgate $USER`, then log in again) or run as a member",
+                path.display()
+            ),
+            _ => format!("is tickgate running? --socket or ${SOCKET_ENV} select another"),
+        };
+        anyhow::Error::new(e).context(format!(
+            "cannot connect to the gate socket {} ({hint})",
             path.display()
-        )
+        ))
     })?;
     let t = Some(Duration::from_millis(timeout_ms.max(1)));
     s.set_read_timeout(t)?;

@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::checks::{run_checks, ChecksError};
 use super::engine::{replay_from_config, Replay};
+use super::feed::{FeedSpec, ReplayLine};
 use super::populate::Populator;
 use super::progress::Progress;
 use super::summary::{summary_text, ts_str, write_summary_json};
@@ -30,6 +31,8 @@ use crate::capture::venue_arg::VenueArg;
 use crate::feed::{FeedSettings, Mode};
 use crate::sim::live::{refuse_unroutable, send_paced, McastSender, Pace, SenderOptions};
 use crate::util::signals::stop_on_signals;
+use crate::venue::cme_mdp3::line_kind::{LineEvidence, Verdict};
+use crate::venue::{LineKind, VenueKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayMode {
@@ -128,7 +131,11 @@ struct Pass {
     cpu_ns: u64,
 }
 
-fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pass> {
+fn replay_pass(
+    args: &ReplayArgs,
+    cap: &mut CaptureStream,
+    learnt: Option<&LearntLines>,
+) -> anyhow::Result<Pass> {
     let timeline = Recorder::from_args(&args.timeline)?;
     let mut replay = match &args.config {
         Some(path) => replay_from_config(path)?,
@@ -143,10 +150,35 @@ fn replay_pass(args: &ReplayArgs, cap: &mut CaptureStream) -> anyhow::Result<Pas
                 ReplayMode::Full => Mode::Full,
                 ReplayMode::Delta => Mode::Delta,
             };
-            if args.filter.is_empty() {
-                Replay::single_venue_feed(settings, &[]).discover_lines()
-            } else {
-                Replay::single_venue_feed(settings, &args.filter)
+            match learnt {
+                // Lines by what they carry; a destination first seen
+                // after the scan is a new incremental line, as without.
+                Some(learnt) => {
+                    let r = Replay::new(vec![FeedSpec {
+                        name: "replay".to_string(),
+                        settings,
+                        lines: learnt
+                            .lines
+                            .iter()
+                            .map(|l| ReplayLine {
+                                dst: l.dst,
+                                source: None,
+                                kind: l.kind,
+                            })
+                            .collect(),
+                        symbols: Vec::new(),
+                        rerequest: Vec::new(),
+                    }]);
+                    if args.filter.is_empty() {
+                        r.discover_lines()
+                    } else {
+                        r
+                    }
+                }
+                None if args.filter.is_empty() => {
+                    Replay::single_venue_feed(settings, &[]).discover_lines()
+                }
+                None => Replay::single_venue_feed(settings, &args.filter),
             }
         }
     };
@@ -208,13 +240,14 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
         let cap = CaptureStream::open(&args.captures, args.stream_options())?;
         return replay_send(&args, cap);
     }
+    let learnt = learn_line_kinds(&args)?;
     // Most captures are sorted: one streaming pass. One that is not is
     // found out as it is read; then everything starts again from a first
     // pass that finds its runs (nothing answered so far has been written).
     let (mut cap, pass) =
         match CaptureStream::open_assuming_sorted(&args.captures, args.stream_options())? {
             Some(mut cap) => {
-                let pass = replay_pass(&args, &mut cap)?;
+                let pass = replay_pass(&args, &mut cap, learnt.as_ref())?;
                 if cap.read_rest_for_order() {
                     eprintln!(
                         "tickgate: {}: not in time order; reading again to put it in order",
@@ -224,7 +257,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
                         )
                     );
                     let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
-                    let pass = replay_pass(&args, &mut cap)?;
+                    let pass = replay_pass(&args, &mut cap, learnt.as_ref())?;
                     (cap, pass)
                 } else {
                     (cap, pass)
@@ -232,7 +265,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
             }
             None => {
                 let mut cap = CaptureStream::open(&args.captures, args.stream_options())?;
-                let pass = replay_pass(&args, &mut cap)?;
+                let pass = replay_pass(&args, &mut cap, learnt.as_ref())?;
                 (cap, pass)
             }
         };
@@ -282,11 +315,17 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
                 }),
             ));
         }
+        if let Some(learnt) = &learnt {
+            extra.push(("learnt_lines".to_string(), learnt.json()));
+        }
         // Written as it goes: the symbols' objects are never all held.
         write_summary_json(&mut w, &sum, &replay, extra)?;
         w.write_all(b"\n")?;
     } else {
         w.write_all(summary_text(&sum, &replay).as_bytes())?;
+        if let Some(learnt) = &learnt {
+            w.write_all(learnt.text().as_bytes())?;
+        }
     }
     w.flush()?;
     drop(w);
@@ -309,6 +348,152 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// Datagrams read, at most, to learn what each destination carries.
+const LEARN_DATAGRAMS: u64 = 200_000;
+
+/// One destination's kind as learnt from what it carries.
+struct LearntLine {
+    dst: SocketAddrV4,
+    kind: LineKind,
+    evidence: LineEvidence,
+    untold: bool,
+}
+
+/// venues.md `cme-mdp3`, "Lines in a replay without a config": the kinds
+/// of the destinations, in order of first appearance, and how many
+/// datagrams were read to learn them.
+struct LearntLines {
+    lines: Vec<LearntLine>,
+    read: u64,
+    whole: bool,
+}
+
+impl LearntLines {
+    fn text(&self) -> String {
+        let mut s = format!(
+            "\nlines learnt from what they carry (no --config; {} datagrams read{}):\n",
+            self.read,
+            if self.whole {
+                ", the whole capture"
+            } else {
+                "; a destination first seen later is incremental"
+            }
+        );
+        for l in &self.lines {
+            let e = &l.evidence;
+            s.push_str(&format!(
+                "  line {}: {}{} ({} datagrams with incremental messages, {} with snapshots, {} with definitions only, {} with none of these)\n",
+                l.dst,
+                l.kind.name(),
+                if l.untold { ", nothing told otherwise" } else { "" },
+                e.incremental,
+                e.snapshot,
+                e.definition,
+                e.silent
+            ));
+        }
+        s
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "datagrams_read": self.read,
+            "whole_capture": self.whole,
+            "lines": self.lines.iter().map(|l| json!({
+                "dst": l.dst.to_string(),
+                "kind": l.kind.name(),
+                "told": !l.untold,
+                "incremental": l.evidence.incremental,
+                "snapshot": l.evidence.snapshot,
+                "definition": l.evidence.definition,
+                "silent": l.evidence.silent,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Without --config, a venue whose channels have snapshot or definition
+/// loops beside the incremental lines (`cme-mdp3`): each destination's
+/// kind from the templates it carries in the capture's first
+/// `LEARN_DATAGRAMS` datagrams. A destination that carries both
+/// snapshots and incremental messages is refused, with the config that
+/// says which is which. `None` for the other venues and with --config.
+fn learn_line_kinds(args: &ReplayArgs) -> anyhow::Result<Option<LearntLines>> {
+    if args.config.is_some() || args.venue.kind() != VenueKind::CmeMdp3 {
+        return Ok(None);
+    }
+    let mut cap = match CaptureStream::open_assuming_sorted(&args.captures, args.stream_options())?
+    {
+        Some(cap) => cap,
+        None => CaptureStream::open(&args.captures, args.stream_options())?,
+    };
+    let mut seen: Vec<(SocketAddrV4, LineEvidence)> = Vec::new();
+    let mut index: std::collections::HashMap<SocketAddrV4, usize> = Default::default();
+    let mut read = 0u64;
+    let mut whole = true;
+    while let Some(d) = cap.next_datagram() {
+        if read == LEARN_DATAGRAMS {
+            whole = false;
+            break;
+        }
+        read += 1;
+        let i = *index.entry(d.dst).or_insert_with(|| {
+            seen.push((d.dst, LineEvidence::default()));
+            seen.len() - 1
+        });
+        seen[i].1.add(d.payload);
+    }
+    // The run of a read error is reported by the replay itself.
+    let mut lines = Vec::with_capacity(seen.len());
+    let mut mixed = Vec::new();
+    for (dst, evidence) in seen {
+        let (kind, untold) = match evidence.verdict() {
+            Verdict::Kind(k) => (k, false),
+            Verdict::Untold => (LineKind::Incremental, true),
+            Verdict::Mixed => {
+                mixed.push(dst);
+                (LineKind::Incremental, false)
+            }
+        };
+        lines.push(LearntLine {
+            dst,
+            kind,
+            evidence,
+            untold,
+        });
+    }
+    if !mixed.is_empty() {
+        // The config is the refusal's result (standard output); the error
+        // one line, as every error.
+        let mut out = std::io::stdout().lock();
+        out.write_all(config_for(&lines).as_bytes())?;
+        out.flush()?;
+        let list: Vec<String> = mixed.iter().map(|d| d.to_string()).collect();
+        anyhow::bail!(
+            "{} carry both snapshots and incremental messages: their kind cannot be learnt from the capture; \
+             the config on standard output names every line's kind as learnt: correct it and replay with --config FILE",
+            list.join(", ")
+        );
+    }
+    Ok(Some(LearntLines { lines, read, whole }))
+}
+
+/// A config with one feed whose lines are `lines`, kinds as learnt (the
+/// user corrects the ones that are wrong).
+fn config_for(lines: &[LearntLine]) -> String {
+    let mut s = String::from("[[feed]]\nname = \"cme\"\nvenue = \"cme-mdp3\"\n");
+    for (i, l) in lines.iter().enumerate() {
+        s.push_str(&format!(
+            "\n[[feed.line]]\nname = \"L{}\"\ngroup = \"{}\"\nport = {}\nkind = \"{}\"    # incremental, snapshot or definition\n",
+            i + 1,
+            l.dst.ip(),
+            l.dst.port(),
+            l.kind.name()
+        ));
+    }
+    s
 }
 
 /// Up to where a stream got, for an error.

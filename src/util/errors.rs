@@ -36,6 +36,15 @@ impl fmt::Display for Chain<'_> {
     }
 }
 
+/// Writes one line to standard error, and nothing (no panic, as
+/// `eprintln!` would) when standard error is closed: a daemon whose log
+/// pipe went away keeps running, and a command still exits with its own
+/// status.
+pub fn say(line: fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

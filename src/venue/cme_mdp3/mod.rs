@@ -11,6 +11,7 @@ pub mod channel;
 pub mod channel_file;
 pub mod encode;
 pub mod instruments;
+pub mod line_kind;
 pub mod messages;
 pub mod recovery;
 pub mod sbe;
