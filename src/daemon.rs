@@ -252,9 +252,11 @@ impl Daemon {
                         source_max_age_ms: f.source_max_age_ms,
                     })
                     .collect();
-                let (p, r) = shm::publish(path, shm::DEFAULT_MODE, &specs).with_context(|| {
-                    format!("publishing the shared state file {}", path.display())
-                })?;
+                let (p, r) =
+                    shm::publish_with_rules(path, shm::DEFAULT_MODE, &specs, &config.gate.rules)
+                        .with_context(|| {
+                            format!("publishing the shared state file {}", path.display())
+                        })?;
                 (Some(p), r)
             }
         };
@@ -310,7 +312,7 @@ impl Daemon {
                 control,
             });
         }
-        let gate_backend = Gate::new(readers);
+        let gate_backend = Gate::with_rules(readers, config.gate.rules);
         let server_config = ServerConfig {
             path: config.gate.socket.clone(),
             mode: config.gate.socket_mode,
