@@ -123,7 +123,7 @@ pub fn answer_frame(frame: Frame<'_>, feeds: &[&dyn SymbolLookup], now: i64, out
 mod tests {
     use super::*;
     use crate::feed::{Feed, FeedSettings};
-    use crate::wire::{PacketBuilder, Quote, SessionId, Side};
+    use crate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 
     const T0: i64 = 1_796_025_600_000_000_000;
     const MS: i64 = 1_000_000;
@@ -208,12 +208,22 @@ mod tests {
     }
 
     #[test]
-    fn first_feed_with_a_quote_wins() {
+    fn every_feed_that_knows_the_symbol_answers() {
         let mut empty = Feed::new(FeedSettings::default(), 1);
         empty.add_symbol(Symbol::parse("EURUSD").unwrap());
         let g = feed_with_quote();
         let feeds: [&dyn SymbolLookup; 2] = [&empty, &g];
-        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("OK EURUSD seq=4"));
+        // A feed without a quote takes no part; unnamed feeds are shown by
+        // position.
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD", T0),
+            "OK EURUSD seq=- bid=1.08512@10 ask=- silence_us=0 source_age_us=3000 feeds=0:no_data,1:OK\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD feed=1", T0),
+            "OK EURUSD seq=4 bid=1.08512@10 ask=- silence_us=0 source_age_us=3000\n"
+        );
+        assert_eq!(ask(&feeds, "CHECK EURUSD feed=2", T0), "ERR unknown feed\n");
         let feeds: [&dyn SymbolLookup; 1] = [&empty];
         assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("REJECT EURUSD no_data"));
     }
