@@ -2594,8 +2594,20 @@ enabled = false
                 .replace("\"fx\"", "\"fy\"")
                 .replace("239.1.1.1", "239.1.1.9")
         );
-        let e = err_of(&sym_twice);
-        assert_eq!(e.key(), Some("feed[1].symbols.EURUSD"), "{e}");
+        // gate.md "One symbol on several feeds": several feeds may name it.
+        let c = Config::parse(&sym_twice).unwrap();
+        assert!(c.feeds.iter().all(|f| f.symbols.len() == 1));
+        // [gate] across and crossed_ms.
+        let c = Config::parse(&format!("{MINIMAL}[gate]\nacross = \"any\"\ncrossed_ms = 0\n")).unwrap();
+        assert_eq!(
+            c.gate.rules,
+            crate::feed::across::GateRules::new(crate::feed::across::Across::Any, 0)
+        );
+        let e = err_of(&format!("{MINIMAL}[gate]\nacross = \"most\"\n"));
+        assert_eq!(e.key(), Some("gate.across"), "{e}");
+        assert!(e.to_string().contains("all, any"), "{e}");
+        let e = err_of(&format!("{MINIMAL}[gate]\ncrossed_ms = -1\n"));
+        assert_eq!(e.key(), Some("gate.crossed_ms"), "{e}");
         let too_many = MINIMAL.replace("mode = \"full\"", "mode = \"full\"\nmax_symbols = 1")
             + "[feed.symbols.A]\n[feed.symbols.B]\n";
         assert_eq!(err_of(&too_many).key(), Some("feed[0].max_symbols"));

@@ -524,7 +524,7 @@ mod tests {
     #[test]
     fn the_documented_layout() {
         assert_eq!(MAGIC, 0x4554_4147_4B43_4954);
-        assert_eq!(stride::<SymbolView>(), 10);
+        assert_eq!(stride::<SymbolView>(), 12);
         assert_eq!(stride::<FeedView>(), 8);
         let up = |n: usize, m: usize| n.div_ceil(m) * m;
         for caps in [vec![1u32], vec![100, 3], vec![100_001, 0, 7]] {
@@ -541,7 +541,7 @@ mod tests {
                 let keys = table + f.table.keys_at * 8;
                 let buckets = table + f.table.buckets_at * 8;
                 assert_eq!(slots, table + 64);
-                assert_eq!(keys, slots + up(80 * c, 64));
+                assert_eq!(keys, slots + up(96 * c, 64));
                 assert_eq!(buckets, keys + up(24 * c, 64));
                 assert_eq!(f.table.buckets as usize, b);
                 assert_eq!(f.end_at * 8, table + up(buckets - table + 32 * b, 64));

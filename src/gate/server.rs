@@ -1800,10 +1800,11 @@ mod tests {
         b.classify(b"REJECT EURUSD stale_quote,suspect seq=1 bid=- ask=- silence_us=1 source_age_us=1 suspect=gap\n");
         b.classify(b"REJECT X unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n");
         b.classify(b"REJECT MILL halted seq=1 bid=- ask=- silence_us=1 source_age_us=1\n");
+        b.classify(b"REJECT AAPL crossed seq=- bid=2@1 ask=1@1 silence_us=1 source_age_us=1 feeds=a:OK,b:OK\n");
         b.classify(b"ERR bad request\n");
         b.classify(b"PONG\n");
-        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 3, 1, 1));
-        assert_eq!(b.reasons, [1, 0, 1, 0, 1, 1]);
+        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 4, 1, 1));
+        assert_eq!(b.reasons, [1, 0, 1, 0, 1, 1, 1]);
     }
 
     #[test]
