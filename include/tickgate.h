@@ -67,7 +67,12 @@ typedef struct tickgate_client tickgate_client;
 /* Most feeds an answer names (tickgate_answer.feed_index). */
 #define TICKGATE_MAX_FEEDS 64
 
-/* The answer of one check. Quote fields are meaningful when has_quote. */
+/* The answer of one check. Quote fields are meaningful when has_quote.
+ * When several feeds know the symbol (gate.md "One symbol on several
+ * feeds"), feed_count says how many: the quote is the best across the
+ * feeds that count, the ages the largest, seq means nothing (the line says
+ * seq=-), and feed_index/feed_reasons give each feed's own verdict for
+ * feeds=. */
 typedef struct tickgate_answer {
     int32_t verdict;       /* TICKGATE_OK or TICKGATE_REJECT */
     uint32_t reasons;      /* TICKGATE_R_* bits; 0 when OK */
@@ -82,10 +87,7 @@ typedef struct tickgate_answer {
     uint64_t ask_qty;
     int64_t silence_ns;    /* now - alive */
     int64_t source_age_ns; /* now - quote source time - clock offset */
-    uint32_t feed_count;   /* several feeds know the symbol: how many (the
-                            * line has seq=- and feeds=; the quote is the
-                            * best across them, the ages the largest);
-                            * 0: one feed or none (seq is that feed's) */
+    uint32_t feed_count;   /* feeds that know the symbol when several do (seq=-, feeds=), else 0 */
     uint8_t feed_index[64];   /* each such feed, in config order: its index in the file */
     uint8_t feed_reasons[64]; /* its own verdict's TICKGATE_R_* bits (0: OK) */
 } tickgate_answer;

@@ -2598,7 +2598,10 @@ enabled = false
         let c = Config::parse(&sym_twice).unwrap();
         assert!(c.feeds.iter().all(|f| f.symbols.len() == 1));
         // [gate] across and crossed_ms.
-        let c = Config::parse(&format!("{MINIMAL}[gate]\nacross = \"any\"\ncrossed_ms = 0\n")).unwrap();
+        let c = Config::parse(&format!(
+            "{MINIMAL}[gate]\nacross = \"any\"\ncrossed_ms = 0\n"
+        ))
+        .unwrap();
         assert_eq!(
             c.gate.rules,
             crate::feed::across::GateRules::new(crate::feed::across::Across::Any, 0)

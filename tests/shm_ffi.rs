@@ -7,8 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use tickgate::feed::verdict::{
-    R_CROSSED, R_HALTED, R_NO_DATA, R_STALE_AT_SOURCE, R_STALE_QUOTE, R_SUSPECT,
-    R_UNKNOWN_SYMBOL,
+    R_CROSSED, R_HALTED, R_NO_DATA, R_STALE_AT_SOURCE, R_STALE_QUOTE, R_SUSPECT, R_UNKNOWN_SYMBOL,
 };
 use tickgate::feed::{ClockOffset, FeedSettings, SuspectCause};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
@@ -200,9 +199,19 @@ fn market() -> (Rig, Vec<&'static str>) {
     };
     let mut rig = Rig::new(&[("md1", settings), ("md2", settings)]);
     for (i, (s, age_ms, bid, ask)) in [
-        ("EURUSD", 300, Some((1_085_160_000, 5)), Some((1_085_170_000, 9))),
+        (
+            "EURUSD",
+            300,
+            Some((1_085_160_000, 5)),
+            Some((1_085_170_000, 9)),
+        ),
         ("SPREAD", 900, Some((-500_000_000, 2)), None),
-        ("CROSSED", 100, Some((2_000_000_000, 1)), Some((2_100_000_000, 1))),
+        (
+            "CROSSED",
+            100,
+            Some((2_000_000_000, 1)),
+            Some((2_100_000_000, 1)),
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -230,7 +239,13 @@ fn market() -> (Rig, Vec<&'static str>) {
         ("GBPUSD", 7, 3000, None, Some((1_270_000_000, 1))),
         ("SPREAD", 9, 10, Some((-500_000_000, 3)), Some((0, 4))),
         ("AUDUSD", 2, 100, Some((650_000_000, 2)), None),
-        ("CROSSED", 5, 200, Some((1_000_000_000, 1)), Some((1_900_000_000, 1))),
+        (
+            "CROSSED",
+            5,
+            200,
+            Some((1_000_000_000, 1)),
+            Some((1_900_000_000, 1)),
+        ),
     ];
     for (i, (s, seq, age_ms, bid, ask)) in quotes.into_iter().enumerate() {
         let side = |x: Option<(i64, u64)>| x.map(|(px, qty)| Side { px, qty });

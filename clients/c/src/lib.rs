@@ -235,7 +235,17 @@ pub unsafe extern "C" fn tickgate_check(
     out: *mut tickgate_answer,
 ) -> c_int {
     // SAFETY: the same contract, with no feed named.
-    unsafe { tickgate_check_feed(c, symbol, std::ptr::null(), now_ns, stale_ms, source_ms, out) }
+    unsafe {
+        tickgate_check_feed(
+            c,
+            symbol,
+            std::ptr::null(),
+            now_ns,
+            stale_ms,
+            source_ms,
+            out,
+        )
+    }
 }
 
 /// `tickgate_check` with `feed=<name>` (gate.md): that feed's verdict
