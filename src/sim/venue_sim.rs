@@ -151,7 +151,8 @@ impl ItchFlow {
     /// orders once the flow has built them up.
     pub fn new(symbols: usize, target_orders: usize, start_ns: i64, seed: u64) -> ItchFlow {
         let mut m = SplitMix64::new(seed ^ 0x17C4_5EED);
-        let symbols = (0..symbols.clamp(1, 65_535))
+        let count = symbols.clamp(1, 65_535);
+        let symbols = (0..count)
             .map(|_| ItchSymbol {
                 mid: 1_000 + m.below(49_000) as u32,
                 halted: false,
