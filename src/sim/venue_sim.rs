@@ -176,9 +176,7 @@ impl ItchFlow {
             start_ns,
             recent: 0.9,
             last_t: start_ns,
-            levels: (0..symbols.clamp(1, 65_535))
-                .map(|_| Default::default())
-                .collect(),
+            levels: vec![Default::default(); count],
         }
     }
 
