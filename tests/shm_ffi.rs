@@ -397,3 +397,82 @@ fn python_module_answers_as_the_socket() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("Ran 3 tests"), "{stderr}");
 }
+
+/// The Python client is an installable package: `pip install
+/// ./clients/python` into a fresh virtual environment (build isolation:
+/// pip fetches setuptools from the package index), then the installed
+/// module, imported from outside the source tree, answers as the socket.
+#[test]
+fn python_package_installs_into_a_clean_venv_and_answers_as_the_socket() {
+    let dir = libdir();
+    let (mut rig, symbols) = market();
+    let tmp = tempfile::tempdir().unwrap();
+    // A copy: setuptools writes build/ and *.egg-info beside the sources.
+    let pkg = tmp.path().join("pkg");
+    std::fs::create_dir(&pkg).unwrap();
+    for f in ["pyproject.toml", "README.md", "tickgate.py"] {
+        std::fs::copy(root().join("clients/python").join(f), pkg.join(f)).unwrap();
+    }
+    let venv = tmp.path().join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .expect("python3 runs");
+    if !made.status.success() {
+        eprintln!(
+            "SKIPPED python_package_installs: no venv module: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        return;
+    }
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(&pkg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&pip.stderr);
+    if !pip.status.success() {
+        // Only an unreachable package index (for setuptools) is a skip.
+        let offline = [
+            "Could not find a version",
+            "NewConnectionError",
+            "Network is unreachable",
+        ];
+        assert!(
+            offline.iter().any(|o| err.contains(o)),
+            "pip install failed: {err}"
+        );
+        eprintln!("SKIPPED python_package_installs: no package index: {err}");
+        return;
+    }
+    let script = r#"
+import os, sys, tickgate
+assert "site-packages" in tickgate.__file__, tickgate.__file__
+now = int(os.environ["NOW"])
+with tickgate.Client(os.environ["SHM"]) as c:
+    for sym in os.environ["SYMBOLS"].split(","):
+        sys.stdout.write(c.check(sym, now_ns=now).line)
+"#;
+    let out = Command::new(venv.join("bin/python"))
+        .args(["-c", script])
+        .current_dir(tmp.path())
+        .env("TICKGATE_LIB", dir.join("libtickgate.so"))
+        .env("SHM", &rig.shm)
+        .env("NOW", NOW.to_string())
+        .env("SYMBOLS", symbols.join(","))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8(out.stdout).unwrap();
+    let want: String = symbols
+        .iter()
+        .map(|s| rig.socket_answer(&format!("CHECK {s}"), NOW))
+        .collect();
+    assert_eq!(got, want);
+    assert!(got.contains(" feeds=md1:"), "a symbol on two feeds: {got}");
+}
