@@ -207,28 +207,58 @@ pub fn check_across<F: Feeds + ?Sized>(
                 .map_err(CheckError::Proto),
         };
     }
-    let mut known: ArrayVec<(u8, Found), MAX_FEEDS> = ArrayVec::new();
-    for i in 0..feeds.count().min(MAX_FEEDS) {
+    // The first feed that knows the symbol; most symbols stop there (one
+    // feed knows them) without touching the several-feed path's stack.
+    let n = feeds.count().min(MAX_FEEDS);
+    let mut i = 0;
+    let first = loop {
+        if i == n {
+            return Ok(unknown());
+        }
         if let Some(found) = feeds.find(i, symbol).map_err(CheckError::Read)? {
-            known.push((i as u8, found));
+            break (i, found);
+        }
+        i += 1;
+    };
+    for j in i + 1..n {
+        if let Some(second) = feeds.find(j, symbol).map_err(CheckError::Read)? {
+            return several(feeds, symbol, opts, rules, now, first, (j, second));
         }
     }
-    match known.len() {
-        0 => Ok(unknown()),
-        // One feed knows it: exactly that feed's verdict line.
-        1 => feed_verdict(&known[0].1, opts, now)
-            .map(Answer::single)
-            .map_err(CheckError::Proto),
-        _ => {
-            let mut judged: ArrayVec<(u8, Verdict, i64), MAX_FEEDS> = ArrayVec::new();
-            // Every feed's thresholds bound the request: any looser is ERR.
-            for (i, found) in &known {
-                let v = feed_verdict(found, opts, now).map_err(CheckError::Proto)?;
-                judged.push((*i, v, found.0.quote_changed_at));
-            }
-            Ok(combine(&judged, rules, now))
+    // One feed knows it: exactly that feed's verdict line.
+    feed_verdict(&first.1, opts, now)
+        .map(Answer::single)
+        .map_err(CheckError::Proto)
+}
+
+/// `check_across` once two feeds (`first`, `second`) know the symbol: the
+/// feeds after `second` are looked up too, each is judged, and the
+/// verdicts combine.
+#[inline(never)]
+fn several<F: Feeds + ?Sized>(
+    feeds: &F,
+    symbol: Symbol,
+    opts: &Options,
+    rules: &GateRules,
+    now: i64,
+    first: (usize, Found),
+    second: (usize, Found),
+) -> Result<Answer, CheckError<F::Error>> {
+    let mut judged: ArrayVec<(u8, Verdict, i64), MAX_FEEDS> = ArrayVec::new();
+    let mut judge_one = |i: usize, found: &Found| -> Result<(), CheckError<F::Error>> {
+        // Every feed's thresholds bound the request: any looser is ERR.
+        let v = feed_verdict(found, opts, now).map_err(CheckError::Proto)?;
+        judged.push((i as u8, v, found.0.quote_changed_at));
+        Ok(())
+    };
+    judge_one(first.0, &first.1)?;
+    judge_one(second.0, &second.1)?;
+    for j in second.0 + 1..feeds.count().min(MAX_FEEDS) {
+        if let Some(found) = feeds.find(j, symbol).map_err(CheckError::Read)? {
+            judge_one(j, &found)?;
         }
     }
+    Ok(combine(&judged, rules, now))
 }
 
 /// Combines the feed verdicts `(feed, verdict, quote_changed_at)` of two or
