@@ -91,10 +91,8 @@ fn answering_does_not_allocate() {
     b.start(SessionId::parse("S").unwrap(), 1)
         .quote(&Quote::new(eur, 1, 1_000, higher, higher));
     feed2.on_datagram(0, b.bytes(), 2_000);
-    let gate = tickgate::gate::server::Gate::new(vec![
-        ("md1".into(), reader),
-        ("md2".into(), reader2),
-    ]);
+    let gate =
+        tickgate::gate::server::Gate::new(vec![("md1".into(), reader), ("md2".into(), reader2)]);
     let mut probe = Vec::new();
     gate.answer(b"CHECK EURUSD", 3_000, &mut probe);
     assert!(
