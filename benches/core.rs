@@ -367,7 +367,30 @@ fn check<M: Measurement>(c: &mut Criterion<M>, label: &str) {
             out.len()
         })
     });
+    // gate.md "One symbol on several feeds": the same symbol on three
+    // feeds, each judged, the answer combined (feeds=).
+    let mut others = [Feed::new(settings(), 2), Feed::new(settings(), 2)];
+    for f in &mut others {
+        for (p, at) in &packets {
+            f.on_datagram(0, p, *at);
+        }
+    }
+    let three: [&dyn SymbolLookup; 3] = [&feed, &others[0], &others[1]];
+    g.bench_function("answer(CHECK line), three feeds", |bench| {
+        bench.iter(|| {
+            out.clear();
+            answer(black_box(b"CHECK S00421"), &three, black_box(now), &mut out);
+            out.len()
+        })
+    });
     g.finish();
+    out.clear();
+    answer(b"CHECK S00421", &three, now, &mut out);
+    assert!(
+        out.starts_with(b"OK S00421 seq=- ") && out.ends_with(b" feeds=0:OK,1:OK,2:OK\n"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     // The answer is the one we mean to measure.
     out.clear();
     answer(b"CHECK S00421", &feeds, now, &mut out);

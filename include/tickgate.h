@@ -33,6 +33,9 @@ typedef struct tickgate_client tickgate_client;
 #define TICKGATE_R_STALE_AT_SOURCE 8
 #define TICKGATE_R_HALTED 16
 #define TICKGATE_R_SUSPECT 32
+/* Several feeds: one feed's bid stays above another's offer (gate.md "One
+ * symbol on several feeds"); written after halted, before suspect. */
+#define TICKGATE_R_CROSSED 64
 
 /* tickgate_answer.cause (set exactly when TICKGATE_R_SUSPECT is). */
 #define TICKGATE_CAUSE_NONE 0
@@ -59,8 +62,17 @@ typedef struct tickgate_client tickgate_client;
 #define TICKGATE_E_READ (-4)
 #define TICKGATE_E_PANIC (-5)
 #define TICKGATE_E_CLOCK (-6)
+#define TICKGATE_E_FEED (-7)
 
-/* The answer of one check. Quote fields are meaningful when has_quote. */
+/* Most feeds an answer names (tickgate_answer.feed_index). */
+#define TICKGATE_MAX_FEEDS 64
+
+/* The answer of one check. Quote fields are meaningful when has_quote.
+ * When several feeds know the symbol (gate.md "One symbol on several
+ * feeds"), feed_count says how many: the quote is the best across the
+ * feeds that count, the ages the largest, seq means nothing (the line says
+ * seq=-), and feed_index/feed_reasons give each feed's own verdict for
+ * feeds=. */
 typedef struct tickgate_answer {
     int32_t verdict;       /* TICKGATE_OK or TICKGATE_REJECT */
     uint32_t reasons;      /* TICKGATE_R_* bits; 0 when OK */
@@ -75,6 +87,9 @@ typedef struct tickgate_answer {
     uint64_t ask_qty;
     int64_t silence_ns;    /* now - alive */
     int64_t source_age_ns; /* now - quote source time - clock offset */
+    uint32_t feed_count;   /* feeds that know the symbol when several do (seq=-, feeds=), else 0 */
+    uint8_t feed_index[64];   /* each such feed, in config order: its index in the file */
+    uint8_t feed_reasons[64]; /* its own verdict's TICKGATE_R_* bits (0: OK) */
 } tickgate_answer;
 
 /* Opens the state file at path (NULL: $TICKGATE_SHM, else
@@ -101,12 +116,26 @@ void tickgate_close(tickgate_client *c);
 int tickgate_check(tickgate_client *c, const char *symbol, int64_t now_ns,
                    int64_t stale_ms, int64_t source_ms, tickgate_answer *out);
 
+/* tickgate_check with feed=<name> (gate.md): that feed's verdict alone
+ * (feed NULL: every feed that knows the symbol). TICKGATE_E_FEED when no
+ * feed has that name. */
+int tickgate_check_feed(tickgate_client *c, const char *symbol, const char *feed,
+                        int64_t now_ns, int64_t stale_ms, int64_t source_ms,
+                        tickgate_answer *out);
+
 /* The socket's answer line for a (asked as symbol), '\n' included,
  * NUL-terminated into buf when it fits in len. Returns the line's length
  * without the NUL (>= len: did not fit), or TICKGATE_E_ARG (also for a
- * cause above TICKGATE_CAUSE_RECOVERING). */
+ * cause above TICKGATE_CAUSE_RECOVERING, and for an answer with
+ * feed_count > 0, whose feed names only a client knows: use
+ * tickgate_format_with). */
 int64_t tickgate_format(const tickgate_answer *a, const char *symbol,
                         char *buf, size_t len);
+
+/* As tickgate_format, for every answer: the feed names of feeds= are
+ * those of the file c maps. */
+int64_t tickgate_format_with(const tickgate_client *c, const tickgate_answer *a,
+                             const char *symbol, char *buf, size_t len);
 
 /* The generation of the file mapped now (changes on every daemon start). */
 uint64_t tickgate_generation(const tickgate_client *c);

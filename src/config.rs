@@ -309,6 +309,9 @@ pub struct GateConfig {
     /// The shared state file (`shm = "<path>"`, or `false`: none). By
     /// default `state.shm` in the socket's directory.
     pub shm: Option<PathBuf>,
+    /// `across` and `crossed_ms`: a symbol on several feeds (gate.md "One
+    /// symbol on several feeds").
+    pub rules: crate::feed::across::GateRules,
 }
 
 /// `state.shm` next to `socket`.
@@ -329,6 +332,7 @@ impl Default for GateConfig {
             max_connections: 1024,
             shm: Some(default_shm(std::path::Path::new(DEFAULT_SOCKET))),
             max_connections_per_uid: 768,
+            rules: crate::feed::across::GateRules::default(),
         }
     }
 }
@@ -633,7 +637,18 @@ impl Config {
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut endpoints: HashMap<(Ipv4Addr, u16, String), String> = HashMap::new();
-        let mut symbols: HashMap<Symbol, &str> = HashMap::new();
+        // A check looks over every feed (gate.md "One symbol on several
+        // feeds"); the state file holds at most as many.
+        if self.feeds.len() > crate::feed::across::MAX_FEEDS {
+            out.push(ConfigError::invalid(
+                "feed",
+                format!(
+                    "{} feeds configured, at most {}",
+                    self.feeds.len(),
+                    crate::feed::across::MAX_FEEDS
+                ),
+            ));
+        }
         for (i, feed) in self.feeds.iter().enumerate() {
             let fkey = format!("feed[{i}]");
             if let Some(j) = names.insert(&feed.name, i) {
@@ -685,15 +700,6 @@ impl Config {
                         feed.symbols.len()
                     ),
                 ));
-            }
-            for s in &feed.symbols {
-                // The gate looks a symbol up across feeds: it must have one home.
-                if let Some(other) = symbols.insert(s.symbol, &feed.name) {
-                    out.push(ConfigError::invalid(
-                        format!("{fkey}.symbols.{}", s.symbol),
-                        format!("also configured in feed \"{other}\""),
-                    ));
-                }
             }
         }
         self.validate_places(&mut out);
@@ -1485,6 +1491,17 @@ fn parse_gate(mut s: Section<'_>) -> Result<GateConfig> {
     if let Some(n) = s.uint("max_connections_per_uid", 1, g.max_connections as u64)? {
         g.max_connections_per_uid = n as usize;
     }
+    // gate.md "One symbol on several feeds".
+    use crate::feed::across::{Across, GateRules, DEFAULT_CROSSED_MS};
+    let across = match s.str("across")? {
+        None => Across::All,
+        Some(a) => Across::parse(a)
+            .ok_or_else(|| s.err("across", format!("\"{a}\" is not one of: all, any")))?,
+    };
+    let crossed_ms = s
+        .uint("crossed_ms", 0, 3_600_000)?
+        .unwrap_or(DEFAULT_CROSSED_MS);
+    g.rules = GateRules::new(across, crossed_ms);
     s.finish()?;
     Ok(g)
 }
@@ -2819,8 +2836,23 @@ enabled = false
                 .replace("\"fx\"", "\"fy\"")
                 .replace("239.1.1.1", "239.1.1.9")
         );
-        let e = err_of(&sym_twice);
-        assert_eq!(e.key(), Some("feed[1].symbols.EURUSD"), "{e}");
+        // gate.md "One symbol on several feeds": several feeds may name it.
+        let c = Config::parse(&sym_twice).unwrap();
+        assert!(c.feeds.iter().all(|f| f.symbols.len() == 1));
+        // [gate] across and crossed_ms.
+        let c = Config::parse(&format!(
+            "{MINIMAL}[gate]\nacross = \"any\"\ncrossed_ms = 0\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.gate.rules,
+            crate::feed::across::GateRules::new(crate::feed::across::Across::Any, 0)
+        );
+        let e = err_of(&format!("{MINIMAL}[gate]\nacross = \"most\"\n"));
+        assert_eq!(e.key(), Some("gate.across"), "{e}");
+        assert!(e.to_string().contains("all, any"), "{e}");
+        let e = err_of(&format!("{MINIMAL}[gate]\ncrossed_ms = -1\n"));
+        assert_eq!(e.key(), Some("gate.crossed_ms"), "{e}");
         let too_many = MINIMAL.replace("mode = \"full\"", "mode = \"full\"\nmax_symbols = 1")
             + "[feed.symbols.A]\n[feed.symbols.B]\n";
         assert_eq!(err_of(&too_many).key(), Some("feed[0].max_symbols"));

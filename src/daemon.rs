@@ -98,6 +98,7 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
                 "line"
             )
         );
+        println!("{}", gate_rules_line(&config));
         return Ok(0);
     }
     logging::init(&config.log);
@@ -118,6 +119,37 @@ pub fn run_main(args: RunArgs) -> anyhow::Result<i32> {
         }
     };
     Ok(daemon.run(RunOptions::default()))
+}
+
+/// `--check-config`'s line on the `[gate]` rules of a symbol on several
+/// feeds (gate.md "One symbol on several feeds"), with the symbols the
+/// config itself names in more than one feed.
+fn gate_rules_line(config: &Config) -> String {
+    let rules = &config.gate.rules;
+    let mut feeds_of: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for f in &config.feeds {
+        for s in &f.symbols {
+            feeds_of
+                .entry(s.symbol.to_string())
+                .or_default()
+                .push(&f.name);
+        }
+    }
+    let shared: Vec<String> = feeds_of
+        .into_iter()
+        .filter(|(_, feeds)| feeds.len() > 1)
+        .map(|(sym, feeds)| format!("{sym} ({})", feeds.join(", ")))
+        .collect();
+    format!(
+        "gate: across = \"{}\", crossed_ms = {}{}",
+        rules.across.as_str(),
+        rules.crossed_ns / 1_000_000,
+        if shared.is_empty() {
+            String::new()
+        } else {
+            format!("; configured on several feeds: {}", shared.join(", "))
+        }
+    )
 }
 
 pub use demo::{demo_main, DemoArgs};
@@ -258,9 +290,11 @@ impl Daemon {
                         source_max_age_ms: f.source_max_age_ms,
                     })
                     .collect();
-                let (p, r) = shm::publish(path, shm::DEFAULT_MODE, &specs).with_context(|| {
-                    format!("publishing the shared state file {}", path.display())
-                })?;
+                let (p, r) =
+                    shm::publish_with_rules(path, shm::DEFAULT_MODE, &specs, &config.gate.rules)
+                        .with_context(|| {
+                            format!("publishing the shared state file {}", path.display())
+                        })?;
                 (Some(p), r)
             }
         };
@@ -316,7 +350,7 @@ impl Daemon {
                 control,
             });
         }
-        let gate_backend = Gate::new(readers);
+        let gate_backend = Gate::with_rules(readers, config.gate.rules);
         let server_config = ServerConfig {
             path: config.gate.socket.clone(),
             mode: config.gate.socket_mode,

@@ -283,7 +283,13 @@ fn the_shipped_example_config_is_valid() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(String::from_utf8_lossy(&out.stdout).contains("valid (1 feed, 2 lines)"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("valid (1 feed, 2 lines)"), "{stdout}");
+        // gate.md "One symbol on several feeds": the rules in force.
+        assert!(
+            stdout.contains("gate: across = \"all\", crossed_ms = 50"),
+            "{stdout}"
+        );
     }
     // Unchanged, only the package's directories may be refused (a user
     // who cannot create /run/tickgate or /var/lib/tickgate).

@@ -40,8 +40,13 @@ fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
-const REQUESTS: [&[u8]; 6] = [
+const REQUESTS: [&[u8]; 10] = [
     b"CHECK EURUSD\n",
+    // Known to one feed only, and one feed of two alone (feed=).
+    b"CHECK GBPUSD\n",
+    b"CHECK EURUSD feed=md2\n",
+    b"CHECK EURUSD feed=nope\n",
+    b"CHECK EURUSD source_ms=100 feed=md1\n",
     b"CHECK EURUSD stale_ms=1 source_ms=1\n",
     b"CHECK NOPE\n",
     b"CHECK EURUSD stale_ms=x\n",
@@ -71,7 +76,30 @@ fn answering_does_not_allocate() {
     b.start(SessionId::parse("S").unwrap(), 1)
         .quote(&Quote::new(eur, 1, 1_000, side, side));
     feed.on_datagram(0, b.bytes(), 2_000);
-    let gate = tickgate::gate::server::Gate::new(vec![("md1".into(), reader)]);
+    let gbp = Symbol::parse("GBPUSD").unwrap();
+    b.start(SessionId::parse("S").unwrap(), 2)
+        .quote(&Quote::new(gbp, 1, 1_000, side, side));
+    feed.on_datagram(0, b.bytes(), 2_000);
+    // A second feed knows EURUSD too (gate.md "One symbol on several
+    // feeds"): its answer combines both.
+    let (publisher2, reader2) = feed_table(&settings);
+    let mut feed2 = Feed::with_publisher(settings, 1, publisher2);
+    let higher = Some(Side {
+        px: 1_085_130_000,
+        qty: 2,
+    });
+    b.start(SessionId::parse("S").unwrap(), 1)
+        .quote(&Quote::new(eur, 1, 1_000, higher, higher));
+    feed2.on_datagram(0, b.bytes(), 2_000);
+    let gate =
+        tickgate::gate::server::Gate::new(vec![("md1".into(), reader), ("md2".into(), reader2)]);
+    let mut probe = Vec::new();
+    gate.answer(b"CHECK EURUSD", 3_000, &mut probe);
+    assert!(
+        String::from_utf8_lossy(&probe).ends_with(" feeds=md1:OK,md2:OK\n"),
+        "{}",
+        String::from_utf8_lossy(&probe)
+    );
 
     // In-process, into a reused buffer.
     let mut out = Vec::with_capacity(4096);

@@ -30,7 +30,13 @@ fn checks_do_not_allocate() {
         stale_ms: 500,
         source_max_age_ms: 2000,
     };
-    let (_published, regions) = publish(&path, DEFAULT_MODE, &[spec]).unwrap();
+    // Two feeds, both knowing EURUSD (gate.md "One symbol on several
+    // feeds"): the combined answer must not allocate either.
+    let spec2 = FeedSpec {
+        name: "md2".into(),
+        ..spec.clone()
+    };
+    let (_published, regions) = publish(&path, DEFAULT_MODE, &[spec, spec2]).unwrap();
     let r = &regions[0];
     let (publisher, _reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
     let settings = FeedSettings {
@@ -48,10 +54,23 @@ fn checks_do_not_allocate() {
     b.start(SessionId::parse("S").unwrap(), 1)
         .quote(&Quote::new(eur, 1, 1_000, side, side));
     feed.on_datagram(0, b.bytes(), 2_000);
+    let r2 = &regions[1];
+    let (publisher2, _reader2) = feed_table_in(r2.capacity, &r2.cell, &r2.table).unwrap();
+    let mut feed2 = Feed::with_publisher(settings, 1, publisher2);
+    feed2.on_datagram(0, b.bytes(), 2_000);
 
     let mut c = Client::open(&path).unwrap();
-    let lines: [&[u8]; 5] = [
+    let mut probe = Vec::new();
+    c.answer(b"CHECK EURUSD", 3_000, &mut probe).unwrap();
+    assert!(
+        String::from_utf8_lossy(&probe).ends_with(" feeds=md1:OK,md2:OK\n"),
+        "{}",
+        String::from_utf8_lossy(&probe)
+    );
+    let lines: [&[u8]; 7] = [
         b"CHECK EURUSD",
+        b"CHECK EURUSD feed=md2",
+        b"CHECK EURUSD feed=nope",
         b"CHECK EURUSD stale_ms=1 source_ms=1",
         b"CHECK NOPE",
         b"CHECK EURUSD stale_ms=99999999",

@@ -43,7 +43,8 @@ fn side(px: i64, qty: u64) -> Option<Side> {
 }
 
 /// md1: EURUSD fresh, GBPUSD old, USDJPY known without data; md2: USDJPY
-/// quoted (the first feed with a quote wins), EURUSD without data.
+/// quoted, EURUSD without data (both known to two feeds: gate.md "One
+/// symbol on several feeds", a feed without a quote takes no part).
 fn market() -> Rig {
     let mut rig = Rig::new(&[("md1", settings()), ("md2", settings())]);
     let f = &mut rig.feeds;
@@ -113,9 +114,13 @@ fn answers_equal_the_socket_byte_for_byte() {
     let eur = shm_answer(&mut client, "CHECK EURUSD", NOW);
     assert_eq!(
         eur,
+        "OK EURUSD seq=- bid=1.08512@1000000 ask=1.08515@2000000 silence_us=100000 source_age_us=150000 feeds=md1:OK,md2:no_data\n"
+    );
+    assert_eq!(
+        shm_answer(&mut client, "CHECK EURUSD feed=md1", NOW),
         "OK EURUSD seq=41 bid=1.08512@1000000 ask=1.08515@2000000 silence_us=100000 source_age_us=150000\n"
     );
-    assert!(shm_answer(&mut client, "CHECK USDJPY", NOW).starts_with("OK USDJPY seq=3 bid=150@5"));
+    assert!(shm_answer(&mut client, "CHECK USDJPY", NOW).starts_with("OK USDJPY seq=- bid=150@5"));
     // gate.md: up to 20 characters name a symbol; beyond, none can exist.
     assert_eq!(
         shm_answer(&mut client, "CHECK ESM6-ESU6-ESZ6-ESH7X", NOW),
@@ -158,7 +163,7 @@ fn restart_remaps_and_a_stopped_daemon_ages_into_stale() {
     assert_eq!(client.state(), FileState::Stopped);
     assert_eq!(
         shm_answer(&mut client, "CHECK EURUSD", NOW + 401 * MS),
-        "REJECT EURUSD stale_quote seq=41 bid=1.08512@1000000 ask=1.08515@2000000 silence_us=501000 source_age_us=551000\n"
+        "REJECT EURUSD stale_quote seq=- bid=1.08512@1000000 ask=1.08515@2000000 silence_us=501000 source_age_us=551000 feeds=md1:stale_quote,md2:no_data\n"
     );
     assert_eq!(client.generation(), first, "nothing new to map");
 

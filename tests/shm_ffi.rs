@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use tickgate::feed::verdict::{
-    R_HALTED, R_NO_DATA, R_STALE_AT_SOURCE, R_STALE_QUOTE, R_SUSPECT, R_UNKNOWN_SYMBOL,
+    R_CROSSED, R_HALTED, R_NO_DATA, R_STALE_AT_SOURCE, R_STALE_QUOTE, R_SUSPECT, R_UNKNOWN_SYMBOL,
 };
 use tickgate::feed::{ClockOffset, FeedSettings, SuspectCause};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
@@ -106,14 +106,23 @@ fn header_is_in_step_with_the_library() {
             .filter_map(|l| {
                 let l = l.trim().strip_prefix("pub ")?;
                 let (n, t) = l.trim_end_matches(',').split_once(": ")?;
+                // `[u8; 64]` is C's `uint8_t name[64]`.
+                let (t, n) = match t.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+                    Some(arr) => {
+                        let (t, len) = arr.split_once("; ").unwrap();
+                        (t, format!("{n}[{len}]"))
+                    }
+                    None => (t, n.to_string()),
+                };
                 let c = match t {
+                    "u8" => "uint8_t",
                     "i32" => "int32_t",
                     "u32" => "uint32_t",
                     "i64" => "int64_t",
                     "u64" => "uint64_t",
                     other => panic!("type {other} has no C twin here"),
                 };
-                Some((c.to_string(), n.to_string()))
+                Some((c.to_string(), n))
             })
             .collect()
     };
@@ -161,6 +170,7 @@ fn header_is_in_step_with_the_library() {
         ("STALE_AT_SOURCE", R_STALE_AT_SOURCE),
         ("HALTED", R_HALTED),
         ("SUSPECT", R_SUSPECT),
+        ("CROSSED", R_CROSSED),
     ] {
         assert_eq!(define(&format!("TICKGATE_R_{name}")), bit as i64, "{name}");
     }
@@ -178,14 +188,41 @@ fn sym(s: &str) -> Symbol {
     Symbol::parse(s).unwrap()
 }
 
-/// Fresh, stale, negative price, one-sided, no data, unknown.
+/// Fresh, stale, negative price, one-sided, no data, unknown; and symbols
+/// on two feeds (gate.md "One symbol on several feeds": `EURUSD` on both,
+/// crossed between them for long; `SPREAD` stale on the second).
 fn market() -> (Rig, Vec<&'static str>) {
     let settings = FeedSettings {
         clock_offset: ClockOffset::Off,
         max_symbols: 100,
         ..FeedSettings::default()
     };
-    let mut rig = Rig::new(&[("md1", settings)]);
+    let mut rig = Rig::new(&[("md1", settings), ("md2", settings)]);
+    for (i, (s, age_ms, bid, ask)) in [
+        (
+            "EURUSD",
+            300,
+            Some((1_085_160_000, 5)),
+            Some((1_085_170_000, 9)),
+        ),
+        ("SPREAD", 900, Some((-500_000_000, 2)), None),
+        (
+            "CROSSED",
+            100,
+            Some((2_000_000_000, 1)),
+            Some((2_100_000_000, 1)),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let side = |x: Option<(i64, u64)>| x.map(|(px, qty)| Side { px, qty });
+        let q = Quote::new(sym(s), 3, (NOW - age_ms * MS) as u64, side(bid), side(ask));
+        let mut b = PacketBuilder::new();
+        b.start(SessionId::parse("S2").unwrap(), i as u64 + 1)
+            .quote(&q);
+        rig.feeds[1].on_datagram(0, b.bytes(), NOW - age_ms * MS + 10 * MS);
+    }
     let f = &mut rig.feeds[0];
     f.add_symbol(sym("USDJPY")).unwrap();
     // gate.md: symbols of up to 20 characters (CME's); known, no data.
@@ -202,6 +239,13 @@ fn market() -> (Rig, Vec<&'static str>) {
         ("GBPUSD", 7, 3000, None, Some((1_270_000_000, 1))),
         ("SPREAD", 9, 10, Some((-500_000_000, 3)), Some((0, 4))),
         ("AUDUSD", 2, 100, Some((650_000_000, 2)), None),
+        (
+            "CROSSED",
+            5,
+            200,
+            Some((1_000_000_000, 1)),
+            Some((1_900_000_000, 1)),
+        ),
     ];
     for (i, (s, seq, age_ms, bid, ask)) in quotes.into_iter().enumerate() {
         let side = |x: Option<(i64, u64)>| x.map(|(px, qty)| Side { px, qty });
@@ -221,6 +265,7 @@ fn market() -> (Rig, Vec<&'static str>) {
         rig,
         vec![
             "EURUSD",
+            "CROSSED",
             "GBPUSD",
             "SPREAD",
             "AUDUSD",
@@ -274,6 +319,9 @@ fn c_program_answers_as_the_socket() {
             "EURUSD 200 100",
             "GBPUSD -1 5000",
             "EURUSD 99999 -1",
+            "EURUSD -1 -1 md2",
+            "CROSSED 50 -1 md1",
+            "EURUSD -1 -1 nofeed",
         ]
         .map(String::from),
     );
@@ -348,4 +396,83 @@ fn python_module_answers_as_the_socket() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("Ran 3 tests"), "{stderr}");
+}
+
+/// The Python client is an installable package: `pip install
+/// ./clients/python` into a fresh virtual environment (build isolation:
+/// pip fetches setuptools from the package index), then the installed
+/// module, imported from outside the source tree, answers as the socket.
+#[test]
+fn python_package_installs_into_a_clean_venv_and_answers_as_the_socket() {
+    let dir = libdir();
+    let (mut rig, symbols) = market();
+    let tmp = tempfile::tempdir().unwrap();
+    // A copy: setuptools writes build/ and *.egg-info beside the sources.
+    let pkg = tmp.path().join("pkg");
+    std::fs::create_dir(&pkg).unwrap();
+    for f in ["pyproject.toml", "README.md", "tickgate.py"] {
+        std::fs::copy(root().join("clients/python").join(f), pkg.join(f)).unwrap();
+    }
+    let venv = tmp.path().join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .expect("python3 runs");
+    if !made.status.success() {
+        eprintln!(
+            "SKIPPED python_package_installs: no venv module: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        return;
+    }
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(&pkg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&pip.stderr);
+    if !pip.status.success() {
+        // Only an unreachable package index (for setuptools) is a skip.
+        let offline = [
+            "Could not find a version",
+            "NewConnectionError",
+            "Network is unreachable",
+        ];
+        assert!(
+            offline.iter().any(|o| err.contains(o)),
+            "pip install failed: {err}"
+        );
+        eprintln!("SKIPPED python_package_installs: no package index: {err}");
+        return;
+    }
+    let script = r#"
+import os, sys, tickgate
+assert "site-packages" in tickgate.__file__, tickgate.__file__
+now = int(os.environ["NOW"])
+with tickgate.Client(os.environ["SHM"]) as c:
+    for sym in os.environ["SYMBOLS"].split(","):
+        sys.stdout.write(c.check(sym, now_ns=now).line)
+"#;
+    let out = Command::new(venv.join("bin/python"))
+        .args(["-c", script])
+        .current_dir(tmp.path())
+        .env("TICKGATE_LIB", dir.join("libtickgate.so"))
+        .env("SHM", &rig.shm)
+        .env("NOW", NOW.to_string())
+        .env("SYMBOLS", symbols.join(","))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8(out.stdout).unwrap();
+    let want: String = symbols
+        .iter()
+        .map(|s| rig.socket_answer(&format!("CHECK {s}"), NOW))
+        .collect();
+    assert_eq!(got, want);
+    assert!(got.contains(" feeds=md1:"), "a symbol on two feeds: {got}");
 }

@@ -301,3 +301,39 @@ fn snapshot_rounds_that_fall_due_with_heartbeat_rounds_are_not_skipped() {
     );
     assert!(snapshot_times.len() >= 3, "{snapshot_times:?}");
 }
+
+/// A venue shows no locked or crossed quote: after every packet of the
+/// simulator's stream, full or delta, the quote a receiver holds for each
+/// symbol has its bid below its offer (a crossed market across simulated
+/// venues must mean a stale feed, never the simulator's own books).
+#[test]
+fn quotes_are_never_locked_or_crossed() {
+    use tickgate::feed::{Feed, FeedSettings, Mode};
+    for (mode, feed_mode) in [(SimMode::Full, Mode::Full), (SimMode::Delta, Mode::Delta)] {
+        let mut c = cfg(21);
+        c.mode = mode;
+        c.symbols = 6;
+        let mut sim = Simulator::new(c).unwrap();
+        let mut feed = Feed::new(
+            FeedSettings {
+                mode: feed_mode,
+                ..FeedSettings::default()
+            },
+            2,
+        );
+        let mut buf = Vec::new();
+        let mut two_sided = 0;
+        while let Some(ev) = sim.next_into(&mut buf) {
+            feed.on_datagram(ev.line, &buf, ev.t_ns);
+            let symbols: Vec<_> = feed.symbols().map(|(s, _)| s).collect();
+            for s in symbols {
+                let (_, v) = feed.symbol_view(s).unwrap();
+                if let (Some(b), Some(a)) = (v.bid(), v.ask()) {
+                    assert!(b.px < a.px, "{mode:?} {s}: bid {} ask {}", b.px, a.px);
+                    two_sided += 1;
+                }
+            }
+        }
+        assert!(two_sided > 1000, "{mode:?}: {two_sided}");
+    }
+}

@@ -34,7 +34,7 @@ class Conformance(unittest.TestCase):
         s.connect(os.environ["TICKGATE_TEST_SOCK"])
         with tickgate.Client(os.environ["TICKGATE_TEST_SHM"]) as c:
             self.assertNotEqual(c.generation, 0)
-            seen_ok = seen_reject = False
+            seen_ok = seen_reject = seen_across = False
             for sym in symbols:
                 a = c.check(sym, now_ns=now)
                 self.assertEqual(a.line, socket_answer(s, "CHECK " + sym), sym)
@@ -42,12 +42,28 @@ class Conformance(unittest.TestCase):
                 self.assertEqual(a.ok, not a.reasons)
                 seen_ok |= a.ok
                 seen_reject |= not a.ok
-                if a.has_quote:
+                if a.has_quote and not a.feeds:
                     self.assertIn(" seq=%d " % a.seq, a.line)
+                if a.feeds:
+                    # Several feeds: seq=- and feeds= as the struct says.
+                    self.assertIsNone(a.seq)
+                    self.assertIn(" seq=- ", a.line)
+                    items = ",".join("%s:%s" % f for f in a.feeds)
+                    self.assertTrue(a.line.endswith(" feeds=%s\n" % items), a.line)
+                    seen_across = True
+                    for name, _ in a.feeds:
+                        one = c.check(sym, now_ns=now, feed=name)
+                        self.assertEqual(one.line,
+                                         socket_answer(s, "CHECK %s feed=%s" % (sym, name)))
+                        self.assertEqual(one.feeds, [])
                 t = c.check(sym, now_ns=now, stale_ms=1, source_ms=1)
                 want = socket_answer(s, "CHECK %s stale_ms=1 source_ms=1" % sym)
                 self.assertEqual(t.line, want, sym)
             self.assertTrue(seen_ok and seen_reject, "both kinds of answer exercised")
+            self.assertTrue(seen_across, "a symbol on several feeds exercised")
+            with self.assertRaises(tickgate.TickgateError) as e:
+                c.check(symbols[0], now_ns=now, feed="nofeed")
+            self.assertEqual(e.exception.code, tickgate.E_FEED)
             with self.assertRaises(tickgate.TickgateError) as e:
                 c.check(symbols[0], now_ns=now, stale_ms=10**9)
             self.assertEqual(e.exception.code, tickgate.E_LOOSER)

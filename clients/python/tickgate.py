@@ -19,7 +19,10 @@ import ctypes.util
 import os
 from decimal import Decimal
 
-REASONS = ["unknown_symbol", "no_data", "stale_quote", "stale_at_source", "halted", "suspect"]
+# By bit (TICKGATE_R_*); ORDER is gate.md's order of the names.
+REASONS = ["unknown_symbol", "no_data", "stale_quote", "stale_at_source", "halted", "suspect",
+           "crossed"]
+ORDER = [0, 1, 2, 3, 4, 6, 5]
 CAUSES = [
     "",
     "gap",
@@ -34,6 +37,8 @@ E_SYMBOL = -2
 E_LOOSER = -3
 E_READ = -4
 E_CLOCK = -6
+E_FEED = -7
+MAX_FEEDS = 64
 
 
 class _Answer(ctypes.Structure):
@@ -52,6 +57,9 @@ class _Answer(ctypes.Structure):
         ("ask_qty", ctypes.c_uint64),
         ("silence_ns", ctypes.c_int64),
         ("source_age_ns", ctypes.c_int64),
+        ("feed_count", ctypes.c_uint32),
+        ("feed_index", ctypes.c_uint8 * MAX_FEEDS),
+        ("feed_reasons", ctypes.c_uint8 * MAX_FEEDS),
     ]
 
 
@@ -72,9 +80,13 @@ def _load():
     lib.tickgate_check.restype = ctypes.c_int
     lib.tickgate_check.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(_Answer)]
-    lib.tickgate_format.restype = ctypes.c_int64
-    lib.tickgate_format.argtypes = [ctypes.POINTER(_Answer), ctypes.c_char_p,
-                                    ctypes.c_char_p, ctypes.c_size_t]
+    lib.tickgate_check_feed.restype = ctypes.c_int
+    lib.tickgate_check_feed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.POINTER(_Answer)]
+    lib.tickgate_format_with.restype = ctypes.c_int64
+    lib.tickgate_format_with.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Answer),
+                                         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.tickgate_generation.restype = ctypes.c_uint64
     lib.tickgate_generation.argtypes = [ctypes.c_void_p]
     lib.tickgate_retries.restype = ctypes.c_uint64
@@ -105,18 +117,31 @@ class TickgateError(Exception):
         self.code = code
 
 
+def _names(bits):
+    return [REASONS[i] for i in ORDER if bits & (1 << i)]
+
+
 class Answer:
     """One check's answer: `ok`, `reasons` (names in gate.md order),
-    `cause`, `seq`, `bid`/`ask` as (Decimal price, qty) or None, ages in
-    ns, and `line`, the socket's answer line."""
+    `cause`, `seq` (None when several feeds answer: no one sequence),
+    `bid`/`ask` as (Decimal price, qty) or None, ages in ns, `feeds` (when
+    several feeds know the symbol: [(feed name, "OK" or its first
+    reason)] in config order, else []) and `line`, the socket's answer
+    line."""
 
-    def __init__(self, raw, line):
+    def __init__(self, raw, line, feed_names):
         self.ok = raw.verdict == 0
-        self.reasons = [n for i, n in enumerate(REASONS) if raw.reasons & (1 << i)]
+        self.reasons = _names(raw.reasons)
         self.cause = CAUSES[raw.cause] if raw.cause < len(CAUSES) else ""
         self.has_quote = bool(raw.has_quote)
         scale = Decimal(10) ** raw.price_scale
-        self.seq = raw.seq if self.has_quote else None
+        self.feeds = []
+        for k in range(min(raw.feed_count, MAX_FEEDS)):
+            # feed_names: the names of the line's feeds= items, in order.
+            name = feed_names[k] if k < len(feed_names) else str(raw.feed_index[k])
+            own = _names(raw.feed_reasons[k])
+            self.feeds.append((name, own[0] if own else "OK"))
+        self.seq = raw.seq if self.has_quote and not self.feeds else None
         self.bid = (Decimal(raw.bid_px) / scale, raw.bid_qty) if raw.sides & 1 else None
         self.ask = (Decimal(raw.ask_px) / scale, raw.ask_qty) if raw.sides & 2 else None
         self.silence_ns = raw.silence_ns if self.has_quote else None
@@ -134,12 +159,14 @@ class Client:
             raise OSError(err.value.decode(errors="replace"))
         self._buf = ctypes.create_string_buffer(512)
 
-    def check(self, symbol, now_ns=0, stale_ms=None, source_ms=None):
+    def check(self, symbol, now_ns=0, stale_ms=None, source_ms=None, feed=None):
         """The verdict for `symbol` (str or bytes) at `now_ns`: the wall
         clock, CLOCK_REALTIME in Unix ns as time.time_ns() gives it (0:
         read it now; a value before 2001 raises E_CLOCK). A symbol the
         socket would refuse (not printable ASCII, a space, a NUL) raises
-        E_SYMBOL; E_READ (a corrupt state file) is to be taken as REJECT."""
+        E_SYMBOL; E_READ (a corrupt state file) is to be taken as REJECT.
+        `feed` (a feed's config name) answers from that feed alone, as
+        `CHECK <SYMBOL> feed=<name>`; a name no feed has raises E_FEED."""
         lib = _get_lib()
         raw = _Answer()
         sym = symbol if isinstance(symbol, bytes) else symbol.encode("utf-8")
@@ -147,17 +174,30 @@ class Client:
         # be answered as "EUR".
         if b"\0" in sym:
             raise TickgateError(E_SYMBOL, lib.tickgate_strerror(E_SYMBOL).decode())
-        rc = lib.tickgate_check(self._c, sym, now_ns,
-                                -1 if stale_ms is None else stale_ms,
-                                -1 if source_ms is None else source_ms,
-                                ctypes.byref(raw))
+        fd = None
+        if feed is not None:
+            fd = feed if isinstance(feed, bytes) else feed.encode("utf-8")
+            if b"\0" in fd:
+                raise TickgateError(E_FEED, lib.tickgate_strerror(E_FEED).decode())
+        rc = lib.tickgate_check_feed(self._c, sym, fd, now_ns,
+                                     -1 if stale_ms is None else stale_ms,
+                                     -1 if source_ms is None else source_ms,
+                                     ctypes.byref(raw))
         if rc != 0:
             raise TickgateError(rc, lib.tickgate_strerror(rc).decode())
-        n = lib.tickgate_format(ctypes.byref(raw), sym, self._buf, len(self._buf))
+        n = lib.tickgate_format_with(self._c, ctypes.byref(raw), sym, self._buf, len(self._buf))
         if n >= len(self._buf):
             self._buf = ctypes.create_string_buffer(n + 1)
-            lib.tickgate_format(ctypes.byref(raw), sym, self._buf, len(self._buf))
-        return Answer(raw, self._buf.value.decode("ascii"))
+            lib.tickgate_format_with(self._c, ctypes.byref(raw), sym, self._buf, len(self._buf))
+        return Answer(raw, self._buf.value.decode("ascii"), self._feed_names())
+
+    def _feed_names(self):
+        """The feed names of the line just formatted (from feeds=)."""
+        line = self._buf.value.decode("ascii")
+        at = line.rfind(" feeds=")
+        if at < 0:
+            return []
+        return [item.rsplit(":", 1)[0] for item in line[at + 7:].strip().split(",")]
 
     @property
     def generation(self):

@@ -26,13 +26,15 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::feed::check::{
-    parse_request, to_symbol, verdict_for, write_error, write_verdict, ProtoError, Request,
-};
-use crate::feed::reader::{feed_reader_in, first_quoted, FeedReader, ReadError};
+use std::cell::Cell;
+
+use crate::feed::across::{check_across, Answer, CheckError, Feeds, Options};
+use crate::feed::check::{parse_check, to_symbol, write_answer, write_error, Parsed, ProtoError};
+use crate::feed::reader::{feed_reader_in, FeedReader, Found, ReadError};
 use crate::feed::shm::{self, Header, LayoutError, STATE_LIVE};
 use crate::feed::table::{WordStore, Words};
 use crate::feed::verdict::Verdict;
+use crate::wire::Symbol;
 use map::Mapping;
 
 /// Default path of the state file (`[gate] shm`).
@@ -339,7 +341,9 @@ impl Client {
     /// tighten the configured ones): the verdict the socket would give for
     /// `CHECK <symbol> [stale_ms=..] [source_ms=..]` at `now` (Unix ns).
     /// `symbol` is the token as asked (printable ASCII; longer than 20
-    /// bytes is `unknown_symbol`).
+    /// bytes is `unknown_symbol`). With several feeds knowing the symbol
+    /// it is the combined verdict (gate.md "One symbol on several feeds";
+    /// `check_answer` has each feed's too).
     #[inline]
     pub fn check(
         &mut self,
@@ -348,30 +352,61 @@ impl Client {
         stale_ms: Option<u64>,
         source_ms: Option<u64>,
     ) -> Result<Verdict, Error> {
+        let opts = Options {
+            stale_ms,
+            source_ms,
+            feed: None,
+        };
+        self.check_answer(symbol, now, &opts).map(|a| a.verdict)
+    }
+
+    /// The answer to `CHECK <symbol>` with `opts` at `now`: the verdict and,
+    /// when several feeds know the symbol, each one's (`feeds=`). Format it
+    /// with `write_answer`.
+    #[inline]
+    pub fn check_answer(
+        &mut self,
+        symbol: &[u8],
+        now: i64,
+        opts: &Options,
+    ) -> Result<Answer, Error> {
         self.follow(now);
         self.stats.checks += 1;
         if symbol.is_empty() || !symbol.iter().all(u8::is_ascii_graphic) {
             return Err(Error::Proto(ProtoError::InvalidSymbol));
         }
-        let found = match to_symbol(symbol) {
-            None => None,
-            Some(sym) => {
-                let tries = self.tries;
-                let mut retries = 0;
-                let found = first_quoted(
-                    self.map
-                        .feeds
-                        .iter()
-                        .map(|f| f.lookup_within(sym, tries, &mut retries)),
-                );
-                self.stats.retries += retries;
-                found.map_err(|source| Error::Read {
-                    path: self.path.clone(),
-                    source,
-                })?
-            }
-        };
-        verdict_for(found, stale_ms, source_ms, now).map_err(Error::Proto)
+        if opts.feed.is_some_and(|i| i >= self.map.feeds.len()) {
+            return Err(Error::Proto(ProtoError::UnknownFeed));
+        }
+        let feeds = MappedFeeds::new(&self.map, self.tries);
+        let got = check_across(&feeds, to_symbol(symbol), opts, &self.map.header.rules, now);
+        self.stats.retries += feeds.retries.get();
+        got.map_err(|e| match e {
+            CheckError::Proto(e) => Error::Proto(e),
+            CheckError::Read(source) => Error::Read {
+                path: self.path.clone(),
+                source,
+            },
+        })
+    }
+
+    /// The index of the feed named `name` in the file mapped now (as
+    /// `feed=<name>` names it).
+    pub fn feed_index(&self, name: &[u8]) -> Option<usize> {
+        self.map
+            .header
+            .feeds
+            .iter()
+            .position(|f| f.name.as_bytes() == name)
+    }
+
+    /// Writes `a` (an answer of `check_answer` for `symbol`) as the
+    /// socket's line, feed names from the file mapped now.
+    pub fn write_answer(&self, out: &mut Vec<u8>, symbol: &[u8], a: &Answer) {
+        let names = &self.map.header.feeds;
+        write_answer(out, symbol, a, |i| {
+            names.get(i).map_or(&b"?"[..], |f| f.name.as_bytes())
+        });
     }
 
     /// `check` at the wall clock.
@@ -389,20 +424,55 @@ impl Client {
     /// byte for byte, appending one `\n`-terminated line to `out`. Only a
     /// file that cannot be read (`Error::Read`) is an error.
     pub fn answer(&mut self, line: &[u8], now: i64, out: &mut Vec<u8>) -> Result<(), Error> {
-        match parse_request(line) {
+        let parsed = parse_check(line, |name| self.feed_index(name));
+        match parsed {
             Err(e) => write_error(out, e),
-            Ok(Request::Ping) => out.extend_from_slice(b"PONG\n"),
-            Ok(Request::Check {
-                symbol,
-                stale_ms,
-                source_ms,
-            }) => match self.check(symbol, now, stale_ms, source_ms) {
-                Ok(v) => write_verdict(out, symbol, &v),
+            Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
+            Ok(Parsed::Check { symbol, opts }) => match self.check_answer(symbol, now, &opts) {
+                Ok(a) => self.write_answer(out, symbol, &a),
                 Err(Error::Proto(e)) => write_error(out, e),
                 Err(e) => return Err(e),
             },
         }
         Ok(())
+    }
+}
+
+/// The mapped feeds as the check looks over them, counting seqlock
+/// retries.
+struct MappedFeeds<'a> {
+    map: &'a Mapped,
+    tries: u32,
+    retries: Cell<u64>,
+}
+
+impl<'a> MappedFeeds<'a> {
+    #[inline]
+    fn new(map: &'a Mapped, tries: u32) -> MappedFeeds<'a> {
+        MappedFeeds {
+            map,
+            tries,
+            retries: Cell::new(0),
+        }
+    }
+}
+
+impl Feeds for MappedFeeds<'_> {
+    type Error = ReadError;
+    #[inline]
+    fn count(&self) -> usize {
+        self.map.feeds.len()
+    }
+    #[inline]
+    fn name(&self, i: usize) -> &[u8] {
+        self.map.header.feeds[i].name.as_bytes()
+    }
+    #[inline]
+    fn find(&self, i: usize, symbol: Symbol) -> Result<Option<Found>, ReadError> {
+        let mut retries = 0;
+        let found = self.map.feeds[i].lookup_within(symbol, self.tries, &mut retries);
+        self.retries.set(self.retries.get() + retries);
+        found
     }
 }
 

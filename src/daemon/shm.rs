@@ -15,6 +15,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 
 use crate::client::map::Mapping;
+use crate::feed::across::GateRules;
 use crate::feed::shm::{
     self, FeedSpec, MAGIC, STATE_LIVE, STATE_RETIRED, STATE_STOPPED, W_MAGIC, W_PID, W_STATE,
 };
@@ -142,11 +143,23 @@ fn previous(path: &Path) -> anyhow::Result<Option<File>> {
     Ok(Some(file))
 }
 
-/// Creates and publishes the state file for these feeds.
+/// Creates and publishes the state file for these feeds, with the default
+/// `[gate]` rules.
 pub fn publish(
     path: &Path,
     mode: u32,
     specs: &[FeedSpec],
+) -> anyhow::Result<(Published, Vec<FeedRegion>)> {
+    publish_with_rules(path, mode, specs, &GateRules::default())
+}
+
+/// Creates and publishes the state file for these feeds and the `[gate]`
+/// rules the clients answer with (gate.md "One symbol on several feeds").
+pub fn publish_with_rules(
+    path: &Path,
+    mode: u32,
+    specs: &[FeedSpec],
+    rules: &GateRules,
 ) -> anyhow::Result<(Published, Vec<FeedRegion>)> {
     if specs.len() > shm::MAX_FEEDS {
         bail!(
@@ -201,6 +214,7 @@ pub fn publish(
             generation,
             std::process::id() as u64,
             now,
+            rules,
         );
         std::fs::rename(&tmp, path)
             .with_context(|| format!("moving the state file into place at {}", path.display()))?;

@@ -5,9 +5,11 @@
 //! (`write_verdict`, `write_error`), written into a reused buffer without
 //! any other allocation. The socket's framing and server are `gate`'s.
 
-use crate::feed::reader::first_quoted;
-use crate::feed::settings::ms_to_ns;
-use crate::feed::verdict::{judge, Thresholds, Verdict, REASON_NAMES, R_SUSPECT};
+pub use crate::feed::across::Options;
+use crate::feed::across::{check_across, tighten, Answer, CheckError, Feeds, GateRules};
+use crate::feed::verdict::{
+    first_reason, judge, Thresholds, Verdict, REASON_NAMES, REASON_ORDER, R_SUSPECT,
+};
 use crate::feed::view::{FeedView, SymbolView};
 use crate::feed::{Feed, Publish};
 use crate::wire::{write_price, Side, Symbol};
@@ -18,13 +20,15 @@ pub const MAX_LINE: usize = 1024;
 /// A parsed request line (gate.md "Requests").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
-    /// `CHECK <SYMBOL> [stale_ms=<n>] [source_ms=<n>]`. `symbol` is the
-    /// token as sent (printable ASCII; it may be longer than 8 bytes, which
-    /// no feed can know: `unknown_symbol`).
+    /// `CHECK <SYMBOL> [stale_ms=<n>] [source_ms=<n>] [feed=<name>]`.
+    /// `symbol` is the token as sent (printable ASCII; it may be longer
+    /// than 20 bytes, which no feed can know: `unknown_symbol`); `feed` the
+    /// name as sent (resolved against the feeds by the caller).
     Check {
         symbol: &'a [u8],
         stale_ms: Option<u64>,
         source_ms: Option<u64>,
+        feed: Option<&'a [u8]>,
     },
     Ping,
 }
@@ -49,6 +53,8 @@ pub enum ProtoError {
     LooserThanConfigured,
     /// `PING` takes no argument.
     UnexpectedArgument,
+    /// `feed=<name>` names no configured feed.
+    UnknownFeed,
 }
 
 impl ProtoError {
@@ -65,6 +71,7 @@ impl ProtoError {
             ProtoError::BadValue => "option value is not a whole number",
             ProtoError::LooserThanConfigured => "threshold looser than configured",
             ProtoError::UnexpectedArgument => "unexpected argument",
+            ProtoError::UnknownFeed => "unknown feed",
         }
     }
 }
@@ -92,9 +99,9 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
-/// Most tokens a request can usefully have (`CHECK <SYM> <opt> <opt>`,
-/// plus one to tell "too many").
-const MAX_TOKENS: usize = 5;
+/// Most tokens a request can usefully have (`CHECK <SYM>` and three
+/// options, plus one to tell "too many").
+const MAX_TOKENS: usize = 6;
 
 /// Parses one request line (without its `\r\n`). Options are fully
 /// checked here, before any symbol lookup. One pass splits the line into
@@ -146,7 +153,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             }
             let mut stale_ms = None;
             let mut source_ms = None;
-            // At most two options can be valid: a third is repeated or
+            let mut feed = None;
+            // At most three options can be valid: a fourth is repeated or
             // unknown, so looking at MAX_TOKENS tokens always finds the error.
             for i in 2..count.min(MAX_TOKENS) {
                 let opt = token(i);
@@ -155,6 +163,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
                     .position(|&c| c == b'=')
                     .ok_or(ProtoError::UnknownOption)?;
                 let (name, value) = (&opt[..eq], &opt[eq + 1..]);
+                if name == b"feed" {
+                    if feed.is_some() {
+                        return Err(ProtoError::RepeatedOption);
+                    }
+                    feed = Some(value);
+                    continue;
+                }
                 let slot = match name {
                     b"stale_ms" => &mut stale_ms,
                     b"source_ms" => &mut source_ms,
@@ -172,10 +187,94 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
                 symbol: token(1),
                 stale_ms,
                 source_ms,
+                feed,
             })
         }
         _ => Err(ProtoError::UnknownRequest),
     }
+}
+
+/// `parse_request`, with `feed=<name>` resolved to a feed's index by
+/// `resolve` (gate.md: `ERR unknown feed` is checked with the other
+/// options, before the symbol).
+pub fn parse_check<'a>(
+    line: &'a [u8],
+    resolve: impl Fn(&[u8]) -> Option<usize>,
+) -> Result<Parsed<'a>, ProtoError> {
+    let req = match parse_request(line) {
+        Ok(r) => r,
+        Err(ProtoError::InvalidSymbol) => {
+            // The options were fine; an unknown feed still comes first.
+            if let Some(name) = feed_option(line) {
+                if resolve(name).is_none() {
+                    return Err(ProtoError::UnknownFeed);
+                }
+            }
+            return Err(ProtoError::InvalidSymbol);
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match req {
+        Request::Ping => Parsed::Ping,
+        Request::Check {
+            symbol,
+            stale_ms,
+            source_ms,
+            feed,
+        } => Parsed::Check {
+            symbol,
+            opts: Options {
+                stale_ms,
+                source_ms,
+                feed: match feed {
+                    None => None,
+                    Some(name) => Some(resolve(name).ok_or(ProtoError::UnknownFeed)?),
+                },
+            },
+        },
+    })
+}
+
+/// The value of a `feed=` option of a line whose options parsed.
+fn feed_option(line: &[u8]) -> Option<&[u8]> {
+    line.split(|&c| c == b' ')
+        .skip(2)
+        .find_map(|t| t.strip_prefix(b"feed="))
+}
+
+/// A request with its options resolved (`parse_check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    Check { symbol: &'a [u8], opts: Options },
+    Ping,
+}
+
+/// Answers one request line (without `\r\n`) over `feeds` at `now`:
+/// appends exactly one `\n`-terminated answer line to `out` (gate.md), or
+/// returns the feeds' read error (memory another process writes).
+#[inline]
+pub fn answer_over<F: Feeds + ?Sized>(
+    line: &[u8],
+    feeds: &F,
+    rules: &GateRules,
+    now: i64,
+    out: &mut Vec<u8>,
+) -> Result<(), F::Error> {
+    let parsed = parse_check(line, |name| {
+        (0..feeds.count()).find(|&i| feeds.name(i) == name)
+    });
+    match parsed {
+        Err(e) => write_error(out, e),
+        Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
+        Ok(Parsed::Check { symbol, opts }) => {
+            match check_across(feeds, to_symbol(symbol), &opts, rules, now) {
+                Ok(a) => write_answer(out, symbol, &a, |i| feeds.name(i)),
+                Err(CheckError::Proto(e)) => write_error(out, e),
+                Err(CheckError::Read(e)) => return Err(e),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where a check finds a symbol: a feed (single-threaded use: `Feed`), or
@@ -200,19 +299,9 @@ pub fn to_symbol(token: &[u8]) -> Option<Symbol> {
     Symbol::from_raw(token)
 }
 
-/// Several feeds may know a symbol: the first (in the given order) where
-/// it has a quote wins, else the first that knows it.
-pub fn lookup_in(
-    feeds: &[&dyn SymbolLookup],
-    symbol: Symbol,
-) -> Option<(SymbolView, FeedView, Thresholds)> {
-    let found = feeds.iter().map(|f| Ok::<_, ()>(f.lookup(symbol)));
-    first_quoted(found).unwrap_or(None)
-}
-
-/// The verdict of a check once its symbol is looked up (`None`: unknown),
-/// with the request's thresholds applied: a request may only tighten
-/// them. The socket and the shared-memory client both judge through it.
+/// The verdict of a check on one feed once its symbol is looked up
+/// (`None`: unknown), with the request's thresholds applied: a request may
+/// only tighten them.
 #[inline]
 pub fn verdict_for(
     found: Option<(SymbolView, FeedView, Thresholds)>,
@@ -222,21 +311,8 @@ pub fn verdict_for(
 ) -> Result<Verdict, ProtoError> {
     Ok(match found {
         None => judge(None, &FeedView::default(), now, &Thresholds::default()),
-        Some((view, feed, mut t)) => {
-            if let Some(ms) = stale_ms {
-                let ns = ms_to_ns(ms);
-                if ns > t.stale_ns {
-                    return Err(ProtoError::LooserThanConfigured);
-                }
-                t.stale_ns = ns;
-            }
-            if let Some(ms) = source_ms {
-                let ns = ms_to_ns(ms);
-                if ns > t.source_max_age_ns {
-                    return Err(ProtoError::LooserThanConfigured);
-                }
-                t.source_max_age_ns = ns;
-            }
+        Some((view, feed, t)) => {
+            let t = tighten(t, stale_ms, source_ms)?;
             judge(Some(&view), &feed, now, &t)
         }
     })
@@ -247,6 +323,33 @@ pub fn write_error(out: &mut Vec<u8>, e: ProtoError) {
     out.extend_from_slice(b"ERR ");
     out.extend_from_slice(e.reason().as_bytes());
     out.push(b'\n');
+}
+
+/// The answer line of a check: a feed's verdict line, or with several
+/// feeds the combined one (`seq=-`, `feeds=<name>:<verdict>,...` at the
+/// end; gate.md "One symbol on several feeds"). `name` gives a feed's name
+/// by its index.
+#[inline]
+pub fn write_answer<'n>(
+    out: &mut Vec<u8>,
+    symbol: &[u8],
+    a: &Answer,
+    name: impl Fn(usize) -> &'n [u8],
+) {
+    if !a.across() {
+        return write_verdict(out, symbol, &a.verdict);
+    }
+    format_line(out, symbol, &a.verdict, false);
+    out.put(b" feeds=");
+    for (k, item) in a.feeds.iter().enumerate() {
+        if k > 0 {
+            out.put_byte(b',');
+        }
+        out.put(name(item.feed as usize));
+        out.put_byte(b':');
+        out.put(first_reason(item.reasons).unwrap_or("OK").as_bytes());
+    }
+    out.put_byte(b'\n');
 }
 
 /// An `OK ...` or `REJECT ...` line for `symbol` (the token as asked),
@@ -264,6 +367,13 @@ pub fn write_verdict(out: &mut Vec<u8>, symbol: &[u8], v: &Verdict) {
 }
 
 fn format_verdict<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict) {
+    format_line(out, symbol, v, true);
+    out.put_byte(b'\n');
+}
+
+/// A verdict line without its `\n`; `seq=-` unless `with_seq`.
+#[inline]
+fn format_line<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict, with_seq: bool) {
     if v.ok() {
         out.put(b"OK ");
         out.put(symbol);
@@ -271,17 +381,21 @@ fn format_verdict<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict) {
         out.put(b"REJECT ");
         out.put(symbol);
         let mut sep = b' ';
-        for (bit, name) in REASON_NAMES.iter().enumerate() {
+        for bit in REASON_ORDER {
             if v.reasons & (1 << bit) != 0 {
                 out.put_byte(sep);
-                out.put(name.as_bytes());
+                out.put(REASON_NAMES[bit as usize].as_bytes());
                 sep = b',';
             }
         }
     }
     if v.has_quote {
-        out.put(b" seq=");
-        out.put_digits(v.seq);
+        if with_seq {
+            out.put(b" seq=");
+            out.put_digits(v.seq);
+        } else {
+            out.put(b" seq=-");
+        }
         out.put(b" bid=");
         put_side(out, v.bid);
         out.put(b" ask=");
@@ -297,7 +411,6 @@ fn format_verdict<S: TextSink>(out: &mut S, symbol: &[u8], v: &Verdict) {
         out.put(b" suspect=");
         out.put(v.cause.as_str().as_bytes());
     }
-    out.put_byte(b'\n');
 }
 
 /// `<px>@<qty>`, or `-` for an empty side.
@@ -341,7 +454,7 @@ impl TextSink for Vec<u8> {
 
 /// Longest symbol token formatted on the stack.
 const MAX_FAST_SYMBOL: usize = 64;
-/// The longest verdict line is under 300 bytes plus the symbol.
+/// The longest verdict line of one feed is under 300 bytes plus the symbol.
 const STACK_LINE: usize = 384;
 
 struct StackLine {
@@ -485,6 +598,7 @@ mod tests {
             symbol: sym.as_bytes(),
             stale_ms: stale,
             source_ms: source,
+            feed: None,
         }
     }
 
@@ -634,8 +748,14 @@ mod tests {
             b"PING" => Err(UnexpectedArgument),
             b"CHECK" => {
                 let symbol = *tokens.get(1).ok_or(MissingSymbol)?;
-                let (mut stale_ms, mut source_ms) = (None, None);
+                let (mut stale_ms, mut source_ms, mut feed) = (None, None, None);
                 for opt in &tokens[2..] {
+                    if let Some(name) = opt.strip_prefix(b"feed=") {
+                        if feed.replace(name).is_some() {
+                            return Err(RepeatedOption);
+                        }
+                        continue;
+                    }
                     let text = std::str::from_utf8(opt).map_err(|_| UnknownOption)?;
                     let (name, value) = text.split_once('=').ok_or(UnknownOption)?;
                     let slot = match name {
@@ -658,6 +778,7 @@ mod tests {
                     symbol,
                     stale_ms,
                     source_ms,
+                    feed,
                 })
             }
             _ => Err(UnknownRequest),
@@ -683,6 +804,9 @@ mod tests {
             b"A\tB",
             b"\xff",
             b"stale_ms=99999999999999999999",
+            b"feed=itch",
+            b"feed=",
+            b"feed=a=b",
             b"",
         ];
         let mut seed = 0x0000_ddb1_a5e5_u64;
@@ -695,7 +819,7 @@ mod tests {
         let mut line = Vec::new();
         for _ in 0..200_000 {
             line.clear();
-            let n = 1 + rnd(7);
+            let n = 1 + rnd(8);
             for i in 0..n {
                 if i > 0 {
                     line.extend_from_slice(if rnd(10) == 0 { b"  " } else { b" " });
@@ -733,7 +857,7 @@ mod tests {
             };
             let (r1, r2, r3) = (rnd(), rnd(), rnd());
             let v = Verdict {
-                reasons: (r1 % 64) as u8,
+                reasons: (r1 % 128) as u8,
                 cause: SuspectCause::from_u8((r2 % 7) as u8),
                 has_quote: !r3.is_multiple_of(4),
                 seq: rnd() >> (r1 % 64),

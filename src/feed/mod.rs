@@ -3,6 +3,7 @@
 //! verdict, answer line) and the lock-free state table. Sans-I/O: the
 //! receiver's sockets are in `net`.
 
+pub mod across;
 pub mod channel;
 pub mod check;
 pub mod clock;

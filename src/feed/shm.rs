@@ -13,13 +13,14 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::across::{Across, GateRules};
 use super::table::{stride, TableLayout};
 use super::view::{FeedView, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 
 /// Word 0: `b"TICKGATE"` read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TICKGATE");
 /// Word 1: bumped on any change of this layout.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 
 /// Header word indexes.
 pub const W_MAGIC: usize = 0;
@@ -35,6 +36,10 @@ pub const W_SYMBOL_STRIDE: usize = 9;
 pub const W_FEED_STRIDE: usize = 10;
 pub const W_PID: usize = 11;
 pub const W_STARTED_NS: usize = 12;
+/// `[gate] across`: 0 `all`, 1 `any` (gate.md "One symbol on several feeds").
+pub const W_ACROSS: usize = 13;
+/// `[gate] crossed_ms` in ns (0: the `crossed` rule is off).
+pub const W_CROSSED_NS: usize = 14;
 /// Feed descriptors start at this word, `DESC_WORDS` each.
 pub const W_FEEDS: usize = 16;
 pub const DESC_WORDS: usize = 32;
@@ -192,6 +197,8 @@ pub struct Header {
     pub generation: u64,
     pub pid: u64,
     pub started_ns: i64,
+    /// The daemon's `[gate]` rules for a symbol on several feeds.
+    pub rules: GateRules,
     pub feeds: Vec<FeedSpec>,
     pub plan: Plan,
 }
@@ -222,6 +229,7 @@ pub fn write_header(
     generation: u64,
     pid: u64,
     started_ns: i64,
+    rules: &GateRules,
 ) {
     let caps: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
     let p = plan(&caps);
@@ -239,6 +247,8 @@ pub fn write_header(
     put(W_FEED_STRIDE, stride::<FeedView>() as u64);
     put(W_PID, pid);
     put(W_STARTED_NS, started_ns as u64);
+    put(W_ACROSS, across_code(rules.across));
+    put(W_CROSSED_NS, rules.crossed_ns.max(0) as u64);
     for (i, (s, place)) in specs.iter().zip(&p.feeds).enumerate() {
         let d = W_FEEDS + i * DESC_WORDS;
         let name = name_words(&s.name).expect("feed name checked by the caller");
@@ -252,6 +262,13 @@ pub fn write_header(
         put(d + D_SOURCE_MAX_AGE_MS, s.source_max_age_ms);
     }
     words[W_STATE].store(STATE_LIVE, Ordering::Release);
+}
+
+fn across_code(a: Across) -> u64 {
+    match a {
+        Across::All => 0,
+        Across::Any => 1,
+    }
 }
 
 /// The descriptor words a place determines (byte offsets).
@@ -374,10 +391,33 @@ pub fn parse_header(words: &[AtomicU64]) -> Result<Header, LayoutError> {
             source_max_age_ms: get(d + D_SOURCE_MAX_AGE_MS),
         });
     }
+    let across = match get(W_ACROSS) {
+        0 => Across::All,
+        1 => Across::Any,
+        found => {
+            return Err(LayoutError::Field {
+                field: "across",
+                found,
+                expected: 1,
+            })
+        }
+    };
+    let crossed_ns = get(W_CROSSED_NS);
+    if crossed_ns > i64::MAX as u64 {
+        return Err(LayoutError::Field {
+            field: "crossed_ns",
+            found: crossed_ns,
+            expected: i64::MAX as u64,
+        });
+    }
     Ok(Header {
         generation: get(W_GENERATION),
         pid: get(W_PID),
         started_ns: get(W_STARTED_NS) as i64,
+        rules: GateRules {
+            across,
+            crossed_ns: crossed_ns as i64,
+        },
         feeds,
         plan: p,
     })
@@ -427,10 +467,11 @@ mod tests {
         assert!(p.feeds[0].end_at <= p.feeds[1].cell_at);
         assert_eq!(p.feeds[1].cell_at % PAGE_WORDS, 0);
         let w = zeroed(p.words);
-        write_header(&w, &specs(), 42, 7, 99);
+        write_header(&w, &specs(), 42, 7, 99, &GateRules::new(Across::Any, 20));
         let h = parse_header(&w).unwrap();
         assert_eq!(h.generation, 42);
         assert_eq!(h.pid, 7);
+        assert_eq!(h.rules, GateRules::new(Across::Any, 20));
         assert_eq!(h.feeds, specs());
         assert_eq!(h.plan, p);
         assert_eq!(state(&w), STATE_LIVE);
@@ -440,7 +481,7 @@ mod tests {
     fn every_wrong_field_is_refused() {
         let p = plan(&[100, 3]);
         let w = zeroed(p.words);
-        write_header(&w, &specs(), 1, 1, 1);
+        write_header(&w, &specs(), 1, 1, 1, &GateRules::default());
         // Any changed word among the layout fields is an error.
         let layout_words: Vec<usize> = [
             W_MAGIC,
@@ -483,7 +524,7 @@ mod tests {
     #[test]
     fn the_documented_layout() {
         assert_eq!(MAGIC, 0x4554_4147_4B43_4954);
-        assert_eq!(stride::<SymbolView>(), 10);
+        assert_eq!(stride::<SymbolView>(), 12);
         assert_eq!(stride::<FeedView>(), 8);
         let up = |n: usize, m: usize| n.div_ceil(m) * m;
         for caps in [vec![1u32], vec![100, 3], vec![100_001, 0, 7]] {
@@ -500,7 +541,7 @@ mod tests {
                 let keys = table + f.table.keys_at * 8;
                 let buckets = table + f.table.buckets_at * 8;
                 assert_eq!(slots, table + 64);
-                assert_eq!(keys, slots + up(80 * c, 64));
+                assert_eq!(keys, slots + up(96 * c, 64));
                 assert_eq!(buckets, keys + up(24 * c, 64));
                 assert_eq!(f.table.buckets as usize, b);
                 assert_eq!(f.end_at * 8, table + up(buckets - table + 32 * b, 64));

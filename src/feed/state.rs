@@ -201,6 +201,25 @@ enum Step {
     InOrder,
 }
 
+/// The quote a view shows: whether it has one, and its sides.
+type ShownQuote = (bool, Option<Side>, Option<Side>);
+
+#[inline]
+fn shown_quote(v: &SymbolView) -> ShownQuote {
+    (v.has_quote(), v.bid(), v.ask())
+}
+
+/// gate.md "One symbol on several feeds" (`crossed`): the receive time at
+/// which the quote last changed, moved only by a new value of a side's
+/// price or size, a side appearing or going, or a first quote; a message
+/// that repeats the same quote leaves it.
+#[inline]
+fn note_quote_change(v: &mut SymbolView, before: ShownQuote, now: i64) {
+    if shown_quote(v) != before {
+        v.quote_changed_at = now;
+    }
+}
+
 impl SymbolState {
     pub fn new(
         symbol: Symbol,
@@ -284,6 +303,7 @@ impl SymbolState {
     /// S4 (and S1's apply): sides, `last_seq`, `alive_at`, `quote_source_ts`.
     #[inline]
     fn apply_quote(&mut self, q: &Quote, ctx: &Ctx) {
+        let before = shown_quote(&self.view);
         let v = &mut self.view;
         match ctx.mode {
             // Full: the Quote is the whole quote; an unflagged side is empty.
@@ -314,6 +334,7 @@ impl SymbolState {
         v.seq = q.seq;
         v.alive_at = ctx.now;
         v.source_ts = ts_i64(q.source_ts);
+        note_quote_change(&mut self.view, before, ctx.now);
     }
 
     /// S1: a new baseline from a Quote (no `last_seq`, or S5r).
@@ -489,6 +510,7 @@ impl SymbolState {
         // S8: applied when suspect/unverified/no quote/no seq (= not
         // healthy), or newer, or RESET.
         if !healthy || s.seq > self.view.seq || s.reset() {
+            let before = shown_quote(&self.view);
             let v = &mut self.view;
             v.bid_px = s.bid_px;
             v.bid_qty = s.bid_qty;
@@ -502,6 +524,7 @@ impl SymbolState {
             v.alive_at = ctx.now;
             v.source_ts = ts_i64(s.source_ts);
             v.cause = SuspectCause::None as u8;
+            note_quote_change(&mut self.view, before, ctx.now);
             self.verify(ctx);
             c.snapshot_applied();
             return true;
@@ -530,7 +553,9 @@ impl SymbolState {
         ctx: &Ctx,
     ) {
         self.catch_up(ctx);
+        let before = shown_quote(&self.view);
         self.set_sides(bid, ask);
+        note_quote_change(&mut self.view, before, ctx.now);
         self.mark_applied(seq, source_ts, ctx);
         if self.cause() != SuspectCause::Gap {
             self.set_cause(SuspectCause::None);
@@ -673,7 +698,9 @@ impl SymbolState {
         c: &mut Counts<'_>,
     ) {
         self.catch_up(ctx);
+        let before = shown_quote(&self.view);
         self.set_sides(bid, ask);
+        note_quote_change(&mut self.view, before, ctx.now);
         self.mark_applied(seq, source_ts, ctx);
         self.run_len = 0;
         self.set_cause(SuspectCause::None);

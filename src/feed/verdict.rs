@@ -40,7 +40,10 @@ impl Default for Thresholds {
     }
 }
 
-/// Reasons as a bitset; the bit order is gate.md's reason order.
+/// Reasons as a bitset. Bits 0-5 follow gate.md's reason order; `crossed`
+/// (added later, gate.md "One symbol on several feeds") is bit 6 so that
+/// the older bits keep their values (the C library's `TICKGATE_R_*`): it
+/// is written between `halted` and `suspect` (`REASON_ORDER`).
 pub const R_UNKNOWN_SYMBOL: u8 = 1;
 pub const R_NO_DATA: u8 = 2;
 pub const R_STALE_QUOTE: u8 = 4;
@@ -48,16 +51,32 @@ pub const R_STALE_AT_SOURCE: u8 = 8;
 /// V2: the venue says the symbol is not trading.
 pub const R_HALTED: u8 = 16;
 pub const R_SUSPECT: u8 = 32;
+/// Several feeds: one feed's bid stays above another's offer for
+/// `crossed_ms` (gate.md "One symbol on several feeds").
+pub const R_CROSSED: u8 = 64;
 
-/// Reason names in gate.md order, indexed by bit position.
-pub const REASON_NAMES: [&str; 6] = [
+/// Reason names indexed by bit position.
+pub const REASON_NAMES: [&str; 7] = [
     "unknown_symbol",
     "no_data",
     "stale_quote",
     "stale_at_source",
     "halted",
     "suspect",
+    "crossed",
 ];
+
+/// Bit positions in gate.md's reason order (`crossed` after `halted`).
+pub const REASON_ORDER: [u8; 7] = [0, 1, 2, 3, 4, 6, 5];
+
+/// The first of `reasons` in gate.md's order (`None` when OK).
+#[inline]
+pub fn first_reason(reasons: u8) -> Option<&'static str> {
+    REASON_ORDER
+        .iter()
+        .find(|&&bit| reasons & (1 << bit) != 0)
+        .map(|&bit| REASON_NAMES[bit as usize])
+}
 
 // Bit i of the reasons is REASON_NAMES[i].
 const _: () = assert!(
@@ -67,6 +86,7 @@ const _: () = assert!(
         && R_STALE_AT_SOURCE == 1 << 3
         && R_HALTED == 1 << 4
         && R_SUSPECT == 1 << 5
+        && R_CROSSED == 1 << 6
 );
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

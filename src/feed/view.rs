@@ -81,7 +81,7 @@ pub const SYM_HAS_SEQ: u8 = 8;
 /// Forgotten by a session change (C5), also while it is still pending.
 pub const SYM_HALTED: u8 = 16;
 
-/// Everything the verdict needs about one symbol. 72 bytes (9 words).
+/// Everything the verdict needs about one symbol. 80 bytes (10 words).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct SymbolView {
@@ -107,6 +107,11 @@ pub struct SymbolView {
     pub stale_ms: u32,
     /// Per-symbol `source_max_age_ms` threshold (saturated to u32).
     pub source_max_age_ms: u32,
+    /// Receive time (Unix ns) at which the quote last changed: a new value
+    /// of either side's price or size, a side appearing or going, or the
+    /// first quote; a message repeating the same quote leaves it (gate.md
+    /// "One symbol on several feeds", the `crossed` rule). 0 before any.
+    pub quote_changed_at: i64,
 }
 
 impl SymbolView {
@@ -158,6 +163,7 @@ impl SymbolView {
                 | (self.cause as u64) << 48
                 | (self.flags as u64) << 56,
             self.stale_ms as u64 | (self.source_max_age_ms as u64) << 32,
+            self.quote_changed_at as u64,
         ]
     }
 
@@ -177,12 +183,13 @@ impl SymbolView {
             flags: (w[7] >> 56) as u8,
             stale_ms: w[8] as u32,
             source_max_age_ms: (w[8] >> 32) as u32,
+            quote_changed_at: w[9] as i64,
         }
     }
 }
 
 /// `SymbolView` size in u64 words.
-pub const SYMBOL_VIEW_WORDS: usize = 9;
+pub const SYMBOL_VIEW_WORDS: usize = 10;
 /// `FeedView` size in u64 words.
 pub const FEED_VIEW_WORDS: usize = 6;
 
@@ -356,6 +363,7 @@ mod tests {
             flags: 0xA5,
             stale_ms: 500,
             source_max_age_ms: u32::MAX,
+            quote_changed_at: -77,
         };
         assert_eq!(SymbolView::from_words(&v.to_words()), v);
         let f = FeedView {

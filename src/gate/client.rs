@@ -28,6 +28,10 @@ pub struct CheckArgs {
     /// Tighten the source-age threshold for this check (ms).
     #[arg(long)]
     pub source_ms: Option<u64>,
+    /// Answer from this feed alone (its config name), when several feeds
+    /// know the symbol.
+    #[arg(long)]
+    pub feed: Option<String>,
     /// Give up waiting for the answer after this many ms.
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
@@ -105,6 +109,7 @@ pub fn check_request(
     symbol: &str,
     stale_ms: Option<u64>,
     source_ms: Option<u64>,
+    feed: Option<&str>,
 ) -> anyhow::Result<String> {
     // A space or a control byte cannot be sent inside one request token.
     if symbol.is_empty() || !symbol.bytes().all(|c| c.is_ascii_graphic()) {
@@ -116,6 +121,12 @@ pub fn check_request(
     }
     if let Some(ms) = source_ms {
         line += &format!(" source_ms={ms}");
+    }
+    if let Some(name) = feed {
+        if name.is_empty() || !name.bytes().all(|c| c.is_ascii_graphic()) {
+            bail!("invalid feed name {name:?}: printable ASCII without spaces expected");
+        }
+        line += &format!(" feed={name}");
     }
     line.push('\n');
     Ok(line)
@@ -134,7 +145,12 @@ pub fn exit_code(answer: &str) -> i32 {
 
 /// `tickgate check`: prints the answer line; exit 0 OK, 1 REJECT, 2 error.
 pub fn check_main(args: CheckArgs) -> anyhow::Result<i32> {
-    let request = check_request(&args.symbol, args.stale_ms, args.source_ms)?;
+    let request = check_request(
+        &args.symbol,
+        args.stale_ms,
+        args.source_ms,
+        args.feed.as_deref(),
+    )?;
     if let Some(shm) = &args.shm {
         let path = shm_path(shm.as_deref(), args.socket.as_deref());
         let mut client = crate::client::Client::open(&path)?;
@@ -314,16 +330,21 @@ mod tests {
     #[test]
     fn request_lines() {
         assert_eq!(
-            check_request("EURUSD", None, None).unwrap(),
+            check_request("EURUSD", None, None, None).unwrap(),
             "CHECK EURUSD\n"
         );
         assert_eq!(
-            check_request("EURUSD", Some(100), Some(5)).unwrap(),
+            check_request("EURUSD", Some(100), Some(5), None).unwrap(),
             "CHECK EURUSD stale_ms=100 source_ms=5\n"
         );
-        assert!(check_request("EUR USD", None, None).is_err());
-        assert!(check_request("EUR\nPING", None, None).is_err());
-        assert!(check_request("", None, None).is_err());
+        assert!(check_request("EUR USD", None, None, None).is_err());
+        assert!(check_request("EUR\nPING", None, None, None).is_err());
+        assert!(check_request("", None, None, None).is_err());
+        assert_eq!(
+            check_request("AAPL", None, None, Some("iex")).unwrap(),
+            "CHECK AAPL feed=iex\n"
+        );
+        assert!(check_request("AAPL", None, None, Some("a b")).is_err());
     }
 
     #[test]

@@ -4,40 +4,27 @@
 //! text) into a reused buffer. The Unix-socket server and
 //! `replay --checks` both use it.
 
-use crate::feed::check::{
-    lookup_in, parse_request, to_symbol, verdict_for, write_error, write_verdict, ProtoError,
-    Request, SymbolLookup, MAX_LINE,
-};
-use crate::feed::verdict::Thresholds;
-use crate::feed::view::{FeedView, SymbolView};
-use crate::wire::Symbol;
+use crate::feed::across::GateRules;
+use crate::feed::check::{answer_over, write_error, ProtoError, SymbolLookup, MAX_LINE};
 
-/// Answers one request line (without `\r\n`) at `now`: appends exactly one
-/// answer line, `\n`-terminated, to `out`.
+/// Answers one request line (without `\r\n`) at `now` over unnamed feeds
+/// (`feeds=` shows each by its position) with the default `[gate]` rules:
+/// appends exactly one answer line, `\n`-terminated, to `out`.
 pub fn answer(line: &[u8], feeds: &[&dyn SymbolLookup], now: i64, out: &mut Vec<u8>) {
-    answer_with(line, |s| lookup_in(feeds, s), now, out)
+    answer_with_rules(line, feeds, &GateRules::default(), now, out)
 }
 
-/// `answer` with any lookup function (the daemon's table).
-pub fn answer_with<F>(line: &[u8], lookup: F, now: i64, out: &mut Vec<u8>)
-where
-    F: FnOnce(Symbol) -> Option<(SymbolView, FeedView, Thresholds)>,
-{
-    match parse_request(line) {
-        Err(e) => write_error(out, e),
-        Ok(Request::Ping) => out.extend_from_slice(b"PONG\n"),
-        Ok(Request::Check {
-            symbol,
-            stale_ms,
-            source_ms,
-        }) => {
-            let found = to_symbol(symbol).and_then(lookup);
-            let verdict = match verdict_for(found, stale_ms, source_ms, now) {
-                Ok(v) => v,
-                Err(e) => return write_error(out, e),
-            };
-            write_verdict(out, symbol, &verdict);
-        }
+/// `answer` with these `[gate]` rules.
+pub fn answer_with_rules(
+    line: &[u8],
+    feeds: &[&dyn SymbolLookup],
+    rules: &GateRules,
+    now: i64,
+    out: &mut Vec<u8>,
+) {
+    match answer_over(line, feeds, rules, now, out) {
+        Ok(()) => {}
+        Err(never) => match never {},
     }
 }
 
@@ -136,7 +123,7 @@ pub fn answer_frame(frame: Frame<'_>, feeds: &[&dyn SymbolLookup], now: i64, out
 mod tests {
     use super::*;
     use crate::feed::{Feed, FeedSettings};
-    use crate::wire::{PacketBuilder, Quote, SessionId, Side};
+    use crate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
 
     const T0: i64 = 1_796_025_600_000_000_000;
     const MS: i64 = 1_000_000;
@@ -221,12 +208,22 @@ mod tests {
     }
 
     #[test]
-    fn first_feed_with_a_quote_wins() {
+    fn every_feed_that_knows_the_symbol_answers() {
         let mut empty = Feed::new(FeedSettings::default(), 1);
         empty.add_symbol(Symbol::parse("EURUSD").unwrap());
         let g = feed_with_quote();
         let feeds: [&dyn SymbolLookup; 2] = [&empty, &g];
-        assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("OK EURUSD seq=4"));
+        // A feed without a quote takes no part; unnamed feeds are shown by
+        // position.
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD", T0),
+            "OK EURUSD seq=- bid=1.08512@10 ask=- silence_us=0 source_age_us=3000 feeds=0:no_data,1:OK\n"
+        );
+        assert_eq!(
+            ask(&feeds, "CHECK EURUSD feed=1", T0),
+            "OK EURUSD seq=4 bid=1.08512@10 ask=- silence_us=0 source_age_us=3000\n"
+        );
+        assert_eq!(ask(&feeds, "CHECK EURUSD feed=2", T0), "ERR unknown feed\n");
         let feeds: [&dyn SymbolLookup; 1] = [&empty];
         assert!(ask(&feeds, "CHECK EURUSD", T0).starts_with("REJECT EURUSD no_data"));
     }

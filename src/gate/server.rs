@@ -39,15 +39,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use super::protocol::answer_with;
+use crate::feed::across::{Feeds, GateRules};
 use crate::feed::check::{
-    write_error, write_i64, write_u64, write_verdict, ProtoError, SymbolLookup,
+    answer_over, write_error, write_i64, write_u64, write_verdict, ProtoError, SymbolLookup,
 };
-use crate::feed::reader::FeedReader;
+use crate::feed::reader::{FeedReader, Found};
 use crate::feed::verdict::{judge, Thresholds};
-use crate::feed::view::{
-    recovery_state_name, FeedView, SymbolView, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION,
-};
+use crate::feed::view::{recovery_state_name, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
 use crate::feed::SnapshotFailure;
 use crate::util::histogram::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
@@ -103,46 +101,56 @@ impl<B: Backend> Backend for Arc<B> {
 }
 
 /// The live daemon's backend: the feeds' readers, by config name, in
-/// config order. Read-only and lock-free (`FeedReader`).
+/// config order, and the `[gate]` rules of a symbol on several feeds.
+/// Read-only and lock-free (`FeedReader`).
 #[derive(Clone, Debug)]
 pub struct Gate {
     feeds: Vec<(String, FeedReader)>,
+    rules: GateRules,
 }
 
 impl Gate {
+    /// The default `[gate]` rules (`across = "all"`, `crossed_ms = 50`).
     pub fn new(feeds: Vec<(String, FeedReader)>) -> Gate {
-        Gate { feeds }
+        Gate::with_rules(feeds, GateRules::default())
+    }
+
+    pub fn with_rules(feeds: Vec<(String, FeedReader)>, rules: GateRules) -> Gate {
+        Gate { feeds, rules }
     }
 
     pub fn feeds(&self) -> &[(String, FeedReader)] {
         &self.feeds
     }
+
+    pub fn rules(&self) -> &GateRules {
+        &self.rules
+    }
 }
 
-impl SymbolLookup for Gate {
-    /// As `protocol::answer` over several feeds: the first feed (config
-    /// order) where the symbol has a quote, else the first that knows it.
+impl Feeds for Gate {
+    type Error = std::convert::Infallible;
     #[inline]
-    fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
-        let mut known = None;
-        for (_, f) in &self.feeds {
-            if let Some(found) = f.lookup(symbol) {
-                if found.0.has_quote() {
-                    return Some(found);
-                }
-                if known.is_none() {
-                    known = Some(found);
-                }
-            }
-        }
-        known
+    fn count(&self) -> usize {
+        self.feeds.len()
+    }
+    #[inline]
+    fn name(&self, i: usize) -> &[u8] {
+        self.feeds[i].0.as_bytes()
+    }
+    #[inline]
+    fn find(&self, i: usize, symbol: Symbol) -> Result<Option<Found>, Self::Error> {
+        Ok(self.feeds[i].1.lookup(symbol))
     }
 }
 
 impl Backend for Gate {
     #[inline]
     fn answer(&self, line: &[u8], now: i64, out: &mut Vec<u8>) {
-        answer_with(line, |s| self.lookup(s), now, out)
+        match answer_over(line, self, &self.rules, now, out) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
     }
 
     fn status_feeds(&self) -> usize {
@@ -302,7 +310,15 @@ impl Default for ServerConfig {
 
 /// Reasons of `REJECT` in gate.md's order; `GateStats::rejects_by_reason`
 /// counts them in this order.
-pub const REJECT_REASONS: [&str; 6] = crate::feed::verdict::REASON_NAMES;
+pub const REJECT_REASONS: [&str; 7] = [
+    "unknown_symbol",
+    "no_data",
+    "stale_quote",
+    "stale_at_source",
+    "halted",
+    "crossed",
+    "suspect",
+];
 
 /// Plain atomic counters of the server, for the metrics exporter. Counted
 /// per read batch (one atomic add per field touched, not per request).
@@ -1784,10 +1800,11 @@ mod tests {
         b.classify(b"REJECT EURUSD stale_quote,suspect seq=1 bid=- ask=- silence_us=1 source_age_us=1 suspect=gap\n");
         b.classify(b"REJECT X unknown_symbol seq=- bid=- ask=- silence_us=- source_age_us=-\n");
         b.classify(b"REJECT MILL halted seq=1 bid=- ask=- silence_us=1 source_age_us=1\n");
+        b.classify(b"REJECT AAPL crossed seq=- bid=2@1 ask=1@1 silence_us=1 source_age_us=1 feeds=a:OK,b:OK\n");
         b.classify(b"ERR bad request\n");
         b.classify(b"PONG\n");
-        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 3, 1, 1));
-        assert_eq!(b.reasons, [1, 0, 1, 0, 1, 1]);
+        assert_eq!((b.ok, b.reject, b.err, b.pong), (1, 4, 1, 1));
+        assert_eq!(b.reasons, [1, 0, 1, 0, 1, 1, 1]);
     }
 
     #[test]

@@ -10,12 +10,14 @@ use super::feed::{FeedSpec, ReplayFeed, ReplayLine, SessionInfo};
 use super::timeline::model::Touches;
 use super::timeline::Recorder;
 use crate::capture::source::DatagramRun;
-use crate::feed::check::SymbolLookup;
+use crate::feed::across::{Feeds, GateRules};
+use crate::feed::check::{answer_over, SymbolLookup};
+use crate::feed::reader::Found;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode};
-use crate::gate::protocol::answer;
 use crate::util::pages::MemRange;
 use crate::venue::{ChannelHeader, LineKind};
 use crate::wire::PacketKind;
+use crate::wire::Symbol;
 
 /// Messages beyond the datagram being applied whose first stage of cache
 /// hints is given already (`Replay::on_run`): a datagram ahead on a day
@@ -39,6 +41,8 @@ pub struct Replay {
     scratch: Vec<u8>,
     /// Where the tables' requests for resident memory go (`populate_with`).
     populate: Option<Box<dyn FnMut(MemRange)>>,
+    /// The `[gate]` rules of a symbol on several feeds.
+    pub rules: GateRules,
 }
 
 impl Replay {
@@ -120,6 +124,7 @@ impl Replay {
             timeline: None,
             scratch: Vec::new(),
             populate: None,
+            rules: GateRules::default(),
         }
     }
 
@@ -286,14 +291,26 @@ impl Replay {
         }
     }
 
-    /// Appends the answer to one request line at `now`.
+    /// Appends the answer to one request line at `now`, as the gate socket
+    /// would answer it (feeds by their config names).
     pub fn answer(&self, request: &[u8], now: i64, out: &mut Vec<u8>) {
-        let lookups: Vec<&dyn SymbolLookup> = self
-            .feeds
-            .iter()
-            .map(|f| &f.feed as &dyn SymbolLookup)
-            .collect();
-        answer(request, &lookups, now, out);
+        match answer_over(request, self, &self.rules, now, out) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl Feeds for Replay {
+    type Error = std::convert::Infallible;
+    fn count(&self) -> usize {
+        self.feeds.len()
+    }
+    fn name(&self, i: usize) -> &[u8] {
+        self.feeds[i].name.as_bytes()
+    }
+    fn find(&self, i: usize, symbol: Symbol) -> Result<Option<Found>, Self::Error> {
+        Ok(self.feeds[i].feed.lookup(symbol))
     }
 }
 
@@ -367,7 +384,9 @@ fn note_session(sessions: &mut Vec<SessionInfo>, p: &ChannelHeader, ts: i64) {
 pub fn replay_from_config(path: &Path) -> anyhow::Result<Replay> {
     let cfg = crate::config::Config::load(path)
         .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
-    Ok(Replay::new(cfg.feeds.iter().map(feed_spec).collect()))
+    let mut replay = Replay::new(cfg.feeds.iter().map(feed_spec).collect());
+    replay.rules = cfg.gate.rules;
+    Ok(replay)
 }
 
 /// The core's settings and the replay lines of one configured feed.

@@ -1098,7 +1098,15 @@ impl Simulator {
         }
         s.bid = s.bid.max(10);
         let which = if self.cfg.mode == SimMode::Delta {
-            1 + m.below(3) as u8 // bid, ask or both
+            let pick = 1 + m.below(3) as u8; // bid, ask or both
+                                             // A moved price goes out on both sides: one side alone would
+                                             // leave the other's old price behind, and the quote a receiver
+                                             // holds could end locked or crossed, which no venue shows.
+            if r < 2 {
+                FLAG_BID | FLAG_ASK
+            } else {
+                pick
+            }
         } else {
             FLAG_BID | FLAG_ASK
         };

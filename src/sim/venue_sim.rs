@@ -90,6 +90,13 @@ pub fn venue_symbol(i: usize) -> Symbol {
 
 // ----------------------------------------------------------------- ITCH
 
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Buy => 0,
+        Side::Sell => 1,
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct LiveOrder {
     order_ref: u64,
@@ -130,6 +137,9 @@ pub struct ItchFlow {
     recent: f64,
     /// Send time of the last data packet (the snapshot's timestamp).
     last_t: i64,
+    /// Live orders per price, per symbol (locate - 1) and side (buy,
+    /// sell): the best bid and offer, which a new price may not reach.
+    levels: Vec<[std::collections::BTreeMap<u32, u32>; 2]>,
 }
 
 /// "Recent" orders: the last this many added (approximately: removals
@@ -141,7 +151,8 @@ impl ItchFlow {
     /// orders once the flow has built them up.
     pub fn new(symbols: usize, target_orders: usize, start_ns: i64, seed: u64) -> ItchFlow {
         let mut m = SplitMix64::new(seed ^ 0x17C4_5EED);
-        let symbols = (0..symbols.clamp(1, 65_535))
+        let count = symbols.clamp(1, 65_535);
+        let symbols = (0..count)
             .map(|_| ItchSymbol {
                 mid: 1_000 + m.below(49_000) as u32,
                 halted: false,
@@ -165,7 +176,35 @@ impl ItchFlow {
             start_ns,
             recent: 0.9,
             last_t: start_ns,
+            levels: vec![Default::default(); count],
         }
+    }
+
+    /// A live order at `price` (counted at its level).
+    fn level_add(&mut self, locate: u16, side: Side, price: u32) {
+        *self.levels[locate as usize - 1][side_index(side)]
+            .entry(price)
+            .or_insert(0) += 1;
+    }
+
+    /// A live order at `price` gone.
+    fn level_remove(&mut self, locate: u16, side: Side, price: u32) {
+        let book = &mut self.levels[locate as usize - 1][side_index(side)];
+        if let Some(n) = book.get_mut(&price) {
+            *n -= 1;
+            if *n == 0 {
+                book.remove(&price);
+            }
+        }
+    }
+
+    /// The best bid and offer of a symbol's book.
+    fn best(&self, locate: u16) -> (Option<u32>, Option<u32>) {
+        let [bids, asks] = &self.levels[locate as usize - 1];
+        (
+            bids.last_key_value().map(|(p, _)| *p),
+            asks.first_key_value().map(|(p, _)| *p),
+        )
     }
 
     /// Sets the share of removals that hit a recent order (default 0.9:
@@ -222,6 +261,7 @@ impl ItchFlow {
             // Delete (the most common removal on Nasdaq).
             0..=54 => {
                 self.live.swap_remove(k);
+                self.level_remove(o.locate, o.side, o.price);
                 Message::Delete {
                     header: h,
                     order_ref: o.order_ref,
@@ -230,8 +270,10 @@ impl ItchFlow {
             // Replace: new ref, price moves a tick or two, size changes.
             55..=74 => {
                 self.live.swap_remove(k);
+                self.level_remove(o.locate, o.side, o.price);
                 let new_ref = self.fresh_ref();
                 let price = self.near(m, o.locate, o.side);
+                self.level_add(o.locate, o.side, price);
                 let shares = lot(m);
                 self.live.push(LiveOrder {
                     order_ref: new_ref,
@@ -266,6 +308,7 @@ impl ItchFlow {
                 };
                 if shares >= o.shares {
                     self.live.swap_remove(k);
+                    self.level_remove(o.locate, o.side, o.price);
                 } else {
                     self.live[k].shares -= shares;
                 }
@@ -306,7 +349,17 @@ impl ItchFlow {
             Side::Buy => s.mid.saturating_sub(1 + depth).max(1),
             Side::Sell => s.mid + 1 + depth,
         };
-        ticks * 100
+        // A venue's book is never crossed nor locked: its matching engine
+        // would execute an order that reaches the other side. Here such an
+        // order rests one tick short of the other side's best instead (as
+        // a post-only order is repriced), so the mid's drift never leaves
+        // older orders on the wrong side.
+        let price = ticks * 100;
+        match (side, self.best(locate)) {
+            (Side::Buy, (_, Some(ask))) if price >= ask => ask.saturating_sub(100).max(100),
+            (Side::Sell, (Some(bid), _)) if price <= bid => bid + 100,
+            _ => price,
+        }
     }
 
     fn add(&mut self, m: &mut SplitMix64, t: i64) -> Message {
@@ -314,6 +367,7 @@ impl ItchFlow {
         let locate = i as u16 + 1;
         let side = if m.chance(0.5) { Side::Buy } else { Side::Sell };
         let price = self.near(m, locate, side);
+        self.level_add(locate, side, price);
         let shares = lot(m);
         let order_ref = self.fresh_ref();
         self.live.push(LiveOrder {
@@ -356,6 +410,10 @@ impl VenueFlow for ItchFlow {
         self.session = SessionId::parse(&format!("{:09}{}", 10_059 + index as u64, 'A'))
             .expect("10-byte session id");
         self.live.clear();
+        for l in &mut self.levels {
+            l[0].clear();
+            l[1].clear();
+        }
         self.directory_left = self.symbols.len();
         self.system_event_sent = false;
         self.resumes.clear();
@@ -675,6 +733,46 @@ mod tests {
         for t in *b"RAFEXDU" {
             assert!(types[t as usize] > 0, "no {}", t as char);
         }
+    }
+
+    /// A venue's books are never crossed nor locked (a matching engine
+    /// executes an order that reaches the other side), at every packet of
+    /// a long flow whose mid prices drift: the best bid of every quoted
+    /// book stays below its best offer, in the flow and in the feed.
+    #[test]
+    fn itch_books_stay_uncrossed() {
+        let mut flow = ItchFlow::new(40, 4_000, 1_784_122_200_000_000_000, 3);
+        let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::NasdaqItch), 1);
+        let mut m = SplitMix64::new(11);
+        let mut out = Vec::new();
+        let t0 = 1_784_122_200_000_000_000;
+        flow.start_session(0, t0);
+        let (mut seq, mut two_sided) = (1, 0u64);
+        for i in 0..40_000 {
+            let t = t0 + i * 10_000;
+            let n = flow.data_packet(&mut m, seq, t, 8, &mut out);
+            feed.on_datagram(0, &out, t + 1_000);
+            seq += n as u64;
+            if i % 50 != 49 {
+                continue;
+            }
+            for locate in 1..=40u16 {
+                if let (Some(bid), Some(ask)) = flow.best(locate) {
+                    assert!(bid < ask, "packet {i}: flow book {locate} {bid} >= {ask}");
+                }
+            }
+            let symbols: Vec<_> = feed.symbols().map(|(s, _)| s).collect();
+            for sym in symbols {
+                let (_, v) = feed.symbol_view(sym).unwrap();
+                if let (Some(b), Some(a)) = (v.bid(), v.ask()) {
+                    assert!(b.px < a.px, "packet {i}: {sym} bid {} ask {}", b.px, a.px);
+                    two_sided += 1;
+                }
+            }
+        }
+        // The drift is real: mids moved far from where they started.
+        assert!(two_sided > 10_000, "{two_sided}");
+        assert_eq!(feed.counters().live_orders, flow.live_orders() as u64);
     }
 
     #[test]

@@ -9,7 +9,10 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use arrayvec::ArrayVec;
+
 use tickgate_core::client::{realtime_ns, Client, Error};
+use tickgate_core::feed::across::{Answer, FeedItem, Options};
 use tickgate_core::feed::check::{write_verdict, ProtoError};
 use tickgate_core::feed::verdict::Verdict;
 use tickgate_core::feed::SuspectCause;
@@ -22,7 +25,7 @@ pub struct tickgate_client {
 
 /// The answer of one check (see tickgate.h for each field).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct tickgate_answer {
     pub verdict: i32,
     pub reasons: u32,
@@ -37,6 +40,32 @@ pub struct tickgate_answer {
     pub ask_qty: u64,
     pub silence_ns: i64,
     pub source_age_ns: i64,
+    pub feed_count: u32,
+    pub feed_index: [u8; 64],
+    pub feed_reasons: [u8; 64],
+}
+
+impl Default for tickgate_answer {
+    fn default() -> Self {
+        tickgate_answer {
+            verdict: 0,
+            reasons: 0,
+            cause: 0,
+            has_quote: 0,
+            seq: 0,
+            price_scale: 0,
+            sides: 0,
+            bid_px: 0,
+            bid_qty: 0,
+            ask_px: 0,
+            ask_qty: 0,
+            silence_ns: 0,
+            source_age_ns: 0,
+            feed_count: 0,
+            feed_index: [0; 64],
+            feed_reasons: [0; 64],
+        }
+    }
 }
 
 pub const TICKGATE_OK: i32 = 0;
@@ -52,6 +81,9 @@ pub const TICKGATE_E_LOOSER: c_int = -3;
 pub const TICKGATE_E_READ: c_int = -4;
 pub const TICKGATE_E_PANIC: c_int = -5;
 pub const TICKGATE_E_CLOCK: c_int = -6;
+pub const TICKGATE_E_FEED: c_int = -7;
+/// Most feeds an answer names (`feeds=`).
+pub const TICKGATE_MAX_FEEDS: u32 = 64;
 
 /// The earliest `now_ns` taken as wall-clock time (2001-09-09T01:46:40Z):
 /// a CLOCK_MONOTONIC or CLOCK_BOOTTIME reading, or Unix time in µs or ms,
@@ -59,16 +91,17 @@ pub const TICKGATE_E_CLOCK: c_int = -6;
 /// make every age meaningless.
 const MIN_REALTIME_NS: i64 = 1_000_000_000_000_000_000;
 
-fn to_c(v: &Verdict) -> tickgate_answer {
+fn to_c(a: &Answer) -> tickgate_answer {
+    let v = &a.verdict;
     let side = |s: Option<Side>| s.map_or((0, 0), |s| (s.px, s.qty));
     let (bid_px, bid_qty) = side(v.bid);
     let (ask_px, ask_qty) = side(v.ask);
-    tickgate_answer {
+    let mut out = tickgate_answer {
         verdict: if v.ok() { TICKGATE_OK } else { TICKGATE_REJECT },
         reasons: v.reasons as u32,
         cause: v.cause as u32,
         has_quote: v.has_quote as u32,
-        seq: v.seq,
+        seq: if a.across() { 0 } else { v.seq },
         price_scale: TICKGATE_PRICE_SCALE,
         sides: (v.bid.is_some() as u32 * TICKGATE_SIDE_BID)
             | (v.ask.is_some() as u32 * TICKGATE_SIDE_ASK),
@@ -78,12 +111,27 @@ fn to_c(v: &Verdict) -> tickgate_answer {
         ask_qty,
         silence_ns: v.silence_ns,
         source_age_ns: v.source_age_ns,
+        ..tickgate_answer::default()
+    };
+    out.feed_count = a.feeds.len() as u32;
+    for (k, item) in a.feeds.iter().enumerate() {
+        out.feed_index[k] = item.feed;
+        out.feed_reasons[k] = item.reasons;
     }
+    out
 }
 
-fn from_c(a: &tickgate_answer) -> Verdict {
+/// The answer a C struct holds, or `None` when it is not one a check
+/// gives (a cause or reasons no check writes, too many feeds).
+fn from_c(a: &tickgate_answer) -> Option<Answer> {
+    if u8::try_from(a.cause).map_or(true, |c| !SuspectCause::is_code(c))
+        || a.reasons > 0x7f
+        || a.feed_count > TICKGATE_MAX_FEEDS
+    {
+        return None;
+    }
     let side = |bit: u32, px: i64, qty: u64| (a.sides & bit != 0).then_some(Side { px, qty });
-    Verdict {
+    let verdict = Verdict {
         reasons: a.reasons as u8,
         cause: SuspectCause::from_u8(a.cause as u8),
         has_quote: a.has_quote != 0,
@@ -92,7 +140,15 @@ fn from_c(a: &tickgate_answer) -> Verdict {
         ask: side(TICKGATE_SIDE_ASK, a.ask_px, a.ask_qty),
         silence_ns: a.silence_ns,
         source_age_ns: a.source_age_ns,
+    };
+    let mut feeds = ArrayVec::new();
+    for k in 0..a.feed_count as usize {
+        feeds.push(FeedItem {
+            feed: a.feed_index[k],
+            reasons: a.feed_reasons[k],
+        });
     }
+    Some(Answer { verdict, feeds })
 }
 
 /// Copies `msg` into `buf` (`len` bytes, NUL-terminated, truncated).
@@ -178,6 +234,36 @@ pub unsafe extern "C" fn tickgate_check(
     source_ms: i64,
     out: *mut tickgate_answer,
 ) -> c_int {
+    // SAFETY: the same contract, with no feed named.
+    unsafe {
+        tickgate_check_feed(
+            c,
+            symbol,
+            std::ptr::null(),
+            now_ns,
+            stale_ms,
+            source_ms,
+            out,
+        )
+    }
+}
+
+/// `tickgate_check` with `feed=<name>` (gate.md): that feed's verdict
+/// alone; `feed` NULL: every feed that knows the symbol.
+/// `TICKGATE_E_FEED` when no feed has that name.
+///
+/// # Safety
+/// As `tickgate_check`; `feed` null or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tickgate_check_feed(
+    c: *mut tickgate_client,
+    symbol: *const c_char,
+    feed: *const c_char,
+    now_ns: i64,
+    stale_ms: i64,
+    source_ms: i64,
+    out: *mut tickgate_answer,
+) -> c_int {
     if c.is_null() || symbol.is_null() || out.is_null() {
         return TICKGATE_E_ARG;
     }
@@ -190,27 +276,90 @@ pub unsafe extern "C" fn tickgate_check(
         n if n < MIN_REALTIME_NS => return TICKGATE_E_CLOCK,
         n => n,
     };
+    let feed = if feed.is_null() {
+        None
+    } else {
+        // SAFETY: non-null and NUL-terminated per the contract.
+        let name = unsafe { CStr::from_ptr(feed) }.to_bytes();
+        match client.feed_index(name) {
+            Some(i) => Some(i),
+            None => return TICKGATE_E_FEED,
+        }
+    };
     let opt = |ms: i64| u64::try_from(ms).ok();
-    let got = catch_unwind(AssertUnwindSafe(|| {
-        client.check(sym, now, opt(stale_ms), opt(source_ms))
-    }));
+    let opts = Options {
+        stale_ms: opt(stale_ms),
+        source_ms: opt(source_ms),
+        feed,
+    };
+    let got = catch_unwind(AssertUnwindSafe(|| client.check_answer(sym, now, &opts)));
     match got {
-        Ok(Ok(v)) => {
+        Ok(Ok(a)) => {
             // SAFETY: non-null and writable per the contract.
-            unsafe { out.write(to_c(&v)) };
+            unsafe { out.write(to_c(&a)) };
             0
         }
         Ok(Err(Error::Proto(ProtoError::LooserThanConfigured))) => TICKGATE_E_LOOSER,
+        Ok(Err(Error::Proto(ProtoError::UnknownFeed))) => TICKGATE_E_FEED,
         Ok(Err(Error::Proto(_))) => TICKGATE_E_SYMBOL,
         Ok(Err(_)) => TICKGATE_E_READ,
         Err(_) => TICKGATE_E_PANIC,
     }
 }
 
+/// Copies `line` into `buf` (NUL-terminated) when it fits in `len`;
+/// returns its length.
+///
+/// # Safety
+/// `buf` null or valid for `len` bytes.
+unsafe fn put_line(line: &[u8], buf: *mut c_char, len: usize) -> i64 {
+    if !buf.is_null() && line.len() < len {
+        // SAFETY: `buf` has `len` > line.len() writable bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(line.as_ptr(), buf.cast::<u8>(), line.len());
+            *buf.add(line.len()) = 0;
+        }
+    }
+    line.len() as i64
+}
+
+/// The socket's answer line for `a` (asked as `symbol`), feed names from
+/// the file `c` maps: every answer, also one of several feeds
+/// (`feeds=`). As `tickgate_format` otherwise.
+///
+/// # Safety
+/// `c` from `tickgate_open`; `a` valid; `symbol` NUL-terminated; `buf`
+/// null or valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tickgate_format_with(
+    c: *const tickgate_client,
+    a: *const tickgate_answer,
+    symbol: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> i64 {
+    if c.is_null() || a.is_null() || symbol.is_null() {
+        return TICKGATE_E_ARG as i64;
+    }
+    // SAFETY: non-null, valid per the contract.
+    let Some(answer) = from_c(unsafe { &*a }) else {
+        return TICKGATE_E_ARG as i64;
+    };
+    // SAFETY: non-null and NUL-terminated per the contract.
+    let sym = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    let mut line = Vec::with_capacity(128);
+    // SAFETY: non-null, from tickgate_open.
+    unsafe { (*c).client.write_answer(&mut line, sym, &answer) };
+    // SAFETY: per the contract on `buf`.
+    unsafe { put_line(&line, buf, len) }
+}
+
 /// Formats the socket's answer line for `a` (asked as `symbol`), with its
 /// `\n`, NUL-terminated into `buf` when it fits in `len`. Returns the
 /// line's length without the NUL (as snprintf: a value >= `len` means it
-/// did not fit), or `TICKGATE_E_ARG` (also for a cause no check gives).
+/// did not fit), or `TICKGATE_E_ARG` (also for a cause no check gives,
+/// and for an answer over several feeds, `feed_count > 0`, whose feed
+/// names only a client knows: `tickgate_format_with`).
 ///
 /// # Safety
 /// `a` valid; `symbol` NUL-terminated; `buf` null or valid for `len`
@@ -227,23 +376,17 @@ pub unsafe extern "C" fn tickgate_format(
     }
     // SAFETY: non-null, valid per the contract.
     let a = unsafe { &*a };
-    // A cause no check gives cannot be formatted as one.
-    if u8::try_from(a.cause).map_or(true, |c| !SuspectCause::is_code(c)) {
+    // A cause no check gives cannot be formatted as one; the feeds of an
+    // answer over several feeds have names only a client knows.
+    let Some(answer) = from_c(a).filter(|a| !a.across()) else {
         return TICKGATE_E_ARG as i64;
-    }
-    let v = from_c(a);
+    };
     // SAFETY: non-null and NUL-terminated per the contract.
     let sym = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let mut line = Vec::with_capacity(128);
-    write_verdict(&mut line, sym, &v);
-    if !buf.is_null() && line.len() < len {
-        // SAFETY: `buf` has `len` > line.len() writable bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(line.as_ptr(), buf.cast::<u8>(), line.len());
-            *buf.add(line.len()) = 0;
-        }
-    }
-    line.len() as i64
+    write_verdict(&mut line, sym, &answer.verdict);
+    // SAFETY: per the contract on `buf`.
+    unsafe { put_line(&line, buf, len) }
 }
 
 /// The generation of the file the client maps now.
@@ -290,6 +433,7 @@ pub extern "C" fn tickgate_strerror(code: c_int) -> *const c_char {
         TICKGATE_E_READ => c"the state file cannot be read (corrupt or not written by tickgate)",
         TICKGATE_E_PANIC => c"internal error",
         TICKGATE_E_CLOCK => c"now_ns is not CLOCK_REALTIME in Unix nanoseconds",
+        TICKGATE_E_FEED => c"unknown feed",
         _ => c"unknown error",
     };
     s.as_ptr()

@@ -4,7 +4,7 @@
  *
  *   check SHM_PATH SOCKET_PATH NOW_NS REQUEST...
  *
- * Each REQUEST is "SYMBOL" or "SYMBOL STALE_MS SOURCE_MS" (-1: as
+ * Each REQUEST is "SYMBOL" or "SYMBOL STALE_MS SOURCE_MS [FEED]" (-1: as
  * configured), sent to the socket as the equivalent CHECK line. Exit 0
  * when every answer matches, 1 otherwise.
  */
@@ -79,27 +79,33 @@ int main(int argc, char **argv) {
     int fd = connect_to(argv[2]);
     for (i = 4; i < argc; i++) {
         long long stale = -1, source = -1;
+        char feed[64] = "";
+        char opts[160] = "";
         tickgate_answer a;
-        int n = sscanf(argv[i], "%63s %lld %lld", sym, &stale, &source);
-        if (n == 1)
-            snprintf(req, sizeof req, "CHECK %s\n", sym);
-        else if (stale >= 0 && source >= 0)
-            snprintf(req, sizeof req, "CHECK %s stale_ms=%lld source_ms=%lld\n", sym, stale, source);
-        else if (stale >= 0)
-            snprintf(req, sizeof req, "CHECK %s stale_ms=%lld\n", sym, stale);
-        else
-            snprintf(req, sizeof req, "CHECK %s source_ms=%lld\n", sym, source);
+        sscanf(argv[i], "%63s %lld %lld %63s", sym, &stale, &source, feed);
+        if (stale >= 0)
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " stale_ms=%lld", stale);
+        if (source >= 0)
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " source_ms=%lld", source);
+        if (feed[0])
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " feed=%s", feed);
+        snprintf(req, sizeof req, "CHECK %s%s\n", sym, opts);
         ask(fd, req, want, sizeof want);
-        int rc = tickgate_check(c, sym, now, stale, source, &a);
-        if (rc == TICKGATE_E_LOOSER) {
+        int rc = tickgate_check_feed(c, sym, feed[0] ? feed : NULL, now, stale, source, &a);
+        if (rc == TICKGATE_E_LOOSER || rc == TICKGATE_E_FEED) {
             snprintf(got, sizeof got, "ERR %s\n", tickgate_strerror(rc));
         } else if (rc != 0) {
             snprintf(got, sizeof got, "error %d: %s\n", rc, tickgate_strerror(rc));
         } else {
-            int64_t len = tickgate_format(&a, sym, got, sizeof got);
+            int64_t len = tickgate_format_with(c, &a, sym, got, sizeof got);
             if (len <= 0 || (size_t)len >= sizeof got || strlen(got) != (size_t)len) {
-                fprintf(stderr, "tickgate_format returned %lld\n", (long long)len);
+                fprintf(stderr, "tickgate_format_with returned %lld\n", (long long)len);
                 return 1;
+            }
+            /* Without the names, only a one-feed answer can be written. */
+            if ((tickgate_format(&a, sym, NULL, 0) == TICKGATE_E_ARG) != (a.feed_count > 0)) {
+                fprintf(stderr, "tickgate_format and feed_count disagree for %s\n", sym);
+                failures++;
             }
             /* The struct agrees with the line. */
             if ((a.verdict == TICKGATE_OK) != (strncmp(got, "OK ", 3) == 0) ||
@@ -120,7 +126,7 @@ int main(int argc, char **argv) {
         tickgate_answer a;
         char tiny[4] = {'x', 'x', 'x', 'x'};
         if (tickgate_check(c, "EURUSD", now, -1, -1, &a) != 0 ||
-            tickgate_format(&a, "EURUSD", tiny, sizeof tiny) < 4 || tiny[0] != 'x') {
+            tickgate_format_with(c, &a, "EURUSD", tiny, sizeof tiny) < 4 || tiny[0] != 'x') {
             fprintf(stderr, "small buffer mishandled\n");
             failures++;
         }

@@ -71,12 +71,12 @@ int main(int argc, char **argv) {
 
     expect(tickgate_check(c, argv[5], now, -1, -1, &a) == 0, "answered again");
     a.cause = TICKGATE_CAUSE_RECOVERING;
-    expect(tickgate_format(&a, argv[5], line, sizeof line) > 0, "cause 7 is formatted");
+    expect(tickgate_format_with(c, &a, argv[5], line, sizeof line) > 0, "cause 7 is formatted");
     a.cause = TICKGATE_CAUSE_RECOVERING + 1;
-    expect(tickgate_format(&a, argv[5], line, sizeof line) == TICKGATE_E_ARG,
+    expect(tickgate_format_with(c, &a, argv[5], line, sizeof line) == TICKGATE_E_ARG,
            "an unknown cause is refused");
     a.cause = 256 + TICKGATE_CAUSE_GAP;
-    expect(tickgate_format(&a, argv[5], line, sizeof line) == TICKGATE_E_ARG,
+    expect(tickgate_format_with(c, &a, argv[5], line, sizeof line) == TICKGATE_E_ARG,
            "a cause that truncates to a known one is refused");
     tickgate_close(c);
     printf("%d failures\n", failures);

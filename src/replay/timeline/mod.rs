@@ -287,8 +287,10 @@ fn line_name(f: &ReplayFeed, li: usize) -> String {
     }
 }
 
-/// The symbol as a check finds it (`check::lookup_in`): the first feed
-/// where it has a quote, else the first that knows it.
+/// The feed whose view of the symbol the timeline charts: the first feed
+/// where it has a quote, else the first that knows it. (A check combines
+/// every feed that knows the symbol, gate.md "One symbol on several
+/// feeds"; the timeline charts one feed's view.)
 fn lookup(feeds: &[ReplayFeed], s: Symbol) -> Option<(usize, SymbolView, FeedView, Thresholds)> {
     let mut known = None;
     for (fi, f) in feeds.iter().enumerate() {
