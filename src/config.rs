@@ -2055,6 +2055,8 @@ const WALKED_KEYS: &[(&str, &[&str])] = &[
             "max_connections",
             "shm",
             "max_connections_per_uid",
+            "across",
+            "crossed_ms",
         ],
     ),
     (
