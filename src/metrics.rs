@@ -835,9 +835,10 @@ mod tests {
         let m = metrics();
         m.gate.ok.store(3, Ordering::Relaxed);
         m.gate.reject.store(2, Ordering::Relaxed);
-        m.gate.rejects_by_reason[2].store(2, Ordering::Relaxed);
-        m.gate.rejects_by_reason[4].store(7, Ordering::Relaxed);
-        m.gate.rejects_by_reason[5].store(1, Ordering::Relaxed);
+        let at = |name: &str| REJECT_REASONS.iter().position(|r| *r == name).unwrap();
+        m.gate.rejects_by_reason[at("stale_quote")].store(2, Ordering::Relaxed);
+        m.gate.rejects_by_reason[at("halted")].store(7, Ordering::Relaxed);
+        m.gate.rejects_by_reason[at("suspect")].store(1, Ordering::Relaxed);
         m.gate.connections_open.store(1, Ordering::Relaxed);
         // 4 batches under 250 ns, 1 in (500 ns, 1 us], 1 beyond every bound.
         let mut rec = m.gate.service.small_recorder();
@@ -853,6 +854,7 @@ mod tests {
             "tickgate_gate_reject_reasons_total{reason=\"halted\"} 7\n",
             "tickgate_gate_reject_reasons_total{reason=\"suspect\"} 1\n",
             "tickgate_gate_reject_reasons_total{reason=\"no_data\"} 0\n",
+            "tickgate_gate_reject_reasons_total{reason=\"crossed\"} 0\n",
             "tickgate_gate_connections 1\n",
             "tickgate_gate_service_duration_seconds_bucket{le=\"0.00000025\"} 4\n",
             "tickgate_gate_service_duration_seconds_bucket{le=\"0.0000005\"} 4\n",
