@@ -414,24 +414,10 @@ impl Hold {
 
 #[cfg(test)]
 mod tests {
+    use super::super::store::conflict_tests::header;
     use super::*;
-    use crate::venue::ChannelHeader;
-    use crate::wire::SessionId;
 
     const MS: i64 = 1_000_000;
-
-    fn header(seq: u64, count: u16, kind: PacketKind) -> Header {
-        Header {
-            channel: ChannelHeader {
-                session: SessionId(*b"SESSION001"),
-                sequence: seq,
-                kind,
-                count,
-                stale_session: false,
-            },
-            send_time: None,
-        }
-    }
 
     fn data(seq: u64, count: u16) -> Header {
         header(seq, count, PacketKind::Data)

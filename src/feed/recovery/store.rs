@@ -315,12 +315,13 @@ mod tests {
 }
 
 #[cfg(test)]
-mod conflict_tests {
+pub(super) mod conflict_tests {
     use super::*;
     use crate::venue::ChannelHeader;
     use crate::wire::SessionId;
 
-    fn header(seq: u64, count: u16, kind: PacketKind) -> Header {
+    /// A header of a test session's packet (the hold's tests use it too).
+    pub(in crate::feed::recovery) fn header(seq: u64, count: u16, kind: PacketKind) -> Header {
         Header {
             channel: ChannelHeader {
                 session: SessionId(*b"SESSION001"),
