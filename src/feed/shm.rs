@@ -60,8 +60,9 @@ pub const D_END_AT: usize = 15;
 pub const D_STALE_MS: usize = 16;
 pub const D_SOURCE_MAX_AGE_MS: usize = 17;
 
-/// At most this many feeds in one file.
-pub const MAX_FEEDS: usize = 64;
+/// At most this many feeds in one file: the limit of a check over
+/// several feeds, one constant for both.
+pub use super::across::MAX_FEEDS;
 /// Regions start on a page boundary.
 const PAGE_WORDS: usize = 4096 / 8;
 
