@@ -5,8 +5,9 @@
 //! its parts, one per process:
 //!
 //!   send    --proto tickgate|itch --rate R --secs S --group G:P --out F
+//!           [--tick-us 50]
 //!           Sends datagram n = 1..=R*S at R a second to the group on
-//!           loopback. Datagram n carries n in its price (bid 0.0001 * n),
+//!           loopback, waking at most once a tick to send what is due. Datagram n carries n in its price (bid 0.0001 * n),
 //!           so the reader can name it; its CLOCK_MONOTONIC stamp, taken
 //!           just before the send call, is written to F (i64 per n).
 //!           The datagram's own time field carries the wall clock, as a
@@ -14,7 +15,8 @@
 //!   read    --mode daemon|floor --shm PATH --n N --timeout S --out F
 //!           Spins on one symbol's slot (daemon: symbol WTC of the state
 //!           file's first feed; floor: the floor's slot) and writes, for
-//!           every new price it sees, (n, CLOCK_MONOTONIC when first seen).
+//!           every new price it sees, (n, CLOCK_MONOTONIC when first seen,
+//!           when the reader last came back from a break off its CPU).
 //!   floor   --proto tickgate|itch --group G:P --shm PATH [--busy] [--cpu C]
 //!           The floor receiver: one socket set up as the daemon's line
 //!           socket, recvmmsg into a buffer (blocking, or spinning with
@@ -23,7 +25,13 @@
 //!           until killed.
 //!   analyze --stamps F --seen F [--warmup N]
 //!           Joins the two files by n and prints one line: p50, p99,
-//!           p99.9 and max of seen - sent (ns), and how many were seen.
+//!           p99.9 and max of visible - sent (ns) over every datagram (one
+//!           the receiver overwrote before the reader looked became
+//!           visible with the next state the reader saw); then the same for
+//!           the datagrams the reader was on its CPU for, from the send to
+//!           the sight (on a shared machine the reader is sometimes
+//!           preempted, and what it then sees late says nothing about the
+//!           receiver).
 //!
 //! One clock for both processes: CLOCK_MONOTONIC (clock_gettime through
 //! the vDSO), read by the sender and the reader on the same host.
@@ -34,7 +42,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use tickgate::client::map::Mapping;
@@ -57,6 +65,8 @@ const SCALE: i64 = 100_000;
 /// Datagrams one `recvmmsg` of the floor takes (the daemon's default).
 const FLOOR_BATCH: usize = 64;
 const FLOOR_BUF: usize = 2048;
+/// A reader loop pass longer than this: the reader was off its CPU.
+const AWAY_NS: i64 = 2_000;
 
 fn mono_ns() -> i64 {
     let mut ts = libc::timespec {
@@ -260,13 +270,19 @@ fn send(a: &Args) {
     let mut stamps = vec![0i64; total as usize];
     let mut frames = Frames::new(proto);
     let sender = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST)).expect("sender");
+    // Wake at most once a tick and send what is due, each datagram on its
+    // own (and stamped on its own): a wake costs this VM several
+    // microseconds of timer work, too much to take per datagram.
+    let tick = (a.num::<f64>("--tick-us").unwrap_or(50.0) * 1e3) as i64;
     let start = mono_ns() + 20_000_000;
     let mut late_max = 0i64;
     let mut errors = 0u64;
+    let mut woke = 0i64;
     for n in 1..=total {
         let due = start + (n as u128 * 1_000_000_000 / rate as u128) as i64;
         if mono_ns() < due {
-            sleep_until_mono(due);
+            woke = due.max(woke + tick);
+            sleep_until_mono(woke);
         }
         let d = frames.build(n, realtime_ns());
         let t = mono_ns();
@@ -329,43 +345,54 @@ fn read(a: &Args) {
     let (map, at) = open_slot(mode, path, timeout_ns);
     let w = &map.words()[at..at + 3];
     // Touched now, so that recording never faults a page in.
-    let mut seen: Vec<(u64, i64)> = vec![(0, 0); n_last as usize + 1];
+    let mut seen: Vec<[u64; 3]> = vec![[0; 3]; n_last as usize + 1];
     seen.clear();
     let deadline = mono_ns() + timeout_ns;
     let (mut last_s, mut last_n) = (u64::MAX, 0u64);
-    let mut spins = 0u64;
     let mut torn = 0u64;
+    // When this reader was last off its CPU (a loop pass longer than
+    // AWAY_NS): an update seen after such a gap may have been visible
+    // earlier, so `analyze` can leave out the ones the reader was away for.
+    let (mut last_t, mut back_at, mut away_ns, mut aways) = (mono_ns(), 0i64, 0i64, 0u64);
+    let started = last_t;
     loop {
         let s1 = w[0].load(Ordering::Acquire);
-        if s1 != last_s && s1 & 1 == 0 {
-            let px = w[2].load(Ordering::Relaxed);
+        let mut px = 0;
+        let fresh = s1 != last_s && s1 & 1 == 0 && {
+            px = w[2].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             let s2 = w[0].load(Ordering::Relaxed);
-            let t = mono_ns();
-            if s1 == s2 {
-                last_s = s1;
-                let n = px / SCALE as u64;
-                if n > last_n && n <= n_last {
-                    seen.push((n, t));
-                    last_n = n;
-                    if n == n_last {
-                        break;
-                    }
+            torn += (s1 != s2) as u64;
+            s1 == s2
+        };
+        let t = mono_ns();
+        if t - last_t > AWAY_NS {
+            back_at = t;
+            away_ns += t - last_t;
+            aways += 1;
+        }
+        last_t = t;
+        if fresh {
+            last_s = s1;
+            let n = px / SCALE as u64;
+            if n > last_n && n <= n_last {
+                seen.push([n, t as u64, back_at as u64]);
+                last_n = n;
+                if n == n_last {
+                    break;
                 }
-            } else {
-                torn += 1;
             }
         }
-        spins += 1;
-        if spins.is_multiple_of(4096) && mono_ns() > deadline {
+        if t > deadline {
             break;
         }
         std::hint::spin_loop();
     }
-    write_words(out, seen.iter().flat_map(|&(n, t)| [n, t as u64]));
+    write_words(out, seen.iter().flatten().copied());
     println!(
-        "read {} updates, last {last_n} of {n_last}, {torn} torn reads retried",
-        seen.len()
+        "read {} updates, last {last_n} of {n_last}, {torn} torn reads retried; away {aways} times, {:.2}% of the time",
+        seen.len(),
+        away_ns as f64 * 100.0 / (last_t - started).max(1) as f64
     );
 }
 
@@ -461,23 +488,57 @@ fn analyze(a: &Args) {
     let stamps = read_words(a.need("--stamps"));
     let seen = read_words(a.need("--seen"));
     let warmup: u64 = a.num("--warmup").unwrap_or(0);
-    let mut lat: Vec<i64> = seen
-        .chunks_exact(2)
-        .filter(|p| p[0] > warmup && p[0] as usize <= stamps.len())
-        .map(|p| p[1] as i64 - stamps[p[0] as usize - 1] as i64)
-        .collect();
-    let measured = stamps.len() as u64 - warmup.min(stamps.len() as u64);
-    assert!(!lat.is_empty(), "no update seen after the warm-up");
-    lat.sort_unstable();
-    // p50 p99 p99.9 max (ns), seen, sent after the warm-up.
+    let (mut all, mut present) = (Vec::new(), Vec::new());
+    let mut seen_n = 0usize;
+    let mut prev = warmup;
+    for r in seen.chunks_exact(3) {
+        let (n, t, back_at) = (r[0], r[1] as i64, r[2] as i64);
+        if n <= prev || n as usize > stamps.len() {
+            continue;
+        }
+        seen_n += 1;
+        // Datagrams prev+1..n-1 were overwritten before the reader looked:
+        // the state it saw at `t` is the first that holds them, so `t` is
+        // when each became visible. Every datagram counts, whichever the
+        // receiver's batching let the reader see on its own.
+        for k in prev + 1..=n {
+            let sent = stamps[k as usize - 1] as i64;
+            all.push(t - sent);
+            // The reader ran without a break from this send to the sight.
+            if back_at < sent {
+                present.push(t - sent);
+            }
+        }
+        prev = n;
+    }    let measured = stamps.len() as u64 - warmup.min(stamps.len() as u64);
+    // No update at all (a receiver that fell behind for the whole run)
+    // prints -1 for its figures.
+    let seen_all = all.len();
+    let seen_present = present.len();
+    for v in [&mut all, &mut present] {
+        v.sort_unstable();
+        if v.is_empty() {
+            v.push(-1);
+        }
+    }
+    // Every datagram sent after the warm-up: p50 p99 p99.9 max (ns) of
+    // send to visible, how many became visible, how many were sent; the
+    // same four and the count for those the reader was on its CPU for from
+    // the send to the sight; how many states the reader saw.
     println!(
-        "{} {} {} {} {} {}",
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
-        percentile(&lat, 0.999),
-        lat[lat.len() - 1],
-        lat.len(),
-        measured
+        "{} {} {} {} {} {} {} {} {} {} {} {}",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+        percentile(&all, 0.999),
+        all[all.len() - 1],
+        seen_all,
+        measured,
+        percentile(&present, 0.5),
+        percentile(&present, 0.99),
+        percentile(&present, 0.999),
+        present[present.len() - 1],
+        seen_present,
+        seen_n,
     );
 }
 
