@@ -327,7 +327,8 @@ fn try_open_slot(mode: &str, path: &str) -> Option<(Arc<Mapping>, usize)> {
             let table = all.range(place.table_at, place.table.words)?;
             let reader = feed_reader_in(spec.capacity, &cell, &table).ok()?;
             let symbol = Symbol::parse(SYMBOL).unwrap();
-            let slot = (0..reader.len()).find(|&s| reader.slot(s).is_some_and(|(k, _)| k == symbol))?;
+            let slot =
+                (0..reader.len()).find(|&s| reader.slot(s).is_some_and(|(k, _)| k == symbol))?;
             let at = place.table_at + place.table.slots_at + place.table.stride * slot as usize;
             Some((map, at))
         }
@@ -453,7 +454,10 @@ fn floor(a: &Args) {
         libc::MSG_WAITFORONE
     };
     let fd = sock.as_raw_fd();
-    println!("floor receiving on {group} ({})", if busy { "spinning" } else { "blocking" });
+    println!(
+        "floor receiving on {group} ({})",
+        if busy { "spinning" } else { "blocking" }
+    );
     loop {
         // SAFETY: hdrs point at iov and bufs, which outlive the call.
         let got = unsafe {
@@ -510,7 +514,8 @@ fn analyze(a: &Args) {
             }
         }
         prev = n;
-    }    let measured = stamps.len() as u64 - warmup.min(stamps.len() as u64);
+    }
+    let measured = stamps.len() as u64 - warmup.min(stamps.len() as u64);
     // No update at all (a receiver that fell behind for the whole run)
     // prints -1 for its figures.
     let seen_all = all.len();
@@ -549,7 +554,9 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let Some(cmd) = args.first().cloned() else {
-        eprintln!("usage: wire_to_check send|read|floor|analyze ... (see benches/wire_to_check.rs)");
+        eprintln!(
+            "usage: wire_to_check send|read|floor|analyze ... (see benches/wire_to_check.rs)"
+        );
         return;
     };
     let a = Args(args);

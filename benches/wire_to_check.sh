@@ -18,6 +18,7 @@
 #   TICK_US=50                             (the sender wakes at most this often)
 #   PORT=47971                             (the group is 239.255.91.1:PORT)
 #   LOG=<file for every measurement>       (default: in the work directory)
+#   TABLE=<a LOG of one run>                (only print that run's table)
 #
 # CPU layout (a 2-vCPU machine cannot host three busy threads): the reader
 # spins alone on READER_CPU; the sender, paced by sleeps (timer slack 1 ns;
@@ -59,11 +60,11 @@ FEED_CPU=${FEED_CPU:-0}
 PORT=${PORT:-47971}
 GROUP_IP=239.255.91.1
 GROUP=$GROUP_IP:$PORT
-if [ -z "${B:-}" ]; then
+if [ -z "${B:-}" ] && [ -z "${TABLE:-}" ]; then
   B=$(cargo bench --bench wire_to_check --no-run --message-format=json 2>/dev/null |
     grep -o '"executable":"[^"]*wire_to_check[^"]*"' | tail -1 | cut -d'"' -f4)
 fi
-if [ -z "${T:-}" ]; then
+if [ -z "${T:-}" ] && [ -z "${TABLE:-}" ]; then
   cargo build --release --bin tickgate >&2
   T=target/release/tickgate
 fi
@@ -135,7 +136,11 @@ measure() { # proto rate variant round
   echo "$proto $rate $variant $round $res $(grep -o '[0-9]*/s (target' "$DIR/send.out" | cut -d/ -f1)" | tee -a "$LOG" "$DIR/this.log" >&2
 }
 
-echo "# $(date -u +%FT%TZ) $(uptime)" | tee -a "$LOG" >&2
+if [ -n "${TABLE:-}" ]; then
+  grep -v '^#' "$TABLE" > "$DIR/this.log"
+  ROUNDS=0
+fi
+[ "$ROUNDS" = 0 ] || echo "# $(date -u +%FT%TZ) $(uptime)" | tee -a "$LOG" >&2
 for round in $(seq "$ROUNDS"); do
   for proto in $PROTOS; do
     for rate in $RATES; do
@@ -143,7 +148,7 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
-echo "# $(date -u +%FT%TZ) $(uptime)" | tee -a "$LOG" >&2
+[ "$ROUNDS" = 0 ] || echo "# $(date -u +%FT%TZ) $(uptime)" | tee -a "$LOG" >&2
 
 # The table: medians over the rounds; ratios daemon / floor of the same mode.
 awk '
@@ -152,7 +157,7 @@ awk '
     for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
-  function us3(k, c) { return sprintf("%.1f / %.1f / %.1f", median(v[k, c]) / 1000, median(v[k, c + 1]) / 1000, median(v[k, c + 2]) / 1000) }
+  function us3(k, c) { return median(v[k, c]) < 0 ? "none" : sprintf("%.1f / %.1f / %.1f", median(v[k, c]) / 1000, median(v[k, c + 1]) / 1000, median(v[k, c + 2]) / 1000) }
   function r1(a, b) { return (a > 0 && b > 0) ? sprintf("%.2f", a / b) : "-" }
   function ratio3(k, f, c) { return r1(median(v[k, c]), median(v[f, c])) " / " r1(median(v[k, c + 1]), median(v[f, c + 1])) " / " r1(median(v[k, c + 2]), median(v[f, c + 2])) }
   /^#/ { next }
