@@ -29,7 +29,10 @@
 //!
 //! `cargo bench --bench gate_rtt` (`GATE_BENCH_CPU=<n>` pins the spinning
 //! threads; default unpinned; `GATE_BENCH_ONLY=busy,redis` runs only the
-//! configurations whose names contain one of the words).
+//! configurations whose names contain one of the words;
+//! `GATE_BENCH_FEEDS=3` puts every symbol on three feeds, `md1` to `md3`,
+//! each datagram applied to all of them, so that every check is answered
+//! over three feeds: gate.md "One symbol on several feeds").
 //!
 //! Besides latency, each row gives the CPU time per request (all slices,
 //! warm-up included) of the client threads and of the server (for the
@@ -139,8 +142,18 @@ struct WriterStats {
     elapsed: Duration,
 }
 
-/// A feed of 100k symbols plus EURUSD in a state file at `shm`, and a
-/// writer thread publishing `writer_rate()` datagrams a second.
+/// How many feeds know every symbol (`GATE_BENCH_FEEDS`, default 1).
+fn feed_count() -> usize {
+    std::env::var("GATE_BENCH_FEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
+/// A feed of 100k symbols plus EURUSD in a state file at `shm` (or
+/// `feed_count()` such feeds), and a writer thread publishing
+/// `writer_rate()` datagrams a second into each.
 fn market(
     shm: &Path,
     stop: Arc<AtomicBool>,
@@ -151,22 +164,30 @@ fn market(
         ..FeedSettings::default()
     };
     let before = rss_kib();
-    let spec = FeedSpec {
-        name: "md1".into(),
-        capacity: SYMBOLS + 1,
-        stale_ms: settings.stale_ms,
-        source_max_age_ms: settings.source_max_age_ms,
-    };
-    let (published, regions) = publish(shm, DEFAULT_MODE, &[spec]).unwrap();
-    let r = &regions[0];
-    let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+    let specs: Vec<FeedSpec> = (1..=feed_count())
+        .map(|i| FeedSpec {
+            name: format!("md{i}"),
+            capacity: SYMBOLS + 1,
+            stale_ms: settings.stale_ms,
+            source_max_age_ms: settings.source_max_age_ms,
+        })
+        .collect();
+    let (published, regions) = publish(shm, DEFAULT_MODE, &specs).unwrap();
+    let mut feeds = Vec::new();
+    let mut readers = Vec::new();
+    for (spec, r) in specs.iter().zip(&regions) {
+        let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+        feeds.push(Feed::with_publisher(settings, 1, publisher));
+        readers.push((spec.name.clone(), reader));
+    }
     let table_kib = rss_kib().saturating_sub(before);
-    let mut feed = Feed::with_publisher(settings, 1, publisher);
     let names: Vec<Symbol> = (0..SYMBOLS)
         .map(|i| Symbol::parse(&format!("S{i:06}")).unwrap())
         .collect();
-    for s in &names {
-        feed.add_symbol(*s).unwrap();
+    for feed in &mut feeds {
+        for s in &names {
+            feed.add_symbol(*s).unwrap();
+        }
     }
     eprintln!(
         "{} symbols: RSS grew by {table_kib} KiB for the gate table (state file), {} KiB for table + Feed (process RSS {} KiB)",
@@ -213,14 +234,16 @@ fn market(
                 }),
             );
             b.start(session, seq).quote(&q);
-            feed.on_datagram(0, b.bytes(), now);
+            for feed in &mut feeds {
+                feed.on_datagram(0, b.bytes(), now);
+            }
         }
         WriterStats {
             datagrams: seq,
             elapsed: start.elapsed(),
         }
     });
-    (Gate::new(vec![("md1".into(), reader)]), published, feeder)
+    (Gate::new(readers), published, feeder)
 }
 
 /// The shared-memory client side, in a child process: `clients` threads

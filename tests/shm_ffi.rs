@@ -163,6 +163,17 @@ fn header_is_in_step_with_the_library() {
             .unwrap();
         assert_eq!(define(name), value, "{name}");
     }
+    // The feed limit: the header's, and the Python client's, is the core's.
+    assert_eq!(
+        define("TICKGATE_MAX_FEEDS"),
+        tickgate::feed::across::MAX_FEEDS as i64
+    );
+    let py = read("clients/python/tickgate.py");
+    assert!(
+        py.lines()
+            .any(|l| l == format!("MAX_FEEDS = {}", tickgate::feed::across::MAX_FEEDS)),
+        "clients/python/tickgate.py: MAX_FEEDS is not the core's"
+    );
     for (name, bit) in [
         ("UNKNOWN_SYMBOL", R_UNKNOWN_SYMBOL),
         ("NO_DATA", R_NO_DATA),

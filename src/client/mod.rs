@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use std::cell::Cell;
 
-use crate::feed::across::{check_across, Answer, CheckError, Feeds, Options};
+use crate::feed::across::{check_across_into, Answer, CheckError, Feeds, Options};
 use crate::feed::check::{parse_check, to_symbol, write_answer, write_error, Parsed, ProtoError};
 use crate::feed::reader::{feed_reader_in, FeedReader, Found, ReadError};
 use crate::feed::shm::{self, Header, LayoutError, STATE_LIVE};
@@ -357,7 +357,9 @@ impl Client {
             source_ms,
             feed: None,
         };
-        self.check_answer(symbol, now, &opts).map(|a| a.verdict)
+        let mut a = Answer::default();
+        self.check_answer_into(symbol, now, &opts, &mut a)?;
+        Ok(a.verdict)
     }
 
     /// The answer to `CHECK <symbol>` with `opts` at `now`: the verdict and,
@@ -370,6 +372,20 @@ impl Client {
         now: i64,
         opts: &Options,
     ) -> Result<Answer, Error> {
+        let mut a = Answer::default();
+        self.check_answer_into(symbol, now, opts, &mut a)?;
+        Ok(a)
+    }
+
+    /// `check_answer`, written into `out`.
+    #[inline]
+    pub fn check_answer_into(
+        &mut self,
+        symbol: &[u8],
+        now: i64,
+        opts: &Options,
+        out: &mut Answer,
+    ) -> Result<(), Error> {
         self.follow(now);
         self.stats.checks += 1;
         if symbol.is_empty() || !symbol.iter().all(u8::is_ascii_graphic) {
@@ -379,7 +395,8 @@ impl Client {
             return Err(Error::Proto(ProtoError::UnknownFeed));
         }
         let feeds = MappedFeeds::new(&self.map, self.tries);
-        let got = check_across(&feeds, to_symbol(symbol), opts, &self.map.header.rules, now);
+        let rules = &self.map.header.rules;
+        let got = check_across_into(&feeds, to_symbol(symbol), opts, rules, now, out);
         self.stats.retries += feeds.retries.get();
         got.map_err(|e| match e {
             CheckError::Proto(e) => Error::Proto(e),
@@ -428,11 +445,14 @@ impl Client {
         match parsed {
             Err(e) => write_error(out, e),
             Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
-            Ok(Parsed::Check { symbol, opts }) => match self.check_answer(symbol, now, &opts) {
-                Ok(a) => self.write_answer(out, symbol, &a),
-                Err(Error::Proto(e)) => write_error(out, e),
-                Err(e) => return Err(e),
-            },
+            Ok(Parsed::Check { symbol, opts }) => {
+                let mut a = Answer::default();
+                match self.check_answer_into(symbol, now, &opts, &mut a) {
+                    Ok(()) => self.write_answer(out, symbol, &a),
+                    Err(Error::Proto(e)) => write_error(out, e),
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }

@@ -10,7 +10,9 @@ use arrayvec::ArrayVec;
 use crate::feed::check::ProtoError;
 use crate::feed::reader::Found;
 use crate::feed::settings::ms_to_ns;
-use crate::feed::verdict::{judge, Thresholds, Verdict, R_CROSSED, R_NO_DATA, R_SUSPECT};
+use crate::feed::verdict::{
+    judge, Thresholds, Verdict, R_CROSSED, R_NO_DATA, R_SUSPECT, R_UNKNOWN_SYMBOL,
+};
 use crate::feed::view::{FeedView, SuspectCause};
 use crate::wire::{Side, Symbol};
 
@@ -133,6 +135,24 @@ impl Answer {
     }
 }
 
+/// An answer not yet written: `REJECT unknown_symbol`, so that one read
+/// before `check_across_into` fills it never says OK.
+impl Default for Answer {
+    #[inline]
+    fn default() -> Answer {
+        Answer::single(Verdict {
+            reasons: R_UNKNOWN_SYMBOL,
+            cause: SuspectCause::None,
+            has_quote: false,
+            seq: 0,
+            bid: None,
+            ask: None,
+            silence_ns: 0,
+            source_age_ns: 0,
+        })
+    }
+}
+
 /// Why a check is not answered with a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckError<E> {
@@ -187,25 +207,35 @@ pub fn check_across<F: Feeds + ?Sized>(
     rules: &GateRules,
     now: i64,
 ) -> Result<Answer, CheckError<F::Error>> {
-    let unknown = || {
-        Answer::single(judge(
-            None,
-            &FeedView::default(),
-            now,
-            &Thresholds::default(),
-        ))
-    };
+    let mut answer = Answer::default();
+    check_across_into(feeds, symbol, opts, rules, now, &mut answer)?;
+    Ok(answer)
+}
+
+/// `check_across`, written into `out` (its earlier content is replaced):
+/// the hot path's form, which moves no answer around (`answer_over`).
+#[inline]
+pub fn check_across_into<F: Feeds + ?Sized>(
+    feeds: &F,
+    symbol: Option<Symbol>,
+    opts: &Options,
+    rules: &GateRules,
+    now: i64,
+    out: &mut Answer,
+) -> Result<(), CheckError<F::Error>> {
+    out.feeds.clear();
+    let unknown = || judge(None, &FeedView::default(), now, &Thresholds::default());
     let Some(symbol) = symbol else {
-        return Ok(unknown());
+        out.verdict = unknown();
+        return Ok(());
     };
     if let Some(i) = opts.feed {
         // `feed=`: that feed alone, as a line for a symbol only it knows.
-        return match feeds.find(i, symbol).map_err(CheckError::Read)? {
-            None => Ok(unknown()),
-            Some(found) => feed_verdict(&found, opts, now)
-                .map(Answer::single)
-                .map_err(CheckError::Proto),
+        out.verdict = match feeds.find(i, symbol).map_err(CheckError::Read)? {
+            None => unknown(),
+            Some(found) => feed_verdict(&found, opts, now).map_err(CheckError::Proto)?,
         };
+        return Ok(());
     }
     // The first feed that knows the symbol; most symbols stop there (one
     // feed knows them) without touching the several-feed path's stack.
@@ -213,7 +243,8 @@ pub fn check_across<F: Feeds + ?Sized>(
     let mut i = 0;
     let first = loop {
         if i == n {
-            return Ok(unknown());
+            out.verdict = unknown();
+            return Ok(());
         }
         if let Some(found) = feeds.find(i, symbol).map_err(CheckError::Read)? {
             break (i, found);
@@ -222,19 +253,19 @@ pub fn check_across<F: Feeds + ?Sized>(
     };
     for j in i + 1..n {
         if let Some(second) = feeds.find(j, symbol).map_err(CheckError::Read)? {
-            return several(feeds, symbol, opts, rules, now, first, (j, second));
+            return several(feeds, symbol, opts, rules, now, first, (j, second), out);
         }
     }
     // One feed knows it: exactly that feed's verdict line.
-    feed_verdict(&first.1, opts, now)
-        .map(Answer::single)
-        .map_err(CheckError::Proto)
+    out.verdict = feed_verdict(&first.1, opts, now).map_err(CheckError::Proto)?;
+    Ok(())
 }
 
 /// `check_across` once two feeds (`first`, `second`) know the symbol: the
 /// feeds after `second` are looked up too, each is judged, and the
-/// verdicts combine.
+/// verdicts combine into `out`.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn several<F: Feeds + ?Sized>(
     feeds: &F,
     symbol: Symbol,
@@ -243,7 +274,8 @@ fn several<F: Feeds + ?Sized>(
     now: i64,
     first: (usize, Found),
     second: (usize, Found),
-) -> Result<Answer, CheckError<F::Error>> {
+    out: &mut Answer,
+) -> Result<(), CheckError<F::Error>> {
     let mut judged: ArrayVec<(u8, Verdict, i64), MAX_FEEDS> = ArrayVec::new();
     let mut judge_one = |i: usize, found: &Found| -> Result<(), CheckError<F::Error>> {
         // Every feed's thresholds bound the request: any looser is ERR.
@@ -258,7 +290,8 @@ fn several<F: Feeds + ?Sized>(
             judge_one(j, &found)?;
         }
     }
-    Ok(combine(&judged, rules, now))
+    *out = combine(&judged, rules, now);
+    Ok(())
 }
 
 /// Combines the feed verdicts `(feed, verdict, quote_changed_at)` of two or

@@ -6,7 +6,7 @@
 //! any other allocation. The socket's framing and server are `gate`'s.
 
 pub use crate::feed::across::Options;
-use crate::feed::across::{check_across, tighten, Answer, CheckError, Feeds, GateRules};
+use crate::feed::across::{check_across_into, tighten, Answer, CheckError, Feeds, GateRules};
 use crate::feed::verdict::{
     first_reason, judge, Thresholds, Verdict, REASON_NAMES, REASON_ORDER, R_SUSPECT,
 };
@@ -267,8 +267,9 @@ pub fn answer_over<F: Feeds + ?Sized>(
         Err(e) => write_error(out, e),
         Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
         Ok(Parsed::Check { symbol, opts }) => {
-            match check_across(feeds, to_symbol(symbol), &opts, rules, now) {
-                Ok(a) => write_answer(out, symbol, &a, |i| feeds.name(i)),
+            let mut a = Answer::default();
+            match check_across_into(feeds, to_symbol(symbol), &opts, rules, now, &mut a) {
+                Ok(()) => write_answer(out, symbol, &a, |i| feeds.name(i)),
                 Err(CheckError::Proto(e)) => write_error(out, e),
                 Err(CheckError::Read(e)) => return Err(e),
             }

@@ -84,6 +84,8 @@ pub const TICKGATE_E_CLOCK: c_int = -6;
 pub const TICKGATE_E_FEED: c_int = -7;
 /// Most feeds an answer names (`feeds=`).
 pub const TICKGATE_MAX_FEEDS: u32 = 64;
+// The header's literal must be the core's limit (the state file's too).
+const _: () = assert!(TICKGATE_MAX_FEEDS as usize == tickgate_core::feed::across::MAX_FEEDS);
 
 /// The earliest `now_ns` taken as wall-clock time (2001-09-09T01:46:40Z):
 /// a CLOCK_MONOTONIC or CLOCK_BOOTTIME reading, or Unix time in µs or ms,
