@@ -8,11 +8,15 @@
 //! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
 //! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
 //! | [`image::Image`] | R5: when, pace, bounds, plausible end | `Idle`, `Wanted`, `Running` |
+//! | [`loops::Loops`] (a venue's adapter tells it what it saw) | venues.md `cme-mdp3`, Snapshots | per instrument `Unknown`, `Live`, `Waiting` |
 //!
 //! docs/recovery.md "Architecture" says which machine implements which
 //! rule.
 
+pub mod driver;
 pub mod hold;
 pub mod image;
+pub mod loops;
 pub mod refill;
+pub mod skew;
 pub mod store;
