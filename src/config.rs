@@ -570,6 +570,37 @@ impl Config {
         Ok(config)
     }
 
+    /// `fills apply --config`: the `[fills]` section of a whole daemon
+    /// config file, the file validated as `run` validates it (defaults
+    /// without the section).
+    pub fn fills_of_file(path: &Path) -> anyhow::Result<FillsConfig> {
+        use anyhow::Context;
+        let c = Config::load(path).with_context(|| format!("loading {}", path.display()))?;
+        Ok(c.fills.unwrap_or_default())
+    }
+
+    /// `fills consume --config`: the file's `[fills]` section alone
+    /// ([`Config::fills_only`]); a file without it, or with `enabled =
+    /// false`, is an error.
+    pub fn fills_section_of_file(path: &Path) -> anyhow::Result<FillsConfig> {
+        use anyhow::Context;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let doc: Table =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        anyhow::ensure!(
+            doc.contains_key("fills"),
+            "{} has no [fills] section",
+            path.display()
+        );
+        // Only the [fills] table is read, so the rest of a daemon config
+        // file does not matter here; it is read as `run` reads it
+        // (`enabled`, key paths in every message).
+        Config::fills_only(&doc)
+            .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
+            .with_context(|| format!("{}: [fills] has enabled = false", path.display()))
+    }
+
     /// The `[fills]` section of a document alone, with the checks and
     /// messages of a whole file (`fills consume` reads only that section;
     /// the rest of the file does not matter to it). `None` when the

@@ -85,9 +85,13 @@ fn main() {
         Command::Replay(a) => tickgate::replay::command::main(a),
         Command::Simulate(a) => tickgate::sim::simulate::main(*a),
         Command::Record(a) => tickgate::capture::record::main(a),
-        Command::Fills(FillsCommand::Apply(a)) => tickgate::fills::cli::apply_main(a),
+        Command::Fills(FillsCommand::Apply(a)) => {
+            tickgate::fills::cli::apply_main(a, tickgate::config::Config::fills_of_file)
+        }
         Command::Fills(FillsCommand::Push(a)) => tickgate::fills::push::main(a),
-        Command::Fills(FillsCommand::Consume(a)) => tickgate::fills::nats::consume_main(*a),
+        Command::Fills(FillsCommand::Consume(a)) => {
+            tickgate::fills::nats::consume_main(*a, tickgate::config::Config::fills_section_of_file)
+        }
         Command::Fills(FillsCommand::ConsumeKafka(a)) => {
             tickgate::fills::kafka::consume_kafka_main(*a)
         }

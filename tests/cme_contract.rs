@@ -238,8 +238,8 @@ fn channel_packets_are_classified_as_the_scenarios_say() {
 }
 
 /// The snapshots of the recovery scenarios, used or ignored as their docs
-/// and answers say, decided by `recovery` (coverage, continuation, kept
-/// entries) over a small model of the instruments' sequences: an
+/// and answers say, decided by the loops machine (coverage, continuation,
+/// kept entries) over a small model of the instruments' sequences: an
 /// instrument waits from a first entry other than RptSeq 1, a RptSeq gap,
 /// a book error, a channel gap (until its next entry in order) or a
 /// channel reset (until an entry with RptSeq 1); a used snapshot sets its
@@ -247,8 +247,10 @@ fn channel_packets_are_classified_as_the_scenarios_say() {
 #[test]
 fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
     use std::collections::HashMap;
+    use tickgate::feed::recovery::loops::Loops;
     use tickgate::venue::cme_mdp3::channel::{PacketClass, Sequence};
-    use tickgate::venue::cme_mdp3::recovery::{continues, Coverage, Kept, KeptEntry};
+    use tickgate::venue::cme_mdp3::recovery::KeptEntry;
+    use tickgate::venue::codec::LoopMachine;
 
     let doc = scenarios();
     // (scenario, each snapshot used?, instruments that stop waiting with
@@ -291,8 +293,7 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
         let lines = &s["feed"]["lines"];
         let mut inst = Instruments::default();
         let mut seq = Sequence::default();
-        let mut cov = Coverage::default();
-        let mut kept = Kept::new(1_000_000);
+        let mut kept = Loops::<KeptEntry>::new(1_000_000);
         // Per instrument: last RptSeq, and whether only a channel gap
         // (not a cause of its own) makes it wait.
         let mut last: HashMap<u32, u32> = HashMap::new();
@@ -310,16 +311,16 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                     let c = seq.classify(p.msg_seq_num, p.sending_time);
                     match c {
                         PacketClass::Duplicate | PacketClass::ReplacedSession => continue,
-                        PacketClass::First => cov.new_session(p.sending_time),
+                        PacketClass::First => kept.session_began(p.sending_time),
                         PacketClass::Candidate | PacketClass::Confirms => {
                             panic!("{name}: these scenarios keep one session")
                         }
                         PacketClass::Gap { lost } => {
                             let next = seq.next().unwrap();
-                            cov.lost(next, next + lost - 1);
+                            kept.lost(next, next + lost - 1);
                             for i in 0..inst.len() as u32 {
                                 if !kept.is_waiting(i) {
-                                    kept.start_waiting(i);
+                                    kept.start_waiting(i, 0);
                                     only_unverified.insert(i, true);
                                 }
                             }
@@ -334,11 +335,11 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                         };
                         match body {
                             Body::ChannelReset => {
-                                cov.channel_reset(p.msg_seq_num);
+                                kept.channel_reset(p.msg_seq_num);
                                 inst.reset(|_| {});
                                 last.clear();
                                 for i in 0..inst.len() as u32 {
-                                    kept.start_waiting(i);
+                                    kept.start_waiting(i, 0);
                                     only_unverified.insert(i, false);
                                 }
                             }
@@ -367,7 +368,7 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                                     }
                                     match wait {
                                         Some(true) => {
-                                            kept.start_waiting(i);
+                                            kept.start_waiting(i, 0);
                                             only_unverified.insert(i, false);
                                         }
                                         Some(false) => kept.stop_waiting(i),
@@ -375,6 +376,7 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                                     }
                                     kept.keep(
                                         i,
+                                        e.rpt_seq,
                                         KeptEntry {
                                             rpt_seq: e.rpt_seq,
                                             transact_time,
@@ -400,19 +402,28 @@ fn snapshots_are_used_or_ignored_as_the_scenarios_say() {
                         let i = inst.index(snap.security_id);
                         let r = snap.rpt_seq;
                         let ok = kept.is_waiting(i)
-                            && cov.covers(p.sending_time, snap.last_msg_seq_num_processed)
-                            && continues(r, last.get(&i).copied(), kept.has(i, r + 1));
+                            && kept.snapshot_usable(
+                                i,
+                                p.sending_time,
+                                snap.last_msg_seq_num_processed,
+                                r,
+                                last.get(&i).copied(),
+                                true,
+                            );
                         used.push(ok);
                         if ok {
                             let mut l = r;
                             let mut in_order = true;
-                            kept.drain_after(i, r, |k| {
+                            let mut taken = Vec::new();
+                            kept.take_after(i, r, &mut taken);
+                            for k in taken {
                                 in_order &= k.rpt_seq == l + 1;
                                 l = k.rpt_seq;
-                            });
+                            }
                             last.insert(i, l);
-                            if in_order {
-                                kept.stop_waiting(i);
+                            if !in_order {
+                                // A gap among them: it waits for the next loop.
+                                kept.start_waiting(i, 0);
                             }
                         }
                     }

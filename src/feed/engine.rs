@@ -4,14 +4,20 @@
 //! through `Publish`. No allocation, lock or syscall per message: the
 //! symbol states are allocated once (`max_symbols`), and the symbol index
 //! grows only when a new symbol arrives, a few times in all (`index`).
+//!
+//! The feed drives its recovery machines (`recovery`, recovery.md): the
+//! driver routes what a feed that holds receives through the hold, refill
+//! and image machines and hands datagrams back to the rules through
+//! `Deliver`; the loops machine (CME's snapshot and definition loops)
+//! reaches the venue's adapter with the symbol rules.
 
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
 use super::counters::{FeedCounters, LineCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
-use super::recovery::hold::{Hold, HoldLimits, Limit, Step};
-use super::recovery::image::{self, Image};
-use super::recovery::refill::{self, Refill, RefillState};
+use super::recovery::driver::{Deliver, Recovery};
+use super::recovery::loops::Loops;
+use super::recovery::skew::LineSkew;
 use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
@@ -19,40 +25,17 @@ use super::verdict::{report_cause, Thresholds};
 use super::view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_CHANNEL_ALIVE,
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
-    FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, RECOVERY_HOLDING, RECOVERY_LIVE, RECOVERY_REREQUESTING,
-    RECOVERY_SNAPSHOT, RECOVERY_SNAPSHOT_WANTED, SYM_HALTED,
+    FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
 use crate::venue::rerequest::{MoldUdp64, Request};
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
+    AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Policy, Rules,
     Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
+pub use super::outcome::DatagramOutcome;
 pub use super::recovery::image::{SnapshotFailure, SnapshotPhase, SNAPSHOT_HOLD_MAX};
-
-/// What one datagram did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DatagramOutcome {
-    /// Processed (blocks applied to the symbol rules, or a channel
-    /// heartbeat / end of session taken into account).
-    Applied,
-    /// Invalid for the feed's venue (wire.md, venues.md): dropped whole,
-    /// counted, no state changed.
-    Invalid(DatagramError),
-    /// C2: already delivered (by the other line).
-    Duplicate,
-    /// C5/C6: a packet of a replaced or ended session.
-    StaleSession,
-    /// `line` is not one of the feed's lines: ignored, nothing counted.
-    UnknownLine,
-    /// R1: beyond an open hole: kept until the hole is filled or declared.
-    Held,
-    /// Dropped and counted, nothing changed: an unbelievable channel jump
-    /// (C3b), a stale end of session (C6), a re-request answer of another
-    /// session or not a data packet (R4).
-    Ignored,
-}
 
 /// What `process` applies: a whole datagram, or the message blocks of a
 /// MoldUDP64 one (`Feed::on_blocks`).
@@ -63,6 +46,16 @@ enum Payload<'a> {
 }
 
 pub struct Feed<P: Publish = NoPublish> {
+    core: Core<P>,
+    /// R1-R6: the hold, refill and image machines and their driver (the
+    /// refill codec is MoldUDP64's, the only one today).
+    recovery: Recovery<MoldUdp64>,
+}
+
+/// The feed's rules and their state: the channel rules, the symbol rules
+/// and their table, the clock estimator, the venue's adapter and its
+/// loops; what the recovery driver hands datagrams to (`Deliver`).
+struct Core<P: Publish> {
     settings: FeedSettings,
     max_jump: u64,
     channel: Channel,
@@ -79,22 +72,15 @@ pub struct Feed<P: Publish = NoPublish> {
     /// The channel header of the latest valid datagram (for replay's
     /// session notes, without parsing it again).
     last_header: Option<ChannelHeader>,
-    /// R1-R2: datagrams held beyond the open hole.
-    hold: Hold,
-    /// A held datagram's bytes while it is processed (capacity kept).
-    scratch: Vec<u8>,
-    /// R4: the refill service's requests (MoldUDP64's, the only refill
-    /// codec today).
-    refill: Refill<MoldUdp64>,
-    /// R5: the image service's phase and pace.
-    image: Image,
-    /// Line skew: first arrival of recent packets by sequence (a ring
-    /// indexed by sequence; the second copy reads and clears its entry).
-    first_copy: Box<[(u64, i64); SKEW_RING]>,
+    /// venues.md `cme-mdp3`, Snapshots: the snapshot and definition loops.
+    loops: Loops<LoopEntry>,
+    /// Line skew (recovery.md), measured from the lines' copies.
+    skew: LineSkew,
+    /// R5: whether the feed has an image server, and when the rules last
+    /// wanted an image (taken by the recovery driver).
+    images: bool,
+    image_wanted: Option<i64>,
 }
-
-/// Recent packets remembered for the line-skew measure.
-const SKEW_RING: usize = 1024;
 
 impl Feed<NoPublish> {
     pub fn new(settings: FeedSettings, lines: usize) -> Feed<NoPublish> {
@@ -118,7 +104,7 @@ impl<P: Publish> Feed<P> {
                 view.flags |= FEED_CHANNEL_SOURCE_TIME;
             }
         }
-        let mut feed = Feed {
+        let mut core = Core {
             settings,
             max_jump: settings.max_seq_jump.max(1),
             channel: Channel::with_max_jump(settings.max_channel_jump),
@@ -132,112 +118,109 @@ impl<P: Publish> Feed<P> {
             venue,
             policy,
             last_header: None,
-            hold: Hold::new(
-                HoldLimits::new(&settings.recovery, settings.max_channel_jump),
-                settings.recovery.holds(),
-            ),
-            scratch: Vec::new(),
-            refill: Refill::new(&settings.recovery, MoldUdp64),
-            image: Image::new(
-                settings.recovery.snapshot,
-                settings.recovery.snapshot_hold_bytes,
-            ),
-            first_copy: Box::new([(0, 0); SKEW_RING]),
+            loops: Loops::new(settings.venue.recovery_entries),
+            skew: LineSkew::default(),
+            images: settings.recovery.snapshot,
+            image_wanted: None,
         };
-        feed.view.offset_ns = feed.clock.offset_ns();
-        feed.publisher.publish_feed(&feed.view);
-        feed
+        core.view.offset_ns = core.clock.offset_ns();
+        core.publisher.publish_feed(&core.view);
+        Feed {
+            core,
+            recovery: Recovery::new(&settings, MoldUdp64),
+        }
     }
 
     /// Number of lines (valid `line` arguments are `0..lines`).
     pub fn lines(&self) -> usize {
-        self.counters.lines.len()
+        self.core.counters.lines.len()
     }
 
     /// One more line (its counters start at zero); returns its index.
     /// Lines only count: the channel rules do not depend on them.
     pub fn add_line(&mut self) -> usize {
-        self.counters.lines.push(Default::default());
-        self.line_kinds.push(LineKind::Incremental);
-        self.counters.lines.len() - 1
+        self.core.counters.lines.push(Default::default());
+        self.core.line_kinds.push(LineKind::Incremental);
+        self.core.counters.lines.len() - 1
     }
 
     pub fn settings(&self) -> &FeedSettings {
-        &self.settings
+        &self.core.settings
     }
 
     pub fn venue(&self) -> VenueKind {
-        self.venue.kind()
+        self.core.venue.kind()
     }
 
     /// The venue's table memory asked to be made resident ahead of use
     /// since the last call (replay only: docs/venues.md "Tables in
     /// replay").
     pub fn take_populate(&mut self) -> Option<crate::util::pages::MemRange> {
-        self.venue.take_populate()
+        self.core.venue.take_populate()
     }
 
-    /// The venue's own recovery gauges (venues.md `cme-mdp3`: instruments
+    /// The loops' recovery gauges (venues.md `cme-mdp3`: instruments
     /// waiting for a snapshot, entries kept).
     pub fn venue_recovery(&self) -> VenueRecovery {
-        self.venue.recovery()
+        self.core.loops.gauges()
     }
 
     /// The channel header of the latest datagram the venue found valid
     /// (duplicates and packets of stale sessions included).
     pub fn last_header(&self) -> Option<&ChannelHeader> {
-        self.last_header.as_ref()
+        self.core.last_header.as_ref()
     }
 
     /// Messages applied, by type byte (venues that count them), e.g. to
     /// prove a capture's message mix.
     pub fn message_types(&self) -> Option<&[u64; 256]> {
-        self.venue.message_types()
+        self.core.venue.message_types()
     }
 
     pub fn counters(&self) -> &FeedCounters {
-        &self.counters
+        &self.core.counters
     }
 
     pub fn feed_view(&self) -> &FeedView {
-        &self.view
+        &self.core.view
     }
 
     pub fn publisher(&self) -> &P {
-        &self.publisher
+        &self.core.publisher
     }
 
     pub fn publisher_mut(&mut self) -> &mut P {
-        &mut self.publisher
+        &mut self.core.publisher
     }
 
     pub fn clock_offset_ns(&self) -> i64 {
-        self.view.offset_ns
+        self.core.view.offset_ns
     }
 
     /// Sessions seen, oldest first (bounded, see `channel::SESSION_HISTORY`).
     pub fn sessions(&self) -> &[SessionId] {
-        self.channel.sessions()
+        self.core.channel.sessions()
     }
 
     pub fn current_session(&self) -> Option<SessionId> {
-        self.channel.current_session()
+        self.core.channel.current_session()
     }
 
     pub fn session_ended(&self) -> bool {
-        self.channel.ended()
+        self.core.channel.ended()
     }
 
     /// Number of symbols known (seen or configured).
     pub fn symbol_count(&self) -> usize {
-        self.symbols.len()
+        self.core.symbols.len()
     }
 
     /// The feed-wide default thresholds.
     pub fn default_thresholds(&self) -> Thresholds {
+        let s = &self.core.settings;
         Thresholds {
-            stale_ns: ms_to_ns(self.settings.stale_ms),
-            source_max_age_ns: ms_to_ns(self.settings.source_max_age_ms),
+            stale_ns: ms_to_ns(s.stale_ms),
+            source_max_age_ns: ms_to_ns(s.source_max_age_ms),
         }
     }
 
@@ -245,8 +228,8 @@ impl<P: Publish> Feed<P> {
     /// `unknown_symbol`) with the feed's default thresholds. Returns its
     /// slot, or `None` when the table is full.
     pub fn add_symbol(&mut self, symbol: Symbol) -> Option<u32> {
-        let idx = self.slot(symbol)?;
-        self.symbols[idx as usize].configured = true;
+        let idx = self.core.slot(symbol)?;
+        self.core.symbols[idx as usize].configured = true;
         Some(idx)
     }
 
@@ -258,37 +241,21 @@ impl<P: Publish> Feed<P> {
         stale_ms: u64,
         source_max_age_ms: u64,
     ) -> Option<u32> {
-        let idx = self.slot(symbol)?;
-        let st = &mut self.symbols[idx as usize];
+        let c = &mut self.core;
+        let idx = c.slot(symbol)?;
+        let st = &mut c.symbols[idx as usize];
         st.configured = true;
         st.view.stale_ms = stale_ms.min(u32::MAX as u64) as u32;
         st.view.source_max_age_ms = source_max_age_ms.min(u32::MAX as u64) as u32;
-        let st = &self.symbols[idx as usize];
-        self.publisher.publish_symbol(idx, st.symbol, &st.view);
+        let st = &c.symbols[idx as usize];
+        c.publisher.publish_symbol(idx, st.symbol, &st.view);
         Some(idx)
     }
 
     /// The symbol's slot and view, if known.
     #[inline]
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
-        let idx = self
-            .index
-            .get(symbol, |i| &self.symbols[i as usize].symbol)?;
-        Some((idx, &self.symbols[idx as usize].view))
-    }
-
-    /// Slot lookup or creation; counts and returns `None` when full.
-    #[inline]
-    fn slot(&mut self, symbol: Symbol) -> Option<u32> {
-        slot(
-            &mut self.index,
-            &mut self.symbols,
-            &mut self.counters,
-            &mut self.publisher,
-            &self.settings,
-            &self.view,
-            symbol,
-        )
+        self.core.symbol_view(symbol)
     }
 
     /// Prefetch, first stage (a datagram several places ahead of the one
@@ -296,8 +263,8 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted (nothing is validated).
     #[inline]
     pub fn prefetch_index(&self, datagram: &[u8]) {
-        if let Some(symbol) = self.venue.peek_symbol(datagram) {
-            self.index.prefetch(symbol);
+        if let Some(symbol) = self.core.venue.peek_symbol(datagram) {
+            self.core.index.prefetch(symbol);
         }
     }
 
@@ -307,11 +274,12 @@ impl<P: Publish> Feed<P> {
     /// Changes nothing; any bytes are accepted.
     #[inline]
     pub fn prefetch_state(&self, datagram: &[u8]) {
-        let Some(symbol) = self.venue.peek_symbol(datagram) else {
+        let c = &self.core;
+        let Some(symbol) = c.venue.peek_symbol(datagram) else {
             return;
         };
-        if let Some(idx) = self.index.home_slot(symbol) {
-            prefetch_slot(&self.symbols, &self.publisher, idx);
+        if let Some(idx) = c.index.home_slot(symbol) {
+            prefetch_slot(&c.symbols, &c.publisher, idx);
         }
     }
 
@@ -321,7 +289,7 @@ impl<P: Publish> Feed<P> {
     /// accepted.
     #[inline]
     pub fn prefetch_blocks(&self, blocks: &[u8]) {
-        self.venue.prefetch_blocks(blocks);
+        self.core.venue.prefetch_blocks(blocks);
     }
 
     /// The second stage of the venue's hints for the first messages of
@@ -329,7 +297,7 @@ impl<P: Publish> Feed<P> {
     /// `prefetch_levels`). Changes nothing; any bytes are accepted.
     #[inline]
     pub fn prefetch_levels(&self, blocks: &[u8]) {
-        self.venue.prefetch_levels(blocks);
+        self.core.venue.prefetch_levels(blocks);
     }
 
     /// One datagram received on `line` at `now` (Unix ns). The whole
@@ -338,40 +306,41 @@ impl<P: Publish> Feed<P> {
     /// held (R1) and holes whose deadline passed before `now` are declared
     /// first (R2).
     pub fn on_datagram(&mut self, line: usize, datagram: &[u8], now: i64) -> DatagramOutcome {
-        if line >= self.counters.lines.len() {
+        let c = &mut self.core;
+        if line >= c.counters.lines.len() {
             return DatagramOutcome::UnknownLine;
         }
-        let kind = self.line_kinds[line];
+        let kind = c.line_kinds[line];
         if kind != LineKind::Incremental {
-            return self.on_loop_datagram(line, kind, datagram, now);
+            return c.on_loop_datagram(line, kind, datagram, now);
         }
-        let header = match self.venue.parse(datagram) {
+        let header = match c.venue.parse(datagram) {
             Ok(h) => h,
             Err(e) => {
-                self.counters.invalid_packets += 1;
-                self.counters.lines[line].invalid_packets += 1;
+                c.counters.invalid_packets += 1;
+                c.counters.lines[line].invalid_packets += 1;
                 return DatagramOutcome::Invalid(e);
             }
         };
-        if self.venue.set_aside(datagram) {
+        if c.venue.set_aside(datagram) {
             // venues.md `cme-mdp3`: a session candidate changes nothing
             // until the next packet of its numbering confirms it.
-            self.counters.lines[line].packets += 1;
+            c.counters.lines[line].packets += 1;
             return DatagramOutcome::Ignored;
         }
-        self.last_header = Some(header.channel);
-        let lc = &mut self.counters.lines[line];
+        c.last_header = Some(header.channel);
+        let lc = &mut c.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
-        if !self.settings.recovery.holds() || self.steady(&header) {
+        if !self.recovery.holds() || self.recovery.steady(&self.core, &header) {
             // No hole, no snapshot, and this datagram opens none: exactly
             // the path of a feed that does not hold.
-            return self.process(Source::Line(line), datagram, &header, now);
+            return self
+                .core
+                .process(Source::Line(line), datagram, &header, now);
         }
-        self.expire(now);
-        let out = self.route(Source::Line(line), datagram, &header, now);
-        self.refresh_recovery_view();
-        out
+        self.recovery
+            .on_datagram(&mut self.core, Source::Line(line), datagram, &header, now)
     }
 
     /// [`Feed::on_datagram`] of the MoldUDP64 datagram made of `session`,
@@ -394,53 +363,264 @@ impl<P: Publish> Feed<P> {
         blocks: &[u8],
         now: i64,
     ) -> Option<DatagramOutcome> {
-        if line >= self.counters.lines.len() {
+        let c = &mut self.core;
+        if line >= c.counters.lines.len() {
             return Some(DatagramOutcome::UnknownLine);
         }
-        if self.line_kinds[line] != LineKind::Incremental {
+        if c.line_kinds[line] != LineKind::Incremental {
             return None;
         }
-        let header = match self.venue.parse_blocks(session, sequence, count, blocks)? {
+        let header = match c.venue.parse_blocks(session, sequence, count, blocks)? {
             Ok(h) => h,
             Err(e) => {
-                self.counters.invalid_packets += 1;
-                self.counters.lines[line].invalid_packets += 1;
+                c.counters.invalid_packets += 1;
+                c.counters.lines[line].invalid_packets += 1;
                 return Some(DatagramOutcome::Invalid(e));
             }
         };
-        if self.settings.recovery.holds() && !self.steady(&header) {
+        if self.recovery.holds() && !self.recovery.steady(&self.core, &header) {
             return None;
         }
         // From here exactly `on_datagram`'s path of a steady datagram.
-        self.last_header = Some(header.channel);
-        let lc = &mut self.counters.lines[line];
+        let c = &mut self.core;
+        c.last_header = Some(header.channel);
+        let lc = &mut c.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
-        Some(self.process_payload(Source::Line(line), Payload::Blocks(blocks), &header, now))
+        Some(c.process_payload(Source::Line(line), Payload::Blocks(blocks), &header, now))
     }
 
     /// What `line` carries (venues.md `cme-mdp3`, Lines; every line is
     /// incremental unless set). A venue without such lines counts their
     /// datagrams invalid.
     pub fn set_line_kind(&mut self, line: usize, kind: LineKind) {
-        if let Some(k) = self.line_kinds.get_mut(line) {
+        if let Some(k) = self.core.line_kinds.get_mut(line) {
             *k = kind;
         }
     }
 
     /// Whether `line` should be received now: incremental lines always;
-    /// a snapshot or definition line while its venue needs that loop
-    /// (venues.md `cme-mdp3`, Snapshots). The I/O shell joins or leaves
-    /// the line's group by it.
+    /// a snapshot or definition line while the loops machine wants that
+    /// loop (venues.md `cme-mdp3`, Snapshots). The I/O shell joins or
+    /// leaves the line's group by it.
     pub fn line_wanted(&self, line: usize) -> bool {
         match self.line_kind(line) {
             LineKind::Incremental => true,
-            kind => self.venue.wants_loop(kind),
+            kind => !self.core.policy.loops || self.core.loops.wants(kind),
         }
     }
 
     pub fn line_kind(&self, line: usize) -> LineKind {
-        self.line_kinds.get(line).copied().unwrap_or_default()
+        self.core.line_kinds.get(line).copied().unwrap_or_default()
+    }
+
+    /// R4: one datagram from a configured re-request server (the I/O shell
+    /// has checked its UDP source) at `now`. Processed as if a line named
+    /// `rerequest` had delivered it, except that an answer of another
+    /// session, a heartbeat or an end of session is dropped and counted:
+    /// answers never change the session (C5 needs the multicast lines).
+    pub fn on_rerequest_answer(&mut self, datagram: &[u8], now: i64) -> DatagramOutcome {
+        let c = &mut self.core;
+        let header = match c.venue.parse(datagram) {
+            Ok(h) => h,
+            Err(e) => {
+                // R6: a malformed answer is an answer dropped, too.
+                c.counters.invalid_packets += 1;
+                c.counters.rerequest.invalid_packets += 1;
+                c.counters.recovery.answers_received += 1;
+                c.counters.recovery.answers_malformed += 1;
+                return DatagramOutcome::Invalid(e);
+            }
+        };
+        self.recovery
+            .on_answer(&mut self.core, datagram, &header, now)
+    }
+
+    /// R4: a datagram arrived on the re-request socket from an address that
+    /// is not a configured server: dropped by the I/O shell, counted here.
+    pub fn count_foreign_answer(&mut self) {
+        self.core.counters.recovery.answers_wrong_source += 1;
+    }
+
+    /// R2/R4: time passes to `now` without a datagram: holes whose deadline
+    /// is before `now` are declared lost, requests that fall due are
+    /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
+    /// replay and the check's tests before a check stamped `now`.
+    pub fn handle_timeout(&mut self, now: i64) {
+        self.recovery.handle_timeout(&mut self.core, now);
+    }
+
+    /// When `handle_timeout` next has something to do (Unix ns): a hole's
+    /// deadline passing or a request falling due. `None`: nothing pending.
+    pub fn next_timeout(&self) -> Option<i64> {
+        self.recovery.next_timeout()
+    }
+
+    /// R5: where the feed's snapshot stands, and the last failure.
+    pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
+        self.recovery.snapshot_phase()
+    }
+
+    /// R5: whether a snapshot attempt starts now (the I/O shell then
+    /// connects to the snapshot server). From now until `on_snapshot` or
+    /// `on_snapshot_failed`, every datagram of the session is held.
+    pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
+        self.recovery.poll_snapshot_start(&mut self.core, now)
+    }
+
+    /// R5: the attempt failed: nothing of it is applied; the held
+    /// datagrams are processed as without a snapshot (R1-R2) and the next
+    /// attempt waits for its pace (the backoff from this one's start).
+    pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
+        self.recovery.snapshot_failed(&mut self.core, why, now);
+    }
+
+    /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
+    /// `blocks` its messages (each a u16 big-endian length then the
+    /// message), `now` the arrival of `G`. Applied to the feed's current
+    /// session as R5 says (Login Accepted's session is SoupBinTCP's own and
+    /// is not compared with it: `G` alone places the snapshot), or failed
+    /// (then as `on_snapshot_failed`).
+    pub fn on_snapshot(
+        &mut self,
+        next: u64,
+        blocks: &[u8],
+        now: i64,
+    ) -> Result<(), SnapshotFailure> {
+        self.recovery.check_end(&mut self.core, next, now)?;
+        // Validated whole before anything changes (R5: nothing of a failed
+        // attempt is applied).
+        let Ok(messages) = self.core.venue.validate_snapshot(blocks) else {
+            let why = SnapshotFailure::Malformed;
+            self.recovery.snapshot_failed(&mut self.core, why, now);
+            return Err(why);
+        };
+        self.core.apply_snapshot(next, blocks, messages, now);
+        self.recovery.snapshot_applied(&mut self.core, next, now);
+        Ok(())
+    }
+
+    /// R4: the request to send now, if one fell due: the index of the
+    /// configured server to send it to, and the request. At most one is
+    /// outstanding per feed.
+    pub fn poll_request(&mut self) -> Option<(usize, Request)> {
+        self.recovery.poll_request(&mut self.core.counters)
+    }
+
+    /// Whether a hole is open now (R3: the check answers `recovering`).
+    pub fn recovering(&self) -> bool {
+        self.recovery.recovering()
+    }
+
+    /// The held datagrams now, and the most held at once and the arena's
+    /// peak size so far (bytes).
+    pub fn hold_usage(&self) -> (usize, usize, usize) {
+        self.recovery.hold_usage()
+    }
+
+    /// Per-symbol summaries, in slot order.
+    pub fn symbols(&self) -> impl Iterator<Item = (Symbol, SymbolSummary)> + '_ {
+        let c = &self.core;
+        c.symbols
+            .iter()
+            .enumerate()
+            .map(|(i, st)| (st.symbol, c.summary(i as u32, st)))
+    }
+
+    pub fn symbol_summary(&self, symbol: Symbol) -> Option<SymbolSummary> {
+        let c = &self.core;
+        let (idx, _) = c.symbol_view(symbol)?;
+        Some(c.summary(idx, &c.symbols[idx as usize]))
+    }
+
+    /// Symbols the venue says are not trading (V2; computed: O(symbols)).
+    pub fn symbols_halted(&self) -> usize {
+        let epoch = self.core.view.session_epoch;
+        self.core
+            .symbols
+            .iter()
+            .filter(|st| st.view.session_epoch == epoch && st.view.flags & SYM_HALTED != 0)
+            .count()
+    }
+
+    /// Symbols currently suspect or unverified (computed: O(symbols)).
+    pub fn symbols_suspect(&self) -> usize {
+        let c = &self.core;
+        c.symbols
+            .iter()
+            .filter(|st| report_cause(&st.view, &c.view) != SuspectCause::None)
+            .count()
+    }
+}
+
+impl<P: Publish> Deliver for Core<P> {
+    #[inline]
+    fn process(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        self.process_payload(source, Payload::Datagram(datagram), header, now)
+    }
+
+    fn take_image_wanted(&mut self) -> Option<i64> {
+        self.image_wanted.take()
+    }
+
+    #[inline]
+    fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    #[inline]
+    fn counters(&mut self) -> &mut FeedCounters {
+        &mut self.counters
+    }
+
+    #[inline]
+    fn recovery_state(&self) -> u8 {
+        self.view.recovery
+    }
+
+    fn set_recovery_state(&mut self, code: u8) {
+        if self.view.recovery != code {
+            self.view.recovery = code;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+
+    fn set_recovering(&mut self, on: bool) {
+        if (self.view.flags & FEED_RECOVERING != 0) != on {
+            self.view.flags ^= FEED_RECOVERING;
+            self.publisher.publish_feed(&self.view);
+        }
+    }
+}
+
+impl<P: Publish> Core<P> {
+    /// The symbol's slot and view, if known.
+    #[inline]
+    fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
+        let idx = self
+            .index
+            .get(symbol, |i| &self.symbols[i as usize].symbol)?;
+        Some((idx, &self.symbols[idx as usize].view))
+    }
+
+    /// Slot lookup or creation; counts and returns `None` when full.
+    #[inline]
+    fn slot(&mut self, symbol: Symbol) -> Option<u32> {
+        slot(
+            &mut self.index,
+            &mut self.symbols,
+            &mut self.counters,
+            &mut self.publisher,
+            &self.settings,
+            &self.view,
+            symbol,
+        )
     }
 
     /// One datagram of a snapshot or definition line: validated whole by
@@ -473,18 +653,18 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// The venue's recovery gauges into the feed view (published with it).
+    /// The loops' recovery gauges into the feed view (published with it).
     #[inline]
     fn set_venue_gauges(&mut self) {
-        let r = self.venue.recovery();
+        let r = self.loops.gauges();
         let sat = |n: u64| n.min(u32::MAX as u64) as u32;
         self.view.venue_waiting = sat(r.waiting);
         self.view.venue_kept = sat(r.kept_entries);
     }
 
     /// Runs `f` with the venue and the symbol rules it drives for a
-    /// datagram arriving at `now` (the feed's table, counters and
-    /// publisher, borrowed apart from the venue).
+    /// datagram arriving at `now` (the feed's table, counters, publisher
+    /// and loops, borrowed apart from the venue).
     #[inline]
     fn with_venue_rules<T>(
         &mut self,
@@ -499,188 +679,15 @@ impl<P: Publish> Feed<P> {
             publisher: &mut self.publisher,
             settings: &self.settings,
             view: &self.view,
+            loops: &mut self.loops,
         };
         f(&mut self.venue, &mut rules)
     }
 
-    /// Nothing held, no snapshot wanted or running, the view says `live`,
-    /// and the datagram continues the current session without going
-    /// beyond `next`: no rule of recovery.md has anything to do.
-    #[inline]
-    fn steady(&self, header: &Header) -> bool {
-        let ch = &header.channel;
-        self.hold.is_idle()
-            && self.view.recovery == 0
-            && self.image.phase() == SnapshotPhase::Idle
-            && ch.sequence <= self.channel.next_sequence()
-            && !self.channel.ended()
-            && self.channel.current_session() == Some(ch.session)
-            && !ch.stale_session
-    }
-
-    /// R4: one datagram from a configured re-request server (the I/O shell
-    /// has checked its UDP source) at `now`. Processed as if a line named
-    /// `rerequest` had delivered it, except that an answer of another
-    /// session, a heartbeat or an end of session is dropped and counted:
-    /// answers never change the session (C5 needs the multicast lines).
-    pub fn on_rerequest_answer(&mut self, datagram: &[u8], now: i64) -> DatagramOutcome {
-        let header = match self.venue.parse(datagram) {
-            Ok(h) => h,
-            Err(e) => {
-                // R6: a malformed answer is an answer dropped, too.
-                self.counters.invalid_packets += 1;
-                self.counters.rerequest.invalid_packets += 1;
-                self.counters.recovery.answers_received += 1;
-                self.counters.recovery.answers_malformed += 1;
-                return DatagramOutcome::Invalid(e);
-            }
-        };
-        let rc = &mut self.counters.rerequest;
-        rc.packets += 1;
-        rc.messages += header.channel.count as u64;
-        self.counters.recovery.answers_received += 1;
-        if self.channel.current_session() != Some(header.channel.session) {
-            self.counters.recovery.answers_wrong_session += 1;
-            return DatagramOutcome::Ignored;
-        }
-        if header.channel.kind != PacketKind::Data {
-            self.counters.recovery.answers_not_data += 1;
-            return DatagramOutcome::Ignored;
-        }
-        self.expire(now);
-        let out = self.route(Source::Rerequest, datagram, &header, now);
-        self.refresh_recovery_view();
-        out
-    }
-
-    /// R4: a datagram arrived on the re-request socket from an address that
-    /// is not a configured server: dropped by the I/O shell, counted here.
-    pub fn count_foreign_answer(&mut self) {
-        self.counters.recovery.answers_wrong_source += 1;
-    }
-
-    /// R2/R4: time passes to `now` without a datagram: holes whose deadline
-    /// is before `now` are declared lost, requests that fall due are
-    /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
-    /// replay and the check's tests before a check stamped `now`.
-    pub fn handle_timeout(&mut self, now: i64) {
-        self.expire(now);
-        if self.settings.recovery.holds() {
-            self.refresh_recovery_view();
-        }
-    }
-
-    /// `handle_timeout` without publishing the recovery state (a datagram's
-    /// path publishes it once, after the datagram).
-    fn expire(&mut self, now: i64) {
-        if self.snapshot_running() {
-            // R5: the snapshot's hold has no deadline of its own.
-            return;
-        }
-        while !self.hold.is_empty() {
-            let deadline = self.hold.deadline();
-            if deadline >= now {
-                break;
-            }
-            // R2: right after the deadline, processed with now = deadline.
-            self.declare_first(deadline);
-        }
-        self.schedule_request(now);
-    }
-
-    /// When `handle_timeout` next has something to do (Unix ns): a hole's
-    /// deadline passing or a request falling due. `None`: nothing pending.
-    pub fn next_timeout(&self) -> Option<i64> {
-        let snapshot = match self.image.phase() {
-            SnapshotPhase::Wanted { not_before } => Some(not_before),
-            SnapshotPhase::Running { .. } => return None,
-            SnapshotPhase::Idle => None,
-        };
-        if self.hold.is_empty() {
-            return snapshot;
-        }
-        // Declared right after the deadline: wake 1 ns past it.
-        let deadline = self.hold.deadline().saturating_add(1);
-        let t = match self.request_due() {
-            Some(due) if !self.refill.has_queued() => deadline.min(due),
-            _ => deadline,
-        };
-        Some(snapshot.map_or(t, |s| s.min(t)))
-    }
-
-    fn snapshot_running(&self) -> bool {
-        self.image.running()
-    }
-
-    /// R5: where the feed's snapshot stands, and the last failure.
-    pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
-        (self.image.phase(), self.image.last_failure())
-    }
-
-    /// R5: whether a snapshot attempt starts now (the I/O shell then
-    /// connects to the snapshot server). From now until `on_snapshot` or
-    /// `on_snapshot_failed`, every datagram of the session is held.
-    pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
-        if !self.image.poll_start(now, &mut self.counters.recovery) {
-            return false;
-        }
-        self.refresh_recovery_view();
-        true
-    }
-
-    /// R5: the attempt failed: nothing of it is applied; the held
-    /// datagrams are processed as without a snapshot (R1-R2) and the next
-    /// attempt waits for its pace (the backoff from this one's start).
-    pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
-        if !self.image.failed(why, now, &mut self.counters.recovery) {
-            return;
-        }
-        self.resume_after_snapshot(None, now);
-        self.refresh_recovery_view();
-    }
-
-    /// R5: a `G` that C3b's rule does not believe: `max_channel_jump` or
-    /// more beyond the furthest held datagram (or `next`, nothing held),
-    /// or as far below the first one.
-    fn implausible_end(&self, next: u64) -> bool {
-        let current = self.channel.next_sequence();
-        let furthest = current.max(self.hold.max_end());
-        let first = self.hold.first().map_or(current, |h| h.sequence());
-        image::implausible_end(next, furthest, first, self.settings.max_channel_jump)
-    }
-
-    /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
-    /// `blocks` its messages (each a u16 big-endian length then the
-    /// message), `now` the arrival of `G`. Applied to the feed's current
-    /// session as R5 says (Login Accepted's session is SoupBinTCP's own and
-    /// is not compared with it: `G` alone places the snapshot), or failed
-    /// (then as `on_snapshot_failed`).
-    pub fn on_snapshot(
-        &mut self,
-        next: u64,
-        blocks: &[u8],
-        now: i64,
-    ) -> Result<(), SnapshotFailure> {
-        if !self.snapshot_running() {
-            return Err(SnapshotFailure::SessionChanged);
-        }
-        if self.channel.current_session().is_none() || self.channel.ended() {
-            self.on_snapshot_failed(SnapshotFailure::SessionChanged, now);
-            return Err(SnapshotFailure::SessionChanged);
-        }
-        if next == 0 || self.implausible_end(next) {
-            self.on_snapshot_failed(SnapshotFailure::Implausible, now);
-            return Err(SnapshotFailure::Implausible);
-        }
-        // Validated whole before anything changes (R5: nothing of a failed
-        // attempt is applied).
-        let messages = match self.venue.validate_snapshot(blocks) {
-            Ok(n) => n,
-            Err(_) => {
-                self.on_snapshot_failed(SnapshotFailure::Malformed, now);
-                return Err(SnapshotFailure::Malformed);
-            }
-        };
+    /// R5 steps 1-2 and `next` of step 3: a validated snapshot of
+    /// `messages` messages replaces every symbol's state, then the
+    /// channel continues from `next`.
+    fn apply_snapshot(&mut self, next: u64, blocks: &[u8], messages: usize, now: i64) {
         let quote_seq = next - 1;
         let ctx = self.ctx(now);
         // Step 1-2. Symbols are published before the feed's trust flags
@@ -705,46 +712,6 @@ impl<P: Publish> Feed<P> {
         self.counters.live_orders = self.venue.live_orders();
         // Step 3.
         self.channel.set_next(next);
-        self.hold.forget_conflicts_below(next);
-        self.image.applied(now, &mut self.counters.recovery);
-        self.resume_after_snapshot(Some(now), now);
-        self.refresh_recovery_view();
-        Ok(())
-    }
-
-    /// After a snapshot attempt: held datagrams that continue from `next`
-    /// are processed; what remains beyond is a hole (R1, R2, R4) whose open
-    /// time is the arrival of `G` when one was applied (`end_at`, R5 step
-    /// 3), else the earliest held arrival. The hold then gives back what
-    /// the attempt grew (R5: its buffers are released).
-    fn resume_after_snapshot(&mut self, end_at: Option<i64>, now: i64) {
-        self.release(now);
-        if self.hold.is_empty() {
-            self.close_hole(now);
-        } else {
-            let t = end_at.unwrap_or_else(|| self.hold.earliest_arrival().unwrap_or(now));
-            self.open_hole(t);
-            self.schedule_request(now);
-        }
-        self.hold.shrink();
-    }
-
-    /// R4: the request to send now, if one fell due: the index of the
-    /// configured server to send it to, and the request. At most one is
-    /// outstanding per feed.
-    pub fn poll_request(&mut self) -> Option<(usize, Request)> {
-        self.refill.poll(&mut self.counters.recovery)
-    }
-
-    /// Whether a hole is open now (R3: the check answers `recovering`).
-    pub fn recovering(&self) -> bool {
-        !self.hold.is_empty()
-    }
-
-    /// The held datagrams now, and the most held at once and the arena's
-    /// peak size so far (bytes).
-    pub fn hold_usage(&self) -> (usize, usize, usize) {
-        self.hold.usage()
     }
 
     fn source_counters(&mut self, source: Source) -> &mut LineCounters {
@@ -754,213 +721,25 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// R1: hold, fill or process a valid datagram of a feed that holds.
-    fn route(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> DatagramOutcome {
-        let ch = header.channel;
-        if ch.stale_session {
-            // C5: a replaced session's packet is never held.
-            return self.process(source, datagram, header, now);
-        }
-        loop {
-            let current = self.channel.current_session();
-            if current != Some(ch.session) || self.channel.ended() {
-                if current.is_some()
-                    && current != Some(ch.session)
-                    && !self.channel.sessions().contains(&ch.session)
-                {
-                    // R5: a session change abandons a running snapshot.
-                    if self.snapshot_running() {
-                        self.on_snapshot_failed(SnapshotFailure::SessionChanged, now);
-                    }
-                    // R2: every open hole is declared before C5 applies.
-                    self.declare_all(now);
-                    self.hold.clear_conflicts();
-                }
-                return self.process(source, datagram, header, now);
-            }
-            let next = self.channel.next_sequence();
-            let limit = if self.snapshot_running() {
-                self.image.hold_limit()
-            } else {
-                Limit::Hole
-            };
-            let step = self.hold.judge(
-                source,
-                header,
-                datagram,
-                next,
-                limit,
-                &mut self.counters.recovery,
-            );
-            return match step {
-                Step::Process => self.process(source, datagram, header, now),
-                Step::Unbelieved => {
-                    // C3b: dropped, or (the third of a run) a gap from
-                    // `next`: held datagrams are older, declare them first.
-                    if self.channel.jump_would_resync(&ch) {
-                        self.declare_all(now);
-                    }
-                    self.process(source, datagram, header, now)
-                }
-                Step::Duplicate => {
-                    self.source_counters(source).duplicate_packets += 1;
-                    DatagramOutcome::Duplicate
-                }
-                Step::StaleEnd => {
-                    self.counters.stale_ends_of_session += 1;
-                    DatagramOutcome::Ignored
-                }
-                Step::Ignored => DatagramOutcome::Ignored,
-                Step::IgnoredHoleClosed => {
-                    self.close_hole(now);
-                    DatagramOutcome::Ignored
-                }
-                Step::Full => {
-                    if self.snapshot_running() {
-                        // R5: the attempt fails; judged again without it.
-                        self.on_snapshot_failed(SnapshotFailure::HeldBound, now);
-                    } else {
-                        // R2: holding one more would exceed the bound.
-                        self.counters.recovery.hold_overflows += 1;
-                        self.declare_first(now);
-                    }
-                    continue;
-                }
-                Step::Keep => self.keep(source, datagram, header, now),
-                Step::Fill => {
-                    let out = self.process(source, datagram, header, now);
-                    if self.channel.next_sequence() > next {
-                        self.fill(source, now);
-                    }
-                    out
-                }
-            };
-        }
-    }
-
-    /// R1: a datagram moved `next` while a hole was open: the held
-    /// datagrams that now continue are processed in order; the hole closes
-    /// when one of them was reached, else it was filled in part.
-    fn fill(&mut self, source: Source, now: i64) {
-        let reached = self.release(now);
-        if self.hold.is_empty() || reached {
-            self.counters.recovery.holes_filled += 1;
-            self.close_hole(now);
-            if !self.hold.is_empty() {
-                // R2: the next hole opens at its earliest held arrival.
-                let t = self.hold.earliest_arrival().unwrap_or(now);
-                self.open_hole(t);
-            }
-        } else {
-            // R2: progress moves a re-requesting hole's deadline.
-            self.hold.progress(now);
-            if source == Source::Rerequest {
-                // R4: an answer that fills part is followed at once by a
-                // request for the rest.
-                self.refill.answered_in_part();
-            }
-        }
-        self.schedule_request(now);
-    }
-
-    /// Processes the held datagrams that continue from `next` (C2 skips
-    /// what was already processed), with `now` for every rule; after the
-    /// session ended, every held datagram (they are dropped as C6 says).
-    /// Returns whether any was processed.
-    fn release(&mut self, now: i64) -> bool {
-        let mut any = false;
-        let mut bytes = std::mem::take(&mut self.scratch);
-        while let Some(held) = self.hold.pop_continuing(
-            self.channel.next_sequence(),
-            self.channel.ended(),
-            &mut bytes,
-        ) {
-            self.process(held.source, &bytes, &held.header, now);
-            any = true;
-        }
-        self.scratch = bytes;
-        any
-    }
-
-    /// R2: the first hole is lost: its first held datagram goes through C3
-    /// at `at`, then the ones that continue. Held datagrams beyond the next
-    /// hole stay, and that hole keeps its own open time.
-    fn declare_first(&mut self, at: i64) {
-        self.counters.recovery.holes_lost += 1;
-        let mut bytes = std::mem::take(&mut self.scratch);
-        if let Some(held) = self.hold.pop_first(&mut bytes) {
-            self.process(held.source, &bytes, &held.header, at);
-        }
-        self.scratch = bytes;
-        self.release(at);
-        self.close_hole(at);
-        if !self.hold.is_empty() {
-            let t = self.hold.earliest_arrival().unwrap_or(at);
-            self.open_hole(t);
-        }
-    }
-
-    /// R2: every open hole, in order, at `at`.
-    fn declare_all(&mut self, at: i64) {
-        while !self.hold.is_empty() {
-            self.declare_first(at);
-        }
-    }
-
-    /// R1: holds a datagram (the hole opens with the first one held).
-    fn keep(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> DatagramOutcome {
-        if self.hold.is_empty() {
-            self.open_hole(now);
-        }
-        self.hold.push(*header, datagram, now, source);
-        DatagramOutcome::Held
-    }
-
-    fn open_hole(&mut self, t_open: i64) {
-        self.hold.open(t_open, &mut self.counters.recovery);
-        self.refill.reset();
-        if self.view.flags & FEED_RECOVERING == 0 {
-            self.view.flags |= FEED_RECOVERING;
-            self.publisher.publish_feed(&self.view);
-        }
-    }
-
-    /// The current hole is gone (filled or declared): `recovering` ends
-    /// unless another opens at once.
-    fn close_hole(&mut self, now: i64) {
-        self.hold.close(now, &mut self.counters.recovery);
-        self.refill.reset();
-        if self.hold.is_empty() && self.view.flags & FEED_RECOVERING != 0 {
-            self.view.flags &= !FEED_RECOVERING;
-            self.publisher.publish_feed(&self.view);
-        }
-    }
-
-    /// Line skew (recovery.md, for choosing `gap_hold_us`): the time from
-    /// a packet's first copy to its second, once per packet.
+    /// Line skew (recovery.md, for choosing `gap_hold_us`): a packet's
+    /// second copy arrived at `now`.
     fn measure_skew(&mut self, seq: u64, now: i64) {
-        let e = &mut self.first_copy[(seq as usize) % SKEW_RING];
-        if e.0 != seq || e.1 == i64::MIN {
+        let Some(skew) = self.skew.second(seq, now) else {
             return;
-        }
-        let skew = now.saturating_sub(e.1).max(0);
-        e.1 = i64::MIN;
+        };
         self.counters.recovery.line_skew.observe(skew);
         if skew > self.view.line_skew_max_ns {
             self.view.line_skew_max_ns = skew;
             self.publisher.publish_feed(&self.view);
+        }
+    }
+
+    /// R5: a late join or a lost hole wants an image (on a feed with an
+    /// image server; the recovery driver takes it up).
+    #[inline]
+    fn want_image(&mut self, now: i64) {
+        if self.images && self.image_wanted.is_none() {
+            self.image_wanted = Some(now);
         }
     }
 
@@ -976,61 +755,7 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// R6: the recovery state readers see (`status`), published on change.
-    fn refresh_recovery_view(&mut self) {
-        let state = match self.image.phase() {
-            SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
-            SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
-            SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
-            SnapshotPhase::Idle if matches!(self.refill.state(), RefillState::Asked { .. }) => {
-                RECOVERY_REREQUESTING
-            }
-            SnapshotPhase::Idle => RECOVERY_HOLDING,
-        };
-        let reason = self
-            .image
-            .last_failure()
-            .map_or(0, |f| (f.index() as u8 + 1) << 3);
-        let code = state | reason;
-        if self.view.recovery != code {
-            self.view.recovery = code;
-            self.publisher.publish_feed(&self.view);
-        }
-    }
-
-    /// R4: when the next request falls due (re-requesting feeds with an
-    /// open hole).
-    fn request_due(&self) -> Option<i64> {
-        self.refill.due(self.hold.ask_from())
-    }
-
-    /// R4: queues the request that falls due at `now`, if any.
-    fn schedule_request(&mut self, now: i64) {
-        let hole = match (self.channel.current_session(), self.hold.first()) {
-            (Some(session), Some(first)) => Some(refill::Hole {
-                session,
-                next: self.channel.next_sequence(),
-                first_held: first.sequence(),
-            }),
-            _ => None,
-        };
-        self.refill.schedule(now, self.hold.ask_from(), hole);
-    }
-
-    /// Applies a valid datagram to the channel rules and, for data, the
-    /// symbol rules (semantics.md, venues.md), at `now`.
-    #[inline]
-    fn process(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> DatagramOutcome {
-        self.process_payload(source, Payload::Datagram(datagram), header, now)
-    }
-
-    /// [`Feed::process`] of a datagram or of its blocks alone.
+    /// [`Deliver::process`] of a datagram or of its blocks alone.
     fn process_payload(
         &mut self,
         source: Source,
@@ -1083,10 +808,18 @@ impl<P: Publish> Feed<P> {
                 if header.channel.sequence != 1 {
                     self.view.flags |= FEED_TRUST_LATE_JOIN;
                     // R5: a late join asks for a snapshot.
-                    self.image.want(now);
+                    self.want_image(now);
                 }
             }
             self.venue.on_session_start(now, first_session);
+            if !first_session {
+                // C5: every wait and kept entry of the loops is forgotten.
+                self.loops.new_session(now);
+            }
+            if !first_session {
+                // C5: every wait and kept entry of the loops is forgotten.
+                self.loops.new_session(now);
+            }
         }
         if ev.lost > 0 {
             // C3, O(1): every symbol is unverified until S7.
@@ -1102,7 +835,7 @@ impl<P: Publish> Feed<P> {
                 // nasdaq-itch: no message verifies a symbol again.
                 self.view.flags |= FEED_TRUST_GAP;
                 // R5: a lost hole asks for a snapshot.
-                self.image.want(now);
+                self.want_image(now);
             }
         }
         if ev.alive {
@@ -1130,8 +863,7 @@ impl<P: Publish> Feed<P> {
         }
         if let PacketAction::Data { skip } = action {
             if skip == 0 {
-                let seq = header.channel.sequence;
-                self.first_copy[(seq as usize) % SKEW_RING] = (seq, now);
+                self.skew.first(header.channel.sequence, now);
             }
             let applied = self.with_venue_rules(now, |venue, rules| match payload {
                 Payload::Datagram(datagram) => venue.apply(datagram, header, skip, rules),
@@ -1204,19 +936,6 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// Per-symbol summaries, in slot order.
-    pub fn symbols(&self) -> impl Iterator<Item = (Symbol, SymbolSummary)> + '_ {
-        self.symbols
-            .iter()
-            .enumerate()
-            .map(|(i, st)| (st.symbol, self.summary(i as u32, st)))
-    }
-
-    pub fn symbol_summary(&self, symbol: Symbol) -> Option<SymbolSummary> {
-        let (idx, _) = self.symbol_view(symbol)?;
-        Some(self.summary(idx, &self.symbols[idx as usize]))
-    }
-
     fn summary(&self, index: u32, st: &SymbolState) -> SymbolSummary {
         let v = &st.view;
         let session_current = v.session_epoch == self.view.session_epoch;
@@ -1246,23 +965,6 @@ impl<P: Publish> Feed<P> {
             source_max_age_ms: v.source_max_age_ms as u64,
         }
     }
-
-    /// Symbols the venue says are not trading (V2; computed: O(symbols)).
-    pub fn symbols_halted(&self) -> usize {
-        let epoch = self.view.session_epoch;
-        self.symbols
-            .iter()
-            .filter(|st| st.view.session_epoch == epoch && st.view.flags & SYM_HALTED != 0)
-            .count()
-    }
-
-    /// Symbols currently suspect or unverified (computed: O(symbols)).
-    pub fn symbols_suspect(&self) -> usize {
-        self.symbols
-            .iter()
-            .filter(|st| report_cause(&st.view, &self.view) != SuspectCause::None)
-            .count()
-    }
 }
 
 /// The symbol rules as a venue adapter drives them (`venue::Rules`): the
@@ -1275,6 +977,7 @@ struct SymbolRules<'a, P: Publish> {
     publisher: &'a mut P,
     settings: &'a FeedSettings,
     view: &'a FeedView,
+    loops: &'a mut Loops<LoopEntry>,
 }
 
 impl<P: Publish> SymbolRules<'_, P> {
@@ -1286,6 +989,13 @@ impl<P: Publish> SymbolRules<'_, P> {
 }
 
 impl<P: Publish> Rules for SymbolRules<'_, P> {
+    type Loops = Loops<LoopEntry>;
+
+    #[inline]
+    fn loops(&mut self) -> &mut Loops<LoopEntry> {
+        self.loops
+    }
+
     #[inline]
     fn now(&self) -> i64 {
         self.ctx.now
@@ -1719,8 +1429,8 @@ mod tests {
     fn gap_epoch_wrap_unverifies_every_symbol() {
         let mut f = Feed::new(FeedSettings::default(), 1);
         f.on_datagram(0, &packet("S1", 1, &[q("A", 1, T0), q("B", 1, T0)]), T0);
-        f.view.gap_epoch = u32::MAX - 1;
-        for st in f.symbols.iter_mut() {
+        f.core.view.gap_epoch = u32::MAX - 1;
+        for st in f.core.symbols.iter_mut() {
             st.view.verified_epoch = u32::MAX - 1;
         }
         // Gap 1: epoch u32::MAX; A verified again by its next Quote.

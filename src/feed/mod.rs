@@ -10,6 +10,7 @@ pub mod clock;
 pub mod counters;
 pub mod engine;
 pub mod index;
+pub mod outcome;
 pub mod reader;
 pub mod recovery;
 pub mod settings;

@@ -7,9 +7,9 @@
 //! same file is harmless: F1).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 
 use crate::util::lines::{read_line, skip_line, Line};
-use std::path::PathBuf;
 
 use anyhow::Context;
 
@@ -34,13 +34,14 @@ pub struct ApplyArgs {
     pub batch: Option<usize>,
 }
 
-pub fn apply_main(args: ApplyArgs) -> anyhow::Result<i32> {
+/// `load` reads `--config`'s `[fills]` section (the caller's config
+/// reader: the whole file validated as `run` validates it).
+pub fn apply_main(
+    args: ApplyArgs,
+    load: impl Fn(&Path) -> anyhow::Result<FillsConfig>,
+) -> anyhow::Result<i32> {
     let mut cfg = match &args.config {
-        Some(path) => {
-            let c = crate::config::Config::load(path)
-                .with_context(|| format!("loading {}", path.display()))?;
-            c.fills.unwrap_or_default()
-        }
+        Some(path) => load(path)?,
         None => FillsConfig::default(),
     };
     if let Some(db) = &args.db {

@@ -780,25 +780,15 @@ pub struct ConsumeArgs {
 
 impl ConsumeArgs {
     /// The store config and consumer settings: config file, then flags.
-    pub fn resolve(&self) -> anyhow::Result<(FillsConfig, NatsSettings)> {
+    /// `load` reads `--config`'s `[fills]` section (the caller's config
+    /// reader: only that section matters, and it must be there and
+    /// enabled).
+    pub fn resolve(
+        &self,
+        load: impl Fn(&std::path::Path) -> anyhow::Result<FillsConfig>,
+    ) -> anyhow::Result<(FillsConfig, NatsSettings)> {
         let mut fills = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let doc: toml::Table =
-                    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-                anyhow::ensure!(
-                    doc.contains_key("fills"),
-                    "{} has no [fills] section",
-                    path.display()
-                );
-                // Only the [fills] table is read, so the rest of a daemon
-                // config file does not matter here; it is read as `run`
-                // reads it (`enabled`, key paths in every message).
-                crate::config::Config::fills_only(&doc)
-                    .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
-                    .with_context(|| format!("{}: [fills] has enabled = false", path.display()))?
-            }
+            Some(path) => load(path)?,
             None => FillsConfig::default(),
         };
         if let Some(db) = &self.db {
@@ -833,8 +823,12 @@ impl ConsumeArgs {
     }
 }
 
-pub fn consume_main(args: ConsumeArgs) -> anyhow::Result<i32> {
-    let (fills, settings) = args.resolve()?;
+/// `load`: as [`ConsumeArgs::resolve`]'s.
+pub fn consume_main(
+    args: ConsumeArgs,
+    load: impl Fn(&std::path::Path) -> anyhow::Result<FillsConfig>,
+) -> anyhow::Result<i32> {
+    let (fills, settings) = args.resolve(load)?;
     source::run_consumer_command(&fills, |store, fills_metrics| {
         let metrics = NatsMetrics::unregistered(fills_metrics);
         run_consumer(settings, store, metrics, source::shutdown_signal())
@@ -1005,7 +999,8 @@ ack_wait = "45s"
             ack_wait: None,
             batch: Some(20),
         };
-        let (fills, s) = args.resolve().unwrap();
+        let load = crate::config::Config::fills_section_of_file;
+        let (fills, s) = args.resolve(load).unwrap();
         assert_eq!(fills.db, "sqlite:/tmp/x.db");
         assert_eq!(s.stream, "ORDERS");
         assert_eq!(s.subject, "orders.fills.>");
@@ -1020,13 +1015,13 @@ ack_wait = "45s"
             dlq_subject: Some("orders.fills.dead".into()),
             ..args
         };
-        assert!(bad.resolve().is_err());
+        assert!(bad.resolve(load).is_err());
         std::fs::write(&path, "[gate]\nx = 1\n").unwrap();
         let none = ConsumeArgs {
             dlq_subject: None,
             ..bad
         };
-        let e = format!("{:#}", none.resolve().unwrap_err());
+        let e = format!("{:#}", none.resolve(load).unwrap_err());
         assert!(e.contains("no [fills] section"), "{e}");
     }
 

@@ -1173,12 +1173,17 @@ impl Receiver {
             match result {
                 Ok(()) => {
                     self.joined[line] = want;
-                    self.membership_failing[line] = false;
+                    // Said once when a change that kept failing is made.
+                    let after = if std::mem::take(&mut self.membership_failing[line]) {
+                        " after failing"
+                    } else {
+                        ""
+                    };
                     tracing::info!(
                         line = %spec.name,
                         group = %spec.group,
                         port = spec.port,
-                        "{} the line's group",
+                        "{} the line's group{after}",
                         if want { "joined" } else { "left" }
                     );
                 }

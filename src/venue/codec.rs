@@ -50,6 +50,15 @@
 //! [`ImageEvent`]s (a reply, such as Spin's Spin Request, is written into
 //! the `out` buffer that `next_event` is given). The TCP connection is the
 //! I/O shell's (`net::glimpse`).
+//!
+//! # Snapshot and definition loops (venues.md `cme-mdp3`, Snapshots)
+//!
+//! The other way round: the loops machine (`feed::recovery::loops::Loops`)
+//! keeps which instruments wait, their kept entries, what a loop snapshot
+//! must cover and which loop lines are wanted; the venue's adapter, which
+//! decodes the loops and holds the books, tells it what it saw through
+//! [`LoopMachine`] (handed to it by the feed with the symbol rules,
+//! `Rules::loops`).
 
 use crate::wire::SessionId;
 
@@ -121,4 +130,53 @@ pub trait ImageCodec {
     /// hold no whole packet. A reply the protocol needs is appended to
     /// `out`.
     fn next_event(&mut self, out: &mut Vec<u8>) -> Result<Option<ImageEvent<'_>>, ImageError>;
+}
+
+/// What a venue's adapter tells the feed's loops machine, and asks it
+/// (`feed::recovery::loops::Loops`). Instruments are the channel's
+/// indices; `E` is the venue's kept entry, ranked by its instrument
+/// sequence (CME's RptSeq).
+pub trait LoopMachine<E> {
+    /// `instrument` waits for a snapshot (or its next entry) from `now`;
+    /// no effect if it already waits.
+    fn start_waiting(&mut self, instrument: u32, now: i64);
+    /// `instrument` no longer waits: its kept entries are forgotten.
+    fn stop_waiting(&mut self, instrument: u32);
+    /// Every instrument given a slot waits (a gap, a channel reset).
+    fn all_wait(&mut self, now: i64);
+    /// Every wait and kept entry is forgotten (a channel reset).
+    fn forget_waits(&mut self);
+    /// Keeps an entry of a waiting instrument, in order (nothing if it
+    /// does not wait). At the bound, the kept entries of the instrument
+    /// that has waited longest (and has some) are dropped first.
+    fn keep(&mut self, instrument: u32, rank: u32, entry: E);
+    /// A snapshot ranked `rank` was used: its kept entries above it go to
+    /// `out`, in order, the rest is discarded, and it no longer waits.
+    fn take_after(&mut self, instrument: u32, rank: u32, out: &mut Vec<E>);
+    /// A session began with a packet sent at `sent`: nothing lost yet.
+    fn session_began(&mut self, sent: u64);
+    /// The packet `seq` carried a channel reset.
+    fn channel_reset(&mut self, seq: u32);
+    /// Packets `from` to `to` (inclusive) were declared lost (C3).
+    fn lost(&mut self, from: u64, to: u64);
+    /// Whether a snapshot of `instrument` sent at `sent` after the packets
+    /// up to `processed`, ranked `rank`, may be used: it covers every reset
+    /// and loss of the session, and (when the instrument's sequence
+    /// `last` is `believed`) rolls nothing back unless a kept entry
+    /// continues it.
+    fn snapshot_usable(
+        &self,
+        instrument: u32,
+        sent: u64,
+        processed: u32,
+        rank: u32,
+        last: Option<u32>,
+        believed: bool,
+    ) -> bool;
+    /// A definition was seen: `first` for its instrument's first one;
+    /// `total` the loop's size where it says.
+    fn defined(&mut self, first: bool, total: Option<u32>);
+    /// An entry named an instrument without a definition (`true`), or
+    /// such an instrument got one (`false`).
+    fn named_undefined(&mut self, named: bool);
 }

@@ -313,6 +313,9 @@ pub struct Policy {
     /// nasdaq-itch, replacing S7: trust only a session received from its
     /// sequence 1 without a channel gap.
     pub trust_from_start: bool,
+    /// cme-mdp3: snapshot and definition lines (`Venue::apply_loop`),
+    /// joined while the feed's loops machine wants them.
+    pub loops: bool,
 }
 
 /// The engine's symbol rules, as a venue adapter drives them. Slots are
@@ -385,7 +388,16 @@ pub trait Rules {
     fn mirror(&mut self, _from: u32, _to: u32) {}
     /// A name no longer names anything: `slot` is as new (no data).
     fn clear_symbol(&mut self, _slot: u32) {}
+
+    /// The feed's loops machine (venues.md `cme-mdp3`, Snapshots), for a
+    /// venue with snapshot and definition loops.
+    type Loops: codec::LoopMachine<LoopEntry>;
+    fn loops(&mut self) -> &mut Self::Loops;
 }
+
+/// The entry a venue keeps for an instrument waiting for a loop snapshot
+/// (CME's, the only venue with loops).
+pub type LoopEntry = cme_mdp3::recovery::KeptEntry;
 
 /// One venue's adapter.
 pub trait Venue {
@@ -486,19 +498,6 @@ pub trait Venue {
         _rules: &mut R,
     ) -> Result<(), DatagramError> {
         Err(DatagramError::NoSuchLine)
-    }
-
-    /// Recovery gauges of venues with their own recovery.
-    fn recovery(&self) -> VenueRecovery {
-        VenueRecovery::default()
-    }
-
-    /// Whether the venue needs its loop of `kind` now (venues.md
-    /// `cme-mdp3`: snapshot lines while an instrument waits, definition
-    /// lines until the loop was seen whole or an instrument lacks its
-    /// definition); the daemon joins and leaves their groups by it.
-    fn wants_loop(&self, _kind: LineKind) -> bool {
-        true
     }
 
     /// Messages applied by type byte, for venues that count them.
@@ -606,9 +605,7 @@ impl AnyVenue {
             VenueKind::NasdaqItch => AnyVenue::NasdaqItch(Box::new(
                 nasdaq_itch::NasdaqItch::with_tables(s.max_orders, s.replay_tables),
             )),
-            VenueKind::CmeMdp3 => {
-                AnyVenue::CmeMdp3(Box::new(cme_mdp3::CmeMdp3::new(s.recovery_entries)))
-            }
+            VenueKind::CmeMdp3 => AnyVenue::CmeMdp3(Box::default()),
         }
     }
 
@@ -717,14 +714,6 @@ impl Venue for AnyVenue {
         rules: &mut R,
     ) -> Result<(), DatagramError> {
         each_venue!(self, v => v.apply_loop(kind, datagram, rules))
-    }
-
-    fn recovery(&self) -> VenueRecovery {
-        each_venue!(self, v => v.recovery())
-    }
-
-    fn wants_loop(&self, kind: LineKind) -> bool {
-        each_venue!(self, v => v.wants_loop(kind))
     }
 
     fn message_types(&self) -> Option<&[u64; 256]> {

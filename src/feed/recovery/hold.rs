@@ -68,8 +68,11 @@ impl HoldLimits {
 /// How many datagrams the hold may keep for the datagram being judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
-    /// R1-R2: holes only, `gap_hold_packets`.
-    Hole,
+    /// R1-R2: only datagrams beyond `next` (a hole) are held, at most
+    /// `packets` in this hold: `gap_hold_packets` less what the feed's
+    /// other channels hold (it counts the whole feed), as the driver
+    /// counts them ([`Hold::room`] for a feed of one channel).
+    Hole { packets: usize },
     /// R5: an image is being read: every datagram of the session beyond
     /// what `next` already covers is held, up to these bounds.
     Image { packets: usize, bytes: usize },
@@ -114,6 +117,9 @@ pub struct Hold {
     /// R1: sequences whose held copy met a conflicting one, ascending; all
     /// at or beyond `next` (pruned as `next` passes them).
     conflicted: Vec<u64>,
+    /// Whether a hole is open (`open` until `close`): the store may be
+    /// empty meanwhile, after its last datagram was released.
+    open: bool,
     /// The open hole's times (kept after it closes: the next `open`
     /// replaces them).
     t_open: i64,
@@ -135,6 +141,7 @@ impl Hold {
                 Store::default()
             },
             conflicted: Vec::new(),
+            open: false,
             t_open: 0,
             t_progress: 0,
             limits,
@@ -144,6 +151,14 @@ impl Hold {
 
     pub fn limits(&self) -> &HoldLimits {
         &self.limits
+    }
+
+    /// R2: the hole limit of a feed of one channel (`gap_hold_packets`).
+    #[inline]
+    pub fn room(&self) -> Limit {
+        Limit::Hole {
+            packets: self.limits.max_packets,
+        }
     }
 
     pub fn state(&self) -> HoleState {
@@ -210,14 +225,18 @@ impl Hold {
     /// R2: a hole opens at `t_open`.
     pub fn open(&mut self, t_open: i64, counters: &mut RecoveryCounters) {
         counters.holes_opened += 1;
+        self.open = true;
         self.t_open = t_open;
         self.t_progress = t_open;
     }
 
     /// The hole closed (filled or declared) at `now`: its time is
-    /// observed.
+    /// observed. Without an open hole (an image that ends with nothing
+    /// held) nothing is.
     pub fn close(&mut self, now: i64, counters: &mut RecoveryCounters) {
-        counters.hole_time.observe(now.saturating_sub(self.t_open));
+        if std::mem::take(&mut self.open) {
+            counters.hole_time.observe(now.saturating_sub(self.t_open));
+        }
     }
 
     /// R2: a datagram filled part of the hole at `now`.
@@ -303,7 +322,7 @@ impl Hold {
                 }
                 Step::Keep
             }
-            Limit::Hole => {
+            Limit::Hole { packets } => {
                 if seq > next {
                     if !self.believed(seq, next) {
                         return Step::Unbelieved;
@@ -311,7 +330,7 @@ impl Hold {
                     if let Some(step) = self.against_held(header, datagram, counters) {
                         return step;
                     }
-                    if self.store.len() >= self.limits.max_packets {
+                    if self.store.len() >= packets {
                         // R2: holding one more would exceed the bound.
                         return Step::Full;
                     }
@@ -447,7 +466,7 @@ mod tests {
         next: u64,
         now: i64,
     ) -> Step {
-        let step = h.judge(source, &hd, bytes, next, Limit::Hole, c);
+        let step = h.judge(source, &hd, bytes, next, h.room(), c);
         if step == Step::Keep {
             if h.is_empty() {
                 h.open(now, c);
@@ -575,6 +594,29 @@ mod tests {
             Step::Full
         );
         assert_eq!(h.len(), 3);
+        // The driver's count: what other channels hold leaves less room.
+        let shared = Limit::Hole { packets: 2 };
+        assert_eq!(
+            h.judge(Source::Line(0), &data(11, 1), b"y", 5, shared, &mut c),
+            Step::Full
+        );
+    }
+
+    #[test]
+    fn a_hole_time_is_observed_once_per_hole_and_never_without_one() {
+        let mut h = Hold::new(limits(false), true);
+        let mut c = RecoveryCounters::default();
+        // An image that ends with nothing held closes no hole.
+        h.close(5 * MS, &mut c);
+        assert_eq!(c.hole_time.count(), 0);
+        offer(&mut h, &mut c, Source::Line(0), data(7, 1), b"7", 5, MS);
+        let mut out = Vec::new();
+        h.pop_first(&mut out);
+        h.close(3 * MS, &mut c);
+        assert_eq!(c.hole_time.count(), 1);
+        // Closed again with nothing held since: no second sample.
+        h.close(9 * MS, &mut c);
+        assert_eq!(c.hole_time.count(), 1);
     }
 
     #[test]
@@ -632,7 +674,7 @@ mod tests {
         let mut out = Vec::new();
         while h.pop_first(&mut out).is_some() {}
         assert_eq!(
-            h.judge(line, &data(8, 1), b"8", 8, Limit::Hole, &mut c),
+            h.judge(line, &data(8, 1), b"8", 8, h.room(), &mut c),
             Step::Process
         );
         assert!(h.is_idle());

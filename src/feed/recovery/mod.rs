@@ -1,18 +1,27 @@
 //! Recovery (recovery.md) as state machines beside the feed's rules, each
-//! sans-I/O with `now` passed in and its own tests; `Feed` (`engine`)
-//! drives them and carries out what they decide (processing a datagram,
-//! declaring a hole lost, publishing the feed's state):
+//! sans-I/O with `now` passed in, one instance per channel, and its own
+//! tests. [`driver::Recovery`] routes a holding feed's datagrams through
+//! the hold, refill and image machines and carries out what they decide
+//! (processing a datagram, declaring a hole lost, publishing the recovery
+//! state) through the feed's rules ([`driver::Deliver`]); `Feed`
+//! (`engine`) owns the driver and the loops machine:
 //!
 //! | machine | rules | states |
 //! |---|---|---|
+//! | [`driver::Recovery`] | R1-R6: routing, fill, release, declare, requests, the image's join | the machines' |
 //! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
 //! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
 //! | [`image::Image`] | R5: when, pace, bounds, plausible end | `Idle`, `Wanted`, `Running` |
+//! | [`loops::Loops`] (a venue's adapter tells it what it saw) | venues.md `cme-mdp3`, Snapshots | per instrument `Unknown`, `Live`, `Waiting` |
+//! | [`skew::LineSkew`] | the line-skew measure (for `gap_hold_us`) | |
 //!
 //! docs/recovery.md "Architecture" says which machine implements which
 //! rule.
 
+pub mod driver;
 pub mod hold;
 pub mod image;
+pub mod loops;
 pub mod refill;
+pub mod skew;
 pub mod store;

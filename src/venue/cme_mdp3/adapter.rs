@@ -18,12 +18,13 @@ use super::book::Level;
 use super::channel::{PacketClass, Sequence};
 use super::instruments::{naming, HaltChange, Instruments};
 use super::messages::{self, Body, Definition, Entry, EntryKind, Item, SecurityStatus, Snapshot};
-use super::recovery::{continues, Coverage, Kept, KeptEntry};
+use super::recovery::KeptEntry;
 use super::sbe;
 use super::templates::enums::md_entry_type_book as ty;
+use crate::venue::codec::LoopMachine;
 use crate::venue::{
     Applied, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
-    Venue, VenueRecovery,
+    Venue,
 };
 use crate::wire::{PacketKind, SessionId, Side, Symbol};
 
@@ -66,9 +67,7 @@ struct Touched {
 #[derive(Debug)]
 pub struct CmeMdp3 {
     sequence: Sequence,
-    coverage: Coverage,
     instruments: Instruments,
-    kept: Kept,
     names: Vec<Names>,
     /// Which instrument a symbol slot currently mirrors.
     symbol_owner: HashMap<u32, u32>,
@@ -78,12 +77,6 @@ pub struct CmeMdp3 {
     drained: Vec<KeptEntry>,
     halts: Vec<HaltChange>,
     message_types: [u64; 256],
-    /// The definition loop's TotNumReports, once a definition carried it.
-    definitions_total: Option<u32>,
-    /// Instruments with a definition.
-    defined: u32,
-    /// Instruments named by an entry and still without a definition.
-    undefined_with_entries: u32,
     /// The session candidate's datagram, while one waits (venues.md
     /// `cme-mdp3`, Channel rules).
     candidate: Vec<u8>,
@@ -93,15 +86,19 @@ pub struct CmeMdp3 {
     overflowed: HashSet<i32>,
 }
 
+impl Default for CmeMdp3 {
+    fn default() -> CmeMdp3 {
+        CmeMdp3::new()
+    }
+}
+
 impl CmeMdp3 {
-    /// A channel keeping at most `recovery_entries` entries for waiting
-    /// instruments (venues.md, default 1,000,000).
-    pub fn new(recovery_entries: usize) -> CmeMdp3 {
+    /// A channel; the entries kept for its waiting instruments are the
+    /// feed's loops machine's (`Rules::loops`).
+    pub fn new() -> CmeMdp3 {
         CmeMdp3 {
             sequence: Sequence::default(),
-            coverage: Coverage::default(),
             instruments: Instruments::default(),
-            kept: Kept::new(recovery_entries),
             names: Vec::new(),
             symbol_owner: HashMap::new(),
             sessions: 0,
@@ -109,9 +106,6 @@ impl CmeMdp3 {
             drained: Vec::new(),
             halts: Vec::new(),
             message_types: [0; 256],
-            definitions_total: None,
-            defined: 0,
-            undefined_with_entries: 0,
             candidate: Vec::new(),
             max_instruments: usize::MAX,
             overflowed: HashSet::new(),
@@ -173,7 +167,8 @@ impl CmeMdp3 {
         self.names[i].id = Some(slot);
         // Known without a sequence: it waits for its first entry or a
         // snapshot.
-        self.kept.start_waiting(instrument);
+        let now = rules.now();
+        rules.loops().start_waiting(instrument, now);
         Some(slot)
     }
 
@@ -253,10 +248,12 @@ impl CmeMdp3 {
             }
         }
         if rules.waits(slot) {
-            self.kept.start_waiting(instrument);
-            self.kept.keep(instrument, e);
+            let now = rules.now();
+            let loops = rules.loops();
+            loops.start_waiting(instrument, now);
+            loops.keep(instrument, e.rpt_seq, e);
         } else {
-            self.kept.stop_waiting(instrument);
+            rules.loops().stop_waiting(instrument);
         }
         fresh
     }
@@ -273,7 +270,7 @@ impl CmeMdp3 {
         {
             // The definition loop is wanted until this one is seen.
             names.undefined_entries = true;
-            self.undefined_with_entries += 1;
+            rules.loops().named_undefined(true);
         }
         let t = self.touch(instrument);
         let kept = KeptEntry {
@@ -313,19 +310,14 @@ impl CmeMdp3 {
         };
         let was_defined = self.instruments.get(known).is_some_and(|i| i.defined);
         let (instrument, change) = self.instruments.define(d);
-        if !was_defined {
-            self.defined += 1;
-        }
-        if let Some(total) = d.tot_num_reports {
-            self.definitions_total = Some(total);
-        }
+        rules.loops().defined(!was_defined, d.tot_num_reports);
         let Some(id) = self.id_slot(instrument, rules) else {
             return;
         };
         let names = &mut self.names[instrument as usize];
         if names.undefined_entries {
             names.undefined_entries = false;
-            self.undefined_with_entries -= 1;
+            rules.loops().named_undefined(false);
         }
         if naming(d.symbol).is_none() {
             // Names nothing (empty, or a `#` name: only a SecurityID's):
@@ -383,26 +375,17 @@ impl CmeMdp3 {
 
     /// Template 4: every book emptied, every sequence and state forgotten.
     fn channel_reset<R: Rules>(&mut self, seq: u32, rules: &mut R) {
-        self.coverage.channel_reset(seq);
+        rules.loops().channel_reset(seq);
         self.instruments.reset(|_| {});
-        self.kept.reset();
+        rules.loops().forget_waits();
         for i in 0..self.instruments.len() as u32 {
             if let Some(slot) = self.id_slot(i, rules) {
                 rules.forget_sequence(slot);
                 self.sync(i, rules);
             }
         }
-        self.all_wait();
-    }
-
-    /// Every instrument with a slot waits for a snapshot or its next
-    /// entry (a channel reset, a session change, a channel gap).
-    fn all_wait(&mut self) {
-        for (i, n) in self.names.iter().enumerate() {
-            if n.id.is_some() {
-                self.kept.start_waiting(i as u32);
-            }
-        }
+        let now = rules.now();
+        rules.loops().all_wait(now);
     }
 
     /// A snapshot (whichever line brings it), sent at `sent`.
@@ -432,9 +415,15 @@ impl CmeMdp3 {
             .is_some_and(|next| u64::from(s.last_msg_seq_num_processed) < next);
         let usable = rules.waits(slot)
             && seen
-            && self.coverage.covers(sent, s.last_msg_seq_num_processed)
             && levels_in_order(s.entries, depth)
-            && (unbelieved || continues(r, last, self.kept.has(instrument, r.wrapping_add(1))));
+            && rules.loops().snapshot_usable(
+                instrument,
+                sent,
+                s.last_msg_seq_num_processed,
+                r,
+                last,
+                !unbelieved,
+            );
         if !usable {
             rules.count(Count::SnapshotIgnored);
             return;
@@ -466,8 +455,7 @@ impl CmeMdp3 {
         }
         // The kept entries above the snapshot continue it, in order.
         let mut drained = std::mem::take(&mut self.drained);
-        self.kept.drain_after(instrument, r, |e| drained.push(e));
-        self.kept.stop_waiting(instrument);
+        rules.loops().take_after(instrument, r, &mut drained);
         for e in drained.drain(..) {
             // Replayed: judged by S2 as before.
             self.entry(instrument, slot, e, false, rules);
@@ -535,6 +523,7 @@ impl Venue for CmeMdp3 {
             // V3 with the packet's SendingTime.
             channel_source_time: true,
             trust_from_start: false,
+            loops: true,
         }
     }
 
@@ -585,10 +574,9 @@ impl Venue for CmeMdp3 {
 
     fn on_session_start(&mut self, _now: i64, first_session: bool) {
         if !first_session {
-            // C5: the engine forgets every sequence and state lazily.
+            // C5: the engine forgets every sequence and state lazily (and
+            // its loops machine every wait: `Loops::new_session`).
             self.instruments.reset(|_| {});
-            self.kept.reset();
-            self.all_wait();
         }
     }
 
@@ -607,7 +595,7 @@ impl Venue for CmeMdp3 {
         match class {
             PacketClass::First => {
                 self.sessions += 1;
-                self.coverage.new_session(sent);
+                rules.loops().session_began(sent);
             }
             PacketClass::Confirms => {
                 // C5 then C1: the candidate is the new session's first
@@ -615,7 +603,7 @@ impl Venue for CmeMdp3 {
                 self.sessions += 1;
                 let candidate = std::mem::take(&mut self.candidate);
                 if let Some(c) = self.sequence.candidate() {
-                    self.coverage.new_session(c.sent);
+                    rules.loops().session_began(c.sent);
                 }
                 self.sequence.process(seq, sent, class);
                 self.messages(&candidate, LineKind::Incremental, rules);
@@ -628,9 +616,10 @@ impl Venue for CmeMdp3 {
             }
             PacketClass::Gap { .. } => {
                 let next = self.sequence.next().unwrap_or(0);
-                self.coverage.lost(next, u64::from(seq) - 1);
+                rules.loops().lost(next, u64::from(seq) - 1);
                 // C3: every instrument is unverified until its next entry.
-                self.all_wait();
+                let now = rules.now();
+                rules.loops().all_wait(now);
             }
             _ => {}
         }
@@ -660,29 +649,6 @@ impl Venue for CmeMdp3 {
 
     fn message_types(&self) -> Option<&[u64; 256]> {
         Some(&self.message_types)
-    }
-
-    fn wants_loop(&self, kind: LineKind) -> bool {
-        match kind {
-            LineKind::Incremental => true,
-            // While an instrument waits for a snapshot.
-            LineKind::Snapshot => self.kept.waiting() > 0,
-            // Until the loop was seen whole, and while an entry names an
-            // instrument without a definition.
-            LineKind::Definition => {
-                self.definitions_total
-                    .is_none_or(|total| self.defined < total)
-                    || self.undefined_with_entries > 0
-            }
-        }
-    }
-
-    fn recovery(&self) -> VenueRecovery {
-        VenueRecovery {
-            waiting: self.kept.waiting() as u64,
-            kept_entries: self.kept.kept() as u64,
-            kept_dropped: self.kept.dropped(),
-        }
     }
 }
 

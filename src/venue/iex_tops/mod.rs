@@ -92,6 +92,7 @@ impl Venue for IexTops {
         Policy {
             channel_source_time: true,
             trust_from_start: false,
+            loops: false,
         }
     }
 

@@ -276,6 +276,7 @@ impl Venue for NasdaqItch {
         Policy {
             channel_source_time: true,
             trust_from_start: true,
+            loops: false,
         }
     }
 

@@ -1,0 +1,675 @@
+//! The recovery driver (recovery.md R1-R6): routes each datagram of a feed
+//! that holds through the machines ([`Hold`], [`Refill`], [`Image`]) and
+//! carries out what they decide: processing a datagram, releasing what
+//! continues, declaring a hole lost, queueing a request, resuming after an
+//! image. Sans-I/O: `now` is passed in; the channel and symbol rules are
+//! reached through [`Deliver`], which the feed (`engine`) implements, so
+//! the driver needs no `Feed` (its tests use a channel alone).
+//!
+//! One `Recovery` serves one channel (a feed's session; on a venue with
+//! several units, one unit).
+
+use super::hold::{Hold, HoldLimits, Step};
+use super::image::{self, Image, SnapshotFailure, SnapshotPhase};
+use super::refill::{self, Refill, RefillState};
+use super::store::Source;
+use crate::feed::channel::Channel;
+use crate::feed::counters::{FeedCounters, LineCounters};
+use crate::feed::outcome::DatagramOutcome;
+use crate::feed::settings::FeedSettings;
+use crate::feed::view::{
+    RECOVERY_HOLDING, RECOVERY_LIVE, RECOVERY_REREQUESTING, RECOVERY_SNAPSHOT,
+    RECOVERY_SNAPSHOT_WANTED,
+};
+use crate::venue::codec::RefillCodec;
+use crate::venue::Header;
+use crate::wire::PacketKind;
+
+/// What the driver needs of the feed's rules.
+pub trait Deliver {
+    /// Applies a valid datagram to the channel rules and, for data, the
+    /// symbol rules, at `now`.
+    fn process(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome;
+    /// R5: when the rules last wanted an image (a late join, a lost hole)
+    /// since the last call.
+    fn take_image_wanted(&mut self) -> Option<i64>;
+    fn channel(&self) -> &Channel;
+    fn counters(&mut self) -> &mut FeedCounters;
+    /// R6: the recovery state readers see (`FeedView::recovery`).
+    fn recovery_state(&self) -> u8;
+    /// Sets it, published on change.
+    fn set_recovery_state(&mut self, code: u8);
+    /// R3: whether a hole is open (`FEED_RECOVERING`), published on change.
+    fn set_recovering(&mut self, on: bool);
+}
+
+/// The counters of a datagram's source.
+fn source_counters(c: &mut FeedCounters, source: Source) -> &mut LineCounters {
+    match source {
+        Source::Line(l) => &mut c.lines[l],
+        Source::Rerequest => &mut c.rerequest,
+    }
+}
+
+#[derive(Debug)]
+pub struct Recovery<C: RefillCodec> {
+    /// Whether the feed holds at all (`Recovery::holds`).
+    holds: bool,
+    /// C3b's `max_channel_jump` (an image's end is judged by it).
+    max_channel_jump: u64,
+    /// R1-R2: datagrams held beyond the open hole.
+    hold: Hold,
+    /// R4: the refill service's requests.
+    refill: Refill<C>,
+    /// R5: the image service's phase and pace.
+    image: Image,
+    /// A held datagram's bytes while it is processed (capacity kept).
+    scratch: Vec<u8>,
+}
+
+impl<C: RefillCodec> Recovery<C> {
+    pub fn new(settings: &FeedSettings, codec: C) -> Recovery<C> {
+        let r = &settings.recovery;
+        Recovery {
+            holds: r.holds(),
+            max_channel_jump: settings.max_channel_jump,
+            hold: Hold::new(HoldLimits::new(r, settings.max_channel_jump), r.holds()),
+            refill: Refill::new(r, codec),
+            image: Image::new(r.snapshot, r.snapshot_hold_bytes),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Whether the feed holds at all: without, every datagram is processed
+    /// as it comes.
+    #[inline]
+    pub fn holds(&self) -> bool {
+        self.holds
+    }
+
+    /// Nothing held, no snapshot wanted or running, the view says `live`,
+    /// and the datagram continues the current session without going
+    /// beyond `next`: no rule of recovery.md has anything to do.
+    #[inline]
+    pub fn steady<D: Deliver>(&self, d: &D, header: &Header) -> bool {
+        let ch = &header.channel;
+        let channel = d.channel();
+        self.hold.is_idle()
+            && d.recovery_state() == 0
+            && self.image.phase() == SnapshotPhase::Idle
+            && ch.sequence <= channel.next_sequence()
+            && !channel.ended()
+            && channel.current_session() == Some(ch.session)
+            && !ch.stale_session
+    }
+
+    /// R1-R2: a valid datagram of a line (or an answer) at `now`, on a
+    /// feed that holds: holes whose deadline passed are declared first.
+    pub fn on_datagram<D: Deliver>(
+        &mut self,
+        d: &mut D,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        self.expire(d, now);
+        let out = self.route(d, source, datagram, header, now);
+        self.refresh_view(d);
+        out
+    }
+
+    /// R4: a valid datagram from a configured re-request server, counted.
+    /// An answer of another session, a heartbeat or an end of session is
+    /// dropped: answers never change the session (C5 needs the lines).
+    pub fn on_answer<D: Deliver>(
+        &mut self,
+        d: &mut D,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        let same_session = d.channel().current_session() == Some(header.channel.session);
+        let c = d.counters();
+        c.rerequest.packets += 1;
+        c.rerequest.messages += header.channel.count as u64;
+        c.recovery.answers_received += 1;
+        if !same_session {
+            c.recovery.answers_wrong_session += 1;
+            return DatagramOutcome::Ignored;
+        }
+        if header.channel.kind != PacketKind::Data {
+            c.recovery.answers_not_data += 1;
+            return DatagramOutcome::Ignored;
+        }
+        self.on_datagram(d, Source::Rerequest, datagram, header, now)
+    }
+
+    /// R2/R4: time passes to `now` without a datagram.
+    pub fn handle_timeout<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        self.expire(d, now);
+        if self.holds {
+            self.refresh_view(d);
+        }
+    }
+
+    /// Holes whose deadline is before `now` are declared lost, a request
+    /// that falls due is queued; the recovery state is not published.
+    fn expire<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        if self.image.running() {
+            // R5: the snapshot's hold has no deadline of its own.
+            return;
+        }
+        while !self.hold.is_empty() {
+            let deadline = self.hold.deadline();
+            if deadline >= now {
+                break;
+            }
+            // R2: right after the deadline, processed with now = deadline.
+            self.declare_first(d, deadline);
+        }
+        self.schedule_request(d, now);
+    }
+
+    /// When `handle_timeout` next has something to do: a hole's deadline
+    /// passing, a request or a snapshot attempt falling due.
+    pub fn next_timeout(&self) -> Option<i64> {
+        let snapshot = match self.image.phase() {
+            SnapshotPhase::Wanted { not_before } => Some(not_before),
+            SnapshotPhase::Running { .. } => return None,
+            SnapshotPhase::Idle => None,
+        };
+        if self.hold.is_empty() {
+            return snapshot;
+        }
+        // Declared right after the deadline: wake 1 ns past it.
+        let deadline = self.hold.deadline().saturating_add(1);
+        let t = match self.refill.due(self.hold.ask_from()) {
+            Some(due) if !self.refill.has_queued() => deadline.min(due),
+            _ => deadline,
+        };
+        Some(snapshot.map_or(t, |s| s.min(t)))
+    }
+
+    /// R5: where the image stands, and the last failure.
+    pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
+        (self.image.phase(), self.image.last_failure())
+    }
+
+    /// R5: whether an attempt starts now.
+    pub fn poll_snapshot_start<D: Deliver>(&mut self, d: &mut D, now: i64) -> bool {
+        if !self.image.poll_start(now, &mut d.counters().recovery) {
+            return false;
+        }
+        self.refresh_view(d);
+        true
+    }
+
+    /// R5: the attempt failed: nothing of it is applied; the held
+    /// datagrams are processed as without a snapshot (R1-R2) and the next
+    /// attempt waits for its pace.
+    pub fn snapshot_failed<D: Deliver>(&mut self, d: &mut D, why: SnapshotFailure, now: i64) {
+        if !self.image.failed(why, now, &mut d.counters().recovery) {
+            return;
+        }
+        self.resume_after_snapshot(d, None, now);
+        self.refresh_view(d);
+    }
+
+    /// R5: whether an image ending at `next` (End of Snapshot) may be
+    /// applied to the current session; if not, the attempt fails as
+    /// `snapshot_failed` and the failure is returned.
+    pub fn check_end<D: Deliver>(
+        &mut self,
+        d: &mut D,
+        next: u64,
+        now: i64,
+    ) -> Result<(), SnapshotFailure> {
+        if !self.image.running() {
+            return Err(SnapshotFailure::SessionChanged);
+        }
+        let channel = d.channel();
+        let why = if channel.current_session().is_none() || channel.ended() {
+            SnapshotFailure::SessionChanged
+        } else if next == 0 || self.implausible_end(channel, next) {
+            SnapshotFailure::Implausible
+        } else {
+            return Ok(());
+        };
+        self.snapshot_failed(d, why, now);
+        Err(why)
+    }
+
+    /// R5: a `G` that C3b's rule does not believe: `max_channel_jump` or
+    /// more beyond the furthest held datagram (or `next`, nothing held),
+    /// or as far below the first one.
+    fn implausible_end(&self, channel: &Channel, next: u64) -> bool {
+        let current = channel.next_sequence();
+        let furthest = current.max(self.hold.max_end());
+        let first = self.hold.first().map_or(current, |h| h.sequence());
+        image::implausible_end(next, furthest, first, self.max_channel_jump)
+    }
+
+    /// R5 step 3: the image was applied up to `next` (the channel's `next`
+    /// is set): held datagrams that continue are processed, the rest is a
+    /// hole open since `now`.
+    pub fn snapshot_applied<D: Deliver>(&mut self, d: &mut D, next: u64, now: i64) {
+        self.hold.forget_conflicts_below(next);
+        self.image.applied(now, &mut d.counters().recovery);
+        self.resume_after_snapshot(d, Some(now), now);
+        self.refresh_view(d);
+    }
+
+    /// After a snapshot attempt: held datagrams that continue from `next`
+    /// are processed; what remains beyond is a hole (R1, R2, R4) whose open
+    /// time is the arrival of `G` when one was applied (`end_at`, R5 step
+    /// 3), else the earliest held arrival. The hold then gives back what
+    /// the attempt grew (R5: its buffers are released).
+    fn resume_after_snapshot<D: Deliver>(&mut self, d: &mut D, end_at: Option<i64>, now: i64) {
+        self.release(d, now);
+        if self.hold.is_empty() {
+            self.close_hole(d, now);
+        } else {
+            let t = end_at.unwrap_or_else(|| self.hold.earliest_arrival().unwrap_or(now));
+            self.open_hole(d, t);
+            self.schedule_request(d, now);
+        }
+        self.hold.shrink();
+    }
+
+    /// R4: the request to send now, if one fell due: the index of the
+    /// configured server to send it to, and the request.
+    pub fn poll_request(&mut self, counters: &mut FeedCounters) -> Option<(usize, C::Request)> {
+        self.refill.poll(&mut counters.recovery)
+    }
+
+    /// Whether a hole is open now (R3: the check answers `recovering`).
+    pub fn recovering(&self) -> bool {
+        !self.hold.is_empty()
+    }
+
+    /// The held datagrams now, the most held at once, and the arena's peak
+    /// size so far (bytes).
+    pub fn hold_usage(&self) -> (usize, usize, usize) {
+        self.hold.usage()
+    }
+
+    /// Processes through the rules, then takes up an image they wanted.
+    fn process<D: Deliver>(
+        &mut self,
+        d: &mut D,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        let out = d.process(source, datagram, header, now);
+        if let Some(t) = d.take_image_wanted() {
+            self.image.want(t);
+        }
+        out
+    }
+
+    /// R1: hold, fill or process a valid datagram of a feed that holds.
+    fn route<D: Deliver>(
+        &mut self,
+        d: &mut D,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        let ch = header.channel;
+        if ch.stale_session {
+            // C5: a replaced session's packet is never held.
+            return self.process(d, source, datagram, header, now);
+        }
+        loop {
+            let channel = d.channel();
+            let current = channel.current_session();
+            if current != Some(ch.session) || channel.ended() {
+                if current.is_some()
+                    && current != Some(ch.session)
+                    && !channel.sessions().contains(&ch.session)
+                {
+                    // R5: a session change abandons a running snapshot.
+                    if self.image.running() {
+                        self.snapshot_failed(d, SnapshotFailure::SessionChanged, now);
+                    }
+                    // R2: every open hole is declared before C5 applies.
+                    self.declare_all(d, now);
+                    self.hold.clear_conflicts();
+                }
+                return self.process(d, source, datagram, header, now);
+            }
+            let next = channel.next_sequence();
+            let limit = if self.image.running() {
+                self.image.hold_limit()
+            } else {
+                self.hold.room()
+            };
+            let step = self.hold.judge(
+                source,
+                header,
+                datagram,
+                next,
+                limit,
+                &mut d.counters().recovery,
+            );
+            return match step {
+                Step::Process => self.process(d, source, datagram, header, now),
+                Step::Unbelieved => {
+                    // C3b: dropped, or (the third of a run) a gap from
+                    // `next`: held datagrams are older, declare them first.
+                    if d.channel().jump_would_resync(&ch) {
+                        self.declare_all(d, now);
+                    }
+                    self.process(d, source, datagram, header, now)
+                }
+                Step::Duplicate => {
+                    source_counters(d.counters(), source).duplicate_packets += 1;
+                    DatagramOutcome::Duplicate
+                }
+                Step::StaleEnd => {
+                    d.counters().stale_ends_of_session += 1;
+                    DatagramOutcome::Ignored
+                }
+                Step::Ignored => DatagramOutcome::Ignored,
+                Step::IgnoredHoleClosed => {
+                    self.close_hole(d, now);
+                    DatagramOutcome::Ignored
+                }
+                Step::Full => {
+                    if self.image.running() {
+                        // R5: the attempt fails; judged again without it.
+                        self.snapshot_failed(d, SnapshotFailure::HeldBound, now);
+                    } else {
+                        // R2: holding one more would exceed the bound.
+                        d.counters().recovery.hold_overflows += 1;
+                        self.declare_first(d, now);
+                    }
+                    continue;
+                }
+                Step::Keep => {
+                    // R1: the hole opens with the first datagram held.
+                    if self.hold.is_empty() {
+                        self.open_hole(d, now);
+                    }
+                    self.hold.push(*header, datagram, now, source);
+                    DatagramOutcome::Held
+                }
+                Step::Fill => {
+                    let out = self.process(d, source, datagram, header, now);
+                    if d.channel().next_sequence() > next {
+                        self.fill(d, source, now);
+                    }
+                    out
+                }
+            };
+        }
+    }
+
+    /// R1: a datagram moved `next` while a hole was open: the held
+    /// datagrams that now continue are processed in order; the hole closes
+    /// when one of them was reached, else it was filled in part.
+    fn fill<D: Deliver>(&mut self, d: &mut D, source: Source, now: i64) {
+        let reached = self.release(d, now);
+        if self.hold.is_empty() || reached {
+            d.counters().recovery.holes_filled += 1;
+            self.close_hole(d, now);
+            if !self.hold.is_empty() {
+                // R2: the next hole opens at its earliest held arrival.
+                let t = self.hold.earliest_arrival().unwrap_or(now);
+                self.open_hole(d, t);
+            }
+        } else {
+            // R2: progress moves a re-requesting hole's deadline.
+            self.hold.progress(now);
+            if source == Source::Rerequest {
+                // R4: an answer that fills part is followed at once by a
+                // request for the rest.
+                self.refill.answered_in_part();
+            }
+        }
+        self.schedule_request(d, now);
+    }
+
+    /// Processes the held datagrams that continue from `next` (C2 skips
+    /// what was already processed), with `now` for every rule; after the
+    /// session ended, every held datagram (they are dropped as C6 says).
+    /// Returns whether any was processed.
+    fn release<D: Deliver>(&mut self, d: &mut D, now: i64) -> bool {
+        let mut any = false;
+        let mut bytes = std::mem::take(&mut self.scratch);
+        loop {
+            let channel = d.channel();
+            let (next, ended) = (channel.next_sequence(), channel.ended());
+            let Some(held) = self.hold.pop_continuing(next, ended, &mut bytes) else {
+                break;
+            };
+            self.process(d, held.source, &bytes, &held.header, now);
+            any = true;
+        }
+        self.scratch = bytes;
+        any
+    }
+
+    /// R2: the first hole is lost: its first held datagram goes through C3
+    /// at `at`, then the ones that continue. Held datagrams beyond the next
+    /// hole stay, and that hole keeps its own open time.
+    fn declare_first<D: Deliver>(&mut self, d: &mut D, at: i64) {
+        d.counters().recovery.holes_lost += 1;
+        let mut bytes = std::mem::take(&mut self.scratch);
+        if let Some(held) = self.hold.pop_first(&mut bytes) {
+            self.process(d, held.source, &bytes, &held.header, at);
+        }
+        self.scratch = bytes;
+        self.release(d, at);
+        self.close_hole(d, at);
+        if !self.hold.is_empty() {
+            let t = self.hold.earliest_arrival().unwrap_or(at);
+            self.open_hole(d, t);
+        }
+    }
+
+    /// R2: every open hole, in order, at `at`.
+    fn declare_all<D: Deliver>(&mut self, d: &mut D, at: i64) {
+        while !self.hold.is_empty() {
+            self.declare_first(d, at);
+        }
+    }
+
+    fn open_hole<D: Deliver>(&mut self, d: &mut D, t_open: i64) {
+        self.hold.open(t_open, &mut d.counters().recovery);
+        self.refill.reset();
+        d.set_recovering(true);
+    }
+
+    /// The current hole is gone (filled or declared): `recovering` ends
+    /// unless another opens at once.
+    fn close_hole<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        self.hold.close(now, &mut d.counters().recovery);
+        self.refill.reset();
+        if self.hold.is_empty() {
+            d.set_recovering(false);
+        }
+    }
+
+    /// R6: the recovery state readers see (`status`), published on change.
+    fn refresh_view<D: Deliver>(&mut self, d: &mut D) {
+        let state = match self.image.phase() {
+            SnapshotPhase::Running { .. } => RECOVERY_SNAPSHOT,
+            SnapshotPhase::Wanted { .. } => RECOVERY_SNAPSHOT_WANTED,
+            SnapshotPhase::Idle if self.hold.is_empty() => RECOVERY_LIVE,
+            SnapshotPhase::Idle if matches!(self.refill.state(), RefillState::Asked { .. }) => {
+                RECOVERY_REREQUESTING
+            }
+            SnapshotPhase::Idle => RECOVERY_HOLDING,
+        };
+        let reason = self
+            .image
+            .last_failure()
+            .map_or(0, |f| (f.index() as u8 + 1) << 3);
+        d.set_recovery_state(state | reason);
+    }
+
+    /// R4: queues the request that falls due at `now`, if any.
+    fn schedule_request<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        let channel = d.channel();
+        let hole = match (channel.current_session(), self.hold.first()) {
+            (Some(session), Some(first)) => Some(refill::Hole {
+                session,
+                next: channel.next_sequence(),
+                first_held: first.sequence(),
+            }),
+            _ => None,
+        };
+        self.refill.schedule(now, self.hold.ask_from(), hole);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::conflict_tests::header;
+    use super::*;
+    use crate::feed::channel::PacketAction;
+    use crate::feed::settings::Recovery as Settings;
+    use crate::venue::rerequest::MoldUdp64;
+
+    const MS: i64 = 1_000_000;
+
+    /// The channel rules alone, recording what reaches the symbol rules.
+    #[derive(Default)]
+    struct Rules {
+        channel: Channel,
+        counters: FeedCounters,
+        state: u8,
+        recovering: bool,
+        /// (sequence, `now`) of each data packet applied.
+        applied: Vec<(u64, i64)>,
+    }
+
+    impl Deliver for Rules {
+        fn process(&mut self, _: Source, _: &[u8], header: &Header, now: i64) -> DatagramOutcome {
+            match self.channel.on_packet(&header.channel).0 {
+                PacketAction::Duplicate => DatagramOutcome::Duplicate,
+                PacketAction::Data { .. } => {
+                    self.applied.push((header.channel.sequence, now));
+                    DatagramOutcome::Applied
+                }
+                _ => DatagramOutcome::Applied,
+            }
+        }
+        fn take_image_wanted(&mut self) -> Option<i64> {
+            None
+        }
+        fn channel(&self) -> &Channel {
+            &self.channel
+        }
+        fn counters(&mut self) -> &mut FeedCounters {
+            &mut self.counters
+        }
+        fn recovery_state(&self) -> u8 {
+            self.state
+        }
+        fn set_recovery_state(&mut self, code: u8) {
+            self.state = code;
+        }
+        fn set_recovering(&mut self, on: bool) {
+            self.recovering = on;
+        }
+    }
+
+    fn driver(servers: usize) -> (Recovery<MoldUdp64>, Rules) {
+        let settings = FeedSettings {
+            recovery: Settings {
+                gap_hold_us: 1_000,
+                rerequest_servers: servers,
+                ..Settings::default()
+            },
+            ..FeedSettings::default()
+        };
+        let rules = Rules {
+            channel: Channel::with_max_jump(settings.max_channel_jump),
+            counters: FeedCounters::new(1),
+            ..Rules::default()
+        };
+        (Recovery::new(&settings, MoldUdp64), rules)
+    }
+
+    fn offer(r: &mut Recovery<MoldUdp64>, d: &mut Rules, seq: u64, now: i64) -> DatagramOutcome {
+        let h = header(seq, 1, PacketKind::Data);
+        r.on_datagram(d, Source::Line(0), &seq.to_be_bytes(), &h, now)
+    }
+
+    #[test]
+    fn a_hole_holds_what_is_beyond_and_releases_it_in_order_when_filled() {
+        let (mut r, mut d) = driver(0);
+        assert_eq!(offer(&mut r, &mut d, 1, MS), DatagramOutcome::Applied);
+        assert!(r.steady(&d, &header(2, 1, PacketKind::Data)));
+        assert!(!r.steady(&d, &header(3, 1, PacketKind::Data)), "beyond");
+        assert_eq!(offer(&mut r, &mut d, 3, 2 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut r, &mut d, 4, 3 * MS), DatagramOutcome::Held);
+        assert!(r.recovering() && d.recovering);
+        assert_eq!(d.state, RECOVERY_HOLDING);
+        assert_eq!(r.next_timeout(), Some(3 * MS + 1), "gap_hold_us after 3");
+        // Before the deadline (3 ms): filled, not declared.
+        assert_eq!(offer(&mut r, &mut d, 2, 3 * MS), DatagramOutcome::Applied);
+        let order: Vec<u64> = d.applied.iter().map(|a| a.0).collect();
+        assert_eq!(order, [1, 2, 3, 4]);
+        assert!(!r.recovering() && !d.recovering);
+        assert_eq!(d.state, RECOVERY_LIVE);
+        let c = &d.counters.recovery;
+        assert_eq!((c.holes_opened, c.holes_filled, c.holes_lost), (1, 1, 0));
+        assert_eq!(c.hole_time.count(), 1);
+    }
+
+    #[test]
+    fn a_hole_is_declared_lost_right_after_its_deadline_at_the_deadline() {
+        let (mut r, mut d) = driver(0);
+        offer(&mut r, &mut d, 1, MS);
+        offer(&mut r, &mut d, 3, 2 * MS);
+        r.handle_timeout(&mut d, 3 * MS);
+        assert!(r.recovering(), "not past the deadline yet");
+        r.handle_timeout(&mut d, 3 * MS + 1);
+        assert_eq!(
+            d.applied,
+            [(1, MS), (3, 3 * MS)],
+            "processed at the deadline"
+        );
+        assert!(!r.recovering() && r.next_timeout().is_none());
+        assert_eq!(d.counters.recovery.holes_lost, 1);
+    }
+
+    #[test]
+    fn a_refill_service_is_asked_when_the_hole_is_due_and_answers_fill_it() {
+        let (mut r, mut d) = driver(1);
+        offer(&mut r, &mut d, 1, MS);
+        offer(&mut r, &mut d, 4, 2 * MS);
+        assert!(r.poll_request(&mut d.counters).is_none(), "not due yet");
+        r.handle_timeout(&mut d, 3 * MS);
+        let (server, request) = r.poll_request(&mut d.counters).expect("due");
+        assert_eq!((server, request.sequence, request.count), (0, 2, 2));
+        r.handle_timeout(&mut d, 3 * MS);
+        assert_eq!(d.state, RECOVERY_REREQUESTING);
+        let h = header(2, 2, PacketKind::Data);
+        let out = r.on_answer(&mut d, b"answer", &h, 4 * MS);
+        assert_eq!(out, DatagramOutcome::Applied);
+        let order: Vec<u64> = d.applied.iter().map(|a| a.0).collect();
+        assert_eq!(order, [1, 2, 4]);
+        assert_eq!(d.counters.recovery.answers_received, 1);
+        assert!(!r.recovering());
+        // An answer of another session changes nothing.
+        let mut other = header(5, 1, PacketKind::Data);
+        other.channel.session = crate::wire::SessionId(*b"SESSION002");
+        let out = r.on_answer(&mut d, b"x", &other, 5 * MS);
+        assert_eq!(out, DatagramOutcome::Ignored);
+        assert_eq!(d.counters.recovery.answers_wrong_session, 1);
+    }
+}

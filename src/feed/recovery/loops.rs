@@ -1,0 +1,638 @@
+//! A venue's snapshot and definition loops (venues.md `cme-mdp3`,
+//! Snapshots) as a state machine beside the feed's rules: which instruments
+//! wait for a snapshot, the incremental entries kept while they wait, what
+//! a loop snapshot must cover to be used, and which loop lines are wanted.
+//! Sans-I/O: `now` is passed in; the venue's adapter decodes the loops and
+//! tells the machine what it saw through [`LoopMachine`] (the book, the
+//! instrument's names and the symbol rules stay the adapter's and the
+//! feed's).
+//!
+//! States: each instrument is [`Instrument::Unknown`] (never given a
+//! slot), [`Instrument::Live`] (its entries apply in order) or
+//! [`Instrument::Waiting`] (since `now`: it waits for a snapshot or its
+//! next entry, and its entries are kept). The snapshot loop is wanted while
+//! any instrument waits; the definition loop until it was seen whole
+//! (TotNumReports) and while an entry names an instrument without a
+//! definition ([`Loops::wants`]).
+//!
+//! One `Loops` serves one channel: instruments are the channel's indices.
+
+use std::collections::BTreeSet;
+
+use crate::venue::codec::LoopMachine;
+use crate::venue::{LineKind, VenueRecovery};
+
+/// An instrument's place in the loops' rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instrument {
+    /// Never given a slot: nothing waits for it.
+    Unknown,
+    /// Its entries apply in order; no snapshot is wanted for it.
+    Live,
+    /// Waits for a snapshot (or its next entry) since `since`; its entries
+    /// are kept.
+    Waiting { since: i64 },
+}
+
+/// What a loop snapshot must cover in the current session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// The send time of the session's first packet.
+    session_start: u64,
+    /// The highest packet sequence a snapshot must have processed: the
+    /// latest channel reset's packet and every packet declared lost (0:
+    /// none).
+    must_cover: u64,
+}
+
+impl Coverage {
+    /// A session began (the feed's first packet, or C5) with a packet sent
+    /// at `sent`: nothing lost yet.
+    pub fn new_session(&mut self, sent: u64) {
+        *self = Coverage {
+            session_start: sent,
+            must_cover: 0,
+        };
+    }
+
+    /// The packet `seq` carried a channel reset.
+    pub fn channel_reset(&mut self, seq: u32) {
+        self.must_cover = self.must_cover.max(u64::from(seq));
+    }
+
+    /// Packets `from` to `to` (inclusive) were declared lost (C3).
+    pub fn lost(&mut self, from: u64, to: u64) {
+        if to >= from {
+            self.must_cover = self.must_cover.max(to);
+        }
+    }
+
+    /// Whether a snapshot sent at `sent` after the packets up to `m`
+    /// reflects everything the session lost or reset.
+    pub fn covers(&self, sent: u64, m: u32) -> bool {
+        sent > self.session_start && u64::from(m) >= self.must_cover
+    }
+}
+
+/// Whether a snapshot with sequence `r` can be used for a waiting
+/// instrument whose sequence is `last_seq` (`None`: none yet), given
+/// whether a kept entry continues it (has sequence `r + 1`): a snapshot
+/// never rolls an instrument back. Coverage is checked apart.
+pub fn continues(r: u32, last_seq: Option<u32>, kept_continues: bool) -> bool {
+    match last_seq {
+        None => true,
+        Some(last) => r >= last || kept_continues,
+    }
+}
+
+/// The definition loop's progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Definitions {
+    /// The loop's TotNumReports, once a definition carried it.
+    total: Option<u32>,
+    /// Instruments with a definition.
+    defined: u32,
+    /// Instruments named by an entry and still without a definition.
+    undefined_named: u32,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Node<E> {
+    entry: E,
+    rank: u32,
+    next: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct List {
+    head: u32,
+    tail: u32,
+    len: u32,
+    /// Given a slot: `all_wait` makes it wait.
+    known: bool,
+    /// Set while the instrument waits: its place in the wait order, and
+    /// when it started.
+    since: Option<(u64, i64)>,
+}
+
+const EMPTY: List = List {
+    head: NONE,
+    tail: NONE,
+    len: 0,
+    known: false,
+    since: None,
+};
+
+/// The loops of one channel. Kept entries (`E`, the venue's, each with its
+/// instrument sequence as `rank`) are at most `cap` in all: beyond it, the
+/// kept entries of the instrument that has waited longest (among those
+/// that hold some) are dropped. Entries live in one slab that grows to the
+/// largest number kept at once and is reused; keeping an entry allocates
+/// only when the slab grows.
+///
+/// Cost and memory: the instruments holding entries are ordered by when
+/// they started waiting (`holders`), so the one to drop is found at once,
+/// whatever the number of waiting instruments without entries; an
+/// instrument enters or leaves that order only when it gains its first
+/// entry or loses them all (O(log h) for h holders), every other entry is
+/// O(1). The bookkeeping is one record per instrument, one node per kept
+/// entry and one order item per holder: nothing grows with the number of
+/// gaps or waits.
+#[derive(Debug)]
+pub struct Loops<E> {
+    cap: usize,
+    slab: Vec<Node<E>>,
+    free: u32,
+    lists: Vec<List>,
+    /// The waiting instruments that hold entries, by when they started
+    /// waiting: (wait order, instrument).
+    holders: BTreeSet<(u64, u32)>,
+    clock: u64,
+    kept: usize,
+    waiting: usize,
+    dropped: u64,
+    coverage: Coverage,
+    definitions: Definitions,
+}
+
+impl<E: Copy> Loops<E> {
+    pub fn new(cap: usize) -> Loops<E> {
+        Loops {
+            cap,
+            slab: Vec::new(),
+            free: NONE,
+            lists: Vec::new(),
+            holders: BTreeSet::new(),
+            clock: 0,
+            kept: 0,
+            waiting: 0,
+            dropped: 0,
+            coverage: Coverage::default(),
+            definitions: Definitions::default(),
+        }
+    }
+
+    /// Entries kept now (the `recovery_entries` gauge).
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+
+    /// Entries dropped over the bound so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Instruments waiting for a snapshot (a gauge).
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// The gauges readers see (venues.md `cme-mdp3`).
+    pub fn gauges(&self) -> VenueRecovery {
+        VenueRecovery {
+            waiting: self.waiting as u64,
+            kept_entries: self.kept as u64,
+            kept_dropped: self.dropped,
+        }
+    }
+
+    pub fn state(&self, instrument: u32) -> Instrument {
+        match self.lists.get(instrument as usize) {
+            Some(List {
+                since: Some((_, t)),
+                ..
+            }) => Instrument::Waiting { since: *t },
+            Some(List { known: true, .. }) => Instrument::Live,
+            _ => Instrument::Unknown,
+        }
+    }
+
+    pub fn is_waiting(&self, instrument: u32) -> bool {
+        self.lists
+            .get(instrument as usize)
+            .is_some_and(|l| l.since.is_some())
+    }
+
+    /// How many entries are kept for `instrument`.
+    pub fn len(&self, instrument: u32) -> usize {
+        self.lists
+            .get(instrument as usize)
+            .map_or(0, |l| l.len as usize)
+    }
+
+    /// Whether a line of `kind` should be received now: incremental lines
+    /// always; the snapshot loop while an instrument waits; the definition
+    /// loop until it was seen whole and while an entry names an instrument
+    /// without a definition.
+    pub fn wants(&self, kind: LineKind) -> bool {
+        let d = &self.definitions;
+        match kind {
+            LineKind::Incremental => true,
+            LineKind::Snapshot => self.waiting > 0,
+            LineKind::Definition => {
+                d.total.is_none_or(|total| d.defined < total) || d.undefined_named > 0
+            }
+        }
+    }
+
+    /// A new session (C5, not the feed's first): every kept entry and wait
+    /// is forgotten, then every known instrument waits.
+    pub fn new_session(&mut self, now: i64) {
+        self.forget_waits();
+        self.all_wait(now);
+    }
+
+    fn list(&mut self, instrument: u32) -> &mut List {
+        let i = instrument as usize;
+        if self.lists.len() <= i {
+            self.lists.resize(i + 1, EMPTY);
+        }
+        &mut self.lists[i]
+    }
+
+    fn clear(&mut self, instrument: u32) {
+        let l = &mut self.lists[instrument as usize];
+        let (mut at, n) = (l.head, l.len);
+        if n > 0 {
+            if let Some((order, _)) = l.since {
+                self.holders.remove(&(order, instrument));
+            }
+        }
+        l.head = NONE;
+        l.tail = NONE;
+        l.len = 0;
+        while at != NONE {
+            let next = self.slab[at as usize].next;
+            self.slab[at as usize].next = self.free;
+            self.free = at;
+            at = next;
+        }
+        self.kept -= n as usize;
+    }
+
+    /// At the bound: the kept entries of the longest waiter holding some
+    /// are dropped (false: nobody holds any).
+    fn drop_longest_waiting(&mut self) -> bool {
+        let Some(&(_, i)) = self.holders.first() else {
+            return false;
+        };
+        self.dropped += u64::from(self.lists[i as usize].len);
+        self.clear(i);
+        true
+    }
+
+    /// Whether an entry ranked `rank` is kept for `instrument`.
+    pub fn has(&self, instrument: u32, rank: u32) -> bool {
+        self.ranked(instrument).any(|(r, _)| r == rank)
+    }
+
+    /// The kept entries of `instrument`, in order.
+    pub fn entries(&self, instrument: u32) -> impl Iterator<Item = E> + '_ {
+        self.ranked(instrument).map(|(_, e)| e)
+    }
+
+    fn ranked(&self, instrument: u32) -> impl Iterator<Item = (u32, E)> + '_ {
+        let mut at = self.lists.get(instrument as usize).map_or(NONE, |l| l.head);
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let n = self.slab[at as usize];
+            at = n.next;
+            Some((n.rank, n.entry))
+        })
+    }
+}
+
+impl<E: Copy> LoopMachine<E> for Loops<E> {
+    fn start_waiting(&mut self, instrument: u32, now: i64) {
+        let l = self.list(instrument);
+        l.known = true;
+        if l.since.is_some() {
+            return;
+        }
+        self.clock += 1;
+        let order = self.clock;
+        self.list(instrument).since = Some((order, now));
+        self.waiting += 1;
+    }
+
+    fn stop_waiting(&mut self, instrument: u32) {
+        if !self.is_waiting(instrument) {
+            return;
+        }
+        self.clear(instrument);
+        self.lists[instrument as usize].since = None;
+        self.waiting -= 1;
+    }
+
+    fn all_wait(&mut self, now: i64) {
+        for i in 0..self.lists.len() as u32 {
+            if self.lists[i as usize].known {
+                self.start_waiting(i, now);
+            }
+        }
+    }
+
+    fn forget_waits(&mut self) {
+        for i in 0..self.lists.len() as u32 {
+            self.stop_waiting(i);
+        }
+        debug_assert!(self.holders.is_empty());
+        self.holders.clear();
+    }
+
+    fn keep(&mut self, instrument: u32, rank: u32, entry: E) {
+        if !self.is_waiting(instrument) {
+            return;
+        }
+        if self.kept >= self.cap && !self.drop_longest_waiting() {
+            self.dropped += 1;
+            return;
+        }
+        let node = Node {
+            entry,
+            rank,
+            next: NONE,
+        };
+        let at = if self.free != NONE {
+            let at = self.free;
+            self.free = self.slab[at as usize].next;
+            self.slab[at as usize] = node;
+            at
+        } else {
+            self.slab.push(node);
+            (self.slab.len() - 1) as u32
+        };
+        let tail = self.lists[instrument as usize].tail;
+        if tail == NONE {
+            self.lists[instrument as usize].head = at;
+        } else {
+            self.slab[tail as usize].next = at;
+        }
+        let l = &mut self.lists[instrument as usize];
+        l.tail = at;
+        l.len += 1;
+        if l.len == 1 {
+            if let Some((order, _)) = l.since {
+                self.holders.insert((order, instrument));
+            }
+        }
+        self.kept += 1;
+    }
+
+    fn take_after(&mut self, instrument: u32, rank: u32, out: &mut Vec<E>) {
+        if (instrument as usize) < self.lists.len() {
+            let mut at = self.lists[instrument as usize].head;
+            while at != NONE {
+                let n = self.slab[at as usize];
+                if n.rank > rank {
+                    out.push(n.entry);
+                }
+                at = n.next;
+            }
+            self.clear(instrument);
+        }
+        self.stop_waiting(instrument);
+    }
+
+    fn session_began(&mut self, sent: u64) {
+        self.coverage.new_session(sent);
+    }
+
+    fn channel_reset(&mut self, seq: u32) {
+        self.coverage.channel_reset(seq);
+    }
+
+    fn lost(&mut self, from: u64, to: u64) {
+        self.coverage.lost(from, to);
+    }
+
+    fn snapshot_usable(
+        &self,
+        instrument: u32,
+        sent: u64,
+        processed: u32,
+        rank: u32,
+        last: Option<u32>,
+        believed: bool,
+    ) -> bool {
+        self.coverage.covers(sent, processed)
+            && (!believed || continues(rank, last, self.has(instrument, rank.wrapping_add(1))))
+    }
+
+    fn defined(&mut self, first: bool, total: Option<u32>) {
+        if first {
+            self.definitions.defined += 1;
+        }
+        if let Some(t) = total {
+            self.definitions.total = Some(t);
+        }
+    }
+
+    fn named_undefined(&mut self, named: bool) {
+        let d = &mut self.definitions;
+        if named {
+            d.undefined_named += 1;
+        } else {
+            d.undefined_named -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rpts(k: &Loops<u32>, i: u32) -> Vec<u32> {
+        k.entries(i).collect()
+    }
+
+    /// An entry whose content is its rank.
+    fn keep(k: &mut Loops<u32>, i: u32, rank: u32) {
+        k.keep(i, rank, rank);
+    }
+
+    #[test]
+    fn coverage_of_resets_and_lost_packets() {
+        let mut c = Coverage::default();
+        c.new_session(100);
+        assert!(c.covers(101, 0));
+        assert!(!c.covers(100, 5), "sent when the session began");
+        c.lost(2, 2);
+        assert!(!c.covers(200, 1));
+        assert!(c.covers(200, 2));
+        c.channel_reset(7);
+        assert!(!c.covers(200, 6));
+        assert!(c.covers(200, 7));
+        c.lost(3, 4);
+        assert!(c.covers(200, 7), "the highest counts");
+        c.new_session(300);
+        assert!(c.covers(301, 0));
+        assert!(!c.covers(250, 9), "sent before this session");
+    }
+
+    #[test]
+    fn snapshots_never_roll_an_instrument_back() {
+        assert!(continues(3, None, false));
+        assert!(continues(6, Some(6), false));
+        assert!(!continues(4, Some(6), false));
+        assert!(continues(4, Some(6), true), "kept entries 5.. continue it");
+    }
+
+    #[test]
+    fn a_snapshot_is_usable_when_covered_and_continued_or_the_sequence_unbelieved() {
+        let mut k = Loops::<u32>::new(100);
+        k.session_began(100);
+        k.lost(5, 9);
+        k.start_waiting(1, 0);
+        // Sent after the session began, covering packet 9; RptSeq 6 after 6.
+        assert!(k.snapshot_usable(1, 200, 9, 6, Some(6), true));
+        assert!(!k.snapshot_usable(1, 200, 8, 6, Some(6), true), "9 lost");
+        assert!(!k.snapshot_usable(1, 100, 9, 6, Some(6), true), "too old");
+        assert!(
+            !k.snapshot_usable(1, 200, 9, 4, Some(6), true),
+            "rolls back"
+        );
+        assert!(
+            k.snapshot_usable(1, 200, 9, 4, Some(6), false),
+            "unbelieved"
+        );
+        keep(&mut k, 1, 5);
+        assert!(
+            k.snapshot_usable(1, 200, 9, 4, Some(6), true),
+            "5 continues 4"
+        );
+    }
+
+    #[test]
+    fn instruments_are_unknown_live_or_waiting_since_now() {
+        let mut k = Loops::<u32>::new(10);
+        assert_eq!(k.state(3), Instrument::Unknown);
+        k.start_waiting(3, 50);
+        assert_eq!(k.state(3), Instrument::Waiting { since: 50 });
+        k.start_waiting(3, 60);
+        assert_eq!(k.state(3), Instrument::Waiting { since: 50 }, "already");
+        k.stop_waiting(3);
+        assert_eq!(k.state(3), Instrument::Live);
+        assert_eq!(k.state(2), Instrument::Unknown, "below a known one");
+        // A gap, a reset or a session: every known instrument waits.
+        k.all_wait(70);
+        assert_eq!(k.state(3), Instrument::Waiting { since: 70 });
+        assert_eq!((k.state(2), k.waiting()), (Instrument::Unknown, 1));
+        k.new_session(80);
+        assert_eq!(k.state(3), Instrument::Waiting { since: 80 });
+    }
+
+    #[test]
+    fn entries_are_kept_while_waiting_and_taken_above_the_snapshot() {
+        let mut k = Loops::<u32>::new(100);
+        keep(&mut k, 1, 5);
+        assert_eq!(k.kept(), 0, "not waiting");
+        k.start_waiting(1, 0);
+        for r in [5, 6, 7] {
+            keep(&mut k, 1, r);
+        }
+        assert_eq!((k.kept(), k.waiting()), (3, 1));
+        assert!(k.has(1, 5) && !k.has(1, 4));
+        let mut taken = Vec::new();
+        k.take_after(1, 5, &mut taken);
+        assert_eq!(taken, [6, 7]);
+        assert_eq!((k.kept(), k.waiting()), (0, 0));
+        assert_eq!(k.state(1), Instrument::Live);
+        keep(&mut k, 1, 8);
+        assert_eq!((k.kept(), k.len(1)), (0, 0), "live: nothing kept");
+    }
+
+    #[test]
+    fn the_longest_waiter_loses_its_entries_at_the_bound() {
+        let mut k = Loops::<u32>::new(4);
+        k.start_waiting(3, 0);
+        k.start_waiting(1, 0);
+        k.start_waiting(2, 0);
+        keep(&mut k, 3, 1);
+        keep(&mut k, 3, 2);
+        keep(&mut k, 1, 10);
+        keep(&mut k, 2, 20);
+        // Full: instrument 3 waited longest.
+        keep(&mut k, 2, 21);
+        assert_eq!(rpts(&k, 3), Vec::<u32>::new());
+        assert_eq!(rpts(&k, 2), [20, 21]);
+        assert_eq!((k.kept(), k.dropped()), (3, 2));
+        assert!(k.is_waiting(3), "it still waits");
+        // 3 waits longest again, with an entry: it loses it.
+        keep(&mut k, 3, 3);
+        keep(&mut k, 2, 22);
+        assert_eq!(rpts(&k, 3), Vec::<u32>::new());
+        assert_eq!(rpts(&k, 1), [10]);
+        assert_eq!(k.dropped(), 3);
+        // 3 holds nothing: 1 is the longest waiter with entries.
+        keep(&mut k, 2, 23);
+        assert_eq!(rpts(&k, 1), Vec::<u32>::new());
+        assert_eq!(rpts(&k, 2), [20, 21, 22, 23]);
+        assert_eq!((k.kept(), k.dropped()), (4, 4));
+        // The slab is reused: it never grew past the bound.
+        assert!(k.slab.len() <= 4);
+        let mut none = Loops::<u32>::new(0);
+        none.start_waiting(0, 0);
+        keep(&mut none, 0, 1);
+        assert_eq!((none.kept(), none.dropped()), (0, 1));
+        k.forget_waits();
+        assert_eq!((k.kept(), k.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn waits_without_entries_leave_nothing_behind() {
+        // Gaps over quiet instruments: each waits, stops, waits again.
+        let mut k = Loops::<u32>::new(2);
+        for _ in 0..1000 {
+            for i in 0..50 {
+                k.start_waiting(i, 0);
+            }
+            for i in 0..50 {
+                k.stop_waiting(i);
+            }
+        }
+        assert_eq!((k.waiting(), k.holders.len()), (0, 0));
+        // Quiet waiters ahead of the holders are not in the drop order.
+        for i in 0..50 {
+            k.start_waiting(i, 0);
+        }
+        keep(&mut k, 49, 1);
+        keep(&mut k, 48, 1);
+        assert_eq!(k.holders.len(), 2);
+        keep(&mut k, 49, 2);
+        assert_eq!(rpts(&k, 48), Vec::<u32>::new(), "48 waited longest");
+        assert_eq!(rpts(&k, 49), [1, 2]);
+        assert_eq!(k.holders.len(), 1);
+    }
+
+    #[test]
+    fn the_snapshot_loop_is_wanted_while_an_instrument_waits() {
+        let mut k = Loops::<u32>::new(10);
+        assert!(k.wants(LineKind::Incremental));
+        assert!(!k.wants(LineKind::Snapshot));
+        k.start_waiting(0, 0);
+        assert!(k.wants(LineKind::Snapshot));
+        k.take_after(0, 0, &mut Vec::new());
+        assert!(!k.wants(LineKind::Snapshot));
+    }
+
+    #[test]
+    fn the_definition_loop_is_wanted_until_seen_whole_and_while_an_entry_names_an_undefined_one() {
+        let mut k = Loops::<u32>::new(10);
+        assert!(k.wants(LineKind::Definition), "total not known yet");
+        k.defined(true, Some(2));
+        assert!(k.wants(LineKind::Definition), "1 of 2");
+        k.defined(false, Some(2));
+        assert!(k.wants(LineKind::Definition), "the same one again");
+        k.defined(true, None);
+        assert!(!k.wants(LineKind::Definition), "2 of 2");
+        k.named_undefined(true);
+        assert!(k.wants(LineKind::Definition), "an entry names a third");
+        k.named_undefined(false);
+        assert!(!k.wants(LineKind::Definition));
+    }
+}
