@@ -24,8 +24,8 @@ use super::view::{
 };
 use crate::venue::rerequest::{MoldUdp64, Request};
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Policy, Rules,
-    Venue, VenueKind, VenueRecovery,
+    AnyVenue, ChannelHeader, Count, DatagramError, EntryOutcome, Header, LineKind, Placement,
+    Policy, Rules, Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
@@ -342,10 +342,10 @@ impl<P: Publish> Feed<P> {
             return DatagramOutcome::UnknownLine;
         }
         let kind = self.line_kinds[line];
-        if kind != LineKind::Incremental {
+        if !kind.sequenced() {
             return self.on_loop_datagram(line, kind, datagram, now);
         }
-        let header = match self.venue.parse(datagram) {
+        let mut header = match self.venue.parse(datagram) {
             Ok(h) => h,
             Err(e) => {
                 self.counters.invalid_packets += 1;
@@ -357,6 +357,14 @@ impl<P: Publish> Feed<P> {
             // venues.md `cme-mdp3`: a session candidate changes nothing
             // until the next packet of its numbering confirms it.
             self.counters.lines[line].packets += 1;
+            return DatagramOutcome::Ignored;
+        }
+        let next = self.channel.next_sequence();
+        let placed = self.venue.place(kind, datagram, &mut header, next, now);
+        if placed != Placement::Channel {
+            // Of no session: nothing for replay's session notes.
+            self.last_header = None;
+            self.count_unplaced(line, placed);
             return DatagramOutcome::Ignored;
         }
         self.last_header = Some(header.channel);
@@ -417,6 +425,20 @@ impl<P: Publish> Feed<P> {
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
         Some(self.process_payload(Source::Line(line), Payload::Blocks(blocks), &header, now))
+    }
+
+    /// A valid datagram the venue kept from the channel rules (venues.md
+    /// `cboe-pitch`): received on its line, counted by why.
+    #[cold]
+    fn count_unplaced(&mut self, line: usize, placed: Placement) {
+        self.counters.lines[line].packets += 1;
+        let c = &mut self.counters;
+        match placed {
+            Placement::Channel => {}
+            Placement::Unsequenced => c.unsequenced += 1,
+            Placement::GapDropped => c.gap_dropped += 1,
+            Placement::OtherUnit => c.units_not_followed += 1,
+        }
     }
 
     /// What `line` carries (venues.md `cme-mdp3`, Lines; every line is
@@ -1089,6 +1111,7 @@ impl<P: Publish> Feed<P> {
             self.venue.on_session_start(now, first_session);
         }
         if ev.lost > 0 {
+            self.venue.on_loss();
             // C3, O(1): every symbol is unverified until S7.
             // Saturating: a forged sequence near u64::MAX must not wrap it.
             self.counters.channel_messages_lost =
@@ -1396,6 +1419,8 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::OrderConflict => c.order_conflicts += 1,
             Count::LocateConflict => c.locate_conflicts += 1,
             Count::BookError => c.book_errors += 1,
+            Count::UnitClear => c.unit_clears += 1,
+            Count::PriceUnbookable => c.prices_unbookable += 1,
             Count::SnapshotIgnored => c.snapshots_ignored += 1,
             Count::SymbolOverflow => c.symbols_overflow += 1,
         }

@@ -664,7 +664,8 @@ impl Venue for CmeMdp3 {
 
     fn wants_loop(&self, kind: LineKind) -> bool {
         match kind {
-            LineKind::Incremental => true,
+            // (CME has no gap lines: config refuses them.)
+            LineKind::Incremental | LineKind::Gap => true,
             // While an instrument waits for a snapshot.
             LineKind::Snapshot => self.kept.waiting() > 0,
             // Until the loop was seen whole, and while an entry names an

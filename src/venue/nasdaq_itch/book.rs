@@ -481,6 +481,38 @@ impl Books {
         }
     }
 
+    /// The live shares of an order [`Books::lookup`] just found.
+    #[inline]
+    pub fn found_shares(&self, found: &Found) -> u32 {
+        found.order.shares
+    }
+
+    /// Sets the order's shares to `shares`, keeping its side, price and
+    /// place (Cboe PITCH's Executed at Price/Size, whose remaining shares
+    /// may be more or fewer than the book holds); at 0 the order leaves.
+    /// Never an error.
+    #[inline]
+    pub fn set_shares_found(&mut self, found: Found, shares: u32) -> Effect {
+        let Found {
+            slot,
+            order,
+            locate,
+        } = found;
+        if shares == 0 {
+            self.remove(slot, order);
+        } else if shares != order.shares {
+            let n = &mut self.nodes[order.level as usize];
+            n.shares = n.shares - order.shares as u64 + shares as u64;
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
+            self.orders.set_shares(slot, shares);
+        }
+        Effect {
+            locate,
+            error: None,
+        }
+    }
+
     /// D: removes the order. `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn delete(&mut self, order_ref: u64) -> Result<Effect, OrderError> {
