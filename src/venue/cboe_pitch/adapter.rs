@@ -564,3 +564,262 @@ impl Venue for CboePitch {
         Some(&self.types)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::counters::FeedCounters;
+    use crate::feed::engine::{DatagramOutcome, Feed};
+    use crate::feed::settings::FeedSettings;
+    use crate::feed::view::SuspectCause;
+    use crate::venue::cboe_pitch::frame::frame;
+    use crate::venue::cboe_pitch::messages::{encode, Width};
+    use crate::venue::VenueKind;
+    use crate::wire::Symbol;
+
+    /// 2026-12-01 09:30 New York, as in pitch_scenarios.json.
+    const T0: i64 = 1_796_135_400_000_020_000;
+    const MS: i64 = 1_000_000;
+    /// $20.00 in 10^-9.
+    const P20: i64 = 20_000_000_000;
+
+    fn sym(s: &str) -> Symbol {
+        Symbol::parse(s).unwrap()
+    }
+
+    fn add(id: u64, side: u8, shares: u32, symbol: &str, price: i64) -> Message {
+        Message::AddOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: id,
+            side,
+            shares,
+            symbol: sym(symbol),
+            price,
+            flags: 1,
+        }
+    }
+
+    fn dgram(unit: u8, seq: u32, msgs: &[Message]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for m in msgs {
+            encode(m, &mut body).unwrap();
+        }
+        let mut out = Vec::new();
+        frame(unit, seq, msgs.len() as u8, &body, &mut out).unwrap();
+        out
+    }
+
+    /// A feed of unit 1, its session begun at sequence 1 by a Time.
+    fn feed() -> Feed {
+        let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CboePitch), 2);
+        let out = f.on_datagram(0, &dgram(1, 1, &[Message::Time { seconds: 34_200 }]), T0);
+        assert_eq!(out, DatagramOutcome::Applied);
+        f
+    }
+
+    struct Unit {
+        f: Feed,
+        seq: u32,
+        t: i64,
+    }
+
+    impl Unit {
+        fn new() -> Unit {
+            Unit {
+                f: feed(),
+                seq: 2,
+                t: T0,
+            }
+        }
+
+        fn send(&mut self, msgs: &[Message]) -> DatagramOutcome {
+            self.t += MS;
+            let d = dgram(1, self.seq, msgs);
+            self.seq += msgs.len() as u32;
+            self.f.on_datagram(0, &d, self.t)
+        }
+
+        fn bid(&self, s: &str) -> Option<(i64, u64)> {
+            let q = self.f.symbol_summary(sym(s)).unwrap();
+            q.bid.map(|b| (b.px, b.qty))
+        }
+
+        fn ask(&self, s: &str) -> Option<(i64, u64)> {
+            let q = self.f.symbol_summary(sym(s)).unwrap();
+            q.ask.map(|b| (b.px, b.qty))
+        }
+
+        fn suspect(&self, s: &str) -> Option<SuspectCause> {
+            self.f.symbol_summary(sym(s)).unwrap().suspect
+        }
+
+        fn counters(&self) -> &FeedCounters {
+            self.f.counters()
+        }
+    }
+
+    fn executed_at(id: u64, remaining: u32) -> Message {
+        Message::ExecutedAtPriceSize {
+            offset: 0,
+            order_id: id,
+            shares: 1,
+            remaining,
+            execution_id: 9,
+            price: messages::RawPrice::Long(200_000),
+        }
+    }
+
+    #[test]
+    fn session_ids_name_the_unit_and_count_its_sessions() {
+        assert_eq!(session_id(1, 1).to_string(), "U001S00001");
+        assert_eq!(session_id(255, 12).to_string(), "U255S00012");
+        let f = feed();
+        assert_eq!(f.current_session(), Some(session_id(1, 1)));
+    }
+
+    #[test]
+    fn executed_at_price_size_sets_the_remaining_shares_up_or_down() {
+        let mut u = Unit::new();
+        u.send(&[add(7, b'B', 100, "AAPL", P20)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        // More than the book holds (Cboe's remaining is the truth).
+        u.send(&[executed_at(7, 150)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 150)));
+        u.send(&[executed_at(7, 40)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 40)));
+        // At 0 the order leaves: a later Delete names an unknown order.
+        u.send(&[executed_at(7, 0)]);
+        assert_eq!(u.bid("AAPL"), None);
+        assert_eq!(u.counters().live_orders, 0);
+        u.send(&[Message::DeleteOrder {
+            offset: 0,
+            order_id: 7,
+        }]);
+        assert_eq!(u.counters().unknown_orders, 1);
+        assert_eq!(u.suspect("AAPL"), None);
+    }
+
+    #[test]
+    fn modify_keeps_the_side_and_to_zero_shares_removes_the_order() {
+        let mut u = Unit::new();
+        u.send(&[add(3, b'S', 100, "MSFT", P20)]);
+        u.send(&[Message::ModifyOrder {
+            width: Width::Short,
+            offset: 0,
+            order_id: 3,
+            shares: 300,
+            price: 2_005 * 10_000_000,
+            flags: 0,
+        }]);
+        assert_eq!(u.ask("MSFT"), Some((20_050_000_000, 300)));
+        assert_eq!(u.bid("MSFT"), None);
+        u.send(&[Message::ModifyOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: 3,
+            shares: 0,
+            price: P20,
+            flags: 0,
+        }]);
+        assert_eq!(u.ask("MSFT"), None);
+        let c = u.counters();
+        assert_eq!(
+            (c.unknown_orders, c.book_errors, c.invalid_messages),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_live_id_added_again_replaces_the_order_and_suspects_both_symbols() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20), add(2, b'B', 50, "IBM", P20)]);
+        u.send(&[add(1, b'S', 70, "IBM", 2 * P20)]);
+        assert_eq!(u.counters().book_errors, 1);
+        assert_eq!(u.bid("AAPL"), None, "the old order left AAPL's book");
+        assert_eq!(u.ask("IBM"), Some((2 * P20, 70)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::Gap));
+        assert_eq!(u.suspect("IBM"), Some(SuspectCause::Gap));
+    }
+
+    #[test]
+    fn an_add_of_another_side_is_not_placed() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        u.send(&[add(2, b'X', 100, "AAPL", 2 * P20)]);
+        assert_eq!(u.counters().book_errors, 1);
+        assert_eq!(u.ask("AAPL"), None);
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::Gap));
+        // A refused Add still makes its symbol known (no_data).
+        u.send(&[add(3, b'X', 100, "ZVZZT", P20)]);
+        let z = u.f.symbol_summary(sym("ZVZZT")).unwrap();
+        assert!(!z.has_quote);
+    }
+
+    /// The known limit: `Books` holds u32 prices with 4 decimals.
+    #[test]
+    fn a_price_above_what_the_books_hold_is_counted_and_suspect() {
+        let mut u = Unit::new();
+        // $429,496.7295 is the most the books hold; one tick more is not.
+        let most = u32::MAX as i64 * LONG_PRICE_SCALE;
+        u.send(&[add(1, b'S', 1, "BRKA", most)]);
+        assert_eq!(u.ask("BRKA"), Some((most, 1)));
+        assert_eq!(u.suspect("BRKA"), None);
+        u.send(&[add(2, b'S', 1, "BRKA", most + LONG_PRICE_SCALE)]);
+        assert_eq!(u.counters().prices_unbookable, 1);
+        assert_eq!(u.ask("BRKA"), Some((most, 1)));
+        assert_eq!(u.suspect("BRKA"), Some(SuspectCause::Gap));
+        // A Modify to such a price takes the order off the book.
+        u.send(&[Message::ModifyOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: 1,
+            shares: 1,
+            price: most + LONG_PRICE_SCALE,
+            flags: 0,
+        }]);
+        assert_eq!(u.counters().prices_unbookable, 2);
+        assert_eq!(u.ask("BRKA"), None);
+    }
+
+    #[test]
+    fn another_unit_and_sequence_zero_change_nothing() {
+        let mut u = Unit::new();
+        let other = dgram(2, 1, &[add(1, b'B', 100, "MSFT", P20)]);
+        assert_eq!(
+            u.f.on_datagram(0, &other, T0 + MS),
+            DatagramOutcome::Ignored
+        );
+        assert_eq!(u.counters().units_not_followed, 1);
+        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
+        let unsequenced = dgram(1, 0, &[add(1, b'B', 100, "MSFT", P20)]);
+        assert_eq!(
+            u.f.on_datagram(1, &unsequenced, T0 + 2 * MS),
+            DatagramOutcome::Ignored
+        );
+        assert_eq!(u.counters().unsequenced, 1);
+        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
+        // Each was received on its line.
+        assert_eq!(u.counters().lines[0].packets, 2);
+        assert_eq!(u.counters().lines[1].packets, 1);
+    }
+
+    #[test]
+    fn end_of_session_then_sequence_one_begins_the_units_next_session() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        u.send(&[Message::EndOfSession { offset: 0 }]);
+        assert!(u.f.session_ended());
+        let next = dgram(1, 1, &[Message::Time { seconds: 34_300 }]);
+        assert_eq!(
+            u.f.on_datagram(0, &next, T0 + 100 * MS),
+            DatagramOutcome::Applied
+        );
+        assert_eq!(u.f.current_session(), Some(session_id(1, 2)));
+        assert_eq!(u.counters().live_orders, 0, "C5 empties the unit's books");
+        // AAPL keeps its quote, suspect session_change.
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::SessionChange));
+    }
+}

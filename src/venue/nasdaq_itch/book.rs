@@ -1322,6 +1322,27 @@ mod tests {
         b.check();
     }
 
+    /// Cboe PITCH's Executed at Price/Size: the order's shares set, up or
+    /// down, its level and place kept; at 0 it leaves.
+    #[test]
+    fn set_shares_moves_the_level_both_ways() {
+        let mut b = Books::new(10);
+        b.add(4, 1, Side::Buy, 10, 100).unwrap();
+        b.add(4, 2, Side::Buy, 20, 100).unwrap();
+        let f = b.lookup(1).unwrap();
+        assert_eq!(b.found_shares(&f), 10);
+        assert_eq!(b.set_shares_found(f, 25).error, None);
+        assert_eq!(b.best(4).bid, lv(100, 45));
+        assert_eq!(b.order(1).unwrap().shares, 25);
+        b.set_shares_found(b.lookup(1).unwrap(), 5);
+        assert_eq!(b.best(4).bid, lv(100, 25));
+        b.set_shares_found(b.lookup(2).unwrap(), 0);
+        assert_eq!(b.order(2), None);
+        assert_eq!(b.best(4).bid, lv(100, 5));
+        assert_eq!(b.live_orders(), 1);
+        b.check();
+    }
+
     #[test]
     fn replace_errors() {
         let mut b = Books::new(10);
