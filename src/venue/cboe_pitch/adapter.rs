@@ -86,6 +86,16 @@ pub fn session_id(unit: u8, n: u32) -> SessionId {
     SessionId::parse(&text).expect("10 bytes")
 }
 
+/// The unit a synthetic session id names (`U001S00001`: 1), `None` for
+/// any other id.
+pub fn unit_of_session(id: SessionId) -> Option<u8> {
+    let b = id.0;
+    if b[0] != b'U' || b[4] != b'S' {
+        return None;
+    }
+    std::str::from_utf8(&b[1..4]).ok()?.parse().ok()
+}
+
 /// A price in 10^-9 as `Books` holds it (4 decimals, u32), `None` when it
 /// does not fit. Every price the messages give is a multiple of 10^5 (V4).
 #[inline]
@@ -674,6 +684,8 @@ mod tests {
     fn session_ids_name_the_unit_and_count_its_sessions() {
         assert_eq!(session_id(1, 1).to_string(), "U001S00001");
         assert_eq!(session_id(255, 12).to_string(), "U255S00012");
+        assert_eq!(unit_of_session(session_id(255, 12)), Some(255));
+        assert_eq!(unit_of_session(SessionId(*b"SESSION001")), None);
         let f = feed();
         assert_eq!(f.current_session(), Some(session_id(1, 1)));
     }

@@ -10,10 +10,12 @@
 //! - `sessions`: a unit's sessions without a session id (venues.md's rules
 //!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear);
 //! - `units`: symbols as members of units;
-//! - `adapter`: the `Venue` (one unit per feed for now), books and quotes.
+//! - `adapter`: the `Venue` (one unit per feed for now), books and quotes;
+//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses.
 
 pub mod adapter;
 pub mod frame;
+pub mod grp;
 pub mod messages;
 pub mod session;
 pub mod sessions;
