@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use crate::fills::config::FillsConfig;
+use crate::venue::cboe_pitch::session::{CredentialError, Login};
 use crate::venue::{LineKind, VenueKind};
 use crate::wire::Symbol;
 
@@ -125,6 +126,10 @@ pub struct FeedConfig {
     pub max_hole_ms: u64,
     /// R5: the GLIMPSE 5.0 server of a nasdaq-itch feed.
     pub snapshot: Option<SnapshotConfig>,
+    /// R4c: the Gap Request Proxy of a cboe-pitch feed.
+    pub grp: Option<GrpConfig>,
+    /// R5c: the Spin Servers of a cboe-pitch feed's units.
+    pub spin: Option<SpinConfig>,
     pub clock_offset: ClockOffset,
     pub max_symbols: usize,
     pub lines: Vec<LineConfig>,
@@ -163,6 +168,8 @@ impl FeedConfig {
             rerequest_attempts: DEFAULT_REREQUEST_ATTEMPTS,
             max_hole_ms: crate::feed::settings::DEFAULT_MAX_HOLE_MS,
             snapshot: None,
+            grp: None,
+            spin: None,
             clock_offset: ClockOffset::Auto,
             max_symbols: DEFAULT_MAX_SYMBOLS,
             lines: Vec::new(),
@@ -972,8 +979,11 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         }
     };
     let max_orders = match s.uint("max_orders", 1, MAX_MAX_ORDERS)? {
-        Some(_) if venue != VenueKind::NasdaqItch => {
-            return Err(s.err("max_orders", "applies to nasdaq-itch feeds only"))
+        Some(_) if !matches!(venue, VenueKind::NasdaqItch | VenueKind::CboePitch) => {
+            return Err(s.err(
+                "max_orders",
+                "applies to nasdaq-itch and cboe-pitch feeds only",
+            ))
         }
         Some(n) => n as usize,
         None => DEFAULT_MAX_ORDERS,
@@ -1031,6 +1041,15 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         .unwrap_or(crate::feed::settings::DEFAULT_MAX_HOLE_MS);
     let snapshot = match s.table("snapshot")? {
         None => None,
+        Some(t) if venue == VenueKind::CboePitch => {
+            drop(t);
+            s.sink.borrow_mut().push(s.err(
+                "snapshot",
+                "does not apply to cboe-pitch feeds (their units recover from Spin Servers: \
+                 use spin)",
+            ));
+            None
+        }
         Some(t) if venue != VenueKind::NasdaqItch => {
             drop(t);
             s.sink.borrow_mut().push(s.err(
@@ -1040,6 +1059,31 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
             None
         }
         Some(t) => keep(s.sink, parse_snapshot(t)),
+    };
+    // recovery.md Settings: grp and spin on cboe-pitch only.
+    let grp = match s.table("grp")? {
+        None => None,
+        Some(t) if venue != VenueKind::CboePitch => {
+            drop(t);
+            s.sink.borrow_mut().push(s.err(
+                "grp",
+                "applies to cboe-pitch feeds only (Cboe's Gap Request Proxy)",
+            ));
+            None
+        }
+        Some(t) => keep(s.sink, parse_grp(t)),
+    };
+    let spin = match s.table("spin")? {
+        None => None,
+        Some(t) if venue != VenueKind::CboePitch => {
+            drop(t);
+            s.sink.borrow_mut().push(s.err(
+                "spin",
+                "applies to cboe-pitch feeds only (Cboe's Spin Servers)",
+            ));
+            None
+        }
+        Some(t) => keep(s.sink, parse_spin(t)),
     };
     let clock_offset = match s.get("clock_offset") {
         None => ClockOffset::Auto,
@@ -1088,18 +1132,35 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         }
         lines = parse_cme_channel(t)?;
     }
-    // venues.md `cme-mdp3`, Lines: three kinds there, one elsewhere.
-    if let Some(l) = lines.iter().find(|l| l.kind != LineKind::Incremental) {
-        if venue != VenueKind::CmeMdp3 {
+    // venues.md `cme-mdp3`, Lines: three kinds there; `cboe-pitch`:
+    // realtime and gap; one elsewhere.
+    for l in &lines {
+        let owner = match l.kind {
+            LineKind::Incremental => continue,
+            LineKind::Snapshot | LineKind::Definition => VenueKind::CmeMdp3,
+            LineKind::Gap => VenueKind::CboePitch,
+        };
+        if venue != owner {
             s.sink.borrow_mut().push(s.err(
                 "line",
                 format!(
-                    "line {}: kind = \"{}\" applies to cme-mdp3 feeds only",
+                    "line {}: kind = \"{}\" applies to {owner} feeds only",
                     l.name,
                     l.kind.name()
                 ),
             ));
+            break;
         }
+    }
+    if venue == VenueKind::CboePitch
+        && !lines.is_empty()
+        && lines.iter().all(|l| l.kind == LineKind::Gap)
+    {
+        s.sink.borrow_mut().push(s.err(
+            "line",
+            "a cboe-pitch feed needs at least one line with kind = \"realtime\" (a gap line \
+             never begins a unit's session)",
+        ));
     }
     if venue == VenueKind::CmeMdp3
         && !lines.is_empty()
@@ -1143,6 +1204,8 @@ fn parse_feed(mut s: Section<'_>) -> Result<FeedConfig> {
         rerequest_attempts,
         max_hole_ms,
         snapshot,
+        grp,
+        spin,
         clock_offset,
         max_symbols,
         lines,
@@ -1209,6 +1272,122 @@ fn parse_snapshot(mut s: Section<'_>) -> Result<SnapshotConfig> {
     })
 }
 
+/// R4c: `grp = { address = "ip:port", session_sub_id, username, password,
+/// max_count = 100 }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpConfig {
+    pub address: SocketAddr,
+    pub login: Login,
+    /// The most messages one Gap Request asks for (1 to 65535).
+    pub max_count: u16,
+}
+
+/// recovery.md Settings: `grp.max_count`'s default.
+pub const DEFAULT_GRP_MAX_COUNT: u16 = 100;
+
+/// R5c: `spin = { session_sub_id, username, password, servers = { "<unit>"
+/// = "ip:port", ... }, hold_mib, max_mib }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpinConfig {
+    pub login: Login,
+    /// The Spin Server of each unit named, by unit (1 to 255), ascending.
+    pub servers: Vec<(u8, SocketAddr)>,
+    /// Most MiB of datagrams held while a spin runs.
+    pub hold_mib: u64,
+    /// Most MiB of the spin's own messages.
+    pub max_mib: u64,
+}
+
+/// The three credentials Cboe issues (recovery.md Settings: at most 4, 4
+/// and 10 printable ASCII characters; a password may be empty).
+fn parse_login(s: &mut Section<'_>) -> Result<Login> {
+    let session_sub_id = s.required_str("session_sub_id")?;
+    let username = s.required_str("username")?;
+    let password = s.required_str("password")?;
+    Login::new(session_sub_id, username, password).map_err(|e| {
+        let key = match e {
+            CredentialError::Empty { field }
+            | CredentialError::TooLong { field, .. }
+            | CredentialError::NotPrintable { field } => field,
+        };
+        s.err(key, e.to_string())
+    })
+}
+
+fn parse_grp(mut s: Section<'_>) -> Result<GrpConfig> {
+    let text = s.required_str("address")?;
+    let address = text
+        .parse::<SocketAddr>()
+        .ok()
+        .filter(|a| a.port() != 0)
+        .ok_or_else(|| s.err("address", format!("\"{text}\" is not an ip:port address")))?;
+    let login = parse_login(&mut s)?;
+    let max_count = s
+        .uint("max_count", 1, u16::MAX as u64)?
+        .map_or(DEFAULT_GRP_MAX_COUNT, |n| n as u16);
+    s.finish()?;
+    Ok(GrpConfig {
+        address,
+        login,
+        max_count,
+    })
+}
+
+fn parse_spin(mut s: Section<'_>) -> Result<SpinConfig> {
+    let login = parse_login(&mut s)?;
+    let mut servers = Vec::new();
+    match s.get("servers") {
+        None => return Err(s.err("servers", "missing (the Spin Server of each unit)")),
+        Some(Value::Table(t)) => {
+            for (unit, v) in t {
+                let key = format!("servers.{unit}");
+                let u = match unit.parse::<u8>() {
+                    Ok(0) => {
+                        return Err(s.err(
+                            &key,
+                            "unit 0 has no Spin Server (units are 1 to 255; 0 is only the \
+                             TCP connections' own)",
+                        ))
+                    }
+                    Ok(u) => u,
+                    Err(_) => {
+                        return Err(s.err(&key, format!("\"{unit}\" is not a unit (1 to 255)")))
+                    }
+                };
+                let addr = v
+                    .as_str()
+                    .and_then(|t| t.parse::<SocketAddr>().ok())
+                    .filter(|a| a.port() != 0)
+                    .ok_or_else(|| s.err(&key, "expected a string \"ip:port\""))?;
+                servers.push((u, addr));
+            }
+        }
+        Some(v) => {
+            return Err(s.err(
+                "servers",
+                format!(
+                    "expected a table {{ \"<unit>\" = \"ip:port\" }}, found {}",
+                    type_name(v)
+                ),
+            ))
+        }
+    }
+    servers.sort_unstable_by_key(|&(u, _)| u);
+    let hold_mib = s
+        .uint("hold_mib", 1, 1 << 20)?
+        .unwrap_or(DEFAULT_SNAPSHOT_HOLD_MIB);
+    let max_mib = s
+        .uint("max_mib", 1, 1 << 20)?
+        .unwrap_or(DEFAULT_SNAPSHOT_MAX_MIB);
+    s.finish()?;
+    Ok(SpinConfig {
+        login,
+        servers,
+        hold_mib,
+        max_mib,
+    })
+}
+
 /// `cme_channel = { file = "config.xml", id = 310, interface = "eth1" }`:
 /// every multicast line of one channel of CME's channel file.
 fn parse_cme_channel(mut s: Section<'_>) -> Result<Vec<LineConfig>> {
@@ -1253,6 +1432,14 @@ fn parse_rerequest(s: &mut Section<'_>, venue: VenueKind) -> Result<Vec<SocketAd
         s.sink.borrow_mut().push(s.err(
             "rerequest",
             "applies to tickgate and nasdaq-itch feeds only (IEX-TP has no re-request service)",
+        ));
+        return Ok(Vec::new());
+    }
+    if venue == VenueKind::CboePitch {
+        s.sink.borrow_mut().push(s.err(
+            "rerequest",
+            "does not apply to cboe-pitch feeds (Cboe has no MoldUDP64 re-request service: \
+             use grp, its Gap Request Proxy)",
         ));
         return Ok(Vec::new());
     }
@@ -1354,7 +1541,10 @@ fn parse_line(mut s: Section<'_>) -> Result<LineConfig> {
             LineKind::parse(text).ok_or_else(|| {
                 s.err(
                     "kind",
-                    format!("\"{text}\" is not one of: incremental, snapshot, definition"),
+                    format!(
+                        "\"{text}\" is not one of: incremental, snapshot, definition \
+                         (cme-mdp3), realtime, gap (cboe-pitch)"
+                    ),
                 )
             }),
         )
@@ -2046,6 +2236,8 @@ const WALKED_KEYS: &[(&str, &[&str])] = &[
             "rerequest_attempts",
             "max_hole_ms",
             "snapshot",
+            "grp",
+            "spin",
             "clock_offset",
             "max_symbols",
             "line",
@@ -2073,6 +2265,29 @@ const WALKED_KEYS: &[(&str, &[&str])] = &[
         "feed.snapshot",
         &["address", "username", "password", "hold_mib", "max_mib"],
     ),
+    (
+        "feed.grp",
+        &[
+            "address",
+            "session_sub_id",
+            "username",
+            "password",
+            "max_count",
+        ],
+    ),
+    (
+        "feed.spin",
+        &[
+            "session_sub_id",
+            "username",
+            "password",
+            "servers",
+            "hold_mib",
+            "max_mib",
+        ],
+    ),
+    // Unit numbers are data: `servers = { "1" = "ip:port" }`.
+    ("feed.spin.servers", &["*"]),
     ("feed.cme_channel", &["file", "id", "interface", "rcvbuf"]),
     ("feed.symbols", &["*"]),
     ("feed.symbols.*", &["stale_ms", "source_max_age_ms"]),
@@ -2846,6 +3061,156 @@ enabled = false
         assert_eq!(e.to_string(), "feed[0].mode: missing");
         let e = err_of(&MINIMAL.replace("name = \"fx\"", "name = \"f x\""));
         assert_eq!(e.key(), Some("feed[0].name"));
+    }
+
+    /// venues.md `cboe-pitch` and recovery.md Settings: realtime and gap
+    /// lines, grp and spin, and every refusal named by its key.
+    #[test]
+    fn cboe_pitch_feeds() {
+        const PITCH: &str = r#"
+[[feed]]
+name = "bzx"
+venue = "cboe-pitch"
+EXTRA
+[[feed.line]]
+name = "A"
+group = "239.39.62.190"
+port = 32001
+[[feed.line]]
+name = "G"
+group = "239.39.62.191"
+port = 32001
+kind = "gap"
+"#;
+        let grp = r#"grp = { address = "10.0.0.9:10503", session_sub_id = "0006", username = "MKDA", password = "" }"#;
+        let spin = r#"spin = { session_sub_id = "0023", username = "BATS", password = "secret", servers = { "2" = "10.0.0.9:18999", "1" = "10.0.0.9:18998" } }"#;
+        let c = Config::parse(&PITCH.replace("EXTRA", &format!("{grp}\n{spin}"))).unwrap();
+        let f = &c.feeds[0];
+        assert_eq!(f.venue, VenueKind::CboePitch);
+        assert_eq!(
+            (f.lines[0].kind, f.lines[1].kind),
+            (LineKind::Incremental, LineKind::Gap)
+        );
+        // venues.md: the defaults of a venue feed.
+        assert_eq!(
+            (f.liveness, f.stale_ms, f.gap_hold_us),
+            (Liveness::Channel, 1500, 1000)
+        );
+        let g = f.grp.as_ref().unwrap();
+        assert_eq!(g.max_count, DEFAULT_GRP_MAX_COUNT);
+        assert_eq!(g.login, Login::new("0006", "MKDA", "").unwrap());
+        let s = f.spin.as_ref().unwrap();
+        assert_eq!(
+            s.servers,
+            vec![
+                (1, "10.0.0.9:18998".parse().unwrap()),
+                (2, "10.0.0.9:18999".parse().unwrap())
+            ]
+        );
+        assert_eq!((s.hold_mib, s.max_mib), (512, 256));
+        let realtime = PITCH.replace("EXTRA", "").replace(
+            "port = 32001\n[[feed.line]]",
+            "port = 32001\nkind = \"realtime\"\n[[feed.line]]",
+        );
+        assert_eq!(
+            Config::parse(&realtime).unwrap().feeds[0].lines[0].kind,
+            LineKind::Incremental
+        );
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "rerequest = [\"10.0.0.9:9000\"]",
+                "feed[0].rerequest",
+                "use grp",
+            ),
+            (
+                "snapshot = { address = \"10.0.0.9:9000\", username = \"u\", password = \"p\" }",
+                "feed[0].snapshot",
+                "use spin",
+            ),
+            (
+                &grp.replace("\"MKDA\"", "\"MKDAX\""),
+                "feed[0].grp.username",
+                "at most 4",
+            ),
+            (
+                &grp.replace("\"0006\"", "\"00006\""),
+                "feed[0].grp.session_sub_id",
+                "at most 4",
+            ),
+            (
+                &grp.replace("password = \"\"", "password = \"12345678901\""),
+                "feed[0].grp.password",
+                "at most 10",
+            ),
+            (
+                &grp.replace("\"MKDA\"", "\"MK A\""),
+                "feed[0].grp.username",
+                "printable",
+            ),
+            (
+                &grp.replace("\"MKDA\"", "\"\""),
+                "feed[0].grp.username",
+                "empty",
+            ),
+            (
+                &grp.replace("10.0.0.9:10503", "gap-proxy"),
+                "feed[0].grp.address",
+                "ip:port",
+            ),
+            (
+                &format!("{}, max_count = 0 }}", grp.trim_end_matches(" }")),
+                "feed[0].grp.max_count",
+                "out of range",
+            ),
+            (
+                &spin.replace("\"2\" = ", "\"0\" = "),
+                "feed[0].spin.servers.0",
+                "unit 0 has no Spin Server",
+            ),
+            (
+                &spin.replace("\"2\" = ", "\"256\" = "),
+                "feed[0].spin.servers.256",
+                "not a unit",
+            ),
+            (
+                &spin.replace("\"BATS\"", "\"BATSX\""),
+                "feed[0].spin.username",
+                "at most 4",
+            ),
+            ("max_orders = 0", "feed[0].max_orders", "out of range"),
+        ];
+        for (extra, key, needle) in cases {
+            let e = err_of(&PITCH.replace("EXTRA", extra));
+            assert_eq!(e.key(), Some(*key), "{extra}: {e}");
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        // A gap line alone cannot begin a unit's session.
+        let gap_only = PITCH.replace("EXTRA", "").replace(
+            "port = 32001\n[[feed.line]]",
+            "port = 32001\nkind = \"gap\"\n[[feed.line]]",
+        );
+        let e = err_of(&gap_only);
+        assert_eq!(e.key(), Some("feed[0].line"), "{e}");
+        assert!(e.to_string().contains("kind = \"realtime\""), "{e}");
+        // grp, spin and gap lines on other venues.
+        let with = |extra: &str| {
+            MINIMAL.replace("mode = \"full\"\n", &format!("mode = \"full\"\n{extra}\n"))
+        };
+        let e = err_of(&with(grp));
+        assert_eq!(e.key(), Some("feed[0].grp"), "{e}");
+        assert!(e.to_string().contains("cboe-pitch feeds only"), "{e}");
+        let e = err_of(&with(spin));
+        assert_eq!(e.key(), Some("feed[0].spin"), "{e}");
+        assert!(e.to_string().contains("cboe-pitch feeds only"), "{e}");
+        let e = err_of(&format!("{MINIMAL}kind = \"gap\"\n"));
+        assert_eq!(e.key(), Some("feed[0].line"), "{e}");
+        assert!(e.to_string().contains("cboe-pitch feeds only"), "{e}");
+        let e = err_of(
+            &PITCH
+                .replace("EXTRA", "")
+                .replace("kind = \"gap\"", "kind = \"snapshot\""),
+        );
+        assert!(e.to_string().contains("cme-mdp3 feeds only"), "{e}");
     }
 
     #[test]

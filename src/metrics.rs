@@ -137,7 +137,17 @@ stats! {
         live_orders: Gauge, "tickgate_feed_live_orders",
             "nasdaq-itch: live orders in the feed's books.";
         book_errors: Counter, "tickgate_feed_book_errors_total",
-            "cme-mdp3: Book entries that could not apply to their book; the instrument waits for a snapshot (venues.md).";
+            "cme-mdp3: Book entries that could not apply to their book; the instrument waits for a snapshot. cboe-pitch: Add Orders with a bad side or an order id already live (venues.md).";
+        unit_clears: Counter, "tickgate_feed_unit_clears_total",
+            "cboe-pitch: Unit Clear messages (venues.md).";
+        prices_unbookable: Counter, "tickgate_feed_prices_unbookable_total",
+            "cboe-pitch: prices above $429,496.7295 that the books cannot hold; the symbol is suspect gap (docs/venues.md).";
+        unsequenced: Counter, "tickgate_feed_unsequenced_total",
+            "cboe-pitch: datagrams with sequence 0, part of no unit's sequence; they change nothing (venues.md).";
+        gap_dropped: Counter, "tickgate_feed_gap_line_dropped_total",
+            "cboe-pitch: gap-line heartbeats, and gap-line datagrams of a unit with no running session; they change nothing (recovery.md R4c).";
+        units_not_followed: Counter, "tickgate_feed_units_not_followed_total",
+            "cboe-pitch: datagrams of a unit other than the one the feed follows (one unit per feed for now); they change nothing.";
         instruments_waiting: Gauge, "tickgate_feed_instruments_waiting",
             "cme-mdp3: instruments waiting for a snapshot (venues.md).";
         recovery_entries: Gauge, "tickgate_feed_recovery_entries",

@@ -15,6 +15,8 @@ pub enum VenueArg {
     NasdaqItch,
     /// CME Group MDP 3.0 (SBE over UDP).
     CmeMdp3,
+    /// Cboe US Equities Multicast PITCH.
+    CboePitch,
 }
 
 impl VenueArg {
@@ -24,6 +26,7 @@ impl VenueArg {
             VenueArg::IexTops => VenueKind::IexTops,
             VenueArg::NasdaqItch => VenueKind::NasdaqItch,
             VenueArg::CmeMdp3 => VenueKind::CmeMdp3,
+            VenueArg::CboePitch => VenueKind::CboePitch,
         }
     }
 }

@@ -145,6 +145,15 @@ pub fn build_in(
     f: &FeedConfig,
     region: Option<&super::shm::FeedRegion>,
 ) -> (Feed<TablePublisher>, FeedReader) {
+    if f.grp.is_some() || f.spin.is_some() {
+        // docs/venues.md `cboe-pitch`: the configuration is checked, the
+        // clients are not built yet.
+        tracing::warn!(
+            feed = f.name.as_str(),
+            "grp and spin are not implemented yet: this cboe-pitch feed recovers only from its \
+             other lines and gap lines (R1-R2); a lost hole stays suspect channel_gap"
+        );
+    }
     let settings = settings(f);
     let (publisher, reader) = match region {
         Some(r) => feed_table_in(r.capacity, &r.cell, &r.table)
@@ -321,6 +330,11 @@ impl FeedWriter {
             locate_conflicts: c.locate_conflicts,
             live_orders: c.live_orders,
             book_errors: c.book_errors,
+            unit_clears: c.unit_clears,
+            prices_unbookable: c.prices_unbookable,
+            unsequenced: c.unsequenced,
+            gap_dropped: c.gap_dropped,
+            units_not_followed: c.units_not_followed,
             instruments_waiting: self.feed.venue_recovery().waiting,
             recovery_entries: self.feed.venue_recovery().kept_entries,
             recovery_entries_dropped: self.feed.venue_recovery().kept_dropped,

@@ -45,6 +45,20 @@ pub struct FeedCounters {
     pub snapshots_ignored: u64,
     /// cme-mdp3: Book entries that could not apply to their book.
     pub book_errors: u64,
+    /// cboe-pitch: Unit Clear messages.
+    pub unit_clears: u64,
+    /// cboe-pitch: prices the books cannot hold (above $429,496.7295):
+    /// the order is not booked and its symbol is suspect `gap`.
+    pub prices_unbookable: u64,
+    /// cboe-pitch: datagrams with Hdr Sequence 0 (no unit's sequence),
+    /// which change nothing.
+    pub unsequenced: u64,
+    /// cboe-pitch: gap-line datagrams of a unit with no session or an
+    /// ended one, and gap-line heartbeats, which change nothing (R4c).
+    pub gap_dropped: u64,
+    /// cboe-pitch: datagrams of a unit the feed does not follow (one unit
+    /// per feed for now), which change nothing.
+    pub units_not_followed: u64,
     /// C5: provider restarts seen (the first session is not a change).
     pub session_changes: u64,
     /// C5/C6: packets of a replaced or ended session, dropped.

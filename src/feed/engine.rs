@@ -29,8 +29,8 @@ use super::view::{
 };
 use crate::venue::rerequest::{MoldUdp64, Request};
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Policy, Rules,
-    Venue, VenueKind, VenueRecovery,
+    AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Placement, Policy,
+    Rules, Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
@@ -311,10 +311,10 @@ impl<P: Publish> Feed<P> {
             return DatagramOutcome::UnknownLine;
         }
         let kind = c.line_kinds[line];
-        if kind != LineKind::Incremental {
+        if !kind.sequenced() {
             return c.on_loop_datagram(line, kind, datagram, now);
         }
-        let header = match c.venue.parse(datagram) {
+        let mut header = match c.venue.parse(datagram) {
             Ok(h) => h,
             Err(e) => {
                 c.counters.invalid_packets += 1;
@@ -326,6 +326,14 @@ impl<P: Publish> Feed<P> {
             // venues.md `cme-mdp3`: a session candidate changes nothing
             // until the next packet of its numbering confirms it.
             c.counters.lines[line].packets += 1;
+            return DatagramOutcome::Ignored;
+        }
+        let next = c.channel.next_sequence();
+        let placed = c.venue.place(kind, datagram, &mut header, next, now);
+        if placed != Placement::Channel {
+            // Of no session: nothing for replay's session notes.
+            c.last_header = None;
+            c.count_unplaced(line, placed);
             return DatagramOutcome::Ignored;
         }
         c.last_header = Some(header.channel);
@@ -600,6 +608,20 @@ impl<P: Publish> Deliver for Core<P> {
 }
 
 impl<P: Publish> Core<P> {
+    /// A valid datagram the venue kept from the channel rules (venues.md
+    /// `cboe-pitch`): received on its line, counted by why.
+    #[cold]
+    fn count_unplaced(&mut self, line: usize, placed: Placement) {
+        self.counters.lines[line].packets += 1;
+        let c = &mut self.counters;
+        match placed {
+            Placement::Channel => {}
+            Placement::Unsequenced => c.unsequenced += 1,
+            Placement::GapDropped => c.gap_dropped += 1,
+            Placement::OtherUnit => c.units_not_followed += 1,
+        }
+    }
+
     /// The symbol's slot and view, if known.
     #[inline]
     fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
@@ -822,6 +844,7 @@ impl<P: Publish> Core<P> {
             }
         }
         if ev.lost > 0 {
+            self.venue.on_loss();
             // C3, O(1): every symbol is unverified until S7.
             // Saturating: a forged sequence near u64::MAX must not wrap it.
             self.counters.channel_messages_lost =
@@ -1106,6 +1129,8 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::OrderConflict => c.order_conflicts += 1,
             Count::LocateConflict => c.locate_conflicts += 1,
             Count::BookError => c.book_errors += 1,
+            Count::UnitClear => c.unit_clears += 1,
+            Count::PriceUnbookable => c.prices_unbookable += 1,
             Count::SnapshotIgnored => c.snapshots_ignored += 1,
             Count::SymbolOverflow => c.symbols_overflow += 1,
         }

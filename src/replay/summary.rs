@@ -280,7 +280,20 @@ fn feed_head(f: &ReplayFeed) -> Map<String, Value> {
         "sessions": fsessions,
     });
     match v {
-        Value::Object(m) => m,
+        Value::Object(mut m) => {
+            // cboe-pitch (venues.md), beside the others: one json! of
+            // them all passes the macro's recursion limit.
+            for (k, n) in [
+                ("unit_clears", c.unit_clears),
+                ("prices_unbookable", c.prices_unbookable),
+                ("unsequenced", c.unsequenced),
+                ("gap_dropped", c.gap_dropped),
+                ("units_not_followed", c.units_not_followed),
+            ] {
+                m.insert(k.to_string(), json!(n));
+            }
+            m
+        }
         _ => unreachable!("a feed's summary is an object"),
     }
 }
@@ -549,6 +562,18 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 s,
                 "  unknown orders {}, orders overflow {}, order conflicts {}, live orders {}",
                 c.unknown_orders, c.orders_overflow, c.order_conflicts, c.live_orders
+            );
+        }
+        if f.venue == VenueKind::CboePitch {
+            let _ = writeln!(
+                s,
+                "  unknown orders {}, orders overflow {}, book errors {}, unit clears {}, live orders {}",
+                c.unknown_orders, c.orders_overflow, c.book_errors, c.unit_clears, c.live_orders
+            );
+            let _ = writeln!(
+                s,
+                "  unsequenced {}, gap-line dropped {}, other units (not followed) {}, prices unbookable {}",
+                c.unsequenced, c.gap_dropped, c.units_not_followed, c.prices_unbookable
             );
         }
         if c.symbols_overflow > 0 {

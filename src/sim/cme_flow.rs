@@ -435,7 +435,7 @@ impl VenueFlow for CmeFlow {
         match kind {
             LineKind::Snapshot => self.snapshot_packet(t, out),
             LineKind::Definition => self.definition_packet(t, out),
-            LineKind::Incremental => return false,
+            LineKind::Incremental | LineKind::Gap => return false,
         }
         true
     }

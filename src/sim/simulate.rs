@@ -168,6 +168,10 @@ impl SimConfig {
         if self.symbols == 0 || self.symbols > 99_999 + FX.len() {
             bail!("--symbols must be 1..={}", 99_999 + FX.len());
         }
+        if self.venue == VenueKind::CboePitch {
+            // docs/venues.md `cboe-pitch`: no simulator flow yet.
+            bail!("simulate --venue cboe-pitch is not built yet (docs/venues.md, cboe-pitch)");
+        }
         if !self.lines.iter().any(|l| l.kind == LineKind::Incremental) {
             bail!("at least one line is needed");
         }
@@ -534,6 +538,8 @@ impl Simulator {
                     cfg.seed,
                 ))),
                 VenueKind::CmeMdp3 => Some(Box::new(CmeFlow::new(cfg.symbols, cfg.seed))),
+                // Refused by `validate` (no PITCH flow yet).
+                VenueKind::CboePitch => None,
             },
             next_loop_t: if cfg.lines.iter().any(|l| l.kind != LineKind::Incremental) {
                 start

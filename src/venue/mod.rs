@@ -57,14 +57,17 @@ pub enum VenueKind {
     NasdaqItch,
     /// CME Group MDP 3.0 (SBE over UDP).
     CmeMdp3,
+    /// Cboe US Equities Multicast PITCH (Sequenced Unit Header over UDP).
+    CboePitch,
 }
 
 impl VenueKind {
-    pub const ALL: [VenueKind; 4] = [
+    pub const ALL: [VenueKind; 5] = [
         VenueKind::Tickgate,
         VenueKind::IexTops,
         VenueKind::NasdaqItch,
         VenueKind::CmeMdp3,
+        VenueKind::CboePitch,
     ];
 
     /// The name used in config and on the command line.
@@ -74,6 +77,7 @@ impl VenueKind {
             VenueKind::IexTops => "iex-tops",
             VenueKind::NasdaqItch => "nasdaq-itch",
             VenueKind::CmeMdp3 => "cme-mdp3",
+            VenueKind::CboePitch => "cboe-pitch",
         }
     }
 
@@ -94,10 +98,13 @@ impl VenueKind {
     }
 
     /// How this venue's message types are named in summaries: CME's by
-    /// template id (`32`), the others by their type byte (`A`, `0x0c`).
+    /// template id (`32`), PITCH's by hex type byte (`0x21`: its types are
+    /// numbers, though some happen to be printable), the others by their
+    /// type byte (`A`, `0x0c`).
     pub fn message_type_label(self, t: u8) -> String {
         match self {
             VenueKind::CmeMdp3 => t.to_string(),
+            VenueKind::CboePitch => format!("0x{t:02x}"),
             _ if t.is_ascii_graphic() => (t as char).to_string(),
             _ => format!("0x{t:02x}"),
         }
@@ -134,6 +141,8 @@ pub enum DatagramError {
     Iex(iex_tops::IexError),
     /// CME MDP 3.0 packet or SBE message.
     Cme(cme_mdp3::sbe::SbeError),
+    /// Cboe PITCH datagram (Sequenced Unit Header or a message).
+    Pitch(cboe_pitch::frame::FrameError),
     /// A datagram on a kind of line the venue does not have.
     NoSuchLine,
 }
@@ -156,12 +165,19 @@ impl From<cme_mdp3::sbe::SbeError> for DatagramError {
     }
 }
 
+impl From<cboe_pitch::frame::FrameError> for DatagramError {
+    fn from(e: cboe_pitch::frame::FrameError) -> DatagramError {
+        DatagramError::Pitch(e)
+    }
+}
+
 impl fmt::Display for DatagramError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DatagramError::Mold(e) => e.fmt(f),
             DatagramError::Iex(e) => e.fmt(f),
             DatagramError::Cme(e) => e.fmt(f),
+            DatagramError::Pitch(e) => e.fmt(f),
             DatagramError::NoSuchLine => f.write_str("this venue has no such kind of line"),
         }
     }
@@ -232,8 +248,16 @@ pub enum Count {
     /// nasdaq-itch: a snapshot names one stock by two locates; which book
     /// is the stock's cannot be known (the symbol is not trusted).
     LocateConflict,
-    /// cme-mdp3: a Book entry that cannot apply to its book.
+    /// cme-mdp3: a Book entry that cannot apply to its book. cboe-pitch:
+    /// an Add Order with a side other than `B`/`S`, or of an order id
+    /// already live on its unit (venues.md).
     BookError,
+    /// cboe-pitch: a Unit Clear.
+    UnitClear,
+    /// cboe-pitch: a price the books cannot hold (above u32 with 4
+    /// decimals, $429,496.7295): the order is not on the book and its
+    /// symbol is suspect `gap` (docs/venues.md, a known limit).
+    PriceUnbookable,
     /// cme-mdp3: a snapshot not used (its instrument does not wait, or the
     /// snapshot does not cover what was lost or reset).
     SnapshotIgnored,
@@ -253,13 +277,18 @@ pub enum LineKind {
     Snapshot,
     /// A definition loop (CME Instrument Recovery): no channel rules.
     Definition,
+    /// A gap response line (venues.md `cboe-pitch`, Lines): the messages
+    /// the Gap Request Proxy sends again. Under the channel rules, but it
+    /// never begins or baselines a unit's session (R4c).
+    Gap,
 }
 
 impl LineKind {
-    pub const ALL: [LineKind; 3] = [
+    pub const ALL: [LineKind; 4] = [
         LineKind::Incremental,
         LineKind::Snapshot,
         LineKind::Definition,
+        LineKind::Gap,
     ];
 
     /// The name used in config (`kind` of a line).
@@ -268,12 +297,51 @@ impl LineKind {
             LineKind::Incremental => "incremental",
             LineKind::Snapshot => "snapshot",
             LineKind::Definition => "definition",
+            LineKind::Gap => "gap",
         }
     }
 
+    /// A config name; `realtime` (venues.md `cboe-pitch`: a real-time
+    /// multicast group) is PITCH's name for an incremental line.
     pub fn parse(s: &str) -> Option<LineKind> {
+        if s == "realtime" {
+            return Some(LineKind::Incremental);
+        }
         LineKind::ALL.into_iter().find(|k| k.name() == s)
     }
+
+    /// Whether the channel rules apply to the line's datagrams (an
+    /// incremental or gap line; not a CME loop).
+    pub fn sequenced(self) -> bool {
+        matches!(self, LineKind::Incremental | LineKind::Gap)
+    }
+
+    /// The kind's name on `venue`'s feeds (PITCH says `realtime`).
+    pub fn name_on(self, venue: VenueKind) -> &'static str {
+        match (self, venue) {
+            (LineKind::Incremental, VenueKind::CboePitch) => "realtime",
+            _ => self.name(),
+        }
+    }
+}
+
+/// What a venue without session ids makes of a valid datagram before the
+/// channel rules see it ([`Venue::place`]; venues.md `cboe-pitch`,
+/// Sessions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Under the channel rules, with the session the venue set.
+    Channel,
+    /// Hdr Sequence 0: part of no unit's sequence; changes nothing, counted
+    /// (`unsequenced`).
+    Unsequenced,
+    /// A gap-line datagram of a unit with no session or an ended one, or a
+    /// gap-line heartbeat (R4c): changes nothing, counted (`gap_dropped`).
+    GapDropped,
+    /// A unit this feed does not follow (one unit per feed until the engine
+    /// keeps a channel per unit): changes nothing, counted
+    /// (`units_not_followed`).
+    OtherUnit,
 }
 
 /// A venue's recovery gauges and counters beyond the engine's (venues.md
@@ -415,6 +483,29 @@ pub trait Venue {
     fn set_aside(&mut self, _datagram: &[u8]) -> bool {
         false
     }
+
+    /// A datagram that `parse` accepted, from a line of `kind`, arriving at
+    /// `now` while the channel expects `next`: a venue whose framing names
+    /// no session (`cboe-pitch`) decides here which session it belongs to
+    /// (venues.md's rules 1-4) and sets `header.channel.session`, or keeps
+    /// it from the channel rules. Called once per arrival, before any rule.
+    #[inline]
+    fn place(
+        &mut self,
+        _kind: LineKind,
+        _datagram: &[u8],
+        _header: &mut Header,
+        _next: u64,
+        _now: i64,
+    ) -> Placement {
+        Placement::Channel
+    }
+
+    /// C3 declared a loss on the channel, before the datagram that
+    /// revealed it is applied (`cboe-pitch`: messages are untimed until the
+    /// next Time, since the lost datagrams may have held one).
+    #[inline]
+    fn on_loss(&mut self) {}
 
     /// The feed's table holds this many symbols (`max_symbols`); a venue
     /// that makes symbols of what it sees (`cme-mdp3`: instruments) keeps
@@ -564,7 +655,8 @@ impl std::error::Error for SnapshotError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VenueSettings {
     pub kind: VenueKind,
-    /// nasdaq-itch: live orders per feed (venues.md, default 10,000,000).
+    /// nasdaq-itch and cboe-pitch: live orders per feed (venues.md,
+    /// default 10,000,000).
     pub max_orders: usize,
     /// cme-mdp3: entries kept for instruments waiting for a snapshot, per
     /// feed (venues.md, default 1,000,000).
@@ -595,6 +687,7 @@ pub enum AnyVenue {
     IexTops(iex_tops::IexTops),
     NasdaqItch(Box<nasdaq_itch::NasdaqItch>),
     CmeMdp3(Box<cme_mdp3::CmeMdp3>),
+    CboePitch(Box<cboe_pitch::CboePitch>),
 }
 
 impl AnyVenue {
@@ -606,6 +699,9 @@ impl AnyVenue {
                 nasdaq_itch::NasdaqItch::with_tables(s.max_orders, s.replay_tables),
             )),
             VenueKind::CmeMdp3 => AnyVenue::CmeMdp3(Box::default()),
+            VenueKind::CboePitch => {
+                AnyVenue::CboePitch(Box::new(cboe_pitch::CboePitch::new(s.max_orders)))
+            }
         }
     }
 
@@ -615,6 +711,7 @@ impl AnyVenue {
             AnyVenue::IexTops(_) => VenueKind::IexTops,
             AnyVenue::NasdaqItch(_) => VenueKind::NasdaqItch,
             AnyVenue::CmeMdp3(_) => VenueKind::CmeMdp3,
+            AnyVenue::CboePitch(_) => VenueKind::CboePitch,
         }
     }
 }
@@ -626,6 +723,7 @@ macro_rules! each_venue {
             AnyVenue::IexTops($v) => $e,
             AnyVenue::NasdaqItch($v) => $e,
             AnyVenue::CmeMdp3($v) => $e,
+            AnyVenue::CboePitch($v) => $e,
         }
     };
 }
@@ -644,6 +742,23 @@ impl Venue for AnyVenue {
     #[inline]
     fn set_aside(&mut self, datagram: &[u8]) -> bool {
         each_venue!(self, v => v.set_aside(datagram))
+    }
+
+    #[inline]
+    fn place(
+        &mut self,
+        kind: LineKind,
+        datagram: &[u8],
+        header: &mut Header,
+        next: u64,
+        now: i64,
+    ) -> Placement {
+        each_venue!(self, v => v.place(kind, datagram, header, next, now))
+    }
+
+    #[inline]
+    fn on_loss(&mut self) {
+        each_venue!(self, v => v.on_loss())
     }
 
     fn set_max_symbols(&mut self, max: usize) {

@@ -229,7 +229,8 @@ impl<E: Copy> Loops<E> {
     pub fn wants(&self, kind: LineKind) -> bool {
         let d = &self.definitions;
         match kind {
-            LineKind::Incremental => true,
+            // (CME has no gap lines: config refuses them.)
+            LineKind::Incremental | LineKind::Gap => true,
             LineKind::Snapshot => self.waiting > 0,
             LineKind::Definition => {
                 d.total.is_none_or(|total| d.defined < total) || d.undefined_named > 0

@@ -9,11 +9,17 @@
 //!   (R5c) TCP connections, their messages encoded and decoded;
 //! - `sessions`: a unit's sessions without a session id (venues.md's rules
 //!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear);
-//! - `units`: symbols as members of units.
+//! - `units`: symbols as members of units;
+//! - `adapter`: the `Venue` (one unit per feed for now), books and quotes;
+//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses.
 
+pub mod adapter;
 pub mod frame;
+pub mod grp;
 pub mod messages;
 pub mod session;
 pub mod sessions;
 pub mod time;
 pub mod units;
+
+pub use adapter::CboePitch;

@@ -254,6 +254,16 @@ impl UnitSession {
     }
 }
 
+impl UnitSession {
+    /// The running session's End of Session was applied on New York date
+    /// `date` (C6, after its packet).
+    pub fn end(&mut self, date: Date) {
+        if self.state == State::Running {
+            self.state = State::Ended(date);
+        }
+    }
+}
+
 /// Rule 4's content: a Unit Clear preceded only by Time messages.
 fn restarts(d: &Datagram<'_>) -> bool {
     for m in d.messages() {

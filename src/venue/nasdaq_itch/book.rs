@@ -481,6 +481,38 @@ impl Books {
         }
     }
 
+    /// The live shares of an order [`Books::lookup`] just found.
+    #[inline]
+    pub fn found_shares(&self, found: &Found) -> u32 {
+        found.order.shares
+    }
+
+    /// Sets the order's shares to `shares`, keeping its side, price and
+    /// place (Cboe PITCH's Executed at Price/Size, whose remaining shares
+    /// may be more or fewer than the book holds); at 0 the order leaves.
+    /// Never an error.
+    #[inline]
+    pub fn set_shares_found(&mut self, found: Found, shares: u32) -> Effect {
+        let Found {
+            slot,
+            order,
+            locate,
+        } = found;
+        if shares == 0 {
+            self.remove(slot, order);
+        } else if shares != order.shares {
+            let n = &mut self.nodes[order.level as usize];
+            n.shares = n.shares - order.shares as u64 + shares as u64;
+            let b = n.book as usize;
+            self.sync_top(b, order.level);
+            self.orders.set_shares(slot, shares);
+        }
+        Effect {
+            locate,
+            error: None,
+        }
+    }
+
     /// D: removes the order. `Err(Unknown)`: nothing changed.
     #[inline]
     pub fn delete(&mut self, order_ref: u64) -> Result<Effect, OrderError> {
@@ -1287,6 +1319,27 @@ mod tests {
         b.replace(3, 3, 61, 705).unwrap();
         assert_eq!(b.best(9).ask, lv(705, 61));
         assert_eq!(b.live_orders(), 2);
+        b.check();
+    }
+
+    /// Cboe PITCH's Executed at Price/Size: the order's shares set, up or
+    /// down, its level and place kept; at 0 it leaves.
+    #[test]
+    fn set_shares_moves_the_level_both_ways() {
+        let mut b = Books::new(10);
+        b.add(4, 1, Side::Buy, 10, 100).unwrap();
+        b.add(4, 2, Side::Buy, 20, 100).unwrap();
+        let f = b.lookup(1).unwrap();
+        assert_eq!(b.found_shares(&f), 10);
+        assert_eq!(b.set_shares_found(f, 25).error, None);
+        assert_eq!(b.best(4).bid, lv(100, 45));
+        assert_eq!(b.order(1).unwrap().shares, 25);
+        b.set_shares_found(b.lookup(1).unwrap(), 5);
+        assert_eq!(b.best(4).bid, lv(100, 25));
+        b.set_shares_found(b.lookup(2).unwrap(), 0);
+        assert_eq!(b.order(2), None);
+        assert_eq!(b.best(4).bid, lv(100, 5));
+        assert_eq!(b.live_orders(), 1);
         b.check();
     }
 

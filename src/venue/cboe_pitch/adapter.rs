@@ -1,0 +1,838 @@
+//! The `cboe-pitch` adapter (venues.md `cboe-pitch`): a unit's datagrams
+//! onto the channel rules, its order messages into a book per symbol, and
+//! the best bid and offer of each book as its symbol's quote, "as
+//! `nasdaq-itch`" (the books are `nasdaq_itch::book::Books`). Pure code.
+//!
+//! **One unit per feed, for now.** The engine keeps one channel per feed,
+//! so the adapter follows one unit: the first one a realtime line carries
+//! with a sequence. Datagrams of other units change nothing and are
+//! counted (`units_not_followed`); docs/venues.md says what the engine
+//! needs for several units.
+//!
+//! **Sessions.** PITCH names no session, so `place` decides with
+//! venues.md's rules 1-4 (`sessions::UnitSession`) and gives the channel
+//! a synthetic session id per unit and session, `U001S00001` (unit, then
+//! the sessions begun since start), which is what replay and status print.
+//!
+//! **Books.** One `Books` for the unit (order ids are the unit's own), and
+//! a dense book id per symbol of the unit's session, so that `Books`'s
+//! 65,536 books serve any `max_symbols`. `Books` holds ITCH's u32 prices
+//! (4 decimals): a PITCH price above $429,496.7295 cannot be booked; it is
+//! counted (`prices_unbookable`) and its symbol is suspect `gap`, a known
+//! limit (docs/venues.md).
+
+use jiff::civil::Date;
+
+use super::frame::{Datagram, Messages, UnitHeader, HEADER_LEN};
+use super::messages::{self, Message, LONG_PRICE_SCALE};
+use super::sessions::{NyDates, PitchLine, UnitSession, Verdict};
+use super::time::UnitClock;
+use super::units::Membership;
+use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
+use crate::venue::nasdaq_itch::messages::Side as BookSide;
+use crate::venue::{
+    Applied, ChannelHeader, Count, DatagramError, Header, LineKind, Placement, Policy, Rules, Venue,
+};
+use crate::wire::{PacketKind, SessionId, Side};
+
+/// V2: the halt source of Trading Status (PITCH has one).
+const HALT_TRADING_STATUS: u8 = 1;
+
+/// No book: a slot's entry in `book_of` before its first Add this session.
+const NO_BOOK: u32 = u32::MAX;
+
+/// What the adapter keeps per book (per symbol of the unit's session).
+#[derive(Clone, Copy, Debug, Default)]
+struct BookState {
+    /// The symbol slot the book is of.
+    slot: u32,
+    /// In the dirty list of the packet being applied.
+    dirty: bool,
+    /// The best as of the end of the last packet that touched it: what the
+    /// symbol's quote was last set from.
+    published: BestKey,
+    /// The packet's last message whose own effect changed the best: the
+    /// quote's `seq` and `source_ts`.
+    change_seq: u64,
+    change_ts: i64,
+}
+
+pub struct CboePitch {
+    /// The unit followed (the first sequenced realtime unit heard).
+    unit: Option<u8>,
+    session: UnitSession,
+    /// Sessions begun since start: the synthetic session id's number.
+    begun: u32,
+    current: SessionId,
+    dates: NyDates,
+    clock: UnitClock,
+    members: Membership,
+    books: Books,
+    /// Book id by symbol slot (`NO_BOOK`: none this session).
+    book_of: Vec<u32>,
+    /// By book id, `next_book` of them in use this session.
+    book_state: Vec<BookState>,
+    next_book: u32,
+    /// Books touched by the packet being applied (capacity: every book,
+    /// so pushing never allocates).
+    dirty: Vec<u16>,
+    /// Messages applied, by type byte.
+    types: Box<[u64; 256]>,
+}
+
+/// The synthetic session id of a unit's `n`th session: `U001S00001`.
+pub fn session_id(unit: u8, n: u32) -> SessionId {
+    let text = format!("U{unit:03}S{:05}", n % 100_000);
+    SessionId::parse(&text).expect("10 bytes")
+}
+
+/// The unit a synthetic session id names (`U001S00001`: 1), `None` for
+/// any other id.
+pub fn unit_of_session(id: SessionId) -> Option<u8> {
+    let b = id.0;
+    if b[0] != b'U' || b[4] != b'S' {
+        return None;
+    }
+    std::str::from_utf8(&b[1..4]).ok()?.parse().ok()
+}
+
+/// A price in 10^-9 as `Books` holds it (4 decimals, u32), `None` when it
+/// does not fit. Every price the messages give is a multiple of 10^5 (V4).
+#[inline]
+fn book_price(price: i64) -> Option<u32> {
+    u32::try_from(price / LONG_PRICE_SCALE).ok()
+}
+
+#[inline]
+fn quote_side(level: Option<crate::venue::nasdaq_itch::book::Level>) -> Option<Side> {
+    level.map(|l| Side {
+        px: l.price as i64 * LONG_PRICE_SCALE,
+        qty: l.shares,
+    })
+}
+
+impl CboePitch {
+    /// A feed of at most `max_orders` live orders (venues.md: as
+    /// `nasdaq-itch`'s `max_orders`).
+    pub fn new(max_orders: usize) -> CboePitch {
+        CboePitch {
+            unit: None,
+            session: UnitSession::new(),
+            begun: 0,
+            current: SessionId::default(),
+            dates: NyDates::new(),
+            clock: UnitClock::new(),
+            members: Membership::new(0),
+            books: Books::new(max_orders),
+            book_of: Vec::new(),
+            book_state: vec![BookState::default(); LOCATES],
+            next_book: 0,
+            dirty: Vec::with_capacity(LOCATES),
+            types: Box::new([0; 256]),
+        }
+    }
+
+    /// The unit followed, once one was heard.
+    pub fn unit(&self) -> Option<u8> {
+        self.unit
+    }
+
+    /// The books (tests and diagnostics).
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// The book of `slot`, given one if it has none yet this session.
+    /// `None` when the unit's 65,536 books are all in use.
+    #[inline]
+    fn book(&mut self, slot: u32) -> Option<u16> {
+        let i = slot as usize;
+        if i >= self.book_of.len() {
+            self.book_of.resize(i + 1, NO_BOOK);
+        }
+        if self.book_of[i] != NO_BOOK {
+            return Some(self.book_of[i] as u16);
+        }
+        if self.next_book as usize >= LOCATES {
+            return None;
+        }
+        let b = self.next_book;
+        self.next_book += 1;
+        self.book_of[i] = b;
+        self.book_state[b as usize] = BookState {
+            slot,
+            ..BookState::default()
+        };
+        Some(b as u16)
+    }
+
+    /// After a book operation on `book` whose best was `before`: note the
+    /// message if its own effect changed the best, and mark the book for
+    /// the end of the packet.
+    #[inline]
+    fn touched(&mut self, book: u16, before: BestKey, seq: u64, ts: i64) {
+        let s = &mut self.book_state[book as usize];
+        if self.books.best_key(book) != before {
+            s.change_seq = seq;
+            s.change_ts = ts;
+        }
+        if !s.dirty {
+            s.dirty = true;
+            self.dirty.push(book);
+        }
+    }
+
+    /// A symbol an Add, Trade or Trading Status names: its slot, made a
+    /// member of the unit (venues.md, Units and symbols).
+    #[inline]
+    fn carry<R: Rules>(&mut self, symbol: crate::wire::Symbol, rules: &mut R) -> Option<u32> {
+        let slot = rules.symbol(symbol)?;
+        if let Some(unit) = self.unit {
+            self.members.carry(unit, slot);
+        }
+        Some(slot)
+    }
+
+    /// Empties the unit's books and forgets its book ids (C5).
+    fn reset_books(&mut self) {
+        self.books.clear();
+        self.book_of.iter_mut().for_each(|b| *b = NO_BOOK);
+        self.next_book = 0;
+        self.dirty.clear();
+    }
+
+    /// Unit Clear: every order of the unit leaves; each book that had a
+    /// best takes the change, stamped by this message.
+    fn unit_clear<R: Rules>(&mut self, seq: u64, ts: i64, rules: &mut R) {
+        rules.count(Count::UnitClear);
+        if self.books.live_orders() > 0 {
+            // No message says when the book that follows is whole: the
+            // unit's symbols are suspect `gap` until its next session.
+            if let Some(unit) = self.unit {
+                let members: Vec<u32> = self.members.members(unit).collect();
+                for slot in members {
+                    rules.suspect_gap(slot);
+                }
+            }
+        }
+        let before: Vec<(u16, BestKey)> = (0..self.next_book as u16)
+            .map(|b| (b, self.books.best_key(b)))
+            .collect();
+        // Book ids are kept: the symbols stay the unit's.
+        self.books.clear();
+        for (b, key) in before {
+            self.touched(b, key, seq, ts);
+        }
+    }
+
+    /// An order message naming `order_id`, acting on the unit's order.
+    #[inline]
+    fn on_order<R: Rules>(&mut self, msg: &Message, seq: u64, ts: i64, rules: &mut R) {
+        let order_id = match *msg {
+            Message::OrderExecuted { order_id, .. }
+            | Message::ExecutedAtPriceSize { order_id, .. }
+            | Message::ReduceSize { order_id, .. }
+            | Message::ModifyOrder { order_id, .. }
+            | Message::DeleteOrder { order_id, .. } => order_id,
+            _ => return,
+        };
+        let Some(found) = self.books.lookup(order_id) else {
+            rules.count(Count::UnknownOrder);
+            return;
+        };
+        let book = found.locate;
+        let before = self.books.best_key(book);
+        match *msg {
+            // Removing more shares than the order has makes it leave: not
+            // an error here (venues.md).
+            Message::OrderExecuted { shares, .. } | Message::ReduceSize { shares, .. } => {
+                self.books.reduce_found(found, shares);
+            }
+            Message::ExecutedAtPriceSize { remaining, .. } => {
+                self.books.set_shares_found(found, remaining);
+            }
+            Message::ModifyOrder { shares, price, .. } => match book_price(price) {
+                // It leaves at 0.
+                _ if shares == 0 => {
+                    self.books.delete_found(found);
+                }
+                Some(p) => {
+                    self.books.replace_found(found, order_id, shares, p);
+                }
+                None => {
+                    self.books.delete_found(found);
+                    rules.count(Count::PriceUnbookable);
+                    rules.suspect_gap(self.book_state[book as usize].slot);
+                }
+            },
+            Message::DeleteOrder { .. } => {
+                self.books.delete_found(found);
+            }
+            _ => {}
+        }
+        self.touched(book, before, seq, ts);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add<R: Rules>(
+        &mut self,
+        order_id: u64,
+        side: u8,
+        shares: u32,
+        symbol: crate::wire::Symbol,
+        price: i64,
+        seq: u64,
+        ts: i64,
+        rules: &mut R,
+    ) {
+        let slot = self.carry(symbol, rules);
+        let side = match side {
+            b'B' => BookSide::Buy,
+            b'S' => BookSide::Sell,
+            _ => {
+                // Not placed; the book misses an order until the next
+                // session (or a spin).
+                rules.count(Count::BookError);
+                if let Some(slot) = slot {
+                    rules.suspect_gap(slot);
+                }
+                return;
+            }
+        };
+        // An id live on the unit: the old order leaves, the new replaces
+        // it; both symbols are suspect (venues.md, Book messages).
+        if let Some(found) = self.books.lookup(order_id) {
+            let old = found.locate;
+            let before = self.books.best_key(old);
+            self.books.delete_found(found);
+            self.touched(old, before, seq, ts);
+            rules.count(Count::BookError);
+            rules.suspect_gap(self.book_state[old as usize].slot);
+            if let Some(slot) = slot {
+                rules.suspect_gap(slot);
+            }
+        }
+        let Some(slot) = slot else {
+            // The symbol table is full (counted by the engine).
+            return;
+        };
+        if shares == 0 {
+            // No live shares: never a best price.
+            return;
+        }
+        let Some(p) = book_price(price) else {
+            rules.count(Count::PriceUnbookable);
+            rules.suspect_gap(slot);
+            return;
+        };
+        let Some(book) = self.book(slot) else {
+            // More symbols than one unit's books: the book misses orders.
+            rules.count(Count::OrderOverflow);
+            rules.suspect_gap(slot);
+            return;
+        };
+        let before = self.books.best_key(book);
+        match self.books.add(book, order_id, side, shares, p) {
+            Ok(()) => self.touched(book, before, seq, ts),
+            Err(OrderError::Overflow) => {
+                rules.count(Count::OrderOverflow);
+                rules.suspect_gap(slot);
+            }
+            // Zero shares and a live id were handled above.
+            Err(_) => {}
+        }
+    }
+
+    /// V1 after each packet: a book whose best changed over the packet
+    /// quotes anew; one that changed and came back does not.
+    fn publish<R: Rules>(&mut self, rules: &mut R) {
+        for &book in &self.dirty {
+            let s = &mut self.book_state[book as usize];
+            s.dirty = false;
+            let key = self.books.best_key(book);
+            if key == s.published {
+                continue;
+            }
+            s.published = key;
+            let best = self.books.best(book);
+            rules.venue_quote(
+                s.slot,
+                s.change_seq,
+                s.change_ts,
+                quote_side(best.bid),
+                quote_side(best.ask),
+            );
+        }
+        self.dirty.clear();
+    }
+}
+
+impl Venue for CboePitch {
+    fn policy(&self) -> Policy {
+        Policy {
+            channel_source_time: true,
+            // venues.md: the nasdaq-itch rule that replaces S7, per unit.
+            trust_from_start: true,
+            loops: false,
+        }
+    }
+
+    fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
+        let d = Datagram::parse(datagram)?;
+        let h = d.header;
+        Ok(Header {
+            channel: ChannelHeader {
+                // `place` sets the session.
+                session: self.current,
+                sequence: h.sequence as u64,
+                kind: if h.count == 0 {
+                    PacketKind::Heartbeat
+                } else {
+                    PacketKind::Data
+                },
+                count: h.count as u16,
+                stale_session: false,
+            },
+            send_time: None,
+        })
+    }
+
+    fn place(
+        &mut self,
+        kind: LineKind,
+        datagram: &[u8],
+        header: &mut Header,
+        next: u64,
+        now: i64,
+    ) -> Placement {
+        let h = UnitHeader::read(datagram).expect("a datagram `parse` accepted");
+        if h.is_unsequenced() {
+            // venues.md: part of no unit's sequence, no C4.
+            return Placement::Unsequenced;
+        }
+        let line = if kind == LineKind::Gap {
+            PitchLine::Gap
+        } else {
+            PitchLine::Realtime
+        };
+        let unit = match self.unit {
+            Some(u) => u,
+            // A gap line never begins a unit's session.
+            None if line == PitchLine::Gap => return Placement::GapDropped,
+            None => *self.unit.insert(h.unit),
+        };
+        if h.unit != unit {
+            return Placement::OtherUnit;
+        }
+        if line == PitchLine::Gap && h.count == 0 {
+            // Gap-line heartbeats change nothing.
+            return Placement::GapDropped;
+        }
+        // `parse` validated it whole: no need to walk it again.
+        let d = Datagram {
+            header: h,
+            body: &datagram[HEADER_LEN..],
+            unknown: 0,
+        };
+        let date: Date = self.dates.date(now);
+        match self.session.classify(line, &d, datagram, date, next) {
+            Verdict::Unsequenced => return Placement::Unsequenced,
+            Verdict::GapDropped => return Placement::GapDropped,
+            Verdict::FirstSession | Verdict::NewSession(_) => {
+                self.session.begin();
+                self.begun = self.begun.wrapping_add(1);
+                self.current = session_id(unit, self.begun);
+                self.session.processed(&d, datagram, date, false);
+            }
+            Verdict::Current => self.session.processed(&d, datagram, date, false),
+            // The engine drops it as a copy of the ended session (C6).
+            Verdict::EndedCopy => {}
+        }
+        header.channel.session = self.current;
+        Placement::Channel
+    }
+
+    fn on_loss(&mut self) {
+        // venues.md, Time: the lost datagrams may have held a Time.
+        self.clock.untime();
+    }
+
+    fn set_max_symbols(&mut self, max: usize) {
+        self.members = Membership::new(max);
+        self.book_of = Vec::with_capacity(max.min(1 << 20));
+    }
+
+    fn on_session_start(&mut self, _now: i64, first_session: bool) {
+        // Messages are untimed until the session's first Time.
+        self.clock.untime();
+        if let Some(unit) = self.unit {
+            self.members.new_session(unit);
+        }
+        if !first_session {
+            // C5 for the unit: its orders and books are emptied; symbols
+            // keep their quotes, suspect `session_change`, until their book
+            // quotes in the new session.
+            self.reset_books();
+        }
+    }
+
+    fn apply<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        header: &Header,
+        skip: u16,
+        rules: &mut R,
+    ) -> Applied {
+        let now = rules.now();
+        let mut out = Applied::default();
+        let Some(h) = UnitHeader::read(datagram) else {
+            return out;
+        };
+        let first = header.channel.sequence;
+        // New York midnight of the arrival date, for untimed messages:
+        // computed once a packet, when needed.
+        let mut untimed: Option<i64> = None;
+        let mut ended = false;
+        let msgs = Messages::over(&datagram[HEADER_LEN..], h.count);
+        for (i, block) in msgs.enumerate().skip(skip as usize) {
+            let seq = first.saturating_add(i as u64);
+            self.types[block[1] as usize] += 1;
+            let Ok(msg) = messages::decode(block) else {
+                // Unknown types only: `parse` refused every other error.
+                rules.count(Count::UnknownMessage);
+                continue;
+            };
+            let timed = match msg {
+                Message::Time { seconds } => self.clock.on_time(seconds, now),
+                _ => self.clock.stamp(msg.time_offset().unwrap_or(0)),
+            };
+            let ts = match timed {
+                Some(t) => {
+                    // V3, V5: timed messages only.
+                    out.stamp(now, t);
+                    t
+                }
+                None => *untimed.get_or_insert_with(|| self.clock.untimed_ts(now)),
+            };
+            match msg {
+                Message::Time { .. } => {}
+                Message::UnitClear { .. } => self.unit_clear(seq, ts, rules),
+                Message::AddOrder {
+                    order_id,
+                    side,
+                    shares,
+                    symbol,
+                    price,
+                    ..
+                } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
+                Message::OrderExecuted { .. }
+                | Message::ExecutedAtPriceSize { .. }
+                | Message::ReduceSize { .. }
+                | Message::ModifyOrder { .. }
+                | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
+                Message::Trade { symbol, .. } => {
+                    self.carry(symbol, rules);
+                }
+                Message::TradingStatus { symbol, status, .. } => {
+                    let Some(slot) = self.carry(symbol, rules) else {
+                        continue;
+                    };
+                    // V2: T trading; H, Q, S, A halted; others change nothing.
+                    match status {
+                        b'T' => rules.set_halt(slot, HALT_TRADING_STATUS, false),
+                        b'H' | b'Q' | b'S' | b'A' => {
+                            rules.set_halt(slot, HALT_TRADING_STATUS, true)
+                        }
+                        _ => {}
+                    }
+                }
+                Message::EndOfSession { .. } => ended = true,
+                Message::TradeBreak { .. }
+                | Message::AuctionUpdate { .. }
+                | Message::AuctionSummary { .. }
+                | Message::RetailPriceImprovement { .. } => {}
+            }
+        }
+        self.publish(rules);
+        if ended {
+            // C6 after the packet's other messages (the engine), and the
+            // unit's session rules learn that it ended.
+            out.end_of_session = true;
+            let date = self.dates.date(now);
+            self.session.end(date);
+            if let Some(unit) = self.unit {
+                self.members.end_session(unit);
+            }
+        }
+        out
+    }
+
+    fn live_orders(&self) -> u64 {
+        self.books.live_orders() as u64
+    }
+
+    fn message_types(&self) -> Option<&[u64; 256]> {
+        Some(&self.types)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::counters::FeedCounters;
+    use crate::feed::engine::{DatagramOutcome, Feed};
+    use crate::feed::settings::FeedSettings;
+    use crate::feed::view::SuspectCause;
+    use crate::venue::cboe_pitch::frame::frame;
+    use crate::venue::cboe_pitch::messages::{encode, Width};
+    use crate::venue::VenueKind;
+    use crate::wire::Symbol;
+
+    /// 2026-12-01 09:30 New York, as in pitch_scenarios.json.
+    const T0: i64 = 1_796_135_400_000_020_000;
+    const MS: i64 = 1_000_000;
+    /// $20.00 in 10^-9.
+    const P20: i64 = 20_000_000_000;
+
+    fn sym(s: &str) -> Symbol {
+        Symbol::parse(s).unwrap()
+    }
+
+    fn add(id: u64, side: u8, shares: u32, symbol: &str, price: i64) -> Message {
+        Message::AddOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: id,
+            side,
+            shares,
+            symbol: sym(symbol),
+            price,
+            flags: 1,
+        }
+    }
+
+    fn dgram(unit: u8, seq: u32, msgs: &[Message]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for m in msgs {
+            encode(m, &mut body).unwrap();
+        }
+        let mut out = Vec::new();
+        frame(unit, seq, msgs.len() as u8, &body, &mut out).unwrap();
+        out
+    }
+
+    /// A feed of unit 1, its session begun at sequence 1 by a Time.
+    fn feed() -> Feed {
+        let mut f = Feed::new(FeedSettings::for_venue(VenueKind::CboePitch), 2);
+        let out = f.on_datagram(0, &dgram(1, 1, &[Message::Time { seconds: 34_200 }]), T0);
+        assert_eq!(out, DatagramOutcome::Applied);
+        f
+    }
+
+    struct Unit {
+        f: Feed,
+        seq: u32,
+        t: i64,
+    }
+
+    impl Unit {
+        fn new() -> Unit {
+            Unit {
+                f: feed(),
+                seq: 2,
+                t: T0,
+            }
+        }
+
+        fn send(&mut self, msgs: &[Message]) -> DatagramOutcome {
+            self.t += MS;
+            let d = dgram(1, self.seq, msgs);
+            self.seq += msgs.len() as u32;
+            self.f.on_datagram(0, &d, self.t)
+        }
+
+        fn bid(&self, s: &str) -> Option<(i64, u64)> {
+            let q = self.f.symbol_summary(sym(s)).unwrap();
+            q.bid.map(|b| (b.px, b.qty))
+        }
+
+        fn ask(&self, s: &str) -> Option<(i64, u64)> {
+            let q = self.f.symbol_summary(sym(s)).unwrap();
+            q.ask.map(|b| (b.px, b.qty))
+        }
+
+        fn suspect(&self, s: &str) -> Option<SuspectCause> {
+            self.f.symbol_summary(sym(s)).unwrap().suspect
+        }
+
+        fn counters(&self) -> &FeedCounters {
+            self.f.counters()
+        }
+    }
+
+    fn executed_at(id: u64, remaining: u32) -> Message {
+        Message::ExecutedAtPriceSize {
+            offset: 0,
+            order_id: id,
+            shares: 1,
+            remaining,
+            execution_id: 9,
+            price: messages::RawPrice::Long(200_000),
+        }
+    }
+
+    #[test]
+    fn session_ids_name_the_unit_and_count_its_sessions() {
+        assert_eq!(session_id(1, 1).to_string(), "U001S00001");
+        assert_eq!(session_id(255, 12).to_string(), "U255S00012");
+        assert_eq!(unit_of_session(session_id(255, 12)), Some(255));
+        assert_eq!(unit_of_session(SessionId(*b"SESSION001")), None);
+        let f = feed();
+        assert_eq!(f.current_session(), Some(session_id(1, 1)));
+    }
+
+    #[test]
+    fn executed_at_price_size_sets_the_remaining_shares_up_or_down() {
+        let mut u = Unit::new();
+        u.send(&[add(7, b'B', 100, "AAPL", P20)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        // More than the book holds (Cboe's remaining is the truth).
+        u.send(&[executed_at(7, 150)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 150)));
+        u.send(&[executed_at(7, 40)]);
+        assert_eq!(u.bid("AAPL"), Some((P20, 40)));
+        // At 0 the order leaves: a later Delete names an unknown order.
+        u.send(&[executed_at(7, 0)]);
+        assert_eq!(u.bid("AAPL"), None);
+        assert_eq!(u.counters().live_orders, 0);
+        u.send(&[Message::DeleteOrder {
+            offset: 0,
+            order_id: 7,
+        }]);
+        assert_eq!(u.counters().unknown_orders, 1);
+        assert_eq!(u.suspect("AAPL"), None);
+    }
+
+    #[test]
+    fn modify_keeps_the_side_and_to_zero_shares_removes_the_order() {
+        let mut u = Unit::new();
+        u.send(&[add(3, b'S', 100, "MSFT", P20)]);
+        u.send(&[Message::ModifyOrder {
+            width: Width::Short,
+            offset: 0,
+            order_id: 3,
+            shares: 300,
+            price: 2_005 * 10_000_000,
+            flags: 0,
+        }]);
+        assert_eq!(u.ask("MSFT"), Some((20_050_000_000, 300)));
+        assert_eq!(u.bid("MSFT"), None);
+        u.send(&[Message::ModifyOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: 3,
+            shares: 0,
+            price: P20,
+            flags: 0,
+        }]);
+        assert_eq!(u.ask("MSFT"), None);
+        let c = u.counters();
+        assert_eq!(
+            (c.unknown_orders, c.book_errors, c.invalid_messages),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_live_id_added_again_replaces_the_order_and_suspects_both_symbols() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20), add(2, b'B', 50, "IBM", P20)]);
+        u.send(&[add(1, b'S', 70, "IBM", 2 * P20)]);
+        assert_eq!(u.counters().book_errors, 1);
+        assert_eq!(u.bid("AAPL"), None, "the old order left AAPL's book");
+        assert_eq!(u.ask("IBM"), Some((2 * P20, 70)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::Gap));
+        assert_eq!(u.suspect("IBM"), Some(SuspectCause::Gap));
+    }
+
+    #[test]
+    fn an_add_of_another_side_is_not_placed() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        u.send(&[add(2, b'X', 100, "AAPL", 2 * P20)]);
+        assert_eq!(u.counters().book_errors, 1);
+        assert_eq!(u.ask("AAPL"), None);
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::Gap));
+        // A refused Add still makes its symbol known (no_data).
+        u.send(&[add(3, b'X', 100, "ZVZZT", P20)]);
+        let z = u.f.symbol_summary(sym("ZVZZT")).unwrap();
+        assert!(!z.has_quote);
+    }
+
+    /// The known limit: `Books` holds u32 prices with 4 decimals.
+    #[test]
+    fn a_price_above_what_the_books_hold_is_counted_and_suspect() {
+        let mut u = Unit::new();
+        // $429,496.7295 is the most the books hold; one tick more is not.
+        let most = u32::MAX as i64 * LONG_PRICE_SCALE;
+        u.send(&[add(1, b'S', 1, "BRKA", most)]);
+        assert_eq!(u.ask("BRKA"), Some((most, 1)));
+        assert_eq!(u.suspect("BRKA"), None);
+        u.send(&[add(2, b'S', 1, "BRKA", most + LONG_PRICE_SCALE)]);
+        assert_eq!(u.counters().prices_unbookable, 1);
+        assert_eq!(u.ask("BRKA"), Some((most, 1)));
+        assert_eq!(u.suspect("BRKA"), Some(SuspectCause::Gap));
+        // A Modify to such a price takes the order off the book.
+        u.send(&[Message::ModifyOrder {
+            width: Width::Long,
+            offset: 0,
+            order_id: 1,
+            shares: 1,
+            price: most + LONG_PRICE_SCALE,
+            flags: 0,
+        }]);
+        assert_eq!(u.counters().prices_unbookable, 2);
+        assert_eq!(u.ask("BRKA"), None);
+    }
+
+    #[test]
+    fn another_unit_and_sequence_zero_change_nothing() {
+        let mut u = Unit::new();
+        let other = dgram(2, 1, &[add(1, b'B', 100, "MSFT", P20)]);
+        assert_eq!(
+            u.f.on_datagram(0, &other, T0 + MS),
+            DatagramOutcome::Ignored
+        );
+        assert_eq!(u.counters().units_not_followed, 1);
+        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
+        let unsequenced = dgram(1, 0, &[add(1, b'B', 100, "MSFT", P20)]);
+        assert_eq!(
+            u.f.on_datagram(1, &unsequenced, T0 + 2 * MS),
+            DatagramOutcome::Ignored
+        );
+        assert_eq!(u.counters().unsequenced, 1);
+        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
+        // Each was received on its line.
+        assert_eq!(u.counters().lines[0].packets, 2);
+        assert_eq!(u.counters().lines[1].packets, 1);
+    }
+
+    #[test]
+    fn end_of_session_then_sequence_one_begins_the_units_next_session() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        u.send(&[Message::EndOfSession { offset: 0 }]);
+        assert!(u.f.session_ended());
+        let next = dgram(1, 1, &[Message::Time { seconds: 34_300 }]);
+        assert_eq!(
+            u.f.on_datagram(0, &next, T0 + 100 * MS),
+            DatagramOutcome::Applied
+        );
+        assert_eq!(u.f.current_session(), Some(session_id(1, 2)));
+        assert_eq!(u.counters().live_orders, 0, "C5 empties the unit's books");
+        // AAPL keeps its quote, suspect session_change.
+        assert_eq!(u.bid("AAPL"), Some((P20, 100)));
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::SessionChange));
+    }
+}
