@@ -1,17 +1,23 @@
 #!/bin/sh
 # The nasdaq-itch replay against an open-source peer on the same Nasdaq
 # BinaryFILE day: chronoxor/CppTrader (C++, MIT), whose performance
-# programs read a BinaryFILE with its ITCH handler and, in two of them,
+# programs read a BinaryFILE with its ITCH handler and, in three of them,
 # keep per-order books:
 #
 #   itch_handler              parse only (every message decoded, nothing kept)
-#   market_manager_optimized  orders in a vector indexed by order reference,
-#                             price levels per symbol (preallocates 300 M
-#                             orders before its timed loop)
-#   market_manager            its general matching-engine books
+#   market_manager_optimized_aggressive
+#                             orders in a vector indexed by order reference
+#                             (preallocates 300 M orders before its timed
+#                             loop), price levels per symbol in sorted
+#                             vectors, sells as negative prices: real books
+#                             (every order at its own price), the target
+#   market_manager_optimized  the same layout with level updates reported
+#                             to a handler; as published it never stores an
+#                             Add Order's price (below)
 #   market_manager_optimized_priced
 #                             market_manager_optimized with the Add Order
 #                             price kept (below)
+#   market_manager            its general matching-engine books
 #
 # market_manager_optimized as published never stores an Add Order's price
 # in its order (`AddOrder` sets the reference, locate, side and shares, not
@@ -21,8 +27,16 @@
 # 19 on the 12 M day, 37 with the price). This script also builds a copy
 # with that one assignment added (`order_ptr->Price = price;`, applied by
 # sed to a copy in WORK_DIR: nothing of the peer is part of tickgate) and
-# prints the ratio against both. The comparison that holds like with
-# like is the priced one: tickgate's books keep every price level.
+# prints the ratio against both. The program the target is set against is
+# `market_manager_optimized_aggressive`: its books hold every price level,
+# as tickgate's do, and its ratio is printed first.
+#
+# The books' ends are checked: a copy of each book program (sed again, in
+# WORK_DIR, run once after the timed rounds, never timed) prints every
+# locate's best bid and offer after its loop, and the script counts the
+# symbols whose best bid and offer (price and shares, both sides) equal
+# tickgate's quote in its summary (the locates named from the day's Stock
+# Directory messages).
 #
 #   benches/itch_peer.sh PEER_SOURCES [WORK_DIR]
 #
@@ -38,21 +52,24 @@
 #   git clone https://github.com/HdrHistogram/HdrHistogram_c PEER_SOURCES/HdrHistogram
 #
 # (CppTrader's own build fetches the same modules through its .gitlinks
-# and builds with CMake; the programs are built here with g++ directly.)
+# and builds with CMake; the programs are built here with g++ directly.
+# fmt is built from its src/format.cc and src/os.cc, as fmt 10 and later
+# lay it out; the figures in BENCHMARKS.md used fmt 60ccad5.)
 # WORK_DIR (default: a new temporary directory) receives the peer's
 # objects and programs, the day and each program's output; a WORK_DIR
 # given again reuses them.
 #
 # 1. builds tickgate (release) and the peer (g++ -O3 -march=native
 #    -std=c++20 -DNDEBUG: every source of its libraries into one archive,
-#    then the three programs);
+#    then the programs);
 # 2. simulates a day: 8,000 symbols, books held around 1,100,000 live
 #    orders, MESSAGES (default 12,000,000) messages at 1,000,000 a
 #    second, written as a plain BinaryFILE;
 # 3. reads the file once so that every run finds it in the page cache;
 # 4. RUNS times (default 5), alternating: itch_handler,
-#    market_manager_optimized, market_manager_optimized_priced,
-#    market_manager (unless MARKET_MANAGER=0),
+#    market_manager_optimized_aggressive, market_manager_optimized,
+#    market_manager_optimized_priced, market_manager (unless
+#    MARKET_MANAGER=0),
 #    `tickgate replay DAY --venue nasdaq-itch --json --timing` (what a
 #    user runs to replay a day: channel rules, books with every order,
 #    quotes, the summary), each under /usr/bin/time -v, with the load
@@ -60,8 +77,11 @@
 # 5. prints each run: the program's own figure (the peer's "Processing
 #    time" over its message count; tickgate's `timing`, its replay loop),
 #    wall, user + system CPU and peak RSS of the whole process; then the
-#    medians, and tickgate's per-message figure over
-#    market_manager_optimized's and over the priced copy's (the ratios).
+#    medians, and tickgate's per-message figure over the aggressive
+#    program's (first), the priced copy's and the published program's
+#    (the ratios), and tickgate's peak RSS over the aggressive program's;
+# 6. runs each book program's check copy once and prints how many
+#    symbols' final best bid and offer equal tickgate's quotes.
 set -eu
 PEER="${1:?usage: benches/itch_peer.sh PEER_SOURCES [WORK_DIR]}"
 PEER="$(cd "$PEER" && pwd)"
@@ -78,7 +98,7 @@ echo "== build" >&2
 (cd "$ROOT" && cargo build --release --bin tickgate >&2)
 TG="${TICKGATE:-$TARGET/release/tickgate}"
 
-PROGRAMS="itch_handler market_manager_optimized market_manager_optimized_priced"
+PROGRAMS="itch_handler market_manager_optimized_aggressive market_manager_optimized market_manager_optimized_priced"
 [ "$MARKET_MANAGER" = 1 ] && PROGRAMS="$PROGRAMS market_manager"
 CXXFLAGS="-O3 -march=native -DNDEBUG -std=c++20 -w"
 INC="-I$PEER/CppTrader/include -I$PEER/CppCommon/include -I$PEER/CppCommon/plugins -I$PEER/CppBenchmark/include -I$PEER/fmt/include -I$PEER/cpp-optparse -I$PEER/HdrHistogram/include"
@@ -110,13 +130,50 @@ if [ "$(grep -c 'order_ptr->Price = price;' "$PRICED")" != 1 ]; then
     echo "market_manager_optimized.cpp: AddOrder is not as expected; no priced copy" >&2
     exit 1
 fi
+# The check copies of the book programs: each prints, after its loop, the
+# best bid and offer of every locate whose book is not empty (the
+# aggressive program keeps sells as negative prices: their magnitude).
+BOOKS="market_manager_optimized_aggressive market_manager_optimized market_manager_optimized_priced"
+cat >"$WORK/peer/bbo_snippet.cpp" <<'EOF'
+    for (uint32_t id = 0; id < 10000; ++id)
+    {
+        const auto* book = market.GetOrderBook((uint16_t)id);
+        const auto* bid = book->best_bid();
+        const auto* ask = book->best_ask();
+        if (bid || ask)
+            std::cout << "BBO " << id
+                      << " " << (bid ? std::llabs((long long)bid->Price) : 0LL)
+                      << " " << (bid ? (unsigned long long)bid->Volume : 0ULL)
+                      << " " << (ask ? std::llabs((long long)ask->Price) : 0LL)
+                      << " " << (ask ? (unsigned long long)ask->Volume : 0ULL) << std::endl;
+    }
+EOF
+src_of() {
+    if [ "$1" = market_manager_optimized_priced ]; then
+        echo "$PRICED"
+    else
+        echo "$PEER/CppTrader/performance/$1.cpp"
+    fi
+}
 for p in $PROGRAMS; do
     if [ ! -x "$WORK/peer/$p" ]; then
         echo "== build the peer's $p" >&2
-        src="$PEER/CppTrader/performance/$p.cpp"
-        [ "$p" = market_manager_optimized_priced ] && src="$PRICED"
-        g++ $CXXFLAGS $INC "$src" "$WORK/peer/libpeer.a" \
+        g++ $CXXFLAGS $INC "$(src_of "$p")" "$WORK/peer/libpeer.a" \
             -lpthread -ldl -luuid -o "$WORK/peer/$p"
+    fi
+done
+for p in $BOOKS; do
+    if [ ! -x "$WORK/peer/${p}_bbo" ]; then
+        echo "== build the check copy of the peer's $p" >&2
+        awk -v f="$WORK/peer/bbo_snippet.cpp" '
+            /^    return 0;$/ { while ((getline l < f) > 0) print l; close(f) }
+            { print }' "$(src_of "$p")" >"$WORK/peer/${p}_bbo.cpp"
+        if [ "$(grep -c '"BBO "' "$WORK/peer/${p}_bbo.cpp")" != 1 ]; then
+            echo "$p.cpp: main does not end as expected; no check copy" >&2
+            exit 1
+        fi
+        g++ $CXXFLAGS $INC "$WORK/peer/${p}_bbo.cpp" "$WORK/peer/libpeer.a" \
+            -lpthread -ldl -luuid -o "$WORK/peer/${p}_bbo"
     fi
 done
 
@@ -230,12 +287,65 @@ for p in progs:
         own += "; thread CPU %.1f (%.1f-%.1f)" % (statistics.median(tcpu), min(tcpu), max(tcpu))
     print("| %s | %s | %.2f s | %.2f s | %.1f MiB | %.1f-%.1f |"
           % (p, own, col(2), col(3), col(6), min(loads), max(loads)))
-for peer in ("market_manager_optimized", "market_manager_optimized_priced"):
+names = {
+    "market_manager_optimized_aggressive": "the aggressive program (every price level kept; the target)",
+    "market_manager_optimized_priced": "the priced copy (published program, Add Order price kept)",
+    "market_manager_optimized": "the published program (Add Order price dropped)",
+}
+for peer in ("market_manager_optimized_aggressive", "market_manager_optimized_priced",
+             "market_manager_optimized"):
     if "tickgate" in med and peer in med:
         print("tickgate / %s, per message (wall, medians): %.2fx"
-              % (peer, med["tickgate"] / med[peer]))
+              % (names[peer], med["tickgate"] / med[peer]))
         theirs = [float(r[1]) for r in rows if r[0] == peer]
         tg = [float(r[1]) for r in rows if r[0] == "tickgate"]
-        print("per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, theirs)))
+        print("   per run: " + ", ".join("%.2fx" % (t / m) for t, m in zip(tg, theirs)))
+peer = "market_manager_optimized_aggressive"
+if "tickgate" in med and peer in med:
+    rss = lambda p: statistics.median(float(r[6]) for r in rows if r[0] == p)
+    print("tickgate / the aggressive program, peak RSS (medians): %.1f / %.1f MiB = 1/%.1f"
+          % (rss("tickgate"), rss(peer), rss(peer) / rss("tickgate")))
+EOF
+echo "== final best bid and offer of each book program against tickgate's quotes"
+for p in $BOOKS; do
+    "$WORK/peer/${p}_bbo" -i "$DAY" >"$WORK/${p}_bbo.out"
+done
+python3 - "$DAY" "$WORK/tickgate.json" $(for p in $BOOKS; do echo "$WORK/${p}_bbo.out"; done) <<'EOF'
+import json, sys
+from decimal import Decimal
+day, tg, outs = sys.argv[1], sys.argv[2], sys.argv[3:]
+# locate -> stock from the day's Stock Directory messages (BinaryFILE: a
+# 2-byte length before each message; R: locate at 1, stock at 11..19)
+names = {}
+data = open(day, "rb").read()
+at, n = 0, len(data)
+while at + 2 < n:
+    ln = int.from_bytes(data[at:at + 2], "big")
+    if data[at + 2] == 0x52 and ln >= 19:
+        m = data[at + 2:at + 2 + ln]
+        names[int.from_bytes(m[1:3], "big")] = m[11:19].decode("ascii").rstrip()
+    at += 2 + ln
+symbols = json.load(open(tg))["symbols"]
+def theirs(price, qty):
+    return None if qty == 0 else (Decimal(price) / 10000, qty)
+def ours(s):
+    if s is None:
+        return None
+    px, qty = s.split("@")
+    return (Decimal(px), int(qty))
+for out in outs:
+    books = {}
+    for line in open(out):
+        f = line.split()
+        if f and f[0] == "BBO":
+            books[int(f[1])] = (theirs(int(f[2]), int(f[3])), theirs(int(f[4]), int(f[5])))
+    same = 0
+    for locate, stock in names.items():
+        q = symbols.get(stock)
+        if q is not None and books.get(locate, (None, None)) == (ours(q["bid"]), ours(q["ask"])):
+            same += 1
+    prog = out.rsplit("/", 1)[1][:-len("_bbo.out")]
+    print("%s: final best bid and offer equal to tickgate's quote on %d of %d symbols"
+          % (prog, same, len(symbols)))
 EOF
 echo "outputs in $WORK"

@@ -252,8 +252,9 @@ impl<P: Publish> Feed<P> {
         Some(idx)
     }
 
-    /// The symbol's slot and view, if known.
-    #[inline]
+    /// The symbol's slot and view, if known. Not marked `#[inline]`: a
+    /// `CHECK` answer ran 60 more instructions with it (BENCHMARKS.md,
+    /// "The CHECK answer with and without `symbol_view` inline").
     pub fn symbol_view(&self, symbol: Symbol) -> Option<(u32, &SymbolView)> {
         self.core.symbol_view(symbol)
     }

@@ -42,13 +42,13 @@ const SIZE_SYSTEM_EVENT: usize = 12;
 const SIZE_STOCK_DIRECTORY: usize = 39;
 const SIZE_TRADING_ACTION: usize = 25;
 const SIZE_OPERATIONAL_HALT: usize = 21;
-const SIZE_ADD: usize = 36;
-const SIZE_ADD_MPID: usize = 40;
-const SIZE_EXECUTED: usize = 31;
-const SIZE_EXECUTED_PRICE: usize = 36;
-const SIZE_CANCEL: usize = 23;
-const SIZE_DELETE: usize = 19;
-const SIZE_REPLACE: usize = 35;
+pub const SIZE_ADD: usize = 36;
+pub const SIZE_ADD_MPID: usize = 40;
+pub const SIZE_EXECUTED: usize = 31;
+pub const SIZE_EXECUTED_PRICE: usize = 36;
+pub const SIZE_CANCEL: usize = 23;
+pub const SIZE_DELETE: usize = 19;
+pub const SIZE_REPLACE: usize = 35;
 
 /// Largest timestamp the u48 field holds.
 pub const TIMESTAMP_MAX: u64 = (1 << 48) - 1;
@@ -299,12 +299,10 @@ fn stock_at(m: &[u8], at: usize) -> Symbol {
 
 #[inline]
 fn header_of(m: &[u8]) -> Header {
-    let mut ts = [0u8; 8];
-    ts[2..].copy_from_slice(&m[5..11]);
     Header {
         locate: u16_at(m, 1),
         tracking: u16_at(m, 3),
-        timestamp: u64::from_be_bytes(ts),
+        timestamp: timestamp_of(m.first_chunk().expect("a known type holds the header")),
     }
 }
 
@@ -340,20 +338,22 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
         }
         TYPE_EXECUTED => {
             let m = msg.first_chunk::<SIZE_EXECUTED>()?;
+            let (order_ref, shares) = reduce_fields(m.first_chunk().expect("E is longer than X"));
             Message::Executed {
                 header: header_of(m),
-                order_ref: u64_at(m, 11),
-                shares: u32_at(m, 19),
+                order_ref,
+                shares,
                 match_number: u64_at(m, 23),
                 price: None,
             }
         }
         TYPE_EXECUTED_PRICE => {
             let m = msg.first_chunk::<SIZE_EXECUTED_PRICE>()?;
+            let (order_ref, shares) = reduce_fields(m.first_chunk().expect("C is longer than X"));
             Message::Executed {
                 header: header_of(m),
-                order_ref: u64_at(m, 11),
-                shares: u32_at(m, 19),
+                order_ref,
+                shares,
                 match_number: u64_at(m, 23),
                 price: Some(ExecPrice {
                     printable: m[31],
@@ -363,27 +363,29 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
         }
         TYPE_CANCEL => {
             let m = msg.first_chunk::<SIZE_CANCEL>()?;
+            let (order_ref, shares) = reduce_fields(m);
             Message::Cancel {
                 header: header_of(m),
-                order_ref: u64_at(m, 11),
-                shares: u32_at(m, 19),
+                order_ref,
+                shares,
             }
         }
         TYPE_DELETE => {
             let m = msg.first_chunk::<SIZE_DELETE>()?;
             Message::Delete {
                 header: header_of(m),
-                order_ref: u64_at(m, 11),
+                order_ref: order_ref_of(m),
             }
         }
         TYPE_REPLACE => {
             let m = msg.first_chunk::<SIZE_REPLACE>()?;
+            let (original, new_ref, shares, price) = replace_fields(m);
             Message::Replace {
                 header: header_of(m),
-                original: u64_at(m, 11),
-                new_ref: u64_at(m, 19),
-                shares: u32_at(m, 27),
-                price: u32_at(m, 31),
+                original,
+                new_ref,
+                shares,
+                price,
             }
         }
         TYPE_TRADING_ACTION => {
@@ -411,15 +413,77 @@ pub fn decode(msg: &[u8]) -> Option<Message> {
     })
 }
 
+/// The fields of an Add Order (`A`, and the first `SIZE_ADD` bytes of an
+/// `F`) that the books use; `side` is the raw byte (`B`, `S`, or anything
+/// else: a bad side).
+#[derive(Clone, Copy, Debug)]
+pub struct AddFields {
+    pub header: Header,
+    pub order_ref: u64,
+    pub side: u8,
+    pub shares: u32,
+    pub stock: Symbol,
+    pub price: u32,
+}
+
+/// The fields of an Add Order: the one place of their offsets, for
+/// `decode` and for the message loop, which reads them straight from the
+/// block (a [`Message`] built and then matched is copied through the
+/// stack, where a load spanning two of its narrower stores stalls).
+#[inline(always)]
+pub fn add_fields(m: &[u8; SIZE_ADD]) -> AddFields {
+    AddFields {
+        header: header_of(m),
+        order_ref: u64_at(m, 11),
+        side: m[19],
+        shares: u32_at(m, 20),
+        stock: stock_at(m, 24),
+        price: u32_at(m, 32),
+    }
+}
+
+/// Order reference and shares of an Executed (`E`, `C`) or Cancel (`X`):
+/// the same offsets in all three.
+#[inline(always)]
+pub fn reduce_fields(m: &[u8; SIZE_CANCEL]) -> (u64, u32) {
+    (u64_at(m, 11), u32_at(m, 19))
+}
+
+/// The order reference of any order message (`E`, `C`, `X`, `D`, and the
+/// original of a `U`).
+#[inline(always)]
+pub fn order_ref_of(m: &[u8; SIZE_DELETE]) -> u64 {
+    u64_at(m, 11)
+}
+
+/// Original, new reference, shares and price of an Order Replace (`U`).
+#[inline(always)]
+pub fn replace_fields(m: &[u8; SIZE_REPLACE]) -> (u64, u64, u32, u32) {
+    (u64_at(m, 11), u64_at(m, 19), u32_at(m, 27), u32_at(m, 31))
+}
+
+/// The timestamp of the common header (`header_of`'s, alone).
+#[inline(always)]
+pub fn timestamp_of(m: &[u8; HEADER_LEN]) -> u64 {
+    let mut ts = [0u8; 8];
+    ts[2..].copy_from_slice(&m[5..11]);
+    u64::from_be_bytes(ts)
+}
+
 /// An Add Order (with or without MPID) of the block `m` (at least
 /// `SIZE_ADD` bytes).
 #[inline(always)]
 fn add_order(m: &[u8], attribution: Option<[u8; 4]>) -> Message {
     let m: &[u8; SIZE_ADD] = m.first_chunk().expect("an add is at least SIZE_ADD bytes");
-    let header = header_of(m);
-    let (order_ref, shares, stock, price) =
-        (u64_at(m, 11), u32_at(m, 20), stock_at(m, 24), u32_at(m, 32));
-    match Side::from_byte(m[19]) {
+    let AddFields {
+        header,
+        order_ref,
+        side,
+        shares,
+        stock,
+        price,
+    } = add_fields(m);
+    match Side::from_byte(side) {
         Some(side) => Message::AddOrder {
             header,
             order_ref,
@@ -432,7 +496,7 @@ fn add_order(m: &[u8], attribution: Option<[u8; 4]>) -> Message {
         None => Message::AddOrderBadSide {
             header,
             order_ref,
-            side: m[19],
+            side,
             shares,
             stock,
             price,

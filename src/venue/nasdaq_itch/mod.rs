@@ -473,13 +473,84 @@ impl Venue for NasdaqItch {
                 self.prefetch_level(next);
             }
             let seq = first.saturating_add(i as u64);
-            self.types[block[0] as usize] += 1;
+            let kind = block[0];
+            self.types[kind as usize] += 1;
+            // The book's own messages, most of a day, straight from their
+            // bytes: a `Message` built and matched goes through the stack
+            // (decode's size checks, kept here: a block too short for its
+            // type goes on to `decode`, which does not decode it).
+            match kind {
+                messages::TYPE_ADD | messages::TYPE_ADD_MPID => {
+                    let m = if kind == messages::TYPE_ADD {
+                        block.first_chunk::<{ messages::SIZE_ADD }>()
+                    } else {
+                        block
+                            .first_chunk::<{ messages::SIZE_ADD_MPID }>()
+                            .and_then(|m| m.first_chunk())
+                    };
+                    if let Some(m) = m {
+                        let add = messages::add_fields(m);
+                        let ts = self.stamp(&mut out, now, add.header.timestamp);
+                        let side = match add.side {
+                            b'B' => messages::Side::Buy,
+                            b'S' => messages::Side::Sell,
+                            _ => {
+                                // It still names its locate's symbol (venues.md).
+                                self.name(add.header.locate, add.stock, rules);
+                                rules.count(Count::InvalidMessage);
+                                continue;
+                            }
+                        };
+                        self.on_add(add, side, seq, ts, rules);
+                        continue;
+                    }
+                }
+                messages::TYPE_EXECUTED | messages::TYPE_EXECUTED_PRICE | messages::TYPE_CANCEL => {
+                    let m = match kind {
+                        messages::TYPE_EXECUTED => block
+                            .first_chunk::<{ messages::SIZE_EXECUTED }>()
+                            .and_then(|m| m.first_chunk()),
+                        messages::TYPE_EXECUTED_PRICE => block
+                            .first_chunk::<{ messages::SIZE_EXECUTED_PRICE }>()
+                            .and_then(|m| m.first_chunk()),
+                        _ => block.first_chunk::<{ messages::SIZE_CANCEL }>(),
+                    };
+                    if let Some(m) = m {
+                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let (order_ref, shares) = messages::reduce_fields(m);
+                        self.on_order(self_reduce(order_ref, shares), seq, ts, rules);
+                        continue;
+                    }
+                }
+                messages::TYPE_DELETE => {
+                    if let Some(m) = block.first_chunk::<{ messages::SIZE_DELETE }>() {
+                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let order_ref = messages::order_ref_of(m);
+                        self.on_order(OrderOp::Delete(order_ref), seq, ts, rules);
+                        continue;
+                    }
+                }
+                messages::TYPE_REPLACE => {
+                    if let Some(m) = block.first_chunk::<{ messages::SIZE_REPLACE }>() {
+                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let (original, new_ref, shares, price) = messages::replace_fields(m);
+                        let op = OrderOp::Replace {
+                            original,
+                            new_ref,
+                            shares,
+                            price,
+                        };
+                        self.on_order(op, seq, ts, rules);
+                        continue;
+                    }
+                }
+                _ => {}
+            }
             let Some(msg) = messages::decode(block) else {
                 rules.count(Count::UnknownMessage);
                 continue;
             };
-            let ts = self.midnight_ns.saturating_add(msg.timestamp() as i64);
-            out.stamp(now, ts);
+            let ts = self.stamp(&mut out, now, msg.timestamp());
             match msg {
                 Message::StockDirectory { header, stock } => {
                     self.name(header.locate, stock, rules);
@@ -493,23 +564,15 @@ impl Venue for NasdaqItch {
                     price,
                     ..
                 } => {
-                    let slot = self.name(header.locate, stock, rules);
-                    let before = self.books.best_key(header.locate);
-                    match self
-                        .books
-                        .add(header.locate, order_ref, side, shares, price)
-                    {
-                        Ok(()) => self.touched(header.locate, before, seq, ts, rules),
-                        Err(OrderError::Overflow) => {
-                            // The book misses an order until the next session.
-                            rules.count(Count::OrderOverflow);
-                            if let Some(slot) = slot {
-                                rules.suspect_gap(slot);
-                            }
-                        }
-                        Err(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
-                        Err(_) => rules.count(Count::OrderConflict),
-                    }
+                    let add = messages::AddFields {
+                        header,
+                        order_ref,
+                        side: side.to_byte(),
+                        shares,
+                        stock,
+                        price,
+                    };
+                    self.on_add(add, side, seq, ts, rules);
                 }
                 Message::AddOrderBadSide { header, stock, .. } => {
                     // It still names its locate's symbol (venues.md).
@@ -636,7 +699,53 @@ fn self_reduce(order_ref: u64, shares: u32) -> OrderOp {
     OrderOp::Reduce { order_ref, shares }
 }
 
+/// The timestamp of a message block (its common header).
+#[inline(always)]
+fn stamp_of<const N: usize>(m: &[u8; N]) -> u64 {
+    messages::timestamp_of(m.first_chunk().expect("an order message holds the header"))
+}
+
 impl NasdaqItch {
+    /// The message's time (ns since midnight on the wire) as Unix ns,
+    /// noted in the packet's outcome.
+    #[inline(always)]
+    fn stamp(&self, out: &mut Applied, now: i64, timestamp: u64) -> i64 {
+        let ts = self.midnight_ns.saturating_add(timestamp as i64);
+        out.stamp(now, ts);
+        ts
+    }
+
+    /// A, F of a valid side: names the locate's symbol, then adds the
+    /// order to its book. Inlined: the message loop's hottest case.
+    #[inline(always)]
+    fn on_add<R: Rules>(
+        &mut self,
+        add: messages::AddFields,
+        side: messages::Side,
+        seq: u64,
+        ts: i64,
+        rules: &mut R,
+    ) {
+        let locate = add.header.locate;
+        let slot = self.name(locate, add.stock, rules);
+        let before = self.books.best_key(locate);
+        match self
+            .books
+            .add(locate, add.order_ref, side, add.shares, add.price)
+        {
+            Ok(()) => self.touched(locate, before, seq, ts, rules),
+            Err(OrderError::Overflow) => {
+                // The book misses an order until the next session.
+                rules.count(Count::OrderOverflow);
+                if let Some(slot) = slot {
+                    rules.suspect_gap(slot);
+                }
+            }
+            Err(OrderError::ZeroShares) => rules.count(Count::InvalidMessage),
+            Err(_) => rules.count(Count::OrderConflict),
+        }
+    }
+
     /// E, C, X, D, U: act on the book of the order's own locate. An order
     /// the book does not hold changes nothing and is counted. Inlined: one
     /// call site, in the message loop.
