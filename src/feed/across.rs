@@ -140,16 +140,7 @@ impl Answer {
 impl Default for Answer {
     #[inline]
     fn default() -> Answer {
-        Answer::single(Verdict {
-            reasons: R_UNKNOWN_SYMBOL,
-            cause: SuspectCause::None,
-            has_quote: false,
-            seq: 0,
-            bid: None,
-            ask: None,
-            silence_ns: 0,
-            source_age_ns: 0,
-        })
+        Answer::single(Verdict::only(R_UNKNOWN_SYMBOL))
     }
 }
 

@@ -112,7 +112,8 @@ impl Verdict {
         self.reasons == 0
     }
 
-    fn only(reason: u8) -> Verdict {
+    /// A verdict of `reason` alone, without a quote.
+    pub const fn only(reason: u8) -> Verdict {
         Verdict {
             reasons: reason,
             cause: SuspectCause::None,
