@@ -18,32 +18,10 @@ use tickgate::venue::cboe_pitch::frame::Datagram;
 
 /// Scenarios the adapter cannot pass yet, and why (docs/venues.md,
 /// `cboe-pitch`: what works and what does not).
-const NOT_RUN: &[(&str, &str)] = &[
-    (
-        "two_units_a_loss_on_one",
-        "several units per feed: the engine keeps one channel per feed, so a feed follows one unit",
-    ),
-    (
-        "unit_clear",
-        "several units per feed (unit 2's symbols must stay untouched by unit 1's Unit Clear)",
-    ),
-    (
-        "book_errors_and_order_ids_per_unit",
-        "several units per feed (order ids looked up within their unit)",
-    ),
-    (
-        "new_day_sessions",
-        "several units per feed (sessions decided per unit, symbols moving between units)",
-    ),
-    (
-        "hold_limit_counts_the_whole_feed",
-        "several units per feed (holes per unit, gap_hold_packets across them)",
-    ),
-    (
-        "hole_filled_from_the_gap_line",
-        "the Gap Request Proxy client (R4c): its deadlines and requests are not built",
-    ),
-];
+const NOT_RUN: &[(&str, &str)] = &[(
+    "hole_filled_from_the_gap_line",
+    "the Gap Request Proxy client (R4c): its deadlines and requests are not built",
+)];
 
 fn scenarios() -> Vec<Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/pitch_scenarios.json");
@@ -90,8 +68,8 @@ fn every_runnable_scenario_answers_as_specified() {
     }
     let total: usize = run.iter().map(|(_, n)| n).sum();
     assert_eq!(run.len(), 17 - NOT_RUN.len());
-    // 96 checks in all, 38 of them in the scenarios not run.
-    assert_eq!(total, 58);
+    // 96 checks in all, 5 of them in the scenario not run.
+    assert_eq!(total, 91);
     assert!(
         failures.is_empty(),
         "{} failures over {} scenarios ({total} checks):\n{}",

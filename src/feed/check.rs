@@ -288,8 +288,8 @@ pub trait SymbolLookup {
 impl<P: Publish> SymbolLookup for Feed<P> {
     #[inline]
     fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
-        let (_, view) = self.symbol_view(symbol)?;
-        Some((*view, *self.feed_view(), Thresholds::of(view)))
+        let (slot, view) = self.symbol_view(symbol)?;
+        Some((*view, self.feed_view_for(slot), Thresholds::of(view)))
     }
 }
 

@@ -19,6 +19,34 @@ pub struct LineCounters {
     pub invalid_packets: u64,
 }
 
+/// The counters `semantics.md` keeps per channel, for one channel of a
+/// venue of several (venues.md `cboe-pitch`: per unit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelCounters {
+    /// C3: channel sequence numbers never received.
+    pub channel_messages_lost: u64,
+    /// C3: number of channel gaps.
+    pub channel_gaps: u64,
+    /// C5: sessions that replaced the channel's previous one.
+    pub session_changes: u64,
+    /// C5/C6: packets of a replaced or ended session, dropped.
+    pub stale_session_dropped: u64,
+    /// C6: sessions ended.
+    pub sessions_ended: u64,
+}
+
+/// One channel of a venue of several (venues.md `cboe-pitch`: a unit):
+/// its id, its current session, `next`, whether the session ended, and its
+/// counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelReport {
+    pub channel: u8,
+    pub session: Option<crate::wire::SessionId>,
+    pub next: u64,
+    pub ended: bool,
+    pub counters: ChannelCounters,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeedCounters {
     pub lines: Vec<LineCounters>,
@@ -56,8 +84,9 @@ pub struct FeedCounters {
     /// cboe-pitch: gap-line datagrams of a unit with no session or an
     /// ended one, and gap-line heartbeats, which change nothing (R4c).
     pub gap_dropped: u64,
-    /// cboe-pitch: datagrams of a unit the feed does not follow (one unit
-    /// per feed for now), which change nothing.
+    /// cboe-pitch: datagrams the adapter could not place on their unit's
+    /// channel (none: every unit is a channel of its own; kept for the
+    /// metric and replay's summary, which name it).
     pub units_not_followed: u64,
     /// C5: provider restarts seen (the first session is not a change).
     pub session_changes: u64,

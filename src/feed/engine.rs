@@ -13,7 +13,7 @@
 
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
-use super::counters::{FeedCounters, LineCounters, SymbolSummary};
+use super::counters::{ChannelCounters, ChannelReport, FeedCounters, LineCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
 use super::recovery::driver::{Deliver, Recovery};
 use super::recovery::loops::Loops;
@@ -28,6 +28,7 @@ use super::view::{
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
 use crate::venue::rerequest::{MoldUdp64, Request};
+use crate::venue::ChannelSet;
 use crate::venue::{
     AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Placement, Policy,
     Rules, Venue, VenueKind, VenueRecovery,
@@ -48,8 +49,66 @@ enum Payload<'a> {
 pub struct Feed<P: Publish = NoPublish> {
     core: Core<P>,
     /// R1-R6: the hold, refill and image machines and their driver (the
-    /// refill codec is MoldUDP64's, the only one today).
+    /// refill codec is MoldUDP64's, the only one today), of the selected
+    /// channel.
     recovery: Recovery<MoldUdp64>,
+    /// A venue of several channels (`cboe-pitch`): the other channels'
+    /// machines by channel id, made when the channel is first selected
+    /// (recovery.md: R1-R3 apply to each unit). Empty for one channel.
+    parked_recovery: Vec<Option<Recovery<MoldUdp64>>>,
+    /// Datagrams the parked machines hold (recovery.md:
+    /// `gap_hold_packets` counts the whole feed).
+    parked_held: usize,
+}
+
+/// A channel's state while another is selected (venues of several
+/// channels): its channel rules and its part of the feed view.
+struct Parked {
+    channel: Channel,
+    view: FeedView,
+}
+
+/// The `FeedView::flags` that belong to a channel rather than to the feed
+/// (venues of several channels keep them per channel).
+const CHANNEL_FLAGS: u8 = FEED_ENDED
+    | FEED_CHANNEL_ALIVE
+    | FEED_HAS_SESSION
+    | FEED_TRUST_LATE_JOIN
+    | FEED_TRUST_GAP
+    | FEED_RECOVERING;
+
+/// The view of the channels `views` as the verdict reads them for a
+/// symbol they all reach (venues.md `cboe-pitch`: a symbol takes every
+/// cause of each of its units, and the earliest of their `alive_at` and
+/// channel source times), on the feed's own fields (`base`). No channel:
+/// no channel cause and no channel liveness.
+pub fn fold_channels<'a>(base: &FeedView, views: impl Iterator<Item = &'a FeedView>) -> FeedView {
+    let mut out = *base;
+    out.flags &= !CHANNEL_FLAGS;
+    out.recovery = 0;
+    let mut any = false;
+    let mut all_alive = true;
+    let mut alive = i64::MAX;
+    let mut source = i64::MAX;
+    for v in views {
+        any = true;
+        out.flags |= v.flags & (CHANNEL_FLAGS & !FEED_CHANNEL_ALIVE);
+        if v.flags & FEED_CHANNEL_ALIVE == 0 {
+            all_alive = false;
+        } else {
+            alive = alive.min(v.channel_alive_at);
+        }
+        source = source.min(v.channel_source_ts);
+        out.recovery = out.recovery.max(v.recovery);
+    }
+    if any && all_alive {
+        out.flags |= FEED_CHANNEL_ALIVE;
+        out.channel_alive_at = alive;
+    } else {
+        out.channel_alive_at = 0;
+    }
+    out.channel_source_ts = if any { source } else { i64::MIN };
+    out
 }
 
 /// The feed's rules and their state: the channel rules, the symbol rules
@@ -80,6 +139,21 @@ struct Core<P: Publish> {
     /// wanted an image (taken by the recovery driver).
     images: bool,
     image_wanted: Option<i64>,
+    /// The venue keeps several channels (`Venue::channels` > 1): `channel`
+    /// and `view` are the selected one's (`cur`), the others are parked.
+    multi: bool,
+    cur: u8,
+    /// By channel id (empty for a venue of one channel); `parked[cur]` is
+    /// a placeholder while `cur` is selected.
+    parked: Vec<Parked>,
+    /// Channel ids selected so far, in order of their first datagram.
+    heard: Vec<u8>,
+    /// The per-channel counters, by channel id (one entry for a venue of
+    /// one channel).
+    channel_counters: Vec<ChannelCounters>,
+    /// What readers see of a feed of several channels: its channels
+    /// folded (`fold_channels`), as last published.
+    folded: FeedView,
 }
 
 impl Feed<NoPublish> {
@@ -122,12 +196,98 @@ impl<P: Publish> Feed<P> {
             skew: LineSkew::default(),
             images: settings.recovery.snapshot,
             image_wanted: None,
+            multi: false,
+            cur: 0,
+            parked: Vec::new(),
+            heard: Vec::new(),
+            channel_counters: vec![ChannelCounters::default()],
+            folded: FeedView::default(),
         };
+        let channels = core.venue.channels();
+        let mut parked_recovery = Vec::new();
+        if channels > 1 {
+            core.multi = true;
+            let fresh = FeedView {
+                channel_source_ts: i64::MIN,
+                ..FeedView::default()
+            };
+            core.parked = (0..channels)
+                .map(|_| Parked {
+                    channel: Channel::with_max_jump(settings.max_channel_jump),
+                    view: fresh,
+                })
+                .collect();
+            parked_recovery.resize_with(channels, || None);
+            core.channel_counters = vec![ChannelCounters::default(); channels];
+        }
         core.view.offset_ns = core.clock.offset_ns();
-        core.publisher.publish_feed(&core.view);
+        core.publish_view();
         Feed {
             core,
             recovery: Recovery::new(&settings, MoldUdp64),
+            parked_recovery,
+            parked_held: 0,
+        }
+    }
+
+    /// Venues of several channels: channel `ch` becomes the selected one
+    /// (its rules, its part of the view, its recovery machines, the
+    /// venue's state of it).
+    fn select(&mut self, ch: u8) {
+        let old = self.core.cur as usize;
+        let new = ch as usize;
+        if old == new || new >= self.parked_recovery.len() {
+            return;
+        }
+        let incoming = self.parked_recovery[new]
+            .take()
+            .unwrap_or_else(|| Recovery::new(&self.core.settings, MoldUdp64));
+        self.parked_held += self.recovery.held();
+        self.parked_held = self.parked_held.saturating_sub(incoming.held());
+        let outgoing = std::mem::replace(&mut self.recovery, incoming);
+        self.parked_recovery[old] = Some(outgoing);
+        self.recovery.set_others_held(self.parked_held);
+        self.core.select(ch);
+    }
+
+    /// recovery.md: holding one more datagram of the selected channel,
+    /// which has no hole, would exceed `gap_hold_packets`: the feed's
+    /// oldest hole (another channel's) is declared lost at once. Returns
+    /// whether there was one.
+    fn declare_oldest_elsewhere(&mut self, now: i64) -> bool {
+        let here = self.core.cur;
+        let oldest = self
+            .parked_recovery
+            .iter()
+            .enumerate()
+            .filter_map(|(ch, r)| Some((r.as_ref()?.hole_opened_at()?, ch)))
+            .min();
+        let Some((_, ch)) = oldest else {
+            return false;
+        };
+        self.select(ch as u8);
+        self.core.counters.recovery.hold_overflows += 1;
+        self.recovery.declare_oldest(&mut self.core, now);
+        self.select(here);
+        true
+    }
+
+    /// [`Recovery::on_datagram`] of the selected channel, the feed's hold
+    /// limit counted over every channel.
+    fn recover(
+        &mut self,
+        source: Source,
+        datagram: &[u8],
+        header: &Header,
+        now: i64,
+    ) -> DatagramOutcome {
+        loop {
+            let out = self
+                .recovery
+                .on_datagram(&mut self.core, source, datagram, header, now);
+            if !self.recovery.take_needs_room() || !self.declare_oldest_elsewhere(now) {
+                return out;
+            }
         }
     }
 
@@ -181,8 +341,22 @@ impl<P: Publish> Feed<P> {
         &self.core.counters
     }
 
+    /// The feed's view as readers see it (a venue of several channels:
+    /// its channels folded, `fold_channels`).
     pub fn feed_view(&self) -> &FeedView {
-        &self.core.view
+        if self.core.multi {
+            &self.core.folded
+        } else {
+            &self.core.view
+        }
+    }
+
+    /// The feed view the verdict reads for the symbol at `slot`: the
+    /// feed's, or on a venue of several channels, that of the channels
+    /// that reach the symbol (venues.md `cboe-pitch`, Units and symbols).
+    #[inline]
+    pub fn feed_view_for(&self, slot: u32) -> FeedView {
+        self.core.view_for(slot)
     }
 
     pub fn publisher(&self) -> &P {
@@ -200,6 +374,33 @@ impl<P: Publish> Feed<P> {
     /// Sessions seen, oldest first (bounded, see `channel::SESSION_HISTORY`).
     pub fn sessions(&self) -> &[SessionId] {
         self.core.channel.sessions()
+    }
+
+    /// Every channel heard (venues.md `cboe-pitch`: per unit, `next`, the
+    /// session's state and the per-channel counters), by id; for a venue
+    /// of one channel, that channel (id 0).
+    pub fn channel_reports(&self) -> Vec<ChannelReport> {
+        let c = &self.core;
+        let report = |ch: u8| {
+            let channel = if ch == c.cur {
+                &c.channel
+            } else {
+                &c.parked[ch as usize].channel
+            };
+            ChannelReport {
+                channel: ch,
+                session: channel.current_session(),
+                next: channel.next_sequence(),
+                ended: channel.ended(),
+                counters: c.channel_counters[ch as usize],
+            }
+        };
+        if !c.multi {
+            return vec![report(0)];
+        }
+        let mut ids = c.heard.clone();
+        ids.sort_unstable();
+        ids.into_iter().map(report).collect()
     }
 
     pub fn current_session(&self) -> Option<SessionId> {
@@ -329,6 +530,16 @@ impl<P: Publish> Feed<P> {
             c.counters.lines[line].packets += 1;
             return DatagramOutcome::Ignored;
         }
+        if c.multi {
+            // venues.md `cboe-pitch`: the unit is the channel. Other
+            // channels' holes due before `now` are declared first (R2).
+            let ch = c.venue.channel_of(datagram);
+            if self.parked_held > 0 {
+                self.expire_parked(now);
+            }
+            self.select(ch);
+        }
+        let c = &mut self.core;
         let next = c.channel.next_sequence();
         let placed = c.venue.place(kind, datagram, &mut header, next, now);
         if placed != Placement::Channel {
@@ -348,8 +559,7 @@ impl<P: Publish> Feed<P> {
                 .core
                 .process(Source::Line(line), datagram, &header, now);
         }
-        self.recovery
-            .on_datagram(&mut self.core, Source::Line(line), datagram, &header, now)
+        self.recover(Source::Line(line), datagram, &header, now)
     }
 
     /// [`Feed::on_datagram`] of the MoldUDP64 datagram made of `session`,
@@ -457,12 +667,33 @@ impl<P: Publish> Feed<P> {
     /// replay and the check's tests before a check stamped `now`.
     pub fn handle_timeout(&mut self, now: i64) {
         self.recovery.handle_timeout(&mut self.core, now);
+        self.expire_parked(now);
+    }
+
+    /// Venues of several channels: the parked channels' holes whose
+    /// deadline passed before `now` are declared (each channel's holes
+    /// have their own deadlines, recovery.md).
+    fn expire_parked(&mut self, now: i64) {
+        for ch in 0..self.parked_recovery.len() {
+            let due = self.parked_recovery[ch]
+                .as_ref()
+                .and_then(|r| r.next_timeout())
+                .is_some_and(|t| t <= now);
+            if due {
+                self.select(ch as u8);
+                self.recovery.handle_timeout(&mut self.core, now);
+            }
+        }
     }
 
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
     /// deadline passing or a request falling due. `None`: nothing pending.
     pub fn next_timeout(&self) -> Option<i64> {
-        self.recovery.next_timeout()
+        let parked = self.parked_recovery.iter().flatten();
+        parked
+            .filter_map(|r| r.next_timeout())
+            .chain(self.recovery.next_timeout())
+            .min()
     }
 
     /// R5: where the feed's snapshot stands, and the last failure.
@@ -519,12 +750,22 @@ impl<P: Publish> Feed<P> {
     /// Whether a hole is open now (R3: the check answers `recovering`).
     pub fn recovering(&self) -> bool {
         self.recovery.recovering()
+            || self
+                .parked_recovery
+                .iter()
+                .flatten()
+                .any(|r| r.recovering())
     }
 
     /// The held datagrams now, and the most held at once and the arena's
     /// peak size so far (bytes).
     pub fn hold_usage(&self) -> (usize, usize, usize) {
-        self.recovery.hold_usage()
+        let parked = self.parked_recovery.iter().flatten();
+        parked
+            .map(|r| r.hold_usage())
+            .fold(self.recovery.hold_usage(), |a, b| {
+                (a.0 + b.0, a.1 + b.1, a.2 + b.2)
+            })
     }
 
     /// Per-symbol summaries, in slot order.
@@ -557,7 +798,8 @@ impl<P: Publish> Feed<P> {
         let c = &self.core;
         c.symbols
             .iter()
-            .filter(|st| report_cause(&st.view, &c.view) != SuspectCause::None)
+            .enumerate()
+            .filter(|(i, st)| report_cause(&st.view, &c.view_for(*i as u32)) != SuspectCause::None)
             .count()
     }
 }
@@ -596,19 +838,79 @@ impl<P: Publish> Deliver for Core<P> {
     fn set_recovery_state(&mut self, code: u8) {
         if self.view.recovery != code {
             self.view.recovery = code;
-            self.publisher.publish_feed(&self.view);
+            self.publish_view();
         }
     }
 
     fn set_recovering(&mut self, on: bool) {
         if (self.view.flags & FEED_RECOVERING != 0) != on {
             self.view.flags ^= FEED_RECOVERING;
-            self.publisher.publish_feed(&self.view);
+            self.publish_view();
         }
     }
 }
 
 impl<P: Publish> Core<P> {
+    /// Publishes the feed view: the selected channel's, or on a venue of
+    /// several channels, every channel folded (`fold_channels`).
+    #[inline]
+    fn publish_view(&mut self) {
+        if !self.multi {
+            self.publisher.publish_feed(&self.view);
+            return;
+        }
+        let (view, parked, cur) = (&self.view, &self.parked, self.cur);
+        let views = self.heard.iter().map(|&ch| {
+            if ch == cur {
+                view
+            } else {
+                &parked[ch as usize].view
+            }
+        });
+        self.folded = fold_channels(view, views);
+        self.publisher.publish_feed(&self.folded);
+    }
+
+    /// The feed view the verdict reads for the symbol at `slot`.
+    #[inline]
+    fn view_for(&self, slot: u32) -> FeedView {
+        if !self.multi {
+            return self.view;
+        }
+        let set: ChannelSet = self.venue.channels_of(slot);
+        let views = set.iter().map(|ch| {
+            if ch == self.cur {
+                &self.view
+            } else {
+                &self.parked[ch as usize].view
+            }
+        });
+        fold_channels(&self.view, views)
+    }
+
+    /// Venues of several channels: channel `ch` becomes the selected one
+    /// (the recovery machines are the feed's to swap).
+    fn select(&mut self, ch: u8) {
+        let old = self.cur as usize;
+        let new = ch as usize;
+        // `parked[old]` takes the outgoing channel, `parked[new]` the
+        // placeholder.
+        std::mem::swap(&mut self.channel, &mut self.parked[old].channel);
+        std::mem::swap(&mut self.channel, &mut self.parked[new].channel);
+        self.parked[old].view = self.view;
+        let incoming = self.parked[new].view;
+        let v = &mut self.view;
+        v.flags = (v.flags & !CHANNEL_FLAGS) | (incoming.flags & CHANNEL_FLAGS);
+        v.channel_alive_at = incoming.channel_alive_at;
+        v.channel_source_ts = incoming.channel_source_ts;
+        v.recovery = incoming.recovery;
+        self.cur = ch;
+        if !self.heard.contains(&ch) {
+            self.heard.push(ch);
+        }
+        self.venue.select_channel(ch);
+    }
+
     /// A valid datagram the venue kept from the channel rules (venues.md
     /// `cboe-pitch`): received on its line, counted by why.
     #[cold]
@@ -661,7 +963,7 @@ impl<P: Publish> Core<P> {
         let before = self.view;
         self.set_venue_gauges();
         if self.view != before {
-            self.publisher.publish_feed(&self.view);
+            self.publish_view();
         }
         match applied {
             Ok(()) => {
@@ -731,7 +1033,7 @@ impl<P: Publish> Core<P> {
         if latest != i64::MIN {
             self.view.channel_source_ts = latest;
         }
-        self.publisher.publish_feed(&self.view);
+        self.publish_view();
         self.counters.live_orders = self.venue.live_orders();
         // Step 3.
         self.channel.set_next(next);
@@ -753,7 +1055,7 @@ impl<P: Publish> Core<P> {
         self.counters.recovery.line_skew.observe(skew);
         if skew > self.view.line_skew_max_ns {
             self.view.line_skew_max_ns = skew;
-            self.publisher.publish_feed(&self.view);
+            self.publish_view();
         }
     }
 
@@ -798,6 +1100,7 @@ impl<P: Publish> Core<P> {
             }
             PacketAction::StaleSession => {
                 self.counters.stale_session_dropped += 1;
+                self.channel_counters[self.cur as usize].stale_session_dropped += 1;
                 return DatagramOutcome::StaleSession;
             }
             PacketAction::Unbelievable => {
@@ -813,12 +1116,19 @@ impl<P: Publish> Core<P> {
         let first_session = self.view.flags & FEED_HAS_SESSION == 0;
         self.view.flags |= FEED_HAS_SESSION;
         if ev.session_change {
-            // C5, O(1): symbols catch up lazily (state::catch_up, verdict).
             self.counters.session_changes += 1;
+            self.channel_counters[self.cur as usize].session_changes += 1;
             self.view.flags &= !FEED_ENDED;
-            self.view.session_epoch = self.view.session_epoch.wrapping_add(1);
-            if self.view.session_epoch == 0 {
-                self.sweep_session_wrap();
+            if self.multi {
+                // C5 on one channel of several (venues.md `cboe-pitch`):
+                // it reaches that channel's symbols only, now.
+                self.with_venue_rules(now, |venue, rules| venue.forget_channel_session(rules));
+            } else {
+                // C5, O(1): symbols catch up lazily (state::catch_up, verdict).
+                self.view.session_epoch = self.view.session_epoch.wrapping_add(1);
+                if self.view.session_epoch == 0 {
+                    self.sweep_session_wrap();
+                }
             }
         }
         if ev.baseline {
@@ -851,10 +1161,17 @@ impl<P: Publish> Core<P> {
             self.counters.channel_messages_lost =
                 self.counters.channel_messages_lost.saturating_add(ev.lost);
             self.counters.channel_gaps += 1;
-            self.view.gap_epoch = self.view.gap_epoch.wrapping_add(1);
-            if self.view.gap_epoch == 0 {
-                self.sweep_gap_wrap();
+            let cc = &mut self.channel_counters[self.cur as usize];
+            cc.channel_messages_lost = cc.channel_messages_lost.saturating_add(ev.lost);
+            cc.channel_gaps += 1;
+            if !self.multi {
+                self.view.gap_epoch = self.view.gap_epoch.wrapping_add(1);
+                if self.view.gap_epoch == 0 {
+                    self.sweep_gap_wrap();
+                }
             }
+            // A venue of several channels has the trust rules
+            // (`FEED_TRUST_GAP` per channel): its gap epoch never moves.
             if self.policy.trust_from_start {
                 // nasdaq-itch: no message verifies a symbol again.
                 self.view.flags |= FEED_TRUST_GAP;
@@ -883,7 +1200,7 @@ impl<P: Publish> Core<P> {
         }
         // Feed-level changes first (see `Publish`).
         if self.view != before {
-            self.publisher.publish_feed(&self.view);
+            self.publish_view();
         }
         if let PacketAction::Data { skip } = action {
             if skip == 0 {
@@ -923,7 +1240,7 @@ impl<P: Publish> Core<P> {
             self.counters.live_orders = self.venue.live_orders();
             self.set_venue_gauges();
             if self.view != before {
-                self.publisher.publish_feed(&self.view);
+                self.publish_view();
             }
         }
         DatagramOutcome::Applied
@@ -932,6 +1249,7 @@ impl<P: Publish> Core<P> {
     /// C6
     fn end_session(&mut self) {
         self.counters.sessions_ended += 1;
+        self.channel_counters[self.cur as usize].sessions_ended += 1;
         self.view.flags |= FEED_ENDED;
     }
 
@@ -941,7 +1259,7 @@ impl<P: Publish> Core<P> {
     #[cold]
     fn sweep_session_wrap(&mut self) {
         let epoch = self.view.session_epoch;
-        self.publisher.publish_feed(&self.view);
+        self.publish_view();
         for (i, st) in self.symbols.iter_mut().enumerate() {
             st.forget_session(epoch);
             self.publisher.publish_symbol(i as u32, st.symbol, &st.view);
@@ -953,7 +1271,7 @@ impl<P: Publish> Core<P> {
     #[cold]
     fn sweep_gap_wrap(&mut self) {
         self.view.gap_epoch = 1;
-        self.publisher.publish_feed(&self.view);
+        self.publish_view();
         for (i, st) in self.symbols.iter_mut().enumerate() {
             st.view.verified_epoch = 0;
             self.publisher.publish_symbol(i as u32, st.symbol, &st.view);
@@ -964,7 +1282,7 @@ impl<P: Publish> Core<P> {
         let v = &st.view;
         let session_current = v.session_epoch == self.view.session_epoch;
         let has_quote = v.has_quote();
-        let cause = report_cause(v, &self.view);
+        let cause = report_cause(v, &self.view_for(index));
         let tally = self.symbols.tally(index);
         SymbolSummary {
             index,
@@ -1173,6 +1491,13 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     fn forget_sequence(&mut self, slot: u32) {
         if let Some(st) = self.symbols.get_mut(slot as usize) {
             st.forget_sequence(&self.ctx);
+            self.publish(slot);
+        }
+    }
+
+    fn forget_session(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.forget_session(self.ctx.session_epoch);
             self.publish(slot);
         }
     }

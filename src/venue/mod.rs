@@ -325,6 +325,9 @@ impl LineKind {
     }
 }
 
+/// A set of channel ids (a symbol's units on `cboe-pitch`).
+pub use cboe_pitch::units::UnitSet as ChannelSet;
+
 /// What a venue without session ids makes of a valid datagram before the
 /// channel rules see it ([`Venue::place`]; venues.md `cboe-pitch`,
 /// Sessions).
@@ -440,6 +443,9 @@ pub trait Rules {
     }
     /// A channel reset: `slot` forgets its sequence as C5 says.
     fn forget_sequence(&mut self, _slot: u32) {}
+    /// C5 for one symbol, now (a venue of several channels: the new
+    /// session of one of them reaches its symbols only).
+    fn forget_session(&mut self, _slot: u32) {}
     /// `slot`'s book can no longer be trusted: suspect `gap` unless it
     /// already has a cause, until a snapshot.
     fn suspect_book(&mut self, _slot: u32) {}
@@ -500,6 +506,42 @@ pub trait Venue {
     ) -> Placement {
         Placement::Channel
     }
+
+    /// How many channels a feed of this venue keeps (venues.md
+    /// `cboe-pitch`: the unit is the channel, 1-255). Every other venue
+    /// has one, id 0. Channel ids are below this number.
+    #[inline]
+    fn channels(&self) -> usize {
+        1
+    }
+
+    /// The channel a datagram that `parse` accepted belongs to (below
+    /// `channels()`; 0 on a venue of one channel).
+    #[inline]
+    fn channel_of(&self, _datagram: &[u8]) -> u8 {
+        0
+    }
+
+    /// The engine works on channel `channel` from now on: `place`,
+    /// `on_loss`, `on_session_start`, `forget_channel_session` and `apply`
+    /// concern it until the next call. Never called on a venue of one
+    /// channel.
+    #[inline]
+    fn select_channel(&mut self, _channel: u8) {}
+
+    /// The channels whose rules reach the symbol at `slot` (venues.md
+    /// `cboe-pitch`, Units and symbols: the units that carried it);
+    /// empty: none. Asked only on a venue of several channels.
+    #[inline]
+    fn channels_of(&self, _slot: u32) -> ChannelSet {
+        ChannelSet::default()
+    }
+
+    /// C5 on the selected channel of a venue of several channels, before
+    /// `on_session_start`: every symbol of that channel forgets its
+    /// session (`Rules::forget_session`); the others are untouched.
+    #[inline]
+    fn forget_channel_session<R: Rules>(&mut self, _rules: &mut R) {}
 
     /// C3 declared a loss on the channel, before the datagram that
     /// revealed it is applied (`cboe-pitch`: messages are untimed until the
@@ -754,6 +796,30 @@ impl Venue for AnyVenue {
         now: i64,
     ) -> Placement {
         each_venue!(self, v => v.place(kind, datagram, header, next, now))
+    }
+
+    #[inline]
+    fn channels(&self) -> usize {
+        each_venue!(self, v => v.channels())
+    }
+
+    #[inline]
+    fn channel_of(&self, datagram: &[u8]) -> u8 {
+        each_venue!(self, v => v.channel_of(datagram))
+    }
+
+    #[inline]
+    fn select_channel(&mut self, channel: u8) {
+        each_venue!(self, v => v.select_channel(channel))
+    }
+
+    #[inline]
+    fn channels_of(&self, slot: u32) -> ChannelSet {
+        each_venue!(self, v => v.channels_of(slot))
+    }
+
+    fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {
+        each_venue!(self, v => v.forget_channel_session(rules))
     }
 
     #[inline]

@@ -9,7 +9,7 @@
 //! One `Recovery` serves one channel (a feed's session; on a venue with
 //! several units, one unit).
 
-use super::hold::{Hold, HoldLimits, Step};
+use super::hold::{Hold, HoldLimits, Limit, Step};
 use super::image::{self, Image, SnapshotFailure, SnapshotPhase};
 use super::refill::{self, Refill, RefillState};
 use super::store::Source;
@@ -71,6 +71,13 @@ pub struct Recovery<C: RefillCodec> {
     image: Image,
     /// A held datagram's bytes while it is processed (capacity kept).
     scratch: Vec<u8>,
+    /// Datagrams the feed's other channels hold (recovery.md:
+    /// `gap_hold_packets` counts the whole feed); 0 for one channel.
+    others_held: usize,
+    /// Holding the datagram just judged would exceed `gap_hold_packets`
+    /// while this channel has no hole: the feed declares its oldest hole
+    /// (another channel's) and offers the datagram again.
+    needs_room: bool,
 }
 
 impl<C: RefillCodec> Recovery<C> {
@@ -83,6 +90,43 @@ impl<C: RefillCodec> Recovery<C> {
             refill: Refill::new(r, codec),
             image: Image::new(r.snapshot, r.snapshot_hold_bytes),
             scratch: Vec::new(),
+            others_held: 0,
+            needs_room: false,
+        }
+    }
+
+    /// Datagrams held now.
+    #[inline]
+    pub fn held(&self) -> usize {
+        self.hold.len()
+    }
+
+    /// What the feed's other channels hold now (recovery.md:
+    /// `gap_hold_packets` counts the whole feed).
+    #[inline]
+    pub fn set_others_held(&mut self, n: usize) {
+        self.others_held = n;
+    }
+
+    /// Whether the last datagram offered was refused for want of room
+    /// while this channel has no hole (then the feed's oldest hole is
+    /// declared and the datagram offered again); cleared by the call.
+    #[inline]
+    pub fn take_needs_room(&mut self) -> bool {
+        std::mem::take(&mut self.needs_room)
+    }
+
+    /// When the open hole opened (R2), if one is open with datagrams held.
+    pub fn hole_opened_at(&self) -> Option<i64> {
+        (!self.hold.is_empty()).then(|| self.hold.opened_at())
+    }
+
+    /// recovery.md: another channel needs room within `gap_hold_packets`:
+    /// this channel's first hole is declared lost at `now` (R2).
+    pub fn declare_oldest<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        if !self.hold.is_empty() {
+            self.declare_first(d, now);
+            self.refresh_view(d);
         }
     }
 
@@ -351,6 +395,13 @@ impl<C: RefillCodec> Recovery<C> {
             let next = channel.next_sequence();
             let limit = if self.image.running() {
                 self.image.hold_limit()
+            } else if self.others_held > 0 {
+                // recovery.md: the limit counts every channel's held
+                // datagrams together.
+                let max = self.hold.limits().max_packets;
+                Limit::Hole {
+                    packets: max.saturating_sub(self.others_held),
+                }
             } else {
                 self.hold.room()
             };
@@ -389,6 +440,11 @@ impl<C: RefillCodec> Recovery<C> {
                     if self.image.running() {
                         // R5: the attempt fails; judged again without it.
                         self.snapshot_failed(d, SnapshotFailure::HeldBound, now);
+                    } else if self.hold.is_empty() {
+                        // recovery.md: no hole of this channel, so the
+                        // feed's oldest (another channel's) is declared.
+                        self.needs_room = true;
+                        return DatagramOutcome::Ignored;
                     } else {
                         // R2: holding one more would exceed the bound.
                         d.counters().recovery.hold_overflows += 1;

@@ -244,6 +244,12 @@ impl Hold {
         self.t_progress = now;
     }
 
+    /// When the open hole opened (meaningful while one is open).
+    #[inline]
+    pub fn opened_at(&self) -> i64 {
+        self.t_open
+    }
+
     /// R2: the open hole's deadline, never more than `max_hole_ms` after
     /// its open time. Meaningful while a hole is open.
     pub fn deadline(&self) -> i64 {

@@ -1,25 +1,24 @@
-//! The `cboe-pitch` adapter (venues.md `cboe-pitch`): a unit's datagrams
-//! onto the channel rules, its order messages into a book per symbol, and
-//! the best bid and offer of each book as its symbol's quote, "as
-//! `nasdaq-itch`" (the books are `nasdaq_itch::book::Books`). Pure code.
-//!
-//! **One unit per feed, for now.** The engine keeps one channel per feed,
-//! so the adapter follows one unit: the first one a realtime line carries
-//! with a sequence. Datagrams of other units change nothing and are
-//! counted (`units_not_followed`); docs/venues.md says what the engine
-//! needs for several units.
+//! The `cboe-pitch` adapter (venues.md `cboe-pitch`): each unit's
+//! datagrams onto the channel rules of its own channel (the unit is the
+//! channel: the engine keeps one per unit and selects it before every
+//! call), its order messages into a book per symbol, and the best bid and
+//! offer of each book as its symbol's quote, "as `nasdaq-itch`" (the books
+//! are `nasdaq_itch::book::Books`). Pure code.
 //!
 //! **Sessions.** PITCH names no session, so `place` decides with
-//! venues.md's rules 1-4 (`sessions::UnitSession`) and gives the channel
-//! a synthetic session id per unit and session, `U001S00001` (unit, then
-//! the sessions begun since start), which is what replay and status print.
+//! venues.md's rules 1-4 (`sessions::UnitSession`, one per unit) and gives
+//! the unit's channel a synthetic session id per unit and session,
+//! `U001S00001` (unit, then the unit's sessions begun since start), which
+//! is what replay and status print.
 //!
-//! **Books.** One `Books` for the unit (order ids are the unit's own), and
-//! a dense book id per symbol of the unit's session, so that `Books`'s
-//! 65,536 books serve any `max_symbols`. `Books` holds ITCH's u32 prices
-//! (4 decimals): a PITCH price above $429,496.7295 cannot be booked; it is
-//! counted (`prices_unbookable`) and its symbol is suspect `gap`, a known
-//! limit (docs/venues.md).
+//! **Books.** One `Books` per unit (order ids are the unit's own: an order
+//! message acts on its unit's order), each of at most `max_orders` live
+//! orders, made when the unit is first heard; and a dense book id per
+//! symbol of the unit's session, so that `Books`'s 65,536 books serve any
+//! `max_symbols`. `Books` holds ITCH's u32 prices (4 decimals): a PITCH
+//! price above $429,496.7295 cannot be booked; it is counted
+//! (`prices_unbookable`) and its symbol is suspect `gap`, a known limit
+//! (docs/venues.md).
 
 use jiff::civil::Date;
 
@@ -27,7 +26,7 @@ use super::frame::{Datagram, Messages, UnitHeader, HEADER_LEN};
 use super::messages::{self, Message, LONG_PRICE_SCALE};
 use super::sessions::{NyDates, PitchLine, UnitSession, Verdict};
 use super::time::UnitClock;
-use super::units::Membership;
+use super::units::{Membership, UnitSet};
 use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
 use crate::venue::nasdaq_itch::messages::Side as BookSide;
 use crate::venue::{
@@ -40,6 +39,10 @@ const HALT_TRADING_STATUS: u8 = 1;
 
 /// No book: a slot's entry in `book_of` before its first Add this session.
 const NO_BOOK: u32 = u32::MAX;
+
+/// Unit ids are 1-255 (0 never reaches a channel: `Datagram::parse`
+/// refuses it); the engine's channel ids are the unit ids.
+const UNITS: usize = 256;
 
 /// What the adapter keeps per book (per symbol of the unit's session).
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,22 +60,76 @@ struct BookState {
     change_ts: i64,
 }
 
-pub struct CboePitch {
-    /// The unit followed (the first sequenced realtime unit heard).
-    unit: Option<u8>,
+/// One unit: its session, clock, orders and books.
+struct Unit {
     session: UnitSession,
     /// Sessions begun since start: the synthetic session id's number.
     begun: u32,
     current: SessionId,
-    dates: NyDates,
     clock: UnitClock,
-    members: Membership,
     books: Books,
-    /// Book id by symbol slot (`NO_BOOK`: none this session).
+    /// Book id by symbol slot (`NO_BOOK`: none this session); grows to the
+    /// largest slot the unit has booked.
     book_of: Vec<u32>,
     /// By book id, `next_book` of them in use this session.
     book_state: Vec<BookState>,
     next_book: u32,
+}
+
+impl Unit {
+    fn new(max_orders: usize) -> Unit {
+        Unit {
+            session: UnitSession::new(),
+            begun: 0,
+            current: SessionId::default(),
+            clock: UnitClock::new(),
+            books: Books::new(max_orders),
+            book_of: Vec::new(),
+            book_state: vec![BookState::default(); LOCATES],
+            next_book: 0,
+        }
+    }
+
+    /// The book of `slot`, given one if it has none yet this session.
+    /// `None` when the unit's 65,536 books are all in use.
+    #[inline]
+    fn book(&mut self, slot: u32) -> Option<u16> {
+        let i = slot as usize;
+        if i >= self.book_of.len() {
+            self.book_of.resize(i + 1, NO_BOOK);
+        }
+        if self.book_of[i] != NO_BOOK {
+            return Some(self.book_of[i] as u16);
+        }
+        if self.next_book as usize >= LOCATES {
+            return None;
+        }
+        let b = self.next_book;
+        self.next_book += 1;
+        self.book_of[i] = b;
+        self.book_state[b as usize] = BookState {
+            slot,
+            ..BookState::default()
+        };
+        Some(b as u16)
+    }
+
+    /// Empties the unit's books and forgets its book ids (C5).
+    fn reset_books(&mut self) {
+        self.books.clear();
+        self.book_of.iter_mut().for_each(|b| *b = NO_BOOK);
+        self.next_book = 0;
+    }
+}
+
+pub struct CboePitch {
+    /// The unit the engine selected (`select_channel`).
+    cur: u8,
+    /// By unit id, made when the unit is first selected.
+    units: Vec<Option<Box<Unit>>>,
+    max_orders: usize,
+    dates: NyDates,
+    members: Membership,
     /// Books touched by the packet being applied (capacity: every book,
     /// so pushing never allocates).
     dirty: Vec<u16>,
@@ -112,58 +169,43 @@ fn quote_side(level: Option<crate::venue::nasdaq_itch::book::Level>) -> Option<S
 }
 
 impl CboePitch {
-    /// A feed of at most `max_orders` live orders (venues.md: as
-    /// `nasdaq-itch`'s `max_orders`).
+    /// A feed whose units hold at most `max_orders` live orders each
+    /// (venues.md: as `nasdaq-itch`'s `max_orders`).
     pub fn new(max_orders: usize) -> CboePitch {
+        let mut units = Vec::with_capacity(UNITS);
+        units.resize_with(UNITS, || None);
         CboePitch {
-            unit: None,
-            session: UnitSession::new(),
-            begun: 0,
-            current: SessionId::default(),
+            cur: 0,
+            units,
+            max_orders,
             dates: NyDates::new(),
-            clock: UnitClock::new(),
             members: Membership::new(0),
-            books: Books::new(max_orders),
-            book_of: Vec::new(),
-            book_state: vec![BookState::default(); LOCATES],
-            next_book: 0,
             dirty: Vec::with_capacity(LOCATES),
             types: Box::new([0; 256]),
         }
     }
 
-    /// The unit followed, once one was heard.
+    /// The unit selected last, once one was.
     pub fn unit(&self) -> Option<u8> {
-        self.unit
+        (self.cur != 0).then_some(self.cur)
     }
 
-    /// The books (tests and diagnostics).
-    pub fn books(&self) -> &Books {
-        &self.books
+    /// The units heard so far, ascending.
+    pub fn units(&self) -> impl Iterator<Item = u8> + '_ {
+        (1..=255u8).filter(|&u| self.units[u as usize].is_some())
     }
 
-    /// The book of `slot`, given one if it has none yet this session.
-    /// `None` when the unit's 65,536 books are all in use.
+    /// The books of `unit` (tests and diagnostics).
+    pub fn books(&self, unit: u8) -> Option<&Books> {
+        self.units[unit as usize].as_deref().map(|u| &u.books)
+    }
+
+    /// The selected unit (made by `select_channel`).
     #[inline]
-    fn book(&mut self, slot: u32) -> Option<u16> {
-        let i = slot as usize;
-        if i >= self.book_of.len() {
-            self.book_of.resize(i + 1, NO_BOOK);
-        }
-        if self.book_of[i] != NO_BOOK {
-            return Some(self.book_of[i] as u16);
-        }
-        if self.next_book as usize >= LOCATES {
-            return None;
-        }
-        let b = self.next_book;
-        self.next_book += 1;
-        self.book_of[i] = b;
-        self.book_state[b as usize] = BookState {
-            slot,
-            ..BookState::default()
-        };
-        Some(b as u16)
+    fn u(&mut self) -> &mut Unit {
+        self.units[self.cur as usize]
+            .as_deref_mut()
+            .expect("the engine selects a unit before using it")
     }
 
     /// After a book operation on `book` whose best was `before`: note the
@@ -171,8 +213,11 @@ impl CboePitch {
     /// the end of the packet.
     #[inline]
     fn touched(&mut self, book: u16, before: BestKey, seq: u64, ts: i64) {
-        let s = &mut self.book_state[book as usize];
-        if self.books.best_key(book) != before {
+        let u = self.units[self.cur as usize]
+            .as_deref_mut()
+            .expect("selected");
+        let s = &mut u.book_state[book as usize];
+        if u.books.best_key(book) != before {
             s.change_seq = seq;
             s.change_ts = ts;
         }
@@ -187,41 +232,30 @@ impl CboePitch {
     #[inline]
     fn carry<R: Rules>(&mut self, symbol: crate::wire::Symbol, rules: &mut R) -> Option<u32> {
         let slot = rules.symbol(symbol)?;
-        if let Some(unit) = self.unit {
-            self.members.carry(unit, slot);
-        }
+        self.members.carry(self.cur, slot);
         Some(slot)
-    }
-
-    /// Empties the unit's books and forgets its book ids (C5).
-    fn reset_books(&mut self) {
-        self.books.clear();
-        self.book_of.iter_mut().for_each(|b| *b = NO_BOOK);
-        self.next_book = 0;
-        self.dirty.clear();
     }
 
     /// Unit Clear: every order of the unit leaves; each book that had a
     /// best takes the change, stamped by this message.
     fn unit_clear<R: Rules>(&mut self, seq: u64, ts: i64, rules: &mut R) {
         rules.count(Count::UnitClear);
-        if self.books.live_orders() > 0 {
+        if self.u().books.live_orders() > 0 {
             // No message says when the book that follows is whole: the
             // unit's symbols are suspect `gap` until its next session.
-            if let Some(unit) = self.unit {
-                let members: Vec<u32> = self.members.members(unit).collect();
-                for slot in members {
-                    rules.suspect_gap(slot);
-                }
+            for slot in self.members.members(self.cur) {
+                rules.suspect_gap(slot);
             }
         }
-        let before: Vec<(u16, BestKey)> = (0..self.next_book as u16)
-            .map(|b| (b, self.books.best_key(b)))
-            .collect();
+        let u = self.units[self.cur as usize]
+            .as_deref_mut()
+            .expect("selected");
+        let books = u.next_book as u16;
         // Book ids are kept: the symbols stay the unit's.
-        self.books.clear();
-        for (b, key) in before {
-            self.touched(b, key, seq, ts);
+        let keys: Vec<BestKey> = (0..books).map(|b| u.books.best_key(b)).collect();
+        u.books.clear();
+        for (b, key) in keys.into_iter().enumerate() {
+            self.touched(b as u16, key, seq, ts);
         }
     }
 
@@ -236,37 +270,38 @@ impl CboePitch {
             | Message::DeleteOrder { order_id, .. } => order_id,
             _ => return,
         };
-        let Some(found) = self.books.lookup(order_id) else {
+        let u = self.u();
+        let Some(found) = u.books.lookup(order_id) else {
             rules.count(Count::UnknownOrder);
             return;
         };
         let book = found.locate;
-        let before = self.books.best_key(book);
+        let before = u.books.best_key(book);
         match *msg {
             // Removing more shares than the order has makes it leave: not
             // an error here (venues.md).
             Message::OrderExecuted { shares, .. } | Message::ReduceSize { shares, .. } => {
-                self.books.reduce_found(found, shares);
+                u.books.reduce_found(found, shares);
             }
             Message::ExecutedAtPriceSize { remaining, .. } => {
-                self.books.set_shares_found(found, remaining);
+                u.books.set_shares_found(found, remaining);
             }
             Message::ModifyOrder { shares, price, .. } => match book_price(price) {
                 // It leaves at 0.
                 _ if shares == 0 => {
-                    self.books.delete_found(found);
+                    u.books.delete_found(found);
                 }
                 Some(p) => {
-                    self.books.replace_found(found, order_id, shares, p);
+                    u.books.replace_found(found, order_id, shares, p);
                 }
                 None => {
-                    self.books.delete_found(found);
+                    u.books.delete_found(found);
                     rules.count(Count::PriceUnbookable);
-                    rules.suspect_gap(self.book_state[book as usize].slot);
+                    rules.suspect_gap(u.book_state[book as usize].slot);
                 }
             },
             Message::DeleteOrder { .. } => {
-                self.books.delete_found(found);
+                u.books.delete_found(found);
             }
             _ => {}
         }
@@ -301,13 +336,15 @@ impl CboePitch {
         };
         // An id live on the unit: the old order leaves, the new replaces
         // it; both symbols are suspect (venues.md, Book messages).
-        if let Some(found) = self.books.lookup(order_id) {
+        let u = self.u();
+        if let Some(found) = u.books.lookup(order_id) {
             let old = found.locate;
-            let before = self.books.best_key(old);
-            self.books.delete_found(found);
+            let before = u.books.best_key(old);
+            u.books.delete_found(found);
+            let old_slot = u.book_state[old as usize].slot;
             self.touched(old, before, seq, ts);
             rules.count(Count::BookError);
-            rules.suspect_gap(self.book_state[old as usize].slot);
+            rules.suspect_gap(old_slot);
             if let Some(slot) = slot {
                 rules.suspect_gap(slot);
             }
@@ -325,14 +362,15 @@ impl CboePitch {
             rules.suspect_gap(slot);
             return;
         };
-        let Some(book) = self.book(slot) else {
+        let u = self.u();
+        let Some(book) = u.book(slot) else {
             // More symbols than one unit's books: the book misses orders.
             rules.count(Count::OrderOverflow);
             rules.suspect_gap(slot);
             return;
         };
-        let before = self.books.best_key(book);
-        match self.books.add(book, order_id, side, shares, p) {
+        let before = u.books.best_key(book);
+        match u.books.add(book, order_id, side, shares, p) {
             Ok(()) => self.touched(book, before, seq, ts),
             Err(OrderError::Overflow) => {
                 rules.count(Count::OrderOverflow);
@@ -346,15 +384,18 @@ impl CboePitch {
     /// V1 after each packet: a book whose best changed over the packet
     /// quotes anew; one that changed and came back does not.
     fn publish<R: Rules>(&mut self, rules: &mut R) {
+        let u = self.units[self.cur as usize]
+            .as_deref_mut()
+            .expect("selected");
         for &book in &self.dirty {
-            let s = &mut self.book_state[book as usize];
+            let s = &mut u.book_state[book as usize];
             s.dirty = false;
-            let key = self.books.best_key(book);
+            let key = u.books.best_key(book);
             if key == s.published {
                 continue;
             }
             s.published = key;
-            let best = self.books.best(book);
+            let best = u.books.best(book);
             rules.venue_quote(
                 s.slot,
                 s.change_seq,
@@ -377,13 +418,42 @@ impl Venue for CboePitch {
         }
     }
 
+    fn channels(&self) -> usize {
+        UNITS
+    }
+
+    #[inline]
+    fn channel_of(&self, datagram: &[u8]) -> u8 {
+        UnitHeader::read(datagram).map_or(0, |h| h.unit)
+    }
+
+    fn select_channel(&mut self, channel: u8) {
+        self.cur = channel;
+        if self.units[channel as usize].is_none() {
+            // Once per unit: its books and book table.
+            self.units[channel as usize] = Some(Box::new(Unit::new(self.max_orders)));
+        }
+    }
+
+    fn channels_of(&self, slot: u32) -> UnitSet {
+        self.members.units_of(slot)
+    }
+
+    fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {
+        // C5 reaches the unit's symbols only (they keep the cause it gives
+        // them once the unit forgets them as members).
+        for slot in self.members.members(self.cur) {
+            rules.forget_session(slot);
+        }
+    }
+
     fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
         let d = Datagram::parse(datagram)?;
         let h = d.header;
         Ok(Header {
             channel: ChannelHeader {
                 // `place` sets the session.
-                session: self.current,
+                session: SessionId::default(),
                 sequence: h.sequence as u64,
                 kind: if h.count == 0 {
                     PacketKind::Heartbeat
@@ -415,13 +485,8 @@ impl Venue for CboePitch {
         } else {
             PitchLine::Realtime
         };
-        let unit = match self.unit {
-            Some(u) => u,
-            // A gap line never begins a unit's session.
-            None if line == PitchLine::Gap => return Placement::GapDropped,
-            None => *self.unit.insert(h.unit),
-        };
-        if h.unit != unit {
+        if h.unit != self.cur {
+            // The engine selects the datagram's unit first.
             return Placement::OtherUnit;
         }
         if line == PitchLine::Gap && h.count == 0 {
@@ -435,44 +500,44 @@ impl Venue for CboePitch {
             unknown: 0,
         };
         let date: Date = self.dates.date(now);
-        match self.session.classify(line, &d, datagram, date, next) {
+        let unit = self.cur;
+        let u = self.u();
+        match u.session.classify(line, &d, datagram, date, next) {
             Verdict::Unsequenced => return Placement::Unsequenced,
             Verdict::GapDropped => return Placement::GapDropped,
             Verdict::FirstSession | Verdict::NewSession(_) => {
-                self.session.begin();
-                self.begun = self.begun.wrapping_add(1);
-                self.current = session_id(unit, self.begun);
-                self.session.processed(&d, datagram, date, false);
+                u.session.begin();
+                u.begun = u.begun.wrapping_add(1);
+                u.current = session_id(unit, u.begun);
+                u.session.processed(&d, datagram, date, false);
             }
-            Verdict::Current => self.session.processed(&d, datagram, date, false),
+            Verdict::Current => u.session.processed(&d, datagram, date, false),
             // The engine drops it as a copy of the ended session (C6).
             Verdict::EndedCopy => {}
         }
-        header.channel.session = self.current;
+        header.channel.session = u.current;
         Placement::Channel
     }
 
     fn on_loss(&mut self) {
         // venues.md, Time: the lost datagrams may have held a Time.
-        self.clock.untime();
+        self.u().clock.untime();
     }
 
     fn set_max_symbols(&mut self, max: usize) {
         self.members = Membership::new(max);
-        self.book_of = Vec::with_capacity(max.min(1 << 20));
     }
 
     fn on_session_start(&mut self, _now: i64, first_session: bool) {
         // Messages are untimed until the session's first Time.
-        self.clock.untime();
-        if let Some(unit) = self.unit {
-            self.members.new_session(unit);
-        }
+        self.u().clock.untime();
+        self.members.new_session(self.cur);
         if !first_session {
             // C5 for the unit: its orders and books are emptied; symbols
             // keep their quotes, suspect `session_change`, until their book
             // quotes in the new session.
-            self.reset_books();
+            self.u().reset_books();
+            self.dirty.clear();
         }
     }
 
@@ -502,9 +567,10 @@ impl Venue for CboePitch {
                 rules.count(Count::UnknownMessage);
                 continue;
             };
+            let clock = &mut self.u().clock;
             let timed = match msg {
-                Message::Time { seconds } => self.clock.on_time(seconds, now),
-                _ => self.clock.stamp(msg.time_offset().unwrap_or(0)),
+                Message::Time { seconds } => clock.on_time(seconds, now),
+                _ => clock.stamp(msg.time_offset().unwrap_or(0)),
             };
             let ts = match timed {
                 Some(t) => {
@@ -512,7 +578,7 @@ impl Venue for CboePitch {
                     out.stamp(now, t);
                     t
                 }
-                None => *untimed.get_or_insert_with(|| self.clock.untimed_ts(now)),
+                None => *untimed.get_or_insert_with(|| clock.untimed_ts(now)),
             };
             match msg {
                 Message::Time { .. } => {}
@@ -559,16 +625,18 @@ impl Venue for CboePitch {
             // unit's session rules learn that it ended.
             out.end_of_session = true;
             let date = self.dates.date(now);
-            self.session.end(date);
-            if let Some(unit) = self.unit {
-                self.members.end_session(unit);
-            }
+            self.u().session.end(date);
+            self.members.end_session(self.cur);
         }
         out
     }
 
     fn live_orders(&self) -> u64 {
-        self.books.live_orders() as u64
+        self.units
+            .iter()
+            .flatten()
+            .map(|u| u.books.live_orders() as u64)
+            .sum()
     }
 
     fn message_types(&self) -> Option<&[u64; 256]> {
@@ -797,24 +865,42 @@ mod tests {
     }
 
     #[test]
-    fn another_unit_and_sequence_zero_change_nothing() {
+    fn another_unit_is_a_channel_of_its_own_and_sequence_zero_changes_nothing() {
         let mut u = Unit::new();
-        let other = dgram(2, 1, &[add(1, b'B', 100, "MSFT", P20)]);
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        // Unit 2 joins at sequence 5 (late join): its own channel, its own
+        // order ids (the same id 1 is no conflict), its own trust.
+        let other = dgram(2, 5, &[add(1, b'S', 50, "MSFT", P20)]);
         assert_eq!(
-            u.f.on_datagram(0, &other, T0 + MS),
-            DatagramOutcome::Ignored
+            u.f.on_datagram(0, &other, T0 + 2 * MS),
+            DatagramOutcome::Applied
         );
-        assert_eq!(u.counters().units_not_followed, 1);
-        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
-        let unsequenced = dgram(1, 0, &[add(1, b'B', 100, "MSFT", P20)]);
+        assert_eq!(u.counters().units_not_followed, 0);
+        assert_eq!(u.counters().book_errors, 0);
+        assert_eq!(u.ask("MSFT"), Some((P20, 50)));
+        assert_eq!(u.suspect("MSFT"), Some(SuspectCause::NoSnapshot));
+        assert_eq!(u.suspect("AAPL"), None, "unit 1 was received from 1");
+        assert_eq!(u.counters().live_orders, 2);
+        // Unit 1 goes on from its own `next`.
+        assert_eq!(
+            u.send(&[Message::DeleteOrder {
+                offset: 0,
+                order_id: 1
+            }]),
+            DatagramOutcome::Applied
+        );
+        assert_eq!(u.bid("AAPL"), None);
+        assert_eq!(u.ask("MSFT"), Some((P20, 50)));
+        assert_eq!(u.counters().channel_gaps, 0);
+        let unsequenced = dgram(1, 0, &[add(1, b'B', 100, "IBM", P20)]);
         assert_eq!(
             u.f.on_datagram(1, &unsequenced, T0 + 2 * MS),
             DatagramOutcome::Ignored
         );
         assert_eq!(u.counters().unsequenced, 1);
-        assert!(u.f.symbol_summary(sym("MSFT")).is_none());
+        assert!(u.f.symbol_summary(sym("IBM")).is_none());
         // Each was received on its line.
-        assert_eq!(u.counters().lines[0].packets, 2);
+        assert_eq!(u.counters().lines[0].packets, 4);
         assert_eq!(u.counters().lines[1].packets, 1);
     }
 

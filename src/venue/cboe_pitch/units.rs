@@ -40,9 +40,20 @@ impl UnitSet {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
     }
 
-    /// The units, ascending.
+    /// The units, ascending (by set bit: a symbol of one unit costs one
+    /// step per word).
     pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
-        (0..=255u8).filter(move |&u| self.contains(u))
+        self.0.iter().enumerate().flat_map(|(i, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let bit = w.trailing_zeros();
+                w &= w - 1;
+                Some((i as u32 * 64 + bit) as u8)
+            })
+        })
     }
 }
 
