@@ -1624,6 +1624,51 @@ fn new_slot<P: Publish>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_fold_every_cause_and_the_earliest_times() {
+        let base = FeedView {
+            offset_ns: 7,
+            flags: FEED_LIVENESS_CHANNEL | FEED_CHANNEL_SOURCE_TIME,
+            ..FeedView::default()
+        };
+        let a = FeedView {
+            channel_alive_at: 100,
+            channel_source_ts: 90,
+            flags: FEED_CHANNEL_ALIVE | FEED_HAS_SESSION,
+            ..FeedView::default()
+        };
+        let b = FeedView {
+            channel_alive_at: 50,
+            channel_source_ts: 95,
+            flags: FEED_CHANNEL_ALIVE | FEED_HAS_SESSION | FEED_TRUST_GAP | FEED_RECOVERING,
+            recovery: 1,
+            ..FeedView::default()
+        };
+        let one = fold_channels(&base, [&a].into_iter());
+        assert_eq!((one.channel_alive_at, one.channel_source_ts), (100, 90));
+        assert_eq!(one.flags & (FEED_TRUST_GAP | FEED_RECOVERING), 0);
+        assert_eq!(one.offset_ns, 7, "the feed's own fields stay");
+        let both = fold_channels(&base, [&a, &b].into_iter());
+        assert_eq!((both.channel_alive_at, both.channel_source_ts), (50, 90));
+        let want = FEED_TRUST_GAP | FEED_RECOVERING | FEED_CHANNEL_ALIVE | FEED_LIVENESS_CHANNEL;
+        assert_eq!(both.flags & want, want);
+        assert_eq!(both.recovery, 1);
+        // A channel never alive: no channel liveness for the symbol.
+        let silent = FeedView {
+            flags: FEED_HAS_SESSION | FEED_ENDED,
+            channel_source_ts: i64::MIN,
+            ..FeedView::default()
+        };
+        let with_silent = fold_channels(&base, [&a, &silent].into_iter());
+        assert_eq!(with_silent.flags & FEED_CHANNEL_ALIVE, 0);
+        assert!(with_silent.ended());
+        assert_eq!(with_silent.channel_source_ts, i64::MIN);
+        // No channel: no channel cause, no channel liveness.
+        let none = fold_channels(&b, std::iter::empty());
+        assert_eq!(none.flags & CHANNEL_FLAGS, 0);
+        assert_eq!(none.channel_source_ts, i64::MIN);
+    }
     use crate::feed::settings::{ClockOffset, Mode};
     use crate::wire::{Heartbeat, PacketBuilder, Quote, Side};
 

@@ -728,4 +728,69 @@ mod tests {
         assert_eq!(out, DatagramOutcome::Ignored);
         assert_eq!(d.counters.recovery.answers_wrong_session, 1);
     }
+
+    /// Two channels' machines, each with its own rules, under one
+    /// `gap_hold_packets = 2` (recovery.md: it counts the whole feed).
+    fn two_channels() -> ((Recovery<MoldUdp64>, Rules), (Recovery<MoldUdp64>, Rules)) {
+        let settings = FeedSettings {
+            recovery: Settings {
+                gap_hold_us: 100_000,
+                gap_hold_packets: 2,
+                ..Settings::default()
+            },
+            ..FeedSettings::default()
+        };
+        let make = || {
+            let rules = Rules {
+                channel: Channel::with_max_jump(settings.max_channel_jump),
+                counters: FeedCounters::new(1),
+                ..Rules::default()
+            };
+            (Recovery::new(&settings, MoldUdp64), rules)
+        };
+        (make(), make())
+    }
+
+    #[test]
+    fn the_hold_limit_counts_the_other_channels_and_asks_for_room_without_a_hole() {
+        let ((mut r1, mut d1), (mut r2, mut d2)) = two_channels();
+        offer(&mut r1, &mut d1, 1, MS);
+        offer(&mut r2, &mut d2, 1, MS);
+        // Channel 1 holds two beyond its hole.
+        assert_eq!(offer(&mut r1, &mut d1, 4, 2 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut r1, &mut d1, 5, 3 * MS), DatagramOutcome::Held);
+        assert_eq!((r1.held(), r1.hole_opened_at()), (2, Some(2 * MS)));
+        // Channel 2 has no hole: one more would exceed the feed's limit, so
+        // it holds nothing and asks for room (the feed's oldest hole).
+        r2.set_others_held(r1.held());
+        assert_eq!(offer(&mut r2, &mut d2, 3, 4 * MS), DatagramOutcome::Ignored);
+        assert!(r2.take_needs_room());
+        assert!(!r2.take_needs_room(), "cleared by the call");
+        assert_eq!((r2.held(), r2.hole_opened_at()), (0, None));
+        assert!(!d2.recovering);
+        // The feed declares channel 1's hole, then offers again.
+        r1.declare_oldest(&mut d1, 4 * MS);
+        assert_eq!(d1.applied, [(1, MS), (4, 4 * MS), (5, 4 * MS)]);
+        assert_eq!(d1.counters.recovery.holes_lost, 1);
+        assert!(!r1.recovering() && !d1.recovering);
+        r2.set_others_held(r1.held());
+        assert_eq!(offer(&mut r2, &mut d2, 3, 4 * MS), DatagramOutcome::Held);
+        assert!(!r2.take_needs_room());
+        assert!(d2.recovering);
+    }
+
+    #[test]
+    fn a_channel_with_a_hole_declares_its_own_first() {
+        let ((mut r1, mut d1), _) = two_channels();
+        offer(&mut r1, &mut d1, 1, MS);
+        assert_eq!(offer(&mut r1, &mut d1, 3, 2 * MS), DatagramOutcome::Held);
+        // Another channel holds one: room for one here, and this channel
+        // has a hole, so its own earliest hole goes (recovery.md).
+        r1.set_others_held(1);
+        assert_eq!(offer(&mut r1, &mut d1, 5, 3 * MS), DatagramOutcome::Held);
+        assert!(!r1.take_needs_room());
+        assert_eq!(d1.applied, [(1, MS), (3, 3 * MS)]);
+        assert_eq!(d1.counters.recovery.hold_overflows, 1);
+        assert_eq!((r1.held(), r1.hole_opened_at()), (1, Some(3 * MS)));
+    }
 }

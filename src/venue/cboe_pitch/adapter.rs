@@ -921,4 +921,38 @@ mod tests {
         assert_eq!(u.bid("AAPL"), Some((P20, 100)));
         assert_eq!(u.suspect("AAPL"), Some(SuspectCause::SessionChange));
     }
+
+    #[test]
+    fn each_unit_reports_its_own_next_session_and_counters() {
+        let mut u = Unit::new();
+        u.send(&[add(1, b'B', 100, "AAPL", P20)]);
+        u.send(&[Message::EndOfSession { offset: 0 }]);
+        let two = dgram(2, 1, &[add(9, b'S', 10, "MSFT", P20)]);
+        u.f.on_datagram(0, &two, T0 + 10 * MS);
+        // Unit 2 loses 3..4.
+        let later = dgram(2, 5, &[add(10, b'S', 10, "MSFT", P20)]);
+        u.f.on_datagram(0, &later, T0 + 11 * MS);
+        u.f.handle_timeout(T0 + 20 * MS);
+        let r = u.f.channel_reports();
+        assert_eq!(r.iter().map(|c| c.channel).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            (r[0].session, r[0].next, r[0].ended),
+            (Some(session_id(1, 1)), 4, true)
+        );
+        assert_eq!(r[0].counters.sessions_ended, 1);
+        assert_eq!(r[0].counters.channel_gaps, 0);
+        assert_eq!(
+            (r[1].session, r[1].next, r[1].ended),
+            (Some(session_id(2, 1)), 6, false)
+        );
+        assert_eq!(r[1].counters.channel_gaps, 1);
+        assert_eq!(r[1].counters.channel_messages_lost, 3);
+        // C6 on unit 1 and C3 on unit 2 reach their own symbols only.
+        assert_eq!(u.suspect("AAPL"), Some(SuspectCause::SessionEnded));
+        assert_eq!(u.suspect("MSFT"), Some(SuspectCause::ChannelGap));
+        // Readers of the feed view see every unit folded: fail closed.
+        let v = u.f.feed_view();
+        assert!(v.ended());
+        assert_ne!(v.flags & crate::feed::view::FEED_TRUST_GAP, 0);
+    }
 }
