@@ -127,6 +127,8 @@ pub struct CboePitch {
     cur: u8,
     /// By unit id, made when the unit is first selected.
     units: Vec<Option<Box<Unit>>>,
+    /// The units made so far, in order (what `live_orders` sums).
+    heard: Vec<u8>,
     max_orders: usize,
     dates: NyDates,
     members: Membership,
@@ -177,6 +179,7 @@ impl CboePitch {
         CboePitch {
             cur: 0,
             units,
+            heard: Vec::with_capacity(UNITS),
             max_orders,
             dates: NyDates::new(),
             members: Membership::new(0),
@@ -432,6 +435,7 @@ impl Venue for CboePitch {
         if self.units[channel as usize].is_none() {
             // Once per unit: its books and book table.
             self.units[channel as usize] = Some(Box::new(Unit::new(self.max_orders)));
+            self.heard.push(channel);
         }
     }
 
@@ -632,9 +636,9 @@ impl Venue for CboePitch {
     }
 
     fn live_orders(&self) -> u64 {
-        self.units
+        self.heard
             .iter()
-            .flatten()
+            .filter_map(|&u| self.units[u as usize].as_deref())
             .map(|u| u.books.live_orders() as u64)
             .sum()
     }
