@@ -166,6 +166,7 @@ impl<P: Publish> Feed<P> {
     pub fn with_publisher(settings: FeedSettings, lines: usize, publisher: P) -> Feed<P> {
         let mut venue = AnyVenue::new(&settings.venue);
         venue.set_max_symbols(settings.max_symbols);
+        venue.set_max_hole_ns(ms_to_ns(settings.recovery.max_hole_ms));
         let policy = venue.policy();
         let mut view = FeedView {
             channel_source_ts: i64::MIN,
@@ -922,6 +923,11 @@ impl<P: Publish> Core<P> {
             Placement::Unsequenced => c.unsequenced += 1,
             Placement::GapDropped => c.gap_dropped += 1,
             Placement::OtherUnit => c.units_not_followed += 1,
+            Placement::LaggingCopy => {
+                // C5: a packet of a replaced session, dropped.
+                c.stale_session_dropped += 1;
+                self.channel_counters[self.cur as usize].stale_session_dropped += 1;
+            }
         }
     }
 

@@ -341,6 +341,10 @@ pub enum Placement {
     /// A gap-line datagram of a unit with no session or an ended one, or a
     /// gap-line heartbeat (R4c): changes nothing, counted (`gap_dropped`).
     GapDropped,
+    /// A lagging line's copy of a unit's session that a restart (rule 4)
+    /// replaced, within `max_hole_ms` of it: changes nothing, counted with
+    /// the replaced sessions' packets (C5, `stale_session_dropped`).
+    LaggingCopy,
     /// A unit this feed does not follow (one unit per feed until the engine
     /// keeps a channel per unit): changes nothing, counted
     /// (`units_not_followed`).
@@ -548,6 +552,10 @@ pub trait Venue {
     /// next Time, since the lost datagrams may have held one).
     #[inline]
     fn on_loss(&mut self) {}
+
+    /// R2's `max_hole_ms`, in ns (`cboe-pitch`: the window in which a
+    /// restarted unit drops the replaced session's lagging copies, C5).
+    fn set_max_hole_ns(&mut self, _ns: i64) {}
 
     /// The feed's table holds this many symbols (`max_symbols`); a venue
     /// that makes symbols of what it sees (`cme-mdp3`: instruments) keeps
@@ -829,6 +837,10 @@ impl Venue for AnyVenue {
 
     fn set_max_symbols(&mut self, max: usize) {
         each_venue!(self, v => v.set_max_symbols(max))
+    }
+
+    fn set_max_hole_ns(&mut self, ns: i64) {
+        each_venue!(self, v => v.set_max_hole_ns(ns))
     }
 
     fn on_session_start(&mut self, now: i64, first_session: bool) {

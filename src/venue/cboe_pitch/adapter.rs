@@ -23,8 +23,9 @@
 use jiff::civil::Date;
 
 use super::frame::{Datagram, Messages, UnitHeader, HEADER_LEN};
+use super::lagging::Lagging;
 use super::messages::{self, Message, LONG_PRICE_SCALE};
-use super::sessions::{NyDates, PitchLine, UnitSession, Verdict};
+use super::sessions::{NewSessionRule, NyDates, PitchLine, UnitSession, Verdict};
 use super::time::UnitClock;
 use super::units::{Membership, UnitSet};
 use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
@@ -74,10 +75,12 @@ struct Unit {
     /// By book id, `next_book` of them in use this session.
     book_state: Vec<BookState>,
     next_book: u32,
+    /// C5: the latest datagrams, and a restarted session's lagging copies.
+    lagging: Lagging,
 }
 
 impl Unit {
-    fn new(max_orders: usize) -> Unit {
+    fn new(max_orders: usize, max_hole_ns: i64) -> Unit {
         Unit {
             session: UnitSession::new(),
             begun: 0,
@@ -87,6 +90,7 @@ impl Unit {
             book_of: Vec::new(),
             book_state: vec![BookState::default(); LOCATES],
             next_book: 0,
+            lagging: Lagging::new(max_hole_ns),
         }
     }
 
@@ -130,6 +134,8 @@ pub struct CboePitch {
     /// The units made so far, in order (what `live_orders` sums).
     heard: Vec<u8>,
     max_orders: usize,
+    /// R2's `max_hole_ms` (ns): the lagging-copy window (C5).
+    max_hole_ns: i64,
     dates: NyDates,
     members: Membership,
     /// Books touched by the packet being applied (capacity: every book,
@@ -181,6 +187,8 @@ impl CboePitch {
             units,
             heard: Vec::with_capacity(UNITS),
             max_orders,
+            // recovery.md: `max_hole_ms`'s default, until the feed sets it.
+            max_hole_ns: 2_000 * 1_000_000,
             dates: NyDates::new(),
             members: Membership::new(0),
             dirty: Vec::with_capacity(LOCATES),
@@ -434,7 +442,8 @@ impl Venue for CboePitch {
         self.cur = channel;
         if self.units[channel as usize].is_none() {
             // Once per unit: its books and book table.
-            self.units[channel as usize] = Some(Box::new(Unit::new(self.max_orders)));
+            self.units[channel as usize] =
+                Some(Box::new(Unit::new(self.max_orders, self.max_hole_ns)));
             self.heard.push(channel);
         }
     }
@@ -506,16 +515,28 @@ impl Venue for CboePitch {
         let date: Date = self.dates.date(now);
         let unit = self.cur;
         let u = self.u();
+        if line == PitchLine::Realtime && u.lagging.is_copy(datagram, now) {
+            // C5: a lagging line's copy of the session a restart replaced.
+            return Placement::LaggingCopy;
+        }
         match u.session.classify(line, &d, datagram, date, next) {
             Verdict::Unsequenced => return Placement::Unsequenced,
             Verdict::GapDropped => return Placement::GapDropped,
-            Verdict::FirstSession | Verdict::NewSession(_) => {
+            verdict @ (Verdict::FirstSession | Verdict::NewSession(_)) => {
+                let restart = verdict == Verdict::NewSession(NewSessionRule::UnitClearRestart);
+                u.lagging.new_session(restart, now);
+                u.lagging.record(datagram, now);
                 u.session.begin();
                 u.begun = u.begun.wrapping_add(1);
                 u.current = session_id(unit, u.begun);
                 u.session.processed(&d, datagram, date, false);
             }
-            Verdict::Current => u.session.processed(&d, datagram, date, false),
+            Verdict::Current => {
+                if line == PitchLine::Realtime {
+                    u.lagging.record(datagram, now);
+                }
+                u.session.processed(&d, datagram, date, false)
+            }
             // The engine drops it as a copy of the ended session (C6).
             Verdict::EndedCopy => {}
         }
@@ -530,6 +551,10 @@ impl Venue for CboePitch {
 
     fn set_max_symbols(&mut self, max: usize) {
         self.members = Membership::new(max);
+    }
+
+    fn set_max_hole_ns(&mut self, ns: i64) {
+        self.max_hole_ns = ns;
     }
 
     fn on_session_start(&mut self, _now: i64, first_session: bool) {
@@ -958,5 +983,47 @@ mod tests {
         let v = u.f.feed_view();
         assert!(v.ended());
         assert_ne!(v.flags & crate::feed::view::FEED_TRUST_GAP, 0);
+    }
+
+    #[test]
+    fn after_a_restart_the_replaced_sessions_lagging_copies_are_dropped_for_max_hole_ms() {
+        let mut u = Unit::new();
+        // Line B lags: what line A carried of the session before the
+        // restart reaches B after it.
+        let old2 = dgram(1, 2, &[add(1, b'B', 100, "AAPL", P20)]);
+        let old3 = dgram(1, 3, &[add(2, b'B', 50, "AAPL", P20)]);
+        u.f.on_datagram(0, &old2, T0 + MS);
+        u.f.on_datagram(0, &old3, T0 + 2 * MS);
+        // Rule 4: sequence 1, Time then Unit Clear, below `next`.
+        let restart = dgram(
+            1,
+            1,
+            &[
+                Message::Time { seconds: 34_201 },
+                Message::UnitClear { offset: 0 },
+            ],
+        );
+        u.f.on_datagram(0, &restart, T0 + 10 * MS);
+        assert_eq!(u.f.current_session(), Some(session_id(1, 2)));
+        let before = u.counters().stale_session_dropped;
+        // B's copy of the old sequence 3: beyond the new `next` (3), but a
+        // copy of the replaced session: dropped, no hole.
+        assert_eq!(
+            u.f.on_datagram(1, &old3, T0 + 20 * MS),
+            DatagramOutcome::Ignored
+        );
+        assert_eq!(u.counters().stale_session_dropped, before + 1);
+        assert!(!u.f.recovering());
+        assert_eq!(u.counters().channel_gaps, 0);
+        assert_eq!(u.counters().live_orders, 0);
+        // After max_hole_ms (2 s) the same bytes are the new session's.
+        let late = T0 + 10 * MS + 2_000 * MS + 1;
+        u.f.on_datagram(1, &old3, late);
+        assert_eq!(u.counters().stale_session_dropped, before + 1);
+        assert_eq!(
+            u.counters().live_orders,
+            1,
+            "applied as a datagram of the session"
+        );
     }
 }

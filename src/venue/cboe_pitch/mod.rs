@@ -16,6 +16,7 @@
 pub mod adapter;
 pub mod frame;
 pub mod grp;
+pub mod lagging;
 pub mod messages;
 pub mod session;
 pub mod sessions;
