@@ -162,6 +162,15 @@ fn the_replay_summary_gives_the_readme_facts() {
     // line's heartbeats belong to no session.
     assert_eq!(sessions[0]["data_packets"], 19, "{}", sessions[0]);
     assert_eq!(sessions[0]["heartbeats"], 356, "{}", sessions[0]);
+    // venues.md: per unit, `next`, the session's state, its counters.
+    let units = f["units"].as_array().unwrap();
+    assert_eq!(units.len(), 1, "{units:?}");
+    assert_eq!(units[0]["unit"], 1);
+    assert_eq!(units[0]["session"], "U001S00001");
+    assert_eq!(units[0]["next_sequence"], 43);
+    assert_eq!(units[0]["ended"], false);
+    assert_eq!(units[0]["channel_lost"], 2);
+    assert_eq!(units[0]["channel_gaps"], 1);
     let types = &f["message_types"];
     for (t, n) in [
         ("0x20", 19),

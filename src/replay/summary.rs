@@ -292,6 +292,11 @@ fn feed_head(f: &ReplayFeed) -> Map<String, Value> {
             ] {
                 m.insert(k.to_string(), json!(n));
             }
+            if f.venue == VenueKind::CboePitch {
+                // venues.md `cboe-pitch`: per unit, `next`, the session's
+                // state and the per-channel counters.
+                m.insert("units".to_string(), units_json(f));
+            }
             m
         }
         _ => unreachable!("a feed's summary is an object"),
@@ -575,6 +580,20 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 "  unsequenced {}, gap-line dropped {}, other units (not followed) {}, prices unbookable {}",
                 c.unsequenced, c.gap_dropped, c.units_not_followed, c.prices_unbookable
             );
+            for r in f.feed.channel_reports() {
+                let session = r.session.map_or("-".to_string(), |s| s.to_string());
+                let _ = writeln!(
+                    s,
+                    "  unit {}: session {session}{}, next {}, channel gaps {} ({} lost), session changes {}, stale-session dropped {}",
+                    r.channel,
+                    if r.ended { " (ended)" } else { "" },
+                    r.next,
+                    r.counters.channel_gaps,
+                    r.counters.channel_messages_lost,
+                    r.counters.session_changes,
+                    r.counters.stale_session_dropped,
+                );
+            }
         }
         if c.symbols_overflow > 0 {
             let _ = writeln!(
@@ -648,6 +667,29 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
 }
 
 /// R6's counters of one feed, for `--json`.
+/// Each unit of a `cboe-pitch` feed (`Feed::channel_reports`).
+fn units_json(f: &ReplayFeed) -> Value {
+    let units: Vec<Value> = f
+        .feed
+        .channel_reports()
+        .iter()
+        .map(|r| {
+            json!({
+                "unit": r.channel,
+                "session": r.session.map(|s| s.to_string()),
+                "next_sequence": r.next,
+                "ended": r.ended,
+                "channel_lost": r.counters.channel_messages_lost,
+                "channel_gaps": r.counters.channel_gaps,
+                "session_changes": r.counters.session_changes,
+                "stale_session_dropped": r.counters.stale_session_dropped,
+                "sessions_ended": r.counters.sessions_ended,
+            })
+        })
+        .collect();
+    Value::Array(units)
+}
+
 fn recovery_json(f: &ReplayFeed) -> serde_json::Value {
     let c = f.feed.counters();
     json!({
