@@ -147,7 +147,7 @@ stats! {
         gap_dropped: Counter, "tickgate_feed_gap_line_dropped_total",
             "cboe-pitch: gap-line heartbeats, and gap-line datagrams of a unit with no running session; they change nothing (recovery.md R4c).";
         units_not_followed: Counter, "tickgate_feed_units_not_followed_total",
-            "cboe-pitch: datagrams of a unit other than the one the feed follows (one unit per feed for now); they change nothing.";
+            "cboe-pitch: datagrams not placed on their unit's channel; none, since every unit is a channel of its own (kept for dashboards that chart it).";
         instruments_waiting: Gauge, "tickgate_feed_instruments_waiting",
             "cme-mdp3: instruments waiting for a snapshot (venues.md).";
         recovery_entries: Gauge, "tickgate_feed_recovery_entries",

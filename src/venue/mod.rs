@@ -345,9 +345,9 @@ pub enum Placement {
     /// replaced, within `max_hole_ms` of it: changes nothing, counted with
     /// the replaced sessions' packets (C5, `stale_session_dropped`).
     LaggingCopy,
-    /// A unit this feed does not follow (one unit per feed until the engine
-    /// keeps a channel per unit): changes nothing, counted
-    /// (`units_not_followed`).
+    /// A datagram of a channel other than the one the engine selected
+    /// (never, since the engine selects each datagram's channel first):
+    /// changes nothing, counted (`units_not_followed`).
     OtherUnit,
 }
 

@@ -12,8 +12,8 @@
 //! is what replay and status print.
 //!
 //! **Books.** One `Books` per unit (order ids are the unit's own: an order
-//! message acts on its unit's order), each of at most `max_orders` live
-//! orders, made when the unit is first heard; and a dense book id per
+//! message acts on its unit's order), made when the unit is first heard,
+//! `max_orders` live orders counting every unit's; and a dense book id per
 //! symbol of the unit's session, so that `Books`'s 65,536 books serve any
 //! `max_symbols`. `Books` holds ITCH's u32 prices (4 decimals): a PITCH
 //! price above $429,496.7295 cannot be booked; it is counted
@@ -134,6 +134,9 @@ pub struct CboePitch {
     /// The units made so far, in order (what `live_orders` sums).
     heard: Vec<u8>,
     max_orders: usize,
+    /// Live orders of the units other than the selected one, as of the
+    /// packet being applied (`max_orders` counts the whole feed).
+    others_live: usize,
     /// R2's `max_hole_ms` (ns): the lagging-copy window (C5).
     max_hole_ns: i64,
     dates: NyDates,
@@ -177,7 +180,7 @@ fn quote_side(level: Option<crate::venue::nasdaq_itch::book::Level>) -> Option<S
 }
 
 impl CboePitch {
-    /// A feed whose units hold at most `max_orders` live orders each
+    /// A feed of at most `max_orders` live orders, every unit's together
     /// (venues.md: as `nasdaq-itch`'s `max_orders`).
     pub fn new(max_orders: usize) -> CboePitch {
         let mut units = Vec::with_capacity(UNITS);
@@ -186,6 +189,7 @@ impl CboePitch {
             cur: 0,
             units,
             heard: Vec::with_capacity(UNITS),
+            others_live: 0,
             max_orders,
             // recovery.md: `max_hole_ms`'s default, until the feed sets it.
             max_hole_ns: 2_000 * 1_000_000,
@@ -373,6 +377,7 @@ impl CboePitch {
             rules.suspect_gap(slot);
             return;
         };
+        let room = self.max_orders.saturating_sub(self.others_live);
         let u = self.u();
         let Some(book) = u.book(slot) else {
             // More symbols than one unit's books: the book misses orders.
@@ -380,6 +385,12 @@ impl CboePitch {
             rules.suspect_gap(slot);
             return;
         };
+        if u.books.live_orders() >= room {
+            // venues.md: `max_orders` live orders per feed, every unit's.
+            rules.count(Count::OrderOverflow);
+            rules.suspect_gap(slot);
+            return;
+        }
         let before = u.books.best_key(book);
         match u.books.add(book, order_id, side, shares, p) {
             Ok(()) => self.touched(book, before, seq, ts),
@@ -583,6 +594,14 @@ impl Venue for CboePitch {
             return out;
         };
         let first = header.channel.sequence;
+        let cur = self.cur;
+        self.others_live = self
+            .heard
+            .iter()
+            .filter(|&&u| u != cur)
+            .filter_map(|&u| self.units[u as usize].as_deref())
+            .map(|u| u.books.live_orders())
+            .sum();
         // New York midnight of the arrival date, for untimed messages:
         // computed once a packet, when needed.
         let mut untimed: Option<i64> = None;
@@ -1025,5 +1044,38 @@ mod tests {
             1,
             "applied as a datagram of the session"
         );
+    }
+
+    #[test]
+    fn max_orders_counts_every_units_orders() {
+        let mut settings = FeedSettings::for_venue(VenueKind::CboePitch);
+        settings.venue.max_orders = 2;
+        let mut f = Feed::new(settings, 1);
+        f.on_datagram(0, &dgram(1, 1, &[add(1, b'B', 10, "AAPL", P20)]), T0);
+        f.on_datagram(0, &dgram(2, 1, &[add(1, b'B', 10, "MSFT", P20)]), T0 + MS);
+        assert_eq!(f.counters().live_orders, 2);
+        // A third, on either unit, does not fit the feed's table.
+        f.on_datagram(
+            0,
+            &dgram(2, 2, &[add(2, b'S', 10, "MSFT", P20)]),
+            T0 + 2 * MS,
+        );
+        assert_eq!(f.counters().orders_overflow, 1);
+        assert_eq!(f.counters().live_orders, 2);
+        let s = f.symbol_summary(sym("MSFT")).unwrap();
+        assert_eq!(s.suspect, Some(SuspectCause::Gap));
+        // Once unit 1's order leaves, unit 2 has room.
+        let delete = Message::DeleteOrder {
+            offset: 0,
+            order_id: 1,
+        };
+        f.on_datagram(0, &dgram(1, 2, &[delete]), T0 + 3 * MS);
+        f.on_datagram(
+            0,
+            &dgram(2, 3, &[add(3, b'S', 10, "MSFT", P20)]),
+            T0 + 4 * MS,
+        );
+        assert_eq!(f.counters().orders_overflow, 1);
+        assert_eq!(f.counters().live_orders, 2);
     }
 }

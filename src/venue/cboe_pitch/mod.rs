@@ -10,7 +10,9 @@
 //! - `sessions`: a unit's sessions without a session id (venues.md's rules
 //!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear);
 //! - `units`: symbols as members of units;
-//! - `adapter`: the `Venue` (one unit per feed for now), books and quotes;
+//! - `adapter`: the `Venue` (each unit a channel of the engine), books and
+//!   quotes;
+//! - `lagging`: a restarted unit's lagging copies of the replaced session;
 //! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses.
 
 pub mod adapter;
