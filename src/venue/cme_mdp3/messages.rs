@@ -752,17 +752,24 @@ impl Step {
                     Body::AdminHeartbeat => Planned::AdminHeartbeat,
                     Body::Definition(d) => Planned::Definition {
                         d: Definition {
+                            template_id: d.template_id,
+                            security_id: d.security_id,
                             symbol: &[],
                             security_group: &[],
-                            ..d
+                            update_action: d.update_action,
+                            trading_status: d.trading_status,
+                            tot_num_reports: d.tot_num_reports,
+                            gbx_depth: d.gbx_depth,
                         },
                         symbol: Span::of(datagram, d.symbol),
                         security_group: Span::of(datagram, d.security_group),
                     },
                     Body::SecurityStatus(s) => Planned::SecurityStatus {
                         s: SecurityStatus {
+                            transact_time: s.transact_time,
                             security_group: &[],
-                            ..s
+                            security_id: s.security_id,
+                            trading_status: s.trading_status,
                         },
                         security_group: Span::of(datagram, s.security_group),
                     },
