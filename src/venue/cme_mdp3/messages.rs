@@ -1171,7 +1171,10 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((trim(def.symbol), trim(def.security_group)), (&b"ESZ6"[..], &b"ES"[..]));
+        assert_eq!(
+            (trim(def.symbol), trim(def.security_group)),
+            (&b"ESZ6"[..], &b"ES"[..])
+        );
         assert_eq!(def.gbx_depth, Some(10));
         let Some(Item::Known {
             body: Body::Snapshot(snap),
