@@ -281,6 +281,12 @@ fn cme_datagram(d: &[u8]) {
         (Err(a), Err(b)) => assert_eq!(a, b),
         (a, b) => panic!("validate and the walk disagree: {a:?} {b:?}"),
     }
+    // Each message validation gives, its step gives again (the adapter's
+    // plan: a packet decoded once).
+    let _ = messages::validate_with(d, |item| {
+        let again = messages::Step::of(d, item).item(d);
+        assert_eq!(format!("{again:?}"), format!("{:?}", Some(*item)));
+    });
 }
 
 /// SoupBinTCP and GLIMPSE (recovery.md R5) as a client receives them: the

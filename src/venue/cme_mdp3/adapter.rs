@@ -12,12 +12,15 @@
 //! one of the feed's `max_symbols` (the table has two slots for each);
 //! beyond them a new SecurityID is not kept at all, counted once.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use super::book::Level;
 use super::channel::{PacketClass, Sequence};
 use super::instruments::{naming, HaltChange, Instruments};
-use super::messages::{self, Body, Definition, Entry, EntryKind, Item, SecurityStatus, Snapshot};
+use super::messages::{
+    self, Body, Definition, Entry, EntryKind, Item, PacketSummary, SecurityStatus, Snapshot, Step,
+};
 use super::recovery::KeptEntry;
 use super::sbe;
 use super::templates::enums::md_entry_type_book as ty;
@@ -35,6 +38,73 @@ const HALT_STATUS: u8 = 1;
 /// A name as a symbol (`None`: longer than a symbol holds).
 fn symbol_of(name: &[u8]) -> Option<Symbol> {
     Symbol::parse(std::str::from_utf8(name).ok()?)
+}
+
+/// Messages of a packet kept in its plan at most; a packet of more is
+/// decoded again to apply (a real channel's packets hold a few).
+const PLAN_MESSAGES: usize = 32;
+
+/// What validating the last datagram left for applying it: each message
+/// as decoded and checked ([`Step`]), so that `apply` reads its fields
+/// without decoding or checking the packet again. A fixed buffer reused
+/// for every packet; `parse` takes `&self`, hence the cells (the adapter
+/// is one feed's, on one thread).
+#[derive(Debug)]
+struct Plan {
+    /// The datagram the steps are of: its address, its length and its
+    /// packet header; `None` when no complete plan is held.
+    of: Cell<Option<(usize, usize, sbe::PacketHeader)>>,
+    /// How many steps hold the packet's messages.
+    len: Cell<usize>,
+    steps: [Cell<Step>; PLAN_MESSAGES],
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            of: Cell::new(None),
+            len: Cell::new(0),
+            steps: std::array::from_fn(|_| Cell::new(Step::NONE)),
+        }
+    }
+}
+
+impl Plan {
+    /// Validates `datagram` whole (`messages::validate`), keeping each
+    /// message's step; the plan is then of this datagram, if it is valid
+    /// and its messages fit.
+    fn validate(&self, datagram: &[u8]) -> Result<PacketSummary, sbe::SbeError> {
+        self.of.set(None);
+        let mut n = 0;
+        let summary = messages::validate_with(datagram, |item| {
+            if let Some(step) = self.steps.get(n) {
+                step.set(Step::of(datagram, item));
+            }
+            n += 1;
+        })?;
+        if n <= PLAN_MESSAGES {
+            self.len.set(n);
+            self.of.set(Some((
+                datagram.as_ptr() as usize,
+                datagram.len(),
+                summary.header,
+            )));
+        }
+        Ok(summary)
+    }
+
+    /// How many steps hold `datagram`'s messages, if the plan is of it
+    /// (the same bytes, where `parse` read them: the engine applies a
+    /// datagram straight after validating it; one held and applied later
+    /// is a copy elsewhere, decoded again). Used once: taken, if of it.
+    #[inline]
+    fn take(&self, datagram: &[u8], header: sbe::PacketHeader) -> Option<usize> {
+        if self.of.get()? != (datagram.as_ptr() as usize, datagram.len(), header) {
+            return None;
+        }
+        self.of.set(None);
+        Some(self.len.get())
+    }
 }
 
 /// The engine slots of one instrument's names.
@@ -84,6 +154,8 @@ pub struct CmeMdp3 {
     max_instruments: usize,
     /// SecurityIDs not kept because the table was full, each counted once.
     overflowed: HashSet<i32>,
+    /// What `parse` left for `apply`.
+    plan: Plan,
 }
 
 impl Default for CmeMdp3 {
@@ -109,6 +181,7 @@ impl CmeMdp3 {
             candidate: Vec::new(),
             max_instruments: usize::MAX,
             overflowed: HashSet::new(),
+            plan: Plan::default(),
         }
     }
 
@@ -468,51 +541,74 @@ impl CmeMdp3 {
         self.sync(instrument, rules);
     }
 
-    /// The messages of a validated packet, in order.
+    /// The messages of a validated packet, in order: from the plan its
+    /// validation left, or decoded again when the plan is of another.
     fn messages<R: Rules>(&mut self, datagram: &[u8], kind: LineKind, rules: &mut R) {
         let Ok((ph, msgs)) = sbe::packet(datagram) else {
             return;
         };
+        if let Some(n) = self.plan.take(datagram, ph) {
+            for k in 0..n {
+                let step = self.plan.steps[k].get();
+                let Some(item) = step.item(datagram) else {
+                    return;
+                };
+                self.message(item, ph, kind, rules);
+            }
+            return;
+        }
         for raw in msgs {
             let Ok(raw) = raw else { return };
             let Ok(item) = messages::decode(&raw) else {
                 return;
             };
-            let body = match item {
-                Item::Unknown { .. } => {
-                    rules.count(Count::UnknownMessage);
-                    continue;
-                }
-                Item::Known { header, body } => {
-                    let t = &mut self.message_types[usize::from(header.template_id.min(255))];
-                    *t += 1;
-                    body
-                }
-            };
-            match (kind, body) {
-                (
-                    LineKind::Incremental,
-                    Body::Incremental {
-                        transact_time,
-                        entries,
-                    },
-                ) => {
-                    let k = entries.kind();
-                    for e in entries {
-                        self.incremental(e, k, transact_time, rules);
-                    }
-                }
-                (LineKind::Incremental, Body::ChannelReset) => {
-                    self.channel_reset(ph.msg_seq_num, rules)
-                }
-                (LineKind::Incremental, Body::SecurityStatus(s)) => self.status(&s, rules),
-                (LineKind::Incremental | LineKind::Definition, Body::Definition(d)) => {
-                    self.define(&d, rules)
-                }
-                (_, Body::Snapshot(s)) => self.snapshot(&s, ph.sending_time, rules),
-                // Heartbeats, and messages a loop does not carry.
-                _ => {}
+            self.message(item, ph, kind, rules);
+        }
+    }
+
+    /// One message of a validated packet.
+    #[inline]
+    fn message<R: Rules>(
+        &mut self,
+        item: Item<'_>,
+        ph: sbe::PacketHeader,
+        kind: LineKind,
+        rules: &mut R,
+    ) {
+        let body = match item {
+            Item::Unknown { .. } => {
+                rules.count(Count::UnknownMessage);
+                return;
             }
+            Item::Known { header, body } => {
+                let t = &mut self.message_types[usize::from(header.template_id.min(255))];
+                *t += 1;
+                body
+            }
+        };
+        match (kind, body) {
+            (
+                LineKind::Incremental,
+                Body::Incremental {
+                    transact_time,
+                    entries,
+                },
+            ) => {
+                let k = entries.kind();
+                for e in entries {
+                    self.incremental(e, k, transact_time, rules);
+                }
+            }
+            (LineKind::Incremental, Body::ChannelReset) => {
+                self.channel_reset(ph.msg_seq_num, rules)
+            }
+            (LineKind::Incremental, Body::SecurityStatus(s)) => self.status(&s, rules),
+            (LineKind::Incremental | LineKind::Definition, Body::Definition(d)) => {
+                self.define(&d, rules)
+            }
+            (_, Body::Snapshot(s)) => self.snapshot(&s, ph.sending_time, rules),
+            // Heartbeats, and messages a loop does not carry.
+            _ => {}
         }
     }
 }
@@ -528,7 +624,7 @@ impl Venue for CmeMdp3 {
     }
 
     fn parse(&self, datagram: &[u8]) -> Result<Header, DatagramError> {
-        let summary = messages::validate(datagram)?;
+        let summary = self.plan.validate(datagram)?;
         let ph = summary.header;
         let class = self.sequence.classify(ph.msg_seq_num, ph.sending_time);
         let (session, sequence, count) = match class {
@@ -641,7 +737,7 @@ impl Venue for CmeMdp3 {
         datagram: &[u8],
         rules: &mut R,
     ) -> Result<(), DatagramError> {
-        messages::validate(datagram)?;
+        self.plan.validate(datagram)?;
         self.messages(datagram, kind, rules);
         self.finish_packet(rules);
         Ok(())
@@ -679,4 +775,69 @@ fn levels_in_order(entries: super::messages::SnapshotEntries<'_>, depth: u8) -> 
     }
     // Levels 1..k without a hole: the set bits are the lowest ones.
     bids & bids.wrapping_add(1) == 0 && asks & asks.wrapping_add(1) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::venue::cme_mdp3::encode;
+
+    /// A packet of `heartbeats` heartbeats and one ChannelReset.
+    fn packet(seq: u32, heartbeats: usize) -> Vec<u8> {
+        let mut d = Vec::new();
+        encode::start_packet(&mut d, seq, 1_000);
+        for _ in 0..heartbeats {
+            encode::heartbeat(&mut d);
+        }
+        encode::channel_reset(&mut d, 5);
+        d
+    }
+
+    #[test]
+    fn a_plan_is_of_the_datagram_validated_and_used_once() {
+        let plan = Plan::default();
+        let d = packet(7, 2);
+        let ph = sbe::packet(&d).unwrap().0;
+        let s = plan.validate(&d).unwrap();
+        assert_eq!(s.messages, 3);
+        // The same bytes elsewhere are not the datagram validated: decoded
+        // again, and the plan stays for the datagram.
+        let copy = d.clone();
+        assert_eq!(plan.take(&copy, ph), None);
+        assert_eq!(plan.take(&d[..d.len() - 10], ph), None);
+        let other = sbe::PacketHeader {
+            msg_seq_num: 8,
+            ..ph
+        };
+        assert_eq!(plan.take(&d, other), None);
+        assert_eq!(plan.take(&d, ph), Some(3));
+        let reset = plan.steps[2].get().item(&d);
+        assert!(matches!(
+            reset,
+            Some(Item::Known {
+                body: Body::ChannelReset,
+                ..
+            })
+        ));
+        assert_eq!(plan.take(&d, ph), None, "taken");
+        // A datagram that fails validation leaves no plan, even of the one
+        // before it.
+        plan.validate(&d).unwrap();
+        assert!(plan.validate(&d[..d.len() - 1]).is_err());
+        assert_eq!(plan.take(&d, ph), None);
+        assert_eq!(plan.take(&d[..d.len() - 1], ph), None);
+    }
+
+    #[test]
+    fn a_packet_of_more_messages_than_a_plan_holds_is_valid_and_unplanned() {
+        let plan = Plan::default();
+        let d = packet(7, PLAN_MESSAGES - 1);
+        let ph = sbe::packet(&d).unwrap().0;
+        plan.validate(&d).unwrap();
+        assert_eq!(plan.take(&d, ph), Some(PLAN_MESSAGES));
+        let d = packet(7, PLAN_MESSAGES);
+        let s = plan.validate(&d).unwrap();
+        assert_eq!(s.messages as usize, PLAN_MESSAGES + 1);
+        assert_eq!(plan.take(&d, ph), None);
+    }
 }

@@ -5,7 +5,9 @@
 //! schema's decimals (PRICE: 10^-7, PRICE9: 10^-9). Zero-copy views: an
 //! [`Entries`] iterator reads each group entry where it lies.
 
-use super::sbe::{self, Block, Decimal, FieldSpec, Group, MessageHeader, RawMessage, SbeError};
+use super::sbe::{
+    self, Block, Decimal, FieldSpec, Group, MessageHeader, RawGroup, RawMessage, SbeError,
+};
 use super::templates::{self as t, Message};
 
 /// Template ids by kind (venues.md `cme-mdp3`).
@@ -83,6 +85,25 @@ macro_rules! entries {
                 match self {
                     $(Entries::$variant(g) => g.len(),)*
                 }
+            }
+        }
+
+        impl<'a> Entries<'a> {
+            /// The entries' group (whatever was iterated) and its version.
+            fn group(&self) -> (RawGroup<'a>, u16) {
+                match self {
+                    $(Entries::$variant(g) => (g.raw(), g.version()),)*
+                }
+            }
+
+            /// The entries of template `template_id` laid out as `raw`, at
+            /// `version` (`None`: not an incremental template).
+            #[inline]
+            fn of_template(template_id: u16, raw: RawGroup<'a>, version: u16) -> Option<Entries<'a>> {
+                Some(match template_id {
+                    $(t::$module::TEMPLATE_ID => Entries::$variant(Group::new(raw, version)),)*
+                    _ => return None,
+                })
             }
         }
 
@@ -250,6 +271,35 @@ impl SnapshotEntries<'_> {
             SnapshotEntries::V52(g) => g.len(),
             SnapshotEntries::V69(g) => g.len(),
         }
+    }
+}
+
+impl<'a> SnapshotEntries<'a> {
+    /// The entries' group (whatever was iterated) and its version.
+    fn group(&self) -> (RawGroup<'a>, u16) {
+        match self {
+            SnapshotEntries::V38(g) => (g.raw(), g.version()),
+            SnapshotEntries::V52(g) => (g.raw(), g.version()),
+            SnapshotEntries::V69(g) => (g.raw(), g.version()),
+        }
+    }
+
+    /// The entries of snapshot template `template_id` laid out as `raw`,
+    /// at `version`.
+    #[inline]
+    fn of_template(template_id: u16, raw: RawGroup<'a>, version: u16) -> Option<Self> {
+        Some(match template_id {
+            t::snapshot_full_refresh38::TEMPLATE_ID => {
+                SnapshotEntries::V38(Group::new(raw, version))
+            }
+            t::snapshot_full_refresh52::TEMPLATE_ID => {
+                SnapshotEntries::V52(Group::new(raw, version))
+            }
+            t::snapshot_full_refresh_long_qty69::TEMPLATE_ID => {
+                SnapshotEntries::V69(Group::new(raw, version))
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -552,6 +602,17 @@ pub struct PacketSummary {
 /// Validates a whole datagram: the packet header, every MsgSize, and every
 /// known message's layout and used fields. Nothing is applied before this.
 pub fn validate(datagram: &[u8]) -> Result<PacketSummary, SbeError> {
+    validate_with(datagram, |_| {})
+}
+
+/// [`validate`], giving `each` every message as [`decode`] gave it, in
+/// order, as it goes (so the messages before an invalid one too: only an
+/// `Ok` says the packet is valid).
+#[inline]
+pub fn validate_with<'a>(
+    datagram: &'a [u8],
+    mut each: impl FnMut(&Item<'a>),
+) -> Result<PacketSummary, SbeError> {
     let (header, msgs) = sbe::packet(datagram)?;
     let mut s = PacketSummary {
         header,
@@ -562,7 +623,9 @@ pub fn validate(datagram: &[u8]) -> Result<PacketSummary, SbeError> {
     for raw in msgs {
         let raw = raw?;
         s.messages += 1;
-        match decode(&raw)? {
+        let item = decode(&raw)?;
+        each(&item);
+        match item {
             Item::Unknown { .. } => s.unknown += 1,
             Item::Known { header, .. } => {
                 if header.template_id != ADMIN_HEARTBEAT {
@@ -572,6 +635,215 @@ pub fn validate(datagram: &[u8]) -> Result<PacketSummary, SbeError> {
         }
     }
     Ok(s)
+}
+
+/// Where a part of a datagram lies in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    /// `part`, a view of `datagram` (empty: anywhere).
+    fn of(datagram: &[u8], part: &[u8]) -> Span {
+        if part.is_empty() {
+            return Span::default();
+        }
+        // Every view `decode` gives borrows the datagram: `part` lies
+        // within it.
+        let start = (part.as_ptr() as usize).wrapping_sub(datagram.as_ptr() as usize);
+        debug_assert!(start + part.len() <= datagram.len());
+        Span {
+            start,
+            len: part.len(),
+        }
+    }
+
+    #[inline(always)]
+    fn get(self, datagram: &[u8]) -> Option<&[u8]> {
+        datagram.get(self.start..self.start.checked_add(self.len)?)
+    }
+}
+
+/// A repeating group's place in a datagram, its layout and its version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GroupAt {
+    entries: Span,
+    stride: u16,
+    count: u16,
+    version: u16,
+}
+
+impl GroupAt {
+    fn of(datagram: &[u8], (raw, version): (RawGroup<'_>, u16)) -> GroupAt {
+        GroupAt {
+            entries: Span::of(datagram, raw.entries()),
+            stride: raw.stride(),
+            count: raw.count(),
+            version,
+        }
+    }
+
+    #[inline(always)]
+    fn get(self, datagram: &[u8]) -> Option<RawGroup<'_>> {
+        RawGroup::from_parts(self.entries.get(datagram)?, self.stride, self.count)
+    }
+}
+
+/// What a [`Step`] holds of its message: [`Body`] with its views of the
+/// datagram kept as places (the views themselves left empty).
+#[derive(Clone, Copy, Debug)]
+enum Planned {
+    Unknown,
+    ChannelReset,
+    AdminHeartbeat,
+    Definition {
+        d: Definition<'static>,
+        symbol: Span,
+        security_group: Span,
+    },
+    SecurityStatus {
+        s: SecurityStatus<'static>,
+        security_group: Span,
+    },
+    Incremental {
+        transact_time: u64,
+        entries: GroupAt,
+    },
+    Snapshot {
+        s: Snapshot<'static>,
+        entries: GroupAt,
+    },
+}
+
+/// One message of a validated packet as [`decode`] gave it, kept without
+/// borrowing the datagram: [`Step::item`] gives the same message again
+/// from the same datagram without decoding or checking it again (every
+/// field it reads was checked by [`validate_with`]). Copy, of a fixed
+/// size: a venue keeps a packet's steps in a buffer it reuses.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    header: MessageHeader,
+    body: Planned,
+}
+
+impl Step {
+    /// No message (a buffer's filler).
+    pub const NONE: Step = Step {
+        header: MessageHeader {
+            block_length: 0,
+            template_id: 0,
+            schema_id: 0,
+            version: 0,
+        },
+        body: Planned::Unknown,
+    };
+
+    /// The step of `item`, which [`decode`] gave from `datagram`.
+    #[inline]
+    pub fn of(datagram: &[u8], item: &Item<'_>) -> Step {
+        let (header, body) = match *item {
+            Item::Unknown { header } => (header, Planned::Unknown),
+            Item::Known { header, ref body } => (
+                header,
+                match *body {
+                    Body::ChannelReset => Planned::ChannelReset,
+                    Body::AdminHeartbeat => Planned::AdminHeartbeat,
+                    Body::Definition(d) => Planned::Definition {
+                        d: Definition {
+                            template_id: d.template_id,
+                            security_id: d.security_id,
+                            symbol: &[],
+                            security_group: &[],
+                            update_action: d.update_action,
+                            trading_status: d.trading_status,
+                            tot_num_reports: d.tot_num_reports,
+                            gbx_depth: d.gbx_depth,
+                        },
+                        symbol: Span::of(datagram, d.symbol),
+                        security_group: Span::of(datagram, d.security_group),
+                    },
+                    Body::SecurityStatus(s) => Planned::SecurityStatus {
+                        s: SecurityStatus {
+                            transact_time: s.transact_time,
+                            security_group: &[],
+                            security_id: s.security_id,
+                            trading_status: s.trading_status,
+                        },
+                        security_group: Span::of(datagram, s.security_group),
+                    },
+                    Body::Incremental {
+                        transact_time,
+                        entries,
+                    } => Planned::Incremental {
+                        transact_time,
+                        entries: GroupAt::of(datagram, entries.group()),
+                    },
+                    Body::Snapshot(s) => Planned::Snapshot {
+                        s: Snapshot {
+                            template_id: s.template_id,
+                            last_msg_seq_num_processed: s.last_msg_seq_num_processed,
+                            tot_num_reports: s.tot_num_reports,
+                            security_id: s.security_id,
+                            rpt_seq: s.rpt_seq,
+                            transact_time: s.transact_time,
+                            trading_status: s.trading_status,
+                            entries: SnapshotEntries::V38(Group::new(RawGroup::default(), 0)),
+                        },
+                        entries: GroupAt::of(datagram, s.entries.group()),
+                    },
+                },
+            ),
+        };
+        Step { header, body }
+    }
+
+    /// The message again, as [`decode`] gave it from `datagram` (the very
+    /// bytes the step was made from; `None` only if they are not: too
+    /// short for it).
+    #[inline]
+    pub fn item<'a>(&self, datagram: &'a [u8]) -> Option<Item<'a>> {
+        let header = self.header;
+        let body = match self.body {
+            Planned::Unknown => return Some(Item::Unknown { header }),
+            Planned::ChannelReset => Body::ChannelReset,
+            Planned::AdminHeartbeat => Body::AdminHeartbeat,
+            Planned::Definition {
+                d,
+                symbol,
+                security_group,
+            } => Body::Definition(Definition {
+                symbol: symbol.get(datagram)?,
+                security_group: security_group.get(datagram)?,
+                ..d
+            }),
+            Planned::SecurityStatus { s, security_group } => Body::SecurityStatus(SecurityStatus {
+                security_group: security_group.get(datagram)?,
+                ..s
+            }),
+            Planned::Incremental {
+                transact_time,
+                entries,
+            } => Body::Incremental {
+                transact_time,
+                entries: Entries::of_template(
+                    header.template_id,
+                    entries.get(datagram)?,
+                    entries.version,
+                )?,
+            },
+            Planned::Snapshot { s, entries } => Body::Snapshot(Snapshot {
+                entries: SnapshotEntries::of_template(
+                    header.template_id,
+                    entries.get(datagram)?,
+                    entries.version,
+                )?,
+                ..s
+            }),
+        };
+        Some(Item::Known { header, body })
+    }
 }
 
 #[cfg(test)]
@@ -795,6 +1067,139 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A packet of every kind of message: Book 32 of a 40-byte stride,
+    /// an unknown template, then the encoder's Book 46, definition,
+    /// snapshot, SecurityStatus, ChannelReset and heartbeat.
+    fn every_kind() -> Vec<u8> {
+        use crate::venue::cme_mdp3::encode as en;
+        let a = book_entry((45_002_500_000, 10, 1001, 1), (1, 0, b'0'), 40);
+        let b = book_entry((i64::MAX, 7, 1002, 9), (2, 1, b'1'), 40);
+        let mut d = packet(&[
+            msg(32, 1, 6, &root11(), &[(40, &[&a, &b])]),
+            msg(47, 1, 9, &[1, 2, 3], &[]),
+        ]);
+        let entry = en::BookEntry {
+            px: Some(4_500_250_000_000),
+            size: Some(12),
+            security_id: 42,
+            rpt_seq: 3,
+            orders: Some(2),
+            level: 1,
+            action: 0,
+            entry_type: b'0',
+        };
+        en::book(&mut d, 5, &[entry, en::BookEntry { px: None, ..entry }]);
+        en::definition(
+            &mut d,
+            &en::Definition {
+                tot_num_reports: 2,
+                update_action: b'A',
+                symbol: b"ESZ6",
+                security_id: 42,
+                security_group: b"ES",
+                depth: 10,
+                trading_status: Some(17),
+                last_update_time: 1,
+            },
+        );
+        let level = en::SnapshotLevel {
+            px: -4_500_000_000_000,
+            size: 3,
+            orders: None,
+            level: 2,
+            entry_type: b'1',
+        };
+        en::snapshot(
+            &mut d,
+            &en::Snapshot {
+                last_msg_seq_num: 6,
+                tot_num_reports: 2,
+                security_id: 42,
+                rpt_seq: 2,
+                transact_time: 4,
+                trading_status: None,
+                levels: &[level, level],
+            },
+        );
+        en::security_status(
+            &mut d,
+            &en::SecurityStatus {
+                transact_time: 9,
+                security_group: b"GE",
+                security_id: Some(42),
+                trading_status: 2,
+            },
+        );
+        en::channel_reset(&mut d, 10);
+        en::heartbeat(&mut d);
+        d
+    }
+
+    #[test]
+    fn steps_give_the_messages_again_as_decoded() {
+        let d = every_kind();
+        let mut steps = Vec::new();
+        let s = validate_with(&d, |item| steps.push(Step::of(&d, item))).unwrap();
+        assert_eq!((s.messages, s.unknown), (8, 1));
+        let (_, msgs) = sbe::packet(&d).unwrap();
+        let decoded: Vec<String> = msgs
+            .map(|raw| format!("{:?}", decode(&raw.unwrap()).unwrap()))
+            .collect();
+        assert_eq!(steps.len(), decoded.len());
+        // The same bytes elsewhere (a step keeps places, not addresses).
+        let copy = d.clone();
+        for (step, want) in steps.iter().zip(&decoded) {
+            assert_eq!(&format!("{:?}", step.item(&d).unwrap()), want);
+            assert_eq!(&format!("{:?}", step.item(&copy).unwrap()), want);
+        }
+        // Read through the step, the fields the adapter uses.
+        let Some(Item::Known {
+            body: Body::Incremental { entries, .. },
+            ..
+        }) = steps[0].item(&d)
+        else {
+            panic!()
+        };
+        let e: Vec<Entry> = entries.collect();
+        assert_eq!((e[1].security_id, e[1].rpt_seq), (1002, 9));
+        let Some(Item::Known {
+            body: Body::Definition(def),
+            ..
+        }) = steps[3].item(&d)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (trim(def.symbol), trim(def.security_group)),
+            (&b"ESZ6"[..], &b"ES"[..])
+        );
+        assert_eq!(def.gbx_depth, Some(10));
+        let Some(Item::Known {
+            body: Body::Snapshot(snap),
+            ..
+        }) = steps[4].item(&d)
+        else {
+            panic!()
+        };
+        assert_eq!((snap.security_id, snap.entries.count()), (42, 2));
+        // Bytes too short for a step's places give nothing.
+        assert!(steps[4].item(&d[..d.len() / 2]).is_none());
+    }
+
+    #[test]
+    fn validation_gives_the_messages_before_an_invalid_one() {
+        let mut d = every_kind();
+        // The heartbeat's MsgSize past the packet.
+        let last = d.len() - 10;
+        d[last] = 11;
+        let mut n = 0;
+        assert!(matches!(
+            validate_with(&d, |_| n += 1),
+            Err(SbeError::MsgSizePastPacket { .. })
+        ));
+        assert_eq!(n, 7);
     }
 
     #[test]

@@ -379,6 +379,23 @@ impl<'a> RawGroup<'a> {
     pub fn count(&self) -> u16 {
         self.count
     }
+
+    /// The entries' bytes (`stride` times `count`).
+    pub fn entries(&self) -> &'a [u8] {
+        self.entries
+    }
+
+    /// A group again from its parts, as `entries`, `stride` and `count`
+    /// gave them: `None` when `entries` is not `stride` times `count`
+    /// bytes long.
+    #[inline]
+    pub fn from_parts(entries: &'a [u8], stride: u16, count: u16) -> Option<RawGroup<'a>> {
+        (entries.len() == stride as usize * count as usize).then_some(RawGroup {
+            entries,
+            stride,
+            count,
+        })
+    }
 }
 
 /// A template's root and groups, checked to lie within its message.
@@ -475,6 +492,16 @@ impl<'a, E: From<Block<'a>>> Group<'a, E> {
     /// How many entries the group has.
     pub fn count(&self) -> u16 {
         self.raw.count
+    }
+
+    /// The group as laid out on the wire (whatever was iterated).
+    pub fn raw(&self) -> RawGroup<'a> {
+        self.raw
+    }
+
+    /// The schema version of its message.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Entry `i` (from the first, whatever was iterated).
