@@ -11,7 +11,8 @@
 //!   1-4: End of Session, dates, the packet at sequence 1, Unit Clear);
 //! - `units`: symbols as members of units;
 //! - `adapter`: the `Venue` (one unit per feed for now), books and quotes;
-//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses.
+//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses;
+//! - `spin`: the Spin Server's image codec (R5c), one attempt of one unit.
 
 pub mod adapter;
 pub mod frame;
@@ -19,6 +20,7 @@ pub mod grp;
 pub mod messages;
 pub mod session;
 pub mod sessions;
+pub mod spin;
 pub mod time;
 pub mod units;
 
