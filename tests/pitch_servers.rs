@@ -411,3 +411,131 @@ fn spin_server_answers_o_for_a_sequence_it_did_not_offer() {
     let counts = server.stop();
     assert_eq!((counts.out_of_range, counts.spins_sent), (2, 1));
 }
+
+// ------------------------------------------------------ through the CLI
+
+/// `tickgate simulate --live --venue cboe-pitch` with both servers, line A
+/// and the gap line sent to loopback sockets: a hole made by --drop-both
+/// is asked of the Gap Request Proxy and arrives on the gap line with its
+/// unit and sequence; unit 1's Spin Server spins a book that continues
+/// what line A delivered (Spin Finished at or beyond the last sequence
+/// received, Add Orders in it).
+#[test]
+fn simulate_live_serves_gap_requests_and_spins() {
+    let line = UdpSocket::bind(loopback()).unwrap();
+    line.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (gap_rx, gap_addr) = gap_line();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tickgate"))
+        .args([
+            "simulate",
+            "--live",
+            "--venue",
+            "cboe-pitch",
+            "--units",
+            "2",
+        ])
+        .args(["--symbols", "8", "--orders", "200", "--rate", "2000"])
+        .args(["--batch", "3", "--duration", "20", "--lines", "A"])
+        .args(["--group-a", &line.local_addr().unwrap().to_string()])
+        .args(["--group-gap", &gap_addr.to_string(), "--drop-both", "10"])
+        .args([
+            "--grp-listen",
+            "127.0.0.1:0",
+            "--spin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
+        .args(["--pitch-password", "secret"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut grp_addr, mut spin_addr) = (None, None);
+    let mut text = String::new();
+    while grp_addr.is_none() || spin_addr.is_none() {
+        text.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut text).unwrap() > 0,
+            "simulate exited early"
+        );
+        let addr = |prefix: &str| -> Option<SocketAddr> {
+            text.strip_prefix(prefix)
+                .map(|r| r.split_whitespace().next().unwrap().parse().unwrap())
+        };
+        grp_addr = grp_addr.or(addr("Gap Request Proxy on "));
+        spin_addr = spin_addr.or(addr("Spin Server of unit 1 on "));
+    }
+    // Receive line A until a unit shows a hole.
+    let mut next: std::collections::BTreeMap<u8, u32> = Default::default();
+    let mut hole = None;
+    let mut buf = [0u8; 2048];
+    let end = Instant::now() + PATIENCE;
+    while hole.is_none() && Instant::now() < end {
+        let Ok(n) = line.recv(&mut buf) else { continue };
+        let h = Datagram::parse(&buf[..n]).unwrap().header;
+        if h.count == 0 {
+            continue;
+        }
+        if let Some(&expect) = next.get(&h.unit) {
+            if h.sequence > expect {
+                hole = Some((h.unit, expect, h.sequence - expect));
+            }
+        }
+        next.insert(h.unit, h.sequence + h.count as u32);
+    }
+    let (unit, first, missing) = hole.expect("--drop-both 10 leaves holes");
+    let mut c = logged_in(grp_addr.unwrap());
+    let codec = GapRequestCodec::new(100);
+    let request = codec.request(Gap {
+        session: session_id(unit, 1),
+        first: first as u64,
+        missing: missing as u64,
+    });
+    let mut bytes = Vec::new();
+    codec.encode(&request, &mut bytes);
+    c.stream.write_all(&bytes).unwrap();
+    assert_eq!(
+        c.next(),
+        Some(vec![SessionMessage::GapResponse {
+            unit,
+            sequence: first,
+            count: missing as u16,
+            status: GapStatus::Accepted
+        }])
+    );
+    let answer = loop {
+        let n = gap_rx.recv(&mut buf).expect("the gap line's answer");
+        let h = Datagram::parse(&buf[..n]).unwrap().header;
+        if h.count > 0 {
+            break h;
+        }
+    };
+    assert_eq!(
+        (answer.unit, answer.sequence, answer.count as u32),
+        (unit, first, missing)
+    );
+    // Unit 1's spin continues what line A delivered of unit 1.
+    let n0 = next[&1] as u64;
+    let (outcome, _) = spin_attempt(spin_addr.unwrap(), n0);
+    let SessionOutcome::Done(picture) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        picture.next >= n0,
+        "Spin Finished {} for n0 {n0}",
+        picture.next - 1
+    );
+    let mut adds = 0;
+    let mut at = 0;
+    while at < picture.blocks.len() {
+        let len = u16::from_be_bytes([picture.blocks[at], picture.blocks[at + 1]]) as usize;
+        let m = messages::decode(&picture.blocks[at + 2..at + 2 + len]).unwrap();
+        adds += matches!(m, Message::AddOrder { .. }) as usize;
+        at += 2 + len;
+    }
+    assert!(adds > 0, "a book of unit 1");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
