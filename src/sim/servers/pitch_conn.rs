@@ -30,6 +30,9 @@ pub(super) struct ConnCounters {
     pub write_failures: AtomicU64,
 }
 
+/// What serves one connection (its own thread), until `stop` or the end.
+pub(super) type Serve = Arc<dyn Fn(TcpStream, &AtomicBool) + Send + Sync>;
+
 /// Accepts on `listener` until `stop`; each connection runs `serve` in a
 /// thread of its own, at most `max` at once (more are closed at once).
 pub(super) fn accept_loop(
@@ -38,7 +41,7 @@ pub(super) fn accept_loop(
     max: usize,
     counters: Arc<ConnCounters>,
     stop: Arc<AtomicBool>,
-    serve: Arc<dyn Fn(TcpStream, &AtomicBool) + Send + Sync>,
+    serve: Serve,
 ) {
     let active = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
