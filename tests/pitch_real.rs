@@ -532,6 +532,21 @@ fn gap_request_proxy_session_through_the_codec() {
         ]
     );
     assert_eq!(request.2, encoded(&[req]));
+    // The refill codec the GRP client asks through writes the same block.
+    {
+        use tickgate::venue::cboe_pitch::adapter::session_id;
+        use tickgate::venue::cboe_pitch::grp::GapRequestCodec;
+        use tickgate::venue::codec::{Gap, RefillCodec};
+        let codec = GapRequestCodec::new(100);
+        let r = codec.request(Gap {
+            session: session_id(1, 1),
+            first: 14,
+            missing: 1,
+        });
+        let mut bytes = Vec::new();
+        codec.encode(&r, &mut bytes);
+        assert_eq!(bytes, request.2);
+    }
     let since_login_ms = (request.0 - client[0].0) as f64 / 1e6;
     assert!(
         (4975.0..4976.0).contains(&since_login_ms),
@@ -672,4 +687,127 @@ fn spin_server_session_through_the_codec() {
         ],
         [4, 2, 2, 1, 1, 1, 1]
     );
+}
+
+/// recovery.md R5c through `SpinCodec` in an `ImageSession`, with the
+/// server's bytes of `cboe-pitch-spin.pcap` in the segments and at the
+/// times they arrived: the client's Login and its Spin Request for the
+/// announced 312 are the capture's client bytes, and the spin is the
+/// README's (one Time, 75442, and no Add Order: an empty book as of 312).
+/// The capture's client asked twice; tickgate never has two requests
+/// outstanding (R5c step 3), so it writes one, and the server's refusal
+/// `S` of the second (sequence field 0) reaches it with no request
+/// outstanding: dropped and counted (step 4).
+#[test]
+fn spin_server_session_through_the_spin_codec() {
+    use tickgate::feed::recovery::image::{ImageSession, SessionLimits, SessionOutcome};
+    use tickgate::venue::cboe_pitch::spin::{SpinCodec, SpinPhase};
+
+    let segments = tcp_segments("cboe-pitch-spin.pcap");
+    let client = blocks_from(&segments, 50600);
+    let login = Login::new("0023", "BATS", "s1bats").unwrap();
+    const S: i64 = 1_000_000_000;
+    let limits = SessionLimits {
+        silence_ns: 15 * S,
+        whole_ns: 30 * S,
+        heartbeat_ns: S,
+        max_bytes: 256 << 20,
+    };
+    // The unit had applied everything up to 312: n0 = 313, so 312 is the
+    // first usable image (S ≥ n0 - 1).
+    let connected = client[0].0;
+    let mut out = Vec::new();
+    let mut session =
+        ImageSession::start(SpinCodec::new(login, 313), limits, connected, &mut out).unwrap();
+    let mut outcome = None;
+    let mut after = 0;
+    for (from, ts, bytes) in &segments {
+        if *from != 18998 {
+            continue;
+        }
+        if outcome.is_some() {
+            after += 1;
+            continue;
+        }
+        assert_eq!(session.poll(*ts, &mut out), None);
+        outcome = session.on_bytes(bytes, *ts, &mut out);
+    }
+    let Some(SessionOutcome::Done(picture)) = outcome else {
+        panic!("the spin did not end: {outcome:?}");
+    };
+    assert_eq!(
+        after, 3,
+        "the three later Spin Image Available are not read"
+    );
+    assert_eq!(picture.next, 313, "Spin Finished 312: next = S + 1");
+    assert_eq!(picture.session, None);
+
+    // What the codec wrote: the capture's Login, then its first Spin
+    // Request, byte for byte, and nothing else (no heartbeat was due).
+    let request = client
+        .iter()
+        .find(|b| b.1 == [SessionMessage::SpinRequest { sequence: 312 }])
+        .unwrap();
+    let mut want = client[0].2.clone();
+    want.extend_from_slice(&request.2);
+    assert_eq!(out, want);
+
+    // The image: the spin's own messages, Time 75442 alone.
+    let mut msgs = Vec::new();
+    let mut at = 0;
+    while at < picture.blocks.len() {
+        let len = u16::from_be_bytes([picture.blocks[at], picture.blocks[at + 1]]) as usize;
+        msgs.push(messages::decode(&picture.blocks[at + 2..at + 2 + len]).unwrap());
+        at += 2 + len;
+    }
+    assert_eq!(msgs, [Message::Time { seconds: 75442 }]);
+    let adds = msgs
+        .iter()
+        .filter(|m| matches!(m, Message::AddOrder { .. }))
+        .count();
+    assert_eq!(adds, 0, "an empty book, as the Spin Response announced");
+
+    let codec = session.codec();
+    assert_eq!(codec.phase(), SpinPhase::Finished);
+    assert_eq!(codec.login_status(), Some(LoginStatus::Accepted));
+    assert_eq!(
+        codec.stray_responses(),
+        1,
+        "the refusal S of the 2nd request"
+    );
+    assert_eq!(codec.trading_statuses(), 0, "a spin without Trading Status");
+}
+
+/// The same spin for a unit that had applied less (n0 = 1: a late join
+/// from the start) asks for the same image; one that had applied beyond
+/// 313 skips every Image Available of the capture and never asks.
+#[test]
+fn the_spin_codec_asks_only_for_an_image_the_held_datagrams_continue() {
+    use tickgate::venue::cboe_pitch::spin::SpinCodec;
+    use tickgate::venue::codec::ImageCodec;
+
+    let segments = tcp_segments("cboe-pitch-spin.pcap");
+    let login = Login::new("0023", "BATS", "s1bats").unwrap();
+    for (n0, asks) in [(1u64, true), (313, true), (314, false)] {
+        let mut c = SpinCodec::new(login, n0);
+        let mut out = Vec::new();
+        let mut ended = false;
+        for (from, _, bytes) in segments.iter().filter(|s| s.0 == 18998) {
+            let _ = from;
+            c.push(bytes);
+            while let Some(e) = c.next_event(&mut out).unwrap() {
+                ended |= matches!(e, tickgate::venue::codec::ImageEvent::End { .. });
+            }
+        }
+        assert_eq!(!out.is_empty(), asks, "n0 {n0}");
+        assert_eq!(ended, asks, "n0 {n0}");
+        if !asks {
+            assert_eq!(c.skipped_images(), 4);
+            assert_eq!(
+                c.stray_responses(),
+                2,
+                "both answers, to requests it never sent"
+            );
+        }
+    }
 }

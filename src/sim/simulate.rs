@@ -30,14 +30,16 @@ use super::cme_flow::CmeFlow;
 use super::live::{refuse_unroutable, send_paced_in_bursts, McastSender, Pace, SenderOptions};
 use super::seeded::SplitMix64;
 use super::servers::{
-    GlimpseOptions, GlimpseServer, GlimpseSnapshot, History, RerequestOptions, RerequestServer,
-    SnapshotSource, DEFAULT_HISTORY_MESSAGES,
+    GlimpseOptions, GlimpseServer, GlimpseSnapshot, GrpOptions, GrpServer, History, PitchHistory,
+    RerequestOptions, RerequestServer, SnapshotSource, SpinImage, SpinOptions, SpinServer,
+    SpinSource, DEFAULT_HISTORY_MESSAGES,
 };
 use super::venue_sim::{FlowRequest, IexFlow, ItchFlow, VenueFlow};
 use crate::capture::frame::MAX_DATAGRAM;
 use crate::capture::pcap::PcapWriter;
 use crate::capture::venue_arg::VenueArg;
 use crate::util::signals::stop_on_signals;
+use crate::venue::cboe_pitch::session::Login;
 use crate::venue::{LineKind, VenueKind};
 use crate::wire::{
     Heartbeat, PacketBuilder, Quote, SessionId, Side, Symbol, COUNT_END_OF_SESSION, FLAG_ASK,
@@ -129,6 +131,8 @@ pub struct SimConfig {
     pub channel_reset_at_ns: Option<i64>,
     pub halt_at_ns: Option<i64>,
     pub resume_at_ns: Option<i64>,
+    /// cboe-pitch: units, each with its own symbols and sequence numbers.
+    pub units: usize,
 }
 
 impl SimConfig {
@@ -158,6 +162,7 @@ impl SimConfig {
             channel_reset_at_ns: None,
             halt_at_ns: None,
             resume_at_ns: None,
+            units: 1,
         }
     }
 
@@ -168,16 +173,36 @@ impl SimConfig {
         if self.symbols == 0 || self.symbols > 99_999 + FX.len() {
             bail!("--symbols must be 1..={}", 99_999 + FX.len());
         }
-        if self.venue == VenueKind::CboePitch {
-            // docs/venues.md `cboe-pitch`: no simulator flow yet.
-            bail!("simulate --venue cboe-pitch is not built yet (docs/venues.md, cboe-pitch)");
+        let pitch = self.venue == VenueKind::CboePitch;
+        if pitch {
+            if !(1..=super::pitch_flow::MAX_UNITS).contains(&self.units) {
+                bail!(
+                    "--units must be 1..={} for --venue cboe-pitch",
+                    super::pitch_flow::MAX_UNITS
+                );
+            }
+            if self.units > self.symbols {
+                bail!("--units must not exceed --symbols (each unit has symbols of its own)");
+            }
+            if self.end_session && self.units > 1 {
+                bail!("--end-session with --venue cboe-pitch needs --units 1 (each unit ends with an End of Session of its own; not built for several)");
+            }
+        } else if self.units != 1 {
+            bail!("--units applies to --venue cboe-pitch");
         }
         if !self.lines.iter().any(|l| l.kind == LineKind::Incremental) {
             bail!("at least one line is needed");
         }
         let cme = self.venue == VenueKind::CmeMdp3;
-        if !cme && self.lines.iter().any(|l| l.kind != LineKind::Incremental) {
-            bail!("snapshot and definition lines are for --venue cme-mdp3");
+        for l in &self.lines {
+            match l.kind {
+                LineKind::Incremental => {}
+                LineKind::Gap if !pitch => bail!("gap lines are for --venue cboe-pitch"),
+                LineKind::Snapshot | LineKind::Definition if !cme => {
+                    bail!("snapshot and definition lines are for --venue cme-mdp3")
+                }
+                _ => {}
+            }
         }
         let cme_only = [
             (self.channel_reset_at_ns, "--channel-reset-at"),
@@ -444,6 +469,9 @@ pub struct Simulator {
     /// Every provider data packet, as produced (before line faults), for
     /// the re-request server.
     history: Option<Arc<Mutex<History>>>,
+    /// The same for a Cboe PITCH provider, per unit (the Gap Request
+    /// Proxy's memory).
+    pitch_history: Option<Arc<Mutex<PitchHistory>>>,
     truth: SimTruth,
 }
 
@@ -538,8 +566,13 @@ impl Simulator {
                     cfg.seed,
                 ))),
                 VenueKind::CmeMdp3 => Some(Box::new(CmeFlow::new(cfg.symbols, cfg.seed))),
-                // Refused by `validate` (no PITCH flow yet).
-                VenueKind::CboePitch => None,
+                VenueKind::CboePitch => Some(Box::new(super::pitch_flow::PitchFlow::new(
+                    cfg.symbols,
+                    cfg.units,
+                    cfg.orders,
+                    start,
+                    cfg.seed,
+                ))),
             },
             next_loop_t: if cfg.lines.iter().any(|l| l.kind != LineKind::Incremental) {
                 start
@@ -575,6 +608,7 @@ impl Simulator {
             venue_buf: Vec::with_capacity(MAX_DATAGRAM),
             ending_packet: None,
             history: None,
+            pitch_history: None,
             truth,
             market,
             faults,
@@ -605,6 +639,19 @@ impl Simulator {
     /// from there (R4).
     pub fn set_history(&mut self, history: Arc<Mutex<History>>) {
         self.history = Some(history);
+    }
+
+    /// Records every data datagram the provider produces from now on into
+    /// `history` (cboe-pitch), whatever the lines do with it: the Gap
+    /// Request Proxy sends from there what a hole lacks (R4c).
+    pub fn set_pitch_history(&mut self, history: Arc<Mutex<PitchHistory>>) {
+        self.pitch_history = Some(history);
+    }
+
+    /// R5c: unit `unit`'s book as of its last message, for a Spin Server
+    /// (cboe-pitch only; `None` before the unit's first message).
+    pub fn spin_image(&self, unit: u8) -> Option<SpinImage> {
+        self.flow.as_ref()?.spin_image(unit)
     }
 
     /// R5: the book as of now, for a GLIMPSE snapshot (nasdaq-itch only):
@@ -1180,6 +1227,9 @@ impl Simulator {
             if let Some(h) = &self.history {
                 h.lock().expect("history lock").record(bytes);
             }
+            if let Some(h) = &self.pitch_history {
+                h.lock().expect("history lock").record(bytes);
+            }
         }
         // --drop-both: the Nth, 2Nth, ... data packet goes out on no line.
         let drop_both = data
@@ -1425,6 +1475,44 @@ pub struct SimulateArgs {
     /// many seconds in.
     #[arg(long, value_name = "SECONDS")]
     pub resume_at: Option<f64>,
+    /// With --venue cboe-pitch: units (1-255), each with symbols of its
+    /// own (symbol i in unit i mod N + 1) and its own sequence numbers.
+    #[arg(long, default_value_t = 1)]
+    pub units: usize,
+    /// With --venue cboe-pitch: the gap line's group (line G, `kind =
+    /// "gap"`): a heartbeat every second, and the Gap Request Proxy's
+    /// answers.
+    #[arg(long, default_value = "239.255.0.5:30001")]
+    pub group_gap: SocketAddrV4,
+    /// With --live --venue cboe-pitch: a Gap Request Proxy (recovery.md
+    /// R4c) on this TCP address; what it accepts goes out on the gap line.
+    /// Needs --pitch-sub-id and --pitch-user.
+    #[arg(long, value_name = "ADDR", requires = "live")]
+    pub grp_listen: Option<SocketAddr>,
+    /// With --grp-listen: messages kept per unit for Gap Requests.
+    #[arg(long, value_name = "MESSAGES", default_value_t = DEFAULT_HISTORY_MESSAGES)]
+    pub grp_history: usize,
+    /// With --grp-listen: the most messages one Gap Request may ask for
+    /// (more: Gap Response `C`).
+    #[arg(long, value_name = "COUNT", default_value_t = 1_000)]
+    pub grp_max_count: u16,
+    /// With --live --venue cboe-pitch: a Spin Server (recovery.md R5c) per
+    /// unit, unit u on this address's port + u - 1. Needs --pitch-sub-id
+    /// and --pitch-user.
+    #[arg(long, value_name = "ADDR", requires = "live")]
+    pub spin_listen: Option<SocketAddr>,
+    /// With --grp-listen or --spin-listen: the Login's session sub id (at
+    /// most 4 characters).
+    #[arg(long, value_name = "ID")]
+    pub pitch_sub_id: Option<String>,
+    /// With --grp-listen or --spin-listen: the Login's username (at most 4
+    /// characters).
+    #[arg(long, value_name = "USER")]
+    pub pitch_user: Option<String>,
+    /// With --grp-listen or --spin-listen: the Login's password (at most
+    /// 10 characters; may be empty).
+    #[arg(long, value_name = "PASSWORD", default_value = "")]
+    pub pitch_password: String,
 }
 
 impl SimulateArgs {
@@ -1447,6 +1535,20 @@ impl SimulateArgs {
                 delay_ns: delay,
                 loss,
                 kind: LineKind::Incremental,
+            });
+        }
+        if self.venue.kind() == VenueKind::CboePitch {
+            // The gap line (venues.md `cboe-pitch`, Lines).
+            if lines.iter().any(|l: &SimLine| l.dst == self.group_gap) {
+                bail!("two lines send to {}", self.group_gap);
+            }
+            lines.push(SimLine {
+                name: "G".to_string(),
+                src: self.source,
+                dst: self.group_gap,
+                delay_ns: 0,
+                loss: 0.0,
+                kind: LineKind::Gap,
             });
         }
         if self.venue.kind() == VenueKind::CmeMdp3 {
@@ -1501,9 +1603,25 @@ impl SimulateArgs {
         cfg.channel_reset_at_ns = at(self.channel_reset_at, "--channel-reset-at")?;
         cfg.halt_at_ns = at(self.halt_at, "--halt-at")?;
         cfg.resume_at_ns = at(self.resume_at, "--resume-at")?;
+        cfg.units = self.units;
+        if cfg.venue == VenueKind::CboePitch {
+            // The gap line's heartbeat is due each second: the loop tick
+            // need not be finer than a millisecond.
+            cfg.loop_interval_ns = cfg.loop_interval_ns.max(1_000_000);
+        }
         if cfg.venue == VenueKind::CmeMdp3 {
             // CME sends an AdminHeartbeat only after 30 s without traffic.
             cfg.channel_heartbeat_ms = cfg.channel_heartbeat_ms.max(30_000);
+        }
+        if (self.grp_listen.is_some() || self.spin_listen.is_some())
+            && cfg.venue != VenueKind::CboePitch
+        {
+            bail!("--grp-listen and --spin-listen need --venue cboe-pitch");
+        }
+        if self.rerequest_listen.is_some() && cfg.venue == VenueKind::CboePitch {
+            bail!(
+                "--rerequest-listen serves MoldUDP64 venues: --venue cboe-pitch has --grp-listen"
+            );
         }
         if self.rerequest_listen.is_some() && cfg.venue == VenueKind::IexTops {
             bail!("--rerequest-listen serves MoldUDP64 venues: --venue tickgate or nasdaq-itch");
@@ -1671,9 +1789,69 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         sim.set_history(h.clone());
         h
     });
+    let pitch_login = if args.grp_listen.is_some() || args.spin_listen.is_some() {
+        let (Some(sub), Some(user)) = (&args.pitch_sub_id, &args.pitch_user) else {
+            bail!("--grp-listen and --spin-listen need --pitch-sub-id and --pitch-user");
+        };
+        Some(
+            Login::new(sub, user, &args.pitch_password)
+                .context("the Login of --pitch-sub-id, --pitch-user and --pitch-password")?,
+        )
+    } else {
+        None
+    };
+    let pitch_history = args.grp_listen.map(|_| {
+        let h = Arc::new(Mutex::new(PitchHistory::new(args.grp_history)));
+        sim.set_pitch_history(h.clone());
+        h
+    });
+    let gap_line = sim
+        .lines()
+        .iter()
+        .find(|l| l.kind == LineKind::Gap)
+        .map(|l| l.dst);
+    let units = sim.config().units;
     // The servers read the simulator between its steps: the sender locks
-    // it once per datagram, a GLIMPSE login once for its snapshot.
+    // it once per datagram, a GLIMPSE login once for its snapshot, a Spin
+    // Server once a second per connection for the image it offers.
     let sim = Arc::new(Mutex::new(sim));
+    let grp = match (args.grp_listen, pitch_history, pitch_login, gap_line) {
+        (Some(addr), Some(history), Some(login), Some(gap_line)) => {
+            let mut o = SenderOptions::new(iface);
+            o.ttl = args.ttl;
+            let gap = McastSender::open(&o)?;
+            let mut opts = GrpOptions::new(login, gap_line);
+            opts.max_count = args.grp_max_count.max(1);
+            let server = GrpServer::spawn(addr, history, gap, opts)?;
+            eprintln!(
+                "Gap Request Proxy on {} (last {} messages per unit; answers on {gap_line})",
+                server.local_addr(),
+                args.grp_history
+            );
+            Some(server)
+        }
+        _ => None,
+    };
+    let mut spins = Vec::new();
+    if let (Some(addr), Some(login)) = (args.spin_listen, pitch_login) {
+        for unit in 1..=units as u8 {
+            let mut at = addr;
+            if addr.port() != 0 {
+                let port = addr
+                    .port()
+                    .checked_add(unit as u16 - 1)
+                    .with_context(|| format!("--spin-listen {addr}: no port for unit {unit}"))?;
+                at.set_port(port);
+            }
+            let source: SpinSource = {
+                let sim = sim.clone();
+                Arc::new(move || sim.lock().expect("simulator lock").spin_image(unit))
+            };
+            let server = SpinServer::spawn(at, source, SpinOptions::new(login))?;
+            eprintln!("Spin Server of unit {unit} on {}", server.local_addr());
+            spins.push((unit, server));
+        }
+    }
     let rerequest = match (args.rerequest_listen, history) {
         (Some(addr), Some(history)) => {
             let opts = RerequestOptions {
@@ -1734,6 +1912,20 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         eprintln!(
             "re-request server: {} datagrams, {} answered ({} messages), {} malformed, {} other session, {} too old, {} not yet sent, {} rate limited",
             c.datagrams, c.answered, c.messages, c.malformed, c.other_session, c.too_old, c.not_yet_sent, c.rate_limited
+        );
+    }
+    if let Some(s) = grp {
+        let c = s.stop();
+        eprintln!(
+            "Gap Request Proxy: {} connections, {} logins accepted, {} rejected, {} requests: {} accepted ({} datagrams, {} messages on the gap line), {} out of range, {} count too large, {} second limit, {} unit unknown; {} garbage, {} idle timeouts",
+            c.connections, c.logins_accepted, c.logins_rejected, c.requests, c.accepted, c.gap_datagrams, c.gap_messages, c.out_of_range, c.count_too_large, c.second_limit, c.invalid_unit, c.garbage, c.idle_timeouts
+        );
+    }
+    for (unit, s) in spins {
+        let c = s.stop();
+        eprintln!(
+            "Spin Server of unit {unit}: {} connections, {} logins accepted, {} rejected, {} images offered, {} requests, {} spins ({} orders), {} out of range, {} garbage, {} idle timeouts",
+            c.connections, c.logins_accepted, c.logins_rejected, c.images_offered, c.requests, c.spins_sent, c.orders_sent, c.out_of_range, c.garbage, c.idle_timeouts
         );
     }
     if let Some(s) = glimpse {

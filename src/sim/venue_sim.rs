@@ -67,6 +67,12 @@ pub trait VenueFlow: Send {
     fn request(&mut self, _r: FlowRequest) {}
     /// The last data packet was lost on every line.
     fn lost_everywhere(&mut self) {}
+    /// Cboe PITCH (recovery.md R5c): unit `unit`'s book as a Spin Server
+    /// gives it, as of the unit's last message. `None`: not a PITCH
+    /// venue, or nothing of the unit produced yet.
+    fn spin_image(&self, _unit: u8) -> Option<super::servers::SpinImage> {
+        None
+    }
     /// What a receiver must end with, for the truth file (CME: every
     /// instrument's book top and the instruments a lost packet touched).
     fn venue_truth(&self) -> Option<serde_json::Value> {

@@ -319,6 +319,12 @@ impl<C: ImageCodec> ImageSession<C> {
         self.state
     }
 
+    /// The venue's codec, for what it counted or learnt (a refusal's
+    /// status, messages it skipped) that the image events do not carry.
+    pub fn codec(&self) -> &C {
+        &self.codec
+    }
+
     /// Time passes to `now` without bytes: the silence and the whole
     /// attempt's limits, and a client heartbeat (appended to `out`) when
     /// one is due.

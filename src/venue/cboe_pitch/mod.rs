@@ -13,7 +13,8 @@
 //! - `adapter`: the `Venue` (each unit a channel of the engine), books and
 //!   quotes;
 //! - `lagging`: a restarted unit's lagging copies of the replaced session;
-//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses.
+//! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses;
+//! - `spin`: the Spin Server's image codec (R5c), one attempt of one unit.
 
 pub mod adapter;
 pub mod frame;
@@ -22,6 +23,7 @@ pub mod lagging;
 pub mod messages;
 pub mod session;
 pub mod sessions;
+pub mod spin;
 pub mod time;
 pub mod units;
 
