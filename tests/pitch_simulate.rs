@@ -3,9 +3,9 @@
 //! in its own sequence, read by a `cboe-pitch` feed (in process, and
 //! through `tickgate replay`) without a book error.
 //!
-//! The feed follows one unit for now (docs/venues.md `cboe-pitch`): the
-//! other units' datagrams are counted as `units_not_followed`, which these
-//! tests check too, so they change when the engine follows several.
+//! Every unit is a channel of the feed (venues.md, the unit is the
+//! channel): each unit's `next` ends where the simulator's sequence did,
+//! and no datagram is counted `units_not_followed`.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -99,10 +99,15 @@ fn simulated_units_are_sequenced_and_read_without_book_errors() {
         (0, 0, 0, 0, 0, 0)
     );
     assert!(c.live_orders > 100, "{}", c.live_orders);
-    assert!(
-        c.units_not_followed > 0,
-        "units 2 and 3 are not followed yet"
-    );
+    assert_eq!(c.units_not_followed, 0);
+    // Each unit a channel of its own, ending where the stream did.
+    let reports = feed.channel_reports();
+    let followed: BTreeMap<u8, u64> = reports.iter().map(|r| (r.channel, r.next)).collect();
+    let sent: BTreeMap<u8, u64> = next.iter().map(|(&u, &n)| (u, n as u64)).collect();
+    assert_eq!(followed, sent);
+    assert!(reports
+        .iter()
+        .all(|r| !r.ended && r.counters.channel_gaps == 0));
     let truth = sim.truth();
     assert_eq!(truth.mode, "cboe-pitch");
     assert_eq!(truth.sessions, ["U001S00001"]);
@@ -174,11 +179,28 @@ fn replay_of_a_simulated_capture_reads_without_book_errors() {
         "{}",
         f["unsequenced"]
     );
-    assert!(f["units_not_followed"].as_u64().unwrap() > 0);
+    assert_eq!(f["units_not_followed"], 0);
+    let units = f["units"].as_array().unwrap();
+    let ids: Vec<u64> = units.iter().map(|u| u["unit"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3, 4], "{units:?}");
+    for u in units {
+        assert_eq!(u["channel_lost"], 0, "{u}");
+        assert_eq!(
+            u["session"],
+            format!("U{:03}S00001", u["unit"].as_u64().unwrap()),
+            "{u}"
+        );
+    }
     assert!(f["live_orders"].as_u64().unwrap() > 0);
+    // One session per unit, each from sequence 1.
     let sessions = f["sessions"].as_array().unwrap();
-    assert_eq!(sessions.len(), 1, "{sessions:?}");
-    assert_eq!(sessions[0]["id"], "U001S00001");
+    let ids: Vec<&str> = sessions.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        ["U001S00001", "U002S00001", "U003S00001", "U004S00001"],
+        "{sessions:?}"
+    );
+    assert!(sessions.iter().all(|s| s["first_sequence"] == 1));
 }
 
 #[test]
