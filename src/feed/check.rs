@@ -6,7 +6,9 @@
 //! any other allocation. The socket's framing and server are `gate`'s.
 
 pub use crate::feed::across::Options;
-use crate::feed::across::{check_across_into, tighten, Answer, CheckError, Feeds, GateRules};
+use crate::feed::across::{
+    check_across_then, tighten, Answer, CheckError, Checked, Feeds, GateRules,
+};
 use crate::feed::verdict::{
     first_reason, judge, Thresholds, Verdict, REASON_NAMES, REASON_ORDER, R_SUSPECT,
 };
@@ -267,9 +269,14 @@ pub fn answer_over<F: Feeds + ?Sized>(
         Err(e) => write_error(out, e),
         Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
         Ok(Parsed::Check { symbol, opts }) => {
-            let mut a = Answer::default();
-            match check_across_into(feeds, to_symbol(symbol), &opts, rules, now, &mut a) {
-                Ok(()) => write_answer(out, symbol, &a, |i| feeds.name(i)),
+            let written = check_across_then(feeds, to_symbol(symbol), &opts, rules, now, |c| {
+                match c {
+                    Checked::One(v) => write_verdict(out, symbol, v),
+                    Checked::Several(a) => write_answer(out, symbol, a, |i| feeds.name(i)),
+                }
+            });
+            match written {
+                Ok(()) => {}
                 Err(CheckError::Proto(e)) => write_error(out, e),
                 Err(CheckError::Read(e)) => return Err(e),
             }
