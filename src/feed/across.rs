@@ -262,26 +262,33 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
     }
     // The first feed that knows the symbol; most symbols stop there (one
     // feed knows them) without touching the several-feed path's stack.
+    // Each lookup is matched where it lies, not moved out of its `Result`
+    // (a view copied per feed looked at).
     let n = feeds.count().min(MAX_FEEDS);
-    let mut i = 0;
-    let first = loop {
-        if i == n {
-            return Ok(then(Checked::One(&UNKNOWN)));
+    for i in 0..n {
+        let got = feeds.find(i, symbol);
+        let first = match got {
+            Err(e) => return Err(CheckError::Read(e)),
+            Ok(None) => continue,
+            Ok(Some(ref first)) => first,
+        };
+        for j in i + 1..n {
+            let got = feeds.find(j, symbol);
+            match got {
+                Err(e) => return Err(CheckError::Read(e)),
+                Ok(None) => {}
+                Ok(Some(ref second)) => {
+                    let a = several(feeds, symbol, opts, rules, now, (i, first), (j, second))?;
+                    return Ok(then(Checked::Several(&a)));
+                }
+            }
         }
-        if let Some(found) = feeds.find(i, symbol).map_err(CheckError::Read)? {
-            break found;
-        }
-        i += 1;
-    };
-    for j in i + 1..n {
-        if let Some(second) = feeds.find(j, symbol).map_err(CheckError::Read)? {
-            let a = several(feeds, symbol, opts, rules, now, (i, &first), (j, &second))?;
-            return Ok(then(Checked::Several(&a)));
-        }
+        // One feed knows it: exactly that feed's verdict line.
+        let (view, feed, t) = first;
+        let t = tighten(*t, opts.stale_ms, opts.source_ms).map_err(CheckError::Proto)?;
+        return Ok(then(Checked::One(&judge(Some(view), feed, now, &t))));
     }
-    // One feed knows it: exactly that feed's verdict line.
-    let v = feed_verdict(&first, opts, now).map_err(CheckError::Proto)?;
-    Ok(then(Checked::One(&v)))
+    Ok(then(Checked::One(&UNKNOWN)))
 }
 
 /// `check_across` once two feeds (`first`, `second`) know the symbol: the
