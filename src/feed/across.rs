@@ -253,17 +253,13 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
     };
     if let Some(i) = opts.feed {
         // `feed=`: that feed alone, as a line for a symbol only it knows.
-        return Ok(match feeds.find(i, symbol).map_err(CheckError::Read)? {
-            None => then(Checked::One(&UNKNOWN)),
-            Some(found) => then(Checked::One(
-                &feed_verdict(&found, opts, now).map_err(CheckError::Proto)?,
-            )),
-        });
+        return Ok(then(Checked::One(&named(feeds, i, symbol, opts, now)?)));
     }
     // The first feed that knows the symbol; most symbols stop there (one
-    // feed knows them) without touching the several-feed path's stack.
-    // Each lookup is matched where it lies, not moved out of its `Result`
-    // (a view copied per feed looked at).
+    // feed knows them). Each lookup is matched where it lies, not moved out
+    // of its `Result` (a view copied per feed looked at); this is the one
+    // lookup of the hot path, so that it is inlined here as a lone feed's
+    // was, and the other feeds are looked up out of line.
     let n = feeds.count().min(MAX_FEEDS);
     for i in 0..n {
         let got = feeds.find(i, symbol);
@@ -272,15 +268,9 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
             Ok(None) => continue,
             Ok(Some(ref first)) => first,
         };
-        for j in i + 1..n {
-            let got = feeds.find(j, symbol);
-            match got {
-                Err(e) => return Err(CheckError::Read(e)),
-                Ok(None) => {}
-                Ok(Some(ref second)) => {
-                    let a = several(feeds, symbol, opts, rules, now, (i, first), (j, second))?;
-                    return Ok(then(Checked::Several(&a)));
-                }
+        if i + 1 < n {
+            if let Some(a) = others(feeds, symbol, opts, rules, now, (i, first))? {
+                return Ok(then(Checked::Several(&a)));
             }
         }
         // One feed knows it: exactly that feed's verdict line.
@@ -291,10 +281,50 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
     Ok(then(Checked::One(&UNKNOWN)))
 }
 
+/// The verdict of feed `i` alone (`feed=`), out of line: the hot path
+/// keeps one lookup.
+#[inline(never)]
+fn named<F: Feeds + ?Sized>(
+    feeds: &F,
+    i: usize,
+    symbol: Symbol,
+    opts: &Options,
+    now: i64,
+) -> Result<Verdict, CheckError<F::Error>> {
+    match feeds.find(i, symbol).map_err(CheckError::Read)? {
+        None => Ok(Verdict::only(R_UNKNOWN_SYMBOL)),
+        Some(found) => feed_verdict(&found, opts, now).map_err(CheckError::Proto),
+    }
+}
+
+/// The feeds after `first` that know the symbol: `None` when none does,
+/// else the answer combined over them all (`several`).
+#[inline(never)]
+fn others<F: Feeds + ?Sized>(
+    feeds: &F,
+    symbol: Symbol,
+    opts: &Options,
+    rules: &GateRules,
+    now: i64,
+    first: (usize, &Found),
+) -> Result<Option<Answer>, CheckError<F::Error>> {
+    for j in first.0 + 1..feeds.count().min(MAX_FEEDS) {
+        let got = feeds.find(j, symbol);
+        match got {
+            Err(e) => return Err(CheckError::Read(e)),
+            Ok(None) => {}
+            Ok(Some(ref second)) => {
+                return several(feeds, symbol, opts, rules, now, first, (j, second)).map(Some);
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// `check_across` once two feeds (`first`, `second`) know the symbol: the
 /// feeds after `second` are looked up too, each is judged, and the
 /// verdicts combine.
-#[inline(never)]
+#[inline]
 fn several<F: Feeds + ?Sized>(
     feeds: &F,
     symbol: Symbol,
