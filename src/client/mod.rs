@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use std::cell::Cell;
 
-use crate::feed::across::{check_across_into, Answer, CheckError, Feeds, Options};
+use crate::feed::across::{check_across_then, Answer, CheckError, Checked, Feeds, Options};
 use crate::feed::check::{parse_check, to_symbol, write_answer, write_error, Parsed, ProtoError};
 use crate::feed::reader::{feed_reader_in, FeedReader, Found, ReadError};
 use crate::feed::shm::{self, Header, LayoutError, STATE_LIVE};
@@ -357,9 +357,10 @@ impl Client {
             source_ms,
             feed: None,
         };
-        let mut a = Answer::default();
-        self.check_answer_into(symbol, now, &opts, &mut a)?;
-        Ok(a.verdict)
+        self.check_then(symbol, now, &opts, |c| match c {
+            Checked::One(v) => *v,
+            Checked::Several(a) => a.verdict,
+        })
     }
 
     /// The answer to `CHECK <symbol>` with `opts` at `now`: the verdict and,
@@ -386,6 +387,25 @@ impl Client {
         opts: &Options,
         out: &mut Answer,
     ) -> Result<(), Error> {
+        self.check_then(symbol, now, opts, |c| match c {
+            Checked::One(v) => {
+                out.feeds.clear();
+                out.verdict = *v;
+            }
+            Checked::Several(a) => out.clone_from(a),
+        })
+    }
+
+    /// The check, handed to `then` where it is made (`check_across_then`):
+    /// a symbol on one feed builds no combined answer.
+    #[inline]
+    fn check_then<R>(
+        &mut self,
+        symbol: &[u8],
+        now: i64,
+        opts: &Options,
+        then: impl FnOnce(Checked<'_>) -> R,
+    ) -> Result<R, Error> {
         self.follow(now);
         self.stats.checks += 1;
         if symbol.is_empty() || !symbol.iter().all(u8::is_ascii_graphic) {
@@ -396,7 +416,7 @@ impl Client {
         }
         let feeds = MappedFeeds::new(&self.map, self.tries);
         let rules = &self.map.header.rules;
-        let got = check_across_into(&feeds, to_symbol(symbol), opts, rules, now, out);
+        let got = check_across_then(&feeds, to_symbol(symbol), opts, rules, now, then);
         self.stats.retries += feeds.retries.get();
         got.map_err(|e| match e {
             CheckError::Proto(e) => Error::Proto(e),
@@ -487,7 +507,9 @@ impl Feeds for MappedFeeds<'_> {
     fn name(&self, i: usize) -> &[u8] {
         self.map.header.feeds[i].name.as_bytes()
     }
-    #[inline]
+    /// Always inlined: the check's one hot lookup is this (as the lone
+    /// feed's was before several feeds), not a call.
+    #[inline(always)]
     fn find(&self, i: usize, symbol: Symbol) -> Result<Option<Found>, ReadError> {
         let mut retries = 0;
         let found = self.map.feeds[i].lookup_within(symbol, self.tries, &mut retries);

@@ -13,7 +13,7 @@ use crate::feed::settings::ms_to_ns;
 use crate::feed::verdict::{
     judge, Thresholds, Verdict, R_CROSSED, R_NO_DATA, R_SUSPECT, R_UNKNOWN_SYMBOL,
 };
-use crate::feed::view::{FeedView, SuspectCause};
+use crate::feed::view::SuspectCause;
 use crate::wire::{Side, Symbol};
 
 /// Most feeds a check looks over (the shared state file's limit too).
@@ -203,8 +203,7 @@ pub fn check_across<F: Feeds + ?Sized>(
     Ok(answer)
 }
 
-/// `check_across`, written into `out` (its earlier content is replaced):
-/// the hot path's form, which moves no answer around (`answer_over`).
+/// `check_across`, written into `out` (its earlier content is replaced).
 #[inline]
 pub fn check_across_into<F: Feeds + ?Sized>(
     feeds: &F,
@@ -214,59 +213,127 @@ pub fn check_across_into<F: Feeds + ?Sized>(
     now: i64,
     out: &mut Answer,
 ) -> Result<(), CheckError<F::Error>> {
-    out.feeds.clear();
-    let unknown = || judge(None, &FeedView::default(), now, &Thresholds::default());
+    check_across_then(feeds, symbol, opts, rules, now, |checked| match checked {
+        Checked::One(v) => {
+            out.feeds.clear();
+            out.verdict = *v;
+        }
+        Checked::Several(a) => out.clone_from(a),
+    })
+}
+
+/// What a check found, as `check_across_then` hands it over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked<'a> {
+    /// No feed or one feed knows the symbol, or the request named a feed:
+    /// the answer is this verdict's line, exactly a lone feed's (gate.md:
+    /// a symbol known to one feed answers as before).
+    One(&'a Verdict),
+    /// Several feeds know the symbol: the combined answer (`seq=-`,
+    /// `feeds=`).
+    Several(&'a Answer),
+}
+
+/// `check_across`, handed to `then` where it is made: the hot path's form.
+/// A symbol that one feed knows (most) is judged straight from that feed's
+/// view, with no combined `Answer` built, filled or copied; the several-feed
+/// path is out of line.
+#[inline]
+pub fn check_across_then<F: Feeds + ?Sized, R>(
+    feeds: &F,
+    symbol: Option<Symbol>,
+    opts: &Options,
+    rules: &GateRules,
+    now: i64,
+    then: impl FnOnce(Checked<'_>) -> R,
+) -> Result<R, CheckError<F::Error>> {
+    const UNKNOWN: Verdict = Verdict::only(R_UNKNOWN_SYMBOL);
     let Some(symbol) = symbol else {
-        out.verdict = unknown();
-        return Ok(());
+        return Ok(then(Checked::One(&UNKNOWN)));
     };
     if let Some(i) = opts.feed {
         // `feed=`: that feed alone, as a line for a symbol only it knows.
-        out.verdict = match feeds.find(i, symbol).map_err(CheckError::Read)? {
-            None => unknown(),
-            Some(found) => feed_verdict(&found, opts, now).map_err(CheckError::Proto)?,
-        };
-        return Ok(());
+        return Ok(then(Checked::One(&named(feeds, i, symbol, opts, now)?)));
     }
     // The first feed that knows the symbol; most symbols stop there (one
-    // feed knows them) without touching the several-feed path's stack.
+    // feed knows them). Each lookup is matched where it lies, not moved out
+    // of its `Result` (a view copied per feed looked at); this is the one
+    // lookup of the hot path, so that it is inlined here as a lone feed's
+    // was, and the other feeds are looked up out of line.
     let n = feeds.count().min(MAX_FEEDS);
-    let mut i = 0;
-    let first = loop {
-        if i == n {
-            out.verdict = unknown();
-            return Ok(());
+    for i in 0..n {
+        let got = feeds.find(i, symbol);
+        let first = match got {
+            Err(e) => return Err(CheckError::Read(e)),
+            Ok(None) => continue,
+            Ok(Some(ref first)) => first,
+        };
+        if i + 1 < n {
+            if let Some(a) = others(feeds, symbol, opts, rules, now, (i, first))? {
+                return Ok(then(Checked::Several(&a)));
+            }
         }
-        if let Some(found) = feeds.find(i, symbol).map_err(CheckError::Read)? {
-            break (i, found);
-        }
-        i += 1;
-    };
-    for j in i + 1..n {
-        if let Some(second) = feeds.find(j, symbol).map_err(CheckError::Read)? {
-            return several(feeds, symbol, opts, rules, now, first, (j, second), out);
+        // One feed knows it: exactly that feed's verdict line.
+        let (view, feed, t) = first;
+        let t = tighten(*t, opts.stale_ms, opts.source_ms).map_err(CheckError::Proto)?;
+        return Ok(then(Checked::One(&judge(Some(view), feed, now, &t))));
+    }
+    Ok(then(Checked::One(&UNKNOWN)))
+}
+
+/// The verdict of feed `i` alone (`feed=`), out of line: the hot path
+/// keeps one lookup.
+#[inline(never)]
+fn named<F: Feeds + ?Sized>(
+    feeds: &F,
+    i: usize,
+    symbol: Symbol,
+    opts: &Options,
+    now: i64,
+) -> Result<Verdict, CheckError<F::Error>> {
+    match feeds.find(i, symbol).map_err(CheckError::Read)? {
+        None => Ok(Verdict::only(R_UNKNOWN_SYMBOL)),
+        Some(found) => feed_verdict(&found, opts, now).map_err(CheckError::Proto),
+    }
+}
+
+/// The feeds after `first` that know the symbol: `None` when none does,
+/// else the answer combined over them all (`several`).
+#[inline(never)]
+fn others<F: Feeds + ?Sized>(
+    feeds: &F,
+    symbol: Symbol,
+    opts: &Options,
+    rules: &GateRules,
+    now: i64,
+    first: (usize, &Found),
+) -> Result<Option<Answer>, CheckError<F::Error>> {
+    for j in first.0 + 1..feeds.count().min(MAX_FEEDS) {
+        let got = feeds.find(j, symbol);
+        match got {
+            Err(e) => return Err(CheckError::Read(e)),
+            Ok(None) => {}
+            Ok(Some(ref second)) => {
+                return several(feeds, symbol, opts, rules, now, first, (j, second)).map(Some);
+            }
         }
     }
-    // One feed knows it: exactly that feed's verdict line.
-    out.verdict = feed_verdict(&first.1, opts, now).map_err(CheckError::Proto)?;
-    Ok(())
+    Ok(None)
 }
 
 /// `check_across` once two feeds (`first`, `second`) know the symbol: the
 /// feeds after `second` are looked up too, each is judged, and the
-/// verdicts combine into `out`.
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
+/// verdicts combine.
+#[inline]
 fn several<F: Feeds + ?Sized>(
     feeds: &F,
     symbol: Symbol,
     opts: &Options,
     rules: &GateRules,
     now: i64,
-    first: (usize, Found),
-    second: (usize, Found),
-    out: &mut Answer,
-) -> Result<(), CheckError<F::Error>> {
+    first: (usize, &Found),
+    second: (usize, &Found),
+) -> Result<Answer, CheckError<F::Error>> {
     let mut judged: ArrayVec<(u8, Verdict, i64), MAX_FEEDS> = ArrayVec::new();
     let mut judge_one = |i: usize, found: &Found| -> Result<(), CheckError<F::Error>> {
         // Every feed's thresholds bound the request: any looser is ERR.
@@ -274,15 +341,14 @@ fn several<F: Feeds + ?Sized>(
         judged.push((i as u8, v, found.0.quote_changed_at));
         Ok(())
     };
-    judge_one(first.0, &first.1)?;
-    judge_one(second.0, &second.1)?;
+    judge_one(first.0, first.1)?;
+    judge_one(second.0, second.1)?;
     for j in second.0 + 1..feeds.count().min(MAX_FEEDS) {
         if let Some(found) = feeds.find(j, symbol).map_err(CheckError::Read)? {
             judge_one(j, &found)?;
         }
     }
-    *out = combine(&judged, rules, now);
-    Ok(())
+    Ok(combine(&judged, rules, now))
 }
 
 /// Combines the feed verdicts `(feed, verdict, quote_changed_at)` of two or

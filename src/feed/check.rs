@@ -6,7 +6,9 @@
 //! any other allocation. The socket's framing and server are `gate`'s.
 
 pub use crate::feed::across::Options;
-use crate::feed::across::{check_across_into, tighten, Answer, CheckError, Feeds, GateRules};
+use crate::feed::across::{
+    check_across_then, tighten, Answer, CheckError, Checked, Feeds, GateRules,
+};
 use crate::feed::verdict::{
     first_reason, judge, Thresholds, Verdict, REASON_NAMES, REASON_ORDER, R_SUSPECT,
 };
@@ -103,6 +105,13 @@ fn parse_whole(v: &[u8]) -> Option<u64> {
 /// options, plus one to tell "too many").
 const MAX_TOKENS: usize = 6;
 
+/// The token at `(start, end)` of `line`. A function always inlined: as a
+/// closure the optimizer left it out of line, a call a request.
+#[inline(always)]
+fn token(line: &[u8], (start, end): (usize, usize)) -> &[u8] {
+    &line[start..end]
+}
+
 /// Parses one request line (without its `\r\n`). Options are fully
 /// checked here, before any symbol lookup. One pass splits the line into
 /// tokens (single spaces only) and notes which contain bytes other than
@@ -141,8 +150,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         tokens[count] = (start, line.len());
     }
     count += 1;
-    let token = |i: usize| &line[tokens[i].0..tokens[i].1];
-    match token(0) {
+    match token(line, tokens[0]) {
         b"PING" => match count {
             1 => Ok(Request::Ping),
             _ => Err(ProtoError::UnexpectedArgument),
@@ -156,8 +164,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             let mut feed = None;
             // At most three options can be valid: a fourth is repeated or
             // unknown, so looking at MAX_TOKENS tokens always finds the error.
-            for i in 2..count.min(MAX_TOKENS) {
-                let opt = token(i);
+            for &t in &tokens[2..count.min(MAX_TOKENS)] {
+                let opt = token(line, t);
                 let eq = opt
                     .iter()
                     .position(|&c| c == b'=')
@@ -184,7 +192,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ProtoError> {
                 return Err(ProtoError::InvalidSymbol);
             }
             Ok(Request::Check {
-                symbol: token(1),
+                symbol: token(line, tokens[1]),
                 stale_ms,
                 source_ms,
                 feed,
@@ -267,9 +275,13 @@ pub fn answer_over<F: Feeds + ?Sized>(
         Err(e) => write_error(out, e),
         Ok(Parsed::Ping) => out.extend_from_slice(b"PONG\n"),
         Ok(Parsed::Check { symbol, opts }) => {
-            let mut a = Answer::default();
-            match check_across_into(feeds, to_symbol(symbol), &opts, rules, now, &mut a) {
-                Ok(()) => write_answer(out, symbol, &a, |i| feeds.name(i)),
+            let written =
+                check_across_then(feeds, to_symbol(symbol), &opts, rules, now, |c| match c {
+                    Checked::One(v) => write_verdict(out, symbol, v),
+                    Checked::Several(a) => write_answer(out, symbol, a, |i| feeds.name(i)),
+                });
+            match written {
+                Ok(()) => {}
                 Err(CheckError::Proto(e)) => write_error(out, e),
                 Err(CheckError::Read(e)) => return Err(e),
             }

@@ -237,8 +237,8 @@ impl FeedReader {
     /// `lookup` for memory another process writes: every read gives up
     /// after `tries` attempts, and an index that is not one this code
     /// writes is an error, not a hang. `retries` counts the seqlock
-    /// retries taken.
-    #[inline]
+    /// retries taken. Always inlined into the check (`client`).
+    #[inline(always)]
     pub fn lookup_within(
         &self,
         symbol: Symbol,
