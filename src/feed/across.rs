@@ -335,20 +335,30 @@ fn several<F: Feeds + ?Sized>(
     second: (usize, &Found),
 ) -> Result<Answer, CheckError<F::Error>> {
     let mut judged: ArrayVec<(u8, Verdict, i64), MAX_FEEDS> = ArrayVec::new();
-    let mut judge_one = |i: usize, found: &Found| -> Result<(), CheckError<F::Error>> {
-        // Every feed's thresholds bound the request: any looser is ERR.
-        let v = feed_verdict(found, opts, now).map_err(CheckError::Proto)?;
-        judged.push((i as u8, v, found.0.quote_changed_at));
-        Ok(())
-    };
-    judge_one(first.0, first.1)?;
-    judge_one(second.0, second.1)?;
+    judge_into(&mut judged, first.0, first.1, opts, now)?;
+    judge_into(&mut judged, second.0, second.1, opts, now)?;
     for j in second.0 + 1..feeds.count().min(MAX_FEEDS) {
         if let Some(found) = feeds.find(j, symbol).map_err(CheckError::Read)? {
-            judge_one(j, &found)?;
+            judge_into(&mut judged, j, &found, opts, now)?;
         }
     }
     Ok(combine(&judged, rules, now))
+}
+
+/// One feed's verdict appended to `judged`, inlined into `several` (as a
+/// closure it stayed a call a feed).
+#[inline(always)]
+fn judge_into<E>(
+    judged: &mut ArrayVec<(u8, Verdict, i64), MAX_FEEDS>,
+    i: usize,
+    found: &Found,
+    opts: &Options,
+    now: i64,
+) -> Result<(), CheckError<E>> {
+    // Every feed's thresholds bound the request: any looser is ERR.
+    let v = feed_verdict(found, opts, now).map_err(CheckError::Proto)?;
+    judged.push((i as u8, v, found.0.quote_changed_at));
+    Ok(())
 }
 
 /// Combines the feed verdicts `(feed, verdict, quote_changed_at)` of two or

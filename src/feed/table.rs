@@ -692,7 +692,7 @@ impl<T: Plain> TableReader<T> {
     /// A consistent copy of a slot, giving up after `tries` attempts
     /// (`Err(Busy)`: the slot kept changing or stayed mid-write). `Ok`
     /// also says how many retries it took.
-    #[inline]
+    #[inline(always)]
     pub fn read_within(&self, slot: u32, tries: u32) -> Result<(T, u32), Busy> {
         if slot >= self.inner.capacity {
             return Err(Busy);
