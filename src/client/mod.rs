@@ -387,13 +387,7 @@ impl Client {
         opts: &Options,
         out: &mut Answer,
     ) -> Result<(), Error> {
-        self.check_then(symbol, now, opts, |c| match c {
-            Checked::One(v) => {
-                out.feeds.clear();
-                out.verdict = *v;
-            }
-            Checked::Several(a) => out.clone_from(a),
-        })
+        self.check_then(symbol, now, opts, |checked| out.set(checked))
     }
 
     /// The check, handed to `then` where it is made (`check_across_then`):

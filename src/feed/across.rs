@@ -126,6 +126,18 @@ impl Answer {
         !self.feeds.is_empty()
     }
 
+    /// This answer made what `checked` says (its earlier content replaced).
+    #[inline]
+    pub fn set(&mut self, checked: Checked<'_>) {
+        match checked {
+            Checked::One(v) => {
+                self.feeds.clear();
+                self.verdict = *v;
+            }
+            Checked::Several(a) => self.clone_from(a),
+        }
+    }
+
     #[inline]
     fn single(verdict: Verdict) -> Answer {
         Answer {
@@ -213,13 +225,7 @@ pub fn check_across_into<F: Feeds + ?Sized>(
     now: i64,
     out: &mut Answer,
 ) -> Result<(), CheckError<F::Error>> {
-    check_across_then(feeds, symbol, opts, rules, now, |checked| match checked {
-        Checked::One(v) => {
-            out.feeds.clear();
-            out.verdict = *v;
-        }
-        Checked::Several(a) => out.clone_from(a),
-    })
+    check_across_then(feeds, symbol, opts, rules, now, |checked| out.set(checked))
 }
 
 /// What a check found, as `check_across_then` hands it over.
