@@ -17,6 +17,7 @@
 //!    another line already delivered) to `Rules`, the engine's symbol rules.
 
 pub mod cboe_pitch;
+pub mod channel_set;
 pub mod cme_mdp3;
 pub mod codec;
 pub mod iex_tops;
@@ -325,8 +326,7 @@ impl LineKind {
     }
 }
 
-/// A set of channel ids (a symbol's units on `cboe-pitch`).
-pub use cboe_pitch::units::UnitSet as ChannelSet;
+pub use channel_set::ChannelSet;
 
 /// What a venue without session ids makes of a valid datagram before the
 /// channel rules see it ([`Venue::place`]; venues.md `cboe-pitch`,

@@ -12,50 +12,9 @@
 //! set per symbol slot, allocated up front, and a list of member slots per
 //! unit that grows once per symbol and session, never per message.
 
-/// A set of units (1-255; bit 0 unused).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UnitSet([u64; 4]);
-
-impl UnitSet {
-    #[inline]
-    pub fn contains(&self, unit: u8) -> bool {
-        self.0[unit as usize >> 6] & (1 << (unit & 63)) != 0
-    }
-
-    #[inline]
-    fn insert(&mut self, unit: u8) {
-        self.0[unit as usize >> 6] |= 1 << (unit & 63);
-    }
-
-    #[inline]
-    fn remove(&mut self, unit: u8) {
-        self.0[unit as usize >> 6] &= !(1 << (unit & 63));
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0 == [0; 4]
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.iter().map(|w| w.count_ones() as usize).sum()
-    }
-
-    /// The units, ascending (by set bit: a symbol of one unit costs one
-    /// step per word).
-    pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
-        self.0.iter().enumerate().flat_map(|(i, &word)| {
-            let mut w = word;
-            std::iter::from_fn(move || {
-                if w == 0 {
-                    return None;
-                }
-                let bit = w.trailing_zeros();
-                w &= w - 1;
-                Some((i as u32 * 64 + bit) as u8)
-            })
-        })
-    }
-}
+/// A set of units (1-255; id 0 unused): the venue-neutral set of channel
+/// ids, since each unit is a channel.
+pub use crate::venue::ChannelSet as UnitSet;
 
 /// What carrying a symbol on a unit changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,10 +73,8 @@ impl Membership {
         }
         if !self.ended.contains(unit) {
             // A running session carries it: it leaves every ended unit.
-            out.left = UnitSet(std::array::from_fn(|i| set.0[i] & self.ended.0[i]));
-            for (w, e) in set.0.iter_mut().zip(self.ended.0) {
-                *w &= !e;
-            }
+            out.left = set.intersection(&self.ended);
+            set.remove_all(&self.ended);
         }
         out
     }
