@@ -7,7 +7,10 @@
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
+
+#[path = "common/cli.rs"]
+mod cli;
+use cli::tickgate;
 
 use serde_json::Value;
 use tickgate::capture::CaptureReader;
@@ -18,18 +21,6 @@ fn fixture(name: &str) -> String {
 }
 
 const REALTIME: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 39, 62, 190), 32001);
-
-fn tickgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tickgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
 
 /// The realtime line's data packets: arrival (ns) and the sequence of
 /// their last message.

@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
+
+#[path = "common/cli.rs"]
+mod cli;
+use cli::tickgate;
 
 use serde_json::Value;
 use tickgate::feed::{Feed, FeedSettings, VenueKind};
@@ -111,18 +114,6 @@ fn simulated_units_are_sequenced_and_read_without_book_errors() {
     let truth = sim.truth();
     assert_eq!(truth.mode, "cboe-pitch");
     assert_eq!(truth.sessions, ["U001S00001"]);
-}
-
-fn tickgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tickgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
 }
 
 /// The capture `simulate` writes, with losses on line A that line B

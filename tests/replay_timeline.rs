@@ -7,20 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "common/cli.rs"]
+mod cli;
+use cli::tickgate;
+
 fn fixture(name: &str) -> String {
     format!("{}/fixtures/real/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tickgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tickgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
 }
 
 /// The colours of the legend, as render.rs writes them.

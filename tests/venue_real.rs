@@ -3,30 +3,20 @@
 //! that folder's README states, and the IEX sample's checks answered
 //! exactly as `iex-tops16-sample.expect` says.
 
-use std::process::Command;
-
 use serde_json::Value;
 use tickgate::feed::{DatagramOutcome, Feed, FeedSettings, VenueKind};
 use tickgate::venue::nasdaq_itch::messages;
 use tickgate::wire::{Packet, SessionId};
+
+#[path = "common/cli.rs"]
+mod cli;
+use cli::tickgate;
 
 #[path = "common/captures.rs"]
 mod captures;
 
 fn fixture(name: &str) -> String {
     format!("{}/fixtures/real/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tickgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tickgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
 }
 
 fn replay_json(args: &[&str]) -> Value {
