@@ -257,7 +257,7 @@ fn grp_refuses_with_the_status_of_r4c() {
             counts.count_too_large,
             counts.invalid_unit,
             counts.second_limit,
-            counts.garbage
+            counts.conn.garbage
         ),
         (1, 1, 1, 1, 1)
     );
@@ -283,8 +283,8 @@ fn grp_and_spin_refuse_wrong_credentials() {
         );
         assert_eq!(c.next(), None, "closed after N");
     }
-    assert_eq!(server.stop().logins_rejected, 1);
-    assert_eq!(spin.stop().logins_rejected, 1);
+    assert_eq!(server.stop().conn.logins_rejected, 1);
+    assert_eq!(spin.stop().conn.logins_rejected, 1);
 }
 
 /// Runs one spin attempt with tickgate's codec over a real connection.

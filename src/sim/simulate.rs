@@ -1918,14 +1918,14 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         let c = s.stop();
         eprintln!(
             "Gap Request Proxy: {} connections, {} logins accepted, {} rejected, {} requests: {} accepted ({} datagrams, {} messages on the gap line), {} out of range, {} count too large, {} second limit, {} unit unknown; {} garbage, {} idle timeouts",
-            c.connections, c.logins_accepted, c.logins_rejected, c.requests, c.accepted, c.gap_datagrams, c.gap_messages, c.out_of_range, c.count_too_large, c.second_limit, c.invalid_unit, c.garbage, c.idle_timeouts
+            c.conn.connections, c.conn.logins_accepted, c.conn.logins_rejected, c.requests, c.accepted, c.gap_datagrams, c.gap_messages, c.out_of_range, c.count_too_large, c.second_limit, c.invalid_unit, c.conn.garbage, c.conn.idle_timeouts
         );
     }
     for (unit, s) in spins {
         let c = s.stop();
         eprintln!(
             "Spin Server of unit {unit}: {} connections, {} logins accepted, {} rejected, {} images offered, {} requests, {} spins ({} orders), {} out of range, {} garbage, {} idle timeouts",
-            c.connections, c.logins_accepted, c.logins_rejected, c.images_offered, c.requests, c.spins_sent, c.orders_sent, c.out_of_range, c.garbage, c.idle_timeouts
+            c.conn.connections, c.conn.logins_accepted, c.conn.logins_rejected, c.images_offered, c.requests, c.spins_sent, c.orders_sent, c.out_of_range, c.conn.garbage, c.conn.idle_timeouts
         );
     }
     if let Some(s) = glimpse {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::pitch_conn::{accept_loop, bump, listen, Closed, Conn, ConnCounters};
+use super::pitch_conn::{accept_loop, bump, listen, Closed, Conn, ConnCounters, ConnCounts};
 use super::pitch_history::PitchHistory;
 use crate::sim::live::McastSender;
 use crate::util::stoppable::StoppableThread;
@@ -66,10 +66,8 @@ impl GrpOptions {
 /// What the server did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrpCounts {
-    pub connections: u64,
-    pub refused: u64,
-    pub logins_accepted: u64,
-    pub logins_rejected: u64,
+    /// Connections, logins and their failures.
+    pub conn: ConnCounts,
     pub requests: u64,
     pub accepted: u64,
     pub out_of_range: u64,
@@ -80,10 +78,6 @@ pub struct GrpCounts {
     pub gap_datagrams: u64,
     pub gap_messages: u64,
     pub gap_send_errors: u64,
-    pub garbage: u64,
-    pub login_timeouts: u64,
-    pub idle_timeouts: u64,
-    pub write_failures: u64,
 }
 
 #[derive(Default)]
@@ -150,10 +144,7 @@ impl GrpServer {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         GrpCounts {
-            connections: get(&c.conn.connections),
-            refused: get(&c.conn.refused),
-            logins_accepted: get(&c.conn.logins_accepted),
-            logins_rejected: get(&c.conn.logins_rejected),
+            conn: c.conn.counts(),
             requests: get(&c.requests),
             accepted: get(&c.accepted),
             out_of_range: get(&c.out_of_range),
@@ -163,10 +154,6 @@ impl GrpServer {
             gap_datagrams: get(&c.gap_datagrams),
             gap_messages: get(&c.gap_messages),
             gap_send_errors: get(&c.gap_send_errors),
-            garbage: get(&c.conn.garbage),
-            login_timeouts: get(&c.conn.login_timeouts),
-            idle_timeouts: get(&c.conn.idle_timeouts),
-            write_failures: get(&c.conn.write_failures),
         }
     }
 

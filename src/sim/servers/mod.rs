@@ -29,6 +29,7 @@ mod spin;
 pub use glimpse::{GlimpseCounts, GlimpseOptions, GlimpseServer, GlimpseSnapshot, SnapshotSource};
 pub use grp::{GrpCounts, GrpOptions, GrpServer};
 pub use history::{History, Unanswered, DEFAULT_HISTORY_MESSAGES};
+pub use pitch_conn::ConnCounts;
 pub use pitch_history::PitchHistory;
 pub use rerequest::{RerequestCounts, RerequestOptions, RerequestServer};
 pub use spin::{SpinCounts, SpinImage, SpinOptions, SpinServer, SpinSource};

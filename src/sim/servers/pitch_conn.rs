@@ -30,6 +30,35 @@ pub(super) struct ConnCounters {
     pub write_failures: AtomicU64,
 }
 
+/// What every connection did, as the servers report it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnCounts {
+    pub connections: u64,
+    pub refused: u64,
+    pub logins_accepted: u64,
+    pub logins_rejected: u64,
+    pub garbage: u64,
+    pub login_timeouts: u64,
+    pub idle_timeouts: u64,
+    pub write_failures: u64,
+}
+
+impl ConnCounters {
+    pub(super) fn counts(&self) -> ConnCounts {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ConnCounts {
+            connections: get(&self.connections),
+            refused: get(&self.refused),
+            logins_accepted: get(&self.logins_accepted),
+            logins_rejected: get(&self.logins_rejected),
+            garbage: get(&self.garbage),
+            login_timeouts: get(&self.login_timeouts),
+            idle_timeouts: get(&self.idle_timeouts),
+            write_failures: get(&self.write_failures),
+        }
+    }
+}
+
 /// What serves one connection (its own thread), until `stop` or the end.
 pub(super) type Serve = Arc<dyn Fn(TcpStream, &AtomicBool) + Send + Sync>;
 

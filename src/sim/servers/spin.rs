@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::pitch_conn::{accept_loop, bump, listen, Closed, Conn, ConnCounters};
+use super::pitch_conn::{accept_loop, bump, listen, Closed, Conn, ConnCounters, ConnCounts};
 use crate::capture::frame::MAX_DATAGRAM;
 use crate::util::stoppable::StoppableThread;
 use crate::venue::cboe_pitch::frame::HEADER_LEN;
@@ -86,20 +86,14 @@ impl SpinOptions {
 /// What the server did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpinCounts {
-    pub connections: u64,
-    pub refused: u64,
-    pub logins_accepted: u64,
-    pub logins_rejected: u64,
+    /// Connections, logins and their failures.
+    pub conn: ConnCounts,
     pub images_offered: u64,
     pub requests: u64,
     pub spins_sent: u64,
     /// Add Orders in the spins sent.
     pub orders_sent: u64,
     pub out_of_range: u64,
-    pub garbage: u64,
-    pub login_timeouts: u64,
-    pub idle_timeouts: u64,
-    pub write_failures: u64,
 }
 
 #[derive(Default)]
@@ -158,19 +152,12 @@ impl SpinServer {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SpinCounts {
-            connections: get(&c.conn.connections),
-            refused: get(&c.conn.refused),
-            logins_accepted: get(&c.conn.logins_accepted),
-            logins_rejected: get(&c.conn.logins_rejected),
+            conn: c.conn.counts(),
             images_offered: get(&c.images_offered),
             requests: get(&c.requests),
             spins_sent: get(&c.spins_sent),
             orders_sent: get(&c.orders_sent),
             out_of_range: get(&c.out_of_range),
-            garbage: get(&c.conn.garbage),
-            login_timeouts: get(&c.conn.login_timeouts),
-            idle_timeouts: get(&c.conn.idle_timeouts),
-            write_failures: get(&c.conn.write_failures),
         }
     }
 
