@@ -213,6 +213,7 @@ impl FeedConfig {
                 gap_hold_us: self.gap_hold_us,
                 gap_hold_packets: self.gap_hold_packets,
                 rerequest_servers: self.rerequest.len(),
+                gap_proxy: self.grp.as_ref().map(|g| g.max_count),
                 rerequest_timeout_ms: self.rerequest_timeout_ms,
                 rerequest_attempts: self.rerequest_attempts,
                 max_hole_ms: self.max_hole_ms,

@@ -150,6 +150,10 @@ pub struct RecoveryCounters {
     pub snapshots_started: u64,
     pub snapshots_applied: u64,
     pub snapshots_failed: [u64; 10],
+    /// R4c: Gap Responses by status (`engine::response_index` order) and
+    /// those dropped (echoing no outstanding request).
+    pub responses_by_status: [u64; 9],
+    pub responses_dropped: u64,
     /// From a hole's opening to its closing (filled or declared).
     pub hole_time: NsHistogram,
     /// Line skew: from a packet's first copy to its second.

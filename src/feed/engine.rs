@@ -17,6 +17,7 @@ use super::counters::{ChannelCounters, ChannelReport, FeedCounters, LineCounters
 use super::index::{Slot, SymbolIndex};
 use super::recovery::driver::{Deliver, Recovery};
 use super::recovery::loops::Loops;
+use super::recovery::refill::{Availability, RATE_LIMIT};
 use super::recovery::skew::LineSkew;
 use super::recovery::store::Source;
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
@@ -27,7 +28,9 @@ use super::view::{
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
-use crate::venue::rerequest::{MoldUdp64, Request};
+use crate::venue::codec::RefillAction;
+use crate::venue::refill::{AnyRefill, AnyRequest};
+use crate::venue::rerequest::Request;
 use crate::venue::ChannelSet;
 use crate::venue::{
     AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Placement, Policy,
@@ -48,17 +51,26 @@ enum Payload<'a> {
 
 pub struct Feed<P: Publish = NoPublish> {
     core: Core<P>,
-    /// R1-R6: the hold, refill and image machines and their driver (the
-    /// refill codec is MoldUDP64's, the only one today), of the selected
-    /// channel.
-    recovery: Recovery<MoldUdp64>,
+    /// R1-R6: the hold, refill and image machines and their driver, of
+    /// the selected channel. The refill codec is the feed's service's (R4
+    /// MoldUDP64, R4c Cboe's Gap Request Proxy).
+    recovery: Recovery<AnyRefill>,
     /// A venue of several channels (`cboe-pitch`): the other channels'
     /// machines by channel id, made when the channel is first selected
     /// (recovery.md: R1-R3 apply to each unit). Empty for one channel.
-    parked_recovery: Vec<Option<Recovery<MoldUdp64>>>,
+    parked_recovery: Vec<Option<Recovery<AnyRefill>>>,
     /// Datagrams the parked machines hold (recovery.md:
     /// `gap_hold_packets` counts the whole feed).
     parked_held: usize,
+    /// R4c: what keeps the feed's refill service out of reach (its
+    /// `unit_off` is each channel's own) and its count limit, given to
+    /// each channel's machines when they are made.
+    refill_reach: Availability,
+    count_limit: Option<u64>,
+    /// R4c: the feed's last `RATE_LIMIT` Gap Request send times (a ring):
+    /// at most that many leave the feed in any second, whichever units.
+    refill_sent: [i64; RATE_LIMIT],
+    refill_sent_at: usize,
 }
 
 /// A channel's state while another is selected (venues of several
@@ -66,6 +78,23 @@ pub struct Feed<P: Publish = NoPublish> {
 struct Parked {
     channel: Channel,
     view: FeedView,
+}
+
+/// R4c: `RecoveryCounters::responses_by_status`'s index of a Gap
+/// Response status: `A`, `O`, `C`, `S`, `M`, `D`, `I`, `U`, then any
+/// other.
+pub fn response_index(status: u8) -> usize {
+    match status {
+        b'A' => 0,
+        b'O' => 1,
+        b'C' => 2,
+        b'S' => 3,
+        b'M' => 4,
+        b'D' => 5,
+        b'I' => 6,
+        b'U' => 7,
+        _ => 8,
+    }
 }
 
 /// The `FeedView::flags` that belong to a channel rather than to the feed
@@ -225,10 +254,26 @@ impl<P: Publish> Feed<P> {
         core.publish_view();
         Feed {
             core,
-            recovery: Recovery::new(&settings, MoldUdp64),
+            recovery: Recovery::new(&settings, AnyRefill::new(settings.recovery.gap_proxy)),
             parked_recovery,
             parked_held: 0,
+            refill_reach: Availability::default(),
+            count_limit: None,
+            refill_sent: [i64::MIN; RATE_LIMIT],
+            refill_sent_at: 0,
         }
+    }
+
+    /// A channel's recovery machines, made when it is first selected: the
+    /// feed's refill codec, reach and count limit.
+    fn new_recovery(&self) -> Recovery<AnyRefill> {
+        let s = &self.core.settings;
+        let mut r = Recovery::new(s, AnyRefill::new(s.recovery.gap_proxy));
+        if let Some(limit) = self.count_limit {
+            r.set_count_limit(limit);
+        }
+        r.set_reach(self.refill_reach);
+        r
     }
 
     /// Venues of several channels: channel `ch` becomes the selected one
@@ -240,9 +285,10 @@ impl<P: Publish> Feed<P> {
         if old == new || new >= self.parked_recovery.len() {
             return;
         }
-        let incoming = self.parked_recovery[new]
-            .take()
-            .unwrap_or_else(|| Recovery::new(&self.core.settings, MoldUdp64));
+        let incoming = match self.parked_recovery[new].take() {
+            Some(r) => r,
+            None => self.new_recovery(),
+        };
         self.parked_held += self.recovery.held();
         self.parked_held = self.parked_held.saturating_sub(incoming.held());
         let outgoing = std::mem::replace(&mut self.recovery, incoming);
@@ -743,9 +789,118 @@ impl<P: Publish> Feed<P> {
 
     /// R4: the request to send now, if one fell due: the index of the
     /// configured server to send it to, and the request. At most one is
-    /// outstanding per feed.
+    /// outstanding per feed. A feed with a Gap Request Proxy asks through
+    /// `poll_refill` instead.
     pub fn poll_request(&mut self) -> Option<(usize, Request)> {
-        self.recovery.poll_request(&mut self.core.counters)
+        if self.core.settings.recovery.gap_proxy.is_some() {
+            return None;
+        }
+        match self.recovery.poll_request(&mut self.core.counters)? {
+            (server, AnyRequest::MoldUdp64(r)) => Some((server, r)),
+            (_, AnyRequest::GapProxy(_)) => None,
+        }
+    }
+
+    /// R4c: the request to send now on the feed's Gap Request Proxy
+    /// connection, of whichever channel has one due: at most one
+    /// outstanding per unit, at most `RATE_LIMIT` from the feed in any
+    /// second, and while requests wait for that allowance the hole with
+    /// the earliest deadline goes first.
+    pub fn poll_refill(&mut self, now: i64) -> Option<(u8, AnyRequest)> {
+        if self.refill_sent[self.refill_sent_at].saturating_add(1_000_000_000) > now {
+            return None;
+        }
+        let here = self.core.cur;
+        let mut best = self.recovery.queued_deadline().map(|d| (d, here));
+        for (ch, r) in self.parked_recovery.iter().enumerate() {
+            if let Some(d) = r.as_ref().and_then(|r| r.queued_deadline()) {
+                if best.is_none_or(|(b, _)| d < b) {
+                    best = Some((d, ch as u8));
+                }
+            }
+        }
+        let (_, ch) = best?;
+        let r = if ch == here {
+            &mut self.recovery
+        } else {
+            self.parked_recovery[ch as usize].as_mut()?
+        };
+        let (_, request) = r.poll_request(&mut self.core.counters)?;
+        self.refill_sent[self.refill_sent_at] = now;
+        self.refill_sent_at = (self.refill_sent_at + 1) % RATE_LIMIT;
+        Some((ch, request))
+    }
+
+    /// R4c: the refill service's connection logged in (`true`) or is down:
+    /// while down, no request leaves, the outstanding ones are void and
+    /// every hole gets R2's deadline without re-requests (those past it
+    /// are declared at `now`). A feed starts as if logged in (replay).
+    pub fn set_refill_logged_in(&mut self, logged_in: bool, now: i64) {
+        self.refill_reach.logged_in = logged_in;
+        self.spread_reach(now);
+    }
+
+    /// R4c: the response `status` to `channel`'s outstanding `request`
+    /// (the I/O shell read both from the service's Gap Response) at `now`.
+    /// A response that echoes no outstanding request is dropped and
+    /// counted (`false`).
+    pub fn on_refill_response(
+        &mut self,
+        channel: u8,
+        request: AnyRequest,
+        status: u8,
+        now: i64,
+    ) -> bool {
+        let c = &mut self.core.counters.recovery;
+        c.responses_by_status[response_index(status)] += 1;
+        let known = (channel as usize) < self.parked_recovery.len() || channel == self.core.cur;
+        if !known {
+            c.responses_dropped += 1;
+            return false;
+        }
+        self.select(channel);
+        if self.recovery.outstanding() != Some(request) {
+            self.core.counters.recovery.responses_dropped += 1;
+            return false;
+        }
+        match self.recovery.on_response(&mut self.core, status, now) {
+            RefillAction::AskAgain { count_limit } => {
+                // R4c `C`: the count limit is the feed's.
+                self.count_limit = Some(count_limit);
+                for r in self.parked_recovery.iter_mut().flatten() {
+                    r.set_count_limit(count_limit);
+                }
+            }
+            RefillAction::PauseFeed { until } => {
+                self.refill_reach.brief_until = until;
+                self.spread_reach(now);
+            }
+            RefillAction::OffFeed { until } => {
+                self.refill_reach.off_until = until;
+                self.spread_reach(now);
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// The feed's refill reach given to every channel's machines, then
+    /// holes past their new deadlines declared at `now`.
+    fn spread_reach(&mut self, now: i64) {
+        let feed = self.refill_reach;
+        let reach = |own: Availability| Availability {
+            unit_off: own.unit_off,
+            ..feed
+        };
+        let a = reach(self.recovery.availability());
+        self.recovery.set_availability(&mut self.core, a, now);
+        for ch in 0..self.parked_recovery.len() {
+            if self.parked_recovery[ch].is_some() {
+                self.select(ch as u8);
+                let a = reach(self.recovery.availability());
+                self.recovery.set_availability(&mut self.core, a, now);
+            }
+        }
     }
 
     /// Whether a hole is open now (R3: the check answers `recovering`).

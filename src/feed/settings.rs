@@ -72,6 +72,10 @@ pub struct Recovery {
     pub gap_hold_packets: usize,
     /// R4: configured re-request servers (0: none).
     pub rerequest_servers: usize,
+    /// R4c (`cboe-pitch`): the feed has a Gap Request Proxy, whose
+    /// `grp.max_count` this is (its address and login are the I/O
+    /// shell's). It is the feed's one refill server.
+    pub gap_proxy: Option<u16>,
     /// R4: wait for an answer before asking again.
     pub rerequest_timeout_ms: u64,
     /// R4: requests in a row without progress before the hole is lost.
@@ -101,6 +105,7 @@ impl Default for Recovery {
             gap_hold_us: 0,
             gap_hold_packets: 10_000,
             rerequest_servers: 0,
+            gap_proxy: None,
             rerequest_timeout_ms: 50,
             rerequest_attempts: 3,
             max_hole_ms: DEFAULT_MAX_HOLE_MS,
@@ -114,7 +119,13 @@ impl Recovery {
     /// R1: with no hold time and no re-request server nothing is held and
     /// C3 applies as written.
     pub fn holds(&self) -> bool {
-        self.gap_hold_us > 0 || self.rerequest_servers > 0 || self.snapshot
+        self.gap_hold_us > 0 || self.refill_servers() > 0 || self.snapshot
+    }
+
+    /// The servers a hole may be refilled from (R4: the `rerequest`
+    /// servers; R4c: the Gap Request Proxy, one).
+    pub fn refill_servers(&self) -> usize {
+        self.rerequest_servers + usize::from(self.gap_proxy.is_some())
     }
 }
 

@@ -26,6 +26,9 @@
 //!         out.extend_from_slice(&r.1.to_be_bytes());
 //!         out.extend_from_slice(&r.2.to_be_bytes());
 //!     }
+//!     fn count(&self, r: &(u8, u32, u16)) -> u64 {
+//!         r.2 as u64
+//!     }
 //! }
 //! ```
 //!
@@ -83,6 +86,55 @@ pub trait RefillCodec {
 
     /// `request`'s bytes, appended to `out`.
     fn encode(&self, request: &Self::Request, out: &mut Vec<u8>);
+
+    /// How many messages `request` asks for.
+    fn count(&self, request: &Self::Request) -> u64;
+
+    /// What the service's response `status` to the outstanding request
+    /// asks of the feed at `now` (R4c's table); a service that answers
+    /// with the data itself (R4) has no responses.
+    fn on_response(&mut self, _status: u8, _now: i64) -> RefillAction {
+        RefillAction::Wait
+    }
+
+    /// The feed's count limit became `limit` (another channel's request
+    /// was refused for its count; R4c: the limit is the feed's).
+    fn set_count_limit(&mut self, _limit: u64) {}
+
+    /// Whether the service answers on the feed's own lines rather than to
+    /// the requester (R4c: Cboe's gap multicast). Then a partial fill does
+    /// not end the request: the rest of the same answer is usually still
+    /// on its way, and the request ends when every message it asked for
+    /// was processed, when the service refuses it, or at its timeout.
+    fn answers_on_lines(&self) -> bool {
+        false
+    }
+}
+
+/// What a refill service's response to the outstanding request asks of
+/// the feed (R4c), venue-neutral: the codec reads the response, the refill
+/// machine carries it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefillAction {
+    /// Accepted: the messages are on their way.
+    Wait,
+    /// The service cannot fill this hole: it is declared lost at once.
+    DeclareLost,
+    /// The count was too large: the feed's count limit is now
+    /// `count_limit`; ask again at once (not an attempt).
+    AskAgain { count_limit: u64 },
+    /// Ask again after `rerequest_timeout_ms`, an attempt without
+    /// progress.
+    Retry,
+    /// No request from the feed before `until`; open holes wait at least
+    /// that long plus the attempts' window.
+    PauseFeed { until: i64 },
+    /// No request from the feed before `until`; meanwhile holes get R2's
+    /// deadline without re-requests.
+    OffFeed { until: i64 },
+    /// The service does not serve this channel: no request for it until
+    /// its next session; its holes as under `OffFeed`.
+    OffChannel,
 }
 
 /// One thing an image server said, as its venue's codec reads it.

@@ -22,6 +22,7 @@ pub mod cme_mdp3;
 pub mod codec;
 pub mod iex_tops;
 pub mod nasdaq_itch;
+pub mod refill;
 pub mod rerequest;
 pub mod tickgate;
 

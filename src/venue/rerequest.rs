@@ -79,6 +79,10 @@ impl RefillCodec for MoldUdp64 {
     fn encode(&self, request: &Request, out: &mut Vec<u8>) {
         out.extend_from_slice(&request.encode());
     }
+
+    fn count(&self, request: &Request) -> u64 {
+        request.count as u64
+    }
 }
 
 #[cfg(test)]

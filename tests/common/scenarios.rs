@@ -71,6 +71,12 @@ pub fn settings(feed: &Value) -> FeedSettings {
             rerequest_servers: feed["rerequest"]
                 .as_array()
                 .map_or(d.recovery.rerequest_servers, |a| a.len()),
+            // R4c: a Gap Request Proxy, with its count limit.
+            gap_proxy: feed["grp"].as_object().map(|g| {
+                g.get("max_count")
+                    .and_then(|n| n.as_u64())
+                    .map_or(100, |n| n as u16)
+            }),
             rerequest_timeout_ms: feed["rerequest_timeout_ms"]
                 .as_u64()
                 .unwrap_or(d.recovery.rerequest_timeout_ms),

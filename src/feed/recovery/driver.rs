@@ -11,7 +11,7 @@
 
 use super::hold::{Hold, HoldLimits, Limit, Step};
 use super::image::{self, Image, SnapshotFailure, SnapshotPhase};
-use super::refill::{self, Refill, RefillState};
+use super::refill::{self, Availability, Refill, RefillState};
 use super::store::Source;
 use crate::feed::channel::Channel;
 use crate::feed::counters::{FeedCounters, LineCounters};
@@ -21,7 +21,7 @@ use crate::feed::view::{
     RECOVERY_HOLDING, RECOVERY_LIVE, RECOVERY_REREQUESTING, RECOVERY_SNAPSHOT,
     RECOVERY_SNAPSHOT_WANTED,
 };
-use crate::venue::codec::RefillCodec;
+use crate::venue::codec::{RefillAction, RefillCodec};
 use crate::venue::Header;
 use crate::wire::PacketKind;
 
@@ -206,6 +206,9 @@ impl<C: RefillCodec> Recovery<C> {
     /// Holes whose deadline is before `now` are declared lost, a request
     /// that falls due is queued; the recovery state is not published.
     fn expire<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        // R4c: the deadlines count on the refill service only while it
+        // can be asked.
+        self.hold.set_window(self.refill.availability().window(now));
         if self.image.running() {
             // R5: the snapshot's hold has no deadline of its own.
             return;
@@ -327,6 +330,83 @@ impl<C: RefillCodec> Recovery<C> {
         self.hold.shrink();
     }
 
+    /// R4c: the request the I/O shell took and that has not ended (a
+    /// response must echo it).
+    pub fn outstanding(&self) -> Option<C::Request> {
+        self.refill.outstanding()
+    }
+
+    /// R4c: what keeps the refill service out of reach now.
+    pub fn availability(&self) -> Availability {
+        self.refill.availability()
+    }
+
+    /// R4c: the machines of a channel first selected take the feed's reach
+    /// as it stands (nothing is open yet).
+    pub fn set_reach(&mut self, a: Availability) {
+        self.refill.set_availability(a, i64::MIN);
+    }
+
+    /// R4c: the open hole's deadline, if its request is waiting for the
+    /// I/O shell.
+    pub fn queued_deadline(&self) -> Option<i64> {
+        (self.refill.has_queued() && !self.hold.is_empty()).then(|| self.hold.deadline())
+    }
+
+    /// R4c: a change of what keeps the refill service out of reach (a
+    /// login, a lost connection, a pause): the outstanding request is void
+    /// when it is out of reach, and holes past the deadline they now get
+    /// are declared at `now`.
+    pub fn set_availability<D: Deliver>(&mut self, d: &mut D, a: Availability, now: i64) {
+        self.refill.set_availability(a, now);
+        self.expire(d, now);
+        self.refresh_view(d);
+    }
+
+    /// R4c: the feed's count limit (a refusal of another channel's count).
+    pub fn set_count_limit(&mut self, limit: u64) {
+        self.refill.codec_mut().set_count_limit(limit);
+    }
+
+    /// R4c: the service's response `status` to the outstanding request
+    /// (the caller checked that it echoes it), carried out on this channel.
+    /// Returned for what concerns the whole feed (a pause, the count
+    /// limit), which the caller spreads over every channel.
+    pub fn on_response<D: Deliver>(&mut self, d: &mut D, status: u8, now: i64) -> RefillAction {
+        let action = self.refill.codec_mut().on_response(status, now);
+        match action {
+            RefillAction::Wait => {}
+            RefillAction::DeclareLost => {
+                // R4c `O`: declared at once, `now` = the response's arrival.
+                self.refill.end_request();
+                if !self.hold.is_empty() {
+                    self.declare_first(d, now);
+                }
+                self.schedule_request(d, now);
+            }
+            RefillAction::AskAgain { .. } => {
+                // R4c `C`: not an attempt; the smaller count at once.
+                self.refill.end_request();
+                self.schedule_request(d, now);
+            }
+            RefillAction::Retry => self.refill.retry_later(now),
+            RefillAction::PauseFeed { .. } | RefillAction::OffFeed { .. } => {
+                // The request ended; the pause is the feed's.
+                self.refill.end_request();
+            }
+            RefillAction::OffChannel => {
+                let a = Availability {
+                    unit_off: true,
+                    ..self.refill.availability()
+                };
+                self.refill.set_availability(a, now);
+                self.expire(d, now);
+            }
+        }
+        self.refresh_view(d);
+        action
+    }
+
     /// R4: the request to send now, if one fell due: the index of the
     /// configured server to send it to, and the request.
     pub fn poll_request(&mut self, counters: &mut FeedCounters) -> Option<(usize, C::Request)> {
@@ -389,6 +469,15 @@ impl<C: RefillCodec> Recovery<C> {
                     // R2: every open hole is declared before C5 applies.
                     self.declare_all(d, now);
                     self.hold.clear_conflicts();
+                    // R4c `I`: a unit not served until its next session.
+                    let a = self.refill.availability();
+                    if a.unit_off {
+                        let a = Availability {
+                            unit_off: false,
+                            ..a
+                        };
+                        self.refill.set_availability(a, now);
+                    }
                 }
                 return self.process(d, source, datagram, header, now);
             }
@@ -487,7 +576,10 @@ impl<C: RefillCodec> Recovery<C> {
         } else {
             // R2: progress moves a re-requesting hole's deadline.
             self.hold.progress(now);
-            if source == Source::Rerequest {
+            if self.refill.codec().answers_on_lines() {
+                // R4c: the request ends once all it asked for is here.
+                self.refill.progressed(d.channel().next_sequence());
+            } else if source == Source::Rerequest {
                 // R4: an answer that fills part is followed at once by a
                 // request for the rest.
                 self.refill.answered_in_part();
@@ -792,5 +884,195 @@ mod tests {
         assert_eq!(d1.applied, [(1, MS), (3, 3 * MS)]);
         assert_eq!(d1.counters.recovery.hold_overflows, 1);
         assert_eq!((r1.held(), r1.hole_opened_at()), (1, Some(3 * MS)));
+    }
+
+    mod gap_proxy {
+        //! R4c: a refill service that answers on the feed's own lines.
+        use super::*;
+        use crate::venue::cboe_pitch::grp::GapRequestCodec;
+
+        type Grp = Recovery<GapRequestCodec>;
+
+        /// `gap_hold_us` 1 ms, 2 attempts of 20 ms, `max_count` as given.
+        fn driver(max_count: u16) -> (Grp, Rules) {
+            let settings = FeedSettings {
+                recovery: Settings {
+                    gap_hold_us: 1_000,
+                    gap_proxy: Some(max_count),
+                    rerequest_timeout_ms: 20,
+                    rerequest_attempts: 2,
+                    ..Settings::default()
+                },
+                ..FeedSettings::default()
+            };
+            let rules = Rules {
+                channel: Channel::with_max_jump(settings.max_channel_jump),
+                counters: FeedCounters::new(2),
+                ..Rules::default()
+            };
+            (
+                Recovery::new(&settings, GapRequestCodec::new(max_count)),
+                rules,
+            )
+        }
+
+        /// Line 0 is realtime, line 1 the gap line.
+        fn offer(r: &mut Grp, d: &mut Rules, line: usize, seq: u64, count: u16, now: i64) {
+            let h = header(seq, count, PacketKind::Data);
+            r.on_datagram(d, Source::Line(line), &seq.to_be_bytes(), &h, now);
+        }
+
+        fn ask(r: &mut Grp, d: &mut Rules, now: i64) -> Option<(u32, u16)> {
+            r.handle_timeout(d, now);
+            r.poll_request(&mut d.counters)
+                .map(|(_, q)| (q.sequence, q.count))
+        }
+
+        /// A hole of sequences 2-4 (opened at 2 ms), its request taken at
+        /// 3 ms (`t_open + gap_hold_us`).
+        fn hole(max_count: u16) -> (Grp, Rules) {
+            let (mut r, mut d) = driver(max_count);
+            offer(&mut r, &mut d, 0, 1, 1, MS);
+            offer(&mut r, &mut d, 0, 5, 1, 2 * MS);
+            assert_eq!(
+                ask(&mut r, &mut d, 3 * MS - 1),
+                None,
+                "not before t_open + hold"
+            );
+            (r, d)
+        }
+
+        #[test]
+        fn a_partial_fill_waits_for_the_rest_of_the_same_answer() {
+            let (mut r, mut d) = hole(100);
+            assert_eq!(ask(&mut r, &mut d, 3 * MS), Some((2, 3)));
+            offer(&mut r, &mut d, 1, 2, 1, 4 * MS);
+            assert_eq!(ask(&mut r, &mut d, 4 * MS), None, "R4c: not re-asked");
+            assert!(r.outstanding().is_some());
+            // Progress moved the deadline: max(3 ms, 4 ms) + 2 x 20 ms.
+            assert_eq!(r.next_timeout(), Some(23 * MS), "the request's timeout");
+            offer(&mut r, &mut d, 1, 3, 2, 5 * MS);
+            assert!(!r.recovering());
+            let order: Vec<u64> = d.applied.iter().map(|a| a.0).collect();
+            assert_eq!(order, [1, 2, 3, 5]);
+        }
+
+        #[test]
+        fn a_request_ends_when_all_it_asked_for_is_here() {
+            let (mut r, mut d) = hole(2);
+            assert_eq!(ask(&mut r, &mut d, 3 * MS), Some((2, 2)), "max_count");
+            offer(&mut r, &mut d, 1, 2, 2, 4 * MS);
+            assert!(r.outstanding().is_none(), "2 and 3 are here");
+            assert_eq!(ask(&mut r, &mut d, 4 * MS), Some((4, 1)), "at once");
+        }
+
+        #[test]
+        fn o_declares_the_hole_at_once_and_c_asks_again_for_less() {
+            let (mut r, mut d) = hole(100);
+            assert_eq!(ask(&mut r, &mut d, 3 * MS), Some((2, 3)));
+            assert_eq!(
+                r.on_response(&mut d, b'C', 4 * MS),
+                RefillAction::AskAgain { count_limit: 50 }
+            );
+            assert_eq!(
+                ask(&mut r, &mut d, 4 * MS),
+                Some((2, 3)),
+                "3 < 50: as before"
+            );
+            assert_eq!(
+                r.on_response(&mut d, b'O', 5 * MS),
+                RefillAction::DeclareLost
+            );
+            assert!(!r.recovering());
+            assert_eq!(
+                d.applied.last(),
+                Some(&(5, 5 * MS)),
+                "declared at the response"
+            );
+            assert_eq!(d.counters.recovery.holes_lost, 1);
+        }
+
+        #[test]
+        fn u_asks_again_after_the_timeout() {
+            let (mut r, mut d) = hole(100);
+            ask(&mut r, &mut d, 3 * MS).unwrap();
+            assert_eq!(r.on_response(&mut d, b'U', 4 * MS), RefillAction::Retry);
+            assert!(r.outstanding().is_none());
+            assert_eq!(ask(&mut r, &mut d, 24 * MS - 1), None);
+            assert_eq!(ask(&mut r, &mut d, 24 * MS), Some((2, 3)));
+        }
+
+        #[test]
+        fn s_pauses_requests_and_moves_the_deadline_past_the_pause() {
+            let (mut r, mut d) = hole(100);
+            ask(&mut r, &mut d, 3 * MS).unwrap();
+            let until = 4 * MS + 1_000 * MS;
+            assert_eq!(
+                r.on_response(&mut d, b'S', 4 * MS),
+                RefillAction::PauseFeed { until }
+            );
+            // The feed spreads the pause to its channels.
+            let a = Availability {
+                brief_until: until,
+                ..r.availability()
+            };
+            r.set_availability(&mut d, a, 4 * MS);
+            assert_eq!(ask(&mut r, &mut d, until - 1), None, "paused");
+            assert!(r.recovering(), "the deadline is the pause's end + 40 ms");
+            assert_eq!(ask(&mut r, &mut d, until), Some((2, 3)));
+            r.handle_timeout(&mut d, until + 40 * MS + 1);
+            assert!(!r.recovering(), "declared past it");
+        }
+
+        #[test]
+        fn out_of_reach_holes_get_the_deadline_without_refill() {
+            // Not logged in: declared right after t_open + gap_hold_us.
+            let (mut r, mut d) = driver(100);
+            let down = Availability {
+                logged_in: false,
+                ..r.availability()
+            };
+            r.set_availability(&mut d, down, 0);
+            offer(&mut r, &mut d, 0, 1, 1, MS);
+            offer(&mut r, &mut d, 0, 5, 1, 2 * MS);
+            assert_eq!(ask(&mut r, &mut d, 3 * MS), None);
+            r.handle_timeout(&mut d, 3 * MS + 1);
+            assert!(!r.recovering());
+            // M: those already past t_open + hold are declared at once.
+            let (mut r, mut d) = hole(100);
+            ask(&mut r, &mut d, 3 * MS).unwrap();
+            let until = 10 * MS + 60_000 * MS;
+            assert_eq!(
+                r.on_response(&mut d, b'M', 10 * MS),
+                RefillAction::OffFeed { until }
+            );
+            assert!(r.recovering(), "the feed spreads it");
+            let a = Availability {
+                off_until: until,
+                ..r.availability()
+            };
+            r.set_availability(&mut d, a, 10 * MS);
+            assert!(!r.recovering());
+            assert_eq!(d.applied.last(), Some(&(5, 3 * MS)), "at its deadline");
+        }
+
+        #[test]
+        fn i_stops_the_unit_until_its_next_session() {
+            let (mut r, mut d) = hole(100);
+            ask(&mut r, &mut d, 3 * MS).unwrap();
+            assert_eq!(
+                r.on_response(&mut d, b'I', 4 * MS),
+                RefillAction::OffChannel
+            );
+            assert!(!r.recovering(), "past t_open + hold: declared");
+            assert!(r.availability().unit_off);
+            offer(&mut r, &mut d, 0, 7, 1, 5 * MS);
+            assert_eq!(ask(&mut r, &mut d, 7 * MS), None, "not served");
+            // A new session of the unit serves it again.
+            let mut h = header(1, 1, PacketKind::Data);
+            h.channel.session = crate::wire::SessionId(*b"SESSION002");
+            r.on_datagram(&mut d, Source::Line(0), b"x", &h, 8 * MS);
+            assert!(!r.availability().unit_off);
+        }
     }
 }

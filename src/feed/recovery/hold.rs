@@ -14,6 +14,7 @@
 //! several units, one unit): `gap_hold_packets` is checked against the
 //! limit its driver gives.
 
+use super::refill::Window;
 use super::store::{Against, Held, Source, Store};
 use crate::feed::counters::RecoveryCounters;
 use crate::feed::settings::{ms_to_ns, Recovery};
@@ -56,7 +57,7 @@ impl HoldLimits {
         HoldLimits {
             gap_hold_ns: r.gap_hold_us.saturating_mul(1_000).min(i64::MAX as u64) as i64,
             max_hole_ns: ms_to_ns(r.max_hole_ms),
-            refill_window_ns: (r.rerequest_servers > 0).then(|| {
+            refill_window_ns: (r.refill_servers() > 0).then(|| {
                 ms_to_ns(r.rerequest_timeout_ms).saturating_mul(r.rerequest_attempts as i64)
             }),
             max_packets: r.gap_hold_packets.max(1),
@@ -125,6 +126,11 @@ pub struct Hold {
     t_open: i64,
     t_progress: i64,
     limits: HoldLimits,
+    /// R4c: whether the refill service can be counted on now.
+    window: Window,
+    /// R4c `S`: the open hole waits at least until this pause's end plus
+    /// the attempts' window (kept after the pause, until the hole closes).
+    pause_end: i64,
     /// Entries the store keeps room for (given back to after an image).
     capacity: usize,
 }
@@ -145,6 +151,8 @@ impl Hold {
             t_open: 0,
             t_progress: 0,
             limits,
+            window: Window::On,
+            pause_end: i64::MIN,
             capacity,
         }
     }
@@ -228,6 +236,10 @@ impl Hold {
         self.open = true;
         self.t_open = t_open;
         self.t_progress = t_open;
+        self.pause_end = match self.window {
+            Window::PausedUntil(until) => until,
+            _ => i64::MIN,
+        };
     }
 
     /// The hole closed (filled or declared) at `now`: its time is
@@ -236,6 +248,15 @@ impl Hold {
     pub fn close(&mut self, now: i64, counters: &mut RecoveryCounters) {
         if std::mem::take(&mut self.open) {
             counters.hole_time.observe(now.saturating_sub(self.t_open));
+        }
+    }
+
+    /// R4c: what the deadlines count on from now (the refill machine's
+    /// [`Availability`](super::refill::Availability) at this time).
+    pub fn set_window(&mut self, window: Window) {
+        self.window = window;
+        if let Window::PausedUntil(until) = window {
+            self.pause_end = self.pause_end.max(until);
         }
     }
 
@@ -255,9 +276,14 @@ impl Hold {
     pub fn deadline(&self) -> i64 {
         let l = &self.limits;
         let held_until = self.t_open.saturating_add(l.gap_hold_ns);
-        let deadline = match l.refill_window_ns {
-            None => held_until,
-            Some(window) => held_until.max(self.t_progress).saturating_add(window),
+        let deadline = match (l.refill_window_ns, self.window) {
+            // R4c: a service out of reach (not logged in, `M`, `D`, `I`).
+            (None, _) | (Some(_), Window::Off) => held_until,
+            // R4c `S`: at least the pause's end plus the attempts' window.
+            (Some(window), Window::On | Window::PausedUntil(_)) => held_until
+                .max(self.t_progress)
+                .max(self.pause_end)
+                .saturating_add(window),
         };
         deadline.min(self.t_open.saturating_add(l.max_hole_ns))
     }

@@ -12,6 +12,14 @@
 //! States ([`RefillState`]): `Idle` (nothing asked for the open hole, or
 //! the last answer filled part of it) and `Asked` (a request left at
 //! `since` and is unanswered).
+//!
+//! A service that answers on the feed's own lines (R4c, Cboe's Gap Request
+//! Proxy: [`RefillCodec::answers_on_lines`]) differs: a request stays
+//! outstanding until every message it asked for was processed, its
+//! response refuses it, or its timeout; and the service may be out of
+//! reach for a while ([`Availability`]: not logged in, a pause it asked
+//! for, a unit it does not serve), when holes get R2's deadline without
+//! re-requests.
 
 use crate::feed::counters::RecoveryCounters;
 use crate::feed::settings::{ms_to_ns, Recovery};
@@ -28,6 +36,58 @@ pub enum RefillState {
     Idle,
     /// A request left at `since`, unanswered so far.
     Asked { since: i64 },
+}
+
+/// R4c: whether the refill service can be asked now, and what the hold's
+/// deadlines count on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Asked as R2 says with a refill service (`rerequest_attempts` x
+    /// `rerequest_timeout_ms`).
+    On,
+    /// R4c `S`: nothing is asked before `until`; an open hole's deadline
+    /// is at least `until` plus the attempts' window.
+    PausedUntil(i64),
+    /// Not logged in, R4c `M`, `D` or `I`: nothing is asked, and holes get
+    /// R2's deadline without re-requests.
+    Off,
+}
+
+/// R4c: what keeps the service out of reach, each cleared on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Availability {
+    /// The connection is logged in (replay: as if all along).
+    pub logged_in: bool,
+    /// `S`: no request before this (Unix ns).
+    pub brief_until: i64,
+    /// `M`, `D`: no request, and no re-request window, before this.
+    pub off_until: i64,
+    /// `I`: the unit is not served until its next session.
+    pub unit_off: bool,
+}
+
+impl Default for Availability {
+    fn default() -> Availability {
+        Availability {
+            logged_in: true,
+            brief_until: i64::MIN,
+            off_until: i64::MIN,
+            unit_off: false,
+        }
+    }
+}
+
+impl Availability {
+    /// What the hold counts on at `now`.
+    pub fn window(&self, now: i64) -> Window {
+        if !self.logged_in || self.unit_off || now < self.off_until {
+            Window::Off
+        } else if now < self.brief_until {
+            Window::PausedUntil(self.brief_until)
+        } else {
+            Window::On
+        }
+    }
 }
 
 /// The open hole as the machine needs it to build a request: the
@@ -58,12 +118,19 @@ pub struct Refill<C: RefillCodec> {
     sent: [i64; RATE_LIMIT],
     sent_at: usize,
     codec: C,
+    /// The request taken by the I/O shell and not ended (R4c: a response
+    /// must echo it).
+    outstanding: Option<C::Request>,
+    /// R4c: the first sequence beyond what the outstanding request asked.
+    asked_end: u64,
+    /// R4c: what keeps the service out of reach.
+    availability: Availability,
 }
 
 impl<C: RefillCodec> Refill<C> {
     pub fn new(r: &Recovery, codec: C) -> Refill<C> {
         Refill {
-            servers: r.rerequest_servers,
+            servers: r.refill_servers(),
             timeout_ns: ms_to_ns(r.rerequest_timeout_ms),
             state: RefillState::Idle,
             server: 0,
@@ -71,6 +138,52 @@ impl<C: RefillCodec> Refill<C> {
             sent: [i64::MIN; RATE_LIMIT],
             sent_at: 0,
             codec,
+            outstanding: None,
+            asked_end: 0,
+            availability: Availability::default(),
+        }
+    }
+
+    /// R4c: what keeps the service out of reach now.
+    pub fn availability(&self) -> Availability {
+        self.availability
+    }
+
+    /// R4c: a change of what keeps the service out of reach. A service
+    /// out of reach voids the outstanding request.
+    pub fn set_availability(&mut self, a: Availability, now: i64) {
+        self.availability = a;
+        if a.window(now) == Window::Off {
+            self.end_request();
+        }
+    }
+
+    /// R4c: the request the I/O shell took and that has not ended.
+    pub fn outstanding(&self) -> Option<C::Request> {
+        self.outstanding
+    }
+
+    /// R4c: the outstanding request ended (refused, or void): the next
+    /// one, if the hole is still open, leaves at once within the limits.
+    pub fn end_request(&mut self) {
+        self.state = RefillState::Idle;
+        self.outstanding = None;
+        self.queued = None;
+    }
+
+    /// R4c `U` and undocumented statuses: asked again after
+    /// `rerequest_timeout_ms` from `now`, an attempt without progress.
+    pub fn retry_later(&mut self, now: i64) {
+        self.state = RefillState::Asked { since: now };
+        self.outstanding = None;
+    }
+
+    /// R4c: the channel's `next` moved to `next` while a request was
+    /// outstanding: once every message it asked for was processed, it
+    /// ends, and the rest of the hole is asked for at once.
+    pub fn progressed(&mut self, next: u64) {
+        if self.outstanding.is_some() && next >= self.asked_end {
+            self.end_request();
         }
     }
 
@@ -78,6 +191,10 @@ impl<C: RefillCodec> Refill<C> {
     /// say, e.g. a lower count limit).
     pub fn codec_mut(&mut self) -> &mut C {
         &mut self.codec
+    }
+
+    pub fn codec(&self) -> &C {
+        &self.codec
     }
 
     pub fn state(&self) -> RefillState {
@@ -94,6 +211,7 @@ impl<C: RefillCodec> Refill<C> {
     pub fn reset(&mut self) {
         self.state = RefillState::Idle;
         self.queued = None;
+        self.outstanding = None;
     }
 
     /// R4: an answer filled part of the hole: the rest is asked for at
@@ -116,11 +234,19 @@ impl<C: RefillCodec> Refill<C> {
         if self.servers == 0 {
             return None;
         }
+        let a = &self.availability;
+        if !a.logged_in || a.unit_off {
+            return None;
+        }
         let due = match self.state {
             RefillState::Asked { since } => since.saturating_add(self.timeout_ns),
             RefillState::Idle => ask_from,
         };
-        Some(due.max(self.rate_free_at()))
+        Some(
+            due.max(self.rate_free_at())
+                .max(a.brief_until)
+                .max(a.off_until),
+        )
     }
 
     /// R4: queues the request that falls due at `now`, if any, for the
@@ -145,13 +271,18 @@ impl<C: RefillCodec> Refill<C> {
             first: h.next,
             missing: h.first_held.saturating_sub(h.next),
         };
-        self.queued = Some((self.server, self.codec.request(gap), now));
+        let request = self.codec.request(gap);
+        self.asked_end = h.next + self.codec.count(&request);
+        self.queued = Some((self.server, request, now));
     }
 
     /// R4: the request to send now, if one fell due: the index of the
     /// configured server to send it to, and the request.
     pub fn poll(&mut self, counters: &mut RecoveryCounters) -> Option<(usize, C::Request)> {
         let (server, request, at) = self.queued.take()?;
+        if self.codec.answers_on_lines() {
+            self.outstanding = Some(request);
+        }
         self.sent[self.sent_at] = at;
         self.sent_at = (self.sent_at + 1) % RATE_LIMIT;
         counters.requests_sent += 1;
@@ -292,6 +423,9 @@ mod tests {
         fn encode(&self, r: &(u64, u64), out: &mut Vec<u8>) {
             out.extend_from_slice(&r.0.to_be_bytes());
             out.extend_from_slice(&r.1.to_be_bytes());
+        }
+        fn count(&self, r: &(u64, u64)) -> u64 {
+            r.1
         }
     }
 

@@ -8,7 +8,17 @@
 
 use super::adapter::unit_of_session;
 use super::session::{encode_block, GapStatus, SessionMessage};
-use crate::venue::codec::{Gap, RefillCodec};
+use crate::venue::codec::{Gap, RefillAction, RefillCodec};
+use crate::venue::nasdaq_itch::{midnight_of, new_york};
+
+/// R4c `D`: the start (Unix ns) of the New York calendar day after the one
+/// `now` falls on.
+pub fn next_new_york_day(now: i64) -> i64 {
+    let tz = new_york();
+    let at = jiff::Timestamp::from_nanosecond(now as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let today = tz.to_datetime(at).date();
+    today.tomorrow().map_or(i64::MAX, |d| midnight_of(&tz, d))
+}
 
 /// One Gap Request: the hole's unit, its first missing message, and how
 /// many from there.
@@ -74,6 +84,43 @@ impl RefillCodec for GapRequestCodec {
             out,
         )
         .expect("one Gap Request always fits a block");
+    }
+
+    fn count(&self, r: &GapRequest) -> u64 {
+        r.count as u64
+    }
+
+    /// R4c: the messages come again on the gap multicast.
+    fn answers_on_lines(&self) -> bool {
+        true
+    }
+
+    /// R4c's table of statuses, as the refill machine carries it out.
+    fn on_response(&mut self, status: u8, now: i64) -> RefillAction {
+        match on_gap_response(GapStatus::from_byte(status), self) {
+            GapAction::Wait => RefillAction::Wait,
+            GapAction::DeclareLost => RefillAction::DeclareLost,
+            GapAction::AskSmaller => RefillAction::AskAgain {
+                count_limit: self.count_limit as u64,
+            },
+            GapAction::PauseSecond => RefillAction::PauseFeed {
+                until: now.saturating_add(1_000_000_000),
+            },
+            GapAction::PauseMinute => RefillAction::OffFeed {
+                until: now.saturating_add(60_000_000_000),
+            },
+            GapAction::PauseDay => RefillAction::OffFeed {
+                until: next_new_york_day(now),
+            },
+            GapAction::UnitNotServed => RefillAction::OffChannel,
+            GapAction::Retry => RefillAction::Retry,
+        }
+    }
+
+    /// R4c: the count limit is the feed's, whichever unit's request was
+    /// refused.
+    fn set_count_limit(&mut self, limit: u64) {
+        self.count_limit = limit.clamp(1, u16::MAX as u64) as u16;
     }
 }
 
@@ -191,5 +238,46 @@ mod tests {
             assert_eq!(on_gap_response(GapStatus::from_byte(b), &mut c), want);
         }
         assert_eq!(c.count_limit(), 100, "only C changes the limit");
+    }
+
+    const NS: i64 = 1_000_000_000;
+
+    #[test]
+    fn each_status_is_an_action_of_the_refill_machine() {
+        let mut c = GapRequestCodec::new(100);
+        // 2026-12-04 17:00 New York (22:00 UTC).
+        let now = 1_796_421_600 * NS;
+        assert_eq!(c.on_response(b'A', now), RefillAction::Wait);
+        assert_eq!(c.on_response(b'O', now), RefillAction::DeclareLost);
+        assert_eq!(
+            c.on_response(b'C', now),
+            RefillAction::AskAgain { count_limit: 50 }
+        );
+        assert_eq!(
+            c.on_response(b'S', now),
+            RefillAction::PauseFeed { until: now + NS }
+        );
+        assert_eq!(
+            c.on_response(b'M', now),
+            RefillAction::OffFeed {
+                until: now + 60 * NS
+            }
+        );
+        // The next New York midnight: 2026-12-05 05:00 UTC.
+        assert_eq!(
+            c.on_response(b'D', now),
+            RefillAction::OffFeed {
+                until: 1_796_446_800 * NS
+            }
+        );
+        assert_eq!(c.on_response(b'I', now), RefillAction::OffChannel);
+        assert_eq!(c.on_response(b'U', now), RefillAction::Retry);
+        assert_eq!(c.on_response(b'x', now), RefillAction::Retry);
+        c.set_count_limit(1);
+        assert_eq!(
+            c.on_response(b'C', now),
+            RefillAction::DeclareLost,
+            "C at a count of 1 is O"
+        );
     }
 }
