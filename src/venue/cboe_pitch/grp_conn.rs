@@ -399,12 +399,7 @@ impl GrpConnection {
                     status,
                 })
             }
-            other => Some(self.close(
-                now,
-                CloseReason::Unexpected {
-                    kind: other.kind(),
-                },
-            )),
+            other => Some(self.close(now, CloseReason::Unexpected { kind: other.kind() })),
         }
     }
 
@@ -459,7 +454,9 @@ mod tests {
     }
 
     fn login_response(status: u8) -> Vec<u8> {
-        block(&[SessionMessage::LoginResponse(LoginStatus::from_byte(status))])
+        block(&[SessionMessage::LoginResponse(LoginStatus::from_byte(
+            status,
+        ))])
     }
 
     fn response(unit: u8, sequence: u32, count: u16, status: u8) -> SessionMessage {
@@ -489,7 +486,12 @@ mod tests {
     #[test]
     fn the_login_is_the_first_block_and_a_logs_in() {
         let mut c = GrpConnection::new(login());
-        assert_eq!(c.state(), GrpState::Down { not_before: i64::MIN });
+        assert_eq!(
+            c.state(),
+            GrpState::Down {
+                not_before: i64::MIN
+            }
+        );
         assert!(c.poll_connect(T0), "connects at once when the feed starts");
         assert_eq!(c.state(), GrpState::Connecting { started: T0 });
         assert!(!c.poll_connect(T0), "one attempt at a time");
@@ -530,7 +532,10 @@ mod tests {
         assert!(c.send_request(T0, &r, &mut out));
         assert_eq!(
             out,
-            [0x11, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x03, 0x01, 0x0e, 0x00, 0x00, 0x00, 0x01, 0x00]
+            [
+                0x11, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x03, 0x01, 0x0e, 0x00, 0x00,
+                0x00, 0x01, 0x00
+            ]
         );
         assert_eq!(c.counts().requests, 1);
     }
@@ -552,7 +557,11 @@ mod tests {
             );
             assert!(matches!(c.state(), GrpState::Down { .. }));
             assert!(!c.is_logged_in());
-            assert_eq!(c.closed(t), None, "the socket's close after it adds nothing");
+            assert_eq!(
+                c.closed(t),
+                None,
+                "the socket's close after it adds nothing"
+            );
             t += 60 * S;
         }
         let n = c.counts();
@@ -618,7 +627,12 @@ mod tests {
         // Waits so far 1, 2, 4, 8, 16: the next is 32 s from this start.
         logged_in(&mut c, t);
         assert!(c.closed(t + 59 * S).is_some());
-        assert_eq!(c.state(), GrpState::Down { not_before: t + 32 * S });
+        assert_eq!(
+            c.state(),
+            GrpState::Down {
+                not_before: t + 32 * S
+            }
+        );
         t += 32 * S;
         logged_in(&mut c, t);
         assert!(c.closed(t + 60 * S).is_some());
@@ -710,7 +724,10 @@ mod tests {
     fn blocks_split_across_reads() {
         let mut stream = login_response(b'A');
         stream.extend_from_slice(&HEARTBEAT);
-        stream.extend_from_slice(&block(&[response(1, 14, 1, b'A'), response(2, 9, 50, b'C')]));
+        stream.extend_from_slice(&block(&[
+            response(1, 14, 1, b'A'),
+            response(2, 9, 50, b'C'),
+        ]));
         stream.extend_from_slice(&block(&[response(3, 1, 1, b'Q')]));
         let want = [
             GrpEvent::LoggedIn,
@@ -786,9 +803,9 @@ mod tests {
         let (ev, c) = closed_by(&b);
         assert_eq!(
             ev,
-            [GrpEvent::Closed(CloseReason::Unparsable(SessionError::Frame(
-                FrameError::MissingMessages { found: 1, count: 2 }
-            )))]
+            [GrpEvent::Closed(CloseReason::Unparsable(
+                SessionError::Frame(FrameError::MissingMessages { found: 1, count: 2 })
+            ))]
         );
         assert_eq!(c.counts().closes.unparsable, 1);
 
@@ -799,7 +816,12 @@ mod tests {
         b[8] = 9;
         let (ev, _) = closed_by(&b);
         assert!(
-            matches!(ev[..], [GrpEvent::Closed(CloseReason::Unparsable(SessionError::TooShort { .. }))]),
+            matches!(
+                ev[..],
+                [GrpEvent::Closed(CloseReason::Unparsable(
+                    SessionError::TooShort { .. }
+                ))]
+            ),
             "{ev:?}"
         );
 
