@@ -230,7 +230,12 @@ impl<'a> Shell<'a> {
             } else {
                 self.while_up(&mut out, &mut evs, &mut buf);
             }
+            // The counts first: a feed that takes an event then reads the
+            // counts sees them include it.
             *self.shared.conn.lock().expect("counts lock") = self.conn.counts();
+            for &e in evs.iter() {
+                self.on_event(e);
+            }
         }
         if let Some(tcp) = self.tcp.take() {
             let _ = tcp.shutdown(Shutdown::Both);
@@ -267,6 +272,8 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// One turn of a connected socket: the clock's rules, the requests,
+    /// one read; what the machine reports is left in `evs`.
     fn while_up(&mut self, out: &mut Vec<u8>, evs: &mut Vec<GrpEvent>, buf: &mut [u8]) {
         let now = self.clock.now();
         if let Some(e) = self.conn.poll(now, out) {
@@ -298,9 +305,6 @@ impl<'a> Shell<'a> {
                     evs.extend(self.conn.closed(self.clock.now()));
                 }
             }
-        }
-        for &e in evs.iter() {
-            self.on_event(e);
         }
     }
 
