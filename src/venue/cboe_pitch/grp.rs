@@ -2,9 +2,10 @@
 //! the refill machine (`feed::recovery::refill`) asks through, and what
 //! each Gap Response status asks of the client. Pure code.
 //!
-//! Not here (not built yet, docs/venues.md): the TCP connection and its
-//! login and heartbeats, the per-unit outstanding requests, the pauses and
-//! the engine's wiring (the engine's refill machine is MoldUDP64's today).
+//! The TCP connection, its login and heartbeats are `grp_conn`'s. Not
+//! here (not built yet, docs/venues.md): the per-unit outstanding
+//! requests, the pauses and the engine's wiring (the engine's refill
+//! machine is MoldUDP64's today).
 
 use super::adapter::unit_of_session;
 use super::session::{encode_block, GapStatus, SessionMessage};

@@ -14,11 +14,14 @@
 //!   quotes;
 //! - `lagging`: a restarted unit's lagging copies of the replaced session;
 //! - `grp`: the Gap Request Proxy's refill codec and R4c's statuses;
+//! - `grp_conn`: the Gap Request Proxy connection's machine (R4c: login,
+//!   heartbeats, what closes it, the reconnection pace);
 //! - `spin`: the Spin Server's image codec (R5c), one attempt of one unit.
 
 pub mod adapter;
 pub mod frame;
 pub mod grp;
+pub mod grp_conn;
 pub mod lagging;
 pub mod messages;
 pub mod session;
