@@ -323,6 +323,14 @@ impl Daemon {
                     .with_context(|| format!("feed {}: starting the GLIMPSE client", f.name))?;
                 writer.set_glimpse(client);
             }
+            if let Some(grp) = &f.grp {
+                let opts = crate::net::grp::GrpOptions::new(grp.address, grp.login);
+                let client =
+                    crate::net::grp::GrpClient::spawn(&f.name, opts).with_context(|| {
+                        format!("feed {}: starting the Gap Request Proxy client", f.name)
+                    })?;
+                writer.set_grp(client);
+            }
             // On error the feeds already running are stopped by drop.
             let opts = ReceiverOptions {
                 busy_poll: f.busy_poll,

@@ -177,7 +177,7 @@ stats! {
         messages_recovered: Counter, "tickgate_feed_messages_recovered_total",
             "Messages applied from re-request answers (R4).";
         rerequests_sent: Counter, "tickgate_feed_rerequests_sent_total",
-            "Re-requests sent to the feed's servers (R4).";
+            "Re-requests sent to the feed's servers (R4), or Gap Requests to its Gap Request Proxy (R4c).";
         rerequest_answers: Counter, "tickgate_feed_rerequest_answers_total",
             "Valid datagrams received from the feed's re-request servers (R4).";
         rerequest_answers_wrong_source: Counter, "tickgate_feed_rerequest_answers_wrong_source_total",
@@ -202,6 +202,22 @@ stats! {
             "1 while the feed has an open hole: its symbols answer suspect=recovering (R3).";
         held_datagrams: Gauge, "tickgate_feed_held_datagrams",
             "Datagrams held beyond the open hole now (R1).";
+        grp_logged_in: Gauge, "tickgate_feed_grp_logged_in",
+            "cboe-pitch: 1 while the Gap Request Proxy connection is logged in (recovery.md R4c).";
+        grp_logins: Counter, "tickgate_feed_grp_logins_total",
+            "cboe-pitch: Gap Request Proxy logins accepted (R4c).";
+        grp_login_failures: Counter, "tickgate_feed_grp_login_failures_total",
+            "cboe-pitch: Gap Request Proxy Login Responses other than A, every status (R4c; the status is logged).";
+        grp_reconnections: Counter, "tickgate_feed_grp_reconnections_total",
+            "cboe-pitch: Gap Request Proxy connection attempts after the first (R4c).";
+        gap_responses: Counter, "tickgate_feed_gap_responses_total",
+            "cboe-pitch: Gap Responses received, every status (R4c).";
+        gap_responses_refused: Counter, "tickgate_feed_gap_responses_refused_total",
+            "cboe-pitch: Gap Responses other than A (O, C, S, M, D, I, U and undocumented; R4c).";
+        gap_responses_dropped: Counter, "tickgate_feed_gap_responses_dropped_total",
+            "cboe-pitch: Gap Responses that echo no outstanding request, dropped (R4c).";
+        grp_count_limit: Gauge, "tickgate_feed_grp_count_limit",
+            "cboe-pitch: the most messages one Gap Request asks for now (grp.max_count, halved by each C; R4c).";
     }
 }
 

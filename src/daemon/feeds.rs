@@ -17,8 +17,12 @@ use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher}
 use crate::feed::{Feed, FeedSettings};
 use crate::metrics::{FeedMetrics, FeedStats, LineStats};
 use crate::net::glimpse::{GlimpseClient, Outcome};
+use crate::net::grp::{GrpClient, GrpClientEvent};
 use crate::net::receiver::{self, DatagramHandler, LineSpec};
 use crate::util::histogram::LatencyRecorder;
+use crate::venue::cboe_pitch::grp::GapRequest;
+use crate::venue::cboe_pitch::session::GapStatus;
+use crate::venue::refill::AnyRequest;
 use crate::venue::rerequest::REQUEST_LEN;
 use crate::wire::Symbol;
 
@@ -145,13 +149,13 @@ pub fn build_in(
     f: &FeedConfig,
     region: Option<&super::shm::FeedRegion>,
 ) -> (Feed<TablePublisher>, FeedReader) {
-    if f.grp.is_some() || f.spin.is_some() {
+    if f.spin.is_some() {
         // docs/venues.md `cboe-pitch`: the configuration is checked, the
-        // clients are not built yet.
+        // client is not built yet.
         tracing::warn!(
             feed = f.name.as_str(),
-            "grp and spin are not implemented yet: this cboe-pitch feed recovers only from its \
-             other lines and gap lines (R1-R2); a lost hole stays suspect channel_gap"
+            "spin is not implemented yet: a late join or a lost hole of this cboe-pitch feed \
+             stays suspect until the unit's next session"
         );
     }
     let settings = settings(f);
@@ -209,6 +213,8 @@ pub struct FeedWriter {
     corrected: usize,
     /// R5: the feed's GLIMPSE client, when it has a snapshot server.
     glimpse: Option<GlimpseClient>,
+    /// R4c: the feed's Gap Request Proxy client, when it has `grp`.
+    grp: Option<GrpClient>,
 }
 
 impl FeedWriter {
@@ -235,6 +241,7 @@ impl FeedWriter {
             reloaded: None,
             corrected: 0,
             glimpse: None,
+            grp: None,
         };
         (w, tx)
     }
@@ -242,6 +249,70 @@ impl FeedWriter {
     /// R5: snapshots come from this client.
     pub fn set_glimpse(&mut self, client: GlimpseClient) {
         self.glimpse = Some(client);
+    }
+
+    /// R4c: re-requests go through this client. Until it logs in, holes get
+    /// R2's deadline without re-requests.
+    pub fn set_grp(&mut self, client: GrpClient) {
+        self.feed
+            .set_refill_logged_in(false, receiver::realtime_ns());
+        self.grp = Some(client);
+    }
+
+    /// R4c: what the Gap Request Proxy's connection reported, into the
+    /// core; the requests the core has due, out.
+    fn drive_grp(&mut self, now: i64) {
+        let Some(client) = &self.grp else {
+            return;
+        };
+        let feed = self.metrics.name.as_str();
+        while let Some(event) = client.try_event() {
+            match event {
+                GrpClientEvent::LoggedIn => self.feed.set_refill_logged_in(true, now),
+                GrpClientEvent::Down(why) => {
+                    // The client logs the connection's failures.
+                    tracing::debug!(feed, ?why, "Gap Request Proxy not logged in");
+                    self.feed.set_refill_logged_in(false, now);
+                }
+                GrpClientEvent::Response {
+                    unit,
+                    sequence,
+                    count,
+                    status,
+                } => {
+                    let request = AnyRequest::GapProxy(GapRequest {
+                        unit,
+                        sequence,
+                        count,
+                    });
+                    let known = self
+                        .feed
+                        .on_refill_response(unit, request, status.byte(), now);
+                    if !known {
+                        tracing::debug!(
+                            feed,
+                            unit,
+                            sequence,
+                            count,
+                            "a Gap Response that echoes no outstanding request, dropped"
+                        );
+                    } else if status == GapStatus::InvalidUnit {
+                        // R4c `I`: a configuration to fix.
+                        tracing::warn!(
+                            feed,
+                            unit,
+                            "the Gap Request Proxy does not serve this unit (I): no Gap Request \
+                             for it until its next session"
+                        );
+                    }
+                }
+            }
+        }
+        while let Some((_, request)) = self.feed.poll_refill(now) {
+            if let AnyRequest::GapProxy(r) = request {
+                client.send(r);
+            }
+        }
     }
 
     /// R5: starts an attempt the core asks for, applies a finished one.
@@ -298,6 +369,11 @@ impl FeedWriter {
             self.symbols_halted = self.feed.symbols_halted() as u64;
             self.last_suspect = now;
         }
+        let grp = self
+            .grp
+            .as_ref()
+            .map(|g| g.counts().conn)
+            .unwrap_or_default();
         let c = self.feed.counters();
         if c.symbols_overflow > 0 && !self.overflow_logged {
             // Once: every further symbol is counted, not logged.
@@ -362,6 +438,17 @@ impl FeedWriter {
             snapshots_failed: c.recovery.snapshots_failed.iter().sum(),
             recovering: u64::from(self.feed.recovering()),
             held_datagrams: self.feed.hold_usage().0 as u64,
+            grp_logged_in: u64::from(grp.logged_in),
+            grp_logins: grp.logins,
+            grp_login_failures: grp.login_failures.not_authorized
+                + grp.login_failures.session_in_use
+                + grp.login_failures.invalid_session
+                + grp.login_failures.other,
+            grp_reconnections: grp.reconnections,
+            gap_responses: c.recovery.responses_by_status.iter().sum(),
+            gap_responses_refused: c.recovery.responses_by_status[1..].iter().sum(),
+            gap_responses_dropped: c.recovery.responses_dropped,
+            grp_count_limit: self.feed.refill_count_limit().unwrap_or(0),
         });
         for (i, l) in c.lines.iter().enumerate() {
             if let Some((_, cell)) = self.metrics.lines.get(i) {
@@ -486,6 +573,7 @@ impl DatagramHandler for FeedWriter {
     fn on_poll(&mut self, now: i64) {
         // R2/R4: deadlines and requests that fell due; R5.
         self.feed.handle_timeout(now);
+        self.drive_grp(now);
         self.drive_snapshot(now);
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {

@@ -831,6 +831,13 @@ impl<P: Publish> Feed<P> {
         Some((ch, request))
     }
 
+    /// R4c: the most messages one Gap Request asks for now (`grp.max_count`,
+    /// halved by each `C`); `None` without a Gap Request Proxy.
+    pub fn refill_count_limit(&self) -> Option<u64> {
+        let max = self.core.settings.recovery.gap_proxy?;
+        Some(self.count_limit.unwrap_or(max as u64))
+    }
+
     /// R4c: the refill service's connection logged in (`true`) or is down:
     /// while down, no request leaves, the outstanding ones are void and
     /// every hole gets R2's deadline without re-requests (those past it

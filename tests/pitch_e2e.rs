@@ -1,0 +1,309 @@
+//! `cboe-pitch` end to end (recovery.md R4c): `tickgate run` follows the
+//! simulator's units on loopback multicast (lines A, B and the gap line G)
+//! and its Gap Request Proxy fills what both lines lost.
+//!
+//! The daemon starts first, so it sees every unit from sequence 1 (no late
+//! join). Its first connection to the proxy fails (the simulator is not up
+//! yet) and the next one is 1 s later (R4c's pace); the simulator's losses
+//! on both lines begin later than that (`--drop-both` counts data packets),
+//! and the test checks that the connection logged in before the first hole.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+#[path = "common/daemon.rs"]
+mod daemon;
+
+use daemon::{bin, free_port, serial, terminate, wait_for};
+
+const FEED: &str = "cboe";
+const SYMBOLS: usize = 12;
+
+/// Lines A, B and G: 239.255.97.`base`, `base + 1`, `base + 2`, port
+/// `port`.
+fn groups(base: u8, port: u16) -> [SocketAddrV4; 3] {
+    [0, 1, 2].map(|i| SocketAddrV4::new(Ipv4Addr::new(239, 255, 97, base + i), port))
+}
+
+struct Child2 {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    /// The threads reading its standard output and error, to their end.
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Child2 {
+    fn spawn(cmd: &mut Command) -> Child2 {
+        let mut child = cmd
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+        let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+        let mut readers = Vec::new();
+        for stream in [out, err] {
+            let sink = log.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    let mut l = sink.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }));
+        }
+        Child2 {
+            child,
+            log,
+            readers,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Everything it wrote, once it has exited.
+    fn whole_log(&mut self) -> String {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.log()
+    }
+}
+
+impl Drop for Child2 {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+struct Daemon {
+    process: Child2,
+    dir: tempfile::TempDir,
+    metrics: SocketAddr,
+}
+
+impl Daemon {
+    fn start(g: &[SocketAddrV4; 3], grp: SocketAddr) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let cfg = dir.path().join("tickgate.toml");
+        let line = |name: &str, a: &SocketAddrV4, kind: &str| {
+            format!(
+                "[[feed.line]]\nname = \"{name}\"\ngroup = \"{}\"\nport = {}\ninterface = \"127.0.0.1\"\nrcvbuf = 4194304\nkind = \"{kind}\"\n",
+                a.ip(),
+                a.port()
+            )
+        };
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"
+[[feed]]
+name = "{FEED}"
+venue = "cboe-pitch"
+stale_ms = 600000
+source_max_age_ms = 600000
+max_orders = 100000
+clock_offset = "off"
+gap_hold_us = 2000
+rerequest_timeout_ms = 100
+rerequest_attempts = 5
+grp = {{ address = "{grp}", session_sub_id = "0006", username = "MKDA", password = "" }}
+{}{}{}
+[gate]
+socket = "{}"
+
+[metrics]
+listen = "{metrics}"
+"#,
+                line("A", &g[0], "realtime"),
+                line("B", &g[1], "realtime"),
+                line("G", &g[2], "gap"),
+                dir.path().join("gate.sock").display()
+            ),
+        )
+        .unwrap();
+        let process = Child2::spawn(
+            Command::new(bin())
+                .arg("run")
+                .arg("--config")
+                .arg(&cfg)
+                .env("RUST_LOG", "warn,tickgate::net=info"),
+        );
+        let d = Daemon {
+            process,
+            dir,
+            metrics,
+        };
+        daemon::wait_for_gate(&d.socket());
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("gate.sock")
+    }
+
+    fn metrics(&self) -> BTreeMap<String, f64> {
+        daemon::metrics(self.metrics)
+    }
+}
+
+/// A counter or gauge of the feed.
+fn feed(m: &BTreeMap<String, f64>, name: &str) -> u64 {
+    let key = format!("tickgate_feed_{name}{{feed=\"{FEED}\"}}");
+    *m.get(&key)
+        .unwrap_or_else(|| panic!("{key} not in /metrics")) as u64
+}
+
+fn line(m: &BTreeMap<String, f64>, name: &str, line: &str) -> u64 {
+    m.get(&format!(
+        "tickgate_line_{name}{{feed=\"{FEED}\",line=\"{line}\"}}"
+    ))
+    .copied()
+    .unwrap_or(0.0) as u64
+}
+
+/// `tickgate simulate --live --venue cboe-pitch`: three units on `g`, a
+/// data packet in every `drop_both` lost on both realtime lines, and the
+/// simulator's Gap Request Proxy on `grp`.
+fn simulate(g: &[SocketAddrV4; 3], grp: SocketAddr, drop_both: u32, extra: &[&str]) -> Child2 {
+    let s = |a: &SocketAddrV4| a.to_string();
+    Child2::spawn(
+        Command::new(bin())
+            .args([
+                "simulate",
+                "--venue",
+                "cboe-pitch",
+                "--live",
+                "--units",
+                "3",
+                "--symbols",
+                &SYMBOLS.to_string(),
+                "--rate",
+                "300",
+                "--batch",
+                "1",
+                "--duration",
+                "7",
+                "--seed",
+                "7",
+                "--group-a",
+                &s(&g[0]),
+                "--group-b",
+                &s(&g[1]),
+                "--group-gap",
+                &s(&g[2]),
+                "--interface",
+                "127.0.0.1",
+                "--drop-both",
+                &drop_both.to_string(),
+                "--grp-listen",
+                &grp.to_string(),
+                "--pitch-sub-id",
+                "0006",
+                "--pitch-user",
+                "MKDA",
+            ])
+            .args(extra),
+    )
+}
+
+/// R4c end to end: data packets lost on both lines of a unit are asked for
+/// and come again on the gap line: no message is declared lost, every hole
+/// opened is filled, and every symbol's check is OK at the end.
+#[test]
+fn losses_on_both_lines_are_filled_from_the_gap_line() {
+    let _serial = serial();
+    let g = groups(1, 46601);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    // About 300 data packets a second: the first loss after about 2 s,
+    // once the proxy's second connection (1 s after the first) is in.
+    let mut sim = simulate(&g, grp, 600, &[]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 2);
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= 2
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    let log = d.process.log();
+    assert_eq!(feed(&m, "holes_lost_total"), 0, "{log}");
+    assert_eq!(feed(&m, "channel_messages_lost_total"), 0, "{log}");
+    assert_eq!(feed(&m, "grp_logged_in"), 1, "{log}");
+    assert!(feed(&m, "grp_logins_total") >= 1);
+    assert!(feed(&m, "rerequests_sent_total") >= 1);
+    assert!(feed(&m, "gap_responses_total") >= 1);
+    assert_eq!(feed(&m, "gap_responses_refused_total"), 0);
+    // A Gap Response that arrives after its messages (the gap multicast
+    // can beat the TCP response) echoes a request that already ended: it
+    // is dropped and counted (R4c), never more than were received.
+    assert!(feed(&m, "gap_responses_dropped_total") <= feed(&m, "gap_responses_total"));
+    assert_eq!(feed(&m, "session_changes_total"), 0);
+    // The gap line carried the proxy's answers and heartbeats.
+    assert!(line(&m, "packets_received_total", "G") >= 1, "{m:?}");
+    for i in 0..SYMBOLS {
+        let symbol = symbol_name(i);
+        let answer = daemon::ask(&d.socket(), &format!("CHECK {symbol}"));
+        assert!(answer.starts_with("OK "), "{answer}\n{log}");
+    }
+    drop(sim);
+}
+
+/// Waits for the simulator to end; the data packets it lost on both
+/// lines, from its summary ("lost on every line: N packets, ...").
+fn finish(sim: &mut Child2) -> u64 {
+    let mut status = None;
+    wait_for("the simulator to finish", || {
+        status = sim.child.try_wait().unwrap();
+        status.is_some()
+    });
+    let log = sim.whole_log();
+    assert!(status.unwrap().success(), "{log}");
+    log.split("lost on every line: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no loss summary in:\n{log}"))
+}
+
+/// R4c `O`: the simulator's proxy keeps one message per unit, so what
+/// both lines lost is out of range by the time it is asked for: each such
+/// hole is declared lost on its Gap Response, not left to its deadline,
+/// and the feed goes on (the symbols of the unit answer `channel_gap`).
+#[test]
+fn holes_the_proxy_cannot_fill_are_declared_lost() {
+    let _serial = serial();
+    let g = groups(4, 46602);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    let mut sim = simulate(&g, grp, 600, &["--grp-history", "1"]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 2);
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0 && feed(&m, "holes_lost_total") >= 2
+    });
+    let log = d.process.log();
+    assert!(feed(&m, "gap_responses_refused_total") >= 2, "{log}");
+    assert!(feed(&m, "channel_messages_lost_total") >= 2, "{log}");
+    assert_eq!(feed(&m, "grp_logged_in"), 1, "{log}");
+}
+
+/// The simulated venues' symbols: S00001, S00002, ...
+fn symbol_name(i: usize) -> String {
+    tickgate::sim::venue_sim::venue_symbol(i).to_string()
+}
