@@ -11,6 +11,7 @@
 
 pub mod demo;
 pub mod demo_cme;
+pub mod demo_pitch;
 pub mod demo_itch;
 pub mod feeds;
 pub mod fills_lane;

@@ -321,7 +321,9 @@ pub struct DemoArgs {
     /// simulated TotalView-ITCH provider the daemon joins late and
     /// rebuilds from its GLIMPSE snapshot; no fills lane) or cme-mdp3 (a
     /// simulated CME channel the daemon joins late and rebuilds from its
-    /// snapshot loop; no fills lane).
+    /// snapshot loop; no fills lane) or cboe-pitch (a simulated Cboe PITCH
+    /// provider of three units whose losses on both lines are filled from
+    /// its gap line through its Gap Request Proxy; no fills lane).
     #[arg(long, value_enum, default_value_t = DemoVenue::Tickgate)]
     pub venue: DemoVenue,
 }
@@ -331,6 +333,7 @@ pub enum DemoVenue {
     Tickgate,
     NasdaqItch,
     CmeMdp3,
+    CboePitch,
 }
 
 /// The demo's bearer token for the fills API.
@@ -591,6 +594,7 @@ pub fn demo_main(args: DemoArgs) -> anyhow::Result<i32> {
     match args.venue {
         DemoVenue::NasdaqItch => return super::demo_itch::demo_itch_main(args),
         DemoVenue::CmeMdp3 => return super::demo_cme::demo_cme_main(args),
+        DemoVenue::CboePitch => return super::demo_pitch::demo_pitch_main(args),
         DemoVenue::Tickgate => {}
     }
     std::fs::create_dir_all(&args.dir)

@@ -1,0 +1,190 @@
+//! `tickgate demo --venue cboe-pitch`: recovery.md R4c shown live. A
+//! simulated Cboe PITCH provider with three units sends on lines A and B
+//! and answers Gap Requests on its gap line G through a Gap Request Proxy
+//! on loopback. Every so many data packets it loses one on both lines: the
+//! unit it belongs to holds, asks the proxy, and fills the hole from the
+//! gap line, while the other units go on. The status line shows the
+//! symbols by cause, the holes and the proxy's counters.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::{FeedConfig, FeedMode, GrpConfig, InterfaceSpec, LineConfig, Liveness};
+use crate::net::receiver::realtime_ns;
+use crate::sim::live::{McastSender, SenderOptions};
+use crate::sim::servers::{GrpOptions, GrpServer, PitchHistory};
+use crate::sim::simulate::{SimConfig, SimLine, Simulator};
+use crate::sim::venue_sim::venue_symbol;
+use crate::venue::cboe_pitch::session::Login;
+use crate::venue::{LineKind, VenueKind};
+
+use super::demo::{
+    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
+    verdicts_by_cause, with_demo_services, DemoArgs,
+};
+use super::{Daemon, RunOptions};
+
+/// Symbols the provider quotes (over its units), and the live orders it
+/// keeps around.
+const SYMBOLS: usize = 12;
+const UNITS: usize = 3;
+const ORDERS: usize = 3_000;
+/// Every so many data packets the provider loses one on both lines: the
+/// unit's hole is filled from the gap line (R4c).
+const DROP_BOTH_EVERY: u64 = 1_500;
+
+pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
+    let (dir, port) = match demo_dir_and_port(&args, "239.255.78.1/.2/.3")? {
+        Ok(found) => found,
+        Err(code) => return Ok(code),
+    };
+    let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 78, last), port);
+    let login =
+        Login::new("0001", "demo", "demo").context("the demo's Gap Request Proxy login")?;
+
+    // The provider: the simulator's PITCH flow on lines A and B, and its
+    // gap line G.
+    let mut cfg = SimConfig::new(args.seed);
+    cfg.venue = VenueKind::CboePitch;
+    cfg.units = UNITS;
+    cfg.symbols = SYMBOLS;
+    cfg.orders = ORDERS;
+    cfg.rate = 2_000;
+    cfg.heartbeat_ms = 0;
+    cfg.snapshot_ms = 0;
+    cfg.start_ns = realtime_ns();
+    cfg.duration_ns = 100 * 365 * 86_400 * 1_000_000_000;
+    cfg.drop_both_every = Some(DROP_BOTH_EVERY);
+    let src = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40_000);
+    let line = |name: &str, last: u8, delay_ns: i64, loss: f64, kind: LineKind| SimLine {
+        name: name.into(),
+        src,
+        dst: group(last),
+        delay_ns,
+        loss,
+        kind,
+    };
+    let loss = args.loss_percent / 100.0;
+    cfg.lines = vec![
+        line("A", 1, 0, loss, LineKind::Incremental),
+        line("B", 2, 20_000, loss, LineKind::Incremental),
+        line("G", 3, 0, 0.0, LineKind::Gap),
+    ];
+    let mut sim = Simulator::new(cfg).context("the demo's PITCH provider")?;
+    let history = Arc::new(Mutex::new(PitchHistory::new(100_000)));
+    sim.set_pitch_history(Arc::clone(&history));
+    let sim = Arc::new(Mutex::new(sim));
+    let gap = McastSender::open(&SenderOptions::new(Ipv4Addr::LOCALHOST))
+        .context("the provider's gap line")?;
+    let grp = GrpServer::spawn(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        history,
+        gap,
+        GrpOptions::new(login, group(3)),
+    )
+    .context("starting the provider's Gap Request Proxy")?;
+
+    println!(
+        "tickgate demo (cboe-pitch): a simulated Cboe PITCH provider on 239.255.78.1/.2:{port} (loopback), {UNITS} units, {SYMBOLS} stocks, about {ORDERS} live orders;"
+    );
+    println!(
+        "  its Gap Request Proxy on {} answers on the gap line 239.255.78.3:{port}; one data packet in {DROP_BOTH_EVERY} is lost on both lines, and its unit fills the hole from the gap line (docs/recovery.md).",
+        grp.local_addr()
+    );
+
+    let mut feed = FeedConfig::new("pitch", FeedMode::Full);
+    feed.venue = VenueKind::CboePitch;
+    feed.liveness = Liveness::Channel;
+    feed.stale_ms = crate::config::DEFAULT_VENUE_STALE_MS;
+    feed.gap_hold_us = crate::config::DEFAULT_VENUE_GAP_HOLD_US;
+    feed.grp = Some(GrpConfig {
+        address: grp.local_addr(),
+        login,
+        max_count: crate::config::DEFAULT_GRP_MAX_COUNT,
+    });
+    for (name, last, kind) in [
+        ("A", 1u8, LineKind::Incremental),
+        ("B", 2, LineKind::Incremental),
+        ("G", 3, LineKind::Gap),
+    ] {
+        feed.lines.push(LineConfig {
+            name: name.to_string(),
+            group: Ipv4Addr::new(239, 255, 78, last),
+            port,
+            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+            source: None,
+            rcvbuf: None,
+            kind,
+        });
+    }
+    let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
+    let stop = Arc::new(AtomicBool::new(false));
+    // The daemon joins first, so that every unit is followed from its
+    // first sequence (a late join would need the Spin Servers).
+    let daemon = match start_demo_daemon(config, &stop) {
+        Ok(d) => d,
+        Err(code) => return Ok(code),
+    };
+    let sender = spawn_sim_sender(Arc::clone(&sim), Arc::clone(&stop), "demo-pitch-provider")?;
+    let socket = dir.join("gate.sock");
+    println!("  gate socket: {}", socket.display());
+    println!("  from another terminal:");
+    println!(
+        "    TICKGATE_SOCKET={} tickgate check {}",
+        socket.display(),
+        venue_symbol(0)
+    );
+    if let Some(addr) = daemon.metrics_addr() {
+        println!("  metrics: http://{addr}/metrics");
+    }
+    println!("  Ctrl-C stops.");
+    let started = realtime_ns();
+    let mut out = Vec::new();
+    let tick = Box::new(move |d: &Daemon| {
+        let now = realtime_ns();
+        println!(
+            "{}",
+            status_line(d, now, (now - started) / 1_000_000_000, &mut out)
+        );
+    });
+    let code = daemon.run(RunOptions {
+        on_tick: Some((Duration::from_secs(1), tick)),
+        stop_after: args.seconds.map(Duration::from_secs),
+    });
+    stop.store(true, Ordering::Relaxed);
+    grp.stop();
+    join_provider(code, sender)
+}
+
+/// The stocks by verdict (REJECTs by cause), then the feed's counters.
+fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
+    let names = (0..SYMBOLS).map(|i| venue_symbol(i).to_string());
+    let (ok, causes) = verdicts_by_cause(d, names, now, out);
+    let rejects = causes
+        .iter()
+        .map(|(c, n)| format!("{n} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let s = d.metrics().feeds[0].stats.load();
+    format!(
+        "{secs:>4}s  ok={ok} reject={}{} | live_orders={} msgs_lost={} holes={} (filled {}, lost {}) gap_requests={} gap_responses={} grp_logged_in={}",
+        SYMBOLS - ok,
+        if rejects.is_empty() {
+            String::new()
+        } else {
+            format!(" [{rejects}]")
+        },
+        s.live_orders,
+        s.channel_messages_lost,
+        s.holes_opened,
+        s.holes_filled,
+        s.holes_lost,
+        s.rerequests_sent,
+        s.gap_responses,
+        s.grp_logged_in,
+    )
+}
