@@ -11,8 +11,8 @@
 
 pub mod demo;
 pub mod demo_cme;
-pub mod demo_pitch;
 pub mod demo_itch;
+pub mod demo_pitch;
 pub mod feeds;
 pub mod fills_lane;
 pub mod logging;

@@ -43,8 +43,7 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         Err(code) => return Ok(code),
     };
     let group = |last: u8| SocketAddrV4::new(Ipv4Addr::new(239, 255, 78, last), port);
-    let login =
-        Login::new("0001", "demo", "demo").context("the demo's Gap Request Proxy login")?;
+    let login = Login::new("0001", "demo", "demo").context("the demo's Gap Request Proxy login")?;
 
     // The provider: the simulator's PITCH flow on lines A and B, and its
     // gap line G.
