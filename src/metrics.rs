@@ -245,6 +245,35 @@ stats! {
     }
 }
 
+stats! {
+    /// The counters of one unit of a `cboe-pitch` feed (labels: feed,
+    /// unit): recovery.md R6 per unit.
+    UnitStats, UnitStatsCell, UNIT_FIELDS {
+        channel_gaps: Counter, "tickgate_unit_channel_gaps_total",
+            "cboe-pitch: the unit's channel gaps (C3).";
+        channel_messages_lost: Counter, "tickgate_unit_channel_messages_lost_total",
+            "cboe-pitch: the unit's sequence numbers declared lost (C3, R2).";
+        session_changes: Counter, "tickgate_unit_session_changes_total",
+            "cboe-pitch: the unit's new sessions that replaced a running one (venues.md rules 1-4, C5).";
+        sessions_ended: Counter, "tickgate_unit_sessions_ended_total",
+            "cboe-pitch: the unit's sessions ended (End of Session, C6).";
+        stale_session_dropped: Counter, "tickgate_unit_stale_session_packets_total",
+            "cboe-pitch: the unit's datagrams of a replaced or ended session, dropped (C5, C6).";
+        holes_opened: Counter, "tickgate_unit_holes_opened_total",
+            "cboe-pitch: the unit's holes opened (R1).";
+        holes_filled: Counter, "tickgate_unit_holes_filled_total",
+            "cboe-pitch: the unit's holes closed without loss (R1, R4c).";
+        holes_lost: Counter, "tickgate_unit_holes_lost_total",
+            "cboe-pitch: the unit's holes declared lost (R2).";
+        recovering: Gauge, "tickgate_unit_recovering",
+            "cboe-pitch: 1 while the unit has an open hole (R3).";
+        next_sequence: Gauge, "tickgate_unit_next_sequence",
+            "cboe-pitch: the unit's next expected sequence.";
+        session_ended: Gauge, "tickgate_unit_session_ended",
+            "cboe-pitch: 1 while the unit's session has ended and no new one has started (C6).";
+    }
+}
+
 /// Bucket upper bounds (seconds) of arrival-to-applied latency: 1 us to 1 s.
 pub const APPLY_LATENCY_BUCKETS: &[f64] = &[
     1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
@@ -275,6 +304,10 @@ pub struct FeedMetrics {
     /// core's fixed buckets, published by the feed writer (`try_lock`:
     /// it never waits for a scrape).
     pub recovery_times: Mutex<[NsHistogram; 2]>,
+    /// recovery.md R6 per unit (`cboe-pitch`), by unit id, as last
+    /// published by the feed writer (`try_lock`); empty for a venue of one
+    /// channel.
+    pub units: Mutex<Vec<(u8, UnitStats)>>,
 }
 
 impl FeedMetrics {
@@ -290,6 +323,7 @@ impl FeedMetrics {
             apply_latency: Arc::new(SharedHistogram::default()),
             sockets: OnceLock::new(),
             recovery_times: Mutex::new([NsHistogram::default(); 2]),
+            units: Mutex::new(Vec::new()),
         }
     }
 
@@ -473,6 +507,7 @@ impl SnapshotCollector {
     ) -> prometheus::Result<SnapshotCollector> {
         let feed = || vec!["feed".to_string()];
         let line = || vec!["feed".to_string(), "line".to_string()];
+        let unit = || vec!["feed".to_string(), "unit".to_string()];
         let mut descs = Vec::new();
         for f in FEED_FIELDS {
             descs.push(Desc::new(
@@ -487,6 +522,14 @@ impl SnapshotCollector {
                 f.metric.into(),
                 f.help.into(),
                 line(),
+                Default::default(),
+            )?);
+        }
+        for f in UNIT_FIELDS {
+            descs.push(Desc::new(
+                f.metric.into(),
+                f.help.into(),
+                unit(),
                 Default::default(),
             )?);
         }
@@ -639,6 +682,29 @@ impl Collector for SnapshotCollector {
                 ));
             }
             out.push(fam);
+        }
+        let unit_stats: Vec<(&str, String, Vec<u64>)> = self
+            .feeds
+            .iter()
+            .flat_map(|f| {
+                let units = f.units.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                units
+                    .into_iter()
+                    .map(move |(u, s)| (f.name.as_str(), u.to_string(), s.values()))
+            })
+            .collect();
+        if !unit_stats.is_empty() {
+            for (i, field) in UNIT_FIELDS.iter().enumerate() {
+                let mut fam = family(field.metric, field.help, metric_type(field.kind));
+                for (feed, unit, values) in &unit_stats {
+                    fam.mut_metric().push(sample(
+                        vec![label("feed", feed), label("unit", unit)],
+                        field.kind,
+                        values[i],
+                    ));
+                }
+                out.push(fam);
+            }
         }
         let mut offset = family(CLOCK_OFFSET.0, CLOCK_OFFSET.1, MetricType::GAUGE);
         let mut latency = family(APPLY_LATENCY.0, APPLY_LATENCY.1, MetricType::HISTOGRAM);

@@ -164,6 +164,17 @@ fn feed(m: &BTreeMap<String, f64>, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} not in /metrics")) as u64
 }
 
+/// A counter of each unit of the feed, by unit.
+fn unit_values(m: &BTreeMap<String, f64>, name: &str) -> BTreeMap<u8, u64> {
+    let prefix = format!("tickgate_unit_{name}{{feed=\"{FEED}\",unit=\"");
+    m.iter()
+        .filter_map(|(k, v)| {
+            let unit = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            Some((unit.parse().ok()?, *v as u64))
+        })
+        .collect()
+}
+
 fn line(m: &BTreeMap<String, f64>, name: &str, line: &str) -> u64 {
     m.get(&format!(
         "tickgate_line_{name}{{feed=\"{FEED}\",line=\"{line}\"}}"
@@ -252,6 +263,22 @@ fn losses_on_both_lines_are_filled_from_the_gap_line() {
     // is dropped and counted (R4c), never more than were received.
     assert!(feed(&m, "gap_responses_dropped_total") <= feed(&m, "gap_responses_total"));
     assert_eq!(feed(&m, "session_changes_total"), 0);
+    // R6 per unit: the three units, whose holes add up to the feed's.
+    let units = unit_values(&m, "holes_opened_total");
+    assert_eq!(units.len(), 3, "{units:?}");
+    assert_eq!(
+        units.values().sum::<u64>(),
+        feed(&m, "holes_opened_total"),
+        "{units:?}"
+    );
+    assert_eq!(
+        unit_values(&m, "holes_filled_total"),
+        units,
+        "every unit's holes filled"
+    );
+    assert!(unit_values(&m, "channel_messages_lost_total")
+        .values()
+        .all(|&n| n == 0));
     // The gap line carried the proxy's answers and heartbeats.
     assert!(line(&m, "packets_received_total", "G") >= 1, "{m:?}");
     for i in 0..SYMBOLS {
@@ -301,6 +328,13 @@ fn holes_the_proxy_cannot_fill_are_declared_lost() {
     assert!(feed(&m, "gap_responses_refused_total") >= 2, "{log}");
     assert!(feed(&m, "channel_messages_lost_total") >= 2, "{log}");
     assert_eq!(feed(&m, "grp_logged_in"), 1, "{log}");
+    // Per unit, what each lost adds up to the feed's.
+    assert_eq!(
+        unit_values(&m, "channel_messages_lost_total")
+            .values()
+            .sum::<u64>(),
+        feed(&m, "channel_messages_lost_total")
+    );
 }
 
 /// The simulated venues' symbols: S00001, S00002, ...

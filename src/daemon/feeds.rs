@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
 use crate::feed::{Feed, FeedSettings};
-use crate::metrics::{FeedMetrics, FeedStats, LineStats};
+use crate::metrics::{FeedMetrics, FeedStats, LineStats, UnitStats};
 use crate::net::glimpse::{GlimpseClient, Outcome};
 use crate::net::grp::{GrpClient, GrpClientEvent};
 use crate::net::receiver::{self, DatagramHandler, LineSpec};
@@ -467,6 +467,29 @@ impl FeedWriter {
         self.metrics
             .clock_offset_ns
             .store(self.feed.clock_offset_ns(), Ordering::Relaxed);
+        if self.feed.has_units() {
+            if let Ok(mut units) = self.metrics.units.try_lock() {
+                units.clear();
+                units.extend(self.feed.channel_reports().iter().map(|r| {
+                    (
+                        r.channel,
+                        UnitStats {
+                            channel_gaps: r.counters.channel_gaps,
+                            channel_messages_lost: r.counters.channel_messages_lost,
+                            session_changes: r.counters.session_changes,
+                            sessions_ended: r.counters.sessions_ended,
+                            stale_session_dropped: r.counters.stale_session_dropped,
+                            holes_opened: r.holes.opened,
+                            holes_filled: r.holes.filled,
+                            holes_lost: r.holes.lost,
+                            recovering: u64::from(r.holes.open_now),
+                            next_sequence: r.next,
+                            session_ended: u64::from(r.ended),
+                        },
+                    )
+                }));
+            }
+        }
         if let Ok(mut t) = self.metrics.recovery_times.try_lock() {
             let r = &self.feed.counters().recovery;
             *t = [r.hole_time, r.line_skew];

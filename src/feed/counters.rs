@@ -35,6 +35,17 @@ pub struct ChannelCounters {
     pub sessions_ended: u64,
 }
 
+/// R6 per unit: the holes of one channel's recovery machines, and whether
+/// one is open now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoleCounts {
+    pub opened: u64,
+    /// Closed without loss.
+    pub filled: u64,
+    pub lost: u64,
+    pub open_now: bool,
+}
+
 /// One channel of a venue of several (venues.md `cboe-pitch`: a unit):
 /// its id, its current session, `next`, whether the session ended, and its
 /// counters.
@@ -45,6 +56,8 @@ pub struct ChannelReport {
     pub next: u64,
     pub ended: bool,
     pub counters: ChannelCounters,
+    /// Its recovery machines' holes.
+    pub holes: HoleCounts,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -426,13 +426,23 @@ impl<P: Publish> Feed<P> {
     /// Every channel heard (venues.md `cboe-pitch`: per unit, `next`, the
     /// session's state and the per-channel counters), by id; for a venue
     /// of one channel, that channel (id 0).
+    /// Whether the venue keeps several channels (`cboe-pitch`: its units).
+    pub fn has_units(&self) -> bool {
+        self.core.multi
+    }
+
     pub fn channel_reports(&self) -> Vec<ChannelReport> {
         let c = &self.core;
         let report = |ch: u8| {
-            let channel = if ch == c.cur {
-                &c.channel
+            let (channel, recovery) = if ch == c.cur {
+                (&c.channel, Some(&self.recovery))
             } else {
-                &c.parked[ch as usize].channel
+                (
+                    &c.parked[ch as usize].channel,
+                    self.parked_recovery
+                        .get(ch as usize)
+                        .and_then(|r| r.as_ref()),
+                )
             };
             ChannelReport {
                 channel: ch,
@@ -440,6 +450,7 @@ impl<P: Publish> Feed<P> {
                 next: channel.next_sequence(),
                 ended: channel.ended(),
                 counters: c.channel_counters[ch as usize],
+                holes: recovery.map(|r| r.hole_counts()).unwrap_or_default(),
             }
         };
         if !c.multi {
@@ -596,6 +607,11 @@ impl<P: Publish> Feed<P> {
             return DatagramOutcome::Ignored;
         }
         c.last_header = Some(header.channel);
+        if c.multi && !c.heard.contains(&c.cur) {
+            // A channel is heard once a datagram is placed on it (an
+            // unsequenced one belongs to no unit).
+            c.heard.push(c.cur);
+        }
         let lc = &mut c.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
@@ -1068,9 +1084,6 @@ impl<P: Publish> Core<P> {
         v.channel_source_ts = incoming.channel_source_ts;
         v.recovery = incoming.recovery;
         self.cur = ch;
-        if !self.heard.contains(&ch) {
-            self.heard.push(ch);
-        }
         self.venue.select_channel(ch);
     }
 

@@ -584,7 +584,7 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                 let session = r.session.map_or("-".to_string(), |s| s.to_string());
                 let _ = writeln!(
                     s,
-                    "  unit {}: session {session}{}, next {}, channel gaps {} ({} lost), session changes {}, stale-session dropped {}",
+                    "  unit {}: session {session}{}, next {}, channel gaps {} ({} lost), session changes {}, stale-session dropped {}, holes {} (filled {}, lost {})",
                     r.channel,
                     if r.ended { " (ended)" } else { "" },
                     r.next,
@@ -592,6 +592,9 @@ pub fn summary_text(cap: &StreamSummary, r: &Replay) -> String {
                     r.counters.channel_messages_lost,
                     r.counters.session_changes,
                     r.counters.stale_session_dropped,
+                    r.holes.opened,
+                    r.holes.filled,
+                    r.holes.lost,
                 );
             }
         }
@@ -684,6 +687,9 @@ fn units_json(f: &ReplayFeed) -> Value {
                 "session_changes": r.counters.session_changes,
                 "stale_session_dropped": r.counters.stale_session_dropped,
                 "sessions_ended": r.counters.sessions_ended,
+                "holes_opened": r.holes.opened,
+                "holes_filled": r.holes.filled,
+                "holes_lost": r.holes.lost,
             })
         })
         .collect();

@@ -14,7 +14,7 @@ use super::image::{self, Image, SnapshotFailure, SnapshotPhase};
 use super::refill::{self, Availability, Refill, RefillState};
 use super::store::Source;
 use crate::feed::channel::Channel;
-use crate::feed::counters::{FeedCounters, LineCounters};
+use crate::feed::counters::{FeedCounters, HoleCounts, LineCounters};
 use crate::feed::outcome::DatagramOutcome;
 use crate::feed::settings::FeedSettings;
 use crate::feed::view::{
@@ -78,6 +78,9 @@ pub struct Recovery<C: RefillCodec> {
     /// while this channel has no hole: the feed declares its oldest hole
     /// (another channel's) and offers the datagram again.
     needs_room: bool,
+    /// R6 per unit: this channel's holes (the feed's counters hold every
+    /// channel's).
+    holes: HoleCounts,
 }
 
 impl<C: RefillCodec> Recovery<C> {
@@ -92,6 +95,15 @@ impl<C: RefillCodec> Recovery<C> {
             scratch: Vec::new(),
             others_held: 0,
             needs_room: false,
+            holes: HoleCounts::default(),
+        }
+    }
+
+    /// R6 per unit: this channel's holes, and whether one is open now.
+    pub fn hole_counts(&self) -> HoleCounts {
+        HoleCounts {
+            open_now: !self.hold.is_empty(),
+            ..self.holes
         }
     }
 
@@ -567,6 +579,7 @@ impl<C: RefillCodec> Recovery<C> {
         let reached = self.release(d, now);
         if self.hold.is_empty() || reached {
             d.counters().recovery.holes_filled += 1;
+            self.holes.filled += 1;
             self.close_hole(d, now);
             if !self.hold.is_empty() {
                 // R2: the next hole opens at its earliest held arrival.
@@ -613,6 +626,7 @@ impl<C: RefillCodec> Recovery<C> {
     /// hole stay, and that hole keeps its own open time.
     fn declare_first<D: Deliver>(&mut self, d: &mut D, at: i64) {
         d.counters().recovery.holes_lost += 1;
+        self.holes.lost += 1;
         let mut bytes = std::mem::take(&mut self.scratch);
         if let Some(held) = self.hold.pop_first(&mut bytes) {
             self.process(d, held.source, &bytes, &held.header, at);
@@ -635,6 +649,7 @@ impl<C: RefillCodec> Recovery<C> {
 
     fn open_hole<D: Deliver>(&mut self, d: &mut D, t_open: i64) {
         self.hold.open(t_open, &mut d.counters().recovery);
+        self.holes.opened += 1;
         self.refill.reset();
         d.set_recovering(true);
     }
