@@ -454,6 +454,9 @@ pub trait Rules {
     /// `slot`'s book can no longer be trusted: suspect `gap` unless it
     /// already has a cause, until a snapshot.
     fn suspect_book(&mut self, _slot: u32) {}
+    /// recovery.md R5c step 2: a spin rebuilt the book of `slot`'s unit:
+    /// its cause is cleared (trading state and quote are the spin's to set).
+    fn reset_for_spin(&mut self, _slot: u32) {}
     /// `slot`'s `last_seq`, if it has one this session.
     fn sequence(&self, _slot: u32) -> Option<u64> {
         None

@@ -95,6 +95,12 @@ impl<C: RefillCodec> Recovery<C> {
         }
     }
 
+    /// R5c: whether this channel (a unit) has an image server of its own;
+    /// set when its machines are made.
+    pub fn set_image_enabled(&mut self, enabled: bool) {
+        self.image.set_enabled(enabled);
+    }
+
     /// Datagrams held now.
     #[inline]
     pub fn held(&self) -> usize {

@@ -138,6 +138,12 @@ impl Image {
         }
     }
 
+    /// Whether the channel has an image server (R5c: a unit's is its
+    /// own), set when the channel's machines are made.
+    pub fn set_enabled(&mut self, enabled: bool) {
+        self.enabled = enabled;
+    }
+
     #[inline]
     pub fn phase(&self) -> SnapshotPhase {
         self.phase

@@ -31,7 +31,8 @@ use super::units::{Membership, UnitSet};
 use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
 use crate::venue::nasdaq_itch::messages::Side as BookSide;
 use crate::venue::{
-    Applied, ChannelHeader, Count, DatagramError, Header, LineKind, Placement, Policy, Rules, Venue,
+    Applied, ChannelHeader, Count, DatagramError, Header, LineKind, Placement, Policy, Rules,
+    SnapshotError, Venue,
 };
 use crate::wire::{PacketKind, SessionId, Side};
 
@@ -403,6 +404,63 @@ impl CboePitch {
         }
     }
 
+    /// Applies one decoded message of the selected unit, stamped `seq` and
+    /// `ts`; `true` for End of Session (the caller ends the session after
+    /// the packet's other messages).
+    #[inline]
+    fn on_message<R: Rules>(&mut self, msg: Message, seq: u64, ts: i64, rules: &mut R) -> bool {
+        match msg {
+            Message::Time { .. } => {}
+            Message::UnitClear { .. } => self.unit_clear(seq, ts, rules),
+            Message::AddOrder {
+                order_id,
+                side,
+                shares,
+                symbol,
+                price,
+                ..
+            } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
+            Message::OrderExecuted { .. }
+            | Message::ExecutedAtPriceSize { .. }
+            | Message::ReduceSize { .. }
+            | Message::ModifyOrder { .. }
+            | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
+            Message::Trade { symbol, .. } => {
+                self.carry(symbol, rules);
+            }
+            Message::TradingStatus { symbol, status, .. } => {
+                let Some(slot) = self.carry(symbol, rules) else {
+                    return false;
+                };
+                // V2: T trading; H, Q, S, A halted; others change nothing.
+                match status {
+                    b'T' => rules.set_halt(slot, HALT_TRADING_STATUS, false),
+                    b'H' | b'Q' | b'S' | b'A' => rules.set_halt(slot, HALT_TRADING_STATUS, true),
+                    _ => {}
+                }
+            }
+            Message::EndOfSession { .. } => return true,
+            Message::TradeBreak { .. }
+            | Message::AuctionUpdate { .. }
+            | Message::AuctionSummary { .. }
+            | Message::RetailPriceImprovement { .. } => {}
+        }
+        false
+    }
+
+    /// Live orders of the units other than the selected one
+    /// (`max_orders` counts the whole feed), before applying messages.
+    fn count_others_live(&mut self) {
+        let cur = self.cur;
+        self.others_live = self
+            .heard
+            .iter()
+            .filter(|&&u| u != cur)
+            .filter_map(|&u| self.units[u as usize].as_deref())
+            .map(|u| u.books.live_orders())
+            .sum();
+    }
+
     /// V1 after each packet: a book whose best changed over the packet
     /// quotes anew; one that changed and came back does not.
     fn publish<R: Rules>(&mut self, rules: &mut R) {
@@ -594,14 +652,7 @@ impl Venue for CboePitch {
             return out;
         };
         let first = header.channel.sequence;
-        let cur = self.cur;
-        self.others_live = self
-            .heard
-            .iter()
-            .filter(|&&u| u != cur)
-            .filter_map(|&u| self.units[u as usize].as_deref())
-            .map(|u| u.books.live_orders())
-            .sum();
+        self.count_others_live();
         // New York midnight of the arrival date, for untimed messages:
         // computed once a packet, when needed.
         let mut untimed: Option<i64> = None;
@@ -628,43 +679,8 @@ impl Venue for CboePitch {
                 }
                 None => *untimed.get_or_insert_with(|| clock.untimed_ts(now)),
             };
-            match msg {
-                Message::Time { .. } => {}
-                Message::UnitClear { .. } => self.unit_clear(seq, ts, rules),
-                Message::AddOrder {
-                    order_id,
-                    side,
-                    shares,
-                    symbol,
-                    price,
-                    ..
-                } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
-                Message::OrderExecuted { .. }
-                | Message::ExecutedAtPriceSize { .. }
-                | Message::ReduceSize { .. }
-                | Message::ModifyOrder { .. }
-                | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
-                Message::Trade { symbol, .. } => {
-                    self.carry(symbol, rules);
-                }
-                Message::TradingStatus { symbol, status, .. } => {
-                    let Some(slot) = self.carry(symbol, rules) else {
-                        continue;
-                    };
-                    // V2: T trading; H, Q, S, A halted; others change nothing.
-                    match status {
-                        b'T' => rules.set_halt(slot, HALT_TRADING_STATUS, false),
-                        b'H' | b'Q' | b'S' | b'A' => {
-                            rules.set_halt(slot, HALT_TRADING_STATUS, true)
-                        }
-                        _ => {}
-                    }
-                }
-                Message::EndOfSession { .. } => ended = true,
-                Message::TradeBreak { .. }
-                | Message::AuctionUpdate { .. }
-                | Message::AuctionSummary { .. }
-                | Message::RetailPriceImprovement { .. } => {}
+            if self.on_message(msg, seq, ts, rules) {
+                ended = true;
             }
         }
         self.publish(rules);
@@ -677,6 +693,118 @@ impl Venue for CboePitch {
             self.members.end_session(self.cur);
         }
         out
+    }
+
+    /// recovery.md R5c step 5: a spin's messages (each a u16 big-endian
+    /// length, then the PITCH message, Length byte first and equal to
+    /// that length), checked whole as a datagram's are: a known type must
+    /// decode; an unknown one is skipped by its Length.
+    fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
+        let mut count = 0usize;
+        let mut at = 0usize;
+        while at < blocks.len() {
+            let bad = SnapshotError::Malformed { index: count };
+            let len = match blocks.get(at..at + 2) {
+                Some(b) => u16::from_be_bytes([b[0], b[1]]) as usize,
+                None => return Err(bad),
+            };
+            let Some(msg) = blocks.get(at + 2..at + 2 + len) else {
+                return Err(bad);
+            };
+            if msg.len() < 2 || msg[0] as usize != len {
+                return Err(bad);
+            }
+            match messages::decode(msg) {
+                Ok(_) | Err(messages::DecodeError::UnknownType { .. }) => {}
+                Err(_) => return Err(bad),
+            }
+            count += 1;
+            at += 2 + len;
+        }
+        Ok(count)
+    }
+
+    /// recovery.md R5c "On Spin Finished" steps 1-2, on the selected unit
+    /// only: its symbols lose their causes, its books are emptied and the
+    /// spin's messages applied to them in order with the spin's own clock
+    /// (untimed before its first Time; the unit's clock is left as it
+    /// was), then every symbol of the unit, and every one the spin named,
+    /// takes its book's best with `seq = S` (`next - 1`) and `source_ts` =
+    /// the latest timed message (New York midnight when none). Returns
+    /// that latest time (`i64::MIN`: no timed message).
+    fn rebuild<R: Rules>(&mut self, blocks: &[u8], _count: usize, next: u64, rules: &mut R) -> i64 {
+        let now = rules.now();
+        let seq = next.saturating_sub(1);
+        let cur = self.cur;
+        // Step 2: causes go first, so that the spin's own book errors give
+        // theirs back.
+        let before: Vec<u32> = self.members.members(cur).collect();
+        for &slot in &before {
+            rules.reset_for_spin(slot);
+        }
+        // Step 1: the unit's books alone are replaced.
+        self.count_others_live();
+        self.u().reset_books();
+        self.dirty.clear();
+        let unit_clock = std::mem::take(&mut self.u().clock);
+        let mut latest = i64::MIN;
+        let mut at = 0usize;
+        while at + 2 <= blocks.len() {
+            let len = u16::from_be_bytes([blocks[at], blocks[at + 1]]) as usize;
+            let Some(block) = blocks.get(at + 2..at + 2 + len) else {
+                break;
+            };
+            at += 2 + len;
+            let Ok(msg) = messages::decode(block) else {
+                rules.count(Count::UnknownMessage);
+                continue;
+            };
+            let clock = &mut self.u().clock;
+            let timed = match msg {
+                Message::Time { seconds } => clock.on_time(seconds, now),
+                _ => clock.stamp(msg.time_offset().unwrap_or(0)),
+            };
+            // R5c step 5: no clock sample, no V3 move: the time only
+            // stamps the quotes.
+            let ts = match timed {
+                Some(t) => {
+                    latest = latest.max(t);
+                    t
+                }
+                None => clock.untimed_ts(now),
+            };
+            // An End of Session in a spin is no session event.
+            self.on_message(msg, seq, ts, rules);
+        }
+        let u = self.units[cur as usize].as_deref_mut().expect("selected");
+        let ts = if latest == i64::MIN {
+            u.clock.untimed_ts(now)
+        } else {
+            latest
+        };
+        u.clock = unit_clock;
+        // The spin's changes are quoted once, below.
+        for &book in &self.dirty {
+            u.book_state[book as usize].dirty = false;
+        }
+        self.dirty.clear();
+        let mut slots: Vec<u32> = self.members.members(cur).collect();
+        slots.extend(before);
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let book = u.book_of.get(slot as usize).copied().unwrap_or(NO_BOOK);
+            let (bid, ask) = if book == NO_BOOK {
+                (None, None)
+            } else {
+                let b = book as u16;
+                u.book_state[b as usize].published = u.books.best_key(b);
+                let best = u.books.best(b);
+                (quote_side(best.bid), quote_side(best.ask))
+            };
+            rules.venue_quote(slot, seq, ts, bid, ask);
+        }
+        latest
     }
 
     fn live_orders(&self) -> u64 {
