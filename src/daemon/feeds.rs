@@ -18,7 +18,9 @@ use crate::feed::{Feed, FeedSettings};
 use crate::metrics::{FeedMetrics, FeedStats, LineStats};
 use crate::net::glimpse::{GlimpseClient, Outcome};
 use crate::net::receiver::{self, DatagramHandler, LineSpec};
+use crate::net::spin::{Outcome as SpinOutcome, SpinClient};
 use crate::util::histogram::LatencyRecorder;
+use crate::venue::cboe_pitch::session::LoginStatus;
 use crate::venue::rerequest::REQUEST_LEN;
 use crate::wire::Symbol;
 
@@ -145,13 +147,13 @@ pub fn build_in(
     f: &FeedConfig,
     region: Option<&super::shm::FeedRegion>,
 ) -> (Feed<TablePublisher>, FeedReader) {
-    if f.grp.is_some() || f.spin.is_some() {
+    if f.grp.is_some() {
         // docs/venues.md `cboe-pitch`: the configuration is checked, the
-        // clients are not built yet.
+        // client is not built yet.
         tracing::warn!(
             feed = f.name.as_str(),
-            "grp and spin are not implemented yet: this cboe-pitch feed recovers only from its \
-             other lines and gap lines (R1-R2); a lost hole stays suspect channel_gap"
+            "grp is not implemented yet: this cboe-pitch feed recovers only from its \
+             other lines and gap lines (R1-R2) and its units' spins (R5c)"
         );
     }
     let settings = settings(f);
@@ -209,6 +211,12 @@ pub struct FeedWriter {
     corrected: usize,
     /// R5: the feed's GLIMPSE client, when it has a snapshot server.
     glimpse: Option<GlimpseClient>,
+    /// R5c: the feed's Spin client and each unit's Spin Server, when
+    /// `spin` is set.
+    spin: Option<(SpinClient, Vec<(u8, std::net::SocketAddr)>)>,
+    /// R5c: the unit whose spin the client is running (one at a time per
+    /// feed: a login serves one spin at a time).
+    spinning: Option<u8>,
 }
 
 impl FeedWriter {
@@ -235,6 +243,8 @@ impl FeedWriter {
             reloaded: None,
             corrected: 0,
             glimpse: None,
+            spin: None,
+            spinning: None,
         };
         (w, tx)
     }
@@ -284,6 +294,80 @@ impl FeedWriter {
         }
         if self.feed.poll_snapshot_start(now) {
             client.start();
+        }
+    }
+
+    /// R5c: spins come from this client, from each unit's server in
+    /// `servers` (the units of `spin.servers`).
+    pub fn set_spin(&mut self, client: SpinClient, servers: Vec<(u8, std::net::SocketAddr)>) {
+        self.spin = Some((client, servers));
+    }
+
+    /// R5c: hands a finished attempt to the core, then starts the attempt
+    /// of a unit the core asks for, when none runs.
+    fn drive_spin(&mut self, now: i64) {
+        let Some((client, servers)) = &self.spin else {
+            return;
+        };
+        let feed = self.metrics.name.as_str();
+        if let Some((unit, outcome)) = client.try_outcome() {
+            self.spinning = None;
+            match outcome {
+                SpinOutcome::Done(s) => match self.feed.on_image(unit, s.next, &s.blocks, s.end_at)
+                {
+                    Ok(()) => {
+                        tracing::info!(
+                            feed,
+                            unit,
+                            sequence = s.next - 1,
+                            bytes = s.blocks.len(),
+                            live_orders = self.feed.counters().live_orders,
+                            "spin applied"
+                        );
+                        if s.trading_statuses == 0 {
+                            // R5c: a halt that began before the late join
+                            // stays unknown until the symbol's next change.
+                            tracing::warn!(
+                                feed,
+                                unit,
+                                "spin without Trading Status: halts before the join are unknown"
+                            );
+                        }
+                    }
+                    Err(why) => tracing::warn!(
+                        feed,
+                        unit,
+                        reason = why.as_str(),
+                        "spin not applied; retrying with backoff"
+                    ),
+                },
+                SpinOutcome::Failed { why, detail, login } => {
+                    self.feed.on_image_failed(unit, why, now);
+                    tracing::warn!(
+                        feed,
+                        unit,
+                        reason = why.as_str(),
+                        session_in_use = login == Some(LoginStatus::SessionInUse),
+                        detail = detail.as_str(),
+                        "spin failed; retrying with backoff"
+                    );
+                }
+            }
+        }
+        if self.spinning.is_some() {
+            return;
+        }
+        let Some((unit, n0)) = self.feed.poll_image_start(now) else {
+            return;
+        };
+        match servers.iter().find(|(u, _)| *u == unit) {
+            Some(&(_, address)) if client.start(unit, address, n0) => self.spinning = Some(unit),
+            _ => {
+                // Not reached: the core wants spins of configured units
+                // only, one at a time.
+                self.feed
+                    .on_image_failed(unit, crate::feed::SnapshotFailure::Refused, now);
+            }
         }
     }
 
@@ -487,6 +571,7 @@ impl DatagramHandler for FeedWriter {
         // R2/R4: deadlines and requests that fell due; R5.
         self.feed.handle_timeout(now);
         self.drive_snapshot(now);
+        self.drive_spin(now);
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {
             match msg {
