@@ -808,16 +808,18 @@ impl<P: Publish> Feed<P> {
     /// connects to that unit's server; until `on_image` or
     /// `on_image_failed`, the unit's datagrams are held. One a call.
     pub fn poll_image_start(&mut self, now: i64) -> Option<(u8, u64)> {
-        let due = |r: &Recovery<AnyRefill>| matches!(r.snapshot_phase().0, SnapshotPhase::Wanted { not_before } if now >= not_before);
-        let ch = if due(&self.recovery) {
-            self.core.cur
-        } else {
-            let ch = self
-                .parked_recovery
-                .iter()
-                .position(|r| r.as_ref().is_some_and(due))?;
-            ch as u8
+        // The unit that has waited longest goes first (then the lowest id).
+        let due = |r: &Recovery<AnyRefill>| match r.snapshot_phase().0 {
+            SnapshotPhase::Wanted { not_before } if now >= not_before => Some(not_before),
+            _ => None,
         };
+        let here = due(&self.recovery).map(|t| (t, self.core.cur));
+        let parked = self
+            .parked_recovery
+            .iter()
+            .enumerate()
+            .filter_map(|(ch, r)| Some((due(r.as_ref()?)?, ch as u8)));
+        let (_, ch) = parked.chain(here).min()?;
         self.select(ch);
         if !self.recovery.poll_snapshot_start(&mut self.core, now) {
             return None;
