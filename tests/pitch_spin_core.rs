@@ -277,3 +277,47 @@ fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pac
     );
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
 }
+
+#[test]
+fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_gap() {
+    let mut f = two_units();
+    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
+    // Order 500 added again while live: a duplicate id (venues.md), both
+    // symbols `gap`.
+    let t = T0 + 2 * MS;
+    let dup = dgram(2, 3, &[add(500, b'B', 10, "ZZZ", 5 * USD)]);
+    assert_eq!(f.on_datagram(0, &dup, t), DatagramOutcome::Applied);
+    assert_eq!(suspect(&f, "ZZZ"), Some(SuspectCause::Gap));
+    assert_eq!(f.image_phase(2).0, SnapshotPhase::Wanted { not_before: t });
+    // Unit 1 joined late earlier: it goes first, then unit 2.
+    assert_eq!(f.poll_image_start(t), Some((1, 102)));
+    f.on_image_failed(1, SnapshotFailure::Refused, t);
+    assert_eq!(f.poll_image_start(t), Some((2, 4)));
+    let spin = blocks(&[
+        Message::Time { seconds: 34_200 },
+        add(500, b'B', 10, "ZZZ", 5 * USD),
+    ]);
+    assert_eq!(f.on_image(2, 4, &spin, t + MS), Ok(()));
+    assert_eq!(suspect(&f, "ZZZ"), None, "the spin made the book whole");
+    assert_eq!(bid(&f, "ZZZ"), Some((5 * USD, 10)));
+    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
+
+    // A Unit Clear that removes live orders wants one too; one on an
+    // empty book does not.
+    let clear = |seq| dgram(2, seq, &[Message::UnitClear { offset: 0 }]);
+    assert_eq!(
+        f.on_datagram(0, &clear(4), t + 2 * MS),
+        DatagramOutcome::Applied
+    );
+    assert!(matches!(f.image_phase(2).0, SnapshotPhase::Wanted { .. }));
+    let mut s = FeedSettings::for_venue(VenueKind::CboePitch);
+    s.recovery.spin_units = [2u8].into_iter().collect::<ChannelSet>();
+    let mut g = Feed::new(s, 1);
+    let d = dgram(2, 1, &[Message::Time { seconds: 34_200 }]);
+    assert_eq!(g.on_datagram(0, &d, T0), DatagramOutcome::Applied);
+    assert_eq!(
+        g.on_datagram(0, &clear(2), T0 + MS),
+        DatagramOutcome::Applied
+    );
+    assert_eq!(g.image_phase(2).0, SnapshotPhase::Idle);
+}

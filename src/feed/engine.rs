@@ -605,9 +605,14 @@ impl<P: Publish> Feed<P> {
         if !self.recovery.holds() || self.recovery.steady(&self.core, &header) {
             // No hole, no snapshot, and this datagram opens none: exactly
             // the path of a feed that does not hold.
-            return self
+            let out = self
                 .core
                 .process(Source::Line(line), datagram, &header, now);
+            if self.core.image_wanted.is_some() {
+                // R5c: a book error or a Unit Clear of a steady unit.
+                self.recovery.take_image_wanted(&mut self.core);
+            }
+            return out;
         }
         self.recover(Source::Line(line), datagram, &header, now)
     }
@@ -1486,6 +1491,10 @@ impl<P: Publish> Core<P> {
                 if let Some(t) = header.send_time.or(applied.max_ts) {
                     self.view.channel_source_ts = t;
                 }
+            }
+            if applied.image_wanted {
+                // R5c: a book error or a Unit Clear that removed orders.
+                self.want_image(now);
             }
             if applied.end_of_session {
                 // C6 signalled by a message, after the packet's others.

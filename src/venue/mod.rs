@@ -209,6 +209,10 @@ pub struct Applied {
     /// C6 signalled by a message (IEX System Event `C`), to be applied
     /// after the packet's other messages.
     pub end_of_session: bool,
+    /// The channel's books can no longer be trusted until an image
+    /// (recovery.md R5c: a book error or a Unit Clear that removed live
+    /// orders): the feed wants one where the channel has an image server.
+    pub image_wanted: bool,
 }
 
 impl Default for Applied {
@@ -218,6 +222,7 @@ impl Default for Applied {
             samples: 0,
             max_ts: None,
             end_of_session: false,
+            image_wanted: false,
         }
     }
 }

@@ -255,6 +255,15 @@ impl<C: RefillCodec> Recovery<C> {
         (self.image.phase(), self.image.last_failure())
     }
 
+    /// R5c: an image the rules wanted while the datagram took the steady
+    /// path (a book error, a Unit Clear) is taken up.
+    pub fn take_image_wanted<D: Deliver>(&mut self, d: &mut D) {
+        if let Some(t) = d.take_image_wanted() {
+            self.image.want(t);
+            self.refresh_view(d);
+        }
+    }
+
     /// R5: whether an attempt starts now.
     pub fn poll_snapshot_start<D: Deliver>(&mut self, d: &mut D, now: i64) -> bool {
         if !self.image.poll_start(now, &mut d.counters().recovery) {

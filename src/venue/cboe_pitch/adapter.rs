@@ -147,6 +147,10 @@ pub struct CboePitch {
     dirty: Vec<u16>,
     /// Messages applied, by type byte.
     types: Box<[u64; 256]>,
+    /// recovery.md R5c "When": the packet being applied made the unit's
+    /// books untrustworthy (a bad side, a duplicate order id, a Unit
+    /// Clear that removed live orders): a spin is wanted.
+    want_spin: bool,
 }
 
 /// The synthetic session id of a unit's `n`th session: `U001S00001`.
@@ -198,6 +202,7 @@ impl CboePitch {
             members: Membership::new(0),
             dirty: Vec::with_capacity(LOCATES),
             types: Box::new([0; 256]),
+            want_spin: false,
         }
     }
 
@@ -257,6 +262,7 @@ impl CboePitch {
     fn unit_clear<R: Rules>(&mut self, seq: u64, ts: i64, rules: &mut R) {
         rules.count(Count::UnitClear);
         if self.u().books.live_orders() > 0 {
+            self.want_spin = true;
             // No message says when the book that follows is whole: the
             // unit's symbols are suspect `gap` until its next session.
             for slot in self.members.members(self.cur) {
@@ -343,6 +349,7 @@ impl CboePitch {
             _ => {
                 // Not placed; the book misses an order until the next
                 // session (or a spin).
+                self.want_spin = true;
                 rules.count(Count::BookError);
                 if let Some(slot) = slot {
                     rules.suspect_gap(slot);
@@ -359,6 +366,7 @@ impl CboePitch {
             u.books.delete_found(found);
             let old_slot = u.book_state[old as usize].slot;
             self.touched(old, before, seq, ts);
+            self.want_spin = true;
             rules.count(Count::BookError);
             rules.suspect_gap(old_slot);
             if let Some(slot) = slot {
@@ -653,6 +661,7 @@ impl Venue for CboePitch {
         };
         let first = header.channel.sequence;
         self.count_others_live();
+        self.want_spin = false;
         // New York midnight of the arrival date, for untimed messages:
         // computed once a packet, when needed.
         let mut untimed: Option<i64> = None;
@@ -684,6 +693,7 @@ impl Venue for CboePitch {
             }
         }
         self.publish(rules);
+        out.image_wanted = std::mem::take(&mut self.want_spin);
         if ended {
             // C6 after the packet's other messages (the engine), and the
             // unit's session rules learn that it ended.
@@ -783,6 +793,9 @@ impl Venue for CboePitch {
             latest
         };
         u.clock = unit_clock;
+        // A book error of the spin's own messages leaves its `gap` cause;
+        // the next spin comes when something else wants one.
+        self.want_spin = false;
         // The spin's changes are quoted once, below.
         for &book in &self.dirty {
             u.book_state[book as usize].dirty = false;
