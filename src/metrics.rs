@@ -118,6 +118,8 @@ stats! {
             "Snapshots applied (S8).";
         snapshots_ignored: Counter, "tickgate_feed_snapshots_ignored_total",
             "Snapshots ignored: not newer than a healthy symbol's state (S8); cme-mdp3: of an instrument that does not wait, or not covering what was lost.";
+        spins_without_status: Counter, "tickgate_feed_spins_without_status_total",
+            "cboe-pitch spins applied without any Trading Status: a halt that began before the join is unknown until its next change (recovery.md R5c).";
         session_changes: Counter, "tickgate_feed_session_changes_total",
             "Provider restarts: packets with a new session id (C5).";
         sessions_ended: Counter, "tickgate_feed_sessions_ended_total",

@@ -162,6 +162,7 @@ fn a_late_unit_is_spun_alone_and_its_held_datagrams_continue_the_spin() {
     assert_eq!(ask(&f, "BBB"), Some((31 * USD, 70)), "held 103 applied");
     assert!(f.symbol_summary(sym("BBB")).unwrap().halted);
     assert_eq!(f.counters().live_orders, 5, "four of unit 1, one of unit 2");
+    assert_eq!(f.counters().spins_without_status, 0, "BBB's");
 
     // Unit 2 untouched.
     let after = f.symbol_summary(sym("ZZZ")).unwrap();
@@ -299,6 +300,7 @@ fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_g
     ]);
     assert_eq!(f.on_image(2, 4, &spin, t + MS), Ok(()));
     assert_eq!(suspect(&f, "ZZZ"), None, "the spin made the book whole");
+    assert_eq!(f.counters().spins_without_status, 1, "no Trading Status");
     assert_eq!(bid(&f, "ZZZ"), Some((5 * USD, 10)));
     assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
 

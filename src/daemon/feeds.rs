@@ -404,6 +404,7 @@ impl FeedWriter {
             seq_resyncs: c.seq_resyncs,
             snapshots_applied: c.snapshots_applied,
             snapshots_ignored: c.snapshots_ignored,
+            spins_without_status: c.spins_without_status,
             session_changes: c.session_changes,
             sessions_ended: c.sessions_ended,
             stale_session_dropped: c.stale_session_dropped,

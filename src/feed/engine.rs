@@ -1715,6 +1715,7 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::UnitClear => c.unit_clears += 1,
             Count::PriceUnbookable => c.prices_unbookable += 1,
             Count::SnapshotIgnored => c.snapshots_ignored += 1,
+            Count::SpinWithoutStatus => c.spins_without_status += 1,
             Count::SymbolOverflow => c.symbols_overflow += 1,
         }
     }

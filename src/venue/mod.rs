@@ -268,6 +268,9 @@ pub enum Count {
     /// cme-mdp3: a snapshot not used (its instrument does not wait, or the
     /// snapshot does not cover what was lost or reset).
     SnapshotIgnored,
+    /// cboe-pitch (recovery.md R5c): a spin applied without any Trading
+    /// Status.
+    SpinWithoutStatus,
     /// cme-mdp3: a new instrument that the full table cannot hold (counted
     /// once per SecurityID, as `symbols_overflow`).
     SymbolOverflow,

@@ -758,6 +758,7 @@ impl Venue for CboePitch {
         self.dirty.clear();
         let unit_clock = std::mem::take(&mut self.u().clock);
         let mut latest = i64::MIN;
+        let mut statuses = 0usize;
         let mut at = 0usize;
         while at + 2 <= blocks.len() {
             let len = u16::from_be_bytes([blocks[at], blocks[at + 1]]) as usize;
@@ -783,6 +784,9 @@ impl Venue for CboePitch {
                 }
                 None => clock.untimed_ts(now),
             };
+            if matches!(msg, Message::TradingStatus { .. }) {
+                statuses += 1;
+            }
             // An End of Session in a spin is no session event.
             self.on_message(msg, seq, ts, rules);
         }
@@ -793,6 +797,10 @@ impl Venue for CboePitch {
             latest
         };
         u.clock = unit_clock;
+        if statuses == 0 {
+            // R5c: a halt that began before the join stays unknown.
+            rules.count(Count::SpinWithoutStatus);
+        }
         // A book error of the spin's own messages leaves its `gap` cause;
         // the next spin comes when something else wants one.
         self.want_spin = false;
