@@ -323,3 +323,57 @@ fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_g
     );
     assert_eq!(g.image_phase(2).0, SnapshotPhase::Idle);
 }
+
+/// Units 1 and 2 both join late (1 at 100, 2 at 500).
+fn two_late_units() -> Feed {
+    let mut s = FeedSettings::for_venue(VenueKind::CboePitch);
+    s.recovery.spin_units = [1u8, 2].into_iter().collect::<ChannelSet>();
+    let mut f = Feed::new(s, 1);
+    let d1 = dgram(1, 100, &[add(1, b'B', 100, "AAA", 20 * USD)]);
+    assert_eq!(f.on_datagram(0, &d1, T0), DatagramOutcome::Applied);
+    let d2 = dgram(2, 500, &[add(7, b'S', 30, "ZZZ", 9 * USD)]);
+    assert_eq!(f.on_datagram(0, &d2, T0 + MS), DatagramOutcome::Applied);
+    f
+}
+
+#[test]
+fn session_in_use_does_not_count_for_the_pace_and_waits_for_another_attempt() {
+    let mut f = two_late_units();
+    let t = T0 + 2 * MS;
+    assert_eq!(f.poll_image_start(t), Some((1, 101)));
+    f.on_image_session_in_use(1, t + MS);
+    assert_eq!(
+        f.image_phase(1),
+        (
+            SnapshotPhase::Wanted { not_before: t + S },
+            Some(SnapshotFailure::LoginRejected)
+        ),
+        "at the latest one backoff after the start"
+    );
+    // Unit 2's attempt ends: unit 1 may try again at once.
+    assert_eq!(f.poll_image_start(t + 2 * MS), Some((2, 501)));
+    assert_eq!(f.poll_image_start(t + 2 * MS), None, "unit 1 waits");
+    f.on_image_failed(2, SnapshotFailure::Refused, t + 3 * MS);
+    assert_eq!(
+        f.image_phase(1).0,
+        SnapshotPhase::Wanted {
+            not_before: t + 3 * MS
+        }
+    );
+    assert_eq!(f.poll_image_start(t + 3 * MS), Some((1, 101)));
+    // The refused attempt did not double the backoff: 1 s from this start.
+    f.on_image_failed(1, SnapshotFailure::Closed, t + 4 * MS);
+    assert_eq!(
+        f.image_phase(1).0,
+        SnapshotPhase::Wanted {
+            not_before: t + 3 * MS + S
+        }
+    );
+    // Unit 2's failure counted for its own pace: 1 s from its start.
+    assert_eq!(
+        f.image_phase(2).0,
+        SnapshotPhase::Wanted {
+            not_before: t + 2 * MS + S
+        }
+    );
+}

@@ -342,7 +342,12 @@ impl FeedWriter {
                     ),
                 },
                 SpinOutcome::Failed { why, detail, login } => {
-                    self.feed.on_image_failed(unit, why, now);
+                    if login == Some(LoginStatus::SessionInUse) {
+                        // R5c: not counted for the unit's pace.
+                        self.feed.on_image_session_in_use(unit, now);
+                    } else {
+                        self.feed.on_image_failed(unit, why, now);
+                    }
                     tracing::warn!(
                         feed,
                         unit,

@@ -840,6 +840,33 @@ impl<P: Publish> Feed<P> {
         if self.core.cur == unit {
             self.recovery.snapshot_failed(&mut self.core, why, now);
         }
+        self.image_ended(unit, now);
+    }
+
+    /// R5c: unit `unit`'s attempt got Login Response `B` (session in use):
+    /// as `on_image_failed`, but it does not count for the unit's pace; the
+    /// unit tries again when another attempt of the feed ends, or one
+    /// backoff after this attempt started.
+    pub fn on_image_session_in_use(&mut self, unit: u8, now: i64) {
+        self.select(unit);
+        if self.core.cur == unit {
+            self.recovery.snapshot_session_in_use(&mut self.core, now);
+        }
+    }
+
+    /// R5c: unit `unit`'s attempt ended at `now`: units refused with
+    /// session in use may try again.
+    fn image_ended(&mut self, unit: u8, now: i64) {
+        if self.core.cur != unit {
+            self.recovery.another_image_ended(now);
+        }
+        for (ch, r) in self.parked_recovery.iter_mut().enumerate() {
+            if ch != unit as usize {
+                if let Some(r) = r {
+                    r.another_image_ended(now);
+                }
+            }
+        }
     }
 
     /// R5c "On Spin Finished": unit `unit`'s spin arrived whole: `next` is
@@ -861,7 +888,9 @@ impl<P: Publish> Feed<P> {
         if self.core.cur != unit {
             return Err(SnapshotFailure::SessionChanged);
         }
-        self.on_snapshot(next, blocks, now)
+        let out = self.on_snapshot(next, blocks, now);
+        self.image_ended(unit, now);
+        out
     }
 
     /// R4: the request to send now, if one fell due: the index of the

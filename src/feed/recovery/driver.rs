@@ -284,6 +284,21 @@ impl<C: RefillCodec> Recovery<C> {
         self.refresh_view(d);
     }
 
+    /// R5c: the attempt was refused with session in use: nothing of it is
+    /// applied, and it does not count for the pace (`Image::session_in_use`).
+    pub fn snapshot_session_in_use<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        if !self.image.session_in_use(now, &mut d.counters().recovery) {
+            return;
+        }
+        self.resume_after_snapshot(d, None, now);
+        self.refresh_view(d);
+    }
+
+    /// R5c: another channel's attempt ended at `now`.
+    pub fn another_image_ended(&mut self, now: i64) {
+        self.image.another_ended(now);
+    }
+
     /// R5: whether an image ending at `next` (End of Snapshot) may be
     /// applied to the current session; if not, the attempt fails as
     /// `snapshot_failed` and the failure is returned.
