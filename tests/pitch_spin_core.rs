@@ -377,3 +377,44 @@ fn session_in_use_does_not_count_for_the_pace_and_waits_for_another_attempt() {
         }
     );
 }
+
+#[test]
+fn held_messages_the_spin_reflects_are_skipped_but_set_the_time_base() {
+    let mut f = two_units();
+    let start = T0 + 2 * MS;
+    assert_eq!(f.poll_image_start(start), Some((1, 102)));
+    // 102 is a Time ten seconds on, 103 an Add the spin reflects, 104 one
+    // it does not.
+    let d102 = dgram(
+        1,
+        102,
+        &[
+            Message::Time { seconds: 34_210 },
+            add(2, b'S', 50, "AAA", 21 * USD),
+        ],
+    );
+    assert_eq!(f.on_datagram(0, &d102, start + MS), DatagramOutcome::Held);
+    let d104 = dgram(1, 104, &[add(3, b'S', 70, "BBB", 31 * USD)]);
+    assert_eq!(
+        f.on_datagram(0, &d104, start + 2 * MS),
+        DatagramOutcome::Held
+    );
+    let spin = blocks(&[
+        Message::Time { seconds: 34_200 },
+        add(1, b'B', 100, "AAA", 20 * USD),
+        add(2, b'S', 50, "AAA", 21 * USD),
+    ]);
+    assert_eq!(f.on_image(1, 104, &spin, start + 3 * MS), Ok(()));
+    assert_eq!(ask(&f, "AAA"), Some((21 * USD, 50)), "order 2 once");
+    assert_eq!(ask(&f, "BBB"), Some((31 * USD, 70)));
+    // 09:30:10 New York: the skipped Time's moment, not the spin's.
+    let nine_thirty = T0 - 20_000;
+    let bbb = f.symbol_summary(sym("BBB")).unwrap();
+    assert_eq!(bbb.quote_source_ts, Some(nine_thirty + 10 * S));
+    let aaa = f.symbol_summary(sym("AAA")).unwrap();
+    assert_eq!(
+        aaa.quote_source_ts,
+        Some(nine_thirty),
+        "the spin's own time"
+    );
+}

@@ -1082,6 +1082,11 @@ impl<P: Publish> Deliver for Core<P> {
         self.image_wanted.take()
     }
 
+    fn before_resume(&mut self, datagram: &[u8], header: &Header, next: u64, now: i64) {
+        self.venue
+            .skipped_below(datagram, header.channel.sequence, next, now);
+    }
+
     #[inline]
     fn channel(&self) -> &Channel {
         &self.channel

@@ -665,6 +665,13 @@ pub trait Venue {
         None
     }
 
+    /// recovery.md R5c step 3: a datagram of the selected channel whose
+    /// messages from `first` below `next` an image already reflects (they
+    /// are skipped): they may still set the channel's time base, at
+    /// `now`. Nothing by default.
+    #[inline]
+    fn skipped_below(&mut self, _datagram: &[u8], _first: u64, _next: u64, _now: i64) {}
+
     /// recovery.md R5: checks a snapshot's messages (see `rebuild`)
     /// without changing anything; returns how many there are.
     fn validate_snapshot(&self, _blocks: &[u8]) -> Result<usize, SnapshotError> {
@@ -932,6 +939,10 @@ impl Venue for AnyVenue {
 
     fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
         each_venue!(self, v => v.validate_snapshot(blocks))
+    }
+
+    fn skipped_below(&mut self, datagram: &[u8], first: u64, next: u64, now: i64) {
+        each_venue!(self, v => v.skipped_below(datagram, first, next, now))
     }
 
     fn rebuild<R: Rules>(

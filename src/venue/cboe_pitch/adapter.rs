@@ -705,6 +705,24 @@ impl Venue for CboePitch {
         out
     }
 
+    /// recovery.md R5c step 3: held messages up to `S` are skipped, since
+    /// the spin reflects them, but their Time messages still set the
+    /// unit's Time base.
+    fn skipped_below(&mut self, datagram: &[u8], first: u64, next: u64, now: i64) {
+        let Some(h) = UnitHeader::read(datagram) else {
+            return;
+        };
+        let msgs = Messages::over(&datagram[HEADER_LEN..], h.count);
+        for (i, block) in msgs.enumerate() {
+            if first.saturating_add(i as u64) >= next {
+                break;
+            }
+            if let Ok(Message::Time { seconds }) = messages::decode(block) {
+                self.u().clock.on_time(seconds, now);
+            }
+        }
+    }
+
     /// recovery.md R5c step 5: a spin's messages (each a u16 big-endian
     /// length, then the PITCH message, Length byte first and equal to
     /// that length), checked whole as a datagram's are: a known type must
