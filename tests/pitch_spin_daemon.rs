@@ -141,15 +141,17 @@ listen = "{metrics}"
         "every symbol trusted after both units' spins",
         &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
     );
-    let m = daemon::metrics(metrics);
-    let feed = |name: &str| m[&format!("tickgate_feed_{name}{{feed=\"px\"}}")] as u64;
-    assert!(feed("glimpse_snapshots_applied_total") >= 2, "{m:?}");
-    let text = log.lock().unwrap().clone();
-    for unit in ["unit=1", "unit=2"] {
-        assert!(
+    // The metrics and the log follow within moments.
+    wait_for("two spins applied in /metrics", || {
+        let m = daemon::metrics(metrics);
+        m.get("tickgate_feed_glimpse_snapshots_applied_total{feed=\"px\"}")
+            .is_some_and(|&n| n >= 2.0)
+    });
+    wait_for("each unit's spin in the log", || {
+        let text = log.lock().unwrap().clone();
+        ["unit=1", "unit=2"].iter().all(|unit| {
             text.lines()
-                .any(|l| l.contains("spin applied") && l.contains(unit)),
-            "{unit}: {text}"
-        );
-    }
+                .any(|l| l.contains("spin applied") && l.contains(unit))
+        })
+    });
 }
