@@ -218,12 +218,18 @@ impl FeedConfig {
                 rerequest_attempts: self.rerequest_attempts,
                 max_hole_ms: self.max_hole_ms,
                 snapshot: self.snapshot.is_some(),
-                snapshot_hold_bytes: self
-                    .snapshot
-                    .as_ref()
-                    .map_or(crate::feed::settings::DEFAULT_SNAPSHOT_HOLD_BYTES, |s| {
-                        mib(s.hold_mib)
-                    }),
+                snapshot_hold_bytes: match (&self.snapshot, &self.spin) {
+                    (Some(s), _) => mib(s.hold_mib),
+                    // R5c: the spin's hold bound, per attempt.
+                    (None, Some(s)) => mib(s.hold_mib),
+                    (None, None) => crate::feed::settings::DEFAULT_SNAPSHOT_HOLD_BYTES,
+                },
+                // R5c: the units whose Spin Server is configured.
+                spin_units: self
+                    .spin
+                    .iter()
+                    .flat_map(|s| s.servers.iter().map(|&(unit, _)| unit))
+                    .collect(),
             },
         }
     }

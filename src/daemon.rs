@@ -332,6 +332,14 @@ impl Daemon {
                     })?;
                 writer.set_grp(client);
             }
+            if let Some(spin) = &f.spin {
+                // R5c: one client per feed, every unit's server.
+                let mut opts = crate::net::spin::SpinOptions::new(spin.login);
+                opts.max_bytes = crate::config::mib(spin.max_mib);
+                let client = crate::net::spin::SpinClient::spawn(&f.name, opts)
+                    .with_context(|| format!("feed {}: starting the Spin client", f.name))?;
+                writer.set_spin(client, spin.servers.clone());
+            }
             // On error the feeds already running are stopped by drop.
             let opts = ReceiverOptions {
                 busy_poll: f.busy_poll,

@@ -118,6 +118,8 @@ stats! {
             "Snapshots applied (S8).";
         snapshots_ignored: Counter, "tickgate_feed_snapshots_ignored_total",
             "Snapshots ignored: not newer than a healthy symbol's state (S8); cme-mdp3: of an instrument that does not wait, or not covering what was lost.";
+        spins_without_status: Counter, "tickgate_feed_spins_without_status_total",
+            "cboe-pitch spins applied without any Trading Status: a halt that began before the join is unknown until its next change (recovery.md R5c).";
         session_changes: Counter, "tickgate_feed_session_changes_total",
             "Provider restarts: packets with a new session id (C5).";
         sessions_ended: Counter, "tickgate_feed_sessions_ended_total",
@@ -193,11 +195,11 @@ stats! {
         conflict_copies_dropped: Counter, "tickgate_feed_conflict_copies_dropped_total",
             "Later copies of a conflicted sequence from the lines, dropped until the hole reaches past it (R1).";
         snapshots_started: Counter, "tickgate_feed_snapshots_started_total",
-            "GLIMPSE snapshot attempts started (recovery.md R5).";
+            "GLIMPSE snapshot attempts started (recovery.md R5); cboe-pitch: spin attempts of every unit (R5c).";
         snapshots_applied_r5: Counter, "tickgate_feed_glimpse_snapshots_applied_total",
-            "GLIMPSE snapshots applied: books rebuilt (R5).";
+            "GLIMPSE snapshots applied: books rebuilt (R5); cboe-pitch: spins applied, a unit's books rebuilt (R5c).";
         snapshots_failed: Counter, "tickgate_feed_snapshots_failed_total",
-            "GLIMPSE snapshot attempts failed, every reason (R5; the reason is logged and in status).";
+            "GLIMPSE snapshot attempts failed, every reason (R5; the reason is logged and in status); cboe-pitch: spin attempts failed (R5c).";
         recovering: Gauge, "tickgate_feed_recovering",
             "1 while the feed has an open hole: its symbols answer suspect=recovering (R3).";
         held_datagrams: Gauge, "tickgate_feed_held_datagrams",

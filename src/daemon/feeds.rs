@@ -19,9 +19,11 @@ use crate::metrics::{FeedMetrics, FeedStats, LineStats, UnitStats};
 use crate::net::glimpse::{GlimpseClient, Outcome};
 use crate::net::grp::{GrpClient, GrpClientEvent};
 use crate::net::receiver::{self, DatagramHandler, LineSpec};
+use crate::net::spin::{Outcome as SpinOutcome, SpinClient};
 use crate::util::histogram::LatencyRecorder;
 use crate::venue::cboe_pitch::grp::GapRequest;
 use crate::venue::cboe_pitch::session::GapStatus;
+use crate::venue::cboe_pitch::session::LoginStatus;
 use crate::venue::refill::AnyRequest;
 use crate::venue::rerequest::REQUEST_LEN;
 use crate::wire::Symbol;
@@ -149,15 +151,6 @@ pub fn build_in(
     f: &FeedConfig,
     region: Option<&super::shm::FeedRegion>,
 ) -> (Feed<TablePublisher>, FeedReader) {
-    if f.spin.is_some() {
-        // docs/venues.md `cboe-pitch`: the configuration is checked, the
-        // client is not built yet.
-        tracing::warn!(
-            feed = f.name.as_str(),
-            "spin is not implemented yet: a late join or a lost hole of this cboe-pitch feed \
-             stays suspect until the unit's next session"
-        );
-    }
     let settings = settings(f);
     let (publisher, reader) = match region {
         Some(r) => feed_table_in(r.capacity, &r.cell, &r.table)
@@ -215,6 +208,12 @@ pub struct FeedWriter {
     glimpse: Option<GlimpseClient>,
     /// R4c: the feed's Gap Request Proxy client, when it has `grp`.
     grp: Option<GrpClient>,
+    /// R5c: the feed's Spin client and each unit's Spin Server, when
+    /// `spin` is set.
+    spin: Option<(SpinClient, Vec<(u8, std::net::SocketAddr)>)>,
+    /// R5c: the unit whose spin the client is running (one at a time per
+    /// feed: a login serves one spin at a time).
+    spinning: Option<u8>,
 }
 
 impl FeedWriter {
@@ -242,6 +241,8 @@ impl FeedWriter {
             corrected: 0,
             glimpse: None,
             grp: None,
+            spin: None,
+            spinning: None,
         };
         (w, tx)
     }
@@ -358,6 +359,85 @@ impl FeedWriter {
         }
     }
 
+    /// R5c: spins come from this client, from each unit's server in
+    /// `servers` (the units of `spin.servers`).
+    pub fn set_spin(&mut self, client: SpinClient, servers: Vec<(u8, std::net::SocketAddr)>) {
+        self.spin = Some((client, servers));
+    }
+
+    /// R5c: hands a finished attempt to the core, then starts the attempt
+    /// of a unit the core asks for, when none runs.
+    fn drive_spin(&mut self, now: i64) {
+        let Some((client, servers)) = &self.spin else {
+            return;
+        };
+        let feed = self.metrics.name.as_str();
+        if let Some((unit, outcome)) = client.try_outcome() {
+            self.spinning = None;
+            match outcome {
+                SpinOutcome::Done(s) => match self.feed.on_image(unit, s.next, &s.blocks, s.end_at)
+                {
+                    Ok(()) => {
+                        tracing::info!(
+                            feed,
+                            unit,
+                            sequence = s.next - 1,
+                            bytes = s.blocks.len(),
+                            live_orders = self.feed.counters().live_orders,
+                            "spin applied"
+                        );
+                        if s.trading_statuses == 0 {
+                            // R5c: a halt that began before the late join
+                            // stays unknown until the symbol's next change.
+                            tracing::warn!(
+                                feed,
+                                unit,
+                                "spin without Trading Status: halts before the join are unknown"
+                            );
+                        }
+                    }
+                    Err(why) => tracing::warn!(
+                        feed,
+                        unit,
+                        reason = why.as_str(),
+                        "spin not applied; retrying with backoff"
+                    ),
+                },
+                SpinOutcome::Failed { why, detail, login } => {
+                    if login == Some(LoginStatus::SessionInUse) {
+                        // R5c: not counted for the unit's pace.
+                        self.feed.on_image_session_in_use(unit, now);
+                    } else {
+                        self.feed.on_image_failed(unit, why, now);
+                    }
+                    tracing::warn!(
+                        feed,
+                        unit,
+                        reason = why.as_str(),
+                        session_in_use = login == Some(LoginStatus::SessionInUse),
+                        detail = detail.as_str(),
+                        "spin failed; retrying with backoff"
+                    );
+                }
+            }
+        }
+        if self.spinning.is_some() {
+            return;
+        }
+        let Some((unit, n0)) = self.feed.poll_image_start(now) else {
+            return;
+        };
+        match servers.iter().find(|(u, _)| *u == unit) {
+            Some(&(_, address)) if client.start(unit, address, n0) => self.spinning = Some(unit),
+            _ => {
+                // Not reached: the core wants spins of configured units
+                // only, one at a time.
+                self.feed
+                    .on_image_failed(unit, crate::feed::SnapshotFailure::Refused, now);
+            }
+        }
+    }
+
     pub fn feed(&self) -> &Feed<TablePublisher> {
         &self.feed
     }
@@ -396,6 +476,7 @@ impl FeedWriter {
             seq_resyncs: c.seq_resyncs,
             snapshots_applied: c.snapshots_applied,
             snapshots_ignored: c.snapshots_ignored,
+            spins_without_status: c.spins_without_status,
             session_changes: c.session_changes,
             sessions_ended: c.sessions_ended,
             stale_session_dropped: c.stale_session_dropped,
@@ -598,6 +679,7 @@ impl DatagramHandler for FeedWriter {
         self.feed.handle_timeout(now);
         self.drive_grp(now);
         self.drive_snapshot(now);
+        self.drive_spin(now);
         self.beat.beat();
         while let Ok(msg) = self.control.try_recv() {
             match msg {

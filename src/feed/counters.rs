@@ -84,6 +84,9 @@ pub struct FeedCounters {
     /// S8.
     pub snapshots_applied: u64,
     pub snapshots_ignored: u64,
+    /// cboe-pitch (recovery.md R5c): spins applied that held no Trading
+    /// Status (a halt that began before a late join stays unknown).
+    pub spins_without_status: u64,
     /// cme-mdp3: Book entries that could not apply to their book.
     pub book_errors: u64,
     /// cboe-pitch: Unit Clear messages.

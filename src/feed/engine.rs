@@ -164,8 +164,9 @@ struct Core<P: Publish> {
     loops: Loops<LoopEntry>,
     /// Line skew (recovery.md), measured from the lines' copies.
     skew: LineSkew,
-    /// R5: whether the feed has an image server, and when the rules last
-    /// wanted an image (taken by the recovery driver).
+    /// R5: whether the selected channel has an image server (R5c: the
+    /// unit's Spin Server), and when the rules last wanted an image (taken
+    /// by the recovery driver).
     images: bool,
     image_wanted: Option<i64>,
     /// The venue keeps several channels (`Venue::channels` > 1): `channel`
@@ -224,7 +225,7 @@ impl<P: Publish> Feed<P> {
             last_header: None,
             loops: Loops::new(settings.venue.recovery_entries),
             skew: LineSkew::default(),
-            images: settings.recovery.snapshot,
+            images: settings.recovery.images_on(0),
             image_wanted: None,
             multi: false,
             cur: 0,
@@ -264,11 +265,13 @@ impl<P: Publish> Feed<P> {
         }
     }
 
-    /// A channel's recovery machines, made when it is first selected: the
-    /// feed's refill codec, reach and count limit.
-    fn new_recovery(&self) -> Recovery<AnyRefill> {
+    /// Channel `ch`'s recovery machines, made when it is first selected:
+    /// the feed's refill codec, reach and count limit, and (R5c) the
+    /// unit's own image server, if it has one.
+    fn new_recovery(&self, ch: u8) -> Recovery<AnyRefill> {
         let s = &self.core.settings;
         let mut r = Recovery::new(s, AnyRefill::new(s.recovery.gap_proxy));
+        r.set_image_enabled(s.recovery.images_on(ch));
         if let Some(limit) = self.count_limit {
             r.set_count_limit(limit);
         }
@@ -287,7 +290,7 @@ impl<P: Publish> Feed<P> {
         }
         let incoming = match self.parked_recovery[new].take() {
             Some(r) => r,
-            None => self.new_recovery(),
+            None => self.new_recovery(ch),
         };
         self.parked_held += self.recovery.held();
         self.parked_held = self.parked_held.saturating_sub(incoming.held());
@@ -618,9 +621,14 @@ impl<P: Publish> Feed<P> {
         if !self.recovery.holds() || self.recovery.steady(&self.core, &header) {
             // No hole, no snapshot, and this datagram opens none: exactly
             // the path of a feed that does not hold.
-            return self
+            let out = self
                 .core
                 .process(Source::Line(line), datagram, &header, now);
+            if self.core.image_wanted.is_some() {
+                // R5c: a book error or a Unit Clear of a steady unit.
+                self.recovery.take_image_wanted(&mut self.core);
+            }
+            return out;
         }
         self.recover(Source::Line(line), datagram, &header, now)
     }
@@ -801,6 +809,104 @@ impl<P: Publish> Feed<P> {
         self.core.apply_snapshot(next, blocks, messages, now);
         self.recovery.snapshot_applied(&mut self.core, next, now);
         Ok(())
+    }
+
+    /// R5c: where unit `unit`'s image stands, and its last failure
+    /// (`Idle` for a unit not heard yet).
+    pub fn image_phase(&self, unit: u8) -> (SnapshotPhase, Option<SnapshotFailure>) {
+        if unit == self.core.cur || self.parked_recovery.is_empty() {
+            return self.recovery.snapshot_phase();
+        }
+        self.parked_recovery
+            .get(unit as usize)
+            .and_then(|r| r.as_ref())
+            .map_or((SnapshotPhase::Idle, None), |r| r.snapshot_phase())
+    }
+
+    /// R5/R5c for a venue of several channels: a channel (a unit) whose
+    /// image attempt starts now, selected or parked, and its `next` then
+    /// (`n0`, the first message it has not applied). The I/O shell then
+    /// connects to that unit's server; until `on_image` or
+    /// `on_image_failed`, the unit's datagrams are held. One a call.
+    pub fn poll_image_start(&mut self, now: i64) -> Option<(u8, u64)> {
+        // The unit that has waited longest goes first (then the lowest id).
+        let due = |r: &Recovery<AnyRefill>| match r.snapshot_phase().0 {
+            SnapshotPhase::Wanted { not_before } if now >= not_before => Some(not_before),
+            _ => None,
+        };
+        let here = due(&self.recovery).map(|t| (t, self.core.cur));
+        let parked = self
+            .parked_recovery
+            .iter()
+            .enumerate()
+            .filter_map(|(ch, r)| Some((due(r.as_ref()?)?, ch as u8)));
+        let (_, ch) = parked.chain(here).min()?;
+        self.select(ch);
+        if !self.recovery.poll_snapshot_start(&mut self.core, now) {
+            return None;
+        }
+        Some((ch, self.core.channel.next_sequence()))
+    }
+
+    /// R5c: unit `unit`'s attempt failed: nothing of it is applied, the
+    /// unit's held datagrams are processed as without a spin (R1-R2) and
+    /// its next attempt waits for its pace.
+    pub fn on_image_failed(&mut self, unit: u8, why: SnapshotFailure, now: i64) {
+        self.select(unit);
+        if self.core.cur == unit {
+            self.recovery.snapshot_failed(&mut self.core, why, now);
+        }
+        self.image_ended(unit, now);
+    }
+
+    /// R5c: unit `unit`'s attempt got Login Response `B` (session in use):
+    /// as `on_image_failed`, but it does not count for the unit's pace; the
+    /// unit tries again when another attempt of the feed ends, or one
+    /// backoff after this attempt started.
+    pub fn on_image_session_in_use(&mut self, unit: u8, now: i64) {
+        self.select(unit);
+        if self.core.cur == unit {
+            self.recovery.snapshot_session_in_use(&mut self.core, now);
+        }
+    }
+
+    /// R5c: unit `unit`'s attempt ended at `now`: units refused with
+    /// session in use may try again.
+    fn image_ended(&mut self, unit: u8, now: i64) {
+        if self.core.cur != unit {
+            self.recovery.another_image_ended(now);
+        }
+        for (ch, r) in self.parked_recovery.iter_mut().enumerate() {
+            if ch != unit as usize {
+                if let Some(r) = r {
+                    r.another_image_ended(now);
+                }
+            }
+        }
+    }
+
+    /// R5c "On Spin Finished": unit `unit`'s spin arrived whole: `next` is
+    /// `S + 1`, `blocks` the spin's messages (each a u16 big-endian length
+    /// then the PITCH message, Length byte first), `now` the arrival of
+    /// Spin Finished. The end is checked (an implausible `S`, a session
+    /// change), the messages validated whole, then applied to that unit
+    /// only (its books, trading states, quotes, causes; `next = S + 1`,
+    /// held datagrams continue); or the attempt fails as
+    /// `on_image_failed` and nothing is applied.
+    pub fn on_image(
+        &mut self,
+        unit: u8,
+        next: u64,
+        blocks: &[u8],
+        now: i64,
+    ) -> Result<(), SnapshotFailure> {
+        self.select(unit);
+        if self.core.cur != unit {
+            return Err(SnapshotFailure::SessionChanged);
+        }
+        let out = self.on_snapshot(next, blocks, now);
+        self.image_ended(unit, now);
+        out
     }
 
     /// R4: the request to send now, if one fell due: the index of the
@@ -999,6 +1105,11 @@ impl<P: Publish> Deliver for Core<P> {
         self.image_wanted.take()
     }
 
+    fn before_resume(&mut self, datagram: &[u8], header: &Header, next: u64, now: i64) {
+        self.venue
+            .skipped_below(datagram, header.channel.sequence, next, now);
+    }
+
     #[inline]
     fn channel(&self) -> &Channel {
         &self.channel
@@ -1084,6 +1195,8 @@ impl<P: Publish> Core<P> {
         v.channel_source_ts = incoming.channel_source_ts;
         v.recovery = incoming.recovery;
         self.cur = ch;
+        // R5c: each unit has its own Spin Server, or none.
+        self.images = self.settings.recovery.images_on(ch);
         self.venue.select_channel(ch);
     }
 
@@ -1194,6 +1307,10 @@ impl<P: Publish> Core<P> {
     /// `messages` messages replaces every symbol's state, then the
     /// channel continues from `next`.
     fn apply_snapshot(&mut self, next: u64, blocks: &[u8], messages: usize, now: i64) {
+        if self.multi {
+            self.apply_unit_image(next, blocks, messages, now);
+            return;
+        }
         let quote_seq = next - 1;
         let ctx = self.ctx(now);
         // Step 1-2. Symbols are published before the feed's trust flags
@@ -1214,6 +1331,22 @@ impl<P: Publish> Core<P> {
         if latest != i64::MIN {
             self.view.channel_source_ts = latest;
         }
+        self.publish_view();
+        self.counters.live_orders = self.venue.live_orders();
+        // Step 3.
+        self.channel.set_next(next);
+    }
+
+    /// R5c "On Spin Finished" steps 1-2 and `next` of step 3, on the
+    /// selected unit only: the venue replaces its books and quotes its
+    /// symbols (`rebuild`), the unit's late-join and loss flags clear. Spin
+    /// messages give no clock sample (V5) and do not move the unit's
+    /// channel source time (V3).
+    fn apply_unit_image(&mut self, next: u64, blocks: &[u8], messages: usize, now: i64) {
+        self.with_venue_rules(now, |venue, rules| {
+            venue.rebuild(blocks, messages, next, rules)
+        });
+        self.view.flags &= !(FEED_TRUST_LATE_JOIN | FEED_TRUST_GAP);
         self.publish_view();
         self.counters.live_orders = self.venue.live_orders();
         // Step 3.
@@ -1412,6 +1545,10 @@ impl<P: Publish> Core<P> {
                 if let Some(t) = header.send_time.or(applied.max_ts) {
                     self.view.channel_source_ts = t;
                 }
+            }
+            if applied.image_wanted {
+                // R5c: a book error or a Unit Clear that removed orders.
+                self.want_image(now);
             }
             if applied.end_of_session {
                 // C6 signalled by a message, after the packet's others.
@@ -1632,6 +1769,7 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
             Count::UnitClear => c.unit_clears += 1,
             Count::PriceUnbookable => c.prices_unbookable += 1,
             Count::SnapshotIgnored => c.snapshots_ignored += 1,
+            Count::SpinWithoutStatus => c.spins_without_status += 1,
             Count::SymbolOverflow => c.symbols_overflow += 1,
         }
     }
@@ -1679,6 +1817,13 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
     fn forget_session(&mut self, slot: u32) {
         if let Some(st) = self.symbols.get_mut(slot as usize) {
             st.forget_session(self.ctx.session_epoch);
+            self.publish(slot);
+        }
+    }
+
+    fn reset_for_spin(&mut self, slot: u32) {
+        if let Some(st) = self.symbols.get_mut(slot as usize) {
+            st.reset_for_spin(&self.ctx);
             self.publish(slot);
         }
     }

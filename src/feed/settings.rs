@@ -2,7 +2,7 @@
 //! both map onto this). Plain data; validation of user input is the config
 //! module's job, the core only clamps values it cannot work with.
 
-pub use crate::venue::{VenueKind, VenueSettings};
+pub use crate::venue::{ChannelSet, VenueKind, VenueSettings};
 
 /// `full`: every Quote is the whole quote. `delta`: a Quote changes only
 /// the sides it flags (wire.md "Quote").
@@ -87,8 +87,11 @@ pub struct Recovery {
     /// address and login are the I/O shell's.
     pub snapshot: bool,
     /// R5: most bytes of datagrams held while a snapshot runs
-    /// (`snapshot.hold_mib`).
+    /// (`snapshot.hold_mib`; R5c: `spin.hold_mib`, per attempt).
     pub snapshot_hold_bytes: usize,
+    /// R5c (`cboe-pitch`): the units whose Spin Server `spin.servers`
+    /// names (addresses and login are the I/O shell's); empty: none.
+    pub spin_units: ChannelSet,
 }
 
 /// R2: `max_hole_ms`'s default.
@@ -111,6 +114,7 @@ impl Default for Recovery {
             max_hole_ms: DEFAULT_MAX_HOLE_MS,
             snapshot: false,
             snapshot_hold_bytes: DEFAULT_SNAPSHOT_HOLD_BYTES,
+            spin_units: ChannelSet::default(),
         }
     }
 }
@@ -119,7 +123,16 @@ impl Recovery {
     /// R1: with no hold time and no re-request server nothing is held and
     /// C3 applies as written.
     pub fn holds(&self) -> bool {
-        self.gap_hold_us > 0 || self.refill_servers() > 0 || self.snapshot
+        self.gap_hold_us > 0
+            || self.refill_servers() > 0
+            || self.snapshot
+            || !self.spin_units.is_empty()
+    }
+
+    /// Whether channel `ch` has an image server: the feed's snapshot (R5,
+    /// one channel), or the unit's Spin Server (R5c).
+    pub fn images_on(&self, ch: u8) -> bool {
+        self.snapshot || self.spin_units.contains(ch)
     }
 
     /// The servers a hole may be refilled from (R4: the `rerequest`

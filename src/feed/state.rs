@@ -604,6 +604,14 @@ impl SymbolState {
         }
     }
 
+    /// recovery.md R5c step 2: a spin of the symbol's unit makes its book
+    /// whole again: no cause (the spin's own messages may give one back).
+    /// Its trading state and quote stay until the spin sets them.
+    pub fn reset_for_spin(&mut self, ctx: &Ctx) {
+        self.catch_up(ctx);
+        self.set_cause(SuspectCause::None);
+    }
+
     /// V2: halt source `source` (a bit) says halted or not. Returns whether
     /// the view changed.
     pub fn set_halt(&mut self, source: u8, halted: bool, ctx: &Ctx) -> bool {

@@ -60,3 +60,13 @@ impl ChannelSet {
         })
     }
 }
+
+impl FromIterator<u8> for ChannelSet {
+    fn from_iter<I: IntoIterator<Item = u8>>(ids: I) -> ChannelSet {
+        let mut set = ChannelSet::default();
+        for id in ids {
+            set.insert(id);
+        }
+        set
+    }
+}

@@ -209,6 +209,10 @@ pub struct Applied {
     /// C6 signalled by a message (IEX System Event `C`), to be applied
     /// after the packet's other messages.
     pub end_of_session: bool,
+    /// The channel's books can no longer be trusted until an image
+    /// (recovery.md R5c: a book error or a Unit Clear that removed live
+    /// orders): the feed wants one where the channel has an image server.
+    pub image_wanted: bool,
 }
 
 impl Default for Applied {
@@ -218,6 +222,7 @@ impl Default for Applied {
             samples: 0,
             max_ts: None,
             end_of_session: false,
+            image_wanted: false,
         }
     }
 }
@@ -263,6 +268,9 @@ pub enum Count {
     /// cme-mdp3: a snapshot not used (its instrument does not wait, or the
     /// snapshot does not cover what was lost or reset).
     SnapshotIgnored,
+    /// cboe-pitch (recovery.md R5c): a spin applied without any Trading
+    /// Status.
+    SpinWithoutStatus,
     /// cme-mdp3: a new instrument that the full table cannot hold (counted
     /// once per SecurityID, as `symbols_overflow`).
     SymbolOverflow,
@@ -454,6 +462,9 @@ pub trait Rules {
     /// `slot`'s book can no longer be trusted: suspect `gap` unless it
     /// already has a cause, until a snapshot.
     fn suspect_book(&mut self, _slot: u32) {}
+    /// recovery.md R5c step 2: a spin rebuilt the book of `slot`'s unit:
+    /// its cause is cleared (trading state and quote are the spin's to set).
+    fn reset_for_spin(&mut self, _slot: u32) {}
     /// `slot`'s `last_seq`, if it has one this session.
     fn sequence(&self, _slot: u32) -> Option<u64> {
         None
@@ -653,6 +664,13 @@ pub trait Venue {
     fn peek_symbol(&self, _datagram: &[u8]) -> Option<Symbol> {
         None
     }
+
+    /// recovery.md R5c step 3: a datagram of the selected channel whose
+    /// messages from `first` below `next` an image already reflects (they
+    /// are skipped): they may still set the channel's time base, at
+    /// `now`. Nothing by default.
+    #[inline]
+    fn skipped_below(&mut self, _datagram: &[u8], _first: u64, _next: u64, _now: i64) {}
 
     /// recovery.md R5: checks a snapshot's messages (see `rebuild`)
     /// without changing anything; returns how many there are.
@@ -921,6 +939,10 @@ impl Venue for AnyVenue {
 
     fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
         each_venue!(self, v => v.validate_snapshot(blocks))
+    }
+
+    fn skipped_below(&mut self, datagram: &[u8], first: u64, next: u64, now: i64) {
+        each_venue!(self, v => v.skipped_below(datagram, first, next, now))
     }
 
     fn rebuild<R: Rules>(

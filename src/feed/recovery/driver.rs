@@ -39,6 +39,10 @@ pub trait Deliver {
     /// R5: when the rules last wanted an image (a late join, a lost hole)
     /// since the last call.
     fn take_image_wanted(&mut self) -> Option<i64>;
+    /// R5c step 3: a held datagram about to be processed after an image
+    /// applied up to `next`: what of it is below `next` is skipped, but
+    /// may still set the channel's time base. Nothing by default.
+    fn before_resume(&mut self, _datagram: &[u8], _header: &Header, _next: u64, _now: i64) {}
     fn channel(&self) -> &Channel;
     fn counters(&mut self) -> &mut FeedCounters;
     /// R6: the recovery state readers see (`FeedView::recovery`).
@@ -105,6 +109,12 @@ impl<C: RefillCodec> Recovery<C> {
             open_now: !self.hold.is_empty(),
             ..self.holes
         }
+    }
+
+    /// R5c: whether this channel (a unit) has an image server of its own;
+    /// set when its machines are made.
+    pub fn set_image_enabled(&mut self, enabled: bool) {
+        self.image.set_enabled(enabled);
     }
 
     /// Datagrams held now.
@@ -261,6 +271,15 @@ impl<C: RefillCodec> Recovery<C> {
         (self.image.phase(), self.image.last_failure())
     }
 
+    /// R5c: an image the rules wanted while the datagram took the steady
+    /// path (a book error, a Unit Clear) is taken up.
+    pub fn take_image_wanted<D: Deliver>(&mut self, d: &mut D) {
+        if let Some(t) = d.take_image_wanted() {
+            self.image.want(t);
+            self.refresh_view(d);
+        }
+    }
+
     /// R5: whether an attempt starts now.
     pub fn poll_snapshot_start<D: Deliver>(&mut self, d: &mut D, now: i64) -> bool {
         if !self.image.poll_start(now, &mut d.counters().recovery) {
@@ -279,6 +298,21 @@ impl<C: RefillCodec> Recovery<C> {
         }
         self.resume_after_snapshot(d, None, now);
         self.refresh_view(d);
+    }
+
+    /// R5c: the attempt was refused with session in use: nothing of it is
+    /// applied, and it does not count for the pace (`Image::session_in_use`).
+    pub fn snapshot_session_in_use<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        if !self.image.session_in_use(now, &mut d.counters().recovery) {
+            return;
+        }
+        self.resume_after_snapshot(d, None, now);
+        self.refresh_view(d);
+    }
+
+    /// R5c: another channel's attempt ended at `now`.
+    pub fn another_image_ended(&mut self, now: i64) {
+        self.image.another_ended(now);
     }
 
     /// R5: whether an image ending at `next` (End of Snapshot) may be
@@ -331,6 +365,9 @@ impl<C: RefillCodec> Recovery<C> {
     /// 3), else the earliest held arrival. The hold then gives back what
     /// the attempt grew (R5: its buffers are released).
     fn resume_after_snapshot<D: Deliver>(&mut self, d: &mut D, end_at: Option<i64>, now: i64) {
+        if end_at.is_some() {
+            self.release_after_image(d, now);
+        }
         self.release(d, now);
         if self.hold.is_empty() {
             self.close_hole(d, now);
@@ -619,6 +656,26 @@ impl<C: RefillCodec> Recovery<C> {
         }
         self.scratch = bytes;
         any
+    }
+
+    /// R5c step 3: the held datagrams that reach below the image's `next`
+    /// (the spin reflects what is below), each shown to the rules first
+    /// (`Deliver::before_resume`: the skipped part still sets the time
+    /// base), then processed (C2 skips what is below `next`).
+    fn release_after_image<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        let mut bytes = std::mem::take(&mut self.scratch);
+        loop {
+            let next = d.channel().next_sequence();
+            if self.hold.first().is_none_or(|h| h.sequence() >= next) {
+                break;
+            }
+            let Some(held) = self.hold.pop_continuing(next, false, &mut bytes) else {
+                break;
+            };
+            d.before_resume(&bytes, &held.header, next, now);
+            self.process(d, held.source, &bytes, &held.header, now);
+        }
+        self.scratch = bytes;
     }
 
     /// R2: the first hole is lost: its first held datagram goes through C3

@@ -123,6 +123,13 @@ pub struct Image {
     last_failure: Option<SnapshotFailure>,
     /// `snapshot.hold_mib`, in bytes.
     hold_bytes: usize,
+    /// The backoff and earliest next start before the running attempt
+    /// started (R5c: an attempt refused with session in use does not
+    /// count for the pace).
+    before_start: (i64, i64),
+    /// R5c: refused with session in use: the next attempt may start as
+    /// soon as another attempt of the feed ends.
+    after_another: bool,
 }
 
 impl Image {
@@ -135,7 +142,15 @@ impl Image {
             idle_since: None,
             last_failure: None,
             hold_bytes,
+            before_start: (SNAPSHOT_BACKOFF_MIN_NS, i64::MIN),
+            after_another: false,
         }
+    }
+
+    /// Whether the channel has an image server (R5c: a unit's is its
+    /// own), set when the channel's machines are made.
+    pub fn set_enabled(&mut self, enabled: bool) {
+        self.enabled = enabled;
     }
 
     #[inline]
@@ -182,6 +197,8 @@ impl Image {
         match self.phase {
             SnapshotPhase::Wanted { not_before } if now >= not_before => {
                 self.phase = SnapshotPhase::Running { since: now };
+                self.before_start = (self.backoff_ns, self.earliest_next);
+                self.after_another = false;
                 // Pace: the next attempt, whatever ends this one, waits
                 // the backoff from this start.
                 self.earliest_next = now.saturating_add(self.backoff_ns);
@@ -210,6 +227,38 @@ impl Image {
             not_before: now.max(self.earliest_next),
         };
         true
+    }
+
+    /// R5c: the running attempt was refused with session in use (Login
+    /// Response `B`): counted as a refused login, but not for the pace:
+    /// the backoff is as before the attempt, and the next starts when
+    /// another attempt of the feed ends (`another_ended`), or at the
+    /// latest one backoff after this one started (`false`: none running).
+    pub fn session_in_use(&mut self, now: i64, counters: &mut RecoveryCounters) -> bool {
+        let SnapshotPhase::Running { since } = self.phase else {
+            return false;
+        };
+        let why = SnapshotFailure::LoginRejected;
+        counters.snapshots_failed[why.index()] += 1;
+        self.last_failure = Some(why);
+        (self.backoff_ns, self.earliest_next) = self.before_start;
+        self.phase = SnapshotPhase::Wanted {
+            not_before: now.max(since.saturating_add(self.backoff_ns)),
+        };
+        self.after_another = true;
+        true
+    }
+
+    /// R5c: another attempt of the feed ended at `now`: one that waits for
+    /// that (refused with session in use) may start now.
+    pub fn another_ended(&mut self, now: i64) {
+        if let SnapshotPhase::Wanted { not_before } = self.phase {
+            if std::mem::take(&mut self.after_another) {
+                self.phase = SnapshotPhase::Wanted {
+                    not_before: not_before.min(now.max(self.earliest_next)),
+                };
+            }
+        }
     }
 
     /// R5: the running attempt's image was applied at `now`. Pace: the

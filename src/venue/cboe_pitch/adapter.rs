@@ -31,7 +31,8 @@ use super::units::{Membership, UnitSet};
 use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
 use crate::venue::nasdaq_itch::messages::Side as BookSide;
 use crate::venue::{
-    Applied, ChannelHeader, Count, DatagramError, Header, LineKind, Placement, Policy, Rules, Venue,
+    Applied, ChannelHeader, Count, DatagramError, Header, LineKind, Placement, Policy, Rules,
+    SnapshotError, Venue,
 };
 use crate::wire::{PacketKind, SessionId, Side};
 
@@ -146,6 +147,10 @@ pub struct CboePitch {
     dirty: Vec<u16>,
     /// Messages applied, by type byte.
     types: Box<[u64; 256]>,
+    /// recovery.md R5c "When": the packet being applied made the unit's
+    /// books untrustworthy (a bad side, a duplicate order id, a Unit
+    /// Clear that removed live orders): a spin is wanted.
+    want_spin: bool,
 }
 
 /// The synthetic session id of a unit's `n`th session: `U001S00001`.
@@ -197,6 +202,7 @@ impl CboePitch {
             members: Membership::new(0),
             dirty: Vec::with_capacity(LOCATES),
             types: Box::new([0; 256]),
+            want_spin: false,
         }
     }
 
@@ -256,6 +262,7 @@ impl CboePitch {
     fn unit_clear<R: Rules>(&mut self, seq: u64, ts: i64, rules: &mut R) {
         rules.count(Count::UnitClear);
         if self.u().books.live_orders() > 0 {
+            self.want_spin = true;
             // No message says when the book that follows is whole: the
             // unit's symbols are suspect `gap` until its next session.
             for slot in self.members.members(self.cur) {
@@ -342,6 +349,7 @@ impl CboePitch {
             _ => {
                 // Not placed; the book misses an order until the next
                 // session (or a spin).
+                self.want_spin = true;
                 rules.count(Count::BookError);
                 if let Some(slot) = slot {
                     rules.suspect_gap(slot);
@@ -358,6 +366,7 @@ impl CboePitch {
             u.books.delete_found(found);
             let old_slot = u.book_state[old as usize].slot;
             self.touched(old, before, seq, ts);
+            self.want_spin = true;
             rules.count(Count::BookError);
             rules.suspect_gap(old_slot);
             if let Some(slot) = slot {
@@ -401,6 +410,63 @@ impl CboePitch {
             // Zero shares and a live id were handled above.
             Err(_) => {}
         }
+    }
+
+    /// Applies one decoded message of the selected unit, stamped `seq` and
+    /// `ts`; `true` for End of Session (the caller ends the session after
+    /// the packet's other messages).
+    #[inline]
+    fn on_message<R: Rules>(&mut self, msg: Message, seq: u64, ts: i64, rules: &mut R) -> bool {
+        match msg {
+            Message::Time { .. } => {}
+            Message::UnitClear { .. } => self.unit_clear(seq, ts, rules),
+            Message::AddOrder {
+                order_id,
+                side,
+                shares,
+                symbol,
+                price,
+                ..
+            } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
+            Message::OrderExecuted { .. }
+            | Message::ExecutedAtPriceSize { .. }
+            | Message::ReduceSize { .. }
+            | Message::ModifyOrder { .. }
+            | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
+            Message::Trade { symbol, .. } => {
+                self.carry(symbol, rules);
+            }
+            Message::TradingStatus { symbol, status, .. } => {
+                let Some(slot) = self.carry(symbol, rules) else {
+                    return false;
+                };
+                // V2: T trading; H, Q, S, A halted; others change nothing.
+                match status {
+                    b'T' => rules.set_halt(slot, HALT_TRADING_STATUS, false),
+                    b'H' | b'Q' | b'S' | b'A' => rules.set_halt(slot, HALT_TRADING_STATUS, true),
+                    _ => {}
+                }
+            }
+            Message::EndOfSession { .. } => return true,
+            Message::TradeBreak { .. }
+            | Message::AuctionUpdate { .. }
+            | Message::AuctionSummary { .. }
+            | Message::RetailPriceImprovement { .. } => {}
+        }
+        false
+    }
+
+    /// Live orders of the units other than the selected one
+    /// (`max_orders` counts the whole feed), before applying messages.
+    fn count_others_live(&mut self) {
+        let cur = self.cur;
+        self.others_live = self
+            .heard
+            .iter()
+            .filter(|&&u| u != cur)
+            .filter_map(|&u| self.units[u as usize].as_deref())
+            .map(|u| u.books.live_orders())
+            .sum();
     }
 
     /// V1 after each packet: a book whose best changed over the packet
@@ -594,14 +660,8 @@ impl Venue for CboePitch {
             return out;
         };
         let first = header.channel.sequence;
-        let cur = self.cur;
-        self.others_live = self
-            .heard
-            .iter()
-            .filter(|&&u| u != cur)
-            .filter_map(|&u| self.units[u as usize].as_deref())
-            .map(|u| u.books.live_orders())
-            .sum();
+        self.count_others_live();
+        self.want_spin = false;
         // New York midnight of the arrival date, for untimed messages:
         // computed once a packet, when needed.
         let mut untimed: Option<i64> = None;
@@ -628,46 +688,12 @@ impl Venue for CboePitch {
                 }
                 None => *untimed.get_or_insert_with(|| clock.untimed_ts(now)),
             };
-            match msg {
-                Message::Time { .. } => {}
-                Message::UnitClear { .. } => self.unit_clear(seq, ts, rules),
-                Message::AddOrder {
-                    order_id,
-                    side,
-                    shares,
-                    symbol,
-                    price,
-                    ..
-                } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
-                Message::OrderExecuted { .. }
-                | Message::ExecutedAtPriceSize { .. }
-                | Message::ReduceSize { .. }
-                | Message::ModifyOrder { .. }
-                | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
-                Message::Trade { symbol, .. } => {
-                    self.carry(symbol, rules);
-                }
-                Message::TradingStatus { symbol, status, .. } => {
-                    let Some(slot) = self.carry(symbol, rules) else {
-                        continue;
-                    };
-                    // V2: T trading; H, Q, S, A halted; others change nothing.
-                    match status {
-                        b'T' => rules.set_halt(slot, HALT_TRADING_STATUS, false),
-                        b'H' | b'Q' | b'S' | b'A' => {
-                            rules.set_halt(slot, HALT_TRADING_STATUS, true)
-                        }
-                        _ => {}
-                    }
-                }
-                Message::EndOfSession { .. } => ended = true,
-                Message::TradeBreak { .. }
-                | Message::AuctionUpdate { .. }
-                | Message::AuctionSummary { .. }
-                | Message::RetailPriceImprovement { .. } => {}
+            if self.on_message(msg, seq, ts, rules) {
+                ended = true;
             }
         }
         self.publish(rules);
+        out.image_wanted = std::mem::take(&mut self.want_spin);
         if ended {
             // C6 after the packet's other messages (the engine), and the
             // unit's session rules learn that it ended.
@@ -677,6 +703,147 @@ impl Venue for CboePitch {
             self.members.end_session(self.cur);
         }
         out
+    }
+
+    /// recovery.md R5c step 3: held messages up to `S` are skipped, since
+    /// the spin reflects them, but their Time messages still set the
+    /// unit's Time base.
+    fn skipped_below(&mut self, datagram: &[u8], first: u64, next: u64, now: i64) {
+        let Some(h) = UnitHeader::read(datagram) else {
+            return;
+        };
+        let msgs = Messages::over(&datagram[HEADER_LEN..], h.count);
+        for (i, block) in msgs.enumerate() {
+            if first.saturating_add(i as u64) >= next {
+                break;
+            }
+            if let Ok(Message::Time { seconds }) = messages::decode(block) {
+                self.u().clock.on_time(seconds, now);
+            }
+        }
+    }
+
+    /// recovery.md R5c step 5: a spin's messages (each a u16 big-endian
+    /// length, then the PITCH message, Length byte first and equal to
+    /// that length), checked whole as a datagram's are: a known type must
+    /// decode; an unknown one is skipped by its Length.
+    fn validate_snapshot(&self, blocks: &[u8]) -> Result<usize, SnapshotError> {
+        let mut count = 0usize;
+        let mut at = 0usize;
+        while at < blocks.len() {
+            let bad = SnapshotError::Malformed { index: count };
+            let len = match blocks.get(at..at + 2) {
+                Some(b) => u16::from_be_bytes([b[0], b[1]]) as usize,
+                None => return Err(bad),
+            };
+            let Some(msg) = blocks.get(at + 2..at + 2 + len) else {
+                return Err(bad);
+            };
+            if msg.len() < 2 || msg[0] as usize != len {
+                return Err(bad);
+            }
+            match messages::decode(msg) {
+                Ok(_) | Err(messages::DecodeError::UnknownType { .. }) => {}
+                Err(_) => return Err(bad),
+            }
+            count += 1;
+            at += 2 + len;
+        }
+        Ok(count)
+    }
+
+    /// recovery.md R5c "On Spin Finished" steps 1-2, on the selected unit
+    /// only: its symbols lose their causes, its books are emptied and the
+    /// spin's messages applied to them in order with the spin's own clock
+    /// (untimed before its first Time; the unit's clock is left as it
+    /// was), then every symbol of the unit, and every one the spin named,
+    /// takes its book's best with `seq = S` (`next - 1`) and `source_ts` =
+    /// the latest timed message (New York midnight when none). Returns
+    /// that latest time (`i64::MIN`: no timed message).
+    fn rebuild<R: Rules>(&mut self, blocks: &[u8], _count: usize, next: u64, rules: &mut R) -> i64 {
+        let now = rules.now();
+        let seq = next.saturating_sub(1);
+        let cur = self.cur;
+        // Step 2: causes go first, so that the spin's own book errors give
+        // theirs back.
+        let before: Vec<u32> = self.members.members(cur).collect();
+        for &slot in &before {
+            rules.reset_for_spin(slot);
+        }
+        // Step 1: the unit's books alone are replaced.
+        self.count_others_live();
+        self.u().reset_books();
+        self.dirty.clear();
+        let unit_clock = std::mem::take(&mut self.u().clock);
+        let mut latest = i64::MIN;
+        let mut statuses = 0usize;
+        let mut at = 0usize;
+        while at + 2 <= blocks.len() {
+            let len = u16::from_be_bytes([blocks[at], blocks[at + 1]]) as usize;
+            let Some(block) = blocks.get(at + 2..at + 2 + len) else {
+                break;
+            };
+            at += 2 + len;
+            let Ok(msg) = messages::decode(block) else {
+                rules.count(Count::UnknownMessage);
+                continue;
+            };
+            let clock = &mut self.u().clock;
+            let timed = match msg {
+                Message::Time { seconds } => clock.on_time(seconds, now),
+                _ => clock.stamp(msg.time_offset().unwrap_or(0)),
+            };
+            // R5c step 5: no clock sample, no V3 move: the time only
+            // stamps the quotes.
+            let ts = match timed {
+                Some(t) => {
+                    latest = latest.max(t);
+                    t
+                }
+                None => clock.untimed_ts(now),
+            };
+            if matches!(msg, Message::TradingStatus { .. }) {
+                statuses += 1;
+            }
+            // An End of Session in a spin is no session event.
+            self.on_message(msg, seq, ts, rules);
+        }
+        let u = self.units[cur as usize].as_deref_mut().expect("selected");
+        let ts = if latest == i64::MIN {
+            u.clock.untimed_ts(now)
+        } else {
+            latest
+        };
+        u.clock = unit_clock;
+        if statuses == 0 {
+            // R5c: a halt that began before the join stays unknown.
+            rules.count(Count::SpinWithoutStatus);
+        }
+        // A book error of the spin's own messages leaves its `gap` cause;
+        // the next spin comes when something else wants one.
+        self.want_spin = false;
+        // The spin's changes are quoted once, below.
+        for &book in &self.dirty {
+            u.book_state[book as usize].dirty = false;
+        }
+        self.dirty.clear();
+        let mut slots: Vec<u32> = self.members.members(cur).collect();
+        slots.extend(before);
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let book = u.book_of.get(slot as usize).copied().unwrap_or(NO_BOOK);
+            let (bid, ask) = if book == NO_BOOK {
+                (None, None)
+            } else {
+                let b = book as u16;
+                u.book_state[b as usize].published = u.books.best_key(b);
+                let best = u.books.best(b);
+                (quote_side(best.bid), quote_side(best.ask))
+            };
+            rules.venue_quote(slot, seq, ts, bid, ask);
+        }
+        latest
     }
 
     fn live_orders(&self) -> u64 {
