@@ -469,10 +469,11 @@ fn the_itch_demo_rebuilds_its_books_from_glimpse() {
     );
 }
 
-/// `tickgate demo --venue cboe-pitch` (recovery.md R4c): packets lost on
-/// both lines are asked of the simulated Gap Request Proxy and filled from
-/// the gap line: holes open and every one is filled, nothing is lost, and
-/// every stock ends OK.
+/// `tickgate demo --venue cboe-pitch` (recovery.md R4c, R5c): the daemon
+/// joins the three units late, so no stock is OK at first; each unit's
+/// spin rebuilds its books; packets lost on both lines are asked of the
+/// simulated Gap Request Proxy and filled from the gap line: nothing is
+/// lost, and every stock ends OK.
 #[test]
 fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
     let _serial = serial();
@@ -495,7 +496,9 @@ fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     let status: Vec<&str> = text.lines().filter(|l| l.contains("s  ok=")).collect();
+    assert!(status[0].contains(" ok=0 "), "joined late: {text}");
     let last = status.last().unwrap();
+    assert!(last.contains(" spins=3 (failed 0) "), "{text}");
     // A line printed while a hole is open answers `recovering` for every
     // stock (the daemon's gate folds the units, docs/venues.md): one of
     // the last three is printed between holes.

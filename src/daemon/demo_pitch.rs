@@ -1,10 +1,14 @@
-//! `tickgate demo --venue cboe-pitch`: recovery.md R4c shown live. A
-//! simulated Cboe PITCH provider with three units sends on lines A and B
-//! and answers Gap Requests on its gap line G through a Gap Request Proxy
-//! on loopback. Every so many data packets it loses one on both lines: the
-//! unit it belongs to holds, asks the proxy, and fills the hole from the
-//! gap line, while the other units go on. The status line shows the
-//! symbols by cause, the holes and the proxy's counters.
+//! `tickgate demo --venue cboe-pitch`: recovery.md R4c and R5c shown live.
+//! A simulated Cboe PITCH provider with three units sends on lines A and B,
+//! answers Gap Requests on its gap line G through a Gap Request Proxy, and
+//! runs a Spin Server per unit, all on loopback. The daemon joins two
+//! seconds into the session (a late join: every unit's symbols answer
+//! `no_snapshot`, or `unknown_symbol` before a message names them); each
+//! unit is rebuilt by a spin and its symbols turn OK. Every so many data
+//! packets the provider loses one on both lines: the unit it belongs to
+//! holds, asks the proxy, and fills the hole from the gap line. The status
+//! line shows the symbols by cause, the spins, the holes and the proxy's
+//! counters.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +17,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{FeedConfig, FeedMode, GrpConfig, InterfaceSpec, LineConfig, Liveness};
+use crate::config::{
+    FeedConfig, FeedMode, GrpConfig, InterfaceSpec, LineConfig, Liveness, SpinConfig,
+};
 use crate::net::receiver::realtime_ns;
 use crate::sim::live::{McastSender, SenderOptions};
-use crate::sim::servers::{GrpOptions, GrpServer, PitchHistory};
+use crate::sim::servers::{
+    GrpOptions, GrpServer, PitchHistory, SpinOptions, SpinServer, SpinSource,
+};
 use crate::sim::simulate::{SimConfig, SimLine, Simulator};
 use crate::sim::venue_sim::venue_symbol;
 use crate::venue::cboe_pitch::session::Login;
@@ -36,6 +44,8 @@ const ORDERS: usize = 3_000;
 /// Every so many data packets the provider loses one on both lines: the
 /// unit's hole is filled from the gap line (R4c).
 const DROP_BOTH_EVERY: u64 = 1_500;
+/// The daemon starts this long after the provider's session began.
+const LATE_BY: Duration = Duration::from_secs(2);
 
 pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
     let (dir, port) = match demo_dir_and_port(&args, "239.255.78.1/.2/.3")? {
@@ -86,6 +96,26 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         GrpOptions::new(login, group(3)),
     )
     .context("starting the provider's Gap Request Proxy")?;
+    let mut spins = Vec::new();
+    for unit in 1..=UNITS as u8 {
+        let source: SpinSource = {
+            let sim = Arc::clone(&sim);
+            Arc::new(move || {
+                sim.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .spin_image(unit)
+            })
+        };
+        let server = SpinServer::spawn(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            source,
+            SpinOptions::new(login),
+        )
+        .with_context(|| format!("starting the provider's Spin Server of unit {unit}"))?;
+        spins.push((unit, server));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = spawn_sim_sender(Arc::clone(&sim), Arc::clone(&stop), "demo-pitch-provider")?;
 
     println!(
         "tickgate demo (cboe-pitch): a simulated Cboe PITCH provider on 239.255.78.1/.2:{port} (loopback), {UNITS} units, {SYMBOLS} stocks, about {ORDERS} live orders;"
@@ -94,6 +124,11 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         "  its Gap Request Proxy on {} answers on the gap line 239.255.78.3:{port}; one data packet in {DROP_BOTH_EVERY} is lost on both lines, and its unit fills the hole from the gap line (docs/recovery.md).",
         grp.local_addr()
     );
+    println!(
+        "  a Spin Server per unit; the daemon starts {} s after the session began: each unit is a late join (no_snapshot) until its spin rebuilds its books.",
+        LATE_BY.as_secs()
+    );
+    std::thread::sleep(LATE_BY);
 
     let mut feed = FeedConfig::new("pitch", FeedMode::Full);
     feed.venue = VenueKind::CboePitch;
@@ -104,6 +139,12 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         address: grp.local_addr(),
         login,
         max_count: crate::config::DEFAULT_GRP_MAX_COUNT,
+    });
+    feed.spin = Some(SpinConfig {
+        login,
+        servers: spins.iter().map(|(u, s)| (*u, s.local_addr())).collect(),
+        hold_mib: crate::config::DEFAULT_SNAPSHOT_HOLD_MIB,
+        max_mib: crate::config::DEFAULT_SNAPSHOT_MAX_MIB,
     });
     for (name, last, kind) in [
         ("A", 1u8, LineKind::Incremental),
@@ -121,14 +162,10 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         });
     }
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
-    let stop = Arc::new(AtomicBool::new(false));
-    // The daemon joins first, so that every unit is followed from its
-    // first sequence (a late join would need the Spin Servers).
     let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,
         Err(code) => return Ok(code),
     };
-    let sender = spawn_sim_sender(Arc::clone(&sim), Arc::clone(&stop), "demo-pitch-provider")?;
     let socket = dir.join("gate.sock");
     println!("  gate socket: {}", socket.display());
     println!("  from another terminal:");
@@ -143,6 +180,8 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
     println!("  Ctrl-C stops.");
     let started = realtime_ns();
     let mut out = Vec::new();
+    // The moment the daemon joined: no unit rebuilt yet.
+    println!("{}", status_line(&daemon, started, 0, &mut out));
     let tick = Box::new(move |d: &Daemon| {
         let now = realtime_ns();
         println!(
@@ -156,6 +195,9 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
     });
     stop.store(true, Ordering::Relaxed);
     grp.stop();
+    for (_, s) in spins {
+        s.stop();
+    }
     join_provider(code, sender)
 }
 
@@ -170,7 +212,7 @@ fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
         .join(", ");
     let s = d.metrics().feeds[0].stats.load();
     format!(
-        "{secs:>4}s  ok={ok} reject={}{} | live_orders={} msgs_lost={} holes={} (filled {}, lost {}) gap_requests={} gap_responses={} grp_logged_in={}",
+        "{secs:>4}s  ok={ok} reject={}{} | live_orders={} spins={} (failed {}) msgs_lost={} holes={} (filled {}, lost {}) gap_requests={} gap_responses={} grp_logged_in={}",
         SYMBOLS - ok,
         if rejects.is_empty() {
             String::new()
@@ -178,6 +220,8 @@ fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
             format!(" [{rejects}]")
         },
         s.live_orders,
+        s.snapshots_applied_r5,
+        s.snapshots_failed,
         s.channel_messages_lost,
         s.holes_opened,
         s.holes_filled,
