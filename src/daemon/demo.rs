@@ -386,6 +386,68 @@ pub fn demo_config(
     with_demo_services(&args.dir, metrics, feed, fills)
 }
 
+/// The lines of a simulator-driven demo's feed (`demo_itch`, `demo_cme`,
+/// `demo_pitch`): each `(name, last byte, kind)` on group
+/// 239.255.`third`.`last`, port `port`, received on loopback.
+pub(super) fn loopback_lines(
+    third: u8,
+    port: u16,
+    lines: impl IntoIterator<Item = (&'static str, u8, crate::venue::LineKind)>,
+) -> Vec<LineConfig> {
+    lines
+        .into_iter()
+        .map(|(name, last, kind)| LineConfig {
+            name: name.to_string(),
+            group: Ipv4Addr::new(239, 255, third, last),
+            port,
+            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
+            source: None,
+            rcvbuf: None,
+            kind,
+        })
+        .collect()
+}
+
+/// Where to reach a simulator-driven demo's daemon: its gate socket in
+/// `dir`, a check of `symbol` to try from another terminal, its metrics.
+pub(super) fn print_demo_access(daemon: &Daemon, dir: &Path, symbol: &str) {
+    let socket = dir.join("gate.sock");
+    println!("  gate socket: {}", socket.display());
+    println!("  from another terminal:");
+    println!(
+        "    TICKGATE_SOCKET={} tickgate check {symbol}",
+        socket.display()
+    );
+    if let Some(addr) = daemon.metrics_addr() {
+        println!("  metrics: http://{addr}/metrics");
+    }
+    println!("  Ctrl-C stops.");
+}
+
+/// Runs a simulator-driven demo's daemon until Ctrl-C or `--seconds`,
+/// printing `status_line(daemon, now, seconds since the join, scratch)` as
+/// it joins and then once a second; the daemon's exit code.
+pub(super) fn run_with_status_each_second(
+    daemon: Daemon,
+    args: &DemoArgs,
+    mut status_line: impl FnMut(&Daemon, i64, i64, &mut Vec<u8>) -> String,
+) -> i32 {
+    let started = realtime_ns();
+    let mut out = Vec::new();
+    println!("{}", status_line(&daemon, started, 0, &mut out));
+    let tick = Box::new(move |d: &Daemon| {
+        let now = realtime_ns();
+        println!(
+            "{}",
+            status_line(d, now, (now - started) / 1_000_000_000, &mut out)
+        );
+    });
+    daemon.run(RunOptions {
+        on_tick: Some((Duration::from_secs(1), tick)),
+        stop_after: args.seconds.map(Duration::from_secs),
+    })
+}
+
 /// A demo's config around its one feed: the gate socket and the shared
 /// state file in `dir`, metrics on `metrics`, warnings only in the log.
 pub(super) fn with_demo_services(

@@ -16,15 +16,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness};
+use crate::config::{FeedConfig, FeedMode, Liveness};
 use crate::net::receiver::realtime_ns;
 use crate::sim::cme_flow::instrument_name;
 use crate::sim::simulate::{SimConfig, SimLine, Simulator};
 use crate::venue::{LineKind, VenueKind};
 
 use super::demo::{
-    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
-    verdicts_by_cause, with_demo_services, DemoArgs,
+    demo_dir_and_port, free_or_ephemeral, join_provider, loopback_lines, spawn_sim_sender,
+    start_demo_daemon, verdicts_by_cause, with_demo_services, DemoArgs,
 };
 use super::{Daemon, RunOptions};
 
@@ -106,17 +106,13 @@ pub fn demo_cme_main(args: DemoArgs) -> anyhow::Result<i32> {
     feed.liveness = Liveness::Channel;
     feed.stale_ms = crate::config::DEFAULT_VENUE_STALE_MS;
     feed.gap_hold_us = crate::config::DEFAULT_VENUE_GAP_HOLD_US;
-    for &(name, last, kind, _) in &lines {
-        feed.lines.push(LineConfig {
-            name: name.to_string(),
-            group: Ipv4Addr::new(239, 255, 77, last),
-            port,
-            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
-            source: None,
-            rcvbuf: None,
-            kind,
-        });
-    }
+    feed.lines = loopback_lines(
+        77,
+        port,
+        lines
+            .iter()
+            .map(|&(name, last, kind, _)| (name, last, kind)),
+    );
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
     let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,

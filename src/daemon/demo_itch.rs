@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{FeedConfig, FeedMode, InterfaceSpec, LineConfig, Liveness, SnapshotConfig};
+use crate::config::{FeedConfig, FeedMode, Liveness, SnapshotConfig};
 use crate::net::receiver::realtime_ns;
 use crate::sim::servers::{
     GlimpseOptions, GlimpseServer, History, RerequestOptions, RerequestServer, SnapshotSource,
@@ -23,10 +23,11 @@ use crate::sim::venue_sim::venue_symbol;
 use crate::venue::VenueKind;
 
 use super::demo::{
-    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
-    verdicts_by_cause, with_demo_services, DemoArgs,
+    demo_dir_and_port, free_or_ephemeral, join_provider, loopback_lines, print_demo_access,
+    run_with_status_each_second, spawn_sim_sender, start_demo_daemon, verdicts_by_cause,
+    with_demo_services, DemoArgs,
 };
-use super::{Daemon, RunOptions};
+use super::Daemon;
 
 /// Stocks the provider quotes, and the live orders it keeps around.
 const SYMBOLS: usize = 8;
@@ -130,49 +131,19 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
         hold_mib: crate::config::DEFAULT_SNAPSHOT_HOLD_MIB,
         max_mib: crate::config::DEFAULT_SNAPSHOT_MAX_MIB,
     });
-    for (name, last) in [("A", 1u8), ("B", 2)] {
-        feed.lines.push(LineConfig {
-            name: name.to_string(),
-            group: Ipv4Addr::new(239, 255, 77, last),
-            port,
-            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
-            source: None,
-            rcvbuf: None,
-            kind: Default::default(),
-        });
-    }
+    feed.lines = loopback_lines(
+        77,
+        port,
+        [("A", 1, Default::default()), ("B", 2, Default::default())],
+    );
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
     let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,
         Err(code) => return Ok(code),
     };
-    let socket = dir.join("gate.sock");
-    println!("  gate socket: {}", socket.display());
-    println!("  from another terminal:");
-    println!(
-        "    TICKGATE_SOCKET={} tickgate check {}",
-        socket.display(),
-        venue_symbol(0)
-    );
-    if let Some(addr) = daemon.metrics_addr() {
-        println!("  metrics: http://{addr}/metrics");
-    }
-    println!("  Ctrl-C stops.");
-    let started = realtime_ns();
-    let mut out = Vec::new();
-    // The moment the daemon joined: no stock trusted yet.
-    println!("{}", status_line(&daemon, started, 0, &mut out));
-    let tick = Box::new(move |d: &Daemon| {
-        let now = realtime_ns();
-        println!(
-            "{}",
-            status_line(d, now, (now - started) / 1_000_000_000, &mut out)
-        );
-    });
-    let code = daemon.run(RunOptions {
-        on_tick: Some((Duration::from_secs(1), tick)),
-        stop_after: args.seconds.map(Duration::from_secs),
-    });
+    print_demo_access(&daemon, &dir, &venue_symbol(0).to_string());
+    // The first line is the moment the daemon joined: no stock trusted yet.
+    let code = run_with_status_each_second(daemon, &args, status_line);
     stop.store(true, Ordering::Relaxed);
     rerequest.stop();
     glimpse.stop();

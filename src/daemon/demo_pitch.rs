@@ -17,9 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{
-    FeedConfig, FeedMode, GrpConfig, InterfaceSpec, LineConfig, Liveness, SpinConfig,
-};
+use crate::config::{FeedConfig, FeedMode, GrpConfig, Liveness, SpinConfig};
 use crate::net::receiver::realtime_ns;
 use crate::sim::live::{McastSender, SenderOptions};
 use crate::sim::servers::{
@@ -31,10 +29,11 @@ use crate::venue::cboe_pitch::session::Login;
 use crate::venue::{LineKind, VenueKind};
 
 use super::demo::{
-    demo_dir_and_port, free_or_ephemeral, join_provider, spawn_sim_sender, start_demo_daemon,
-    verdicts_by_cause, with_demo_services, DemoArgs,
+    demo_dir_and_port, free_or_ephemeral, join_provider, loopback_lines, print_demo_access,
+    run_with_status_each_second, spawn_sim_sender, start_demo_daemon, verdicts_by_cause,
+    with_demo_services, DemoArgs,
 };
-use super::{Daemon, RunOptions};
+use super::Daemon;
 
 /// Symbols the provider quotes (over its units), and the live orders it
 /// keeps around.
@@ -146,53 +145,23 @@ pub fn demo_pitch_main(args: DemoArgs) -> anyhow::Result<i32> {
         hold_mib: crate::config::DEFAULT_SNAPSHOT_HOLD_MIB,
         max_mib: crate::config::DEFAULT_SNAPSHOT_MAX_MIB,
     });
-    for (name, last, kind) in [
-        ("A", 1u8, LineKind::Incremental),
-        ("B", 2, LineKind::Incremental),
-        ("G", 3, LineKind::Gap),
-    ] {
-        feed.lines.push(LineConfig {
-            name: name.to_string(),
-            group: Ipv4Addr::new(239, 255, 78, last),
-            port,
-            interface: Some(InterfaceSpec::Addr(Ipv4Addr::LOCALHOST)),
-            source: None,
-            rcvbuf: None,
-            kind,
-        });
-    }
+    feed.lines = loopback_lines(
+        78,
+        port,
+        [
+            ("A", 1, LineKind::Incremental),
+            ("B", 2, LineKind::Incremental),
+            ("G", 3, LineKind::Gap),
+        ],
+    );
     let config = with_demo_services(&dir, free_or_ephemeral(args.metrics), feed, None);
     let daemon = match start_demo_daemon(config, &stop) {
         Ok(d) => d,
         Err(code) => return Ok(code),
     };
-    let socket = dir.join("gate.sock");
-    println!("  gate socket: {}", socket.display());
-    println!("  from another terminal:");
-    println!(
-        "    TICKGATE_SOCKET={} tickgate check {}",
-        socket.display(),
-        venue_symbol(0)
-    );
-    if let Some(addr) = daemon.metrics_addr() {
-        println!("  metrics: http://{addr}/metrics");
-    }
-    println!("  Ctrl-C stops.");
-    let started = realtime_ns();
-    let mut out = Vec::new();
-    // The moment the daemon joined: no unit rebuilt yet.
-    println!("{}", status_line(&daemon, started, 0, &mut out));
-    let tick = Box::new(move |d: &Daemon| {
-        let now = realtime_ns();
-        println!(
-            "{}",
-            status_line(d, now, (now - started) / 1_000_000_000, &mut out)
-        );
-    });
-    let code = daemon.run(RunOptions {
-        on_tick: Some((Duration::from_secs(1), tick)),
-        stop_after: args.seconds.map(Duration::from_secs),
-    });
+    print_demo_access(&daemon, &dir, &venue_symbol(0).to_string());
+    // The first line is the moment the daemon joined: no unit rebuilt yet.
+    let code = run_with_status_each_second(daemon, &args, status_line);
     stop.store(true, Ordering::Relaxed);
     grp.stop();
     for (_, s) in spins {
