@@ -9,14 +9,14 @@
 //! snapshot is the core's (`Feed::on_snapshot`). This file connects,
 //! moves bytes and reads the clock.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::feed::recovery::image::{ImageSession, SessionLimits, SessionOutcome};
+use super::image_conn::{self, AttemptLimits};
+use crate::feed::recovery::image::SessionOutcome;
 use crate::feed::SnapshotFailure;
 use crate::util::stoppable::StoppableThread;
 use crate::venue::nasdaq_itch::image::GlimpseCodec;
@@ -118,95 +118,30 @@ impl GlimpseClient {
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 fn failed(why: SnapshotFailure, detail: impl Into<String>) -> Outcome {
     Outcome::Failed(why, detail.into())
 }
 
-/// One R5 attempt, from connect to `G` (then Logout Request) or failure:
-/// the bytes the session machine asks for go out, what the server sends
-/// goes in, with the time since the attempt started as `now`.
+/// One R5 attempt, from connect to `G` (then Logout Request; R5: after
+/// `G` the client closes) or failure.
 fn attempt(opts: &GlimpseOptions, stop: &AtomicBool) -> Outcome {
-    let mut tcp = match TcpStream::connect_timeout(&opts.address, Duration::from_secs(5)) {
-        Ok(s) => s,
-        Err(e) => return failed(SnapshotFailure::Refused, format!("connecting: {e}")),
-    };
-    let _ = tcp.set_nodelay(true);
-    if let Err(e) = tcp.set_read_timeout(Some(Duration::from_millis(50))) {
-        return failed(SnapshotFailure::Closed, format!("socket: {e}"));
-    }
-    let started = Instant::now();
-    let now = || started.elapsed().as_nanos().min(i64::MAX as u128) as i64;
-    let limits = SessionLimits {
-        silence_ns: opts.silence.as_nanos().min(i64::MAX as u128) as i64,
-        whole_ns: opts.whole.as_nanos().min(i64::MAX as u128) as i64,
-        heartbeat_ns: opts.heartbeat.as_nanos().min(i64::MAX as u128) as i64,
+    let limits = AttemptLimits {
+        silence: opts.silence,
+        whole: opts.whole,
+        heartbeat: opts.heartbeat,
         max_bytes: opts.max_bytes,
     };
-    let mut out = Vec::with_capacity(64);
     let codec = GlimpseCodec::new(&opts.username, &opts.password);
-    let mut session = match ImageSession::start(codec, limits, now(), &mut out) {
-        Ok(s) => s,
-        Err(o) => return outcome_of(o, now_ns()),
-    };
-    if let Err(e) = tcp.write_all(&out) {
-        return failed(SnapshotFailure::Closed, format!("sending the login: {e}"));
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return failed(SnapshotFailure::Closed, "stopping");
-        }
-        out.clear();
-        if let Some(o) = session.poll(now(), &mut out) {
-            return outcome_of(o, now_ns());
-        }
-        if !out.is_empty() {
-            if let Err(e) = tcp.write_all(&out) {
-                return failed(SnapshotFailure::Closed, format!("sending a heartbeat: {e}"));
-            }
-        }
-        let n = match tcp.read(&mut buf) {
-            Ok(0) => {
-                return failed(
-                    SnapshotFailure::Closed,
-                    "connection closed before End of Snapshot",
-                )
-            }
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
-            Err(e) => return failed(SnapshotFailure::Closed, format!("reading: {e}")),
-        };
-        out.clear();
-        let outcome = session.on_bytes(&buf[..n], now(), &mut out);
-        let end_at = now_ns();
-        if !out.is_empty() {
-            // Replies, and the Logout Request after `G` (its failure does
-            // not undo a whole snapshot).
-            let sent = tcp.write_all(&out);
-            if outcome.is_none() {
-                if let Err(e) = sent {
-                    return failed(SnapshotFailure::Closed, format!("sending: {e}"));
-                }
-            }
-        }
-        if let Some(o) = outcome {
-            // R5: after `G` the client closes.
-            let _ = tcp.shutdown(Shutdown::Both);
-            return outcome_of(o, end_at);
-        }
+    match image_conn::attempt(
+        opts.address,
+        Duration::from_secs(5),
+        codec,
+        limits,
+        stop,
+        "End of Snapshot",
+    ) {
+        Ok((o, end_at, _)) => outcome_of(o, end_at),
+        Err((why, detail)) => failed(why, detail),
     }
 }
 

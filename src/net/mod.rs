@@ -5,6 +5,7 @@
 
 pub mod glimpse;
 pub mod grp;
+pub mod image_conn;
 pub mod receiver;
 pub mod rerequest;
 pub mod spin;

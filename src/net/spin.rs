@@ -10,14 +10,14 @@
 //! core's (`Feed::on_image`). This file connects, moves bytes and reads
 //! the clock.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::feed::recovery::image::{ImageSession, SessionLimits, SessionOutcome};
+use super::image_conn::{self, AttemptLimits};
+use crate::feed::recovery::image::SessionOutcome;
 use crate::feed::SnapshotFailure;
 use crate::util::stoppable::StoppableThread;
 use crate::venue::cboe_pitch::session::{Login, LoginStatus};
@@ -141,16 +141,6 @@ impl SpinClient {
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
-fn ns(d: Duration) -> i64 {
-    d.as_nanos().min(i64::MAX as u128) as i64
-}
-
 fn failed(why: SnapshotFailure, detail: impl Into<String>) -> Outcome {
     Outcome::Failed {
         why,
@@ -159,105 +149,31 @@ fn failed(why: SnapshotFailure, detail: impl Into<String>) -> Outcome {
     }
 }
 
-/// One R5c attempt, from connect to Spin Finished or failure: the bytes
-/// the session machine asks for go out, what the server sends goes in,
-/// with the time since the attempt started as `now`. The connection is
-/// closed either way (R5c: the protocol has no logout).
+/// One R5c attempt, from connect to Spin Finished or failure; the
+/// connection is closed either way (R5c: the protocol has no logout).
 fn attempt(opts: &SpinOptions, s: Start, stop: &AtomicBool) -> Outcome {
-    let mut tcp = match TcpStream::connect_timeout(&s.address, opts.connect_timeout) {
-        Ok(t) => t,
-        Err(e) => return failed(SnapshotFailure::Refused, format!("connecting: {e}")),
-    };
-    let _ = tcp.set_nodelay(true);
-    if let Err(e) = tcp.set_read_timeout(Some(Duration::from_millis(50))) {
-        return failed(SnapshotFailure::Closed, format!("socket: {e}"));
-    }
-    let started = Instant::now();
-    let now = || ns(started.elapsed());
-    let limits = SessionLimits {
-        silence_ns: ns(opts.silence),
-        whole_ns: ns(opts.whole),
-        heartbeat_ns: ns(opts.heartbeat),
+    let limits = AttemptLimits {
+        silence: opts.silence,
+        whole: opts.whole,
+        heartbeat: opts.heartbeat,
         max_bytes: opts.max_bytes,
     };
-    let mut out = Vec::with_capacity(64);
     let codec = SpinCodec::new(opts.login, s.n0);
-    let mut session = match ImageSession::start(codec, limits, now(), &mut out) {
-        Ok(session) => session,
-        Err(o) => return outcome_of(o, None, 0, now_ns()),
-    };
-    let outcome = converse(&mut tcp, &mut session, &mut out, stop, now);
-    let _ = tcp.shutdown(Shutdown::Both);
-    outcome
-}
-
-/// The attempt's reads and writes until the session machine has an
-/// outcome (or the client stops).
-fn converse(
-    tcp: &mut TcpStream,
-    session: &mut ImageSession<SpinCodec>,
-    out: &mut Vec<u8>,
-    stop: &AtomicBool,
-    now: impl Fn() -> i64,
-) -> Outcome {
-    if let Err(e) = tcp.write_all(out) {
-        return failed(SnapshotFailure::Closed, format!("sending the login: {e}"));
+    match image_conn::attempt(
+        s.address,
+        opts.connect_timeout,
+        codec,
+        limits,
+        stop,
+        "Spin Finished",
+    ) {
+        Ok((o, end_at, Some(session))) => {
+            let codec = session.codec();
+            outcome_of(o, codec.login_status(), codec.trading_statuses(), end_at)
+        }
+        Ok((o, end_at, None)) => outcome_of(o, None, 0, end_at),
+        Err((why, detail)) => failed(why, detail),
     }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return failed(SnapshotFailure::Closed, "stopping");
-        }
-        out.clear();
-        let polled = session.poll(now(), out);
-        if let Some(o) = polled {
-            return finish(session, o, now_ns());
-        }
-        if !out.is_empty() {
-            if let Err(e) = tcp.write_all(out) {
-                return failed(SnapshotFailure::Closed, format!("sending a heartbeat: {e}"));
-            }
-        }
-        let n = match tcp.read(&mut buf) {
-            Ok(0) => {
-                return failed(
-                    SnapshotFailure::Closed,
-                    "connection closed before Spin Finished",
-                )
-            }
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
-            Err(e) => return failed(SnapshotFailure::Closed, format!("reading: {e}")),
-        };
-        out.clear();
-        let outcome = session.on_bytes(&buf[..n], now(), out);
-        let end_at = now_ns();
-        if !out.is_empty() {
-            // A Spin Request (its failure does not undo a whole spin).
-            let sent = tcp.write_all(out);
-            if outcome.is_none() {
-                if let Err(e) = sent {
-                    return failed(SnapshotFailure::Closed, format!("sending: {e}"));
-                }
-            }
-        }
-        if let Some(o) = outcome {
-            return finish(session, o, end_at);
-        }
-    }
-}
-
-/// The session machine's outcome with what the codec learnt.
-fn finish(session: &ImageSession<SpinCodec>, o: SessionOutcome, end_at: i64) -> Outcome {
-    let codec = session.codec();
-    outcome_of(o, codec.login_status(), codec.trading_statuses(), end_at)
 }
 
 /// The outcome as the feed thread takes it; `end_at` the arrival of Spin
