@@ -140,6 +140,15 @@ pub fn fold_channels<'a>(base: &FeedView, views: impl Iterator<Item = &'a FeedVi
     out
 }
 
+/// The view a symbol of unit `unit` alone reads (`fold_channels` of that
+/// one unit on the feed's own fields in `feed`): what the shared readers
+/// compute from the feed cell and the unit's cell, equal to
+/// `Feed::feed_view_for` of such a symbol.
+#[inline]
+pub fn unit_view(feed: &FeedView, unit: &FeedView) -> FeedView {
+    fold_channels(feed, std::iter::once(unit))
+}
+
 /// The feed's rules and their state: the channel rules, the symbol rules
 /// and their table, the clock estimator, the venue's adapter and its
 /// loops; what the recovery driver hands datagrams to (`Deliver`).
@@ -184,6 +193,8 @@ struct Core<P: Publish> {
     /// What readers see of a feed of several channels: its channels
     /// folded (`fold_channels`), as last published.
     folded: FeedView,
+    /// Scratch for `sync_units`: the slots whose units changed.
+    unit_changes: Vec<u32>,
 }
 
 impl Feed<NoPublish> {
@@ -233,6 +244,7 @@ impl<P: Publish> Feed<P> {
             heard: Vec::new(),
             channel_counters: vec![ChannelCounters::default()],
             folded: FeedView::default(),
+            unit_changes: Vec::new(),
         };
         let channels = core.venue.channels();
         let mut parked_recovery = Vec::new();
@@ -1158,6 +1170,8 @@ impl<P: Publish> Core<P> {
             }
         });
         self.folded = fold_channels(view, views);
+        // Unit cell before the feed cell, as symbols after both (`Publish`).
+        self.publisher.publish_unit_view(cur, view);
         self.publisher.publish_feed(&self.folded);
     }
 
@@ -1188,6 +1202,8 @@ impl<P: Publish> Core<P> {
         std::mem::swap(&mut self.channel, &mut self.parked[old].channel);
         std::mem::swap(&mut self.channel, &mut self.parked[new].channel);
         self.parked[old].view = self.view;
+        // Its cell holds its latest view while parked.
+        self.publisher.publish_unit_view(self.cur, &self.view);
         let incoming = self.parked[new].view;
         let v = &mut self.view;
         v.flags = (v.flags & !CHANNEL_FLAGS) | (incoming.flags & CHANNEL_FLAGS);
@@ -1300,7 +1316,31 @@ impl<P: Publish> Core<P> {
             view: &self.view,
             loops: &mut self.loops,
         };
-        f(&mut self.venue, &mut rules)
+        let out = f(&mut self.venue, &mut rules);
+        if self.multi {
+            self.sync_units();
+        }
+        out
+    }
+
+    /// A feed of several units: publishes the unit of each symbol whose
+    /// units changed (`Publish::publish_symbol_unit`): its one unit, or 0
+    /// (several or none) for the feed view, every unit folded. Until then
+    /// a reader folds more units than the symbol's, never fewer, except
+    /// for a symbol that just left a unit (it then reads only the unit it
+    /// kept for the rest of the datagram).
+    #[inline(never)]
+    fn sync_units(&mut self) {
+        self.venue.take_channel_changes(&mut self.unit_changes);
+        for &slot in &self.unit_changes {
+            let set = self.venue.channels_of(slot);
+            let unit = match set.len() {
+                1 => set.iter().next().unwrap_or(0),
+                _ => 0,
+            };
+            self.publisher.publish_symbol_unit(slot, unit);
+        }
+        self.unit_changes.clear();
     }
 
     /// R5 steps 1-2 and `next` of step 3: a validated snapshot of
@@ -1459,6 +1499,9 @@ impl<P: Publish> Core<P> {
                 }
             }
             self.venue.on_session_start(now, first_session);
+            if self.multi {
+                self.sync_units();
+            }
             if !first_session {
                 // C5: every wait and kept entry of the loops is forgotten.
                 self.loops.new_session(now);

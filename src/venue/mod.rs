@@ -95,6 +95,16 @@ impl VenueKind {
         }
     }
 
+    /// Unit cells the gate's readers keep for a feed of several channels
+    /// (venues.md `cboe-pitch`: 256, unit ids 1-255, docs/shm-layout.md),
+    /// 0 for a venue of one channel.
+    pub fn unit_cells(self) -> usize {
+        match self {
+            VenueKind::CboePitch => 256,
+            _ => 0,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<VenueKind> {
         VenueKind::ALL.into_iter().find(|v| v.name() == s)
     }
@@ -553,6 +563,13 @@ pub trait Venue {
         ChannelSet::default()
     }
 
+    /// Appends to `out` the slots whose `channels_of` may have changed
+    /// since the last call, and forgets them (the engine publishes each
+    /// symbol's unit for the shared readers). Asked only on a venue of
+    /// several channels.
+    #[inline]
+    fn take_channel_changes(&mut self, _out: &mut Vec<u32>) {}
+
     /// C5 on the selected channel of a venue of several channels, before
     /// `on_session_start`: every symbol of that channel forgets its
     /// session (`Rules::forget_session`); the others are untouched.
@@ -843,6 +860,11 @@ impl Venue for AnyVenue {
     #[inline]
     fn channels_of(&self, slot: u32) -> ChannelSet {
         each_venue!(self, v => v.channels_of(slot))
+    }
+
+    #[inline]
+    fn take_channel_changes(&mut self, out: &mut Vec<u32>) {
+        each_venue!(self, v => v.take_channel_changes(out))
     }
 
     fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {

@@ -529,6 +529,10 @@ impl Venue for CboePitch {
         self.members.units_of(slot)
     }
 
+    fn take_channel_changes(&mut self, out: &mut Vec<u32>) {
+        self.members.take_changed(out);
+    }
+
     fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {
         // C5 reaches the unit's symbols only (they keep the cause it gives
         // them once the unit forgets them as members).

@@ -39,6 +39,9 @@ pub struct Membership {
     members: Vec<Vec<u32>>,
     /// Units whose session has ended.
     ended: UnitSet,
+    /// Slots whose set changed since `take_changed` (the engine publishes
+    /// their unit for the shared readers); drained once per datagram.
+    changed: Vec<u32>,
 }
 
 impl Membership {
@@ -49,6 +52,7 @@ impl Membership {
             units_of: vec![UnitSet::default(); max_symbols],
             members: vec![Vec::new(); 256],
             ended: UnitSet::default(),
+            changed: Vec::new(),
         }
     }
 
@@ -76,6 +80,9 @@ impl Membership {
             out.left = set.intersection(&self.ended);
             set.remove_all(&self.ended);
         }
+        if out.joined || !out.left.is_empty() {
+            self.changed.push(slot);
+        }
         out
     }
 
@@ -92,6 +99,7 @@ impl Membership {
         for &slot in list.iter() {
             if let Some(set) = self.units_of.get_mut(slot as usize) {
                 set.remove(unit);
+                self.changed.push(slot);
             }
         }
         list.clear();
@@ -106,6 +114,12 @@ impl Membership {
             .get(slot as usize)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Appends the slots whose set changed since the last call to `out`
+    /// (a slot may appear more than once) and forgets them.
+    pub fn take_changed(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.changed);
     }
 
     /// The unit's members now.
