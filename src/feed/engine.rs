@@ -149,6 +149,16 @@ pub fn unit_view(feed: &FeedView, unit: &FeedView) -> FeedView {
     fold_channels(feed, std::iter::once(unit))
 }
 
+/// The unit the gate's readers judge a symbol of these channels by: its
+/// one channel, or 0 (several or none: the feed view, every unit folded).
+#[inline]
+fn single(channels: &ChannelSet) -> u8 {
+    match channels.len() {
+        1 => channels.iter().next().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// The feed's rules and their state: the channel rules, the symbol rules
 /// and their table, the clock estimator, the venue's adapter and its
 /// loops; what the recovery driver hands datagrams to (`Deliver`).
@@ -1211,6 +1221,9 @@ impl<P: Publish> Core<P> {
         v.channel_source_ts = incoming.channel_source_ts;
         v.recovery = incoming.recovery;
         self.cur = ch;
+        // Its cell is current from its selection on, before any of its
+        // symbols is told to read it.
+        self.publisher.publish_unit_view(ch, &self.view);
         // R5c: each unit has its own Spin Server, or none.
         self.images = self.settings.recovery.images_on(ch);
         self.venue.select_channel(ch);
@@ -1316,28 +1329,17 @@ impl<P: Publish> Core<P> {
             view: &self.view,
             loops: &mut self.loops,
         };
-        let out = f(&mut self.venue, &mut rules);
-        if self.multi {
-            self.sync_units();
-        }
-        out
+        f(&mut self.venue, &mut rules)
     }
 
-    /// A feed of several units: publishes the unit of each symbol whose
-    /// units changed (`Publish::publish_symbol_unit`): its one unit, or 0
-    /// (several or none) for the feed view, every unit folded. Until then
-    /// a reader folds more units than the symbol's, never fewer, except
-    /// for a symbol that just left a unit (it then reads only the unit it
-    /// kept for the rest of the datagram).
+    /// A feed of several units, after a unit's new session (C5): publishes
+    /// the unit of each symbol it took out of the unit
+    /// (`Publish::publish_symbol_unit`), before the session's messages.
     #[inline(never)]
     fn sync_units(&mut self) {
         self.venue.take_channel_changes(&mut self.unit_changes);
         for &slot in &self.unit_changes {
-            let set = self.venue.channels_of(slot);
-            let unit = match set.len() {
-                1 => set.iter().next().unwrap_or(0),
-                _ => 0,
-            };
+            let unit = single(&self.venue.channels_of(slot));
             self.publisher.publish_symbol_unit(slot, unit);
         }
         self.unit_changes.clear();
@@ -1788,6 +1790,11 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
                 self.publish(slot);
             }
         }
+    }
+
+    #[inline]
+    fn channels_changed(&mut self, slot: u32, channels: ChannelSet) {
+        self.publisher.publish_symbol_unit(slot, single(&channels));
     }
 
     fn suspect_gap(&mut self, slot: u32) {

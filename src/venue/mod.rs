@@ -444,6 +444,13 @@ pub trait Rules {
     fn suspect_gap(&mut self, slot: u32);
     fn count(&mut self, what: Count);
 
+    /// A venue of several channels: the channels that reach `slot`
+    /// (`Venue::channels_of`) are now `channels`. Told before the message
+    /// that changed them applies, so the gate's readers judge the symbol
+    /// by its channels from then on (`Publish::publish_symbol_unit`).
+    #[inline]
+    fn channels_changed(&mut self, _slot: u32, _channels: ChannelSet) {}
+
     /// venues.md `cme-mdp3`, Entries: one entry of the instrument at
     /// `slot`, S1-S5 on `seq` in delta mode, no quote change. `new`: the
     /// entry comes from a packet the channel rules process now (not one
@@ -563,10 +570,10 @@ pub trait Venue {
         ChannelSet::default()
     }
 
-    /// Appends to `out` the slots whose `channels_of` may have changed
-    /// since the last call, and forgets them (the engine publishes each
-    /// symbol's unit for the shared readers). Asked only on a venue of
-    /// several channels.
+    /// Appends to `out` the slots whose `channels_of` changed outside a
+    /// `Rules` call (a channel's new session) since the last call, and
+    /// forgets them (the engine publishes each symbol's unit for the
+    /// gate's readers). Asked only on a venue of several channels.
     #[inline]
     fn take_channel_changes(&mut self, _out: &mut Vec<u32>) {}
 

@@ -39,8 +39,9 @@ pub struct Membership {
     members: Vec<Vec<u32>>,
     /// Units whose session has ended.
     ended: UnitSet,
-    /// Slots whose set changed since `take_changed` (the engine publishes
-    /// their unit for the shared readers); drained once per datagram.
+    /// Slots a new session took out of a unit since `take_changed` (the
+    /// engine publishes their units for the gate's readers; `carry`'s
+    /// changes are told through `Rules::channels_changed` instead).
     changed: Vec<u32>,
 }
 
@@ -80,9 +81,6 @@ impl Membership {
             out.left = set.intersection(&self.ended);
             set.remove_all(&self.ended);
         }
-        if out.joined || !out.left.is_empty() {
-            self.changed.push(slot);
-        }
         out
     }
 
@@ -116,8 +114,8 @@ impl Membership {
             .unwrap_or_default()
     }
 
-    /// Appends the slots whose set changed since the last call to `out`
-    /// (a slot may appear more than once) and forgets them.
+    /// Appends the slots a new session took out of a unit since the last
+    /// call to `out` and forgets them.
     pub fn take_changed(&mut self, out: &mut Vec<u32>) {
         out.append(&mut self.changed);
     }
@@ -178,7 +176,15 @@ mod tests {
         m.carry(1, 1);
         m.carry(2, 1);
         m.carry(2, 2);
+        let mut changed = Vec::new();
+        m.take_changed(&mut changed);
+        assert!(changed.is_empty(), "carrying is told through Rules");
         m.new_session(1);
+        m.take_changed(&mut changed);
+        assert_eq!(changed, [0, 1], "the slots that left unit 1");
+        changed.clear();
+        m.take_changed(&mut changed);
+        assert!(changed.is_empty(), "taken once");
         assert!(m.units_of(0).is_empty());
         assert_eq!(units(&m, 1), [2]);
         assert_eq!(units(&m, 2), [2]);
