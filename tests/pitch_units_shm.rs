@@ -11,6 +11,9 @@ mod scenarios;
 #[path = "common/shm.rs"]
 mod shm;
 
+use std::path::PathBuf;
+use std::process::Command;
+
 use serde_json::Value;
 use shm::{shm_answer, Rig};
 use tickgate::feed::check::SymbolLookup;
@@ -87,7 +90,11 @@ fn replay_answer(feed: &Feed, check: &str, t: i64) -> String {
 }
 
 /// Runs `sc` both ways; returns (check, replay, socket, shm) per check.
-fn run(sc: &Value) -> Vec<(String, String, String, String)> {
+/// `at_check` sees the rig at each check (its time given).
+fn run_with(
+    sc: &Value,
+    mut at_check: impl FnMut(&mut Rig, i64),
+) -> Vec<(String, String, String, String)> {
     let settings: FeedSettings = scenarios::settings(&sc["feed"]);
     let kinds = lines(sc);
     let mut replay = Feed::new(settings, 2);
@@ -109,9 +116,63 @@ fn run(sc: &Value) -> Vec<(String, String, String, String)> {
             let s = rig.socket_answer(check, t);
             let m = shm_answer(&mut client, check, t);
             out.push((check.to_string(), r, s, m));
+            at_check(&mut rig, t);
         }
     }
     out
+}
+
+fn run(sc: &Value) -> Vec<(String, String, String, String)> {
+    run_with(sc, |_, _| {})
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `cargo build -p tickgate-c` (same profile as this test, as
+/// tests/shm_ffi.rs does); the library's directory.
+fn libdir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let keep = |k: &str| !k.starts_with("CARGO_") || k == "CARGO_HOME" || k == "CARGO_TARGET_DIR";
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.env_clear()
+        .envs(std::env::vars().filter(|(k, _)| keep(k)))
+        .current_dir(root())
+        .args(["build", "-p", "tickgate-c"]);
+    if dir.file_name().unwrap() == "release" {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().unwrap().success(), "cargo build -p tickgate-c");
+    dir
+}
+
+/// The Python client's answers (clients/python, over libtickgate) to
+/// `CHECK` of each symbol at `now`, concatenated.
+fn python_answers(rig: &Rig, symbols: &[&str], now: i64) -> String {
+    let script = r#"
+import os, sys, tickgate
+now = int(os.environ["NOW"])
+with tickgate.Client(os.environ["SHM"]) as c:
+    for sym in os.environ["SYMBOLS"].split(","):
+        sys.stdout.write(c.check(sym, now_ns=now).line)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", root().join("clients/python"))
+        .env("TICKGATE_LIB", libdir().join("libtickgate.so"))
+        .env("SHM", &rig.shm)
+        .env("NOW", now.to_string())
+        .env("SYMBOLS", symbols.join(","))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -135,19 +196,27 @@ fn socket_and_shared_memory_answer_per_unit_as_replay_does() {
 
 /// A hole open on unit 2 (its datagram 2 lost on lines A and B, the next
 /// one held, gap_hold_us not yet passed): unit 2's symbol answers
-/// `recovering` while unit 1's stays OK, through the socket and the
-/// shared memory alike.
+/// `recovering` while unit 1's stays OK, through the socket, the shared
+/// memory and the Python client alike, as replay answers.
 #[test]
 fn a_hole_on_one_unit_leaves_the_other_units_symbols_ok() {
     let sc = scenarios()
         .into_iter()
         .find(|s| s["name"] == "two_units_a_loss_on_one")
         .unwrap();
-    let answers = run(&sc);
-    let (_, r, s, m) = answers.iter().find(|(c, ..)| c == "CHECK AAPL").unwrap();
-    assert!(s.starts_with("OK AAPL "), "{s}");
-    assert_eq!((s, m), (r, r));
-    let (_, r, s, m) = answers.iter().find(|(c, ..)| c == "CHECK MSFT").unwrap();
-    assert!(s.ends_with(" suspect=recovering\n"), "{s}");
-    assert_eq!((s, m), (r, r));
+    let mut python = None;
+    let answers = run_with(&sc, |rig, t| {
+        // The first check: the hole is open.
+        if python.is_none() {
+            python = Some(python_answers(rig, &["AAPL", "MSFT"], t));
+        }
+    });
+    let (_, aapl, s, m) = &answers[1];
+    assert!(aapl.starts_with("OK AAPL "), "{aapl}");
+    assert_eq!((s, m), (aapl, aapl));
+    let (_, msft, s, m) = &answers[0];
+    assert!(msft.starts_with("REJECT MSFT "), "{msft}");
+    assert!(msft.ends_with(" suspect=recovering\n"), "{msft}");
+    assert_eq!((s, m), (msft, msft));
+    assert_eq!(python.unwrap(), format!("{aapl}{msft}"));
 }
