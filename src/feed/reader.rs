@@ -482,6 +482,74 @@ mod tests {
     use crate::wire::{PacketBuilder, Quote, SessionId, Side};
 
     #[test]
+    fn a_symbol_of_one_unit_reads_its_unit_s_cell_on_the_feed_view() {
+        use crate::feed::view::{FEED_CHANNEL_ALIVE, FEED_RECOVERING, FEED_TRUST_LATE_JOIN};
+        let (mut publisher, reader) = with_units(16, 256);
+        let (a, b) = (
+            Symbol::parse("AAPL").unwrap(),
+            Symbol::parse("MSFT").unwrap(),
+        );
+        publisher.publish_symbol(0, a, &SymbolView::default());
+        publisher.publish_symbol(1, b, &SymbolView::default());
+        // Every unit folded: unit 1's hole reaches the feed view.
+        let feed = FeedView {
+            gap_epoch: 7,
+            offset_ns: 3,
+            flags: FEED_RECOVERING | FEED_TRUST_LATE_JOIN,
+            channel_alive_at: 10,
+            ..FeedView::default()
+        };
+        let unit2 = FeedView {
+            gap_epoch: 1,
+            flags: FEED_CHANNEL_ALIVE,
+            channel_alive_at: 50,
+            channel_source_ts: 40,
+            recovery: 0,
+            ..FeedView::default()
+        };
+        publisher.publish_unit_view(2, &unit2);
+        publisher.publish_feed(&feed);
+        // No unit yet: the feed view.
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        publisher.publish_symbol_unit(0, 2);
+        let got = reader.lookup(a).unwrap().1;
+        assert_eq!(got, unit_view(&feed, &unit2));
+        // The feed's own fields, the unit's channel fields.
+        assert_eq!((got.gap_epoch, got.offset_ns), (7, 3));
+        assert_eq!(got.flags, FEED_CHANNEL_ALIVE);
+        assert_eq!((got.channel_alive_at, got.channel_source_ts), (50, 40));
+        let mut retries = 0;
+        let within = reader.lookup_within(a, 4, &mut retries).unwrap().unwrap();
+        assert_eq!(within.1, got);
+        assert_eq!(reader.feed_view_of(0), got);
+        // Slot 1 shares slot 0's word and keeps the feed view.
+        assert_eq!(reader.lookup(b).unwrap().1, feed);
+        publisher.publish_symbol_unit(1, 255);
+        publisher.publish_symbol_unit(0, 0);
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        assert_eq!(
+            reader.lookup(b).unwrap().1,
+            unit_view(&feed, &FeedView::default())
+        );
+    }
+
+    #[test]
+    fn a_feed_of_one_channel_has_no_unit_region() {
+        let (mut publisher, reader) = with_capacity(4);
+        let a = Symbol::parse("AAPL").unwrap();
+        publisher.publish_symbol(0, a, &SymbolView::default());
+        let feed = FeedView {
+            flags: crate::feed::view::FEED_RECOVERING,
+            ..FeedView::default()
+        };
+        publisher.publish_feed(&feed);
+        publisher.publish_unit_view(2, &FeedView::default());
+        publisher.publish_symbol_unit(0, 2);
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        assert_eq!(UnitLayout::of(0, 4).words, 0);
+    }
+
+    #[test]
     fn reader_sees_what_the_feed_publishes() {
         let settings = FeedSettings {
             max_symbols: 8,
