@@ -170,13 +170,15 @@ fn market(
             capacity: SYMBOLS + 1,
             stale_ms: settings.stale_ms,
             source_max_age_ms: settings.source_max_age_ms,
+            units: 0,
         })
         .collect();
     let (published, regions) = publish(shm, DEFAULT_MODE, &specs).unwrap();
     let mut feeds = Vec::new();
     let mut readers = Vec::new();
     for (spec, r) in specs.iter().zip(&regions) {
-        let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+        let (publisher, reader) =
+            feed_table_in(r.capacity, &r.cell, &r.table, r.units, &r.units_region).unwrap();
         feeds.push(Feed::with_publisher(settings, 1, publisher));
         readers.push((spec.name.clone(), reader));
     }

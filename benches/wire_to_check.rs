@@ -325,7 +325,9 @@ fn try_open_slot(mode: &str, path: &str) -> Option<(Arc<Mapping>, usize)> {
             let all = Words::shared(map.clone());
             let cell = all.range(place.cell_at, place.table_at - place.cell_at)?;
             let table = all.range(place.table_at, place.table.words)?;
-            let reader = feed_reader_in(spec.capacity, &cell, &table).ok()?;
+            let units = all.range(place.units_at, place.units.words)?;
+            let reader =
+                feed_reader_in(spec.capacity, &cell, &table, place.units.units, &units).ok()?;
             let symbol = Symbol::parse(SYMBOL).unwrap();
             let slot =
                 (0..reader.len()).find(|&s| reader.slot(s).is_some_and(|(k, _)| k == symbol))?;

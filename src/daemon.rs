@@ -289,6 +289,7 @@ impl Daemon {
                             .min(u32::MAX as usize - 1) as u32,
                         stale_ms: f.stale_ms,
                         source_max_age_ms: f.source_max_age_ms,
+                        units: f.venue.unit_cells() as u32,
                     })
                     .collect();
                 let (p, r) =

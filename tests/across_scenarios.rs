@@ -138,6 +138,7 @@ fn socket_and_shm(sc: &Value, failures: &mut Vec<String>) -> usize {
                 capacity: 64,
                 stale_ms: s.stale_ms,
                 source_max_age_ms: s.source_max_age_ms,
+                units: s.venue.kind.unit_cells() as u32,
             }
         })
         .collect();
@@ -145,7 +146,8 @@ fn socket_and_shm(sc: &Value, failures: &mut Vec<String>) -> usize {
     let mut feeds: Vec<Feed<TablePublisher>> = Vec::new();
     let mut readers = Vec::new();
     for ((f, spec), r) in feed_docs.iter().zip(&specs).zip(&regions) {
-        let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+        let (publisher, reader) =
+            feed_table_in(r.capacity, &r.cell, &r.table, r.units, &r.units_region).unwrap();
         let lines = f["lines"].as_object().unwrap().len();
         let mut feed = Feed::with_publisher(scenarios::settings(f), lines, publisher);
         for (sym, stale, source) in configured(f) {

@@ -29,6 +29,7 @@ fn checks_do_not_allocate() {
         capacity: 16,
         stale_ms: 500,
         source_max_age_ms: 2000,
+        units: 0,
     };
     // Two feeds, both knowing EURUSD (gate.md "One symbol on several
     // feeds"): the combined answer must not allocate either.
@@ -38,7 +39,8 @@ fn checks_do_not_allocate() {
     };
     let (_published, regions) = publish(&path, DEFAULT_MODE, &[spec, spec2]).unwrap();
     let r = &regions[0];
-    let (publisher, _reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+    let (publisher, _reader) =
+        feed_table_in(r.capacity, &r.cell, &r.table, r.units, &r.units_region).unwrap();
     let settings = FeedSettings {
         clock_offset: ClockOffset::Off,
         max_symbols: 16,
@@ -55,7 +57,8 @@ fn checks_do_not_allocate() {
         .quote(&Quote::new(eur, 1, 1_000, side, side));
     feed.on_datagram(0, b.bytes(), 2_000);
     let r2 = &regions[1];
-    let (publisher2, _reader2) = feed_table_in(r2.capacity, &r2.cell, &r2.table).unwrap();
+    let (publisher2, _reader2) =
+        feed_table_in(r2.capacity, &r2.cell, &r2.table, r2.units, &r2.units_region).unwrap();
     let mut feed2 = Feed::with_publisher(settings, 1, publisher2);
     feed2.on_datagram(0, b.bytes(), 2_000);
 

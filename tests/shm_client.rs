@@ -528,6 +528,7 @@ fn publication_in_a_small_tmpfs() {
         capacity,
         stale_ms: 500,
         source_max_age_ms: 2000,
+        units: 0,
     };
     let path = dir.join("state.shm");
     // About 1 MB: more than the file system holds.

@@ -184,8 +184,9 @@ impl Mapped {
             };
             let cell = region(place.cell_at, place.table_at - place.cell_at)?;
             let table = region(place.table_at, place.table.words)?;
-            let reader =
-                feed_reader_in(spec.capacity, &cell, &table).map_err(|_| Error::Layout {
+            let units = region(place.units_at, place.units.words)?;
+            let reader = feed_reader_in(spec.capacity, &cell, &table, place.units.units, &units)
+                .map_err(|_| Error::Layout {
                     path: path.to_path_buf(),
                     source: LayoutError::TooShort {
                         bytes: all.len() * 8,

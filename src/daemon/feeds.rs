@@ -153,7 +153,7 @@ pub fn build_in(
 ) -> (Feed<TablePublisher>, FeedReader) {
     let settings = settings(f);
     let (publisher, reader) = match region {
-        Some(r) => feed_table_in(r.capacity, &r.cell, &r.table)
+        Some(r) => feed_table_in(r.capacity, &r.cell, &r.table, r.units, &r.units_region)
             .expect("the region is laid out for this capacity"),
         None => feed_table(&settings),
     };

@@ -31,6 +31,9 @@ pub struct FeedRegion {
     pub capacity: u32,
     pub cell: Words,
     pub table: Words,
+    /// Unit cells (0: none) and their region (`reader::UnitLayout`).
+    pub units: usize,
+    pub units_region: Words,
 }
 
 /// The published file. Marks it stopped when dropped (the file stays, so
@@ -179,8 +182,8 @@ pub fn publish_with_rules(
     }
     let old = previous(path)?;
     let tmp = crate::gate::server::temp_beside(path, "state file")?;
-    let caps: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
-    let plan = shm::plan(&caps);
+    let caps: Vec<(u32, u32)> = specs.iter().map(|s| (s.capacity, s.units)).collect();
+    let plan = shm::plan_units(&caps);
     let made = (|| -> anyhow::Result<(Mapping, u64)> {
         let file = OpenOptions::new()
             .read(true)
@@ -245,6 +248,10 @@ pub fn publish_with_rules(
                 .expect("planned inside the file"),
             table: all
                 .range(p.table_at, p.table.words)
+                .expect("planned inside the file"),
+            units: p.units.units,
+            units_region: all
+                .range(p.units_at, p.units.words)
                 .expect("planned inside the file"),
         })
         .collect();

@@ -140,6 +140,25 @@ pub fn fold_channels<'a>(base: &FeedView, views: impl Iterator<Item = &'a FeedVi
     out
 }
 
+/// The view a symbol of unit `unit` alone reads (`fold_channels` of that
+/// one unit on the feed's own fields in `feed`): what the shared readers
+/// compute from the feed cell and the unit's cell, equal to
+/// `Feed::feed_view_for` of such a symbol.
+#[inline]
+pub fn unit_view(feed: &FeedView, unit: &FeedView) -> FeedView {
+    fold_channels(feed, std::iter::once(unit))
+}
+
+/// The unit the gate's readers judge a symbol of these channels by: its
+/// one channel, or 0 (several or none: the feed view, every unit folded).
+#[inline]
+fn single(channels: &ChannelSet) -> u8 {
+    match channels.len() {
+        1 => channels.iter().next().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// The feed's rules and their state: the channel rules, the symbol rules
 /// and their table, the clock estimator, the venue's adapter and its
 /// loops; what the recovery driver hands datagrams to (`Deliver`).
@@ -184,6 +203,8 @@ struct Core<P: Publish> {
     /// What readers see of a feed of several channels: its channels
     /// folded (`fold_channels`), as last published.
     folded: FeedView,
+    /// Scratch for `sync_units`: the slots whose units changed.
+    unit_changes: Vec<u32>,
 }
 
 impl Feed<NoPublish> {
@@ -233,6 +254,7 @@ impl<P: Publish> Feed<P> {
             heard: Vec::new(),
             channel_counters: vec![ChannelCounters::default()],
             folded: FeedView::default(),
+            unit_changes: Vec::new(),
         };
         let channels = core.venue.channels();
         let mut parked_recovery = Vec::new();
@@ -1158,6 +1180,8 @@ impl<P: Publish> Core<P> {
             }
         });
         self.folded = fold_channels(view, views);
+        // Unit cell before the feed cell, as symbols after both (`Publish`).
+        self.publisher.publish_unit_view(cur, view);
         self.publisher.publish_feed(&self.folded);
     }
 
@@ -1188,6 +1212,8 @@ impl<P: Publish> Core<P> {
         std::mem::swap(&mut self.channel, &mut self.parked[old].channel);
         std::mem::swap(&mut self.channel, &mut self.parked[new].channel);
         self.parked[old].view = self.view;
+        // Its cell holds its latest view while parked.
+        self.publisher.publish_unit_view(self.cur, &self.view);
         let incoming = self.parked[new].view;
         let v = &mut self.view;
         v.flags = (v.flags & !CHANNEL_FLAGS) | (incoming.flags & CHANNEL_FLAGS);
@@ -1195,6 +1221,9 @@ impl<P: Publish> Core<P> {
         v.channel_source_ts = incoming.channel_source_ts;
         v.recovery = incoming.recovery;
         self.cur = ch;
+        // Its cell is current from its selection on, before any of its
+        // symbols is told to read it.
+        self.publisher.publish_unit_view(ch, &self.view);
         // R5c: each unit has its own Spin Server, or none.
         self.images = self.settings.recovery.images_on(ch);
         self.venue.select_channel(ch);
@@ -1301,6 +1330,19 @@ impl<P: Publish> Core<P> {
             loops: &mut self.loops,
         };
         f(&mut self.venue, &mut rules)
+    }
+
+    /// A feed of several units, after a unit's new session (C5): publishes
+    /// the unit of each symbol it took out of the unit
+    /// (`Publish::publish_symbol_unit`), before the session's messages.
+    #[inline(never)]
+    fn sync_units(&mut self) {
+        self.venue.take_channel_changes(&mut self.unit_changes);
+        for &slot in &self.unit_changes {
+            let unit = single(&self.venue.channels_of(slot));
+            self.publisher.publish_symbol_unit(slot, unit);
+        }
+        self.unit_changes.clear();
     }
 
     /// R5 steps 1-2 and `next` of step 3: a validated snapshot of
@@ -1459,6 +1501,9 @@ impl<P: Publish> Core<P> {
                 }
             }
             self.venue.on_session_start(now, first_session);
+            if self.multi {
+                self.sync_units();
+            }
             if !first_session {
                 // C5: every wait and kept entry of the loops is forgotten.
                 self.loops.new_session(now);
@@ -1745,6 +1790,11 @@ impl<P: Publish> Rules for SymbolRules<'_, P> {
                 self.publish(slot);
             }
         }
+    }
+
+    #[inline]
+    fn channels_changed(&mut self, slot: u32, channels: ChannelSet) {
+        self.publisher.publish_symbol_unit(slot, single(&channels));
     }
 
     fn suspect_gap(&mut self, slot: u32) {

@@ -10,9 +10,12 @@
 
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::Ordering;
+
 use super::check::SymbolLookup;
+use super::engine::unit_view;
 use super::table::{
-    cell_reader_in, reader_in, seq_cell, seq_cell_in, table, table_in, Busy, CellReader,
+    cell_reader_in, reader_in, seq_cell, seq_cell_in, stride, table, table_in, Busy, CellReader,
     CellWriter, Corrupt, Plain, TableReader, TableWriter, TooSmall, Words,
 };
 use super::verdict::Thresholds;
@@ -50,11 +53,89 @@ impl Plain for FeedView {
     }
 }
 
+/// Unit cells of a feed of several units (venues.md `cboe-pitch`; 256:
+/// unit ids 1-255, cell 0 unused), or 0: the venue's channel count
+/// (`Venue::channels`) when above 1.
+pub fn units_of(settings: &FeedSettings) -> usize {
+    settings.venue.kind.unit_cells()
+}
+
+/// Where a feed's unit region lies, in words from its start
+/// (docs/shm-layout.md): `units` seqlock cells of the feed view's stride,
+/// then from `unit_of_at` one byte per symbol slot (8 to a word, slot `s`
+/// in byte `s % 8` of word `s / 8`, little-endian), each region on a
+/// 64-byte boundary. `units` 0: no region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnitLayout {
+    pub units: usize,
+    pub unit_of_at: usize,
+    pub words: usize,
+}
+
+impl UnitLayout {
+    pub fn of(units: usize, capacity: u32) -> UnitLayout {
+        if units == 0 {
+            return UnitLayout {
+                units: 0,
+                unit_of_at: 0,
+                words: 0,
+            };
+        }
+        let unit_of_at = (units * stride::<FeedView>()).div_ceil(8) * 8;
+        let words = (unit_of_at + (capacity as usize).div_ceil(8)).div_ceil(8) * 8;
+        UnitLayout {
+            units,
+            unit_of_at,
+            words,
+        }
+    }
+}
+
+/// The unit cells and the per-slot unit bytes (a feed of several units).
+struct Units<C> {
+    cells: Vec<C>,
+    unit_of: Words,
+}
+
+impl<C> Units<C> {
+    /// The unit of the symbol at `slot` (0: use the feed view).
+    #[inline]
+    fn unit_of(&self, slot: u32) -> u8 {
+        self.unit_of
+            .slice()
+            .get(slot as usize / 8)
+            .map_or(0, |w| (w.load(Ordering::Acquire) >> (slot % 8 * 8)) as u8)
+    }
+}
+
+fn units_in<C>(
+    layout: UnitLayout,
+    region: &Words,
+    cell: impl Fn(&Words) -> Result<C, TooSmall>,
+) -> Result<Option<Units<C>>, TooSmall> {
+    if layout.units == 0 {
+        return Ok(None);
+    }
+    let small = TooSmall {
+        needed: layout.words,
+        got: region.len(),
+    };
+    let s = stride::<FeedView>();
+    let cells = (0..layout.units)
+        .map(|u| cell(&region.range(u * s, s).ok_or(small)?))
+        .collect::<Result<Vec<C>, TooSmall>>()?;
+    let unit_of = region
+        .range(layout.unit_of_at, layout.words - layout.unit_of_at)
+        .ok_or(small)?;
+    Ok(Some(Units { cells, unit_of }))
+}
+
 /// The writer half: owns the symbol table writer and the feed view cell.
 /// Give it to `Feed::with_publisher`; it lives on the feed's thread.
 pub struct TablePublisher {
     symbols: TableWriter<SymbolView>,
     feed: CellWriter<FeedView>,
+    units: Option<Units<CellWriter<FeedView>>>,
     /// Symbols that did not fit (never happens when the table has the
     /// feed's `max_symbols` capacity, which is what `feed_table` gives).
     overflow: u64,
@@ -97,6 +178,33 @@ impl Publish for TablePublisher {
         // `index` is the table slot (see `publish_symbol`).
         self.symbols.prefetch(index);
     }
+
+    #[inline]
+    fn publish_unit_view(&mut self, unit: u8, view: &FeedView) {
+        if let Some(cell) = self
+            .units
+            .as_mut()
+            .and_then(|u| u.cells.get_mut(unit as usize))
+        {
+            cell.write(view);
+        }
+    }
+
+    fn publish_symbol_unit(&mut self, index: u32, unit: u8) {
+        let Some(u) = &self.units else {
+            return;
+        };
+        let Some(word) = u.unit_of.slice().get(index as usize / 8) else {
+            return;
+        };
+        // The only writer: a plain read-modify-write, stored whole.
+        let shift = index % 8 * 8;
+        let old = word.load(Ordering::Relaxed);
+        let new = (old & !(0xFF << shift)) | (unit as u64) << shift;
+        if new != old {
+            word.store(new, Ordering::Release);
+        }
+    }
 }
 
 /// The reader half: cheap to clone, `Send + Sync`, never blocks the feed.
@@ -104,6 +212,7 @@ impl Publish for TablePublisher {
 pub struct FeedReader {
     symbols: TableReader<SymbolView>,
     feed: CellReader<FeedView>,
+    units: Option<std::sync::Arc<Units<CellReader<FeedView>>>>,
 }
 
 impl std::fmt::Debug for FeedReader {
@@ -118,53 +227,88 @@ impl std::fmt::Debug for FeedReader {
 /// halves.
 pub fn feed_table(settings: &FeedSettings) -> (TablePublisher, FeedReader) {
     let capacity = settings.table_slots().min(u32::MAX as usize - 1) as u32;
-    with_capacity(capacity)
+    with_units(capacity, units_of(settings))
 }
 
 /// A table for `capacity` symbols and its two halves.
 pub fn with_capacity(capacity: u32) -> (TablePublisher, FeedReader) {
+    with_units(capacity, 0)
+}
+
+/// A table for `capacity` symbols and `units` unit cells (`units_of`),
+/// and its two halves.
+pub fn with_units(capacity: u32, units: usize) -> (TablePublisher, FeedReader) {
     let (sw, sr) = table::<SymbolView>(capacity);
     let (fw, fr) = seq_cell(FeedView::default());
+    let layout = UnitLayout::of(units, capacity);
+    let region = Words::heap(layout.words);
+    let writers = units_in(layout, &region, |w| {
+        seq_cell_in(w, FeedView::default()).map(|(w, _)| w)
+    })
+    .expect("the heap region is sized by its layout");
+    let readers = units_in(layout, &region, cell_reader_in::<FeedView>)
+        .expect("the heap region is sized by its layout");
     (
         TablePublisher {
             symbols: sw,
             feed: fw,
+            units: writers,
             overflow: 0,
         },
         FeedReader {
             symbols: sr,
             feed: fr,
+            units: readers.map(std::sync::Arc::new),
         },
     )
 }
 
 /// A feed's table in shared words (the daemon's file, see `feed::shm`):
-/// the feed view cell in `cell`, the symbol table in `table`, both zeroed.
+/// the feed view cell in `cell`, the symbol table in `table`, the unit
+/// region (`UnitLayout`, empty for `units` 0) in `units_region`, all
+/// zeroed.
 pub fn feed_table_in(
     capacity: u32,
     cell: &Words,
     table: &Words,
+    units: usize,
+    units_region: &Words,
 ) -> Result<(TablePublisher, FeedReader), TooSmall> {
     let (sw, sr) = table_in::<SymbolView>(table, capacity)?;
     let (fw, fr) = seq_cell_in(cell, FeedView::default())?;
+    let layout = UnitLayout::of(units, capacity);
+    let writers = units_in(layout, units_region, |w| {
+        seq_cell_in(w, FeedView::default()).map(|(w, _)| w)
+    })?;
+    let readers = units_in(layout, units_region, cell_reader_in::<FeedView>)?;
     Ok((
         TablePublisher {
             symbols: sw,
             feed: fw,
+            units: writers,
             overflow: 0,
         },
         FeedReader {
             symbols: sr,
             feed: fr,
+            units: readers.map(std::sync::Arc::new),
         },
     ))
 }
 
 /// A reader of a feed's table that another process writes (the client).
-pub fn feed_reader_in(capacity: u32, cell: &Words, table: &Words) -> Result<FeedReader, TooSmall> {
+pub fn feed_reader_in(
+    capacity: u32,
+    cell: &Words,
+    table: &Words,
+    units: usize,
+    units_region: &Words,
+) -> Result<FeedReader, TooSmall> {
+    let layout = UnitLayout::of(units, capacity);
     Ok(FeedReader {
         symbols: reader_in::<SymbolView>(table, capacity)?,
         feed: cell_reader_in::<FeedView>(cell)?,
+        units: units_in(layout, units_region, cell_reader_in::<FeedView>)?.map(std::sync::Arc::new),
     })
 }
 
@@ -249,7 +393,16 @@ impl FeedReader {
             return Ok(None);
         };
         // Feed view first, as in `lookup`.
-        let (feed, r1) = self.feed.read_within(tries)?;
+        let (mut feed, r1) = self.feed.read_within(tries)?;
+        if let Some(u) = &self.units {
+            let unit = u.unit_of(slot);
+            if unit != 0 {
+                let cell = u.cells.get(unit as usize).ok_or(ReadError::Corrupt)?;
+                let (cell, r) = cell.read_within(tries)?;
+                *retries += r as u64;
+                feed = unit_view(&feed, &cell);
+            }
+        }
         let (view, r2) = self.symbols.read_within(slot, tries)?;
         *retries += (r1 + r2) as u64;
         // `SuspectCause::from_u8` reads an unknown code as no cause, which
@@ -264,6 +417,26 @@ impl FeedReader {
     #[inline]
     pub fn feed_view(&self) -> FeedView {
         self.feed.read()
+    }
+
+    /// The feed view the verdict reads for the symbol at `slot`: on a feed
+    /// of several units, a symbol of one unit reads that unit's channel
+    /// state on the feed's own fields (`engine::unit_view`, as
+    /// `Feed::feed_view_for`); any other, the feed view (every unit
+    /// folded).
+    #[inline]
+    pub fn feed_view_of(&self, slot: u32) -> FeedView {
+        let feed = self.feed.read();
+        match &self.units {
+            Some(u) => match u.unit_of(slot) {
+                0 => feed,
+                unit => match u.cells.get(unit as usize) {
+                    Some(cell) => unit_view(&feed, &cell.read()),
+                    None => feed,
+                },
+            },
+            None => feed,
+        }
     }
 
     /// Symbols published so far; slots `0..len` can be listed.
@@ -296,7 +469,7 @@ impl SymbolLookup for FeedReader {
     #[inline]
     fn lookup(&self, symbol: Symbol) -> Option<(SymbolView, FeedView, Thresholds)> {
         let slot = self.symbols.find(&symbol.words())?;
-        let feed = self.feed.read();
+        let feed = self.feed_view_of(slot);
         let view = self.symbols.read(slot);
         Some((view, feed, Thresholds::of(&view)))
     }
@@ -307,6 +480,74 @@ mod tests {
     use super::*;
     use crate::feed::Feed;
     use crate::wire::{PacketBuilder, Quote, SessionId, Side};
+
+    #[test]
+    fn a_symbol_of_one_unit_reads_its_unit_s_cell_on_the_feed_view() {
+        use crate::feed::view::{FEED_CHANNEL_ALIVE, FEED_RECOVERING, FEED_TRUST_LATE_JOIN};
+        let (mut publisher, reader) = with_units(16, 256);
+        let (a, b) = (
+            Symbol::parse("AAPL").unwrap(),
+            Symbol::parse("MSFT").unwrap(),
+        );
+        publisher.publish_symbol(0, a, &SymbolView::default());
+        publisher.publish_symbol(1, b, &SymbolView::default());
+        // Every unit folded: unit 1's hole reaches the feed view.
+        let feed = FeedView {
+            gap_epoch: 7,
+            offset_ns: 3,
+            flags: FEED_RECOVERING | FEED_TRUST_LATE_JOIN,
+            channel_alive_at: 10,
+            ..FeedView::default()
+        };
+        let unit2 = FeedView {
+            gap_epoch: 1,
+            flags: FEED_CHANNEL_ALIVE,
+            channel_alive_at: 50,
+            channel_source_ts: 40,
+            recovery: 0,
+            ..FeedView::default()
+        };
+        publisher.publish_unit_view(2, &unit2);
+        publisher.publish_feed(&feed);
+        // No unit yet: the feed view.
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        publisher.publish_symbol_unit(0, 2);
+        let got = reader.lookup(a).unwrap().1;
+        assert_eq!(got, unit_view(&feed, &unit2));
+        // The feed's own fields, the unit's channel fields.
+        assert_eq!((got.gap_epoch, got.offset_ns), (7, 3));
+        assert_eq!(got.flags, FEED_CHANNEL_ALIVE);
+        assert_eq!((got.channel_alive_at, got.channel_source_ts), (50, 40));
+        let mut retries = 0;
+        let within = reader.lookup_within(a, 4, &mut retries).unwrap().unwrap();
+        assert_eq!(within.1, got);
+        assert_eq!(reader.feed_view_of(0), got);
+        // Slot 1 shares slot 0's word and keeps the feed view.
+        assert_eq!(reader.lookup(b).unwrap().1, feed);
+        publisher.publish_symbol_unit(1, 255);
+        publisher.publish_symbol_unit(0, 0);
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        assert_eq!(
+            reader.lookup(b).unwrap().1,
+            unit_view(&feed, &FeedView::default())
+        );
+    }
+
+    #[test]
+    fn a_feed_of_one_channel_has_no_unit_region() {
+        let (mut publisher, reader) = with_capacity(4);
+        let a = Symbol::parse("AAPL").unwrap();
+        publisher.publish_symbol(0, a, &SymbolView::default());
+        let feed = FeedView {
+            flags: crate::feed::view::FEED_RECOVERING,
+            ..FeedView::default()
+        };
+        publisher.publish_feed(&feed);
+        publisher.publish_unit_view(2, &FeedView::default());
+        publisher.publish_symbol_unit(0, 2);
+        assert_eq!(reader.lookup(a).unwrap().1, feed);
+        assert_eq!(UnitLayout::of(0, 4).words, 0);
+    }
 
     #[test]
     fn reader_sees_what_the_feed_publishes() {

@@ -14,13 +14,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::across::{Across, GateRules};
+use super::reader::UnitLayout;
 use super::table::{stride, TableLayout};
 use super::view::{FeedView, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS};
 
 /// Word 0: `b"TICKGATE"` read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TICKGATE");
 /// Word 1: bumped on any change of this layout.
-pub const VERSION: u64 = 4;
+pub const VERSION: u64 = 5;
 
 /// Header word indexes.
 pub const W_MAGIC: usize = 0;
@@ -59,6 +60,12 @@ pub const D_BUCKETS_AT: usize = 14;
 pub const D_END_AT: usize = 15;
 pub const D_STALE_MS: usize = 16;
 pub const D_SOURCE_MAX_AGE_MS: usize = 17;
+/// Unit cells (venues.md `cboe-pitch`: 256, unit ids 1-255; 0 for a feed
+/// of one channel), and where they and the per-slot unit bytes start
+/// (byte offsets; both `end_at` without units).
+pub const D_UNITS: usize = 18;
+pub const D_UNITS_AT: usize = 19;
+pub const D_UNIT_OF_AT: usize = 20;
 
 /// At most this many feeds in one file: the limit of a check over
 /// several feeds, one constant for both.
@@ -83,6 +90,8 @@ pub struct FeedSpec {
     /// thresholds are in its slot).
     pub stale_ms: u64,
     pub source_max_age_ms: u64,
+    /// Unit cells (`reader::units_of`: 256 for `cboe-pitch`, else 0).
+    pub units: u32,
 }
 
 /// Where one feed's parts lie, in words from the start of the file.
@@ -91,6 +100,9 @@ pub struct FeedPlace {
     pub cell_at: usize,
     pub table_at: usize,
     pub table: TableLayout,
+    /// The unit region (`UnitLayout`; empty without units).
+    pub units_at: usize,
+    pub units: UnitLayout,
     pub end_at: usize,
 }
 
@@ -106,21 +118,32 @@ fn round_page(n: usize) -> usize {
     n.div_ceil(PAGE_WORDS) * PAGE_WORDS
 }
 
-/// The layout for feeds of these capacities (at most `MAX_FEEDS`).
+/// The layout for feeds of these capacities, without units (at most
+/// `MAX_FEEDS`).
 pub fn plan(capacities: &[u32]) -> Plan {
-    let header_words = round_page(W_FEEDS + DESC_WORDS * capacities.len());
+    let feeds: Vec<(u32, u32)> = capacities.iter().map(|&c| (c, 0)).collect();
+    plan_units(&feeds)
+}
+
+/// The layout for feeds of these (capacity, units) (at most `MAX_FEEDS`).
+pub fn plan_units(feeds_in: &[(u32, u32)]) -> Plan {
+    let header_words = round_page(W_FEEDS + DESC_WORDS * feeds_in.len());
     let cell_words = stride::<FeedView>().div_ceil(8) * 8;
     let mut at = header_words;
-    let mut feeds = Vec::with_capacity(capacities.len());
-    for &c in capacities {
+    let mut feeds = Vec::with_capacity(feeds_in.len());
+    for &(c, u) in feeds_in {
         let table = TableLayout::of::<SymbolView>(c);
         let cell_at = at;
         let table_at = cell_at + cell_words;
-        let end_at = table_at + table.words;
+        let units_at = table_at + table.words;
+        let units = UnitLayout::of(u as usize, table.capacity);
+        let end_at = units_at + units.words;
         feeds.push(FeedPlace {
             cell_at,
             table_at,
             table,
+            units_at,
+            units,
             end_at,
         });
         at = round_page(end_at);
@@ -232,8 +255,8 @@ pub fn write_header(
     started_ns: i64,
     rules: &GateRules,
 ) {
-    let caps: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
-    let p = plan(&caps);
+    let caps: Vec<(u32, u32)> = specs.iter().map(|s| (s.capacity, s.units)).collect();
+    let p = plan_units(&caps);
     assert!(words.len() >= p.words, "file shorter than its plan");
     let put = |i: usize, v: u64| words[i].store(v, Ordering::Relaxed);
     put(W_MAGIC, MAGIC);
@@ -273,9 +296,12 @@ fn across_code(a: Across) -> u64 {
 }
 
 /// The descriptor words a place determines (byte offsets).
-fn desc_fields(p: &FeedPlace) -> [(usize, u64); 8] {
+fn desc_fields(p: &FeedPlace) -> [(usize, u64); 11] {
     let b = |w: usize| (w * 8) as u64;
     [
+        (D_UNITS, p.units.units as u64),
+        (D_UNITS_AT, b(p.units_at)),
+        (D_UNIT_OF_AT, b(p.units_at + p.units.unit_of_at)),
         (D_CAPACITY, p.table.capacity as u64),
         (D_BUCKETS, p.table.buckets),
         (D_CELL_AT, b(p.cell_at)),
@@ -287,7 +313,10 @@ fn desc_fields(p: &FeedPlace) -> [(usize, u64); 8] {
     ]
 }
 
-const DESC_NAMES: [&str; 8] = [
+const DESC_NAMES: [&str; 11] = [
+    "units",
+    "units_at",
+    "unit_of_at",
     "capacity",
     "buckets",
     "cell_at",
@@ -358,9 +387,18 @@ pub fn parse_header(words: &[AtomicU64]) -> Result<Header, LayoutError> {
                 expected: (u32::MAX - 1) as u64,
             });
         }
-        caps.push(c as u32);
+        // 0 or 256 (a unit id is a byte), nothing else.
+        let u = get(W_FEEDS + i * DESC_WORDS + D_UNITS);
+        if u != 0 && u != 256 {
+            return Err(LayoutError::Field {
+                field: "units",
+                found: u,
+                expected: 256,
+            });
+        }
+        caps.push((c as u32, u as u32));
     }
-    let p = plan(&caps);
+    let p = plan_units(&caps);
     want("header_bytes", W_HEADER_BYTES, (p.header_words * 8) as u64)?;
     want("file_bytes", W_FILE_BYTES, (p.words * 8) as u64)?;
     if words.len() != p.words {
@@ -390,6 +428,7 @@ pub fn parse_header(words: &[AtomicU64]) -> Result<Header, LayoutError> {
             capacity: place.table.capacity,
             stale_ms: get(d + D_STALE_MS),
             source_max_age_ms: get(d + D_SOURCE_MAX_AGE_MS),
+            units: place.units.units as u32,
         });
     }
     let across = match get(W_ACROSS) {
@@ -450,19 +489,21 @@ mod tests {
                 capacity: 100,
                 stale_ms: 500,
                 source_max_age_ms: 2000,
+                units: 256,
             },
             FeedSpec {
                 name: "iex".into(),
                 capacity: 3,
                 stale_ms: 1500,
                 source_max_age_ms: 2000,
+                units: 0,
             },
         ]
     }
 
     #[test]
     fn header_round_trips_and_regions_do_not_overlap() {
-        let p = plan(&[100, 3]);
+        let p = plan_units(&[(100, 256), (3, 0)]);
         assert_eq!(p.header_words % PAGE_WORDS, 0);
         assert!(p.feeds[0].cell_at >= p.header_words);
         assert!(p.feeds[0].end_at <= p.feeds[1].cell_at);
@@ -480,7 +521,7 @@ mod tests {
 
     #[test]
     fn every_wrong_field_is_refused() {
-        let p = plan(&[100, 3]);
+        let p = plan_units(&[(100, 256), (3, 0)]);
         let w = zeroed(p.words);
         write_header(&w, &specs(), 1, 1, 1, &GateRules::default());
         // Any changed word among the layout fields is an error.
@@ -496,9 +537,11 @@ mod tests {
             W_FEED_STRIDE,
         ]
         .into_iter()
-        .chain(
-            (0..2).flat_map(|f| (D_CAPACITY..=D_END_AT).map(move |d| W_FEEDS + f * DESC_WORDS + d)),
-        )
+        .chain((0..2).flat_map(|f| {
+            (D_CAPACITY..=D_END_AT)
+                .chain(D_UNITS..=D_UNIT_OF_AT)
+                .map(move |d| W_FEEDS + f * DESC_WORDS + d)
+        }))
         .collect();
         for i in layout_words {
             let old = w[i].load(Ordering::Relaxed);
@@ -528,11 +571,15 @@ mod tests {
         assert_eq!(stride::<SymbolView>(), 12);
         assert_eq!(stride::<FeedView>(), 8);
         let up = |n: usize, m: usize| n.div_ceil(m) * m;
-        for caps in [vec![1u32], vec![100, 3], vec![100_001, 0, 7]] {
-            let p = plan(&caps);
+        for caps in [
+            vec![(1u32, 0u32)],
+            vec![(100, 256), (3, 0)],
+            vec![(100_001, 0), (0, 256), (7, 256)],
+        ] {
+            let p = plan_units(&caps);
             assert_eq!(p.header_words * 8, up(8 * (16 + 32 * caps.len()), 4096));
             let mut expect_cell = p.header_words * 8;
-            for (f, &c) in p.feeds.iter().zip(&caps) {
+            for (f, &(c, units)) in p.feeds.iter().zip(&caps) {
                 let c = c as usize;
                 let b = (2 * c).next_power_of_two().max(2);
                 let (cell, table) = (f.cell_at * 8, f.table_at * 8);
@@ -545,7 +592,17 @@ mod tests {
                 assert_eq!(keys, slots + up(96 * c, 64));
                 assert_eq!(buckets, keys + up(24 * c, 64));
                 assert_eq!(f.table.buckets as usize, b);
-                assert_eq!(f.end_at * 8, table + up(buckets - table + 32 * b, 64));
+                let units_at = table + up(buckets - table + 32 * b, 64);
+                assert_eq!(f.units_at * 8, units_at);
+                // 256 unit cells of 64 bytes, then a byte per slot.
+                let unit_of_at = units_at + 64 * units as usize;
+                assert_eq!((f.units_at + f.units.unit_of_at) * 8, unit_of_at);
+                let end = if units == 0 {
+                    units_at
+                } else {
+                    unit_of_at + up(c, 64)
+                };
+                assert_eq!(f.end_at * 8, end);
                 expect_cell = up(f.end_at * 8, 4096);
             }
             assert_eq!(p.words * 8, expect_cell);

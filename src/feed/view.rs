@@ -327,6 +327,20 @@ pub trait Publish {
     /// observable; `index` may be one that was never published.
     #[inline]
     fn prefetch_symbol(&self, _index: u32) {}
+
+    /// A feed of several units (venues.md `cboe-pitch`): the raw view of
+    /// unit `unit` (its channel fields; the feed's own fields are read
+    /// from the feed view), published before `publish_feed` whenever the
+    /// unit's view may have changed. Readers fold it on the feed view
+    /// (`engine::unit_view`) for the symbols of that unit alone.
+    #[inline]
+    fn publish_unit_view(&mut self, _unit: u8, _view: &FeedView) {}
+
+    /// A feed of several units: the symbol at `index` is now a member of
+    /// `unit` alone, or (0) of several units or none, whose readers use
+    /// the feed view (every unit folded: fails closed).
+    #[inline]
+    fn publish_symbol_unit(&mut self, _index: u32, _unit: u8) {}
 }
 
 /// Publishes nothing (replay, tests, single-threaded use).

@@ -229,7 +229,8 @@ impl Backend for Gate {
         let Some((symbol, view)) = reader.slot(slot) else {
             return;
         };
-        let fv = reader.feed_view();
+        // A symbol of one unit reads its unit's state (venues.md `cboe-pitch`).
+        let fv = reader.feed_view_of(slot);
         let verdict = judge(Some(&view), &fv, now, &Thresholds::of(&view));
         // A venue's raw name may hold any byte: keep the listing one token
         // per symbol and one line per entry.

@@ -95,6 +95,16 @@ impl VenueKind {
         }
     }
 
+    /// Unit cells the gate's readers keep for a feed of several channels
+    /// (venues.md `cboe-pitch`: 256, unit ids 1-255, docs/shm-layout.md),
+    /// 0 for a venue of one channel.
+    pub fn unit_cells(self) -> usize {
+        match self {
+            VenueKind::CboePitch => 256,
+            _ => 0,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<VenueKind> {
         VenueKind::ALL.into_iter().find(|v| v.name() == s)
     }
@@ -434,6 +444,13 @@ pub trait Rules {
     fn suspect_gap(&mut self, slot: u32);
     fn count(&mut self, what: Count);
 
+    /// A venue of several channels: the channels that reach `slot`
+    /// (`Venue::channels_of`) are now `channels`. Told before the message
+    /// that changed them applies, so the gate's readers judge the symbol
+    /// by its channels from then on (`Publish::publish_symbol_unit`).
+    #[inline]
+    fn channels_changed(&mut self, _slot: u32, _channels: ChannelSet) {}
+
     /// venues.md `cme-mdp3`, Entries: one entry of the instrument at
     /// `slot`, S1-S5 on `seq` in delta mode, no quote change. `new`: the
     /// entry comes from a packet the channel rules process now (not one
@@ -552,6 +569,13 @@ pub trait Venue {
     fn channels_of(&self, _slot: u32) -> ChannelSet {
         ChannelSet::default()
     }
+
+    /// Appends to `out` the slots whose `channels_of` changed outside a
+    /// `Rules` call (a channel's new session) since the last call, and
+    /// forgets them (the engine publishes each symbol's unit for the
+    /// gate's readers). Asked only on a venue of several channels.
+    #[inline]
+    fn take_channel_changes(&mut self, _out: &mut Vec<u32>) {}
 
     /// C5 on the selected channel of a venue of several channels, before
     /// `on_session_start`: every symbol of that channel forgets its
@@ -843,6 +867,11 @@ impl Venue for AnyVenue {
     #[inline]
     fn channels_of(&self, slot: u32) -> ChannelSet {
         each_venue!(self, v => v.channels_of(slot))
+    }
+
+    #[inline]
+    fn take_channel_changes(&mut self, out: &mut Vec<u32>) {
+        each_venue!(self, v => v.take_channel_changes(out))
     }
 
     fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {

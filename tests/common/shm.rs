@@ -55,13 +55,15 @@ pub fn publish_feeds(
             capacity: s.max_symbols as u32,
             stale_ms: s.stale_ms,
             source_max_age_ms: s.source_max_age_ms,
+            units: s.venue.kind.unit_cells() as u32,
         })
         .collect();
     let (published, regions) = publish(shm, DEFAULT_MODE, &specs).unwrap();
     let mut out = Vec::new();
     let mut readers = Vec::new();
     for ((name, s), r) in feeds.iter().zip(&regions) {
-        let (publisher, reader) = feed_table_in(r.capacity, &r.cell, &r.table).unwrap();
+        let (publisher, reader) =
+            feed_table_in(r.capacity, &r.cell, &r.table, r.units, &r.units_region).unwrap();
         out.push(Feed::with_publisher(*s, 2, publisher));
         readers.push((name.to_string(), reader));
     }

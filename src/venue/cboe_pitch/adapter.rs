@@ -253,7 +253,10 @@ impl CboePitch {
     #[inline]
     fn carry<R: Rules>(&mut self, symbol: crate::wire::Symbol, rules: &mut R) -> Option<u32> {
         let slot = rules.symbol(symbol)?;
-        self.members.carry(self.cur, slot);
+        let c = self.members.carry(self.cur, slot);
+        if c.joined || !c.left.is_empty() {
+            rules.channels_changed(slot, self.members.units_of(slot));
+        }
         Some(slot)
     }
 
@@ -527,6 +530,10 @@ impl Venue for CboePitch {
 
     fn channels_of(&self, slot: u32) -> UnitSet {
         self.members.units_of(slot)
+    }
+
+    fn take_channel_changes(&mut self, out: &mut Vec<u32>) {
+        self.members.take_changed(out);
     }
 
     fn forget_channel_session<R: Rules>(&mut self, rules: &mut R) {

@@ -39,6 +39,10 @@ pub struct Membership {
     members: Vec<Vec<u32>>,
     /// Units whose session has ended.
     ended: UnitSet,
+    /// Slots a new session took out of a unit since `take_changed` (the
+    /// engine publishes their units for the gate's readers; `carry`'s
+    /// changes are told through `Rules::channels_changed` instead).
+    changed: Vec<u32>,
 }
 
 impl Membership {
@@ -49,6 +53,7 @@ impl Membership {
             units_of: vec![UnitSet::default(); max_symbols],
             members: vec![Vec::new(); 256],
             ended: UnitSet::default(),
+            changed: Vec::new(),
         }
     }
 
@@ -92,6 +97,7 @@ impl Membership {
         for &slot in list.iter() {
             if let Some(set) = self.units_of.get_mut(slot as usize) {
                 set.remove(unit);
+                self.changed.push(slot);
             }
         }
         list.clear();
@@ -106,6 +112,12 @@ impl Membership {
             .get(slot as usize)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Appends the slots a new session took out of a unit since the last
+    /// call to `out` and forgets them.
+    pub fn take_changed(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.changed);
     }
 
     /// The unit's members now.
@@ -164,7 +176,15 @@ mod tests {
         m.carry(1, 1);
         m.carry(2, 1);
         m.carry(2, 2);
+        let mut changed = Vec::new();
+        m.take_changed(&mut changed);
+        assert!(changed.is_empty(), "carrying is told through Rules");
         m.new_session(1);
+        m.take_changed(&mut changed);
+        assert_eq!(changed, [0, 1], "the slots that left unit 1");
+        changed.clear();
+        m.take_changed(&mut changed);
+        assert!(changed.is_empty(), "taken once");
         assert!(m.units_of(0).is_empty());
         assert_eq!(units(&m, 1), [2]);
         assert_eq!(units(&m, 2), [2]);
