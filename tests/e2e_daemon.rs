@@ -499,9 +499,9 @@ fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
     assert!(status[0].contains(" ok=0 "), "joined late: {text}");
     let last = status.last().unwrap();
     assert!(last.contains(" spins=3 (failed 0) "), "{text}");
-    // A line printed while a hole is open answers `recovering` for every
-    // stock (the daemon's gate folds the units, docs/venues.md): one of
-    // the last three is printed between holes.
+    // A line printed while a hole is open answers `recovering` for that
+    // unit's stocks (4 of 12), never for all: one of the last three is
+    // printed between holes.
     assert!(
         status
             .iter()
@@ -510,6 +510,10 @@ fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
             .any(|l| l.contains(" ok=12 reject=0 ")),
         "{text}"
     );
+    // Once every unit is rebuilt, a hole touches one unit's stocks only.
+    for l in status.iter().skip_while(|l| !l.contains(" ok=12 ")) {
+        assert!(!l.contains(" ok=0 "), "a hole touches one unit: {text}");
+    }
     assert!(last.contains("msgs_lost=0 "), "{text}");
     assert!(last.contains(" lost 0)"), "{text}");
     assert!(last.contains("grp_logged_in=1"), "{text}");
