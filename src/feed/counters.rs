@@ -165,7 +165,7 @@ pub struct RecoveryCounters {
     /// `SnapshotFailure::ALL` order).
     pub snapshots_started: u64,
     pub snapshots_applied: u64,
-    pub snapshots_failed: [u64; 10],
+    pub snapshots_failed: [u64; 11],
     /// R4c: Gap Responses by status (`engine::response_index` order) and
     /// those dropped (echoing no outstanding request).
     pub responses_by_status: [u64; 9],

@@ -161,6 +161,9 @@ pub enum ImageError {
     Closed(String),
     /// Bytes that do not parse, or a packet that has no place here.
     Malformed(String),
+    /// The server refused the image request itself (R5c: Spin Response
+    /// `S`).
+    RequestRefused(String),
 }
 
 /// A venue's image protocol, both directions (SoupBinTCP + GLIMPSE;

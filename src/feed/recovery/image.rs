@@ -55,10 +55,13 @@ pub enum SnapshotFailure {
     Implausible,
     /// The feed's session changed (or ended) during the attempt.
     SessionChanged,
+    /// The server refused the image request itself (R5c: Spin Response
+    /// `S`, a spin already running on the connection).
+    RequestRefused,
 }
 
 impl SnapshotFailure {
-    pub const ALL: [SnapshotFailure; 10] = [
+    pub const ALL: [SnapshotFailure; 11] = [
         SnapshotFailure::Refused,
         SnapshotFailure::LoginRejected,
         SnapshotFailure::Closed,
@@ -69,6 +72,7 @@ impl SnapshotFailure {
         SnapshotFailure::SnapshotBound,
         SnapshotFailure::Implausible,
         SnapshotFailure::SessionChanged,
+        SnapshotFailure::RequestRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +87,7 @@ impl SnapshotFailure {
             SnapshotFailure::SnapshotBound => "snapshot_bound",
             SnapshotFailure::Implausible => "implausible_end",
             SnapshotFailure::SessionChanged => "session_changed",
+            SnapshotFailure::RequestRefused => "request_refused",
         }
     }
 
@@ -479,6 +484,7 @@ fn failure(e: ImageError) -> SessionOutcome {
         ImageError::Rejected(d) => SessionOutcome::Failed(SnapshotFailure::LoginRejected, d),
         ImageError::Closed(d) => SessionOutcome::Failed(SnapshotFailure::Closed, d),
         ImageError::Malformed(d) => SessionOutcome::Failed(SnapshotFailure::Malformed, d),
+        ImageError::RequestRefused(d) => SessionOutcome::Failed(SnapshotFailure::RequestRefused, d),
     }
 }
 

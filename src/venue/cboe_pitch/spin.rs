@@ -255,7 +255,7 @@ impl ImageCodec for SpinCodec {
                         self.phase = SpinPhase::Waiting;
                     }
                     SpinStatus::AlreadyRunning => {
-                        return Err(ImageError::Rejected(format!(
+                        return Err(ImageError::RequestRefused(format!(
                             "Spin Response S for {sequence}: a spin is already running on this connection"
                         )))
                     }
@@ -518,7 +518,8 @@ mod tests {
     fn each_failure_of_r5c_is_an_error() {
         let req = vec![ACCEPTED, available(10)];
         let finished = |sequence| vec![SessionMessage::SpinFinished { sequence }];
-        // (what, the server's blocks, a refusal (true) or malformed)
+        // (what, the server's blocks, a refusal of the login or of the
+        // request (true) or malformed)
         let cases: Vec<(&str, Vec<Vec<SessionMessage>>, bool)> = vec![
             (
                 "login N",
@@ -590,13 +591,20 @@ mod tests {
         for (what, blocks, refused) in cases {
             let e = fails(10, &blocks);
             let ok = if refused {
-                matches!(e, ImageError::Rejected(_))
+                matches!(e, ImageError::Rejected(_) | ImageError::RequestRefused(_))
             } else {
                 matches!(e, ImageError::Malformed(_))
             };
             assert!(ok, "{what}: {e:?}");
         }
         // Bytes that do not parse: Hdr Length below 8.
+        assert!(
+            matches!(
+                fails(10, &[req.clone(), vec![response(0, 0, b'S')]]),
+                ImageError::RequestRefused(_)
+            ),
+            "R5c: Spin Response S is a refusal of the request, not of the login"
+        );
         let mut c = SpinCodec::new(login(), 1);
         c.push(&[4, 0, 0, 0]);
         assert!(matches!(
