@@ -448,6 +448,28 @@ pub(super) fn run_with_status_each_second(
     })
 }
 
+/// `ok=N reject=M [n cause, ...]` for `names` checked through the
+/// daemon's gate at `now` (the venue demos' status lines).
+pub(super) fn verdict_summary(
+    d: &Daemon,
+    names: impl ExactSizeIterator<Item = String>,
+    now: i64,
+    out: &mut Vec<u8>,
+) -> String {
+    let total = names.len();
+    let (ok, causes) = verdicts_by_cause(d, names, now, out);
+    let rejects = causes
+        .iter()
+        .map(|(c, n)| format!("{n} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if rejects.is_empty() {
+        format!("ok={ok} reject={}", total - ok)
+    } else {
+        format!("ok={ok} reject={} [{rejects}]", total - ok)
+    }
+}
+
 /// A demo's config around its one feed: the gate socket and the shared
 /// state file in `dir`, metrics on `metrics`, warnings only in the log.
 pub(super) fn with_demo_services(

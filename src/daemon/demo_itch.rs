@@ -24,7 +24,7 @@ use crate::venue::VenueKind;
 
 use super::demo::{
     demo_dir_and_port, free_or_ephemeral, join_provider, loopback_lines, print_demo_access,
-    run_with_status_each_second, spawn_sim_sender, start_demo_daemon, verdicts_by_cause,
+    run_with_status_each_second, spawn_sim_sender, start_demo_daemon, verdict_summary,
     with_demo_services, DemoArgs,
 };
 use super::Daemon;
@@ -153,21 +153,10 @@ pub fn demo_itch_main(args: DemoArgs) -> anyhow::Result<i32> {
 /// The stocks by verdict (REJECTs by cause), then the feed's counters.
 fn status_line(d: &Daemon, now: i64, secs: i64, out: &mut Vec<u8>) -> String {
     let names = (0..SYMBOLS).map(|i| venue_symbol(i).to_string());
-    let (ok, causes) = verdicts_by_cause(d, names, now, out);
-    let rejects = causes
-        .iter()
-        .map(|(c, n)| format!("{n} {c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let verdicts = verdict_summary(d, names, now, out);
     let s = d.metrics().feeds[0].stats.load();
     format!(
-        "{secs:>4}s  ok={ok} reject={}{} | live_orders={} snapshots={} (failed {}) msgs_lost={} holes={} (filled {}, lost {}) re-requested={}",
-        SYMBOLS - ok,
-        if rejects.is_empty() {
-            String::new()
-        } else {
-            format!(" [{rejects}]")
-        },
+        "{secs:>4}s  {verdicts} | live_orders={} snapshots={} (failed {}) msgs_lost={} holes={} (filled {}, lost {}) re-requested={}",
         s.live_orders,
         s.snapshots_applied_r5,
         s.snapshots_failed,
