@@ -310,6 +310,10 @@ pub struct FeedMetrics {
     /// published by the feed writer (`try_lock`); empty for a venue of one
     /// channel.
     pub units: Mutex<Vec<(u8, UnitStats)>>,
+    /// recovery.md R6: Gap Responses by status (`GAP_STATUSES` order), as
+    /// last published by the feed writer; `None` for a feed without a Gap
+    /// Request Proxy.
+    pub gap_responses: Mutex<Option<[u64; 9]>>,
 }
 
 impl FeedMetrics {
@@ -326,6 +330,7 @@ impl FeedMetrics {
             sockets: OnceLock::new(),
             recovery_times: Mutex::new([NsHistogram::default(); 2]),
             units: Mutex::new(Vec::new()),
+            gap_responses: Mutex::new(None),
         }
     }
 
@@ -492,6 +497,13 @@ const GATE_OPEN: (&str, &str) = (
     "tickgate_gate_connections",
     "Client connections open on the gate socket.",
 );
+const GAP_RESPONSES: (&str, &str) = (
+    "tickgate_feed_gap_responses_by_status_total",
+    "cboe-pitch: Gap Responses received, by status (recovery.md R4c; other: undocumented statuses).",
+);
+/// The `status` label of each of `GAP_RESPONSES`' counts, in the core's
+/// order (`feed::engine::response_index`).
+pub const GAP_STATUSES: [&str; 9] = ["A", "O", "C", "S", "M", "D", "I", "U", "other"];
 const CLOCK_OFFSET: (&str, &str) = (
     "tickgate_feed_clock_offset_seconds",
     "The provider clock offset in use (arrival minus source timestamp), seconds.",
@@ -537,6 +549,11 @@ impl SnapshotCollector {
         }
         for (name, help, labels) in [
             (CLOCK_OFFSET.0, CLOCK_OFFSET.1, feed()),
+            (
+                GAP_RESPONSES.0,
+                GAP_RESPONSES.1,
+                vec!["feed".to_string(), "status".to_string()],
+            ),
             (APPLY_LATENCY.0, APPLY_LATENCY.1, feed()),
             (HOLE_TIME.0, HOLE_TIME.1, feed()),
             (LINE_SKEW.0, LINE_SKEW.1, feed()),
@@ -707,6 +724,20 @@ impl Collector for SnapshotCollector {
                 }
                 out.push(fam);
             }
+        }
+        let mut gap = family(GAP_RESPONSES.0, GAP_RESPONSES.1, MetricType::COUNTER);
+        for f in &self.feeds {
+            let counts = *f.gap_responses.lock().unwrap_or_else(|e| e.into_inner());
+            for (status, n) in GAP_STATUSES.iter().zip(counts.into_iter().flatten()) {
+                gap.mut_metric().push(sample(
+                    vec![label("feed", &f.name), label("status", status)],
+                    Kind::Counter,
+                    n,
+                ));
+            }
+        }
+        if !gap.get_metric().is_empty() {
+            out.push(gap);
         }
         let mut offset = family(CLOCK_OFFSET.0, CLOCK_OFFSET.1, MetricType::GAUGE);
         let mut latency = family(APPLY_LATENCY.0, APPLY_LATENCY.1, MetricType::HISTOGRAM);

@@ -258,6 +258,14 @@ fn losses_on_both_lines_are_filled_from_the_gap_line() {
     assert!(feed(&m, "rerequests_sent_total") >= 1);
     assert!(feed(&m, "gap_responses_total") >= 1);
     assert_eq!(feed(&m, "gap_responses_refused_total"), 0);
+    // By status: every one an `A`.
+    let accepted = m
+        .get(&format!(
+            "tickgate_feed_gap_responses_by_status_total{{feed=\"{FEED}\",status=\"A\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0) as u64;
+    assert_eq!(accepted, feed(&m, "gap_responses_total"), "{m:?}");
     // A Gap Response that arrives after its messages (the gap multicast
     // can beat the TCP response) echoes a request that already ended: it
     // is dropped and counted (R4c), never more than were received.
@@ -326,6 +334,13 @@ fn holes_the_proxy_cannot_fill_are_declared_lost() {
     });
     let log = d.process.log();
     assert!(feed(&m, "gap_responses_refused_total") >= 2, "{log}");
+    let out_of_range = m
+        .get(&format!(
+            "tickgate_feed_gap_responses_by_status_total{{feed=\"{FEED}\",status=\"O\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0) as u64;
+    assert!(out_of_range >= 2, "{m:?}");
     assert!(feed(&m, "channel_messages_lost_total") >= 2, "{log}");
     assert_eq!(feed(&m, "grp_logged_in"), 1, "{log}");
     // Per unit, what each lost adds up to the feed's.

@@ -571,6 +571,11 @@ impl FeedWriter {
                 }));
             }
         }
+        if self.grp.is_some() {
+            if let Ok(mut g) = self.metrics.gap_responses.try_lock() {
+                *g = Some(self.feed.counters().recovery.responses_by_status);
+            }
+        }
         if let Ok(mut t) = self.metrics.recovery_times.try_lock() {
             let r = &self.feed.counters().recovery;
             *t = [r.hole_time, r.line_skew];
