@@ -12,17 +12,19 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "common/pitch.rs"]
+mod pitch;
+
+use pitch::{add, dgram, status, sym};
 use tickgate::feed::engine::{DatagramOutcome, Feed, SnapshotFailure, SnapshotPhase};
 use tickgate::feed::settings::{ChannelSet, FeedSettings, VenueKind};
 use tickgate::feed::view::SuspectCause;
 use tickgate::net::spin::{Outcome, SpinClient, SpinOptions as ClientOptions};
 use tickgate::sim::servers::{SpinImage, SpinOptions, SpinServer, SpinSource};
-use tickgate::venue::cboe_pitch::frame::frame;
-use tickgate::venue::cboe_pitch::messages::{encode, Message, Width};
+use tickgate::venue::cboe_pitch::messages::Message;
 use tickgate::venue::cboe_pitch::session::{
     encode_block, Login, LoginStatus, SessionMessage, SpinStatus,
 };
-use tickgate::wire::Symbol;
 
 const PATIENCE: Duration = Duration::from_secs(20);
 const MS: i64 = 1_000_000;
@@ -42,42 +44,6 @@ fn login() -> Login {
 
 fn loopback() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
-}
-
-fn sym(s: &str) -> Symbol {
-    Symbol::parse(s).unwrap()
-}
-
-fn add(id: u64, side: u8, shares: u32, symbol: &str, price: i64) -> Message {
-    Message::AddOrder {
-        width: Width::Long,
-        offset: 0,
-        order_id: id,
-        side,
-        shares,
-        symbol: sym(symbol),
-        price,
-        flags: 1,
-    }
-}
-
-fn status(symbol: &str, status: u8) -> Message {
-    Message::TradingStatus {
-        offset: 0,
-        symbol: sym(symbol),
-        status,
-        reg_sho: b'0',
-    }
-}
-
-fn dgram(unit: u8, seq: u32, msgs: &[Message]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for m in msgs {
-        encode(m, &mut body).unwrap();
-    }
-    let mut out = Vec::new();
-    frame(unit, seq, msgs.len() as u8, &body, &mut out).unwrap();
-    out
 }
 
 /// Units 1 and 2 have Spin Servers and join late: unit 1 at 100 (AAA),

@@ -4,17 +4,19 @@
 //! datagrams continue it; a failed attempt applies nothing and the next
 //! waits for the unit's pace.
 
+#[path = "common/pitch.rs"]
+mod pitch;
+
+use pitch::{add, dgram, status, sym};
 use tickgate::feed::engine::{DatagramOutcome, Feed, SnapshotFailure, SnapshotPhase};
 use tickgate::feed::recovery::image::{ImageSession, SessionLimits, SessionOutcome};
 use tickgate::feed::settings::{ChannelSet, FeedSettings, VenueKind};
 use tickgate::feed::view::SuspectCause;
-use tickgate::venue::cboe_pitch::frame::frame;
-use tickgate::venue::cboe_pitch::messages::{encode, encode_to_vec, Message, Width};
+use tickgate::venue::cboe_pitch::messages::{encode_to_vec, Message};
 use tickgate::venue::cboe_pitch::session::{
     encode_block, Login, LoginStatus, SessionMessage, SpinStatus,
 };
 use tickgate::venue::cboe_pitch::spin::SpinCodec;
-use tickgate::wire::Symbol;
 
 /// 2026-12-01 09:30 New York.
 const T0: i64 = 1_796_135_400_000_020_000;
@@ -22,42 +24,6 @@ const MS: i64 = 1_000_000;
 const S: i64 = 1_000_000_000;
 /// $1.00 in 10^-9.
 const USD: i64 = 1_000_000_000;
-
-fn sym(s: &str) -> Symbol {
-    Symbol::parse(s).unwrap()
-}
-
-fn add(id: u64, side: u8, shares: u32, symbol: &str, price: i64) -> Message {
-    Message::AddOrder {
-        width: Width::Long,
-        offset: 0,
-        order_id: id,
-        side,
-        shares,
-        symbol: sym(symbol),
-        price,
-        flags: 1,
-    }
-}
-
-fn status(symbol: &str, status: u8) -> Message {
-    Message::TradingStatus {
-        offset: 0,
-        symbol: sym(symbol),
-        status,
-        reg_sho: b'0',
-    }
-}
-
-fn dgram(unit: u8, seq: u32, msgs: &[Message]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for m in msgs {
-        encode(m, &mut body).unwrap();
-    }
-    let mut out = Vec::new();
-    frame(unit, seq, msgs.len() as u8, &body, &mut out).unwrap();
-    out
-}
 
 /// A spin's messages as the feed takes them: each a u16 big-endian
 /// length, then the PITCH message (Length byte first).
