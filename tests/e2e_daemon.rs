@@ -433,6 +433,34 @@ fn the_demo_runs_and_answers() {
     assert!(!socket.exists(), "socket removed at exit");
 }
 
+/// `tickgate demo --venue VENUE --seconds SECS` with `extra` arguments
+/// and a data directory of its own: its standard output, once it exited 0.
+fn venue_demo(venue_seconds: &[&str; 2], extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args([
+            "demo",
+            "--venue",
+            venue_seconds[0],
+            "--seconds",
+            venue_seconds[1],
+        ])
+        .args(extra)
+        .arg("--dir")
+        .arg(dir.path())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    text
+}
+
+/// A demo's status lines (one a second, and the one as it joins).
+fn status_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.contains("s  ok=")).collect()
+}
+
 /// `tickgate demo --venue nasdaq-itch` (recovery.md R5): the daemon joins
 /// the simulated ITCH session late, so every book starts `no_snapshot`;
 /// the GLIMPSE snapshot rebuilds them and every stock answers OK, with
@@ -440,18 +468,11 @@ fn the_demo_runs_and_answers() {
 #[test]
 fn the_itch_demo_rebuilds_its_books_from_glimpse() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["demo", "--venue", "nasdaq-itch", "--seconds", "8"])
-        .args(["--port", "46521", "--metrics", "127.0.0.1:0"])
-        .arg("--dir")
-        .arg(dir.path())
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let status: Vec<&str> = text.lines().filter(|l| l.contains("s  ok=")).collect();
+    let text = venue_demo(
+        &["nasdaq-itch", "8"],
+        &["--port", "46521", "--metrics", "127.0.0.1:0"],
+    );
+    let status = status_lines(&text);
     // The line printed as it joins: no stock is OK yet (no data, or a
     // book without its snapshot).
     assert!(status[0].contains(" ok=0 "), "joined late: {text}");
@@ -477,25 +498,18 @@ fn the_itch_demo_rebuilds_its_books_from_glimpse() {
 #[test]
 fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["demo", "--venue", "cboe-pitch", "--seconds", "6"])
-        .args([
+    let text = venue_demo(
+        &["cboe-pitch", "6"],
+        &[
             "--port",
             "46561",
             "--metrics",
             "127.0.0.1:0",
             "--loss-percent",
             "0",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let status: Vec<&str> = text.lines().filter(|l| l.contains("s  ok=")).collect();
+        ],
+    );
+    let status = status_lines(&text);
     assert!(status[0].contains(" ok=0 "), "joined late: {text}");
     let last = status.last().unwrap();
     assert!(last.contains(" spins=3 (failed 0) "), "{text}");
@@ -533,25 +547,18 @@ fn the_pitch_demo_fills_its_holes_from_the_gap_line() {
 #[test]
 fn the_cme_demo_rebuilds_its_books_from_the_snapshot_loop() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["demo", "--venue", "cme-mdp3", "--seconds", "8"])
-        .args([
+    let text = venue_demo(
+        &["cme-mdp3", "8"],
+        &[
             "--port",
             "46541",
             "--metrics",
             "127.0.0.1:0",
             "--loss-percent",
             "0",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let status: Vec<&str> = text.lines().filter(|l| l.contains("s  ok=")).collect();
+        ],
+    );
+    let status = status_lines(&text);
     assert!(status[0].contains(" ok=0 "), "joined late: {text}");
     let last = status.last().unwrap();
     assert!(last.contains(" ok=16 reject=0 "), "{text}");
