@@ -304,6 +304,7 @@ impl Daemon {
         let mut running = Vec::with_capacity(config.feeds.len());
         let mut beats = Vec::new();
         let mut readers = Vec::new();
+        let mut links = Vec::new();
         for (i, ((f, lines), fm)) in config
             .feeds
             .iter()
@@ -341,6 +342,10 @@ impl Daemon {
                     .with_context(|| format!("feed {}: starting the Spin client", f.name))?;
                 writer.set_spin(client, spin.servers.clone());
             }
+            // R4c, R5c: `STATUS` lists the GRP connection and the spins.
+            if let Some(l) = writer.links() {
+                links.push((i, l));
+            }
             // On error the feeds already running are stopped by drop.
             let opts = ReceiverOptions {
                 busy_poll: f.busy_poll,
@@ -368,7 +373,10 @@ impl Daemon {
                 control,
             });
         }
-        let gate_backend = Gate::with_rules(readers, config.gate.rules);
+        let mut gate_backend = Gate::with_rules(readers, config.gate.rules);
+        for (i, l) in links {
+            gate_backend.set_links(i, l);
+        }
         let server_config = ServerConfig {
             path: config.gate.socket.clone(),
             mode: config.gate.socket_mode,

@@ -603,3 +603,45 @@ fn a_flooding_client_does_not_stop_the_others() {
         server.stop();
     }
 }
+
+/// `STATUS`: a feed given its recovery links (a `cboe-pitch` feed's GRP
+/// connection and units, `gate::links`) lists them after its `FEED` line,
+/// which stays as it was; a feed without links lists nothing more.
+#[test]
+fn status_lists_a_feeds_grp_and_units_after_its_feed_line() {
+    use tickgate::gate::links::{GrpLink, Links, SharedLinks, SpinLink, UnitLink};
+    let (_feed, mut gate) = market();
+    let mut plain = Vec::new();
+    let n = gate.status_feed(0, NOW, &mut plain);
+    let plain = String::from_utf8(plain).unwrap();
+    assert_eq!(plain.lines().count(), 1, "{plain}");
+    assert!(plain.starts_with("FEED md1 symbols="), "{plain}");
+
+    let links = SharedLinks::default();
+    gate.set_links(0, links.clone());
+    *links.lock().unwrap() = Links {
+        grp: Some(GrpLink {
+            logged_in: false,
+            count_limit: 50,
+            pause: Some((b'M', NOW + 30_000 * MS)),
+        }),
+        units: vec![UnitLink {
+            unit: 4,
+            spin: SpinLink::Wanted {
+                not_before: NOW + 1_000 * MS,
+                last_failure: None,
+            },
+            grp_off: Some(false),
+        }],
+    };
+    let mut out = Vec::new();
+    assert_eq!(gate.status_feed(0, NOW, &mut out), n);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(
+        out,
+        format!(
+            "{plain}GRP md1 logged_in=0 count_limit=50 pause=M pause_left_ms=30000\n\
+             UNIT md1 4 spin=wanted spin_wait_ms=1000 grp=on\n"
+        )
+    );
+}

@@ -14,7 +14,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::{self, FeedConfig, FeedThresholds, InterfaceSpec, SymbolConfig};
 use crate::feed::reader::{feed_table, feed_table_in, FeedReader, TablePublisher};
-use crate::feed::{Feed, FeedSettings};
+use crate::feed::{Feed, FeedSettings, SnapshotPhase};
+use crate::gate::links::{GrpLink, Links, SharedLinks, SpinLink, UnitLink};
 use crate::metrics::{FeedMetrics, FeedStats, LineStats, UnitStats};
 use crate::net::glimpse::{GlimpseClient, Outcome};
 use crate::net::grp::{GrpClient, GrpClientEvent};
@@ -214,6 +215,9 @@ pub struct FeedWriter {
     /// R5c: the unit whose spin the client is running (one at a time per
     /// feed: a login serves one spin at a time).
     spinning: Option<u8>,
+    /// R4c, R5c: what the GRP connection and the units' spins are doing,
+    /// for the gate's `STATUS` (made by `links`).
+    links: Option<SharedLinks>,
 }
 
 impl FeedWriter {
@@ -243,6 +247,7 @@ impl FeedWriter {
             grp: None,
             spin: None,
             spinning: None,
+            links: None,
         };
         (w, tx)
     }
@@ -442,6 +447,69 @@ impl FeedWriter {
         &self.feed
     }
 
+    /// The cell this writer publishes its GRP connection and its units'
+    /// spins into (R4c, R5c), for the gate's `STATUS`; `None` for a feed
+    /// with neither `grp` nor `spin`.
+    pub fn links(&mut self) -> Option<SharedLinks> {
+        if self.grp.is_none() && self.spin.is_none() {
+            return None;
+        }
+        let links = self.links.get_or_insert_with(SharedLinks::default).clone();
+        self.publish_links(receiver::realtime_ns());
+        Some(links)
+    }
+
+    /// R4c, R5c: the GRP connection and each unit's spin, as the core
+    /// sees them at `now`, into the `links` cell (skipped while the gate
+    /// reads it: the next publication catches up).
+    fn publish_links(&self, now: i64) {
+        let Some(cell) = &self.links else {
+            return;
+        };
+        let grp = self.grp.as_ref().and_then(|_| self.feed.refill_status(now));
+        let servers: &[(u8, std::net::SocketAddr)] =
+            self.spin.as_ref().map_or(&[], |(_, s)| s.as_slice());
+        let mut ids: Vec<u8> = self
+            .feed
+            .channel_reports()
+            .iter()
+            .map(|r| r.channel)
+            .chain(servers.iter().map(|(u, _)| *u))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let units = ids
+            .into_iter()
+            .map(|unit| UnitLink {
+                unit,
+                spin: if servers.iter().any(|(u, _)| *u == unit) {
+                    match self.feed.image_phase(unit) {
+                        (SnapshotPhase::Idle, _) => SpinLink::Idle,
+                        (SnapshotPhase::Running { since }, _) => SpinLink::Running { since },
+                        (SnapshotPhase::Wanted { not_before }, last_failure) => SpinLink::Wanted {
+                            not_before,
+                            last_failure,
+                        },
+                    }
+                } else {
+                    SpinLink::NoServer
+                },
+                grp_off: grp.map(|_| self.feed.refill_unit_off(unit)),
+            })
+            .collect();
+        let links = Links {
+            grp: grp.map(|g| GrpLink {
+                logged_in: g.logged_in,
+                count_limit: g.count_limit,
+                pause: g.pause,
+            }),
+            units,
+        };
+        if let Ok(mut l) = cell.try_lock() {
+            *l = links;
+        }
+    }
+
     /// Copies the core's counters into the metrics cells.
     pub fn publish(&mut self, now: i64) {
         if now.saturating_sub(self.last_suspect) >= SUSPECT_EVERY_NS {
@@ -580,6 +648,7 @@ impl FeedWriter {
             let r = &self.feed.counters().recovery;
             *t = [r.hole_time, r.line_skew];
         }
+        self.publish_links(now);
         self.last_publish = now;
     }
 

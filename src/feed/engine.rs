@@ -41,6 +41,19 @@ use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 pub use super::outcome::DatagramOutcome;
 pub use super::recovery::image::{SnapshotFailure, SnapshotPhase, SNAPSHOT_HOLD_MAX};
 
+/// R4c: where a feed's Gap Request Proxy stands (`Feed::refill_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefillStatus {
+    /// The connection is logged in (requests may leave).
+    pub logged_in: bool,
+    /// The most messages one Gap Request asks for now (`grp.max_count`,
+    /// halved by each `C`).
+    pub count_limit: u64,
+    /// The refusal (`S`, `M` or `D`) that holds every Gap Request back,
+    /// and until when (Unix ns).
+    pub pause: Option<(u8, i64)>,
+}
+
 /// What `process` applies: a whole datagram, or the message blocks of a
 /// MoldUDP64 one (`Feed::on_blocks`).
 #[derive(Clone, Copy)]
@@ -66,6 +79,8 @@ pub struct Feed<P: Publish = NoPublish> {
     /// `unit_off` is each channel's own) and its count limit, given to
     /// each channel's machines when they are made.
     refill_reach: Availability,
+    /// R4c: the status (`M` or `D`) behind `refill_reach.off_until`.
+    refill_off_status: u8,
     count_limit: Option<u64>,
     /// R4c: the feed's last `RATE_LIMIT` Gap Request send times (a ring):
     /// at most that many leave the feed in any second, whichever units.
@@ -281,6 +296,7 @@ impl<P: Publish> Feed<P> {
             parked_recovery,
             parked_held: 0,
             refill_reach: Availability::default(),
+            refill_off_status: b'M',
             count_limit: None,
             refill_sent: [i64::MIN; RATE_LIMIT],
             refill_sent_at: 0,
@@ -982,6 +998,40 @@ impl<P: Publish> Feed<P> {
         Some(self.count_limit.unwrap_or(max as u64))
     }
 
+    /// R4c, for the status listing: whether the feed's Gap Request Proxy
+    /// connection is logged in, its count limit, and the pause a refusal
+    /// (`S`, `M`, `D`) imposes at `now`, if any; `None` without a Gap
+    /// Request Proxy.
+    pub fn refill_status(&self, now: i64) -> Option<RefillStatus> {
+        let count_limit = self.refill_count_limit()?;
+        let a = self.refill_reach;
+        let pause = if now < a.off_until {
+            Some((self.refill_off_status, a.off_until))
+        } else if now < a.brief_until {
+            Some((b'S', a.brief_until))
+        } else {
+            None
+        };
+        Some(RefillStatus {
+            logged_in: a.logged_in,
+            count_limit,
+            pause,
+        })
+    }
+
+    /// R4c `I`: whether the Gap Request Proxy refused to serve unit `unit`
+    /// for the rest of its session.
+    pub fn refill_unit_off(&self, unit: u8) -> bool {
+        let r = if unit == self.core.cur || self.parked_recovery.is_empty() {
+            Some(&self.recovery)
+        } else {
+            self.parked_recovery
+                .get(unit as usize)
+                .and_then(|r| r.as_ref())
+        };
+        r.is_some_and(|r| r.availability().unit_off)
+    }
+
     /// R4c: the refill service's connection logged in (`true`) or is down:
     /// while down, no request leaves, the outstanding ones are void and
     /// every hole gets R2's deadline without re-requests (those past it
@@ -1028,6 +1078,7 @@ impl<P: Publish> Feed<P> {
             }
             RefillAction::OffFeed { until } => {
                 self.refill_reach.off_until = until;
+                self.refill_off_status = status;
                 self.spread_reach(now);
             }
             _ => {}

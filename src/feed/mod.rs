@@ -27,7 +27,7 @@ use crate::util::prefetch;
 pub use counters::{
     FeedCounters, LineCounters, NsHistogram, RecoveryCounters, SymbolSummary, NS_HISTOGRAM_BOUNDS,
 };
-pub use engine::{DatagramOutcome, Feed, SnapshotFailure, SnapshotPhase};
+pub use engine::{DatagramOutcome, Feed, RefillStatus, SnapshotFailure, SnapshotPhase};
 pub use settings::{ClockOffset, FeedSettings, Liveness, Mode, Recovery, VenueKind, VenueSettings};
 pub use view::{
     FeedView, NoPublish, Publish, SuspectCause, SymbolView, FEED_VIEW_WORDS, SYMBOL_VIEW_WORDS,

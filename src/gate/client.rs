@@ -294,6 +294,48 @@ pub fn format_status(lines: &[String]) -> String {
                     },
                 ]);
             }
+            // R4c: GRP <feed> logged_in=.. count_limit=.. pause=.. pause_left_ms=..
+            Some(&"GRP") if tokens.len() >= 2 => feeds.push(format!(
+                "feed {}: Gap Request Proxy {}, count limit {}{}",
+                tokens[1],
+                if field(&tokens, "logged_in") == "1" {
+                    "logged in"
+                } else {
+                    "not logged in"
+                },
+                field(&tokens, "count_limit"),
+                match field(&tokens, "pause") {
+                    "" | "-" => String::new(),
+                    p => format!(
+                        ", paused by {p} for {} ms",
+                        field(&tokens, "pause_left_ms")
+                    ),
+                },
+            )),
+            // R5c: UNIT <feed> <unit> spin=..[:last_failure=..] spin_wait_ms=.. grp=..
+            Some(&"UNIT") if tokens.len() >= 3 => {
+                let spin = field(&tokens, "spin");
+                let (state, failure) = match spin.split_once(":last_failure=") {
+                    Some((s, f)) => (s, Some(f)),
+                    None => (spin, None),
+                };
+                let wait = field(&tokens, "spin_wait_ms");
+                let spin = match (state, failure) {
+                    ("none", _) => "no spin server".to_string(),
+                    ("idle", _) => "no spin needed".to_string(),
+                    ("running", _) => "spin running".to_string(),
+                    ("wanted", Some(f)) => {
+                        format!("spin failed ({f}), next attempt in {wait} ms")
+                    }
+                    ("wanted", None) => format!("spin wanted, next attempt in {wait} ms"),
+                    (other, _) => format!("spin {other}"),
+                };
+                let grp = match field(&tokens, "grp") {
+                    "off" => ", Gap Request Proxy off until the unit's next session (I)",
+                    _ => "",
+                };
+                feeds.push(format!("feed {} unit {}: {spin}{grp}", tokens[1], tokens[2]));
+            }
             _ => feeds.push(line.clone()),
         }
     }
@@ -406,6 +448,39 @@ mod tests {
                 "5",
                 "gap"
             ]
+        );
+    }
+
+    #[test]
+    fn status_grp_and_units() {
+        let lines: Vec<String> = [
+            "FEED cboe symbols=0 state=live channel_silence_us=1 clock_offset_us=0 gap_epoch=0 session_epoch=1 recovery=live line_skew_max_us=- waiting=0 kept_entries=0",
+            "GRP cboe logged_in=1 count_limit=25 pause=S pause_left_ms=800",
+            "UNIT cboe 1 spin=running spin_wait_ms=- grp=on",
+            "UNIT cboe 2 spin=wanted:last_failure=silence spin_wait_ms=2000 grp=off",
+            "UNIT cboe 3 spin=none spin_wait_ms=- grp=-",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let t = format_status(&lines);
+        let rows: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            &rows[1..],
+            [
+                "feed cboe: Gap Request Proxy logged in, count limit 25, paused by S for 800 ms",
+                "feed cboe unit 1: spin running",
+                "feed cboe unit 2: spin failed (silence), next attempt in 2000 ms, Gap Request Proxy off until the unit's next session (I)",
+                "feed cboe unit 3: no spin server",
+                "(no symbols)",
+            ]
+        );
+        let down = format_status(&[
+            "GRP cboe logged_in=0 count_limit=100 pause=- pause_left_ms=-".to_string(),
+        ]);
+        assert_eq!(
+            down.lines().next().unwrap(),
+            "feed cboe: Gap Request Proxy not logged in, count limit 100"
         );
     }
 }

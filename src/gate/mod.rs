@@ -3,5 +3,6 @@
 //! server and client (I/O).
 
 pub mod client;
+pub mod links;
 pub mod protocol;
 pub mod server;

@@ -23,6 +23,9 @@
 //! END
 //! ```
 //!
+//! A `cboe-pitch` feed with a Gap Request Proxy or Spin Servers has `GRP`
+//! and `UNIT` lines after its `FEED` line (`gate::links`).
+//!
 //! The listing is produced as the client reads it (never more than the
 //! output high-water mark buffered), and pipelined requests after it are
 //! answered after `END`, in order.
@@ -47,6 +50,7 @@ use crate::feed::reader::{FeedReader, Found};
 use crate::feed::verdict::{judge, Thresholds};
 use crate::feed::view::{recovery_state_name, FEED_CHANNEL_ALIVE, FEED_HAS_SESSION};
 use crate::feed::SnapshotFailure;
+use crate::gate::links::SharedLinks;
 use crate::util::histogram::{SharedHistogram, SmallRecorder};
 use crate::wire::Symbol;
 
@@ -107,6 +111,9 @@ impl<B: Backend> Backend for Arc<B> {
 pub struct Gate {
     feeds: Vec<(String, FeedReader)>,
     rules: GateRules,
+    /// Each feed's recovery connections (R4c, R5c), by feed index; `None`
+    /// for a feed without any.
+    links: Vec<Option<SharedLinks>>,
 }
 
 impl Gate {
@@ -116,7 +123,20 @@ impl Gate {
     }
 
     pub fn with_rules(feeds: Vec<(String, FeedReader)>, rules: GateRules) -> Gate {
-        Gate { feeds, rules }
+        let links = vec![None; feeds.len()];
+        Gate {
+            feeds,
+            rules,
+            links,
+        }
+    }
+
+    /// Lists what feed `feed`'s recovery connections are doing (R4c,
+    /// R5c) after its `FEED` line in `STATUS`.
+    pub fn set_links(&mut self, feed: usize, links: SharedLinks) {
+        if let Some(l) = self.links.get_mut(feed) {
+            *l = Some(links);
+        }
     }
 
     pub fn feeds(&self) -> &[(String, FeedReader)] {
@@ -217,6 +237,12 @@ impl Backend for Gate {
         out.extend_from_slice(b" kept_entries=");
         write_u64(out, view.venue_kept as u64);
         out.push(b'\n');
+        if let Some(links) = self.links.get(feed).and_then(|l| l.as_ref()) {
+            // R4c, R5c: the feed's writer holds the lock only to copy in.
+            if let Ok(l) = links.lock() {
+                l.write_lines(name, now, out);
+            }
+        }
         n
     }
 
