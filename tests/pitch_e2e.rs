@@ -93,6 +93,17 @@ struct Daemon {
 
 impl Daemon {
     fn start(g: &[SocketAddrV4; 3], grp: SocketAddr) -> Daemon {
+        Daemon::start_with(g, grp, "", "")
+    }
+
+    /// `feed_extra`: more keys of the feed (`key = value` lines);
+    /// `grp_extra`: more keys of its `grp` table (`, key = value`).
+    fn start_with(
+        g: &[SocketAddrV4; 3],
+        grp: SocketAddr,
+        feed_extra: &str,
+        grp_extra: &str,
+    ) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let cfg = dir.path().join("tickgate.toml");
@@ -117,7 +128,8 @@ clock_offset = "off"
 gap_hold_us = 2000
 rerequest_timeout_ms = 100
 rerequest_attempts = 5
-grp = {{ address = "{grp}", session_sub_id = "0006", username = "MKDA", password = "" }}
+grp = {{ address = "{grp}", session_sub_id = "0006", username = "MKDA", password = ""{grp_extra} }}
+{feed_extra}
 {}{}{}
 [gate]
 socket = "{}"
@@ -155,6 +167,37 @@ listen = "{metrics}"
     fn metrics(&self) -> BTreeMap<String, f64> {
         daemon::metrics(self.metrics)
     }
+
+    /// `tickgate status`, raw (`--raw`: the gate's `STATUS` lines) or as
+    /// operators read it.
+    fn status(&self, raw: bool) -> String {
+        let mut cmd = Command::new(bin());
+        cmd.arg("status").arg("--socket").arg(self.socket());
+        if raw {
+            cmd.arg("--raw");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// The lines of `status` that begin with `prefix`.
+fn status_lines(status: &str, prefix: &str) -> Vec<String> {
+    status
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Gap Responses of status `status` received by the feed.
+fn by_status(m: &BTreeMap<String, f64>, status: &str) -> u64 {
+    m.get(&format!(
+        "tickgate_feed_gap_responses_by_status_total{{feed=\"{FEED}\",status=\"{status}\"}}"
+    ))
+    .copied()
+    .unwrap_or(0.0) as u64
 }
 
 /// A counter or gauge of the feed.
@@ -185,47 +228,47 @@ fn line(m: &BTreeMap<String, f64>, name: &str, line: &str) -> u64 {
 
 /// `tickgate simulate --live --venue cboe-pitch`: three units on `g`, a
 /// data packet in every `drop_both` lost on both realtime lines, and the
-/// simulator's Gap Request Proxy on `grp`.
+/// simulator's Gap Request Proxy on `grp`; `extra` adds flags, or replaces
+/// the defaults of `--rate` (300 datagrams a second), `--batch` (1) and
+/// `--duration` (7 s).
 fn simulate(g: &[SocketAddrV4; 3], grp: SocketAddr, drop_both: u32, extra: &[&str]) -> Child2 {
     let s = |a: &SocketAddrV4| a.to_string();
-    Child2::spawn(
-        Command::new(bin())
-            .args([
-                "simulate",
-                "--venue",
-                "cboe-pitch",
-                "--live",
-                "--units",
-                "3",
-                "--symbols",
-                &SYMBOLS.to_string(),
-                "--rate",
-                "300",
-                "--batch",
-                "1",
-                "--duration",
-                "7",
-                "--seed",
-                "7",
-                "--group-a",
-                &s(&g[0]),
-                "--group-b",
-                &s(&g[1]),
-                "--group-gap",
-                &s(&g[2]),
-                "--interface",
-                "127.0.0.1",
-                "--drop-both",
-                &drop_both.to_string(),
-                "--grp-listen",
-                &grp.to_string(),
-                "--pitch-sub-id",
-                "0006",
-                "--pitch-user",
-                "MKDA",
-            ])
-            .args(extra),
-    )
+    let defaults = [("--rate", "300"), ("--batch", "1"), ("--duration", "7")];
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "simulate",
+        "--venue",
+        "cboe-pitch",
+        "--live",
+        "--units",
+        "3",
+        "--symbols",
+        &SYMBOLS.to_string(),
+        "--seed",
+        "7",
+        "--group-a",
+        &s(&g[0]),
+        "--group-b",
+        &s(&g[1]),
+        "--group-gap",
+        &s(&g[2]),
+        "--interface",
+        "127.0.0.1",
+        "--drop-both",
+        &drop_both.to_string(),
+        "--grp-listen",
+        &grp.to_string(),
+        "--pitch-sub-id",
+        "0006",
+        "--pitch-user",
+        "MKDA",
+    ]);
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            cmd.args([flag, value]);
+        }
+    }
+    Child2::spawn(cmd.args(extra))
 }
 
 /// R4c end to end: data packets lost on both lines of a unit are asked for
@@ -289,6 +332,35 @@ fn losses_on_both_lines_are_filled_from_the_gap_line() {
         .all(|&n| n == 0));
     // The gap line carried the proxy's answers and heartbeats.
     assert!(line(&m, "packets_received_total", "G") >= 1, "{m:?}");
+    // `tickgate status`: the proxy logged in at the configured count
+    // limit (`grp.max_count`, default 100) and not paused; the three units, none
+    // with a spin server, all served by the proxy.
+    let raw = d.status(true);
+    assert_eq!(
+        status_lines(&raw, "GRP "),
+        [format!(
+            "GRP {FEED} logged_in=1 count_limit=100 pause=- pause_left_ms=-"
+        )],
+        "{raw}"
+    );
+    assert_eq!(
+        status_lines(&raw, "UNIT "),
+        (1..=3)
+            .map(|u| format!("UNIT {FEED} {u} spin=none spin_wait_ms=- grp=on"))
+            .collect::<Vec<_>>(),
+        "{raw}"
+    );
+    let text = d.status(false);
+    assert!(
+        text.contains(&format!(
+            "feed {FEED}: Gap Request Proxy logged in, count limit 100\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("feed {FEED} unit 2: no spin server\n")),
+        "{text}"
+    );
     for i in 0..SYMBOLS {
         let symbol = symbol_name(i);
         let answer = daemon::ask(&d.socket(), &format!("CHECK {symbol}"));
@@ -355,4 +427,173 @@ fn holes_the_proxy_cannot_fill_are_declared_lost() {
 /// The simulated venues' symbols: S00001, S00002, ...
 fn symbol_name(i: usize) -> String {
     tickgate::sim::venue_sim::venue_symbol(i).to_string()
+}
+
+/// The feed's holes closed within `secs` seconds of opening (the
+/// cumulative bucket of `tickgate_feed_hole_open_seconds` at that bound).
+fn holes_closed_within(m: &BTreeMap<String, f64>, secs: f64) -> u64 {
+    let prefix = format!("tickgate_feed_hole_open_seconds_bucket{{feed=\"{FEED}\",le=\"");
+    m.iter()
+        .find_map(|(k, v)| {
+            let le: f64 = k.strip_prefix(&prefix)?.strip_suffix("\"}")?.parse().ok()?;
+            (le == secs).then_some(*v as u64)
+        })
+        .unwrap_or_else(|| panic!("no {secs} s bucket of the hole time in {m:?}"))
+}
+
+/// R4c `C`: the simulator's proxy takes at most one message per request
+/// and every lost datagram holds four, against the feed's `grp.max_count`
+/// of 4. The feed halves its count limit on each `C` (4, 2, then 1),
+/// asks again at once without spending an attempt, and fills every hole;
+/// the limit stays at 1, on `/metrics` and on `tickgate status`.
+#[test]
+fn count_refusals_halve_the_count_limit_and_holes_are_filled() {
+    let _serial = serial();
+    let g = groups(7, 46603);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start_with(&g, grp, "", ", max_count = 4");
+    // `--rate` counts messages: 75 datagrams a second, a loss every 2 s.
+    let mut sim = simulate(&g, grp, 150, &["--batch", "4", "--grp-max-count", "1"]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 2);
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= 2
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    let log = d.process.log();
+    // 4 -> 2 -> 1: at least two `C`, then only `A`.
+    assert!(by_status(&m, "C") >= 2, "{m:?}");
+    assert_eq!(feed(&m, "grp_count_limit"), 1, "{m:?}");
+    assert_eq!(
+        feed(&m, "gap_responses_refused_total"),
+        by_status(&m, "C"),
+        "no refusal but C: {m:?}"
+    );
+    assert_eq!(feed(&m, "holes_lost_total"), 0, "{log}");
+    assert_eq!(feed(&m, "channel_messages_lost_total"), 0, "{log}");
+    // A hole of four messages or more took as many one-message requests.
+    assert!(
+        by_status(&m, "A") >= 4 * feed(&m, "holes_filled_total"),
+        "{m:?}"
+    );
+    let raw = d.status(true);
+    assert_eq!(
+        status_lines(&raw, "GRP "),
+        [format!(
+            "GRP {FEED} logged_in=1 count_limit=1 pause=- pause_left_ms=-"
+        )],
+        "{raw}"
+    );
+}
+
+/// R4c `S`: the simulator's proxy refuses every request with `S` (its
+/// allowance is 0 a second). Each `S` holds every Gap Request of the feed
+/// back for 1 s and moves each open hole's deadline to the pause's end
+/// plus `rerequest_attempts` x `rerequest_timeout_ms` (here 0.5 s), never
+/// beyond `max_hole_ms` (2 s): no hole is declared lost within the first
+/// second, although its own re-request deadline (0.5 s) would have
+/// passed, and the requests leave at most one a second. The losses (3 s
+/// and 6 s in) end 2 s later, before the stream (8.7 s) and its proxy.
+#[test]
+fn second_refusals_pause_the_requests_and_stretch_the_deadlines() {
+    let _serial = serial();
+    let g = groups(10, 46604);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    let started = std::time::Instant::now();
+    let mut sim = simulate(
+        &g,
+        grp,
+        900,
+        &["--grp-per-second", "0", "--duration", "8.7"],
+    );
+    let lost = finish(&mut sim);
+    assert_eq!(lost, 2);
+    let mut m = BTreeMap::new();
+    wait_for("every hole declared lost", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_lost_total") >= 2
+            && feed(&m, "holes_opened_total") == feed(&m, "holes_lost_total")
+    });
+    let elapsed = started.elapsed().as_secs();
+    let log = d.process.log();
+    // Two requests a hole at least: one on opening, one after the pause.
+    assert!(by_status(&m, "S") >= 4, "{m:?}");
+    assert_eq!(feed(&m, "gap_responses_refused_total"), by_status(&m, "S"));
+    assert_eq!(feed(&m, "holes_filled_total"), 0, "{log}");
+    // Every hole outlived the pause its first request met.
+    assert_eq!(
+        m[&format!("tickgate_feed_hole_open_seconds_count{{feed=\"{FEED}\"}}")] as u64,
+        feed(&m, "holes_lost_total")
+    );
+    assert_eq!(holes_closed_within(&m, 1.0), 0, "{log}");
+    // At most one request a second leaves the feed, whatever its holes.
+    assert!(
+        feed(&m, "rerequests_sent_total") <= elapsed + 1,
+        "{} requests in {elapsed} s: {m:?}",
+        feed(&m, "rerequests_sent_total")
+    );
+}
+
+/// R4c `I`: the simulator's proxy does not serve unit 2. The first Gap
+/// Request for unit 2 gets `I`; no other request for that unit leaves in
+/// its session, and its holes are declared lost at R2's deadline without
+/// re-requests, while units 1 and 3 have theirs filled. `tickgate status`
+/// shows the unit's proxy off.
+#[test]
+fn an_unserved_unit_is_not_asked_for_again_and_its_holes_are_lost() {
+    let _serial = serial();
+    let g = groups(13, 46605);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    // A loss every 400 data packets (1.3 s), each of the next unit in
+    // turn, the first once the proxy is logged in.
+    let mut sim = simulate(&g, grp, 400, &["--grp-not-served", "2", "--duration", "10"]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 6);
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= 6
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    let log = d.process.log();
+    assert_eq!(by_status(&m, "I"), 1, "{m:?}\n{log}");
+    let opened = unit_values(&m, "holes_opened_total");
+    let filled = unit_values(&m, "holes_filled_total");
+    let lost_per_unit = unit_values(&m, "holes_lost_total");
+    assert!(opened[&2] >= 2, "{opened:?}");
+    assert_eq!(lost_per_unit[&2], opened[&2], "unit 2: every hole lost");
+    for u in [1, 3] {
+        assert_eq!(filled[&u], opened[&u], "unit {u}: every hole filled");
+        assert_eq!(lost_per_unit[&u], 0, "unit {u}");
+    }
+    assert!(
+        log.contains("does not serve this unit"),
+        "the refusal is logged: {log}"
+    );
+    let raw = d.status(true);
+    assert_eq!(
+        status_lines(&raw, "UNIT "),
+        [
+            format!("UNIT {FEED} 1 spin=none spin_wait_ms=- grp=on"),
+            format!("UNIT {FEED} 2 spin=none spin_wait_ms=- grp=off"),
+            format!("UNIT {FEED} 3 spin=none spin_wait_ms=- grp=on"),
+        ],
+        "{raw}"
+    );
+    let text = d.status(false);
+    assert!(
+        text.contains(&format!(
+            "feed {FEED} unit 2: no spin server, Gap Request Proxy off until the unit's next session (I)\n"
+        )),
+        "{text}"
+    );
 }

@@ -5,8 +5,9 @@
 //! and every symbol is then trusted. Waits are bounded safety nets.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,40 +51,14 @@ fn named(log: &Mutex<String>, prefix: &str) -> Option<SocketAddr> {
     })
 }
 
-#[test]
-fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
-    let _serial = serial();
-    let group = format!("239.255.96.61:{}", free_port());
-    let mut sim = Command::new(bin())
-        .args([
-            "simulate",
-            "--live",
-            "--venue",
-            "cboe-pitch",
-            "--units",
-            "2",
-        ])
-        .args(["--symbols", "8", "--orders", "200", "--rate", "1000"])
-        .args(["--batch", "3", "--duration", "60", "--lines", "A"])
-        .args(["--group-a", &group, "--interface", "127.0.0.1"])
-        .args(["--spin-listen", "127.0.0.1:0"])
-        .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
-        .args(["--pitch-password", "secret"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let sim_log = collect(&mut sim);
-    let _sim = Stop(sim);
-    let mut servers = [None, None];
-    wait_for("the Spin Servers' addresses", || {
-        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
-        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
-        servers.iter().all(Option::is_some)
-    });
-    // Both units are well under way before the daemon joins.
-    std::thread::sleep(Duration::from_millis(1500));
-
+/// `tickgate run` with feed `px` on `group` (line A), unit 1's Spin Server
+/// at `servers[0]` and unit 2's at `servers[1]`: the process, its
+/// standard error, its directory (the gate socket is `gate.sock` in it)
+/// and its metrics address, once the gate answers.
+fn run_daemon(
+    group: &str,
+    servers: [SocketAddr; 2],
+) -> (Stop, Arc<Mutex<String>>, tempfile::TempDir, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let (ip, port) = group.split_once(':').unwrap();
@@ -111,8 +86,8 @@ socket = "{}"
 [metrics]
 listen = "{metrics}"
 "#,
-            servers[0].unwrap(),
-            servers[1].unwrap(),
+            servers[0],
+            servers[1],
             dir.path().join("gate.sock").display()
         ),
     )
@@ -128,9 +103,53 @@ listen = "{metrics}"
         .spawn()
         .unwrap();
     let log = collect(&mut run);
-    let _run = Stop(run);
+    let run = Stop(run);
+    daemon::wait_for_gate(&dir.path().join("gate.sock"));
+    (run, log, dir, metrics)
+}
+
+/// The simulator: `units` units under way on `group` (line A only), each
+/// with its Spin Server; standard error collected.
+fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
+    let mut sim = Command::new(bin())
+        .args([
+            "simulate",
+            "--live",
+            "--venue",
+            "cboe-pitch",
+            "--units",
+            &units.to_string(),
+        ])
+        .args(["--symbols", "8", "--orders", "200", "--rate", "1000"])
+        .args(["--batch", "3", "--duration", "60", "--lines", "A"])
+        .args(["--group-a", group, "--interface", "127.0.0.1"])
+        .args(["--spin-listen", "127.0.0.1:0"])
+        .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
+        .args(["--pitch-password", "secret"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = collect(&mut sim);
+    (Stop(sim), log)
+}
+
+#[test]
+fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
+    let _serial = serial();
+    let group = format!("239.255.96.61:{}", free_port());
+    let (_sim, sim_log) = simulate(&group, 2);
+    let mut servers = [None, None];
+    wait_for("the Spin Servers' addresses", || {
+        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
+        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
+        servers.iter().all(Option::is_some)
+    });
+    // Both units are well under way before the daemon joins.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let (_run, log, dir, metrics) = run_daemon(&group, [servers[0].unwrap(), servers[1].unwrap()]);
     let socket = dir.path().join("gate.sock");
-    daemon::wait_for_gate(&socket);
 
     let trusted = |s: &str| {
         let a = daemon::ask(&socket, &format!("CHECK {s}"));
@@ -154,4 +173,114 @@ listen = "{metrics}"
                 .any(|l| l.contains("spin applied") && l.contains(unit))
         })
     });
+}
+
+/// A Spin Server that accepts connections and never sends a byte; counts
+/// them, and keeps each open.
+fn silent_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { break };
+            n.fetch_add(1, Ordering::SeqCst);
+            open.push(stream);
+        }
+    });
+    (addr, accepted)
+}
+
+/// R5c failure by silence: unit 1's Spin Server accepts and says nothing.
+/// The attempt is abandoned after 15 s without a block (`silence`), and a
+/// new attempt connects again at the unit's pace; unit 1's symbols stay
+/// untrusted (`no_snapshot`) meanwhile. Unit 2, whose server works, is
+/// spun and trusted as usual. `tickgate status` shows each unit's spin.
+#[test]
+fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin() {
+    let _serial = serial();
+    let group = format!("239.255.96.63:{}", free_port());
+    let (_sim, sim_log) = simulate(&group, 2);
+    let mut unit2 = None;
+    wait_for("unit 2's Spin Server address", || {
+        unit2 = named(&sim_log, "Spin Server of unit 2 on ");
+        unit2.is_some()
+    });
+    let (silent, accepted) = silent_server();
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let (_run, log, dir, metrics) = run_daemon(&group, [silent, unit2.unwrap()]);
+    let socket = dir.path().join("gate.sock");
+    let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
+    // Unit 1 has the odd symbols, unit 2 the even ones.
+    let unit1 = ["S00001", "S00003", "S00005", "S00007"];
+    let unit2_symbols = ["S00002", "S00004", "S00006", "S00008"];
+    // One spin at a time per feed: unit 2's may wait for unit 1's
+    // attempt to fail (15 s).
+    wait_within(
+        Duration::from_secs(40),
+        "unit 2's symbols trusted after its spin",
+        &mut || {
+            unit2_symbols.iter().all(|s| {
+                let a = check(s);
+                a.starts_with(&format!("OK {s} seq="))
+                    || a.starts_with(&format!("REJECT {s} halted seq="))
+            })
+        },
+    );
+    wait_within(
+        Duration::from_secs(40),
+        "unit 1's attempt abandoned for silence and a new one connected",
+        &mut || {
+            let failed = daemon::metrics(metrics)
+                .get("tickgate_feed_snapshots_failed_total{feed=\"px\"}")
+                .is_some_and(|&n| n >= 1.0);
+            failed && accepted.load(Ordering::SeqCst) >= 2
+        },
+    );
+    let text = log.lock().unwrap().clone();
+    let failure = text
+        .lines()
+        .find(|l| l.contains("spin failed"))
+        .unwrap_or_else(|| panic!("no spin failure logged:\n{text}"));
+    assert!(failure.contains("unit=1"), "{failure}");
+    assert!(failure.contains("silence"), "{failure}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("spin failed") && l.contains("unit=2")),
+        "{text}"
+    );
+    // Unit 1 is still not trusted; unit 2 still is.
+    for s in unit1 {
+        let a = check(s);
+        assert!(a.starts_with(&format!("REJECT {s} ")), "{a}");
+        assert!(a.contains("no_snapshot"), "{a}");
+    }
+    for s in unit2_symbols {
+        let a = check(s);
+        assert!(!a.contains("no_snapshot"), "{a}");
+    }
+    // `tickgate status`: unit 1 spinning again (or waiting for its pace
+    // after the silence), unit 2 needing none.
+    let out = Command::new(bin())
+        .args(["status", "--raw", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let raw = String::from_utf8(out.stdout).unwrap();
+    let units: Vec<&str> = raw.lines().filter(|l| l.starts_with("UNIT ")).collect();
+    assert_eq!(units.len(), 2, "{raw}");
+    assert!(
+        units[0] == "UNIT px 1 spin=running spin_wait_ms=- grp=-"
+            || units[0].starts_with("UNIT px 1 spin=wanted:last_failure=silence spin_wait_ms="),
+        "{raw}"
+    );
+    assert_eq!(
+        units[1], "UNIT px 2 spin=idle spin_wait_ms=- grp=-",
+        "{raw}"
+    );
+    assert!(!raw.contains("\nGRP "), "no GRP line without grp: {raw}");
 }

@@ -1496,6 +1496,14 @@ pub struct SimulateArgs {
     /// (more: Gap Response `C`).
     #[arg(long, value_name = "COUNT", default_value_t = 1_000)]
     pub grp_max_count: u16,
+    /// With --grp-listen: the Gap Requests one connection may make in a
+    /// second (more: Gap Response `S`).
+    #[arg(long, value_name = "REQUESTS", default_value_t = 100)]
+    pub grp_per_second: u32,
+    /// With --grp-listen: units the proxy does not serve (comma-separated
+    /// ids): their Gap Requests get `I`.
+    #[arg(long, value_name = "UNITS", value_delimiter = ',')]
+    pub grp_not_served: Vec<u8>,
     /// With --live --venue cboe-pitch: a Spin Server (recovery.md R5c) per
     /// unit, unit u on this address's port + u - 1. Needs --pitch-sub-id
     /// and --pitch-user.
@@ -1822,6 +1830,8 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
             let gap = McastSender::open(&o)?;
             let mut opts = GrpOptions::new(login, gap_line);
             opts.max_count = args.grp_max_count.max(1);
+            opts.per_second = args.grp_per_second;
+            opts.not_served = args.grp_not_served.clone();
             let server = GrpServer::spawn(addr, history, gap, opts)?;
             eprintln!(
                 "Gap Request Proxy on {} (last {} messages per unit; answers on {gap_line})",

@@ -11,7 +11,7 @@
 //! messages follow on the gap line), `O` (not wholly kept: too old or not
 //! yet sent), `C` (count above `max_count`), `S` (more than `per_second`
 //! requests in this second on the connection), `I` (a unit never
-//! produced). The server sends a heartbeat after each `heartbeat` without
+//! produced, or one of `not_served`). The server sends a heartbeat after each `heartbeat` without
 //! sending, and closes a connection silent for `idle_timeout`, or one that
 //! sends what is not a heartbeat or a Gap Request.
 
@@ -38,6 +38,9 @@ pub struct GrpOptions {
     pub max_count: u16,
     /// Requests a connection may make in one second (`S` beyond).
     pub per_second: u32,
+    /// Units this proxy does not serve: their requests get `I`, as for a
+    /// unit never produced.
+    pub not_served: Vec<u8>,
     pub login_timeout: Duration,
     pub idle_timeout: Duration,
     pub heartbeat: Duration,
@@ -52,6 +55,7 @@ impl GrpOptions {
             gap_line,
             max_count: 1_000,
             per_second: 100,
+            not_served: Vec::new(),
             login_timeout: Duration::from_secs(5),
             // R4c: the client sends a heartbeat after 1 s without sending.
             idle_timeout: Duration::from_secs(15),
@@ -220,7 +224,9 @@ fn serve(
             }
             in_window += 1;
             datagrams.clear();
-            let status = if in_window > opts.per_second {
+            let status = if opts.not_served.contains(&unit) {
+                GapStatus::InvalidUnit
+            } else if in_window > opts.per_second {
                 GapStatus::SecondLimit
             } else {
                 history.lock().expect("history lock").answer(
