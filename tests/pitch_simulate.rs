@@ -201,7 +201,6 @@ fn simulate_refuses_what_cboe_pitch_does_not_have() {
             &["--units", "0"][..],
             "--units must be 1..=255 for --venue cboe-pitch",
         ),
-        (&["--units", "3", "--end-session"][..], "--end-session"),
         (
             &["--units", "50", "--symbols", "10"][..],
             "--units must not exceed",
@@ -219,4 +218,65 @@ fn simulate_refuses_what_cboe_pitch_does_not_have() {
         err.contains("--units applies to --venue cboe-pitch"),
         "{err}"
     );
+}
+
+/// `--end-session` with several units: each unit ends with an End of
+/// Session of its own (venues.md `cboe-pitch`), and the truth file counts
+/// each unit in its own sequence. A feed reading lines A and B, with
+/// packets lost on both, ends every unit, at the `next_sequence` the truth
+/// gives it, having counted lost exactly each unit's expected messages.
+#[test]
+fn every_unit_ends_its_session_and_the_truth_is_per_unit() {
+    let mut c = cfg(5, 3);
+    c.end_session = true;
+    c.drop_both_every = Some(97);
+    let mut sim = Simulator::new(c).unwrap();
+    let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::CboePitch), 3);
+    feed.set_line_kind(2, LineKind::Gap);
+    let mut buf = Vec::new();
+    let mut last = 0;
+    while let Some(ev) = sim.next_into(&mut buf) {
+        feed.on_datagram(ev.line, &buf, ev.t_ns);
+        last = ev.t_ns;
+    }
+    // Every hole still open is declared (R2) well after the stream.
+    feed.handle_timeout(last + 60_000_000_000);
+    let truth = sim.truth().clone();
+    assert_eq!(truth.end_of_session_packets, 3);
+    let units: Vec<u8> = truth.units.iter().map(|u| u.unit).collect();
+    assert_eq!(units, [1, 2, 3]);
+    assert!(truth.units.iter().all(|u| u.end_of_session));
+    assert!(truth.units.iter().any(|u| u.messages_lost_all_lines > 0));
+    // Per unit, the feed-wide counts split.
+    let sum = |f: fn(&tickgate::sim::simulate::UnitTruth) -> u64| -> u64 {
+        truth.units.iter().map(f).sum()
+    };
+    assert_eq!(sum(|u| u.messages), truth.messages);
+    assert_eq!(
+        sum(|u| u.packets_lost_all_lines),
+        truth.packets_lost_all_lines
+    );
+    assert_eq!(
+        sum(|u| u.messages_lost_all_lines),
+        truth.messages_lost_all_lines
+    );
+    let reports = feed.channel_reports();
+    assert_eq!(reports.len(), 3);
+    for (r, u) in reports.iter().zip(&truth.units) {
+        assert_eq!(r.channel, u.unit);
+        assert!(r.ended, "unit {} ended: {r:?} {u:?}", u.unit);
+        assert_eq!(r.next, u.next_sequence, "unit {}", u.unit);
+        assert_eq!(
+            r.counters.channel_messages_lost, u.expected_channel_lost,
+            "unit {}",
+            u.unit
+        );
+        assert_eq!(u.expected_channel_lost, u.messages_lost_all_lines);
+    }
+    // The truth file carries the units.
+    let json = serde_json::to_value(&truth).unwrap();
+    let first: &Value = &json["units"][0];
+    assert_eq!(first["unit"], 1);
+    assert_eq!(first["end_of_session"], true);
+    assert!(first.get("rx").is_none());
 }

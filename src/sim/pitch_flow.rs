@@ -76,6 +76,8 @@ pub struct PitchFlow {
     start_ns: i64,
     turn: usize,
     heartbeat_turn: usize,
+    /// The unit whose End of Session is written next.
+    end_turn: usize,
     gap_turn: usize,
     next_gap_t: i64,
     body: Vec<u8>,
@@ -122,6 +124,7 @@ impl PitchFlow {
             start_ns,
             turn: 0,
             heartbeat_turn: 0,
+            end_turn: 0,
             gap_turn: 0,
             next_gap_t: start_ns,
             body: Vec::with_capacity(MAX_DATAGRAM),
@@ -436,15 +439,22 @@ impl VenueFlow for PitchFlow {
     }
 
     fn end_of_session(&mut self, _seq: u64, t: i64, out: &mut Vec<u8>) -> u16 {
-        // One unit (validation refuses --end-session with several).
+        // venues.md `cboe-pitch`: each unit ends its own session; the
+        // simulator asks once per unit, in turn.
         let (_, offset) = self.time_of(t);
         self.body.clear();
         self.push(&Message::EndOfSession { offset });
-        let u = &mut self.units[0];
+        let k = self.end_turn % self.units.len();
+        self.end_turn = self.end_turn.wrapping_add(1);
+        let u = &mut self.units[k];
         out.clear();
         frame(u.number, u.next, 1, &self.body, out).expect("within a datagram");
         u.next += 1;
         1
+    }
+
+    fn end_of_session_datagrams(&self) -> usize {
+        self.units.len()
     }
 
     fn session_name(&self) -> String {

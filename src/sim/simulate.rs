@@ -184,9 +184,6 @@ impl SimConfig {
             if self.units > self.symbols {
                 bail!("--units must not exceed --symbols (each unit has symbols of its own)");
             }
-            if self.end_session && self.units > 1 {
-                bail!("--end-session with --venue cboe-pitch needs --units 1 (each unit ends with an End of Session of its own; not built for several)");
-            }
         } else if self.units != 1 {
             bail!("--units applies to --venue cboe-pitch");
         }
@@ -356,6 +353,69 @@ pub struct SimTruth {
     pub venue: Option<serde_json::Value>,
     pub bad_seq: Option<BadSeqTruth>,
     pub datagrams: u64,
+    /// `cboe-pitch`: each unit's own sequence, by unit id (the fields
+    /// above count every unit's messages as one sequence).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<UnitTruth>,
+}
+
+/// `cboe-pitch`: what the simulator did on one unit (venues.md: each unit
+/// is a channel of its own, with its own sequence numbers).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct UnitTruth {
+    pub unit: u8,
+    /// Datagrams with messages the provider produced for the unit.
+    pub data_packets: u64,
+    /// Sequenced messages of the unit (its End of Session included).
+    pub messages: u64,
+    /// The unit's next sequence when the stream ended: where a receiver
+    /// that followed it without loss ends.
+    pub next_sequence: u64,
+    /// The unit's End of Session was sent (`--end-session`).
+    pub end_of_session: bool,
+    /// The unit's data datagrams lost on every realtime line, and their
+    /// messages.
+    pub packets_lost_all_lines: u64,
+    pub messages_lost_all_lines: u64,
+    /// The unit's messages a receiver following the unit (C1-C3) counts
+    /// as lost, given the order its datagrams arrive in.
+    pub expected_channel_lost: u64,
+    /// The unit's datagrams a receiver counts as duplicates (C2).
+    pub expected_duplicate_packets: u64,
+    /// The receiver model: the session, the next sequence it expects,
+    /// and whether it read the End of Session.
+    #[serde(skip)]
+    rx: Option<(u32, u64, bool)>,
+    /// The sequence of the unit's End of Session message, once produced.
+    #[serde(skip)]
+    end_sequence: Option<u64>,
+}
+
+impl SimTruth {
+    /// `cboe-pitch`: unit `unit`'s truth, made on first use.
+    fn unit_mut(&mut self, unit: u8) -> &mut UnitTruth {
+        let at = match self.units.binary_search_by_key(&unit, |u| u.unit) {
+            Ok(i) => i,
+            Err(i) => {
+                self.units.insert(
+                    i,
+                    UnitTruth {
+                        unit,
+                        ..UnitTruth::default()
+                    },
+                );
+                i
+            }
+        };
+        &mut self.units[at]
+    }
+}
+
+/// `cboe-pitch`: a datagram's unit, sequence and count (Sequenced Unit
+/// Header: length u16, count u8, unit u8, sequence u32, little-endian).
+fn pitch_header(bytes: &[u8]) -> Option<(u8, u64, u8)> {
+    let seq = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+    Some((bytes[3], seq as u64, bytes[2]))
 }
 
 const FX: [(&str, i64, i64); 10] = [
@@ -462,6 +522,9 @@ pub struct Simulator {
     venue_buf: Vec<u8>,
     /// The data packet that ends its session (IEX System Event C).
     ending_packet: Option<(u32, u64)>,
+    /// The stream's end-of-session datagrams are being produced: they are
+    /// not data packets for `--drop-both`.
+    provider_ending: bool,
     /// cme-mdp3: when the recovery loops send next (`i64::MAX`: no loop
     /// lines), and the requested channel events still to come.
     next_loop_t: i64,
@@ -545,6 +608,7 @@ impl Simulator {
             session: SessionId::default(),
             next_chan_seq: 1,
             provider_done: false,
+            provider_ending: false,
             data_interval,
             pool: Vec::new(),
             free: Vec::new(),
@@ -740,6 +804,11 @@ impl Simulator {
         }
         if self.cfg.lines[line].kind == LineKind::Incremental {
             self.receiver_model(line, session, sequence, count);
+            if self.cfg.venue == VenueKind::CboePitch {
+                if let Some(h) = pitch_header(out) {
+                    self.unit_receiver_model(session, h);
+                }
+            }
         }
         let l = &self.cfg.lines[line];
         SimEvent {
@@ -748,6 +817,38 @@ impl Simulator {
             src: l.src,
             dst: l.dst,
         }
+    }
+
+    /// `cboe-pitch`: C1-C3 per unit over the arriving realtime datagrams
+    /// (`unit`, its `sequence`, `count`), the unit's expected counts. A
+    /// heartbeat (count 0) names the unit's next sequence; after the unit's
+    /// End of Session, a copy of what was read is a duplicate.
+    fn unit_receiver_model(&mut self, session: u32, (unit, sequence, count): (u8, u64, u8)) {
+        let u = self.truth.unit_mut(unit);
+        let (s, next, ended) = match u.rx {
+            Some((s, _, _)) if session < s => return,
+            Some(rx) if rx.0 == session => rx,
+            _ => (session, sequence, false),
+        };
+        let end = sequence + count as u64;
+        let mut rx = (s, next, ended);
+        if count == 0 {
+            if !ended && sequence > next {
+                u.expected_channel_lost += sequence - next;
+                rx.1 = sequence;
+            }
+        } else if end <= next {
+            u.expected_duplicate_packets += 1;
+        } else if !ended {
+            if sequence > next {
+                u.expected_channel_lost += sequence - next;
+            }
+            rx.1 = end;
+            if u.end_sequence.is_some_and(|e| e >= sequence && e < end) {
+                rx.2 = true;
+            }
+        }
+        u.rx = Some(rx);
     }
 
     /// C1-C3 and C5 over the arriving datagrams: the expected counts.
@@ -876,20 +977,41 @@ impl Simulator {
             if earliest > self.end_t || earliest == i64::MAX {
                 if self.cfg.end_session {
                     let t = self.send_time(self.end_t);
-                    self.truth.end_of_session_packets += 1;
-                    let seq = self.next_chan_seq;
+                    self.provider_ending = true;
                     if let Some(flow) = self.flow.as_mut() {
-                        let mut buf = std::mem::take(&mut self.venue_buf);
-                        let count = flow.end_of_session(seq, t, &mut buf);
-                        if count != COUNT_END_OF_SESSION {
-                            // A data packet ends it (IEX System Event C).
-                            self.ending_packet = Some((self.session_idx, seq));
-                            self.next_chan_seq += count as u64;
-                            self.truth.messages += count as u64;
+                        // `cboe-pitch`: each unit ends with an End of
+                        // Session of its own.
+                        let parts = flow.end_of_session_datagrams();
+                        for part in 0..parts {
+                            let Some(flow) = self.flow.as_mut() else {
+                                break;
+                            };
+                            self.truth.end_of_session_packets += 1;
+                            let seq = self.next_chan_seq;
+                            let mut buf = std::mem::take(&mut self.venue_buf);
+                            let count = flow.end_of_session(seq, t, &mut buf);
+                            if count != COUNT_END_OF_SESSION {
+                                // A data packet ends it (IEX System Event
+                                // C; the last unit's End of Session).
+                                if part + 1 == parts {
+                                    self.ending_packet = Some((self.session_idx, seq));
+                                }
+                                self.next_chan_seq += count as u64;
+                                self.truth.messages += count as u64;
+                                if self.cfg.venue == VenueKind::CboePitch {
+                                    if let Some((unit, useq, _)) = pitch_header(&buf) {
+                                        let u = self.truth.unit_mut(unit);
+                                        u.end_of_session = true;
+                                        u.end_sequence = Some(useq);
+                                    }
+                                }
+                            }
+                            self.distribute(t, &buf, count, seq);
+                            self.venue_buf = buf;
                         }
-                        self.distribute(t, &buf, count, seq);
-                        self.venue_buf = buf;
                     } else {
+                        self.truth.end_of_session_packets += 1;
+                        let seq = self.next_chan_seq;
                         let eos = PacketBuilder::end_of_session(self.session, seq);
                         self.distribute(t, &eos, COUNT_END_OF_SESSION, seq);
                     }
@@ -1223,6 +1345,16 @@ impl Simulator {
     fn distribute(&mut self, t: i64, bytes: &[u8], count: u16, sequence: u64) {
         self.truth.provider_packets += 1;
         let data = count != 0 && count != COUNT_END_OF_SESSION;
+        let pitch_unit = match pitch_header(bytes) {
+            Some((unit, useq, n)) if data && self.cfg.venue == VenueKind::CboePitch => {
+                let u = self.truth.unit_mut(unit);
+                u.data_packets += 1;
+                u.messages += n as u64;
+                u.next_sequence = useq + n as u64;
+                Some(unit)
+            }
+            _ => None,
+        };
         if data {
             if let Some(h) = &self.history {
                 h.lock().expect("history lock").record(bytes);
@@ -1231,8 +1363,10 @@ impl Simulator {
                 h.lock().expect("history lock").record(bytes);
             }
         }
-        // --drop-both: the Nth, 2Nth, ... data packet goes out on no line.
+        // --drop-both: the Nth, 2Nth, ... data packet goes out on no line
+        // (not the End of Session datagrams that follow the last one).
         let drop_both = data
+            && !self.provider_ending
             && self
                 .cfg
                 .drop_both_every
@@ -1289,6 +1423,11 @@ impl Simulator {
             self.truth.packets_lost_all_lines += 1;
             if count != COUNT_END_OF_SESSION {
                 self.truth.messages_lost_all_lines += count as u64;
+            }
+            if let Some(unit) = pitch_unit {
+                let u = self.truth.unit_mut(unit);
+                u.packets_lost_all_lines += 1;
+                u.messages_lost_all_lines += count as u64;
             }
         }
     }
@@ -1385,7 +1524,8 @@ pub struct SimulateArgs {
     /// One Quote with an unbelievable per-symbol sequence this many seconds in.
     #[arg(long, value_name = "SECONDS")]
     pub bad_seq_at: Option<f64>,
-    /// End-of-session packet at the end.
+    /// End-of-session packet at the end (`--venue cboe-pitch`: an End of
+    /// Session for each unit).
     #[arg(long)]
     pub end_session: bool,
     /// The venue's traffic (venues.md): iex-tops (Quote Updates, trading

@@ -40,6 +40,12 @@ pub trait VenueFlow: Send {
     /// MoldUDP64 end-of-session packet, the messages of a data packet that
     /// ends it otherwise).
     fn end_of_session(&mut self, seq: u64, t: i64, out: &mut Vec<u8>) -> u16;
+    /// How many `end_of_session` datagrams end the stream: one, or one
+    /// per channel where each ends on its own (`cboe-pitch`: each unit's
+    /// End of Session, in turn).
+    fn end_of_session_datagrams(&self) -> usize {
+        1
+    }
     /// The session id as the receiver reports it.
     fn session_name(&self) -> String;
     /// Live orders now (order-book venues).
