@@ -284,3 +284,125 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
     );
     assert!(!raw.contains("\nGRP "), "no GRP line without grp: {raw}");
 }
+
+/// A Spin Server in front of `upstream` that refuses its first connection
+/// (Login Response `N` once the Login is read, then closes) and relays
+/// every later one to `upstream`; counts the connections.
+fn refusing_once(upstream: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
+    use std::io::{Read, Write};
+    use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { break };
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                // The Login block (8 + 22 bytes), then the refusal.
+                let mut login = [0u8; 30];
+                client
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let _ = client.read_exact(&mut login);
+                let mut out = Vec::new();
+                encode_block(
+                    &[SessionMessage::LoginResponse(LoginStatus::NotAuthorized)],
+                    &mut out,
+                )
+                .unwrap();
+                let _ = client.write_all(&out);
+                let _ = client.shutdown(std::net::Shutdown::Write);
+                let _ = std::io::copy(&mut client, &mut std::io::sink());
+                continue;
+            }
+            let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c1, mut s1) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// R5c: a spin refused at login (Login Response `N`) fails the attempt
+/// (`login_rejected`), and the unit's next attempt, at its pace, is
+/// accepted and applied: every symbol of both units is trusted in the
+/// end, and `tickgate status` shows no spin needed.
+#[test]
+fn a_refused_spin_is_retried_at_the_pace_and_then_applied() {
+    let _serial = serial();
+    let group = format!("239.255.96.65:{}", free_port());
+    let (_sim, sim_log) = simulate(&group, 2);
+    let mut servers = [None, None];
+    wait_for("the Spin Servers' addresses", || {
+        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
+        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
+        servers.iter().all(Option::is_some)
+    });
+    let (relay, accepted) = refusing_once(servers[0].unwrap());
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let (_run, log, dir, metrics) = run_daemon(&group, [relay, servers[1].unwrap()]);
+    let socket = dir.path().join("gate.sock");
+    let trusted = |s: &str| {
+        let a = daemon::ask(&socket, &format!("CHECK {s}"));
+        a.starts_with(&format!("OK {s} seq=")) || a.starts_with(&format!("REJECT {s} halted seq="))
+    };
+    wait_within(
+        Duration::from_secs(30),
+        "every symbol trusted after unit 1's second attempt",
+        &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
+    );
+    assert!(accepted.load(Ordering::SeqCst) >= 2);
+    wait_for("unit 1's refusal and its spin in the log", || {
+        let text = log.lock().unwrap().clone();
+        let unit1 = |what: &str| {
+            text.lines()
+                .any(|l| l.contains(what) && l.contains("unit=1"))
+        };
+        unit1("spin failed") && unit1("spin applied")
+    });
+    let text = log.lock().unwrap().clone();
+    let failure = text.lines().find(|l| l.contains("spin failed")).unwrap();
+    assert!(failure.contains("login_rejected"), "{failure}");
+    let m = daemon::metrics(metrics);
+    assert_eq!(
+        m.get("tickgate_feed_snapshots_failed_total{feed=\"px\"}"),
+        Some(&1.0),
+        "{text}"
+    );
+    // `tickgate status` (published every 50 ms by the feed's thread): no
+    // spin needed any more.
+    let status = || {
+        let out = Command::new(bin())
+            .args(["status", "--raw", "--socket"])
+            .arg(&socket)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut raw = String::new();
+    wait_for("both units idle in tickgate status", || {
+        raw = status();
+        raw.contains("\nUNIT px 1 spin=idle ")
+    });
+    let units: Vec<&str> = raw.lines().filter(|l| l.starts_with("UNIT ")).collect();
+    assert_eq!(
+        units,
+        [
+            "UNIT px 1 spin=idle spin_wait_ms=- grp=-",
+            "UNIT px 2 spin=idle spin_wait_ms=- grp=-"
+        ],
+        "{raw}"
+    );
+}
