@@ -496,8 +496,9 @@ fn count_refusals_halve_the_count_limit_and_holes_are_filled() {
 /// plus `rerequest_attempts` x `rerequest_timeout_ms` (here 0.5 s), never
 /// beyond `max_hole_ms` (2 s): no hole is declared lost within the first
 /// second, although its own re-request deadline (0.5 s) would have
-/// passed, and the requests leave at most one a second. The losses (3 s
-/// and 6 s in) end 2 s later, before the stream (8.7 s) and its proxy.
+/// passed, and the requests leave at most one a second. The losses (4 s
+/// and 8 s in) end 2 s later, well before the stream (11.5 s) and its
+/// proxy, and a third would fall after the stream's end (12 s).
 #[test]
 fn second_refusals_pause_the_requests_and_stretch_the_deadlines() {
     let _serial = serial();
@@ -508,8 +509,8 @@ fn second_refusals_pause_the_requests_and_stretch_the_deadlines() {
     let mut sim = simulate(
         &g,
         grp,
-        900,
-        &["--grp-per-second", "0", "--duration", "8.7"],
+        1200,
+        &["--grp-per-second", "0", "--duration", "11.5"],
     );
     let lost = finish(&mut sim);
     assert_eq!(lost, 2);
