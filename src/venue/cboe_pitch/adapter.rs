@@ -24,10 +24,12 @@ use jiff::civil::Date;
 
 use super::frame::{Datagram, Messages, UnitHeader, HEADER_LEN};
 use super::lagging::Lagging;
-use super::messages::{self, Message, LONG_PRICE_SCALE};
+use super::messages::{self, BookMessage, Message, LONG_PRICE_SCALE};
 use super::sessions::{NewSessionRule, NyDates, PitchLine, UnitSession, Verdict};
 use super::time::UnitClock;
 use super::units::{Membership, UnitSet};
+use crate::util::pages::Zeroed;
+use crate::util::prefetch::prefetch;
 use crate::venue::nasdaq_itch::book::{BestKey, Books, OrderError, LOCATES};
 use crate::venue::nasdaq_itch::messages::Side as BookSide;
 use crate::venue::{
@@ -45,6 +47,143 @@ const NO_BOOK: u32 = u32::MAX;
 /// Unit ids are 1-255 (0 never reaches a channel: `Datagram::parse`
 /// refuses it); the engine's channel ids are the unit ids.
 const UNITS: usize = 256;
+
+/// Entries of a unit's table of names (`Names`): a power of two, at most
+/// `NAMES_USED` of them in use.
+const NAMES: usize = 1 << 16;
+const NAMES_USED: usize = NAMES / 2;
+
+/// How many messages ahead of the one applied the second stage of the
+/// cache hints goes (the first stage hints every message of the datagram
+/// before the first is applied), as the `nasdaq-itch` adapter.
+const LEVEL_AHEAD: usize = 4;
+
+/// A symbol the unit named in an Add Order: the first word of its key (a
+/// PITCH symbol is at most 8 bytes: the whole key), the feed's slot for
+/// it, and its book id this session when `session` is the unit's
+/// `names_session`. All zeros: unused (no symbol's word is 0).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+struct Name {
+    word: u64,
+    slot: u32,
+    book: u16,
+    session: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Name>() == 16, "four names a cache line");
+
+/// A unit's symbols by name, so that an Add Order finds its symbol's slot
+/// and book in one probe of the adapter's own table instead of the feed's
+/// symbol index and the symbol's state (the feed never takes a slot back,
+/// so a slot once found stays the symbol's). Insert only; once
+/// `NAMES_USED` symbols are in it, others are looked up in the feed each
+/// time.
+struct Names {
+    table: Zeroed<[Name; NAMES]>,
+    len: usize,
+    /// The book ids of entries stamped with another session are stale
+    /// (1-65535: 0 is no entry's).
+    session: u16,
+}
+
+impl Names {
+    fn new() -> Names {
+        Names {
+            // SAFETY: every field of Name is an integer; all zeros is the
+            // Default name, an unused entry.
+            table: unsafe { Zeroed::new() },
+            len: 0,
+            session: 1,
+        }
+    }
+
+    #[inline(always)]
+    fn home(word: u64) -> usize {
+        (word.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize
+    }
+
+    /// The entry of `word`: `Ok` when present, `Err` the free entry where
+    /// it would go.
+    #[inline(always)]
+    fn find(&self, word: u64) -> Result<usize, usize> {
+        let mut i = Self::home(word);
+        loop {
+            let e = &self.table[i];
+            if e.word == word {
+                return Ok(i);
+            }
+            if e.word == 0 {
+                return Err(i);
+            }
+            i = (i + 1) & (NAMES - 1);
+        }
+    }
+
+    /// The slot of a symbol the feed gave `slot`, at the free entry `at`
+    /// that `find` gave (nothing when the table is at its limit).
+    #[inline]
+    fn insert(&mut self, at: usize, word: u64, slot: u32) -> Option<usize> {
+        if self.len >= NAMES_USED {
+            return None;
+        }
+        self.len += 1;
+        self.table[at] = Name {
+            word,
+            slot,
+            book: 0,
+            session: 0,
+        };
+        Some(at)
+    }
+
+    /// The book id of entry `i` this session, if it has one.
+    #[inline(always)]
+    fn book(&self, i: usize) -> Option<u16> {
+        let e = &self.table[i];
+        (e.session == self.session).then_some(e.book)
+    }
+
+    #[inline(always)]
+    fn set_book(&mut self, i: usize, book: u16) {
+        let session = self.session;
+        let e = &mut self.table[i];
+        e.book = book;
+        e.session = session;
+    }
+
+    /// Every entry's book id becomes stale (the unit's books were reset).
+    fn forget_books(&mut self) {
+        self.session = self.session.wrapping_add(1);
+        if self.session == 0 {
+            // Once in 65,535 resets: no old stamp may match again.
+            for e in self.table.iter_mut() {
+                e.session = 0;
+            }
+            self.session = 1;
+        }
+    }
+
+    /// Cache hint for the entry `word` starts its probe at.
+    #[inline(always)]
+    fn prefetch(&self, word: u64) {
+        prefetch(&self.table[Self::home(word)]);
+    }
+}
+
+/// An order message's change to the order it names.
+#[derive(Clone, Copy, Debug)]
+enum OrderOp {
+    /// Order Executed, Reduce Size: `shares` leave it.
+    Reduce(u32),
+    /// Order Executed at Price/Size: it keeps `remaining` shares.
+    SetShares(u32),
+    Modify {
+        shares: u32,
+        price: i64,
+    },
+    Delete,
+}
 
 /// What the adapter keeps per book (per symbol of the unit's session).
 #[derive(Clone, Copy, Debug, Default)]
@@ -78,6 +217,8 @@ struct Unit {
     next_book: u32,
     /// C5: the latest datagrams, and a restarted session's lagging copies.
     lagging: Lagging,
+    /// The symbols of its Add Orders by name, with their book ids.
+    names: Names,
 }
 
 impl Unit {
@@ -92,6 +233,7 @@ impl Unit {
             book_state: vec![BookState::default(); LOCATES],
             next_book: 0,
             lagging: Lagging::new(max_hole_ns),
+            names: Names::new(),
         }
     }
 
@@ -123,6 +265,7 @@ impl Unit {
     fn reset_books(&mut self) {
         self.books.clear();
         self.book_of.iter_mut().for_each(|b| *b = NO_BOOK);
+        self.names.forget_books();
         self.next_book = 0;
     }
 }
@@ -231,9 +374,10 @@ impl CboePitch {
 
     /// After a book operation on `book` whose best was `before`: note the
     /// message if its own effect changed the best, and mark the book for
-    /// the end of the packet.
+    /// the end of the packet, where its symbol's state is written: hinted
+    /// now, it is in cache by then.
     #[inline]
-    fn touched(&mut self, book: u16, before: BestKey, seq: u64, ts: i64) {
+    fn touched<R: Rules>(&mut self, book: u16, before: BestKey, seq: u64, ts: i64, rules: &R) {
         let u = self.units[self.cur as usize]
             .as_deref_mut()
             .expect("selected");
@@ -245,6 +389,7 @@ impl CboePitch {
         if !s.dirty {
             s.dirty = true;
             self.dirty.push(book);
+            rules.prefetch_symbol(s.slot);
         }
     }
 
@@ -253,11 +398,45 @@ impl CboePitch {
     #[inline]
     fn carry<R: Rules>(&mut self, symbol: crate::wire::Symbol, rules: &mut R) -> Option<u32> {
         let slot = rules.symbol(symbol)?;
+        self.carry_slot(slot, rules);
+        Some(slot)
+    }
+
+    /// [`CboePitch::carry`] of a symbol whose slot is known.
+    #[inline]
+    fn carry_slot<R: Rules>(&mut self, slot: u32, rules: &mut R) {
         let c = self.members.carry(self.cur, slot);
         if c.joined || !c.left.is_empty() {
             rules.channels_changed(slot, self.members.units_of(slot));
         }
-        Some(slot)
+    }
+
+    /// An Add Order's symbol: its slot, as `carry` (the unit's names
+    /// first, the feed's symbol index for a symbol not among them), and
+    /// its entry in the unit's names when it has one.
+    #[inline]
+    fn carry_named<R: Rules>(
+        &mut self,
+        symbol: crate::wire::Symbol,
+        rules: &mut R,
+    ) -> (Option<u32>, Option<usize>) {
+        if !symbol.fits_wire() {
+            // Never from a PITCH field: the names key 8 bytes only.
+            return (self.carry(symbol, rules), None);
+        }
+        let word = symbol.words()[0];
+        let names = &mut self.u().names;
+        let (slot, name) = match names.find(word) {
+            Ok(i) => (names.table[i].slot, Some(i)),
+            Err(at) => {
+                let Some(slot) = rules.symbol(symbol) else {
+                    return (None, None);
+                };
+                (slot, self.u().names.insert(at, word, slot))
+            }
+        };
+        self.carry_slot(slot, rules);
+        (Some(slot), name)
     }
 
     /// Unit Clear: every order of the unit leaves; each book that had a
@@ -280,21 +459,13 @@ impl CboePitch {
         let keys: Vec<BestKey> = (0..books).map(|b| u.books.best_key(b)).collect();
         u.books.clear();
         for (b, key) in keys.into_iter().enumerate() {
-            self.touched(b as u16, key, seq, ts);
+            self.touched(b as u16, key, seq, ts, rules);
         }
     }
 
     /// An order message naming `order_id`, acting on the unit's order.
     #[inline]
-    fn on_order<R: Rules>(&mut self, msg: &Message, seq: u64, ts: i64, rules: &mut R) {
-        let order_id = match *msg {
-            Message::OrderExecuted { order_id, .. }
-            | Message::ExecutedAtPriceSize { order_id, .. }
-            | Message::ReduceSize { order_id, .. }
-            | Message::ModifyOrder { order_id, .. }
-            | Message::DeleteOrder { order_id, .. } => order_id,
-            _ => return,
-        };
+    fn on_order<R: Rules>(&mut self, order_id: u64, op: OrderOp, seq: u64, ts: i64, rules: &mut R) {
         let u = self.u();
         let Some(found) = u.books.lookup(order_id) else {
             rules.count(Count::UnknownOrder);
@@ -302,16 +473,16 @@ impl CboePitch {
         };
         let book = found.locate;
         let before = u.books.best_key(book);
-        match *msg {
+        match op {
             // Removing more shares than the order has makes it leave: not
             // an error here (venues.md).
-            Message::OrderExecuted { shares, .. } | Message::ReduceSize { shares, .. } => {
+            OrderOp::Reduce(shares) => {
                 u.books.reduce_found(found, shares);
             }
-            Message::ExecutedAtPriceSize { remaining, .. } => {
+            OrderOp::SetShares(remaining) => {
                 u.books.set_shares_found(found, remaining);
             }
-            Message::ModifyOrder { shares, price, .. } => match book_price(price) {
+            OrderOp::Modify { shares, price } => match book_price(price) {
                 // It leaves at 0.
                 _ if shares == 0 => {
                     u.books.delete_found(found);
@@ -325,12 +496,11 @@ impl CboePitch {
                     rules.suspect_gap(u.book_state[book as usize].slot);
                 }
             },
-            Message::DeleteOrder { .. } => {
+            OrderOp::Delete => {
                 u.books.delete_found(found);
             }
-            _ => {}
         }
-        self.touched(book, before, seq, ts);
+        self.touched(book, before, seq, ts, rules);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -345,7 +515,7 @@ impl CboePitch {
         ts: i64,
         rules: &mut R,
     ) {
-        let slot = self.carry(symbol, rules);
+        let (slot, name) = self.carry_named(symbol, rules);
         let side = match side {
             b'B' => BookSide::Buy,
             b'S' => BookSide::Sell,
@@ -368,7 +538,7 @@ impl CboePitch {
             let before = u.books.best_key(old);
             u.books.delete_found(found);
             let old_slot = u.book_state[old as usize].slot;
-            self.touched(old, before, seq, ts);
+            self.touched(old, before, seq, ts, rules);
             self.want_spin = true;
             rules.count(Count::BookError);
             rules.suspect_gap(old_slot);
@@ -391,7 +561,17 @@ impl CboePitch {
         };
         let room = self.max_orders.saturating_sub(self.others_live);
         let u = self.u();
-        let Some(book) = u.book(slot) else {
+        let book = match name.and_then(|i| u.names.book(i)) {
+            Some(b) => Some(b),
+            None => {
+                let b = u.book(slot);
+                if let (Some(b), Some(i)) = (b, name) {
+                    u.names.set_book(i, b);
+                }
+                b
+            }
+        };
+        let Some(book) = book else {
             // More symbols than one unit's books: the book misses orders.
             rules.count(Count::OrderOverflow);
             rules.suspect_gap(slot);
@@ -405,7 +585,7 @@ impl CboePitch {
         }
         let before = u.books.best_key(book);
         match u.books.add(book, order_id, side, shares, p) {
-            Ok(()) => self.touched(book, before, seq, ts),
+            Ok(()) => self.touched(book, before, seq, ts, rules),
             Err(OrderError::Overflow) => {
                 rules.count(Count::OrderOverflow);
                 rules.suspect_gap(slot);
@@ -431,11 +611,26 @@ impl CboePitch {
                 price,
                 ..
             } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
-            Message::OrderExecuted { .. }
-            | Message::ExecutedAtPriceSize { .. }
-            | Message::ReduceSize { .. }
-            | Message::ModifyOrder { .. }
-            | Message::DeleteOrder { .. } => self.on_order(&msg, seq, ts, rules),
+            Message::OrderExecuted {
+                order_id, shares, ..
+            }
+            | Message::ReduceSize {
+                order_id, shares, ..
+            } => self.on_order(order_id, OrderOp::Reduce(shares), seq, ts, rules),
+            Message::ExecutedAtPriceSize {
+                order_id,
+                remaining,
+                ..
+            } => self.on_order(order_id, OrderOp::SetShares(remaining), seq, ts, rules),
+            Message::ModifyOrder {
+                order_id,
+                shares,
+                price,
+                ..
+            } => self.on_order(order_id, OrderOp::Modify { shares, price }, seq, ts, rules),
+            Message::DeleteOrder { order_id, .. } => {
+                self.on_order(order_id, OrderOp::Delete, seq, ts, rules)
+            }
             Message::Trade { symbol, .. } => {
                 self.carry(symbol, rules);
             }
@@ -457,6 +652,71 @@ impl CboePitch {
             | Message::RetailPriceImprovement { .. } => {}
         }
         false
+    }
+
+    /// A message's time: `timed` (its unit's clock's) noted in the
+    /// packet's outcome, or when untimed New York midnight of the arrival
+    /// date (`untimed`, computed once a packet).
+    #[inline(always)]
+    fn ts(
+        &mut self,
+        timed: Option<i64>,
+        now: i64,
+        untimed: &mut Option<i64>,
+        out: &mut Applied,
+    ) -> i64 {
+        match timed {
+            Some(t) => {
+                // V3, V5: timed messages only.
+                out.stamp(now, t);
+                t
+            }
+            None => *untimed.get_or_insert_with(|| self.u().clock.untimed_ts(now)),
+        }
+    }
+
+    /// The first stage of the cache hints for a message of the selected
+    /// unit not yet applied, read from its raw bytes (a hint changes
+    /// nothing; a short or unknown message gets none): the order table
+    /// slot its order id starts at, an Add Order's entry in the names.
+    #[inline(always)]
+    fn prefetch_message(&self, block: &[u8]) {
+        let Some(u) = self.units[self.cur as usize].as_deref() else {
+            return;
+        };
+        if let Some(id) = messages::peek_order_id(block) {
+            u.books.prefetch_order(id);
+        }
+        if let Some(word) = messages::peek_add_word(block) {
+            u.names.prefetch(word);
+        }
+    }
+
+    /// The second stage: what the message reaches through the state the
+    /// first brought into cache. An Add Order of a named symbol: its
+    /// book's top and side, its book state and its units; an order
+    /// message: its order's level.
+    #[inline(always)]
+    fn prefetch_level(&self, block: &[u8]) {
+        let Some(u) = self.units[self.cur as usize].as_deref() else {
+            return;
+        };
+        if let Some(word) = messages::peek_add_word(block) {
+            let Ok(i) = u.names.find(word) else {
+                return;
+            };
+            if let Some(book) = u.names.book(i) {
+                let side = match block.get(14) {
+                    Some(b'S') => BookSide::Sell,
+                    _ => BookSide::Buy,
+                };
+                u.books.prefetch_side(book, side);
+                prefetch(&u.book_state[book as usize]);
+            }
+            self.members.prefetch(u.names.table[i].slot);
+        } else if let Some(id) = messages::peek_order_id(block) {
+            u.books.prefetch_order_level(id);
+        }
     }
 
     /// Live orders of the units other than the selected one
@@ -674,9 +934,55 @@ impl Venue for CboePitch {
         let mut untimed: Option<i64> = None;
         let mut ended = false;
         let msgs = Messages::over(&datagram[HEADER_LEN..], h.count);
+        // Cache hints for every message first, so that the misses of one
+        // message's order slot and symbol overlap those of the others
+        // instead of following one another; then, `LEVEL_AHEAD` messages
+        // ahead of the one applied, what they reach through those.
+        for block in msgs.clone().skip(skip as usize) {
+            self.prefetch_message(block);
+        }
+        let mut ahead = msgs.clone().skip(skip as usize);
+        for block in ahead.by_ref().take(LEVEL_AHEAD) {
+            self.prefetch_level(block);
+        }
         for (i, block) in msgs.enumerate().skip(skip as usize) {
+            if let Some(next) = ahead.next() {
+                self.prefetch_level(next);
+            }
             let seq = first.saturating_add(i as u64);
             self.types[block[1] as usize] += 1;
+            // The book's own messages, most of a day, read in place (the
+            // fields `decode` gives them, of a datagram `parse` accepted).
+            if let Some(m) = messages::book_message(block) {
+                let timed = self.u().clock.stamp(m.offset());
+                let ts = self.ts(timed, now, &mut untimed, &mut out);
+                match m {
+                    BookMessage::Add {
+                        order_id,
+                        side,
+                        shares,
+                        symbol,
+                        price,
+                        ..
+                    } => self.add(order_id, side, shares, symbol, price, seq, ts, rules),
+                    BookMessage::Reduce {
+                        order_id, shares, ..
+                    } => self.on_order(order_id, OrderOp::Reduce(shares), seq, ts, rules),
+                    BookMessage::Modify {
+                        order_id,
+                        shares,
+                        price,
+                        ..
+                    } => {
+                        let op = OrderOp::Modify { shares, price };
+                        self.on_order(order_id, op, seq, ts, rules)
+                    }
+                    BookMessage::Delete { order_id, .. } => {
+                        self.on_order(order_id, OrderOp::Delete, seq, ts, rules)
+                    }
+                }
+                continue;
+            }
             let Ok(msg) = messages::decode(block) else {
                 // Unknown types only: `parse` refused every other error.
                 rules.count(Count::UnknownMessage);
@@ -687,14 +993,7 @@ impl Venue for CboePitch {
                 Message::Time { seconds } => clock.on_time(seconds, now),
                 _ => clock.stamp(msg.time_offset().unwrap_or(0)),
             };
-            let ts = match timed {
-                Some(t) => {
-                    // V3, V5: timed messages only.
-                    out.stamp(now, t);
-                    t
-                }
-                None => *untimed.get_or_insert_with(|| clock.untimed_ts(now)),
-            };
+            let ts = self.ts(timed, now, &mut untimed, &mut out);
             if self.on_message(msg, seq, ts, rules) {
                 ended = true;
             }

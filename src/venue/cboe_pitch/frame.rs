@@ -178,11 +178,55 @@ pub struct Datagram<'a> {
 
 impl<'a> Datagram<'a> {
     /// Validates a UDP payload whole. Every rule of venues.md's list of
-    /// what makes a datagram valid is checked here, in its order.
+    /// what makes a datagram valid is checked here, and the first broken
+    /// in its order is the error.
     pub fn parse(bytes: &'a [u8]) -> Result<Datagram<'a>, FrameError> {
-        // Length, messages filling it exactly, Hdr Count, Length >= 2.
-        let block = Block::parse(bytes)?;
-        let header = block.header;
+        // Length, messages filling it exactly, Hdr Count, Length >= 2 (as
+        // `Block::parse`), in one walk with each message's own rules:
+        // known types at least their size, symbols printable, prices that
+        // fit i64 once scaled (`messages::validate`, `decode`'s verdict);
+        // an unknown type is skipped and counted. A message's error comes
+        // after the framing, unit and sequence rules: it is kept until
+        // those are checked.
+        let header = UnitHeader::read(bytes).ok_or(FrameError::Short { len: bytes.len() })?;
+        if header.length as usize != bytes.len() {
+            return Err(FrameError::Length {
+                header: header.length,
+                actual: bytes.len(),
+            });
+        }
+        let body = &bytes[HEADER_LEN..];
+        let mut at = 0usize;
+        let mut unknown = 0u8;
+        let mut message_error: Option<FrameError> = None;
+        for index in 0..header.count {
+            let Some(&len) = body.get(at) else {
+                return Err(FrameError::MissingMessages {
+                    found: index,
+                    count: header.count,
+                });
+            };
+            if len < 2 {
+                return Err(FrameError::MessageTooShort { index, len });
+            }
+            let Some(msg) = body.get(at..at + len as usize) else {
+                return Err(FrameError::MessageOverrun { index, len });
+            };
+            if message_error.is_none() {
+                match messages::validate(msg) {
+                    Ok(()) => {}
+                    Err(DecodeError::UnknownType { .. }) => unknown += 1,
+                    Err(error) => message_error = Some(FrameError::Message { index, error }),
+                }
+            }
+            at += len as usize;
+        }
+        if at != body.len() {
+            return Err(FrameError::TrailingBytes {
+                bytes: body.len() - at,
+                count: header.count,
+            });
+        }
         // Unit 0 appears only on TCP connections.
         if header.unit == 0 {
             return Err(FrameError::UnitZero);
@@ -197,25 +241,12 @@ impl<'a> Datagram<'a> {
                 });
             }
         }
-        // Known types at least their size, symbols printable, prices that
-        // fit i64 once scaled (`messages::decode` is the one place of those
-        // rules); an unknown type is skipped and counted.
-        let mut unknown = 0u8;
-        for (index, msg) in block.messages().enumerate() {
-            match messages::decode(msg) {
-                Ok(_) => {}
-                Err(DecodeError::UnknownType { .. }) => unknown += 1,
-                Err(error) => {
-                    return Err(FrameError::Message {
-                        index: index as u8,
-                        error,
-                    })
-                }
-            }
+        if let Some(e) = message_error {
+            return Err(e);
         }
         Ok(Datagram {
             header,
-            body: block.body,
+            body,
             unknown,
         })
     }

@@ -611,6 +611,208 @@ pub fn decode(msg: &[u8]) -> Result<Message, DecodeError> {
     })
 }
 
+/// `decode`'s verdict on `msg` without the message: `Ok` exactly when
+/// `decode` gives one, its error otherwise. The types most of a day is
+/// made of (Time and the book's own) are checked in place (their size,
+/// then the symbol and price rules of venues.md that reach them); every
+/// other type, and any message these checks refuse, goes through `decode`,
+/// which then gives the error.
+#[inline]
+pub fn validate(msg: &[u8]) -> Result<(), DecodeError> {
+    let long_price_ok = |m: &[u8], at: usize| scale_long(u64_at(m, at)).is_some();
+    let ok = match msg.first_chunk::<2>() {
+        Some(&[_, kind]) => match kind {
+            TYPE_TIME => msg.len() >= SIZE_TIME,
+            TYPE_ADD_SHORT => msg
+                .first_chunk::<SIZE_ADD_SHORT>()
+                .is_some_and(|m| symbol_field_ok(&m[17..23])),
+            TYPE_ADD_LONG => msg
+                .first_chunk::<SIZE_ADD_LONG>()
+                .is_some_and(|m| symbol_field_ok(&m[19..25]) && long_price_ok(m, 25)),
+            TYPE_EXECUTED => msg.len() >= SIZE_EXECUTED,
+            TYPE_REDUCE_LONG => msg.len() >= SIZE_REDUCE_LONG,
+            TYPE_REDUCE_SHORT => msg.len() >= SIZE_REDUCE_SHORT,
+            TYPE_MODIFY_LONG => msg
+                .first_chunk::<SIZE_MODIFY_LONG>()
+                .is_some_and(|m| long_price_ok(m, 18)),
+            TYPE_MODIFY_SHORT => msg.len() >= SIZE_MODIFY_SHORT,
+            TYPE_DELETE => msg.len() >= SIZE_DELETE,
+            _ => false,
+        },
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        decode(msg).map(|_| ())
+    }
+}
+
+/// The fields the books read of their own messages, as `decode` gives
+/// them (`price` in 10^-9; the short forms widened).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BookMessage {
+    /// Add Order long (0x21) or short (0x22).
+    Add {
+        offset: u32,
+        order_id: u64,
+        side: u8,
+        shares: u32,
+        symbol: Symbol,
+        price: i64,
+    },
+    /// Order Executed (0x23) or Reduce Size (0x25, 0x26): `shares` leave
+    /// the order.
+    Reduce {
+        offset: u32,
+        order_id: u64,
+        shares: u32,
+    },
+    /// Modify Order (0x27, 0x28).
+    Modify {
+        offset: u32,
+        order_id: u64,
+        shares: u32,
+        price: i64,
+    },
+    /// Delete Order (0x29).
+    Delete { offset: u32, order_id: u64 },
+}
+
+impl BookMessage {
+    /// The Time Offset in ns.
+    #[inline(always)]
+    pub fn offset(&self) -> u32 {
+        match *self {
+            BookMessage::Add { offset, .. }
+            | BookMessage::Reduce { offset, .. }
+            | BookMessage::Modify { offset, .. }
+            | BookMessage::Delete { offset, .. } => offset,
+        }
+    }
+}
+
+/// The book's own messages, most of a day, read in place from a message
+/// that `decode` accepts (a datagram `Datagram::parse` validated): the
+/// same fields as `decode`'s `Message`, without building one. `None` for
+/// every other type (`decode` reads those). On a message `decode` refuses
+/// it may read a symbol unchecked, never out of bounds.
+#[inline(always)]
+pub fn book_message(msg: &[u8]) -> Option<BookMessage> {
+    let offset = |m: &[u8]| u32_at(m, 2);
+    let kind = *msg.get(1)?;
+    Some(match kind {
+        TYPE_ADD_SHORT => {
+            let m = msg.first_chunk::<SIZE_ADD_SHORT>()?;
+            BookMessage::Add {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                side: m[14],
+                shares: u16_at(m, 15) as u32,
+                symbol: symbol_at::<6>(m, 17),
+                price: scale_short(u16_at(m, 23)),
+            }
+        }
+        TYPE_ADD_LONG => {
+            let m = msg.first_chunk::<SIZE_ADD_LONG>()?;
+            BookMessage::Add {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                side: m[14],
+                shares: u32_at(m, 15),
+                symbol: symbol_at::<6>(m, 19),
+                price: scale_long(u64_at(m, 25))?,
+            }
+        }
+        TYPE_EXECUTED => {
+            let m = msg.first_chunk::<SIZE_EXECUTED>()?;
+            BookMessage::Reduce {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                shares: u32_at(m, 14),
+            }
+        }
+        TYPE_REDUCE_LONG => {
+            let m = msg.first_chunk::<SIZE_REDUCE_LONG>()?;
+            BookMessage::Reduce {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                shares: u32_at(m, 14),
+            }
+        }
+        TYPE_REDUCE_SHORT => {
+            let m = msg.first_chunk::<SIZE_REDUCE_SHORT>()?;
+            BookMessage::Reduce {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                shares: u16_at(m, 14) as u32,
+            }
+        }
+        TYPE_MODIFY_LONG => {
+            let m = msg.first_chunk::<SIZE_MODIFY_LONG>()?;
+            BookMessage::Modify {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                shares: u32_at(m, 14),
+                price: scale_long(u64_at(m, 18))?,
+            }
+        }
+        TYPE_MODIFY_SHORT => {
+            let m = msg.first_chunk::<SIZE_MODIFY_SHORT>()?;
+            BookMessage::Modify {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+                shares: u16_at(m, 14) as u32,
+                price: scale_short(u16_at(m, 16)),
+            }
+        }
+        TYPE_DELETE => {
+            let m = msg.first_chunk::<SIZE_DELETE>()?;
+            BookMessage::Delete {
+                offset: offset(m),
+                order_id: u64_at(m, 6),
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// The order id of a book message (any type whose order id is at 6: Add
+/// Order, Order Executed, Reduce Size, Modify Order, Delete Order), read
+/// for cache hints only, without validating anything.
+#[inline(always)]
+pub fn peek_order_id(msg: &[u8]) -> Option<u64> {
+    match *msg.get(1)? {
+        TYPE_ADD_LONG
+        | TYPE_ADD_SHORT
+        | TYPE_ADD_EXPANDED
+        | TYPE_EXECUTED
+        | TYPE_EXECUTED_AT_PRICE
+        | TYPE_REDUCE_LONG
+        | TYPE_REDUCE_SHORT
+        | TYPE_MODIFY_LONG
+        | TYPE_MODIFY_SHORT
+        | TYPE_DELETE => Some(u64::from_le_bytes(*msg.get(6..14)?.first_chunk::<8>()?)),
+        _ => None,
+    }
+}
+
+/// The symbol field's key word of an Add Order long or short (what
+/// `Symbol::from_wire` makes its first word: a 6-byte field padded with
+/// spaces), read for cache hints only, without validating anything.
+#[inline(always)]
+pub fn peek_add_word(msg: &[u8]) -> Option<u64> {
+    let at = match *msg.get(1)? {
+        TYPE_ADD_SHORT => 17,
+        TYPE_ADD_LONG => 19,
+        _ => return None,
+    };
+    let f = msg.get(at..at + 6)?;
+    let mut w = [b' '; 8];
+    w[..6].copy_from_slice(f);
+    Some(u64::from_be_bytes(w))
+}
+
 /// Why a message cannot be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum EncodeError {
@@ -1177,5 +1379,117 @@ mod tests {
                 let _ = decode(&m[..cut]);
             }
         }
+    }
+
+    /// Messages of every type, valid and not: each length up to the size
+    /// and past it, each byte of the symbol and price fields changed, an
+    /// unknown type, nothing.
+    fn variants() -> Vec<Vec<u8>> {
+        let mut out = vec![vec![], vec![6], vec![8, 0x2E, 0, 0, 0, 0, 0, 0]];
+        for &(k, n) in ALL {
+            for fill in [0u8, 0xA5, 0xFF] {
+                let m = filled(k, n + 3, fill);
+                for cut in 0..=m.len() {
+                    out.push(m[..cut].to_vec());
+                }
+                for at in 2..m.len() {
+                    for b in [0u8, b' ', b'a', 0x7F, 0x80, 0xFF] {
+                        let mut v = m.clone();
+                        v[at] = b;
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn validate_gives_decode_s_verdict() {
+        for m in variants() {
+            assert_eq!(validate(&m), decode(&m).map(|_| ()), "{m:02x?}");
+        }
+    }
+
+    /// What `book_message` reads, as `decode` gives it.
+    fn as_book(msg: Message) -> Option<BookMessage> {
+        Some(match msg {
+            Message::AddOrder {
+                width: Width::Long | Width::Short,
+                offset,
+                order_id,
+                side,
+                shares,
+                symbol,
+                price,
+                ..
+            } => BookMessage::Add {
+                offset,
+                order_id,
+                side,
+                shares,
+                symbol,
+                price,
+            },
+            Message::OrderExecuted {
+                offset,
+                order_id,
+                shares,
+                ..
+            }
+            | Message::ReduceSize {
+                offset,
+                order_id,
+                shares,
+                ..
+            } => BookMessage::Reduce {
+                offset,
+                order_id,
+                shares,
+            },
+            Message::ModifyOrder {
+                offset,
+                order_id,
+                shares,
+                price,
+                ..
+            } => BookMessage::Modify {
+                offset,
+                order_id,
+                shares,
+                price,
+            },
+            Message::DeleteOrder { offset, order_id } => BookMessage::Delete { offset, order_id },
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn book_messages_read_in_place_are_what_decode_gives() {
+        let mut read = 0;
+        for m in variants() {
+            let Ok(msg) = decode(&m) else {
+                // Never panics on what decode refuses.
+                let _ = book_message(&m);
+                continue;
+            };
+            let book = book_message(&m);
+            assert_eq!(book, as_book(msg), "{m:02x?}");
+            read += book.is_some() as usize;
+            if let Some(b) = book {
+                assert_eq!(Some(b.offset()), msg.time_offset());
+                let id = match b {
+                    BookMessage::Add { order_id, .. }
+                    | BookMessage::Reduce { order_id, .. }
+                    | BookMessage::Modify { order_id, .. }
+                    | BookMessage::Delete { order_id, .. } => order_id,
+                };
+                assert_eq!(peek_order_id(&m), Some(id));
+            }
+            if let (Some(BookMessage::Add { symbol, .. }), Some(word)) = (book, peek_add_word(&m)) {
+                assert_eq!(word, symbol.words()[0]);
+            }
+        }
+        assert!(read > 1000, "{read}");
     }
 }

@@ -84,6 +84,14 @@ impl Membership {
         out
     }
 
+    /// Cache hint for the units of the symbol at `slot` (changes nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(set) = self.units_of.get(slot as usize) {
+            crate::util::prefetch::prefetch(set);
+        }
+    }
+
     /// The unit's session ended (C6): its members stay, until a running
     /// session carries them or the unit begins a new one.
     pub fn end_session(&mut self, unit: u8) {
