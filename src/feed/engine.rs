@@ -28,6 +28,7 @@ use super::view::{
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
+use crate::venue::cboe_pitch::session::GapStatus;
 use crate::venue::codec::RefillAction;
 use crate::venue::refill::{AnyRefill, AnyRequest};
 use crate::venue::rerequest::Request;
@@ -78,23 +79,6 @@ pub struct Feed<P: Publish = NoPublish> {
 struct Parked {
     channel: Channel,
     view: FeedView,
-}
-
-/// R4c: `RecoveryCounters::responses_by_status`'s index of a Gap
-/// Response status: `A`, `O`, `C`, `S`, `M`, `D`, `I`, `U`, then any
-/// other.
-pub fn response_index(status: u8) -> usize {
-    match status {
-        b'A' => 0,
-        b'O' => 1,
-        b'C' => 2,
-        b'S' => 3,
-        b'M' => 4,
-        b'D' => 5,
-        b'I' => 6,
-        b'U' => 7,
-        _ => 8,
-    }
 }
 
 /// The `FeedView::flags` that belong to a channel rather than to the feed
@@ -1003,7 +987,7 @@ impl<P: Publish> Feed<P> {
         now: i64,
     ) -> bool {
         let c = &mut self.core.counters.recovery;
-        c.responses_by_status[response_index(status)] += 1;
+        c.responses_by_status[GapStatus::from_byte(status).slot()] += 1;
         let known = (channel as usize) < self.parked_recovery.len() || channel == self.core.cur;
         if !known {
             c.responses_dropped += 1;
