@@ -256,6 +256,7 @@ impl FeedWriter {
     /// R2's deadline without re-requests.
     pub fn set_grp(&mut self, client: GrpClient) {
         self.feed
+            .units()
             .set_refill_logged_in(false, receiver::realtime_ns());
         self.grp = Some(client);
     }
@@ -269,11 +270,11 @@ impl FeedWriter {
         let feed = self.metrics.name.as_str();
         while let Some(event) = client.try_event() {
             match event {
-                GrpClientEvent::LoggedIn => self.feed.set_refill_logged_in(true, now),
+                GrpClientEvent::LoggedIn => self.feed.units().set_refill_logged_in(true, now),
                 GrpClientEvent::Down(why) => {
                     // The client logs the connection's failures.
                     tracing::debug!(feed, ?why, "Gap Request Proxy not logged in");
-                    self.feed.set_refill_logged_in(false, now);
+                    self.feed.units().set_refill_logged_in(false, now);
                 }
                 GrpClientEvent::Response {
                     unit,
@@ -286,9 +287,10 @@ impl FeedWriter {
                         sequence,
                         count,
                     });
-                    let known = self
-                        .feed
-                        .on_refill_response(unit, request, status.byte(), now);
+                    let known =
+                        self.feed
+                            .units()
+                            .on_refill_response(unit, request, status.byte(), now);
                     if !known {
                         tracing::debug!(
                             feed,
@@ -309,7 +311,7 @@ impl FeedWriter {
                 }
             }
         }
-        while let Some((_, request)) = self.feed.poll_refill(now) {
+        while let Some((_, request)) = self.feed.units().poll_refill(now) {
             if let AnyRequest::GapProxy(r) = request {
                 client.send(r);
             }
@@ -375,7 +377,10 @@ impl FeedWriter {
         if let Some((unit, outcome)) = client.try_outcome() {
             self.spinning = None;
             match outcome {
-                SpinOutcome::Done(s) => match self.feed.on_image(unit, s.next, &s.blocks, s.end_at)
+                SpinOutcome::Done(s) => match self
+                    .feed
+                    .units()
+                    .on_image(unit, s.next, &s.blocks, s.end_at)
                 {
                     Ok(()) => {
                         tracing::info!(
@@ -406,9 +411,9 @@ impl FeedWriter {
                 SpinOutcome::Failed { why, detail, login } => {
                     if login == Some(LoginStatus::SessionInUse) {
                         // R5c: not counted for the unit's pace.
-                        self.feed.on_image_session_in_use(unit, now);
+                        self.feed.units().on_image_session_in_use(unit, now);
                     } else {
-                        self.feed.on_image_failed(unit, why, now);
+                        self.feed.units().on_image_failed(unit, why, now);
                     }
                     tracing::warn!(
                         feed,
@@ -424,7 +429,7 @@ impl FeedWriter {
         if self.spinning.is_some() {
             return;
         }
-        let Some((unit, n0)) = self.feed.poll_image_start(now) else {
+        let Some((unit, n0)) = self.feed.units().poll_image_start(now) else {
             return;
         };
         match servers.iter().find(|(u, _)| *u == unit) {
@@ -433,6 +438,7 @@ impl FeedWriter {
                 // Not reached: the core wants spins of configured units
                 // only, one at a time.
                 self.feed
+                    .units()
                     .on_image_failed(unit, crate::feed::SnapshotFailure::Refused, now);
             }
         }
@@ -529,7 +535,7 @@ impl FeedWriter {
             gap_responses: c.recovery.responses_by_status.iter().sum(),
             gap_responses_refused: c.recovery.responses_by_status[1..].iter().sum(),
             gap_responses_dropped: c.recovery.responses_dropped,
-            grp_count_limit: self.feed.refill_count_limit().unwrap_or(0),
+            grp_count_limit: self.feed.recovery().refill_count_limit().unwrap_or(0),
         });
         for (i, l) in c.lines.iter().enumerate() {
             if let Some((_, cell)) = self.metrics.lines.get(i) {
