@@ -28,6 +28,7 @@ use crate::feed::{NsHistogram, NS_HISTOGRAM_BOUNDS};
 use crate::gate::server::{GateStats, REJECT_REASONS};
 use crate::net::receiver::LineStats as SocketStats;
 use crate::util::histogram::{HistogramSnapshot, SharedHistogram};
+use crate::venue::cboe_pitch::session::{GapCounts, GapStatus};
 
 /// How a value of a stats struct is exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,10 +311,10 @@ pub struct FeedMetrics {
     /// published by the feed writer (`try_lock`); empty for a venue of one
     /// channel.
     pub units: Mutex<Vec<(u8, UnitStats)>>,
-    /// recovery.md R6: Gap Responses by status (`GAP_STATUSES` order), as
+    /// recovery.md R6: Gap Responses by status (`GapCounts`), as
     /// last published by the feed writer; `None` for a feed without a Gap
     /// Request Proxy.
-    pub gap_responses: Mutex<Option<[u64; 9]>>,
+    pub gap_responses: Mutex<Option<GapCounts>>,
 }
 
 impl FeedMetrics {
@@ -501,9 +502,6 @@ const GAP_RESPONSES: (&str, &str) = (
     "tickgate_feed_gap_responses_by_status_total",
     "cboe-pitch: Gap Responses received, by status (recovery.md R4c; other: undocumented statuses).",
 );
-/// The `status` label of each of `GAP_RESPONSES`' counts, in the core's
-/// order (`feed::engine::response_index`).
-pub const GAP_STATUSES: [&str; 9] = ["A", "O", "C", "S", "M", "D", "I", "U", "other"];
 const CLOCK_OFFSET: (&str, &str) = (
     "tickgate_feed_clock_offset_seconds",
     "The provider clock offset in use (arrival minus source timestamp), seconds.",
@@ -728,7 +726,8 @@ impl Collector for SnapshotCollector {
         let mut gap = family(GAP_RESPONSES.0, GAP_RESPONSES.1, MetricType::COUNTER);
         for f in &self.feeds {
             let counts = *f.gap_responses.lock().unwrap_or_else(|e| e.into_inner());
-            for (status, n) in GAP_STATUSES.iter().zip(counts.into_iter().flatten()) {
+            for (slot, n) in counts.into_iter().flatten().enumerate() {
+                let status = GapStatus::slot_label(slot);
                 gap.mut_metric().push(sample(
                     vec![label("feed", &f.name), label("status", status)],
                     Kind::Counter,

@@ -117,7 +117,7 @@ fn logs_in_and_a_request_is_accepted() {
     assert_eq!((d.header.unit, d.header.sequence), (2, 10));
     let n = c.counts();
     assert_eq!((n.conn.logins, n.conn.requests), (1, 1));
-    assert_eq!(n.conn.responses.accepted, 1);
+    assert_eq!(n.conn.responses.of(GapStatus::Accepted), 1);
     assert!(n.conn.logged_in);
     assert_eq!(n.requests_void, 0);
     let counts = s.stop();
@@ -182,10 +182,14 @@ fn refusals_come_back_with_their_status() {
     assert!(statuses.contains(&GapStatus::SecondLimit), "{statuses:?}");
     let r = c.counts().conn.responses;
     assert_eq!(
-        (r.out_of_range, r.count_too_large, r.invalid_unit),
+        (
+            r.of(GapStatus::OutOfRange),
+            r.of(GapStatus::CountTooLarge),
+            r.of(GapStatus::InvalidUnit)
+        ),
         (1, 1, 1)
     );
-    assert_eq!(r.accepted + r.second_limit, 6);
+    assert_eq!(r.of(GapStatus::Accepted) + r.of(GapStatus::SecondLimit), 6);
     assert!(
         c.counts().conn.logged_in,
         "refusals do not end the connection"

@@ -107,16 +107,16 @@ fn drive(
         if let Some((unit, outcome)) = client.try_outcome() {
             running = false;
             let result = match outcome {
-                Outcome::Done(s) => f.on_image(unit, s.next, &s.blocks, s.end_at),
+                Outcome::Done(s) => f.units().on_image(unit, s.next, &s.blocks, s.end_at),
                 Outcome::Failed { why, .. } => {
-                    f.on_image_failed(unit, why, now);
+                    f.units().on_image_failed(unit, why, now);
                     Err(why)
                 }
             };
             done.push((unit, result));
         }
         if !running {
-            if let Some((unit, n0)) = f.poll_image_start(now) {
+            if let Some((unit, n0)) = f.units().poll_image_start(now) {
                 let &(_, addr) = servers.iter().find(|(u, _)| *u == unit).unwrap();
                 assert!(client.start(unit, addr, n0));
                 running = true;
@@ -166,8 +166,8 @@ fn each_late_unit_is_spun_from_its_own_server_and_quotes_its_picture() {
     assert_eq!(ask(&f, "ZZZ"), Some((9 * USD, 30)));
     assert!(summary(&f, "ZZZ").halted, "the spin's Trading Status");
     assert_eq!(summary(&f, "ZZZ").last_seq, Some(501));
-    assert_eq!(f.image_phase(1).0, SnapshotPhase::Idle);
-    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
+    assert_eq!(f.recovery().image_phase(1).0, SnapshotPhase::Idle);
+    assert_eq!(f.recovery().image_phase(2).0, SnapshotPhase::Idle);
     // The units continue from S + 1.
     let d = dgram(1, 102, &[add(3, b'B', 5, "AAA", 205 * USD / 10)]);
     assert_eq!(f.on_datagram(0, &d, now_ns()), DatagramOutcome::Applied);
@@ -261,7 +261,7 @@ fn a_hostile_server_fails_the_attempt_and_nothing_is_applied() {
         assert!(f.symbol_summary(sym("CCC")).is_none(), "{name}");
         assert!(
             matches!(
-                f.image_phase(1),
+                f.recovery().image_phase(1),
                 (
                     SnapshotPhase::Wanted { .. },
                     Some(SnapshotFailure::Malformed)

@@ -84,13 +84,24 @@ fn a_late_unit_is_spun_alone_and_its_held_datagrams_continue_the_spin() {
     assert_eq!(suspect(&f, "AAA"), Some(SuspectCause::NoSnapshot));
     assert_eq!(suspect(&f, "ZZZ"), None, "unit 2 from its sequence 1");
     let zzz = f.symbol_summary(sym("ZZZ")).unwrap();
-    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle, "unit 2 wants none");
+    assert_eq!(
+        f.recovery().image_phase(2).0,
+        SnapshotPhase::Idle,
+        "unit 2 wants none"
+    );
 
     // The late unit's attempt starts; n0 is its next (102).
     let start = T0 + 2 * MS;
-    assert_eq!(f.poll_image_start(start), Some((1, 102)));
-    assert_eq!(f.poll_image_start(start), None, "one attempt a unit");
-    assert_eq!(f.image_phase(1).0, SnapshotPhase::Running { since: start });
+    assert_eq!(f.units().poll_image_start(start), Some((1, 102)));
+    assert_eq!(
+        f.units().poll_image_start(start),
+        None,
+        "one attempt a unit"
+    );
+    assert_eq!(
+        f.recovery().image_phase(1).0,
+        SnapshotPhase::Running { since: start }
+    );
     // Held while the attempt runs: 102 and 103 (one beyond S).
     let d102 = dgram(1, 102, &[add(2, b'S', 50, "AAA", 21 * USD)]);
     assert_eq!(f.on_datagram(0, &d102, start + MS), DatagramOutcome::Held);
@@ -115,8 +126,8 @@ fn a_late_unit_is_spun_alone_and_its_held_datagrams_continue_the_spin() {
         add(9, b'B', 40, "BBB", 30 * USD),
     ]);
     let end = start + 3 * MS;
-    assert_eq!(f.on_image(1, 103, &spin, end), Ok(()));
-    assert_eq!(f.image_phase(1).0, SnapshotPhase::Idle);
+    assert_eq!(f.units().on_image(1, 103, &spin, end), Ok(()));
+    assert_eq!(f.recovery().image_phase(1).0, SnapshotPhase::Idle);
 
     // Unit 1: the spin's books, then 103 (102 was skipped: the spin holds it).
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
@@ -146,7 +157,11 @@ fn a_late_unit_is_spun_alone_and_its_held_datagrams_continue_the_spin() {
     let d2 = dgram(2, 3, &[add(501, b'B', 20, "ZZZ", 6 * USD)]);
     assert_eq!(f.on_datagram(0, &d2, end + MS), DatagramOutcome::Applied);
     assert_eq!(bid(&f, "ZZZ"), Some((6 * USD, 20)));
-    assert_eq!(f.poll_image_start(end + 10 * S), None, "nothing wanted");
+    assert_eq!(
+        f.units().poll_image_start(end + 10 * S),
+        None,
+        "nothing wanted"
+    );
 }
 
 /// The bytes a Spin Server sends for a spin of `sequence` announcing
@@ -191,7 +206,7 @@ fn attempt(n0: u64, bytes: &[u8]) -> SessionOutcome {
 fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pace() {
     let mut f = two_units();
     let start = T0 + 2 * MS;
-    let (unit, n0) = f.poll_image_start(start).unwrap();
+    let (unit, n0) = f.units().poll_image_start(start).unwrap();
     assert_eq!((unit, n0), (1, 102));
     let d102 = dgram(1, 102, &[add(2, b'S', 50, "AAA", 21 * USD)]);
     assert_eq!(f.on_datagram(0, &d102, start + MS), DatagramOutcome::Held);
@@ -206,7 +221,7 @@ fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pac
         other => panic!("{other:?}"),
     };
     assert_eq!(why, SnapshotFailure::Malformed);
-    f.on_image_failed(unit, why, start + 2 * MS);
+    f.units().on_image_failed(unit, why, start + 2 * MS);
 
     // Nothing of it: AAA keeps its live book and its cause; CCC unknown.
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
@@ -214,7 +229,7 @@ fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pac
     assert_eq!(suspect(&f, "AAA"), Some(SuspectCause::NoSnapshot));
     assert!(f.symbol_summary(sym("CCC")).is_none());
     assert_eq!(
-        f.image_phase(1),
+        f.recovery().image_phase(1),
         (
             SnapshotPhase::Wanted {
                 not_before: start + S
@@ -223,23 +238,23 @@ fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pac
         )
     );
     // Pace: 1 s after the failed attempt's start, not sooner.
-    assert_eq!(f.poll_image_start(start + S - 1), None);
-    assert_eq!(f.poll_image_start(start + S), Some((1, 103)));
+    assert_eq!(f.units().poll_image_start(start + S - 1), None);
+    assert_eq!(f.units().poll_image_start(start + S), Some((1, 103)));
 
     // A spin that does not parse as the feed validates it: also nothing.
     let mut bad = blocks(&[add(1, b'B', 100, "AAA", 25 * USD)]);
     bad[2] = 9; // the Length byte disagrees with the block's length
     assert_eq!(
-        f.on_image(1, 103, &bad, start + S + MS),
+        f.units().on_image(1, 103, &bad, start + S + MS),
         Err(SnapshotFailure::Malformed)
     );
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
     assert_eq!(suspect(&f, "AAA"), Some(SuspectCause::NoSnapshot));
     // An implausible S (far beyond anything held) is refused too.
-    assert_eq!(f.poll_image_start(start + 3 * S), Some((1, 103)));
+    assert_eq!(f.units().poll_image_start(start + 3 * S), Some((1, 103)));
     let spin = blocks(&[add(1, b'B', 100, "AAA", 25 * USD)]);
     assert_eq!(
-        f.on_image(1, 5_000_000_000, &spin, start + 3 * S),
+        f.units().on_image(1, 5_000_000_000, &spin, start + 3 * S),
         Err(SnapshotFailure::Implausible)
     );
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
@@ -248,27 +263,30 @@ fn a_spin_whose_order_count_lies_fails_applies_nothing_and_is_retried_at_the_pac
 #[test]
 fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_gap() {
     let mut f = two_units();
-    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
+    assert_eq!(f.recovery().image_phase(2).0, SnapshotPhase::Idle);
     // Order 500 added again while live: a duplicate id (venues.md), both
     // symbols `gap`.
     let t = T0 + 2 * MS;
     let dup = dgram(2, 3, &[add(500, b'B', 10, "ZZZ", 5 * USD)]);
     assert_eq!(f.on_datagram(0, &dup, t), DatagramOutcome::Applied);
     assert_eq!(suspect(&f, "ZZZ"), Some(SuspectCause::Gap));
-    assert_eq!(f.image_phase(2).0, SnapshotPhase::Wanted { not_before: t });
+    assert_eq!(
+        f.recovery().image_phase(2).0,
+        SnapshotPhase::Wanted { not_before: t }
+    );
     // Unit 1 joined late earlier: it goes first, then unit 2.
-    assert_eq!(f.poll_image_start(t), Some((1, 102)));
-    f.on_image_failed(1, SnapshotFailure::Refused, t);
-    assert_eq!(f.poll_image_start(t), Some((2, 4)));
+    assert_eq!(f.units().poll_image_start(t), Some((1, 102)));
+    f.units().on_image_failed(1, SnapshotFailure::Refused, t);
+    assert_eq!(f.units().poll_image_start(t), Some((2, 4)));
     let spin = blocks(&[
         Message::Time { seconds: 34_200 },
         add(500, b'B', 10, "ZZZ", 5 * USD),
     ]);
-    assert_eq!(f.on_image(2, 4, &spin, t + MS), Ok(()));
+    assert_eq!(f.units().on_image(2, 4, &spin, t + MS), Ok(()));
     assert_eq!(suspect(&f, "ZZZ"), None, "the spin made the book whole");
     assert_eq!(f.counters().spins_without_status, 1, "no Trading Status");
     assert_eq!(bid(&f, "ZZZ"), Some((5 * USD, 10)));
-    assert_eq!(f.image_phase(2).0, SnapshotPhase::Idle);
+    assert_eq!(f.recovery().image_phase(2).0, SnapshotPhase::Idle);
 
     // A Unit Clear that removes live orders wants one too; one on an
     // empty book does not.
@@ -277,7 +295,10 @@ fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_g
         f.on_datagram(0, &clear(4), t + 2 * MS),
         DatagramOutcome::Applied
     );
-    assert!(matches!(f.image_phase(2).0, SnapshotPhase::Wanted { .. }));
+    assert!(matches!(
+        f.recovery().image_phase(2).0,
+        SnapshotPhase::Wanted { .. }
+    ));
     let mut s = FeedSettings::for_venue(VenueKind::CboePitch);
     s.recovery.spin_units = [2u8].into_iter().collect::<ChannelSet>();
     let mut g = Feed::new(s, 1);
@@ -287,7 +308,7 @@ fn a_book_error_of_a_unit_received_from_its_start_wants_a_spin_that_clears_its_g
         g.on_datagram(0, &clear(2), T0 + MS),
         DatagramOutcome::Applied
     );
-    assert_eq!(g.image_phase(2).0, SnapshotPhase::Idle);
+    assert_eq!(g.recovery().image_phase(2).0, SnapshotPhase::Idle);
 }
 
 /// Units 1 and 2 both join late (1 at 100, 2 at 500).
@@ -306,10 +327,10 @@ fn two_late_units() -> Feed {
 fn session_in_use_does_not_count_for_the_pace_and_waits_for_another_attempt() {
     let mut f = two_late_units();
     let t = T0 + 2 * MS;
-    assert_eq!(f.poll_image_start(t), Some((1, 101)));
-    f.on_image_session_in_use(1, t + MS);
+    assert_eq!(f.units().poll_image_start(t), Some((1, 101)));
+    f.units().on_image_session_in_use(1, t + MS);
     assert_eq!(
-        f.image_phase(1),
+        f.recovery().image_phase(1),
         (
             SnapshotPhase::Wanted { not_before: t + S },
             Some(SnapshotFailure::LoginRejected)
@@ -317,27 +338,29 @@ fn session_in_use_does_not_count_for_the_pace_and_waits_for_another_attempt() {
         "at the latest one backoff after the start"
     );
     // Unit 2's attempt ends: unit 1 may try again at once.
-    assert_eq!(f.poll_image_start(t + 2 * MS), Some((2, 501)));
-    assert_eq!(f.poll_image_start(t + 2 * MS), None, "unit 1 waits");
-    f.on_image_failed(2, SnapshotFailure::Refused, t + 3 * MS);
+    assert_eq!(f.units().poll_image_start(t + 2 * MS), Some((2, 501)));
+    assert_eq!(f.units().poll_image_start(t + 2 * MS), None, "unit 1 waits");
+    f.units()
+        .on_image_failed(2, SnapshotFailure::Refused, t + 3 * MS);
     assert_eq!(
-        f.image_phase(1).0,
+        f.recovery().image_phase(1).0,
         SnapshotPhase::Wanted {
             not_before: t + 3 * MS
         }
     );
-    assert_eq!(f.poll_image_start(t + 3 * MS), Some((1, 101)));
+    assert_eq!(f.units().poll_image_start(t + 3 * MS), Some((1, 101)));
     // The refused attempt did not double the backoff: 1 s from this start.
-    f.on_image_failed(1, SnapshotFailure::Closed, t + 4 * MS);
+    f.units()
+        .on_image_failed(1, SnapshotFailure::Closed, t + 4 * MS);
     assert_eq!(
-        f.image_phase(1).0,
+        f.recovery().image_phase(1).0,
         SnapshotPhase::Wanted {
             not_before: t + 3 * MS + S
         }
     );
     // Unit 2's failure counted for its own pace: 1 s from its start.
     assert_eq!(
-        f.image_phase(2).0,
+        f.recovery().image_phase(2).0,
         SnapshotPhase::Wanted {
             not_before: t + 2 * MS + S
         }
@@ -348,7 +371,7 @@ fn session_in_use_does_not_count_for_the_pace_and_waits_for_another_attempt() {
 fn held_messages_the_spin_reflects_are_skipped_but_set_the_time_base() {
     let mut f = two_units();
     let start = T0 + 2 * MS;
-    assert_eq!(f.poll_image_start(start), Some((1, 102)));
+    assert_eq!(f.units().poll_image_start(start), Some((1, 102)));
     // 102 is a Time ten seconds on, 103 an Add the spin reflects, 104 one
     // it does not.
     let d102 = dgram(
@@ -370,7 +393,7 @@ fn held_messages_the_spin_reflects_are_skipped_but_set_the_time_base() {
         add(1, b'B', 100, "AAA", 20 * USD),
         add(2, b'S', 50, "AAA", 21 * USD),
     ]);
-    assert_eq!(f.on_image(1, 104, &spin, start + 3 * MS), Ok(()));
+    assert_eq!(f.units().on_image(1, 104, &spin, start + 3 * MS), Ok(()));
     assert_eq!(ask(&f, "AAA"), Some((21 * USD, 50)), "order 2 once");
     assert_eq!(ask(&f, "BBB"), Some((31 * USD, 70)));
     // 09:30:10 New York: the skipped Time's moment, not the spin's.

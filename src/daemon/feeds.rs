@@ -261,6 +261,7 @@ impl FeedWriter {
     /// R2's deadline without re-requests.
     pub fn set_grp(&mut self, client: GrpClient) {
         self.feed
+            .units()
             .set_refill_logged_in(false, receiver::realtime_ns());
         self.grp = Some(client);
     }
@@ -274,11 +275,11 @@ impl FeedWriter {
         let feed = self.metrics.name.as_str();
         while let Some(event) = client.try_event() {
             match event {
-                GrpClientEvent::LoggedIn => self.feed.set_refill_logged_in(true, now),
+                GrpClientEvent::LoggedIn => self.feed.units().set_refill_logged_in(true, now),
                 GrpClientEvent::Down(why) => {
                     // The client logs the connection's failures.
                     tracing::debug!(feed, ?why, "Gap Request Proxy not logged in");
-                    self.feed.set_refill_logged_in(false, now);
+                    self.feed.units().set_refill_logged_in(false, now);
                 }
                 GrpClientEvent::Response {
                     unit,
@@ -291,9 +292,10 @@ impl FeedWriter {
                         sequence,
                         count,
                     });
-                    let known = self
-                        .feed
-                        .on_refill_response(unit, request, status.byte(), now);
+                    let known =
+                        self.feed
+                            .units()
+                            .on_refill_response(unit, request, status.byte(), now);
                     if !known {
                         tracing::debug!(
                             feed,
@@ -314,7 +316,7 @@ impl FeedWriter {
                 }
             }
         }
-        while let Some((_, request)) = self.feed.poll_refill(now) {
+        while let Some((_, request)) = self.feed.units().poll_refill(now) {
             if let AnyRequest::GapProxy(r) = request {
                 client.send(r);
             }
@@ -380,7 +382,10 @@ impl FeedWriter {
         if let Some((unit, outcome)) = client.try_outcome() {
             self.spinning = None;
             match outcome {
-                SpinOutcome::Done(s) => match self.feed.on_image(unit, s.next, &s.blocks, s.end_at)
+                SpinOutcome::Done(s) => match self
+                    .feed
+                    .units()
+                    .on_image(unit, s.next, &s.blocks, s.end_at)
                 {
                     Ok(()) => {
                         tracing::info!(
@@ -411,9 +416,9 @@ impl FeedWriter {
                 SpinOutcome::Failed { why, detail, login } => {
                     if login == Some(LoginStatus::SessionInUse) {
                         // R5c: not counted for the unit's pace.
-                        self.feed.on_image_session_in_use(unit, now);
+                        self.feed.units().on_image_session_in_use(unit, now);
                     } else {
-                        self.feed.on_image_failed(unit, why, now);
+                        self.feed.units().on_image_failed(unit, why, now);
                     }
                     tracing::warn!(
                         feed,
@@ -429,7 +434,7 @@ impl FeedWriter {
         if self.spinning.is_some() {
             return;
         }
-        let Some((unit, n0)) = self.feed.poll_image_start(now) else {
+        let Some((unit, n0)) = self.feed.units().poll_image_start(now) else {
             return;
         };
         match servers.iter().find(|(u, _)| *u == unit) {
@@ -438,6 +443,7 @@ impl FeedWriter {
                 // Not reached: the core wants spins of configured units
                 // only, one at a time.
                 self.feed
+                    .units()
                     .on_image_failed(unit, crate::feed::SnapshotFailure::Refused, now);
             }
         }
@@ -466,7 +472,10 @@ impl FeedWriter {
         let Some(cell) = &self.links else {
             return;
         };
-        let grp = self.grp.as_ref().and_then(|_| self.feed.refill_status(now));
+        let grp = self
+            .grp
+            .as_ref()
+            .and_then(|_| self.feed.recovery().refill_status(now));
         let servers: &[(u8, std::net::SocketAddr)] =
             self.spin.as_ref().map_or(&[], |(_, s)| s.as_slice());
         let mut ids: Vec<u8> = self
@@ -483,7 +492,7 @@ impl FeedWriter {
             .map(|unit| UnitLink {
                 unit,
                 spin: if servers.iter().any(|(u, _)| *u == unit) {
-                    match self.feed.image_phase(unit) {
+                    match self.feed.recovery().image_phase(unit) {
                         (SnapshotPhase::Idle, _) => SpinLink::Idle,
                         (SnapshotPhase::Running { since }, _) => SpinLink::Running { since },
                         (SnapshotPhase::Wanted { not_before }, last_failure) => SpinLink::Wanted {
@@ -494,7 +503,7 @@ impl FeedWriter {
                 } else {
                     SpinLink::NoServer
                 },
-                grp_off: grp.map(|_| self.feed.refill_unit_off(unit)),
+                grp_off: grp.map(|_| self.feed.recovery().refill_unit_off(unit)),
             })
             .collect();
         let links = Links {
@@ -597,7 +606,7 @@ impl FeedWriter {
             gap_responses: c.recovery.responses_by_status.iter().sum(),
             gap_responses_refused: c.recovery.responses_by_status[1..].iter().sum(),
             gap_responses_dropped: c.recovery.responses_dropped,
-            grp_count_limit: self.feed.refill_count_limit().unwrap_or(0),
+            grp_count_limit: self.feed.recovery().refill_count_limit().unwrap_or(0),
         });
         for (i, l) in c.lines.iter().enumerate() {
             if let Some((_, cell)) = self.metrics.lines.get(i) {

@@ -3,6 +3,7 @@
 //! updated in place on the hot path.
 
 use super::view::SuspectCause;
+use crate::venue::cboe_pitch::session::GapCounts;
 use crate::wire::Side;
 
 /// Per line (multicast group) of a feed.
@@ -166,9 +167,10 @@ pub struct RecoveryCounters {
     pub snapshots_started: u64,
     pub snapshots_applied: u64,
     pub snapshots_failed: [u64; 11],
-    /// R4c: Gap Responses by status (`engine::response_index` order) and
-    /// those dropped (echoing no outstanding request).
-    pub responses_by_status: [u64; 9],
+    /// R4c: Gap Responses by status (the refill codec's `status_slot`:
+    /// Cboe's `GAP_STATUSES` order, then any other) and those dropped
+    /// (echoing no outstanding request).
+    pub responses_by_status: GapCounts,
     pub responses_dropped: u64,
     /// From a hole's opening to its closing (filled or declared).
     pub hole_time: NsHistogram,

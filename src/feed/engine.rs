@@ -5,21 +5,23 @@
 //! symbol states are allocated once (`max_symbols`), and the symbol index
 //! grows only when a new symbol arrives, a few times in all (`index`).
 //!
-//! The feed drives its recovery machines (`recovery`, recovery.md): the
-//! driver routes what a feed that holds receives through the hold, refill
-//! and image machines and hands datagrams back to the rules through
-//! `Deliver`; the loops machine (CME's snapshot and definition loops)
-//! reaches the venue's adapter with the symbol rules.
+//! The feed drives its recovery machines (`recovery`, recovery.md): one
+//! driver per channel, kept with what the channels share by `Units`, routes
+//! what a feed that holds receives through the hold, refill and image
+//! machines and hands datagrams back to the rules through `Deliver`
+//! (`UnitRules` to select a channel); the loops machine (CME's snapshot
+//! and definition loops) reaches the venue's adapter with the symbol
+//! rules.
 
 use super::channel::{Channel, PacketAction};
 use super::clock::ClockEstimator;
 use super::counters::{ChannelCounters, ChannelReport, FeedCounters, LineCounters, SymbolSummary};
 use super::index::{Slot, SymbolIndex};
-use super::recovery::driver::{Deliver, Recovery};
+use super::recovery::driver::Deliver;
 use super::recovery::loops::Loops;
-use super::recovery::refill::{Availability, RATE_LIMIT};
 use super::recovery::skew::LineSkew;
 use super::recovery::store::Source;
+use super::recovery::units::{Driving, UnitRules, Units};
 use super::settings::{ms_to_ns, FeedSettings, Liveness};
 use super::state::{Ctx, SymbolState, Symbols, HOT_BYTES};
 use super::verdict::{report_cause, Thresholds};
@@ -28,7 +30,6 @@ use super::view::{
     FEED_CHANNEL_SOURCE_TIME, FEED_ENDED, FEED_HAS_SESSION, FEED_LIVENESS_CHANNEL, FEED_RECOVERING,
     FEED_TRUST_GAP, FEED_TRUST_LATE_JOIN, SYM_HALTED,
 };
-use crate::venue::codec::RefillAction;
 use crate::venue::refill::{AnyRefill, AnyRequest};
 use crate::venue::rerequest::Request;
 use crate::venue::ChannelSet;
@@ -40,19 +41,7 @@ use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
 pub use super::outcome::DatagramOutcome;
 pub use super::recovery::image::{SnapshotFailure, SnapshotPhase, SNAPSHOT_HOLD_MAX};
-
-/// R4c: where a feed's Gap Request Proxy stands (`Feed::refill_status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RefillStatus {
-    /// The connection is logged in (requests may leave).
-    pub logged_in: bool,
-    /// The most messages one Gap Request asks for now (`grp.max_count`,
-    /// halved by each `C`).
-    pub count_limit: u64,
-    /// The refusal (`S`, `M` or `D`) that holds every Gap Request back,
-    /// and until when (Unix ns).
-    pub pause: Option<(u8, i64)>,
-}
+pub use super::recovery::units::RefillStatus;
 
 /// What `process` applies: a whole datagram, or the message blocks of a
 /// MoldUDP64 one (`Feed::on_blocks`).
@@ -65,27 +54,10 @@ enum Payload<'a> {
 pub struct Feed<P: Publish = NoPublish> {
     core: Core<P>,
     /// R1-R6: the hold, refill and image machines and their driver, of
-    /// the selected channel. The refill codec is the feed's service's (R4
-    /// MoldUDP64, R4c Cboe's Gap Request Proxy).
-    recovery: Recovery<AnyRefill>,
-    /// A venue of several channels (`cboe-pitch`): the other channels'
-    /// machines by channel id, made when the channel is first selected
-    /// (recovery.md: R1-R3 apply to each unit). Empty for one channel.
-    parked_recovery: Vec<Option<Recovery<AnyRefill>>>,
-    /// Datagrams the parked machines hold (recovery.md:
-    /// `gap_hold_packets` counts the whole feed).
-    parked_held: usize,
-    /// R4c: what keeps the feed's refill service out of reach (its
-    /// `unit_off` is each channel's own) and its count limit, given to
-    /// each channel's machines when they are made.
-    refill_reach: Availability,
-    /// R4c: the status (`M` or `D`) behind `refill_reach.off_until`.
-    refill_off_status: u8,
-    count_limit: Option<u64>,
-    /// R4c: the feed's last `RATE_LIMIT` Gap Request send times (a ring):
-    /// at most that many leave the feed in any second, whichever units.
-    refill_sent: [i64; RATE_LIMIT],
-    refill_sent_at: usize,
+    /// each channel, and what the channels share (`recovery::units`). The
+    /// refill codec is the feed's service's (R4 MoldUDP64, R4c Cboe's Gap
+    /// Request Proxy).
+    units: Units<AnyRefill>,
 }
 
 /// A channel's state while another is selected (venues of several
@@ -93,23 +65,6 @@ pub struct Feed<P: Publish = NoPublish> {
 struct Parked {
     channel: Channel,
     view: FeedView,
-}
-
-/// R4c: `RecoveryCounters::responses_by_status`'s index of a Gap
-/// Response status: `A`, `O`, `C`, `S`, `M`, `D`, `I`, `U`, then any
-/// other.
-pub fn response_index(status: u8) -> usize {
-    match status {
-        b'A' => 0,
-        b'O' => 1,
-        b'C' => 2,
-        b'S' => 3,
-        b'M' => 4,
-        b'D' => 5,
-        b'I' => 6,
-        b'U' => 7,
-        _ => 8,
-    }
 }
 
 /// The `FeedView::flags` that belong to a channel rather than to the feed
@@ -272,7 +227,6 @@ impl<P: Publish> Feed<P> {
             unit_changes: Vec::new(),
         };
         let channels = core.venue.channels();
-        let mut parked_recovery = Vec::new();
         if channels > 1 {
             core.multi = true;
             let fresh = FeedView {
@@ -285,97 +239,14 @@ impl<P: Publish> Feed<P> {
                     view: fresh,
                 })
                 .collect();
-            parked_recovery.resize_with(channels, || None);
             core.channel_counters = vec![ChannelCounters::default(); channels];
         }
         core.view.offset_ns = core.clock.offset_ns();
         core.publish_view();
+        let codec = AnyRefill::new(settings.recovery.gap_proxy);
         Feed {
             core,
-            recovery: Recovery::new(&settings, AnyRefill::new(settings.recovery.gap_proxy)),
-            parked_recovery,
-            parked_held: 0,
-            refill_reach: Availability::default(),
-            refill_off_status: b'M',
-            count_limit: None,
-            refill_sent: [i64::MIN; RATE_LIMIT],
-            refill_sent_at: 0,
-        }
-    }
-
-    /// Channel `ch`'s recovery machines, made when it is first selected:
-    /// the feed's refill codec, reach and count limit, and (R5c) the
-    /// unit's own image server, if it has one.
-    fn new_recovery(&self, ch: u8) -> Recovery<AnyRefill> {
-        let s = &self.core.settings;
-        let mut r = Recovery::new(s, AnyRefill::new(s.recovery.gap_proxy));
-        r.set_image_enabled(s.recovery.images_on(ch));
-        if let Some(limit) = self.count_limit {
-            r.set_count_limit(limit);
-        }
-        r.set_reach(self.refill_reach);
-        r
-    }
-
-    /// Venues of several channels: channel `ch` becomes the selected one
-    /// (its rules, its part of the view, its recovery machines, the
-    /// venue's state of it).
-    fn select(&mut self, ch: u8) {
-        let old = self.core.cur as usize;
-        let new = ch as usize;
-        if old == new || new >= self.parked_recovery.len() {
-            return;
-        }
-        let incoming = match self.parked_recovery[new].take() {
-            Some(r) => r,
-            None => self.new_recovery(ch),
-        };
-        self.parked_held += self.recovery.held();
-        self.parked_held = self.parked_held.saturating_sub(incoming.held());
-        let outgoing = std::mem::replace(&mut self.recovery, incoming);
-        self.parked_recovery[old] = Some(outgoing);
-        self.recovery.set_others_held(self.parked_held);
-        self.core.select(ch);
-    }
-
-    /// recovery.md: holding one more datagram of the selected channel,
-    /// which has no hole, would exceed `gap_hold_packets`: the feed's
-    /// oldest hole (another channel's) is declared lost at once. Returns
-    /// whether there was one.
-    fn declare_oldest_elsewhere(&mut self, now: i64) -> bool {
-        let here = self.core.cur;
-        let oldest = self
-            .parked_recovery
-            .iter()
-            .enumerate()
-            .filter_map(|(ch, r)| Some((r.as_ref()?.hole_opened_at()?, ch)))
-            .min();
-        let Some((_, ch)) = oldest else {
-            return false;
-        };
-        self.select(ch as u8);
-        self.core.counters.recovery.hold_overflows += 1;
-        self.recovery.declare_oldest(&mut self.core, now);
-        self.select(here);
-        true
-    }
-
-    /// [`Recovery::on_datagram`] of the selected channel, the feed's hold
-    /// limit counted over every channel.
-    fn recover(
-        &mut self,
-        source: Source,
-        datagram: &[u8],
-        header: &Header,
-        now: i64,
-    ) -> DatagramOutcome {
-        loop {
-            let out = self
-                .recovery
-                .on_datagram(&mut self.core, source, datagram, header, now);
-            if !self.recovery.take_needs_room() || !self.declare_oldest_elsewhere(now) {
-                return out;
-            }
+            units: Units::new(&settings, codec, channels),
         }
     }
 
@@ -475,15 +346,11 @@ impl<P: Publish> Feed<P> {
     pub fn channel_reports(&self) -> Vec<ChannelReport> {
         let c = &self.core;
         let report = |ch: u8| {
-            let (channel, recovery) = if ch == c.cur {
-                (&c.channel, Some(&self.recovery))
+            let recovery = self.units.of(ch);
+            let channel = if ch == c.cur {
+                &c.channel
             } else {
-                (
-                    &c.parked[ch as usize].channel,
-                    self.parked_recovery
-                        .get(ch as usize)
-                        .and_then(|r| r.as_ref()),
-                )
+                &c.parked[ch as usize].channel
             };
             ChannelReport {
                 channel: ch,
@@ -633,10 +500,11 @@ impl<P: Publish> Feed<P> {
             // venues.md `cboe-pitch`: the unit is the channel. Other
             // channels' holes due before `now` are declared first (R2).
             let ch = c.venue.channel_of(datagram);
-            if self.parked_held > 0 {
-                self.expire_parked(now);
+            let mut units = self.units.drive(&mut self.core);
+            if units.others_hold() {
+                units.expire_parked(now);
             }
-            self.select(ch);
+            units.select(ch);
         }
         let c = &mut self.core;
         let next = c.channel.next_sequence();
@@ -656,7 +524,8 @@ impl<P: Publish> Feed<P> {
         let lc = &mut c.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
-        if !self.recovery.holds() || self.recovery.steady(&self.core, &header) {
+        let r = self.units.current();
+        if !r.holds() || r.steady(&self.core, &header) {
             // No hole, no snapshot, and this datagram opens none: exactly
             // the path of a feed that does not hold.
             let out = self
@@ -664,11 +533,13 @@ impl<P: Publish> Feed<P> {
                 .process(Source::Line(line), datagram, &header, now);
             if self.core.image_wanted.is_some() {
                 // R5c: a book error or a Unit Clear of a steady unit.
-                self.recovery.take_image_wanted(&mut self.core);
+                self.units.current_mut().take_image_wanted(&mut self.core);
             }
             return out;
         }
-        self.recover(Source::Line(line), datagram, &header, now)
+        self.units
+            .drive(&mut self.core)
+            .on_datagram(Source::Line(line), datagram, &header, now)
     }
 
     /// [`Feed::on_datagram`] of the MoldUDP64 datagram made of `session`,
@@ -706,7 +577,8 @@ impl<P: Publish> Feed<P> {
                 return Some(DatagramOutcome::Invalid(e));
             }
         };
-        if self.recovery.holds() && !self.recovery.steady(&self.core, &header) {
+        let r = self.units.current();
+        if r.holds() && !r.steady(&self.core, &header) {
             return None;
         }
         // From here exactly `on_datagram`'s path of a steady datagram.
@@ -760,8 +632,8 @@ impl<P: Publish> Feed<P> {
                 return DatagramOutcome::Invalid(e);
             }
         };
-        self.recovery
-            .on_answer(&mut self.core, datagram, &header, now)
+        let r = self.units.current_mut();
+        r.on_answer(&mut self.core, datagram, &header, now)
     }
 
     /// R4: a datagram arrived on the re-request socket from an address that
@@ -775,53 +647,34 @@ impl<P: Publish> Feed<P> {
     /// queued (`poll_request`). The I/O shell calls it at `next_timeout`;
     /// replay and the check's tests before a check stamped `now`.
     pub fn handle_timeout(&mut self, now: i64) {
-        self.recovery.handle_timeout(&mut self.core, now);
-        self.expire_parked(now);
-    }
-
-    /// Venues of several channels: the parked channels' holes whose
-    /// deadline passed before `now` are declared (each channel's holes
-    /// have their own deadlines, recovery.md).
-    fn expire_parked(&mut self, now: i64) {
-        for ch in 0..self.parked_recovery.len() {
-            let due = self.parked_recovery[ch]
-                .as_ref()
-                .and_then(|r| r.next_timeout())
-                .is_some_and(|t| t <= now);
-            if due {
-                self.select(ch as u8);
-                self.recovery.handle_timeout(&mut self.core, now);
-            }
-        }
+        self.units.drive(&mut self.core).handle_timeout(now);
     }
 
     /// When `handle_timeout` next has something to do (Unix ns): a hole's
     /// deadline passing or a request falling due. `None`: nothing pending.
     pub fn next_timeout(&self) -> Option<i64> {
-        let parked = self.parked_recovery.iter().flatten();
-        parked
-            .filter_map(|r| r.next_timeout())
-            .chain(self.recovery.next_timeout())
-            .min()
+        self.units.next_timeout()
     }
 
     /// R5: where the feed's snapshot stands, and the last failure.
     pub fn snapshot_phase(&self) -> (SnapshotPhase, Option<SnapshotFailure>) {
-        self.recovery.snapshot_phase()
+        self.units.current().snapshot_phase()
     }
 
     /// R5: whether a snapshot attempt starts now (the I/O shell then
     /// connects to the snapshot server). From now until `on_snapshot` or
     /// `on_snapshot_failed`, every datagram of the session is held.
     pub fn poll_snapshot_start(&mut self, now: i64) -> bool {
-        self.recovery.poll_snapshot_start(&mut self.core, now)
+        let r = self.units.current_mut();
+        r.poll_snapshot_start(&mut self.core, now)
     }
 
     /// R5: the attempt failed: nothing of it is applied; the held
     /// datagrams are processed as without a snapshot (R1-R2) and the next
     /// attempt waits for its pace (the backoff from this one's start).
     pub fn on_snapshot_failed(&mut self, why: SnapshotFailure, now: i64) {
-        self.recovery.snapshot_failed(&mut self.core, why, now);
+        let r = self.units.current_mut();
+        r.snapshot_failed(&mut self.core, why, now);
     }
 
     /// R5: the snapshot arrived whole: `next` from End of Snapshot (`G`),
@@ -836,294 +689,52 @@ impl<P: Publish> Feed<P> {
         blocks: &[u8],
         now: i64,
     ) -> Result<(), SnapshotFailure> {
-        self.recovery.check_end(&mut self.core, next, now)?;
-        // Validated whole before anything changes (R5: nothing of a failed
-        // attempt is applied).
-        let Ok(messages) = self.core.venue.validate_snapshot(blocks) else {
-            let why = SnapshotFailure::Malformed;
-            self.recovery.snapshot_failed(&mut self.core, why, now);
-            return Err(why);
-        };
-        self.core.apply_snapshot(next, blocks, messages, now);
-        self.recovery.snapshot_applied(&mut self.core, next, now);
-        Ok(())
-    }
-
-    /// R5c: where unit `unit`'s image stands, and its last failure
-    /// (`Idle` for a unit not heard yet).
-    pub fn image_phase(&self, unit: u8) -> (SnapshotPhase, Option<SnapshotFailure>) {
-        if unit == self.core.cur || self.parked_recovery.is_empty() {
-            return self.recovery.snapshot_phase();
-        }
-        self.parked_recovery
-            .get(unit as usize)
-            .and_then(|r| r.as_ref())
-            .map_or((SnapshotPhase::Idle, None), |r| r.snapshot_phase())
-    }
-
-    /// R5/R5c for a venue of several channels: a channel (a unit) whose
-    /// image attempt starts now, selected or parked, and its `next` then
-    /// (`n0`, the first message it has not applied). The I/O shell then
-    /// connects to that unit's server; until `on_image` or
-    /// `on_image_failed`, the unit's datagrams are held. One a call.
-    pub fn poll_image_start(&mut self, now: i64) -> Option<(u8, u64)> {
-        // The unit that has waited longest goes first (then the lowest id).
-        let due = |r: &Recovery<AnyRefill>| match r.snapshot_phase().0 {
-            SnapshotPhase::Wanted { not_before } if now >= not_before => Some(not_before),
-            _ => None,
-        };
-        let here = due(&self.recovery).map(|t| (t, self.core.cur));
-        let parked = self
-            .parked_recovery
-            .iter()
-            .enumerate()
-            .filter_map(|(ch, r)| Some((due(r.as_ref()?)?, ch as u8)));
-        let (_, ch) = parked.chain(here).min()?;
-        self.select(ch);
-        if !self.recovery.poll_snapshot_start(&mut self.core, now) {
-            return None;
-        }
-        Some((ch, self.core.channel.next_sequence()))
-    }
-
-    /// R5c: unit `unit`'s attempt failed: nothing of it is applied, the
-    /// unit's held datagrams are processed as without a spin (R1-R2) and
-    /// its next attempt waits for its pace.
-    pub fn on_image_failed(&mut self, unit: u8, why: SnapshotFailure, now: i64) {
-        self.select(unit);
-        if self.core.cur == unit {
-            self.recovery.snapshot_failed(&mut self.core, why, now);
-        }
-        self.image_ended(unit, now);
-    }
-
-    /// R5c: unit `unit`'s attempt got Login Response `B` (session in use):
-    /// as `on_image_failed`, but it does not count for the unit's pace; the
-    /// unit tries again when another attempt of the feed ends, or one
-    /// backoff after this attempt started.
-    pub fn on_image_session_in_use(&mut self, unit: u8, now: i64) {
-        self.select(unit);
-        if self.core.cur == unit {
-            self.recovery.snapshot_session_in_use(&mut self.core, now);
-        }
-    }
-
-    /// R5c: unit `unit`'s attempt ended at `now`: units refused with
-    /// session in use may try again.
-    fn image_ended(&mut self, unit: u8, now: i64) {
-        if self.core.cur != unit {
-            self.recovery.another_image_ended(now);
-        }
-        for (ch, r) in self.parked_recovery.iter_mut().enumerate() {
-            if ch != unit as usize {
-                if let Some(r) = r {
-                    r.another_image_ended(now);
-                }
-            }
-        }
-    }
-
-    /// R5c "On Spin Finished": unit `unit`'s spin arrived whole: `next` is
-    /// `S + 1`, `blocks` the spin's messages (each a u16 big-endian length
-    /// then the PITCH message, Length byte first), `now` the arrival of
-    /// Spin Finished. The end is checked (an implausible `S`, a session
-    /// change), the messages validated whole, then applied to that unit
-    /// only (its books, trading states, quotes, causes; `next = S + 1`,
-    /// held datagrams continue); or the attempt fails as
-    /// `on_image_failed` and nothing is applied.
-    pub fn on_image(
-        &mut self,
-        unit: u8,
-        next: u64,
-        blocks: &[u8],
-        now: i64,
-    ) -> Result<(), SnapshotFailure> {
-        self.select(unit);
-        if self.core.cur != unit {
-            return Err(SnapshotFailure::SessionChanged);
-        }
-        let out = self.on_snapshot(next, blocks, now);
-        self.image_ended(unit, now);
-        out
+        self.units
+            .drive(&mut self.core)
+            .on_snapshot(next, blocks, now)
     }
 
     /// R4: the request to send now, if one fell due: the index of the
     /// configured server to send it to, and the request. At most one is
     /// outstanding per feed. A feed with a Gap Request Proxy asks through
-    /// `poll_refill` instead.
+    /// `units().poll_refill` instead.
     pub fn poll_request(&mut self) -> Option<(usize, Request)> {
         if self.core.settings.recovery.gap_proxy.is_some() {
             return None;
         }
-        match self.recovery.poll_request(&mut self.core.counters)? {
+        match self
+            .units
+            .current_mut()
+            .poll_request(&mut self.core.counters)?
+        {
             (server, AnyRequest::MoldUdp64(r)) => Some((server, r)),
             (_, AnyRequest::GapProxy(_)) => None,
         }
     }
 
-    /// R4c: the request to send now on the feed's Gap Request Proxy
-    /// connection, of whichever channel has one due: at most one
-    /// outstanding per unit, at most `RATE_LIMIT` from the feed in any
-    /// second, and while requests wait for that allowance the hole with
-    /// the earliest deadline goes first.
-    pub fn poll_refill(&mut self, now: i64) -> Option<(u8, AnyRequest)> {
-        if self.refill_sent[self.refill_sent_at].saturating_add(1_000_000_000) > now {
-            return None;
-        }
-        let here = self.core.cur;
-        let mut best = self.recovery.queued_deadline().map(|d| (d, here));
-        for (ch, r) in self.parked_recovery.iter().enumerate() {
-            if let Some(d) = r.as_ref().and_then(|r| r.queued_deadline()) {
-                if best.is_none_or(|(b, _)| d < b) {
-                    best = Some((d, ch as u8));
-                }
-            }
-        }
-        let (_, ch) = best?;
-        let r = if ch == here {
-            &mut self.recovery
-        } else {
-            self.parked_recovery[ch as usize].as_mut()?
-        };
-        let (_, request) = r.poll_request(&mut self.core.counters)?;
-        self.refill_sent[self.refill_sent_at] = now;
-        self.refill_sent_at = (self.refill_sent_at + 1) % RATE_LIMIT;
-        Some((ch, request))
-    }
-
-    /// R4c: the most messages one Gap Request asks for now (`grp.max_count`,
-    /// halved by each `C`); `None` without a Gap Request Proxy.
-    pub fn refill_count_limit(&self) -> Option<u64> {
-        let max = self.core.settings.recovery.gap_proxy?;
-        Some(self.count_limit.unwrap_or(max as u64))
-    }
-
-    /// R4c, for the status listing: whether the feed's Gap Request Proxy
-    /// connection is logged in, its count limit, and the pause a refusal
-    /// (`S`, `M`, `D`) imposes at `now`, if any; `None` without a Gap
-    /// Request Proxy.
-    pub fn refill_status(&self, now: i64) -> Option<RefillStatus> {
-        let count_limit = self.refill_count_limit()?;
-        let a = self.refill_reach;
-        let pause = if now < a.off_until {
-            Some((self.refill_off_status, a.off_until))
-        } else if now < a.brief_until {
-            Some((b'S', a.brief_until))
-        } else {
-            None
-        };
-        Some(RefillStatus {
-            logged_in: a.logged_in,
-            count_limit,
-            pause,
-        })
-    }
-
-    /// R4c `I`: whether the Gap Request Proxy refused to serve unit `unit`
-    /// for the rest of its session.
-    pub fn refill_unit_off(&self, unit: u8) -> bool {
-        let r = if unit == self.core.cur || self.parked_recovery.is_empty() {
-            Some(&self.recovery)
-        } else {
-            self.parked_recovery
-                .get(unit as usize)
-                .and_then(|r| r.as_ref())
-        };
-        r.is_some_and(|r| r.availability().unit_off)
-    }
-
-    /// R4c: the refill service's connection logged in (`true`) or is down:
-    /// while down, no request leaves, the outstanding ones are void and
-    /// every hole gets R2's deadline without re-requests (those past it
-    /// are declared at `now`). A feed starts as if logged in (replay).
-    pub fn set_refill_logged_in(&mut self, logged_in: bool, now: i64) {
-        self.refill_reach.logged_in = logged_in;
-        self.spread_reach(now);
-    }
-
-    /// R4c: the response `status` to `channel`'s outstanding `request`
-    /// (the I/O shell read both from the service's Gap Response) at `now`.
-    /// A response that echoes no outstanding request is dropped and
-    /// counted (`false`).
-    pub fn on_refill_response(
-        &mut self,
-        channel: u8,
-        request: AnyRequest,
-        status: u8,
-        now: i64,
-    ) -> bool {
-        let c = &mut self.core.counters.recovery;
-        c.responses_by_status[response_index(status)] += 1;
-        let known = (channel as usize) < self.parked_recovery.len() || channel == self.core.cur;
-        if !known {
-            c.responses_dropped += 1;
-            return false;
-        }
-        self.select(channel);
-        if self.recovery.outstanding() != Some(request) {
-            self.core.counters.recovery.responses_dropped += 1;
-            return false;
-        }
-        match self.recovery.on_response(&mut self.core, status, now) {
-            RefillAction::AskAgain { count_limit } => {
-                // R4c `C`: the count limit is the feed's.
-                self.count_limit = Some(count_limit);
-                for r in self.parked_recovery.iter_mut().flatten() {
-                    r.set_count_limit(count_limit);
-                }
-            }
-            RefillAction::PauseFeed { until } => {
-                self.refill_reach.brief_until = until;
-                self.spread_reach(now);
-            }
-            RefillAction::OffFeed { until } => {
-                self.refill_reach.off_until = until;
-                self.refill_off_status = status;
-                self.spread_reach(now);
-            }
-            _ => {}
-        }
-        true
-    }
-
-    /// The feed's refill reach given to every channel's machines, then
-    /// holes past their new deadlines declared at `now`.
-    fn spread_reach(&mut self, now: i64) {
-        let feed = self.refill_reach;
-        let reach = |own: Availability| Availability {
-            unit_off: own.unit_off,
-            ..feed
-        };
-        let a = reach(self.recovery.availability());
-        self.recovery.set_availability(&mut self.core, a, now);
-        for ch in 0..self.parked_recovery.len() {
-            if self.parked_recovery[ch].is_some() {
-                self.select(ch as u8);
-                let a = reach(self.recovery.availability());
-                self.recovery.set_availability(&mut self.core, a, now);
-            }
-        }
-    }
-
     /// Whether a hole is open now (R3: the check answers `recovering`).
     pub fn recovering(&self) -> bool {
-        self.recovery.recovering()
-            || self
-                .parked_recovery
-                .iter()
-                .flatten()
-                .any(|r| r.recovering())
+        self.units.recovering()
     }
 
     /// The held datagrams now, and the most held at once and the arena's
     /// peak size so far (bytes).
     pub fn hold_usage(&self) -> (usize, usize, usize) {
-        let parked = self.parked_recovery.iter().flatten();
-        parked
-            .map(|r| r.hold_usage())
-            .fold(self.recovery.hold_usage(), |a, b| {
-                (a.0 + b.0, a.1 + b.1, a.2 + b.2)
-            })
+        self.units.hold_usage()
+    }
+
+    /// The feed's recovery machines, one per channel (recovery.md
+    /// "Architecture"): where each unit's image and the refill service's
+    /// count limit stand.
+    pub fn recovery(&self) -> &Units<AnyRefill> {
+        &self.units
+    }
+
+    /// The feed's recovery machines driving its rules: what the I/O shells
+    /// call for the refill service's requests and responses (R4c) and the
+    /// units' images (R5c).
+    pub fn units(&mut self) -> Driving<'_, AnyRefill, impl UnitRules + '_> {
+        self.units.drive(&mut self.core)
     }
 
     /// Per-symbol summaries, in slot order.
@@ -1213,6 +824,20 @@ impl<P: Publish> Deliver for Core<P> {
     }
 }
 
+impl<P: Publish> UnitRules for Core<P> {
+    fn select_unit(&mut self, unit: u8) {
+        self.select(unit);
+    }
+
+    fn apply_image(&mut self, next: u64, blocks: &[u8], now: i64) -> bool {
+        let Ok(messages) = self.venue.validate_snapshot(blocks) else {
+            return false;
+        };
+        self.apply_snapshot(next, blocks, messages, now);
+        true
+    }
+}
+
 impl<P: Publish> Core<P> {
     /// Publishes the feed view: the selected channel's, or on a venue of
     /// several channels, every channel folded (`fold_channels`).
@@ -1254,7 +879,7 @@ impl<P: Publish> Core<P> {
     }
 
     /// Venues of several channels: channel `ch` becomes the selected one
-    /// (the recovery machines are the feed's to swap).
+    /// (`Units::select` swaps the recovery machines first).
     fn select(&mut self, ch: u8) {
         let old = self.cur as usize;
         let new = ch as usize;

@@ -7,8 +7,8 @@
 //! The conversation's rules are the core's session machine
 //! (`feed::recovery::image::ImageSession`) over the venue's codec
 //! (`venue::cboe_pitch::spin::SpinCodec`); what to do with the spin is the
-//! core's (`Feed::on_image`). This file connects, moves bytes and reads
-//! the clock.
+//! core's (`Feed::units().on_image`). This file connects, moves bytes and
+//! reads the clock.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -97,6 +97,14 @@ pub trait RefillCodec {
         RefillAction::Wait
     }
 
+    /// R6: where a response `status` is counted among the feed's
+    /// responses by status (`RecoveryCounters::responses_by_status`, the
+    /// service's own table of statuses); `None`: not counted (a service
+    /// without responses).
+    fn status_slot(&self, _status: u8) -> Option<usize> {
+        None
+    }
+
     /// The feed's count limit became `limit` (another channel's request
     /// was refused for its count; R4c: the limit is the feed's).
     fn set_count_limit(&mut self, _limit: u64) {}

@@ -82,6 +82,13 @@ impl RefillCodec for AnyRefill {
         }
     }
 
+    fn status_slot(&self, status: u8) -> Option<usize> {
+        match self {
+            AnyRefill::MoldUdp64(c) => c.status_slot(status),
+            AnyRefill::GapProxy(c) => c.status_slot(status),
+        }
+    }
+
     fn set_count_limit(&mut self, limit: u64) {
         match self {
             AnyRefill::MoldUdp64(c) => c.set_count_limit(limit),

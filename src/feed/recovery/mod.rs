@@ -3,11 +3,14 @@
 //! tests. [`driver::Recovery`] routes a holding feed's datagrams through
 //! the hold, refill and image machines and carries out what they decide
 //! (processing a datagram, declaring a hole lost, publishing the recovery
-//! state) through the feed's rules ([`driver::Deliver`]); `Feed`
-//! (`engine`) owns the driver and the loops machine:
+//! state) through the feed's rules ([`driver::Deliver`]);
+//! [`units::Units`] keeps one driver per channel and what the channels
+//! share (R4c's reach, count limit and rate, R5c's image attempts);
+//! `Feed` (`engine`) owns it and the loops machine:
 //!
 //! | machine | rules | states |
 //! |---|---|---|
+//! | [`units::Units`] (over [`units::UnitRules`]) | per channel (unit): selection, `gap_hold_packets` over the feed, R2 per channel, R4c 100/s and earliest deadline first, the feed's reach and count limit, R5c which unit's image starts | the selected channel |
 //! | [`driver::Recovery`] | R1-R6: routing, fill, release, declare, requests, the image's join | the machines' |
 //! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
 //! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
@@ -25,3 +28,4 @@ pub mod loops;
 pub mod refill;
 pub mod skew;
 pub mod store;
+pub mod units;

@@ -118,6 +118,11 @@ impl RefillCodec for GapRequestCodec {
         }
     }
 
+    /// R6: counted by status in `GAP_STATUSES` order, then any other.
+    fn status_slot(&self, status: u8) -> Option<usize> {
+        Some(GapStatus::from_byte(status).slot())
+    }
+
     /// R4c: the count limit is the feed's, whichever unit's request was
     /// refused.
     fn set_count_limit(&mut self, limit: u64) {

@@ -16,8 +16,8 @@
 
 use super::grp::GapRequest;
 use super::session::{
-    encode_block, BlockDecoder, GapStatus, Login, LoginStatus, SessionError, SessionMessage,
-    HEARTBEAT,
+    encode_block, BlockDecoder, GapCounts, GapStatus, Login, LoginStatus, SessionError,
+    SessionMessage, HEARTBEAT,
 };
 
 const SECOND_NS: i64 = 1_000_000_000;
@@ -96,18 +96,17 @@ pub struct LoginFailures {
     pub other: u64,
 }
 
-/// Gap Responses by status (R4c's table).
+/// Gap Responses by status (R4c's table, `GAP_STATUSES` order, then any
+/// other status).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ResponsesByStatus {
-    pub accepted: u64,
-    pub out_of_range: u64,
-    pub count_too_large: u64,
-    pub second_limit: u64,
-    pub minute_limit: u64,
-    pub day_limit: u64,
-    pub invalid_unit: u64,
-    pub unavailable: u64,
-    pub other: u64,
+pub struct ResponsesByStatus(pub GapCounts);
+
+impl ResponsesByStatus {
+    /// The responses of status `status` (every undocumented status
+    /// together).
+    pub fn of(&self, status: GapStatus) -> u64 {
+        self.0[status.slot()]
+    }
 }
 
 /// Closes by reason.
@@ -380,18 +379,7 @@ impl GrpConnection {
                 count,
                 status,
             } if logged_in => {
-                let r = &mut self.counts.responses;
-                *match status {
-                    GapStatus::Accepted => &mut r.accepted,
-                    GapStatus::OutOfRange => &mut r.out_of_range,
-                    GapStatus::CountTooLarge => &mut r.count_too_large,
-                    GapStatus::SecondLimit => &mut r.second_limit,
-                    GapStatus::MinuteLimit => &mut r.minute_limit,
-                    GapStatus::DayLimit => &mut r.day_limit,
-                    GapStatus::InvalidUnit => &mut r.invalid_unit,
-                    GapStatus::Unavailable => &mut r.unavailable,
-                    GapStatus::Other(_) => &mut r.other,
-                } += 1;
+                self.counts.responses.0[status.slot()] += 1;
                 Some(GrpEvent::Response {
                     unit,
                     sequence,
@@ -761,7 +749,8 @@ mod tests {
                 }
                 assert_eq!(ev, want, "cut at {cut} and {cut2}");
                 let r = c.counts().responses;
-                assert_eq!((r.accepted, r.count_too_large, r.other), (1, 1, 1));
+                let of = |s: u8| r.of(GapStatus::from_byte(s));
+                assert_eq!((of(b'A'), of(b'C'), of(b'Q')), (1, 1, 1));
             }
         }
     }

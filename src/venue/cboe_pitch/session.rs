@@ -224,33 +224,54 @@ pub enum GapStatus {
     Other(u8),
 }
 
+/// R4c's table of Gap Response statuses, each with its byte (as the
+/// metrics' `status` label), in the order counts by status are kept
+/// ([`GapStatus::slot`]; any other status is counted last, `other`): the
+/// one list that the codec, the GRP connection's counts, the feed's
+/// recovery counters and the metrics read.
+pub const GAP_STATUSES: [(&str, GapStatus); 8] = [
+    ("A", GapStatus::Accepted),
+    ("O", GapStatus::OutOfRange),
+    ("C", GapStatus::CountTooLarge),
+    ("S", GapStatus::SecondLimit),
+    ("M", GapStatus::MinuteLimit),
+    ("D", GapStatus::DayLimit),
+    ("I", GapStatus::InvalidUnit),
+    ("U", GapStatus::Unavailable),
+];
+
+/// Gap Responses counted by status: one count per [`GAP_STATUSES`] entry,
+/// in its order, then one for any other status.
+pub type GapCounts = [u64; GAP_STATUSES.len() + 1];
+
 impl GapStatus {
     pub fn from_byte(b: u8) -> GapStatus {
-        match b {
-            b'A' => GapStatus::Accepted,
-            b'O' => GapStatus::OutOfRange,
-            b'C' => GapStatus::CountTooLarge,
-            b'S' => GapStatus::SecondLimit,
-            b'M' => GapStatus::MinuteLimit,
-            b'D' => GapStatus::DayLimit,
-            b'I' => GapStatus::InvalidUnit,
-            b'U' => GapStatus::Unavailable,
-            other => GapStatus::Other(other),
-        }
+        GAP_STATUSES
+            .iter()
+            .find(|(label, _)| label.as_bytes() == [b])
+            .map_or(GapStatus::Other(b), |&(_, s)| s)
     }
 
     pub fn byte(self) -> u8 {
         match self {
-            GapStatus::Accepted => b'A',
-            GapStatus::OutOfRange => b'O',
-            GapStatus::CountTooLarge => b'C',
-            GapStatus::SecondLimit => b'S',
-            GapStatus::MinuteLimit => b'M',
-            GapStatus::DayLimit => b'D',
-            GapStatus::InvalidUnit => b'I',
-            GapStatus::Unavailable => b'U',
             GapStatus::Other(b) => b,
+            s => GAP_STATUSES[s.slot()].0.as_bytes()[0],
         }
+    }
+
+    /// This status's place in [`GapCounts`]: its index in
+    /// [`GAP_STATUSES`], or the last for any other status.
+    pub fn slot(self) -> usize {
+        GAP_STATUSES
+            .iter()
+            .position(|&(_, s)| s == self)
+            .unwrap_or(GAP_STATUSES.len())
+    }
+
+    /// The `status` label of slot `slot` of [`GapCounts`]: the status
+    /// byte, or `other`.
+    pub fn slot_label(slot: usize) -> &'static str {
+        GAP_STATUSES.get(slot).map_or("other", |&(label, _)| label)
     }
 }
 
@@ -731,6 +752,20 @@ mod tests {
             Login::new("0006", "MKDA", "pässwort"),
             Err(CredentialError::NotPrintable { field: "password" })
         );
+    }
+
+    #[test]
+    fn gap_counts_keep_the_table_order_then_other() {
+        let slots: Vec<usize> = b"AOCSMDIUX?"
+            .iter()
+            .map(|&b| GapStatus::from_byte(b).slot())
+            .collect();
+        assert_eq!(slots, [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]);
+        let labels: Vec<&str> = (0..GAP_STATUSES.len() + 1)
+            .map(GapStatus::slot_label)
+            .collect();
+        assert_eq!(labels, ["A", "O", "C", "S", "M", "D", "I", "U", "other"]);
+        assert_eq!(std::mem::size_of::<GapCounts>(), 9 * 8);
     }
 
     #[test]
