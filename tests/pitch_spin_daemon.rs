@@ -108,6 +108,16 @@ listen = "{metrics}"
     (run, log, dir, metrics)
 }
 
+/// The gate's `STATUS` lines, through `tickgate status --raw`.
+fn status_raw(socket: &std::path::Path) -> String {
+    let out = Command::new(bin())
+        .args(["status", "--raw", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The simulator: `units` units under way on `group` (line A only), each
 /// with its Spin Server; standard error collected.
 fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
@@ -264,24 +274,26 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
         assert!(!a.contains("no_snapshot"), "{a}");
     }
     // `tickgate status`: unit 1 spinning again (or waiting for its pace
-    // after the silence), unit 2 needing none.
-    let out = Command::new(bin())
-        .args(["status", "--raw", "--socket"])
-        .arg(&socket)
-        .output()
-        .unwrap();
-    let raw = String::from_utf8(out.stdout).unwrap();
-    let units: Vec<&str> = raw.lines().filter(|l| l.starts_with("UNIT ")).collect();
-    assert_eq!(units.len(), 2, "{raw}");
-    assert!(
-        units[0] == "UNIT px 1 spin=running spin_wait_ms=- grp=-"
-            || units[0].starts_with("UNIT px 1 spin=wanted:last_failure=silence spin_wait_ms="),
-        "{raw}"
-    );
-    assert_eq!(
-        units[1], "UNIT px 2 spin=idle spin_wait_ms=- grp=-",
-        "{raw}"
-    );
+    // after the silence), unit 2 needing none. The status is written by
+    // the feed thread at its next poll after a spin ends, so it is read
+    // until it says so (a bounded safety net).
+    let status = || status_raw(&socket);
+    let expected = |raw: &str| {
+        let units: Vec<&str> = raw.lines().filter(|l| l.starts_with("UNIT ")).collect();
+        units.len() == 2
+            && (units[0] == "UNIT px 1 spin=running spin_wait_ms=- grp=-"
+                || units[0].starts_with("UNIT px 1 spin=wanted:last_failure=silence spin_wait_ms="))
+            && units[1] == "UNIT px 2 spin=idle spin_wait_ms=- grp=-"
+    };
+    let mut raw = String::new();
+    let settled = (0..50).any(|_| {
+        raw = status();
+        expected(&raw) || {
+            std::thread::sleep(Duration::from_millis(100));
+            false
+        }
+    });
+    assert!(settled, "{raw}\n{}", log.lock().unwrap());
     assert!(!raw.contains("\nGRP "), "no GRP line without grp: {raw}");
 }
 
@@ -383,14 +395,7 @@ fn a_refused_spin_is_retried_at_the_pace_and_then_applied() {
     );
     // `tickgate status` (published every 50 ms by the feed's thread): no
     // spin needed any more.
-    let status = || {
-        let out = Command::new(bin())
-            .args(["status", "--raw", "--socket"])
-            .arg(&socket)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let status = || status_raw(&socket);
     let mut raw = String::new();
     wait_for("both units idle in tickgate status", || {
         raw = status();

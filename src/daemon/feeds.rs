@@ -218,6 +218,11 @@ pub struct FeedWriter {
     /// R4c, R5c: what the GRP connection and the units' spins are doing,
     /// for the gate's `STATUS` (made by `links`).
     links: Option<SharedLinks>,
+    /// A spin started or ended, or the GRP connection said something,
+    /// since `links` was last written: written at the next poll rather
+    /// than the next publication, so that `STATUS` never lags the check
+    /// answers the change produced by up to `PUBLISH_EVERY_NS`.
+    links_changed: bool,
 }
 
 impl FeedWriter {
@@ -248,6 +253,7 @@ impl FeedWriter {
             spin: None,
             spinning: None,
             links: None,
+            links_changed: false,
         };
         (w, tx)
     }
@@ -274,6 +280,7 @@ impl FeedWriter {
         };
         let feed = self.metrics.name.as_str();
         while let Some(event) = client.try_event() {
+            self.links_changed = true;
             match event {
                 GrpClientEvent::LoggedIn => self.feed.units().set_refill_logged_in(true, now),
                 GrpClientEvent::Down(why) => {
@@ -381,6 +388,7 @@ impl FeedWriter {
         let feed = self.metrics.name.as_str();
         if let Some((unit, outcome)) = client.try_outcome() {
             self.spinning = None;
+            self.links_changed = true;
             match outcome {
                 SpinOutcome::Done(s) => match self
                     .feed
@@ -438,7 +446,10 @@ impl FeedWriter {
             return;
         };
         match servers.iter().find(|(u, _)| *u == unit) {
-            Some(&(_, address)) if client.start(unit, address, n0) => self.spinning = Some(unit),
+            Some(&(_, address)) if client.start(unit, address, n0) => {
+                self.spinning = Some(unit);
+                self.links_changed = true;
+            }
             _ => {
                 // Not reached: the core wants spins of configured units
                 // only, one at a time.
@@ -468,7 +479,7 @@ impl FeedWriter {
     /// R4c, R5c: the GRP connection and each unit's spin, as the core
     /// sees them at `now`, into the `links` cell (skipped while the gate
     /// reads it: the next publication catches up).
-    fn publish_links(&self, now: i64) {
+    fn publish_links(&mut self, now: i64) {
         let Some(cell) = &self.links else {
             return;
         };
@@ -516,6 +527,7 @@ impl FeedWriter {
         };
         if let Ok(mut l) = cell.try_lock() {
             *l = links;
+            self.links_changed = false;
         }
     }
 
@@ -772,6 +784,8 @@ impl DatagramHandler for FeedWriter {
         self.correct_new_symbols();
         if now.saturating_sub(self.last_publish) >= PUBLISH_EVERY_NS {
             self.publish(now);
+        } else if self.links_changed {
+            self.publish_links(now);
         }
         self.latency.try_flush(now);
     }
