@@ -119,39 +119,9 @@ pub struct Block<'a> {
 }
 
 impl<'a> Block<'a> {
-    /// Checks the framing rules of venues.md (the first three bullets of a
-    /// valid datagram).
+    /// Checks the framing rules of venues.md (`walk_framing`).
     pub fn parse(bytes: &'a [u8]) -> Result<Block<'a>, FrameError> {
-        let header = UnitHeader::read(bytes).ok_or(FrameError::Short { len: bytes.len() })?;
-        if header.length as usize != bytes.len() {
-            return Err(FrameError::Length {
-                header: header.length,
-                actual: bytes.len(),
-            });
-        }
-        let body = &bytes[HEADER_LEN..];
-        let mut at = 0usize;
-        for index in 0..header.count {
-            let Some(&len) = body.get(at) else {
-                return Err(FrameError::MissingMessages {
-                    found: index,
-                    count: header.count,
-                });
-            };
-            if len < 2 {
-                return Err(FrameError::MessageTooShort { index, len });
-            }
-            if at + len as usize > body.len() {
-                return Err(FrameError::MessageOverrun { index, len });
-            }
-            at += len as usize;
-        }
-        if at != body.len() {
-            return Err(FrameError::TrailingBytes {
-                bytes: body.len() - at,
-                count: header.count,
-            });
-        }
+        let (header, body) = walk_framing(bytes, |_, _| {})?;
         Ok(Block { header, body })
     }
 
@@ -163,6 +133,51 @@ impl<'a> Block<'a> {
             left: self.header.count,
         }
     }
+}
+
+/// The framing rules of venues.md (the first three bullets of a valid
+/// datagram, shared by a TCP block and a multicast datagram): Hdr Length
+/// equals the length, and Hdr Count messages of Length 2 or more fill it
+/// exactly. `each` sees every message (its index, its bytes from Length
+/// on) as the walk reaches it, so a caller checks contents in the same
+/// pass. The header and the messages' bytes.
+#[inline(always)]
+fn walk_framing(
+    bytes: &[u8],
+    mut each: impl FnMut(u8, &[u8]),
+) -> Result<(UnitHeader, &[u8]), FrameError> {
+    let header = UnitHeader::read(bytes).ok_or(FrameError::Short { len: bytes.len() })?;
+    if header.length as usize != bytes.len() {
+        return Err(FrameError::Length {
+            header: header.length,
+            actual: bytes.len(),
+        });
+    }
+    let body = &bytes[HEADER_LEN..];
+    let mut at = 0usize;
+    for index in 0..header.count {
+        let Some(&len) = body.get(at) else {
+            return Err(FrameError::MissingMessages {
+                found: index,
+                count: header.count,
+            });
+        };
+        if len < 2 {
+            return Err(FrameError::MessageTooShort { index, len });
+        }
+        let Some(msg) = body.get(at..at + len as usize) else {
+            return Err(FrameError::MessageOverrun { index, len });
+        };
+        each(index, msg);
+        at += len as usize;
+    }
+    if at != body.len() {
+        return Err(FrameError::TrailingBytes {
+            bytes: body.len() - at,
+            count: header.count,
+        });
+    }
+    Ok((header, body))
 }
 
 /// A valid multicast datagram (venues.md `cboe-pitch`, Framing: every rule
@@ -181,37 +196,16 @@ impl<'a> Datagram<'a> {
     /// what makes a datagram valid is checked here, and the first broken
     /// in its order is the error.
     pub fn parse(bytes: &'a [u8]) -> Result<Datagram<'a>, FrameError> {
-        // Length, messages filling it exactly, Hdr Count, Length >= 2 (as
-        // `Block::parse`), in one walk with each message's own rules:
+        // Length, messages filling it exactly, Hdr Count, Length >= 2
+        // (`walk_framing`, as a TCP block), in one walk with each message's own rules:
         // known types at least their size, symbols printable, prices that
         // fit i64 once scaled (`messages::validate`, `decode`'s verdict);
         // an unknown type is skipped and counted. A message's error comes
         // after the framing, unit and sequence rules: it is kept until
         // those are checked.
-        let header = UnitHeader::read(bytes).ok_or(FrameError::Short { len: bytes.len() })?;
-        if header.length as usize != bytes.len() {
-            return Err(FrameError::Length {
-                header: header.length,
-                actual: bytes.len(),
-            });
-        }
-        let body = &bytes[HEADER_LEN..];
-        let mut at = 0usize;
         let mut unknown = 0u8;
         let mut message_error: Option<FrameError> = None;
-        for index in 0..header.count {
-            let Some(&len) = body.get(at) else {
-                return Err(FrameError::MissingMessages {
-                    found: index,
-                    count: header.count,
-                });
-            };
-            if len < 2 {
-                return Err(FrameError::MessageTooShort { index, len });
-            }
-            let Some(msg) = body.get(at..at + len as usize) else {
-                return Err(FrameError::MessageOverrun { index, len });
-            };
+        let (header, body) = walk_framing(bytes, |index, msg| {
             if message_error.is_none() {
                 match messages::validate(msg) {
                     Ok(()) => {}
@@ -219,14 +213,7 @@ impl<'a> Datagram<'a> {
                     Err(error) => message_error = Some(FrameError::Message { index, error }),
                 }
             }
-            at += len as usize;
-        }
-        if at != body.len() {
-            return Err(FrameError::TrailingBytes {
-                bytes: body.len() - at,
-                count: header.count,
-            });
-        }
+        })?;
         // Unit 0 appears only on TCP connections.
         if header.unit == 0 {
             return Err(FrameError::UnitZero);
