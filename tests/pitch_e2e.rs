@@ -598,3 +598,118 @@ fn an_unserved_unit_is_not_asked_for_again_and_its_holes_are_lost() {
         "{text}"
     );
 }
+
+/// The pause of the feed's `GRP` status line and its `pause_left_ms`
+/// (`None` for `-`).
+fn grp_pause(raw: &str) -> (String, Option<u64>) {
+    let line = status_lines(raw, "GRP ")
+        .pop()
+        .unwrap_or_else(|| panic!("no GRP line: {raw}"));
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+            .to_string()
+    };
+    let left = field("pause_left_ms=");
+    let left = (left != "-").then(|| {
+        left.parse()
+            .unwrap_or_else(|_| panic!("pause_left_ms not a number: {line}"))
+    });
+    (field("pause="), left)
+}
+
+/// R4c `M` (and `D` with `day`): the simulator's proxy answers one
+/// request, then refuses the next with `M` (`D`). The first hole is
+/// filled; after the refusal no Gap Request leaves the feed (for 60 s, or
+/// until New York's next day), and every later hole gets R2's deadline
+/// without re-requests: declared lost, none asked for. `tickgate status`
+/// shows the pause and its time left.
+fn allowance_refusal_stops_the_requests(day: bool, base: u8, port: u16) {
+    let _serial = serial();
+    let g = groups(base, port);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    let (flag, status) = if day {
+        ("--grp-per-day", "D")
+    } else {
+        ("--grp-per-minute", "M")
+    };
+    // A loss every 600 data packets (2 s), the first once the proxy is
+    // logged in: four holes.
+    let mut sim = simulate(&g, grp, 600, &[flag, "1", "--duration", "9"]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 3, "{lost}");
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= 3
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    let log = d.process.log();
+    assert_eq!(by_status(&m, "A"), 1, "{m:?}\n{log}");
+    assert_eq!(by_status(&m, status), 1, "{m:?}\n{log}");
+    // The request refused, and none after it.
+    assert_eq!(feed(&m, "rerequests_sent_total"), 2, "{m:?}");
+    assert_eq!(feed(&m, "holes_filled_total"), 1, "{m:?}");
+    assert_eq!(
+        feed(&m, "holes_lost_total"),
+        feed(&m, "holes_opened_total") - 1,
+        "{m:?}"
+    );
+    let raw = d.status(true);
+    let (pause, left) = grp_pause(&raw);
+    assert_eq!(pause, status, "{raw}");
+    let most = if day { 25 * 3_600_000 } else { 60_000 };
+    assert!(left.is_some_and(|l| l > 0 && l <= most), "{raw}");
+    drop(sim);
+}
+
+#[test]
+fn a_minute_refusal_stops_the_requests_for_a_minute() {
+    allowance_refusal_stops_the_requests(false, 16, 46606);
+}
+
+#[test]
+fn a_day_refusal_stops_the_requests_until_new_yorks_next_day() {
+    allowance_refusal_stops_the_requests(true, 19, 46607);
+}
+
+/// R4c `U`: the simulator's proxy answers the connection's first two
+/// requests with `U` (the unit cannot be served right now). Each is an
+/// attempt without progress: asked again after `rerequest_timeout_ms`
+/// (0.1 s, of 5 attempts), and the third is answered: every hole filled,
+/// nothing lost, no pause.
+#[test]
+fn unavailable_units_are_asked_again_and_filled() {
+    let _serial = serial();
+    let g = groups(22, 46608);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    let mut sim = simulate(&g, grp, 600, &["--grp-unavailable", "2"]);
+    let lost = finish(&mut sim);
+    assert!(lost >= 2);
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= 2
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    let log = d.process.log();
+    assert_eq!(by_status(&m, "U"), 2, "{m:?}\n{log}");
+    assert_eq!(feed(&m, "holes_lost_total"), 0, "{log}");
+    assert_eq!(feed(&m, "channel_messages_lost_total"), 0, "{log}");
+    // The first hole took three requests, each later one one.
+    assert_eq!(
+        feed(&m, "rerequests_sent_total"),
+        feed(&m, "holes_opened_total") + 2,
+        "{m:?}"
+    );
+    let raw = d.status(true);
+    assert_eq!(grp_pause(&raw), ("-".to_string(), None), "{raw}");
+    drop(sim);
+}

@@ -1640,6 +1640,18 @@ pub struct SimulateArgs {
     /// second (more: Gap Response `S`).
     #[arg(long, value_name = "REQUESTS", default_value_t = 100)]
     pub grp_per_second: u32,
+    /// With --grp-listen: the Gap Requests one connection may make in a
+    /// minute (more: Gap Response `M`).
+    #[arg(long, value_name = "REQUESTS", default_value_t = u32::MAX, hide_default_value = true)]
+    pub grp_per_minute: u32,
+    /// With --grp-listen: the Gap Requests one connection may make in all,
+    /// its simulated day (more: Gap Response `D`).
+    #[arg(long, value_name = "REQUESTS", default_value_t = u32::MAX, hide_default_value = true)]
+    pub grp_per_day: u32,
+    /// With --grp-listen: a connection's first N Gap Requests get `U`
+    /// (the unit cannot be served right now); later ones are answered.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub grp_unavailable: u32,
     /// With --grp-listen: units the proxy does not serve (comma-separated
     /// ids): their Gap Requests get `I`.
     #[arg(long, value_name = "UNITS", value_delimiter = ',')]
@@ -1971,6 +1983,9 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
             let mut opts = GrpOptions::new(login, gap_line);
             opts.max_count = args.grp_max_count.max(1);
             opts.per_second = args.grp_per_second;
+            opts.per_minute = args.grp_per_minute;
+            opts.per_day = args.grp_per_day;
+            opts.unavailable = args.grp_unavailable;
             opts.not_served = args.grp_not_served.clone();
             let server = GrpServer::spawn(addr, history, gap, opts)?;
             eprintln!(
@@ -2067,8 +2082,8 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
     if let Some(s) = grp {
         let c = s.stop();
         eprintln!(
-            "Gap Request Proxy: {} connections, {} logins accepted, {} rejected, {} requests: {} accepted ({} datagrams, {} messages on the gap line), {} out of range, {} count too large, {} second limit, {} unit unknown; {} garbage, {} idle timeouts",
-            c.conn.connections, c.conn.logins_accepted, c.conn.logins_rejected, c.requests, c.accepted, c.gap_datagrams, c.gap_messages, c.out_of_range, c.count_too_large, c.second_limit, c.invalid_unit, c.conn.garbage, c.conn.idle_timeouts
+            "Gap Request Proxy: {} connections, {} logins accepted, {} rejected, {} requests: {} accepted ({} datagrams, {} messages on the gap line), {} out of range, {} count too large, {} second limit, {} minute limit, {} day limit, {} unavailable, {} unit unknown; {} garbage, {} idle timeouts",
+            c.conn.connections, c.conn.logins_accepted, c.conn.logins_rejected, c.requests, c.accepted, c.gap_datagrams, c.gap_messages, c.out_of_range, c.count_too_large, c.second_limit, c.minute_limit, c.day_limit, c.unavailable, c.invalid_unit, c.conn.garbage, c.conn.idle_timeouts
         );
     }
     for (unit, s) in spins {

@@ -10,8 +10,10 @@
 //! sequence and count, with the status R4c's table names: `A` (the
 //! messages follow on the gap line), `O` (not wholly kept: too old or not
 //! yet sent), `C` (count above `max_count`), `S` (more than `per_second`
-//! requests in this second on the connection), `I` (a unit never
-//! produced, or one of `not_served`). The server sends a heartbeat after each `heartbeat` without
+//! requests in this second on the connection), `M` (more than
+//! `per_minute` in this minute), `D` (more than `per_day` on the
+//! connection), `U` (the connection's first `unavailable` requests), `I`
+//! (a unit never produced, or one of `not_served`). The server sends a heartbeat after each `heartbeat` without
 //! sending, and closes a connection silent for `idle_timeout`, or one that
 //! sends what is not a heartbeat or a Gap Request.
 
@@ -38,6 +40,14 @@ pub struct GrpOptions {
     pub max_count: u16,
     /// Requests a connection may make in one second (`S` beyond).
     pub per_second: u32,
+    /// Requests a connection may make in one minute (`M` beyond).
+    pub per_minute: u32,
+    /// Requests a connection may make in all (`D` beyond: the simulated
+    /// day is the connection's life).
+    pub per_day: u32,
+    /// A connection's first `unavailable` requests get `U` (the unit
+    /// cannot be served right now); the later ones are answered.
+    pub unavailable: u32,
     /// Units this proxy does not serve: their requests get `I`, as for a
     /// unit never produced.
     pub not_served: Vec<u8>,
@@ -55,6 +65,9 @@ impl GrpOptions {
             gap_line,
             max_count: 1_000,
             per_second: 100,
+            per_minute: u32::MAX,
+            per_day: u32::MAX,
+            unavailable: 0,
             not_served: Vec::new(),
             login_timeout: Duration::from_secs(5),
             // R4c: the client sends a heartbeat after 1 s without sending.
@@ -77,6 +90,9 @@ pub struct GrpCounts {
     pub out_of_range: u64,
     pub count_too_large: u64,
     pub second_limit: u64,
+    pub minute_limit: u64,
+    pub day_limit: u64,
+    pub unavailable: u64,
     pub invalid_unit: u64,
     /// Datagrams and messages sent again on the gap line.
     pub gap_datagrams: u64,
@@ -92,6 +108,9 @@ struct Counters {
     out_of_range: AtomicU64,
     count_too_large: AtomicU64,
     second_limit: AtomicU64,
+    minute_limit: AtomicU64,
+    day_limit: AtomicU64,
+    unavailable: AtomicU64,
     invalid_unit: AtomicU64,
     gap_datagrams: AtomicU64,
     gap_messages: AtomicU64,
@@ -154,6 +173,9 @@ impl GrpServer {
             out_of_range: get(&c.out_of_range),
             count_too_large: get(&c.count_too_large),
             second_limit: get(&c.second_limit),
+            minute_limit: get(&c.minute_limit),
+            day_limit: get(&c.day_limit),
+            unavailable: get(&c.unavailable),
             invalid_unit: get(&c.invalid_unit),
             gap_datagrams: get(&c.gap_datagrams),
             gap_messages: get(&c.gap_messages),
@@ -186,6 +208,9 @@ fn serve(
     }
     let mut window = Instant::now();
     let mut in_window = 0u32;
+    let mut minute = Instant::now();
+    let mut in_minute = 0u32;
+    let mut in_day = 0u32;
     let mut out = Vec::with_capacity(2048);
     let mut datagrams: Vec<Vec<u8>> = Vec::new();
     loop {
@@ -222,10 +247,22 @@ fn serve(
                 window = now;
                 in_window = 0;
             }
+            if now.duration_since(minute) >= Duration::from_secs(60) {
+                minute = now;
+                in_minute = 0;
+            }
             in_window += 1;
+            in_minute = in_minute.saturating_add(1);
+            in_day = in_day.saturating_add(1);
             datagrams.clear();
             let status = if opts.not_served.contains(&unit) {
                 GapStatus::InvalidUnit
+            } else if in_day <= opts.unavailable {
+                GapStatus::Unavailable
+            } else if in_day > opts.per_day {
+                GapStatus::DayLimit
+            } else if in_minute > opts.per_minute {
+                GapStatus::MinuteLimit
             } else if in_window > opts.per_second {
                 GapStatus::SecondLimit
             } else {
@@ -243,6 +280,9 @@ fn serve(
                 GapStatus::OutOfRange => &c.out_of_range,
                 GapStatus::CountTooLarge => &c.count_too_large,
                 GapStatus::SecondLimit => &c.second_limit,
+                GapStatus::MinuteLimit => &c.minute_limit,
+                GapStatus::DayLimit => &c.day_limit,
+                GapStatus::Unavailable => &c.unavailable,
                 _ => &c.invalid_unit,
             });
             // R4c: the response echoes the request; the data follows on
