@@ -191,6 +191,39 @@ fn status_lines(status: &str, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until the feed has opened at least `opened` holes and closed
+/// every one (filled or lost); its metrics then.
+fn every_hole_closed(d: &Daemon, opened: u64) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    wait_for("every hole closed", || {
+        m = d.metrics();
+        feed(&m, "recovering") == 0
+            && feed(&m, "holes_opened_total") >= opened
+            && feed(&m, "holes_opened_total")
+                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
+    });
+    m
+}
+
+/// One test's set-up: the lock that keeps these tests one at a time, the
+/// lines of `groups(base, port)`, a free address for the simulator's
+/// proxy, and the daemon started on them.
+fn setup(
+    base: u8,
+    port: u16,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    [SocketAddrV4; 3],
+    SocketAddr,
+    Daemon,
+) {
+    let serial = serial();
+    let g = groups(base, port);
+    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = Daemon::start(&g, grp);
+    (serial, g, grp, d)
+}
+
 /// Gap Responses of status `status` received by the feed.
 fn by_status(m: &BTreeMap<String, f64>, status: &str) -> u64 {
     m.get(&format!(
@@ -276,23 +309,13 @@ fn simulate(g: &[SocketAddrV4; 3], grp: SocketAddr, drop_both: u32, extra: &[&st
 /// opened is filled, and every symbol's check is OK at the end.
 #[test]
 fn losses_on_both_lines_are_filled_from_the_gap_line() {
-    let _serial = serial();
-    let g = groups(1, 46601);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(1, 46601);
     // About 300 data packets a second: the first loss after about 2 s,
     // once the proxy's second connection (1 s after the first) is in.
     let mut sim = simulate(&g, grp, 600, &[]);
     let lost = finish(&mut sim);
     assert!(lost >= 2);
-    let mut m = BTreeMap::new();
-    wait_for("every hole closed", || {
-        m = d.metrics();
-        feed(&m, "recovering") == 0
-            && feed(&m, "holes_opened_total") >= 2
-            && feed(&m, "holes_opened_total")
-                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
-    });
+    let m = every_hole_closed(&d, 2);
     let log = d.process.log();
     assert_eq!(feed(&m, "holes_lost_total"), 0, "{log}");
     assert_eq!(feed(&m, "channel_messages_lost_total"), 0, "{log}");
@@ -392,10 +415,7 @@ fn finish(sim: &mut Child2) -> u64 {
 /// and the feed goes on (the symbols of the unit answer `channel_gap`).
 #[test]
 fn holes_the_proxy_cannot_fill_are_declared_lost() {
-    let _serial = serial();
-    let g = groups(4, 46602);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(4, 46602);
     let mut sim = simulate(&g, grp, 600, &["--grp-history", "1"]);
     let lost = finish(&mut sim);
     assert!(lost >= 2);
@@ -456,14 +476,7 @@ fn count_refusals_halve_the_count_limit_and_holes_are_filled() {
     let mut sim = simulate(&g, grp, 150, &["--batch", "4", "--grp-max-count", "1"]);
     let lost = finish(&mut sim);
     assert!(lost >= 2);
-    let mut m = BTreeMap::new();
-    wait_for("every hole closed", || {
-        m = d.metrics();
-        feed(&m, "recovering") == 0
-            && feed(&m, "holes_opened_total") >= 2
-            && feed(&m, "holes_opened_total")
-                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
-    });
+    let m = every_hole_closed(&d, 2);
     let log = d.process.log();
     // 4 -> 2 -> 1: at least two `C`, then only `A`.
     assert!(by_status(&m, "C") >= 2, "{m:?}");
@@ -501,10 +514,7 @@ fn count_refusals_halve_the_count_limit_and_holes_are_filled() {
 /// proxy, and a third would fall after the stream's end (12 s).
 #[test]
 fn second_refusals_pause_the_requests_and_stretch_the_deadlines() {
-    let _serial = serial();
-    let g = groups(10, 46604);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(10, 46604);
     let started = std::time::Instant::now();
     let mut sim = simulate(
         &g,
@@ -548,23 +558,13 @@ fn second_refusals_pause_the_requests_and_stretch_the_deadlines() {
 /// shows the unit's proxy off.
 #[test]
 fn an_unserved_unit_is_not_asked_for_again_and_its_holes_are_lost() {
-    let _serial = serial();
-    let g = groups(13, 46605);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(13, 46605);
     // A loss every 400 data packets (1.3 s), each of the next unit in
     // turn, the first once the proxy is logged in.
     let mut sim = simulate(&g, grp, 400, &["--grp-not-served", "2", "--duration", "10"]);
     let lost = finish(&mut sim);
     assert!(lost >= 6);
-    let mut m = BTreeMap::new();
-    wait_for("every hole closed", || {
-        m = d.metrics();
-        feed(&m, "recovering") == 0
-            && feed(&m, "holes_opened_total") >= 6
-            && feed(&m, "holes_opened_total")
-                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
-    });
+    let m = every_hole_closed(&d, 6);
     let log = d.process.log();
     assert_eq!(by_status(&m, "I"), 1, "{m:?}\n{log}");
     let opened = unit_values(&m, "holes_opened_total");
@@ -626,10 +626,7 @@ fn grp_pause(raw: &str) -> (String, Option<u64>) {
 /// without re-requests: declared lost, none asked for. `tickgate status`
 /// shows the pause and its time left.
 fn allowance_refusal_stops_the_requests(day: bool, base: u8, port: u16) {
-    let _serial = serial();
-    let g = groups(base, port);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(base, port);
     let (flag, status) = if day {
         ("--grp-per-day", "D")
     } else {
@@ -640,14 +637,7 @@ fn allowance_refusal_stops_the_requests(day: bool, base: u8, port: u16) {
     let mut sim = simulate(&g, grp, 600, &[flag, "1", "--duration", "9"]);
     let lost = finish(&mut sim);
     assert!(lost >= 3, "{lost}");
-    let mut m = BTreeMap::new();
-    wait_for("every hole closed", || {
-        m = d.metrics();
-        feed(&m, "recovering") == 0
-            && feed(&m, "holes_opened_total") >= 3
-            && feed(&m, "holes_opened_total")
-                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
-    });
+    let m = every_hole_closed(&d, 3);
     let log = d.process.log();
     assert_eq!(by_status(&m, "A"), 1, "{m:?}\n{log}");
     assert_eq!(by_status(&m, status), 1, "{m:?}\n{log}");
@@ -684,21 +674,11 @@ fn a_day_refusal_stops_the_requests_until_new_yorks_next_day() {
 /// nothing lost, no pause.
 #[test]
 fn unavailable_units_are_asked_again_and_filled() {
-    let _serial = serial();
-    let g = groups(22, 46608);
-    let grp: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let d = Daemon::start(&g, grp);
+    let (_serial, g, grp, d) = setup(22, 46608);
     let mut sim = simulate(&g, grp, 600, &["--grp-unavailable", "2"]);
     let lost = finish(&mut sim);
     assert!(lost >= 2);
-    let mut m = BTreeMap::new();
-    wait_for("every hole closed", || {
-        m = d.metrics();
-        feed(&m, "recovering") == 0
-            && feed(&m, "holes_opened_total") >= 2
-            && feed(&m, "holes_opened_total")
-                == feed(&m, "holes_filled_total") + feed(&m, "holes_lost_total")
-    });
+    let m = every_hole_closed(&d, 2);
     let log = d.process.log();
     assert_eq!(by_status(&m, "U"), 2, "{m:?}\n{log}");
     assert_eq!(feed(&m, "holes_lost_total"), 0, "{log}");
