@@ -260,6 +260,19 @@ fn every_unit_ends_its_session_and_the_truth_is_per_unit() {
         sum(|u| u.messages_lost_all_lines),
         truth.messages_lost_all_lines
     );
+    assert_eq!(
+        sum(|u| u.expected_channel_lost),
+        truth.expected_channel_lost
+    );
+    assert_eq!(
+        sum(|u| u.expected_duplicate_packets),
+        truth.expected_duplicate_packets
+    );
+    // The feed counts what the truth's feed-wide model expects.
+    assert_eq!(
+        feed.counters().channel_messages_lost,
+        truth.expected_channel_lost
+    );
     let reports = feed.channel_reports();
     assert_eq!(reports.len(), 3);
     for (r, u) in reports.iter().zip(&truth.units) {

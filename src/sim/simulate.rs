@@ -354,7 +354,9 @@ pub struct SimTruth {
     pub bad_seq: Option<BadSeqTruth>,
     pub datagrams: u64,
     /// `cboe-pitch`: each unit's own sequence, by unit id (the fields
-    /// above count every unit's messages as one sequence).
+    /// above that a receiver's model gives, `expected_channel_lost` and
+    /// `expected_duplicate_packets`, are the units' sums; `messages` and
+    /// the losses count every unit's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<UnitTruth>,
 }
@@ -803,11 +805,14 @@ impl Simulator {
             }
         }
         if self.cfg.lines[line].kind == LineKind::Incremental {
-            self.receiver_model(line, session, sequence, count);
             if self.cfg.venue == VenueKind::CboePitch {
+                // Each unit is a channel of its own: the feed-wide counts
+                // are the units' sums.
                 if let Some(h) = pitch_header(out) {
-                    self.unit_receiver_model(session, h);
+                    self.unit_receiver_model(line, session, h);
                 }
+            } else {
+                self.receiver_model(line, session, sequence, count);
             }
         }
         let l = &self.cfg.lines[line];
@@ -822,9 +827,16 @@ impl Simulator {
     /// `cboe-pitch`: C1-C3 per unit over the arriving realtime datagrams
     /// (`unit`, its `sequence`, `count`), the unit's expected counts. A
     /// heartbeat (count 0) names the unit's next sequence; after the unit's
-    /// End of Session, a copy of what was read is a duplicate.
-    fn unit_receiver_model(&mut self, session: u32, (unit, sequence, count): (u8, u64, u8)) {
+    /// End of Session, a copy of what was read is a duplicate. The feed's
+    /// and the line's counts take the unit's.
+    fn unit_receiver_model(
+        &mut self,
+        line: usize,
+        session: u32,
+        (unit, sequence, count): (u8, u64, u8),
+    ) {
         let u = self.truth.unit_mut(unit);
+        let before = (u.expected_channel_lost, u.expected_duplicate_packets);
         let (s, next, ended) = match u.rx {
             Some((s, _, _)) if session < s => return,
             Some(rx) if rx.0 == session => rx,
@@ -849,6 +861,13 @@ impl Simulator {
             }
         }
         u.rx = Some(rx);
+        let (lost, duplicates) = (
+            u.expected_channel_lost - before.0,
+            u.expected_duplicate_packets - before.1,
+        );
+        self.truth.expected_channel_lost += lost;
+        self.truth.expected_duplicate_packets += duplicates;
+        self.truth.lines[line].expected_duplicate_packets += duplicates;
     }
 
     /// C1-C3 and C5 over the arriving datagrams: the expected counts.
