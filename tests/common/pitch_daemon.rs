@@ -1,0 +1,141 @@
+//! `tickgate run` on a `cboe-pitch` stream of two units with Spin
+//! Servers (recovery.md R5c), for the tests that drive the daemon
+//! (`pitch_spin_daemon`, `pitch_spin_hostile`): the simulator under way
+//! on loopback multicast, the daemon joining it late, their logs.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use super::daemon::{self, bin, free_port, terminate};
+
+pub struct Stop(Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        terminate(&mut self.0);
+    }
+}
+
+/// Collects a child's standard error into a shared string.
+pub fn collect(child: &mut Child) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let stderr = child.stderr.take().unwrap();
+    let l = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let mut l = l.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    log
+}
+
+/// The address standard error names after `prefix`.
+pub fn named(log: &Mutex<String>, prefix: &str) -> Option<SocketAddr> {
+    log.lock().unwrap().lines().find_map(|l| {
+        l.strip_prefix(prefix)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// `tickgate run` with feed `px` on `group` (line A), unit 1's Spin Server
+/// at `servers[0]` and unit 2's at `servers[1]`: the process, its
+/// standard error, its directory (the gate socket is `gate.sock` in it)
+/// and its metrics address, once the gate answers.
+pub fn run_daemon(
+    group: &str,
+    servers: [SocketAddr; 2],
+) -> (Stop, Arc<Mutex<String>>, tempfile::TempDir, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (ip, port) = group.split_once(':').unwrap();
+    let cfg = dir.path().join("tickgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[[feed]]
+name = "px"
+venue = "cboe-pitch"
+stale_ms = 600000
+source_max_age_ms = 600000
+clock_offset = "off"
+spin = {{ session_sub_id = "0006", username = "MKDA", password = "secret", servers = {{ "1" = "{}", "2" = "{}" }} }}
+[[feed.line]]
+name = "A"
+group = "{ip}"
+port = {port}
+interface = "127.0.0.1"
+
+[gate]
+socket = "{}"
+
+[metrics]
+listen = "{metrics}"
+"#,
+            servers[0],
+            servers[1],
+            dir.path().join("gate.sock").display()
+        ),
+    )
+    .unwrap();
+    let mut run = Command::new(bin())
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .env_remove("NOTIFY_SOCKET")
+        .env("RUST_LOG", "warn,tickgate::daemon=info,tickgate::net=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = collect(&mut run);
+    let run = Stop(run);
+    daemon::wait_for_gate(&dir.path().join("gate.sock"));
+    (run, log, dir, metrics)
+}
+
+/// The gate's `STATUS` lines, through `tickgate status --raw`.
+pub fn status_raw(socket: &std::path::Path) -> String {
+    let out = Command::new(bin())
+        .args(["status", "--raw", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The simulator: `units` units under way on `group` (line A only), each
+/// with its Spin Server; standard error collected.
+pub fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
+    let mut sim = Command::new(bin())
+        .args([
+            "simulate",
+            "--live",
+            "--venue",
+            "cboe-pitch",
+            "--units",
+            &units.to_string(),
+        ])
+        .args(["--symbols", "8", "--orders", "200", "--rate", "1000"])
+        .args(["--batch", "3", "--duration", "60", "--lines", "A"])
+        .args(["--group-a", group, "--interface", "127.0.0.1"])
+        .args(["--spin-listen", "127.0.0.1:0"])
+        .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
+        .args(["--pitch-password", "secret"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = collect(&mut sim);
+    (Stop(sim), log)
+}

@@ -1,0 +1,185 @@
+//! recovery.md R5c failures through the daemon: `tickgate run` joins a
+//! `cboe-pitch` stream of two units under way (`tickgate simulate
+//! --live`, loopback multicast), and unit 1's Spin Server is hostile on
+//! its first connection: bytes that do not parse, or a spin whose Add
+//! Orders are fewer than its Spin Response's order count. The attempt
+//! fails (`malformed`), nothing of it is applied, and the unit's next
+//! attempt, at its pace, reaches the simulator's real server: every
+//! symbol is trusted in the end. Waits are bounded safety nets.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[path = "common/daemon.rs"]
+mod daemon;
+#[path = "common/pitch.rs"]
+mod pitch;
+#[path = "common/pitch_daemon.rs"]
+mod pitch_daemon;
+
+use daemon::{free_port, serial, wait_for, wait_within};
+use pitch::add;
+use pitch_daemon::{named, run_daemon, simulate};
+use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage, SpinStatus};
+
+const USD: i64 = 1_000_000_000;
+
+/// A Spin Server in front of `upstream` whose first connection gets
+/// `script` once the Login is read (and is kept open until the client
+/// closes it); every later connection is relayed to `upstream`. Counts
+/// the connections.
+fn hostile_once(upstream: SocketAddr, script: Vec<u8>) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { break };
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                let script = script.clone();
+                std::thread::spawn(move || {
+                    // The Login block (8 + 22 bytes), then the script.
+                    let mut login = [0u8; 30];
+                    let _ = client.set_read_timeout(Some(Duration::from_secs(20)));
+                    let _ = client.read_exact(&mut login);
+                    let _ = client.write_all(&script);
+                    let _ = std::io::copy(&mut client, &mut std::io::sink());
+                });
+                continue;
+            }
+            let Ok(server) = TcpStream::connect(upstream) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c1, mut s1) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+fn block(msgs: &[SessionMessage], out: &mut Vec<u8>) {
+    encode_block(msgs, out).unwrap();
+}
+
+/// Logged in, a Spin Image Available far ahead of the unit (so that the
+/// client asks for it: R5c step 3), accepted with `order_count`.
+fn accepted(order_count: u32) -> Vec<u8> {
+    const S: u32 = 1_000_000;
+    let mut out = Vec::new();
+    block(
+        &[SessionMessage::LoginResponse(LoginStatus::Accepted)],
+        &mut out,
+    );
+    block(
+        &[SessionMessage::SpinImageAvailable { sequence: S }],
+        &mut out,
+    );
+    block(
+        &[SessionMessage::SpinResponse {
+            sequence: S,
+            order_count,
+            status: SpinStatus::Accepted,
+        }],
+        &mut out,
+    );
+    out
+}
+
+/// Three Add Orders announced, two sent (of symbols the simulator never
+/// names), then Spin Finished.
+fn lying_order_count() -> Vec<u8> {
+    let mut out = accepted(3);
+    block(
+        &[
+            SessionMessage::Pitch(add(1, b'B', 999, "ZZLIE", 50 * USD)),
+            SessionMessage::Pitch(add(2, b'S', 10, "ZZLIE", 51 * USD)),
+        ],
+        &mut out,
+    );
+    block(
+        &[SessionMessage::SpinFinished {
+            sequence: 1_000_000,
+        }],
+        &mut out,
+    );
+    out
+}
+
+/// A block whose Length is shorter than its header, once the spin is
+/// under way.
+fn garbage() -> Vec<u8> {
+    let mut out = accepted(1);
+    out.extend_from_slice(&[3, 0, 1, 0, 0, 0, 0, 0, 0xff, 0xff]);
+    out
+}
+
+fn a_hostile_first_spin_fails_and_the_next_is_applied(name: &str, script: Vec<u8>, port: u8) {
+    let _serial = serial();
+    let group = format!("239.255.96.{port}:{}", free_port());
+    let (_sim, sim_log) = simulate(&group, 2);
+    let mut servers = [None, None];
+    wait_for("the Spin Servers' addresses", || {
+        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
+        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
+        servers.iter().all(Option::is_some)
+    });
+    let (hostile, accepted) = hostile_once(servers[0].unwrap(), script);
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let (_run, log, dir, metrics) = run_daemon(&group, [hostile, servers[1].unwrap()]);
+    let socket = dir.path().join("gate.sock");
+    let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
+    let trusted = |s: &str| {
+        let a = check(s);
+        a.starts_with(&format!("OK {s} seq=")) || a.starts_with(&format!("REJECT {s} halted seq="))
+    };
+    wait_within(
+        Duration::from_secs(30),
+        "every symbol trusted after unit 1's second attempt",
+        &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
+    );
+    let text = log.lock().unwrap().clone();
+    assert!(accepted.load(Ordering::SeqCst) >= 2, "{name}: {text}");
+    let failures: Vec<&str> = text.lines().filter(|l| l.contains("spin failed")).collect();
+    assert_eq!(failures.len(), 1, "{name}: {text}");
+    assert!(failures[0].contains("unit=1"), "{name}: {}", failures[0]);
+    assert!(failures[0].contains("malformed"), "{name}: {}", failures[0]);
+    let m = daemon::metrics(metrics);
+    assert_eq!(
+        m.get("tickgate_feed_snapshots_failed_total{feed=\"px\"}"),
+        Some(&1.0),
+        "{name}: {text}"
+    );
+    // Nothing of the hostile attempt was applied: its symbol is unknown.
+    let lie = check("ZZLIE");
+    assert!(
+        lie.starts_with("REJECT ZZLIE unknown_symbol"),
+        "{name}: {lie}"
+    );
+}
+
+#[test]
+fn a_spin_whose_order_count_lies_fails_and_the_unit_is_spun_again() {
+    a_hostile_first_spin_fails_and_the_next_is_applied(
+        "lying order count",
+        lying_order_count(),
+        67,
+    );
+}
+
+#[test]
+fn a_spin_server_sending_garbage_fails_and_the_unit_is_spun_again() {
+    a_hostile_first_spin_fails_and_the_next_is_applied("garbage", garbage(), 69);
+}
