@@ -114,6 +114,31 @@ fn simulated_units_are_sequenced_and_read_without_book_errors() {
     let truth = sim.truth();
     assert_eq!(truth.mode, "cboe-pitch");
     assert_eq!(truth.sessions, ["U001S00001"]);
+    // The truth's book tops are what the feed that read every message
+    // quotes, each side as the gate shows it.
+    let side = |l: Option<tickgate::wire::Side>| {
+        l.map_or(Value::Null, |l| {
+            let mut px = String::new();
+            tickgate::wire::write_price(&mut px, l.px).unwrap();
+            Value::String(format!("{px}@{}", l.qty))
+        })
+    };
+    let tops = truth.venue.as_ref().unwrap()["symbols"].as_array().unwrap();
+    assert_eq!(tops.len(), 24);
+    for top in tops {
+        let symbol = top["symbol"].as_str().unwrap();
+        let (_, v) = feed
+            .symbol_view(tickgate::wire::Symbol::parse(symbol).unwrap())
+            .unwrap();
+        assert_eq!(
+            (side(v.bid()), side(v.ask())),
+            (top["bid"].clone(), top["ask"].clone()),
+            "{symbol}"
+        );
+        // Symbol i (from 0) is on unit i mod 3 + 1.
+        let i: u64 = symbol[1..].parse::<u64>().unwrap() - 1;
+        assert_eq!(top["unit"].as_u64(), Some(i % 3 + 1), "{symbol}");
+    }
 }
 
 /// The capture `simulate` writes, with losses on line A that line B

@@ -465,6 +465,44 @@ impl VenueFlow for PitchFlow {
         self.units.iter().map(|u| u.live.len()).sum()
     }
 
+    /// Every symbol's book top as a receiver must end with it, as the
+    /// gate shows a side (`<price>@<shares>`, the shares of every live
+    /// order at the best price), and its unit.
+    fn venue_truth(&self) -> Option<serde_json::Value> {
+        let mut tops = vec![[(0u32, 0u64); 2]; self.levels.len()];
+        for (i, top) in tops.iter_mut().enumerate() {
+            let (bid, ask) = self.best(i);
+            top[0].0 = bid.unwrap_or(0);
+            top[1].0 = ask.unwrap_or(0);
+        }
+        for o in self.units.iter().flat_map(|u| &u.live) {
+            let top = &mut tops[o.symbol as usize][o.side];
+            if top.0 == o.price {
+                top.1 += u64::from(o.shares);
+            }
+        }
+        let side = |(cents, shares): (u32, u64)| {
+            if shares == 0 {
+                return serde_json::Value::Null;
+            }
+            let mut s = String::new();
+            let _ = crate::wire::write_price(&mut s, i64::from(cents) * CENT);
+            serde_json::Value::String(format!("{s}@{shares}"))
+        };
+        let symbols = self.units.iter().flat_map(|u| {
+            u.symbols.iter().map(|&i| {
+                let [bid, ask] = tops[i as usize];
+                serde_json::json!({
+                    "symbol": venue_symbol(i as usize).to_string(),
+                    "unit": u.number,
+                    "bid": side(bid),
+                    "ask": side(ask),
+                })
+            })
+        });
+        Some(serde_json::json!({ "symbols": symbols.collect::<Vec<_>>() }))
+    }
+
     fn loop_packet(&mut self, kind: LineKind, t: i64, out: &mut Vec<u8>) -> bool {
         if kind != LineKind::Gap || t < self.next_gap_t {
             return false;

@@ -1479,7 +1479,8 @@ pub struct SimulateArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub compress: crate::capture::compress::CompressArgs,
-    /// Write what was injected (JSON) to this file.
+    /// Write what was injected (JSON) to this file (with --live, once the
+    /// stream has ended).
     #[arg(long, value_name = "FILE")]
     pub truth: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
@@ -2120,7 +2121,12 @@ pub fn simulate_live(args: &SimulateArgs) -> anyhow::Result<i32> {
         );
     }
     // Results: standard output.
-    print!("{}", summary(sim.lock().expect("simulator lock").truth()));
+    let sim = sim.lock().expect("simulator lock");
+    print!("{}", summary(sim.truth()));
+    if let Some(p) = &args.truth {
+        let json = serde_json::to_string_pretty(sim.truth())?;
+        std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
+    }
     Ok(0)
 }
 
