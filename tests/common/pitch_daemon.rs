@@ -1,6 +1,6 @@
 //! `tickgate run` on a `cboe-pitch` stream of two units with Spin
 //! Servers (recovery.md R5c), for the tests that drive the daemon
-//! (`pitch_spin_daemon`, `pitch_spin_hostile`): the simulator under way
+//! (`pitch_spin_daemon`, `pitch_spin_run`): the simulator under way
 //! on loopback multicast, the daemon joining it late, their logs.
 
 #![allow(dead_code)]
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use super::daemon::{self, bin, free_port, terminate};
 
-pub struct Stop(Child);
+pub struct Stop(pub Child);
 
 impl Drop for Stop {
     fn drop(&mut self) {
@@ -115,8 +115,13 @@ pub fn status_raw(socket: &std::path::Path) -> String {
 }
 
 /// The simulator: `units` units under way on `group` (line A only), each
-/// with its Spin Server; standard error collected.
+/// with its Spin Server, for 60 s; standard error collected.
 pub fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
+    simulate_with(group, units, &["--duration", "60"])
+}
+
+/// As `simulate`, with `extra` flags (`--duration` among them).
+pub fn simulate_with(group: &str, units: u8, extra: &[&str]) -> (Stop, Arc<Mutex<String>>) {
     let mut sim = Command::new(bin())
         .args([
             "simulate",
@@ -127,11 +132,12 @@ pub fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
             &units.to_string(),
         ])
         .args(["--symbols", "8", "--orders", "200", "--rate", "1000"])
-        .args(["--batch", "3", "--duration", "60", "--lines", "A"])
+        .args(["--batch", "3", "--lines", "A"])
         .args(["--group-a", group, "--interface", "127.0.0.1"])
         .args(["--spin-listen", "127.0.0.1:0"])
         .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
         .args(["--pitch-password", "secret"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -1,11 +1,13 @@
-//! recovery.md R5c failures through the daemon: `tickgate run` joins a
+//! recovery.md R5c through the daemon: `tickgate run` joins a
 //! `cboe-pitch` stream of two units under way (`tickgate simulate
-//! --live`, loopback multicast), and unit 1's Spin Server is hostile on
-//! its first connection: bytes that do not parse, or a spin whose Add
-//! Orders are fewer than its Spin Response's order count. The attempt
-//! fails (`malformed`), nothing of it is applied, and the unit's next
-//! attempt, at its pace, reaches the simulator's real server: every
-//! symbol is trusted in the end. Waits are bounded safety nets.
+//! --live`, loopback multicast). Once both units are spun, every book is
+//! the simulator's: at the stream's end each symbol's quote equals the
+//! truth file's book top. And with unit 1's Spin Server hostile on its
+//! first connection (bytes that do not parse, or a spin whose Add Orders
+//! are fewer than its Spin Response's order count) the attempt fails
+//! (`malformed`), nothing of it is applied, and the unit's next attempt,
+//! at its pace, reaches the simulator's real server: every symbol is
+//! trusted in the end. Waits are bounded safety nets.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,7 +24,7 @@ mod pitch_daemon;
 
 use daemon::{free_port, serial, wait_for, wait_within};
 use pitch::add;
-use pitch_daemon::{named, run_daemon, simulate};
+use pitch_daemon::{named, run_daemon, simulate, simulate_with};
 use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage, SpinStatus};
 
 const USD: i64 = 1_000_000_000;
@@ -182,4 +184,86 @@ fn a_spin_whose_order_count_lies_fails_and_the_unit_is_spun_again() {
 #[test]
 fn a_spin_server_sending_garbage_fails_and_the_unit_is_spun_again() {
     a_hostile_first_spin_fails_and_the_next_is_applied("garbage", garbage(), 69);
+}
+
+/// A late join rebuilt by the spins: once the stream has ended, every
+/// symbol's quote through the gate is the simulator's book top (its
+/// truth file), both sides, price and size.
+#[test]
+fn after_the_spins_every_book_equals_the_simulators() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let truth_path = dir.path().join("truth.json");
+    let group = format!("239.255.96.71:{}", free_port());
+    let truth_arg = truth_path.to_str().unwrap();
+    let (mut sim, sim_log) = simulate_with(&group, 2, &["--duration", "8", "--truth", truth_arg]);
+    let mut servers = [None, None];
+    wait_for("the Spin Servers' addresses", || {
+        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
+        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
+        servers.iter().all(Option::is_some)
+    });
+    // Both units are well under way before the daemon joins.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_run, log, dir2, _metrics) =
+        run_daemon(&group, [servers[0].unwrap(), servers[1].unwrap()]);
+    let socket = dir2.path().join("gate.sock");
+    let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
+    wait_within(
+        Duration::from_secs(30),
+        "every symbol trusted after both units' spins",
+        &mut || {
+            (1..=8).all(|i| {
+                let s = format!("S{i:05}");
+                let a = check(&s);
+                a.starts_with(&format!("OK {s} seq="))
+                    || a.starts_with(&format!("REJECT {s} halted seq="))
+            })
+        },
+    );
+    wait_within(Duration::from_secs(30), "the simulator's end", &mut || {
+        sim.0.try_wait().unwrap().is_some()
+    });
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let tops = truth["venue"]["symbols"].as_array().unwrap();
+    assert_eq!(tops.len(), 8);
+    let field = |answer: &str, name: &str| {
+        answer
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let side = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
+    // The stream's last datagrams may still be on their way.
+    let mut last = String::new();
+    let equal = (0..50).any(|_| {
+        let all = tops.iter().all(|top| {
+            let symbol = top["symbol"].as_str().unwrap();
+            let a = check(symbol);
+            let same =
+                field(&a, "bid=") == side(&top["bid"]) && field(&a, "ask=") == side(&top["ask"]);
+            if !same {
+                last = format!("{a}\ntruth: {top}");
+            }
+            same
+        });
+        all || {
+            std::thread::sleep(Duration::from_millis(100));
+            false
+        }
+    });
+    assert!(equal, "{last}\n{}", log.lock().unwrap());
+    // Each unit was spun once.
+    let text = log.lock().unwrap().clone();
+    for unit in ["unit=1", "unit=2"] {
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.contains("spin applied") && l.contains(unit))
+                .count(),
+            1,
+            "{text}"
+        );
+    }
 }
