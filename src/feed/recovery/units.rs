@@ -266,8 +266,10 @@ impl<C: RefillCodec + Clone, D: UnitRules> Driving<'_, C, D> {
             Some(r) => r,
             None => u.new_recovery(ch),
         };
-        u.parked_held += u.recovery.held();
-        u.parked_held = u.parked_held.saturating_sub(incoming.held());
+        // R5c step 1: what an image attempt holds counts only against its
+        // own bounds.
+        u.parked_held += u.recovery.held_against_limit();
+        u.parked_held = u.parked_held.saturating_sub(incoming.held_against_limit());
         let outgoing = std::mem::replace(&mut u.recovery, incoming);
         u.parked[old] = Some(outgoing);
         u.recovery.set_others_held(u.parked_held);
