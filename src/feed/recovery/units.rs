@@ -805,7 +805,12 @@ mod tests {
     /// `units(channels, 100)` where every channel has an image server
     /// (R5c: a Spin Server per unit).
     fn spun(channels: usize) -> (Units<GapRequestCodec>, Rules) {
-        let (u, d) = units(channels, 100);
+        spun_holding(channels, 100)
+    }
+
+    /// `spun(channels)`, the feed holding at most `hold_packets`.
+    fn spun_holding(channels: usize, hold_packets: usize) -> (Units<GapRequestCodec>, Rules) {
+        let (u, d) = units(channels, hold_packets);
         let mut settings = u.settings;
         settings.recovery.spin_units = (0..channels as u8).collect();
         (
@@ -871,5 +876,30 @@ mod tests {
         assert_eq!(units.poll_image_start_except(t, |ch| ch == 1), None);
         assert!(matches!(u.image_phase(1).0, SnapshotPhase::Wanted { .. }));
         assert_eq!(u.drive(&mut d).poll_image_start(t), Some((1, 101)));
+    }
+
+    #[test]
+    fn what_an_attempt_holds_counts_only_against_its_own_bounds() {
+        // R5c step 1: not against `gap_hold_packets` (2 here).
+        let (mut u, mut d) = spun_holding(3, 2);
+        join_wanting(&mut u, &mut d, 1, 100, MS);
+        assert_eq!(u.drive(&mut d).poll_image_start(MS), Some((1, 101)));
+        for seq in [101, 103, 104] {
+            assert_eq!(offer(&mut u, &mut d, 1, seq, 2 * MS), DatagramOutcome::Held);
+        }
+        offer(&mut u, &mut d, 2, 1, 3 * MS);
+        assert_eq!(offer(&mut u, &mut d, 2, 3, 3 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut u, &mut d, 2, 4, 3 * MS), DatagramOutcome::Held);
+        assert_eq!(d.counters.recovery.hold_overflows, 0);
+        // One more of unit 2 exceeds the bound: its own hole goes, never
+        // one among the attempt's held datagrams.
+        assert_eq!(offer(&mut u, &mut d, 2, 6, 4 * MS), DatagramOutcome::Held);
+        assert_eq!(d.counters.recovery.hold_overflows, 1);
+        let ch2: Vec<u64> = d.applied.iter().filter(|a| a.0 == 2).map(|a| a.1).collect();
+        assert_eq!(ch2, [1, 3, 4]);
+        assert!(matches!(u.image_phase(1).0, SnapshotPhase::Running { .. }));
+        assert_eq!(u.of(1).map(|r| r.held()), Some(3));
+        let ch1: Vec<u64> = d.applied.iter().filter(|a| a.0 == 1).map(|a| a.1).collect();
+        assert_eq!(ch1, [100], "the join only");
     }
 }
