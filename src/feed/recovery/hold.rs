@@ -145,7 +145,8 @@ pub struct Hold {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ImageGaps {
     /// The channel's `next` when the attempt started (it does not move
-    /// while the attempt holds).
+    /// while the attempt holds), or the end of the last hole given up
+    /// (`skip_image_gap`), if later: below it nothing is asked for again.
     base: u64,
     /// The first sequence from `base` that the held datagrams do not cover
     /// one after another (or that a hole given up skipped): the first hole
@@ -570,6 +571,7 @@ impl Hold {
         let g = self.gaps.as_mut()?;
         let from = g.front;
         g.front = beyond;
+        g.base = beyond;
         self.chain(from);
         self.gap_times(None, now);
         self.gaps.map(|g| g.front)
@@ -913,5 +915,52 @@ mod tests {
             h.judge(line, &data(5_000, 1), b"x", 5, image, &mut c),
             Step::Process
         );
+    }
+
+    #[test]
+    fn r5c_the_first_hole_among_an_images_held_datagrams_is_kept_as_they_arrive() {
+        let mut h = Hold::new(limits(true), true);
+        let mut c = RecoveryCounters::default();
+        let image = Limit::Image {
+            packets: 100,
+            bytes: 1 << 20,
+        };
+        // The attempt starts with the channel at 5.
+        h.track_image_gaps(Some(5));
+        let mut keep = |h: &mut Hold, seq: u64, count: u16, bytes: &[u8], now: i64| {
+            let hd = data(seq, count);
+            let step = h.judge(Source::Line(0), &hd, bytes, 5, image, &mut c);
+            if step == Step::Keep {
+                h.push(hd, bytes, now, Source::Line(0));
+            }
+            step
+        };
+        assert_eq!(keep(&mut h, 5, 2, b"5", 10 * MS), Step::Keep);
+        assert_eq!((h.image_front(), h.image_gap()), (Some(7), None));
+        // 7 and 8 missing: the hole opens at 9's arrival.
+        keep(&mut h, 9, 1, b"9", 20 * MS);
+        assert_eq!(h.image_gap(), Some((7, 9)));
+        // Asked from t_open + gap_hold_us; R2: + 3 x 50 ms.
+        assert_eq!(h.image_gap_times(), Some((21 * MS, 171 * MS)));
+        // 7 fills part of it: progress.
+        keep(&mut h, 7, 1, b"7", 30 * MS);
+        assert_eq!(h.image_gap(), Some((8, 9)));
+        assert_eq!(h.image_gap_times(), Some((30 * MS, 180 * MS)));
+        keep(&mut h, 12, 1, b"12", 40 * MS);
+        keep(&mut h, 14, 1, b"14", 41 * MS);
+        // 8 closes it: the next hole (10, 11) opened at 12's arrival.
+        keep(&mut h, 8, 1, b"8", 50 * MS);
+        assert_eq!(h.image_gap(), Some((10, 12)));
+        assert_eq!(h.image_gap_times().map(|t| t.0), Some(41 * MS));
+        // Given up: the next one (13) is the first, opened at 14's arrival.
+        assert_eq!(h.skip_image_gap(60 * MS), Some(13));
+        assert_eq!(h.image_gap(), Some((13, 14)));
+        assert_eq!(h.image_gap_times().map(|t| t.0), Some(42 * MS));
+        // A conflict removes 12: the hole given up is not asked for again.
+        assert_eq!(keep(&mut h, 12, 1, b"XX", 70 * MS), Step::Ignored);
+        assert_eq!(h.image_gap(), Some((12, 14)));
+        // Not tracked once the attempt ends.
+        h.track_image_gaps(None);
+        assert_eq!((h.image_front(), h.image_gap()), (None, None));
     }
 }
