@@ -335,10 +335,13 @@ impl Daemon {
                 writer.set_grp(client);
             }
             if let Some(spin) = &f.spin {
-                // R5c: one client per feed, every unit's server.
+                // R5c: one client per feed, an attempt thread per unit
+                // of `spin.servers` (attempts of different units run at
+                // the same time).
                 let mut opts = crate::net::spin::SpinOptions::new(spin.login);
                 opts.max_bytes = crate::config::mib(spin.max_mib);
-                let client = crate::net::spin::SpinClient::spawn(&f.name, opts)
+                let units: Vec<u8> = spin.servers.iter().map(|(u, _)| *u).collect();
+                let client = crate::net::spin::SpinClient::spawn(&f.name, opts, &units)
                     .with_context(|| format!("feed {}: starting the Spin client", f.name))?;
                 writer.set_spin(client, spin.servers.clone());
             }

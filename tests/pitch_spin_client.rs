@@ -90,9 +90,11 @@ fn server(image: SpinImage) -> SpinServer {
     SpinServer::spawn(loopback(), source, SpinOptions::new(login())).unwrap()
 }
 
-/// What the feed thread does: an outcome goes to the feed; then, with no
-/// attempt running, the unit the feed asks for is spun from its server.
-/// Until `units` outcomes were handed over; they are returned in order.
+/// What the feed thread does: every outcome goes to the feed; then every
+/// unit the feed asks for is spun from its server, whatever other units'
+/// attempts are running (R5c: attempts of different units may run at the
+/// same time). Until `units` outcomes were handed over; they are returned
+/// in the order they ended.
 fn drive(
     f: &mut Feed,
     client: &SpinClient,
@@ -100,12 +102,10 @@ fn drive(
     units: usize,
 ) -> Vec<(u8, Result<(), SnapshotFailure>)> {
     let mut done = Vec::new();
-    let mut running = false;
     let deadline = Instant::now() + PATIENCE;
     while done.len() < units && Instant::now() < deadline {
         let now = now_ns();
-        if let Some((unit, outcome)) = client.try_outcome() {
-            running = false;
+        while let Some((unit, outcome)) = client.try_outcome() {
             let result = match outcome {
                 Outcome::Done(s) => f.units().on_image(unit, s.next, &s.blocks, s.end_at),
                 Outcome::Failed { why, .. } => {
@@ -115,16 +115,22 @@ fn drive(
             };
             done.push((unit, result));
         }
-        if !running {
-            if let Some((unit, n0)) = f.units().poll_image_start(now) {
-                let &(_, addr) = servers.iter().find(|(u, _)| *u == unit).unwrap();
-                assert!(client.start(unit, addr, n0));
-                running = true;
-            }
+        while let Some((unit, n0)) = f
+            .units()
+            .poll_image_start_except(now, |u| client.running(u))
+        {
+            let &(_, addr) = servers.iter().find(|(u, _)| *u == unit).unwrap();
+            assert!(client.start(unit, addr, n0));
+            assert!(client.running(unit));
+            assert!(!client.start(unit, addr, n0), "one attempt a unit");
         }
         thread::sleep(Duration::from_millis(5));
     }
     done
+}
+
+fn units_of(servers: &[(u8, SocketAddr)]) -> Vec<u8> {
+    servers.iter().map(|(u, _)| *u).collect()
 }
 
 #[test]
@@ -154,9 +160,11 @@ fn each_late_unit_is_spun_from_its_own_server_and_quotes_its_picture() {
         ],
     });
     let servers = [(1, s1.local_addr()), (2, s2.local_addr())];
-    let client = SpinClient::spawn("pitch", ClientOptions::new(login())).unwrap();
-    let done = drive(&mut f, &client, &servers, 2);
-    assert_eq!(done, [(1, Ok(())), (2, Ok(()))], "one unit at a time");
+    let client =
+        SpinClient::spawn("pitch", ClientOptions::new(login()), &units_of(&servers)).unwrap();
+    let mut done = drive(&mut f, &client, &servers, 2);
+    done.sort_by_key(|d| d.0);
+    assert_eq!(done, [(1, Ok(())), (2, Ok(()))]);
 
     assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)));
     assert_eq!(ask(&f, "AAA"), Some((21 * USD, 60)));
@@ -244,12 +252,19 @@ fn a_hostile_server_fails_the_attempt_and_nothing_is_applied() {
         let t = now_ns();
         let mut f = late_units(t);
         let servers = [(1, hostile(script)), (2, hostile(Vec::new()))];
-        let client = SpinClient::spawn("pitch", ClientOptions::new(login())).unwrap();
+        let client =
+            SpinClient::spawn("pitch", ClientOptions::new(login()), &units_of(&servers)).unwrap();
+        // Unit 2's server never answers: its attempt is still running
+        // when unit 1's has failed.
         let done = drive(&mut f, &client, &servers, 1);
-        assert_eq!(
-            done,
-            [(1, Err(SnapshotFailure::Malformed))],
-            "{name}: unit 1 first"
+        assert_eq!(done, [(1, Err(SnapshotFailure::Malformed))], "{name}");
+        assert!(
+            client.running(2),
+            "{name}: unit 2's attempt at the same time"
+        );
+        assert!(
+            matches!(f.recovery().image_phase(2).0, SnapshotPhase::Running { .. }),
+            "{name}"
         );
         assert_eq!(bid(&f, "AAA"), Some((20 * USD, 100)), "{name}");
         assert_eq!(ask(&f, "AAA"), None, "{name}");

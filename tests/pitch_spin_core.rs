@@ -407,3 +407,92 @@ fn held_messages_the_spin_reflects_are_skipped_but_set_the_time_base() {
         "the spin's own time"
     );
 }
+
+/// R5c step 1 with `grp` set: a hole among the datagrams a spin holds is
+/// asked for through the Gap Request Proxy while the spin runs, its
+/// messages from the gap line are held with the rest, and no hole is
+/// declared during the attempt, however long it takes.
+#[test]
+fn a_hole_among_a_spins_held_datagrams_is_asked_for_and_not_declared() {
+    use tickgate::venue::cboe_pitch::grp::GapRequest;
+    use tickgate::venue::refill::AnyRequest;
+    use tickgate::venue::LineKind;
+
+    let mut s = FeedSettings::for_venue(VenueKind::CboePitch);
+    s.recovery.spin_units = [1u8].into_iter().collect::<ChannelSet>();
+    s.recovery.gap_proxy = Some(100);
+    let mut f = Feed::new(s, 2);
+    f.set_line_kind(1, LineKind::Gap);
+    let late = dgram(
+        1,
+        100,
+        &[
+            Message::Time { seconds: 34_200 },
+            add(1, b'B', 100, "AAA", 20 * USD),
+        ],
+    );
+    assert_eq!(f.on_datagram(0, &late, T0), DatagramOutcome::Applied);
+    let start = T0 + MS;
+    assert_eq!(f.units().poll_image_start(start), Some((1, 102)));
+    // 102 continues; 103 and 104 are missing.
+    let d102 = dgram(1, 102, &[add(2, b'S', 50, "AAA", 21 * USD)]);
+    assert_eq!(f.on_datagram(0, &d102, start + MS), DatagramOutcome::Held);
+    let d105 = dgram(1, 105, &[add(4, b'B', 10, "AAA", 205 * USD / 10)]);
+    let opened = start + 2 * MS;
+    assert_eq!(f.on_datagram(0, &d105, opened), DatagramOutcome::Held);
+    // `gap_hold_us` (1 ms) after the hole opened, one Gap Request.
+    let due = opened + MS;
+    f.handle_timeout(due - 1);
+    assert_eq!(f.units().poll_refill(due - 1), None);
+    f.handle_timeout(due);
+    let want = GapRequest {
+        unit: 1,
+        sequence: 103,
+        count: 2,
+    };
+    assert_eq!(
+        f.units().poll_refill(due),
+        Some((1, AnyRequest::GapProxy(want)))
+    );
+    assert!(f
+        .units()
+        .on_refill_response(1, AnyRequest::GapProxy(want), b'A', due));
+    // The gap line's answer is held with the rest: nothing applied yet.
+    let d103 = dgram(
+        1,
+        103,
+        &[
+            add(5, b'S', 5, "AAA", 22 * USD),
+            Message::OrderExecuted {
+                offset: 0,
+                order_id: 5,
+                shares: 5,
+                execution_id: 1,
+            },
+        ],
+    );
+    assert_eq!(f.on_datagram(1, &d103, due + MS), DatagramOutcome::Held);
+    assert_eq!(suspect(&f, "AAA"), Some(SuspectCause::NoSnapshot));
+    assert_eq!(f.recovery().of(1).unwrap().outstanding(), None, "all held");
+    // A long spin: nothing is declared meanwhile.
+    for t in 1..20 {
+        f.handle_timeout(start + t * S);
+    }
+    assert_eq!(f.counters().recovery.holes_lost, 0);
+    assert!(f.recovering());
+    // Spin Finished with S = 101: what was held continues it, the gap
+    // line's 103-104 included.
+    let spin = blocks(&[
+        Message::Time { seconds: 34_200 },
+        add(1, b'B', 100, "AAA", 20 * USD),
+    ]);
+    let end = start + 20 * S;
+    assert_eq!(f.units().on_image(1, 102, &spin, end), Ok(()));
+    assert!(!f.recovering());
+    assert_eq!(suspect(&f, "AAA"), None);
+    assert_eq!(bid(&f, "AAA"), Some((205 * USD / 10, 10)), "105's");
+    assert_eq!(ask(&f, "AAA"), Some((21 * USD, 50)), "order 5 executed");
+    let aaa = f.symbol_summary(sym("AAA")).unwrap();
+    assert_eq!(aaa.last_seq, Some(105));
+    assert_eq!(f.counters().recovery.holes_lost, 0);
+}

@@ -207,7 +207,9 @@ fn silent_server() -> (SocketAddr, Arc<AtomicUsize>) {
 /// The attempt is abandoned after 15 s without a block (`silence`), and a
 /// new attempt connects again at the unit's pace; unit 1's symbols stay
 /// untrusted (`no_snapshot`) meanwhile. Unit 2, whose server works, is
-/// spun and trusted as usual. `tickgate status` shows each unit's spin.
+/// spun and trusted while unit 1's first attempt still runs (R5c: attempts
+/// of different units run at the same time). `tickgate status` shows each
+/// unit's spin.
 #[test]
 fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin() {
     let _serial = serial();
@@ -227,18 +229,47 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
     // Unit 1 has the odd symbols, unit 2 the even ones.
     let unit1 = ["S00001", "S00003", "S00005", "S00007"];
     let unit2_symbols = ["S00002", "S00004", "S00006", "S00008"];
-    // One spin at a time per feed: unit 2's may wait for unit 1's
-    // attempt to fail (15 s).
+    // R5c: attempts of different units run at the same time: unit 2 is
+    // spun and trusted while unit 1's first attempt, on its own
+    // connection, still waits for a silent server.
+    let unit2_trusted = || {
+        unit2_symbols.iter().all(|s| {
+            let a = check(s);
+            a.starts_with(&format!("OK {s} seq="))
+                || a.starts_with(&format!("REJECT {s} halted seq="))
+        })
+    };
     wait_within(
         Duration::from_secs(40),
         "unit 2's symbols trusted after its spin",
-        &mut || {
-            unit2_symbols.iter().all(|s| {
-                let a = check(s);
-                a.starts_with(&format!("OK {s} seq="))
-                    || a.starts_with(&format!("REJECT {s} halted seq="))
-            })
-        },
+        &mut || unit2_trusted(),
+    );
+    let raw = status_raw(&socket);
+    let connections = accepted.load(Ordering::SeqCst);
+    assert!(
+        raw.lines()
+            .any(|l| l == "UNIT px 1 spin=running spin_wait_ms=- grp=-")
+            && connections == 1,
+        "unit 1's first attempt runs while unit 2's symbols are trusted \
+         ({connections} connections):\n{raw}\n{}",
+        log.lock().unwrap()
+    );
+    // And it started before unit 2's spin was applied: they ran together.
+    wait_for("unit 2's spin applied in the log", || {
+        let text = log.lock().unwrap().clone();
+        text.lines()
+            .any(|l| l.contains("spin applied") && l.contains("unit=2"))
+    });
+    let text = log.lock().unwrap().clone();
+    let started = text
+        .lines()
+        .position(|l| l.contains("spin started") && l.contains("unit=1"));
+    let applied = text
+        .lines()
+        .position(|l| l.contains("spin applied") && l.contains("unit=2"));
+    assert!(
+        started.is_some() && started < applied,
+        "unit 1's attempt started before unit 2's spin was applied:\n{text}"
     );
     wait_within(
         Duration::from_secs(40),

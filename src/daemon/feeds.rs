@@ -210,11 +210,11 @@ pub struct FeedWriter {
     /// R4c: the feed's Gap Request Proxy client, when it has `grp`.
     grp: Option<GrpClient>,
     /// R5c: the feed's Spin client and each unit's Spin Server, when
-    /// `spin` is set.
+    /// `spin` is set. The client runs the attempts of different units at
+    /// the same time, each on its own connection (R5c: they are
+    /// independent), and at most one per unit; it knows which units'
+    /// attempts run (`SpinClient::running`).
     spin: Option<(SpinClient, Vec<(u8, std::net::SocketAddr)>)>,
-    /// R5c: the unit whose spin the client is running (one at a time per
-    /// feed: a login serves one spin at a time).
-    spinning: Option<u8>,
     /// R4c, R5c: what the GRP connection and the units' spins are doing,
     /// for the gate's `STATUS` (made by `links`).
     links: Option<SharedLinks>,
@@ -251,7 +251,6 @@ impl FeedWriter {
             glimpse: None,
             grp: None,
             spin: None,
-            spinning: None,
             links: None,
             links_changed: false,
         };
@@ -379,15 +378,16 @@ impl FeedWriter {
         self.spin = Some((client, servers));
     }
 
-    /// R5c: hands a finished attempt to the core, then starts the attempt
-    /// of a unit the core asks for, when none runs.
+    /// R5c: hands every finished attempt to the core, then starts the
+    /// attempt of every unit the core says is due, whatever other units'
+    /// attempts are running (R5c: attempts of different units are
+    /// independent and may run at the same time).
     fn drive_spin(&mut self, now: i64) {
         let Some((client, servers)) = &self.spin else {
             return;
         };
         let feed = self.metrics.name.as_str();
-        if let Some((unit, outcome)) = client.try_outcome() {
-            self.spinning = None;
+        while let Some((unit, outcome)) = client.try_outcome() {
             self.links_changed = true;
             match outcome {
                 SpinOutcome::Done(s) => match self
@@ -423,7 +423,9 @@ impl FeedWriter {
                 },
                 SpinOutcome::Failed { why, detail, login } => {
                     if login == Some(LoginStatus::SessionInUse) {
-                        // R5c: not counted for the unit's pace.
+                        // R5c: not counted for the unit's pace; it tries
+                        // again when another attempt of the feed ends, or
+                        // at the latest one backoff after.
                         self.feed.units().on_image_session_in_use(unit, now);
                     } else {
                         self.feed.units().on_image_failed(unit, why, now);
@@ -439,23 +441,27 @@ impl FeedWriter {
                 }
             }
         }
-        if self.spinning.is_some() {
-            return;
-        }
-        let Some((unit, n0)) = self.feed.units().poll_image_start(now) else {
-            return;
-        };
-        match servers.iter().find(|(u, _)| *u == unit) {
-            Some(&(_, address)) if client.start(unit, address, n0) => {
-                self.spinning = Some(unit);
-                self.links_changed = true;
-            }
-            _ => {
-                // Not reached: the core wants spins of configured units
-                // only, one at a time.
-                self.feed
-                    .units()
-                    .on_image_failed(unit, crate::feed::SnapshotFailure::Refused, now);
+        // Every due unit, skipping those whose attempt the client still
+        // runs (one the core ended early, on a session change): each
+        // starts once its outcome is in.
+        while let Some((unit, n0)) = self
+            .feed
+            .units()
+            .poll_image_start_except(now, |u| client.running(u))
+        {
+            match servers.iter().find(|(u, _)| *u == unit) {
+                Some(&(_, address)) if client.start(unit, address, n0) => {
+                    self.links_changed = true;
+                }
+                _ => {
+                    // Not reached: the core wants spins of configured
+                    // units only, and passes over those running.
+                    self.feed.units().on_image_failed(
+                        unit,
+                        crate::feed::SnapshotFailure::Refused,
+                        now,
+                    );
+                }
             }
         }
     }

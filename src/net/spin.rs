@@ -1,15 +1,19 @@
 //! The Spin client of one `cboe-pitch` feed (recovery.md R5c), I/O shell:
-//! a thread that, when the feed thread asks, connects to one unit's Spin
-//! Server, logs in, requests a spin and reads it to Spin Finished, closes
-//! the connection, and hands the finished spin back. One attempt at a time
-//! per feed (a login serves one spin at a time); the feed thread never
-//! blocks on TCP: it sends a start and polls for the outcome.
+//! one thread per unit that has a Spin Server, each of which, when the
+//! feed thread asks, connects to its unit's server, logs in, requests a
+//! spin and reads it to Spin Finished, closes the connection, and hands the
+//! finished spin back. Attempts of different units run at the same time,
+//! each on its own connection (R5c: they are independent); a unit has at
+//! most one attempt at a time. The threads are made with the client, one
+//! per configured unit, never per attempt. The feed thread never blocks
+//! on TCP: it sends a start and polls for the outcomes.
 //! The conversation's rules are the core's session machine
 //! (`feed::recovery::image::ImageSession`) over the venue's codec
 //! (`venue::cboe_pitch::spin::SpinCodec`); what to do with the spin is the
 //! core's (`Feed::units().on_image`). This file connects, moves bytes and
 //! reads the clock.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,8 +82,8 @@ pub enum Outcome {
     },
 }
 
-/// What the feed thread asks for: a spin of `unit` from `address`, for an
-/// attempt that started when the unit's next was `n0`.
+/// What the feed thread asks of a unit's thread: a spin from `address`,
+/// for an attempt that started when the unit's next was `n0`.
 #[derive(Clone, Copy, Debug)]
 struct Start {
     unit: u8,
@@ -87,57 +91,129 @@ struct Start {
     n0: u64,
 }
 
-pub struct SpinClient {
+/// One unit's attempt thread and what the feed thread knows of it.
+struct UnitThread {
+    unit: u8,
     start: Sender<Start>,
-    outcomes: Receiver<(u8, Outcome)>,
+    /// An attempt was started and its outcome not taken yet.
+    busy: Cell<bool>,
     /// Stopped and joined when the client is dropped.
-    _thread: StoppableThread,
+    thread: StoppableThread,
+}
+
+pub struct SpinClient {
+    /// By unit id, ascending.
+    units: Vec<UnitThread>,
+    /// Every unit's outcomes: at most one each is waiting (a unit starts
+    /// again only after its outcome was taken), so no thread ever blocks
+    /// on sending.
+    outcomes: Receiver<(u8, Outcome)>,
 }
 
 impl SpinClient {
-    /// Starts thread `spin-<feed>`, idle until `start`.
-    pub fn spawn(feed: &str, opts: SpinOptions) -> std::io::Result<SpinClient> {
-        let (start_tx, start_rx) = crossbeam_channel::bounded::<Start>(1);
-        let (out_tx, out_rx) = crossbeam_channel::bounded::<(u8, Outcome)>(1);
-        let name = feed.to_string();
-        let thread = StoppableThread::spawn(format!("spin-{feed}"), move |stop| {
-            while !stop.load(Ordering::Relaxed) {
-                let s = match start_rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(s) => s,
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-                };
-                tracing::info!(
-                    feed = name.as_str(),
-                    unit = s.unit,
-                    server = %s.address,
-                    n0 = s.n0,
-                    "spin started"
-                );
-                let outcome = attempt(&opts, s, &stop);
-                if out_tx.send((s.unit, outcome)).is_err() {
-                    break;
+    /// Starts one thread `spin-<feed>-<unit>` for each of `units` (the
+    /// units of `spin.servers`), each idle until `start`.
+    pub fn spawn(feed: &str, opts: SpinOptions, units: &[u8]) -> std::io::Result<SpinClient> {
+        let mut ids = units.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let (out_tx, out_rx) = crossbeam_channel::bounded::<(u8, Outcome)>(ids.len().max(1));
+        let mut threads = Vec::with_capacity(ids.len());
+        for unit in ids {
+            let (start_tx, start_rx) = crossbeam_channel::bounded::<Start>(1);
+            let out_tx = out_tx.clone();
+            let opts = opts.clone();
+            let name = feed.to_string();
+            let thread = StoppableThread::spawn(format!("spin-{feed}-{unit}"), move |stop| {
+                while !stop.load(Ordering::Relaxed) {
+                    let s = match start_rx.recv_timeout(Duration::from_millis(100)) {
+                        Ok(s) => s,
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                    };
+                    tracing::info!(
+                        feed = name.as_str(),
+                        unit = s.unit,
+                        server = %s.address,
+                        n0 = s.n0,
+                        "spin started"
+                    );
+                    let outcome = attempt(&opts, s, &stop);
+                    if out_tx.send((s.unit, outcome)).is_err() {
+                        break;
+                    }
+                }
+            });
+            match thread {
+                Ok(thread) => threads.push(UnitThread {
+                    unit,
+                    start: start_tx,
+                    busy: Cell::new(false),
+                    thread,
+                }),
+                Err(e) => {
+                    // Those already made stop together as the client would.
+                    drop(SpinClient {
+                        units: threads,
+                        outcomes: out_rx,
+                    });
+                    return Err(e);
                 }
             }
-        })?;
+        }
         Ok(SpinClient {
-            start: start_tx,
+            units: threads,
             outcomes: out_rx,
-            _thread: thread,
         })
     }
 
-    /// Asks for one attempt of `unit` from its server at `address`, the
-    /// unit's next having been `n0` when the attempt started (never
-    /// blocks). One at a time: the caller starts the next only after this
-    /// one's outcome; a start while one runs is dropped (`false`).
-    pub fn start(&self, unit: u8, address: SocketAddr, n0: u64) -> bool {
-        self.start.try_send(Start { unit, address, n0 }).is_ok()
+    fn unit(&self, unit: u8) -> Option<&UnitThread> {
+        self.units
+            .binary_search_by_key(&unit, |t| t.unit)
+            .ok()
+            .map(|i| &self.units[i])
     }
 
-    /// The unit and outcome of the attempt, once it is over.
+    /// Asks unit `unit`'s thread for one attempt from its server at
+    /// `address`, the unit's next having been `n0` when the attempt
+    /// started (never blocks). Other units' attempts may be running
+    /// meanwhile. One at a time per unit: a start while the unit's attempt
+    /// runs (its outcome not taken yet), or for a unit the client was not
+    /// made with, is dropped (`false`).
+    pub fn start(&self, unit: u8, address: SocketAddr, n0: u64) -> bool {
+        let Some(t) = self.unit(unit) else {
+            return false;
+        };
+        if t.busy.get() || t.start.try_send(Start { unit, address, n0 }).is_err() {
+            return false;
+        }
+        t.busy.set(true);
+        true
+    }
+
+    /// Whether unit `unit`'s attempt is running (started, its outcome not
+    /// taken yet).
+    pub fn running(&self, unit: u8) -> bool {
+        self.unit(unit).is_some_and(|t| t.busy.get())
+    }
+
+    /// The unit and outcome of an attempt that is over, if any (one a
+    /// call, in the order they ended).
     pub fn try_outcome(&self) -> Option<(u8, Outcome)> {
-        self.outcomes.try_recv().ok()
+        let (unit, outcome) = self.outcomes.try_recv().ok()?;
+        if let Some(t) = self.unit(unit) {
+            t.busy.set(false);
+        }
+        Some((unit, outcome))
+    }
+}
+
+impl Drop for SpinClient {
+    fn drop(&mut self) {
+        // Every thread is told first, then each is joined (when dropped).
+        for t in &self.units {
+            t.thread.signal();
+        }
     }
 }
 

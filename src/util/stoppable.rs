@@ -30,6 +30,12 @@ impl StoppableThread {
         })
     }
 
+    /// Raises the flag without waiting (a group of threads is told first,
+    /// then joined, so that they wind down together).
+    pub fn signal(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     /// Raises the flag and waits for the thread (once; later calls return
     /// at once).
     pub fn stop(&mut self) {

@@ -117,6 +117,14 @@ pub trait RefillCodec {
     fn answers_on_lines(&self) -> bool {
         false
     }
+
+    /// Whether the service is asked for holes among the datagrams an image
+    /// attempt holds, while it runs (R5c step 1: Gap Requests go out as
+    /// usual during a spin, and none of those holes is declared during
+    /// the attempt). Without, an image's hold waits for the image (R5).
+    fn asks_during_image(&self) -> bool {
+        false
+    }
 }
 
 /// What a refill service's response to the outstanding request asks of

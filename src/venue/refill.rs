@@ -100,6 +100,14 @@ impl RefillCodec for AnyRefill {
     fn answers_on_lines(&self) -> bool {
         matches!(self, AnyRefill::GapProxy(_))
     }
+
+    #[inline]
+    fn asks_during_image(&self) -> bool {
+        match self {
+            AnyRefill::MoldUdp64(c) => c.asks_during_image(),
+            AnyRefill::GapProxy(c) => c.asks_during_image(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +133,7 @@ mod tests {
             })
         );
         assert!(!mold.answers_on_lines());
+        assert!(!mold.asks_during_image(), "R5: GLIMPSE's hold waits");
         let grp = AnyRefill::new(Some(2));
         let gap = Gap {
             session: session_id(3, 1),
@@ -140,6 +149,7 @@ mod tests {
             "within grp.max_count"
         );
         assert!(grp.answers_on_lines());
+        assert!(grp.asks_during_image(), "R5c step 1");
         let mut out = Vec::new();
         grp.encode(&grp.request(gap), &mut out);
         assert_eq!(out, [0x11, 0, 1, 0, 0, 0, 0, 0, 9, 3, 3, 5, 0, 0, 0, 2, 0]);

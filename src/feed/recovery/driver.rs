@@ -73,6 +73,11 @@ pub struct Recovery<C: RefillCodec> {
     refill: Refill<C>,
     /// R5: the image service's phase and pace.
     image: Image,
+    /// R5c step 1: holes among the datagrams an image attempt holds are
+    /// asked for while it runs (the refill codec says so:
+    /// `RefillCodec::asks_during_image`), and none is declared during
+    /// the attempt. Without, the image's hold waits for the image (R5).
+    image_refill: bool,
     /// A held datagram's bytes while it is processed (capacity kept).
     scratch: Vec<u8>,
     /// Datagrams the feed's other channels hold (recovery.md:
@@ -94,6 +99,7 @@ impl<C: RefillCodec> Recovery<C> {
             holds: r.holds(),
             max_channel_jump: settings.max_channel_jump,
             hold: Hold::new(HoldLimits::new(r, settings.max_channel_jump), r.holds()),
+            image_refill: r.refill_servers() > 0 && codec.asks_during_image(),
             refill: Refill::new(r, codec),
             image: Image::new(r.snapshot, r.snapshot_hold_bytes),
             scratch: Vec::new(),
@@ -123,6 +129,26 @@ impl<C: RefillCodec> Recovery<C> {
         self.hold.len()
     }
 
+    /// Datagrams held now that count against `gap_hold_packets`: none
+    /// while an image attempt holds them (R5c step 1: they count only
+    /// against the attempt's bounds).
+    #[inline]
+    pub fn held_against_limit(&self) -> usize {
+        if self.image.running() {
+            0
+        } else {
+            self.hold.len()
+        }
+    }
+
+    /// R5c step 1: whether the holes among the held datagrams are asked
+    /// for now (an image attempt holds them, and the refill codec asks
+    /// during one).
+    #[inline]
+    fn image_asks(&self) -> bool {
+        self.image_refill && self.image.running()
+    }
+
     /// What the feed's other channels hold now (recovery.md:
     /// `gap_hold_packets` counts the whole feed).
     #[inline]
@@ -138,9 +164,11 @@ impl<C: RefillCodec> Recovery<C> {
         std::mem::take(&mut self.needs_room)
     }
 
-    /// When the open hole opened (R2), if one is open with datagrams held.
+    /// When the open hole opened (R2), if one is open with datagrams held
+    /// and may be declared to make room (R5c step 1: what an image attempt
+    /// holds counts only against its own bounds).
     pub fn hole_opened_at(&self) -> Option<i64> {
-        (!self.hold.is_empty()).then(|| self.hold.opened_at())
+        (!self.image.running() && !self.hold.is_empty()).then(|| self.hold.opened_at())
     }
 
     /// recovery.md: another channel needs room within `gap_hold_packets`:
@@ -232,7 +260,11 @@ impl<C: RefillCodec> Recovery<C> {
         // can be asked.
         self.hold.set_window(self.refill.availability().window(now));
         if self.image.running() {
-            // R5: the snapshot's hold has no deadline of its own.
+            // R5: the snapshot's hold has no deadline of its own. R5c step
+            // 1: its holes are asked for as usual, and none is declared.
+            if self.image_refill {
+                self.schedule_request(d, now);
+            }
             return;
         }
         while !self.hold.is_empty() {
@@ -251,6 +283,7 @@ impl<C: RefillCodec> Recovery<C> {
     pub fn next_timeout(&self) -> Option<i64> {
         let snapshot = match self.image.phase() {
             SnapshotPhase::Wanted { not_before } => Some(not_before),
+            SnapshotPhase::Running { .. } if self.image_refill => return self.image_request_due(),
             SnapshotPhase::Running { .. } => return None,
             SnapshotPhase::Idle => None,
         };
@@ -264,6 +297,22 @@ impl<C: RefillCodec> Recovery<C> {
             _ => deadline,
         };
         Some(snapshot.map_or(t, |s| s.min(t)))
+    }
+
+    /// R5c step 1: when the first hole among an image attempt's held
+    /// datagrams is next asked for, or (right after its R2 deadline) no
+    /// longer asked for.
+    fn image_request_due(&self) -> Option<i64> {
+        let (ask_from, deadline) = self.hold.image_gap_times()?;
+        let past = deadline.saturating_add(1);
+        if self.refill.has_queued() {
+            return Some(past);
+        }
+        Some(
+            self.refill
+                .due(Some(ask_from))
+                .map_or(past, |due| due.min(past)),
+        )
     }
 
     /// R5: where the image stands, and the last failure.
@@ -284,6 +333,13 @@ impl<C: RefillCodec> Recovery<C> {
     pub fn poll_snapshot_start<D: Deliver>(&mut self, d: &mut D, now: i64) -> bool {
         if !self.image.poll_start(now, &mut d.counters().recovery) {
             return false;
+        }
+        if self.image_refill {
+            // R5c step 1: the holes among what the attempt holds, from
+            // the unit's `next` now, are asked for as usual.
+            let next = d.channel().next_sequence();
+            self.hold.track_image_gaps(Some(next));
+            self.schedule_request(d, now);
         }
         self.refresh_view(d);
         true
@@ -365,6 +421,7 @@ impl<C: RefillCodec> Recovery<C> {
     /// 3), else the earliest held arrival. The hold then gives back what
     /// the attempt grew (R5: its buffers are released).
     fn resume_after_snapshot<D: Deliver>(&mut self, d: &mut D, end_at: Option<i64>, now: i64) {
+        self.hold.track_image_gaps(None);
         if end_at.is_some() {
             self.release_after_image(d, now);
         }
@@ -399,6 +456,11 @@ impl<C: RefillCodec> Recovery<C> {
     /// R4c: the open hole's deadline, if its request is waiting for the
     /// I/O shell.
     pub fn queued_deadline(&self) -> Option<i64> {
+        if self.image_asks() {
+            // R5c step 1: the first hole among the attempt's held datagrams.
+            let deadline = self.hold.image_gap_times().map(|t| t.1);
+            return deadline.filter(|_| self.refill.has_queued());
+        }
         (self.refill.has_queued() && !self.hold.is_empty()).then(|| self.hold.deadline())
     }
 
@@ -425,6 +487,14 @@ impl<C: RefillCodec> Recovery<C> {
         let action = self.refill.codec_mut().on_response(status, now);
         match action {
             RefillAction::Wait => {}
+            RefillAction::DeclareLost if self.image_asks() => {
+                // R5c step 1: no hole is declared during the attempt; the
+                // service cannot fill this one, so it is no longer asked
+                // for (the spin's end decides), and the next one is.
+                self.refill.end_request();
+                self.hold.skip_image_gap(now);
+                self.schedule_request(d, now);
+            }
             RefillAction::DeclareLost => {
                 // R4c `O`: declared at once, `now` = the response's arrival.
                 self.refill.end_request();
@@ -596,6 +666,15 @@ impl<C: RefillCodec> Recovery<C> {
                         self.open_hole(d, now);
                     }
                     self.hold.push(*header, datagram, now, source);
+                    if self.image_asks() {
+                        // R5c step 1: a held datagram may fill part of
+                        // the first hole among them (the request for what
+                        // it covers ends) or open one (asked for).
+                        if let Some(front) = self.hold.image_front() {
+                            self.refill.covered(front);
+                        }
+                        self.schedule_request(d, now);
+                    }
                     DatagramOutcome::Held
                 }
                 Step::Fill => {
@@ -741,6 +820,10 @@ impl<C: RefillCodec> Recovery<C> {
 
     /// R4: queues the request that falls due at `now`, if any.
     fn schedule_request<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        if self.image_asks() {
+            self.schedule_image_request(d, now);
+            return;
+        }
         let channel = d.channel();
         let hole = match (channel.current_session(), self.hold.first()) {
             (Some(session), Some(first)) => Some(refill::Hole {
@@ -751,6 +834,36 @@ impl<C: RefillCodec> Recovery<C> {
             _ => None,
         };
         self.refill.schedule(now, self.hold.ask_from(), hole);
+    }
+}
+
+impl<C: RefillCodec> Recovery<C> {
+    /// R5c step 1: queues the request for the first hole among the
+    /// datagrams an image attempt holds, if one falls due at `now`: as
+    /// R4c asks for a hole (from `t_open + gap_hold_us`, one outstanding,
+    /// again after an attempt without progress), for as long as R2 would
+    /// keep the hole open. Past that it is not declared but no longer
+    /// asked for, and the next hole is.
+    fn schedule_image_request<D: Deliver>(&mut self, d: &mut D, now: i64) {
+        let Some(session) = d.channel().current_session() else {
+            return;
+        };
+        while let (Some((front, beyond)), Some((ask_from, deadline))) =
+            (self.hold.image_gap(), self.hold.image_gap_times())
+        {
+            if now > deadline {
+                self.refill.end_request();
+                self.hold.skip_image_gap(now);
+                continue;
+            }
+            let hole = refill::Hole {
+                session,
+                next: front,
+                first_held: beyond,
+            };
+            self.refill.schedule(now, Some(ask_from), Some(hole));
+            return;
+        }
     }
 }
 
@@ -958,6 +1071,42 @@ mod tests {
         assert_eq!((r1.held(), r1.hole_opened_at()), (1, Some(3 * MS)));
     }
 
+    #[test]
+    fn r5_a_snapshots_hold_asks_for_nothing_and_waits_for_the_snapshot() {
+        // R5 (GLIMPSE, MoldUDP64 re-requests): unchanged by R5c step 1.
+        let settings = FeedSettings {
+            recovery: Settings {
+                gap_hold_us: 1_000,
+                rerequest_servers: 1,
+                snapshot: true,
+                ..Settings::default()
+            },
+            ..FeedSettings::default()
+        };
+        let mut d = Rules {
+            channel: Channel::with_max_jump(settings.max_channel_jump),
+            counters: FeedCounters::new(1),
+            ..Rules::default()
+        };
+        let mut r = Recovery::new(&settings, MoldUdp64);
+        assert!(!r.image_refill);
+        offer(&mut r, &mut d, 1, MS);
+        r.image.want(MS);
+        assert!(r.poll_snapshot_start(&mut d, MS));
+        assert_eq!(offer(&mut r, &mut d, 2, 2 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut r, &mut d, 5, 3 * MS), DatagramOutcome::Held);
+        assert_eq!(r.next_timeout(), None, "no deadline, no request");
+        r.handle_timeout(&mut d, 10_000 * MS);
+        assert!(r.poll_request(&mut d.counters).is_none());
+        assert!(r.recovering());
+        assert_eq!(d.applied, [(1, MS)]);
+        assert_eq!(d.counters.recovery.requests_sent, 0);
+        // Failed: processed as without a snapshot, the hole asked for.
+        r.snapshot_failed(&mut d, SnapshotFailure::Silence, 10_001 * MS);
+        assert_eq!(d.applied, [(1, MS), (2, 10_001 * MS)]);
+        assert!(r.poll_request(&mut d.counters).is_some());
+    }
+
     mod gap_proxy {
         //! R4c: a refill service that answers on the feed's own lines.
         use super::*;
@@ -1145,6 +1294,100 @@ mod tests {
             h.channel.session = crate::wire::SessionId(*b"SESSION002");
             r.on_datagram(&mut d, Source::Line(0), b"x", &h, 8 * MS);
             assert!(!r.availability().unit_off);
+        }
+
+        /// As `driver(100)`, the unit with a Spin Server: sequence 1
+        /// applied at 1 ms, then an attempt started (`n0` = 2).
+        fn spinning() -> (Grp, Rules) {
+            let settings = FeedSettings {
+                recovery: Settings {
+                    gap_hold_us: 1_000,
+                    gap_proxy: Some(100),
+                    rerequest_timeout_ms: 20,
+                    rerequest_attempts: 2,
+                    snapshot: true,
+                    ..Settings::default()
+                },
+                ..FeedSettings::default()
+            };
+            let mut d = Rules {
+                channel: Channel::with_max_jump(settings.max_channel_jump),
+                counters: FeedCounters::new(2),
+                ..Rules::default()
+            };
+            let mut r = Recovery::new(&settings, GapRequestCodec::new(100));
+            assert!(r.image_refill);
+            offer(&mut r, &mut d, 0, 1, 1, MS);
+            r.image.want(MS);
+            assert!(r.poll_snapshot_start(&mut d, MS));
+            (r, d)
+        }
+
+        #[test]
+        fn r5c_holes_among_a_spins_held_datagrams_are_asked_for_and_never_declared() {
+            let (mut r, mut d) = spinning();
+            offer(&mut r, &mut d, 0, 2, 1, 2 * MS);
+            assert_eq!(ask(&mut r, &mut d, 2 * MS), None, "no hole: 2 continues");
+            // 3 and 4 are missing: the hole opens at 5's arrival.
+            offer(&mut r, &mut d, 0, 5, 1, 3 * MS);
+            assert_eq!(r.next_timeout(), Some(4 * MS), "t_open + gap_hold_us");
+            assert_eq!(ask(&mut r, &mut d, 4 * MS - 1), None);
+            assert_eq!(ask(&mut r, &mut d, 4 * MS), Some((3, 2)));
+            // The gap line's answer folds into the spin's hold.
+            offer(&mut r, &mut d, 1, 3, 1, 5 * MS);
+            assert!(r.outstanding().is_some(), "4 is still on its way");
+            offer(&mut r, &mut d, 1, 4, 1, 6 * MS);
+            assert!(r.outstanding().is_none(), "all it asked for is held");
+            assert_eq!(d.applied, [(1, MS)], "nothing applied during the spin");
+            // Another hole (6, 7), never answered: asked again after each
+            // timeout while R2 would keep it open, then no more, and it is
+            // not declared.
+            offer(&mut r, &mut d, 0, 8, 1, 7 * MS);
+            assert_eq!(ask(&mut r, &mut d, 8 * MS), Some((6, 2)));
+            assert_eq!(ask(&mut r, &mut d, 28 * MS), Some((6, 2)), "timed out");
+            // Deadline: max(8 ms, 7 ms) + 2 x 20 ms; asked through it, as
+            // without a spin.
+            assert_eq!(r.next_timeout(), Some(48 * MS));
+            assert_eq!(ask(&mut r, &mut d, 48 * MS), Some((6, 2)));
+            assert_eq!(r.next_timeout(), Some(48 * MS + 1));
+            assert_eq!(ask(&mut r, &mut d, 48 * MS + 1), None);
+            r.handle_timeout(&mut d, 10_000 * MS);
+            assert_eq!(ask(&mut r, &mut d, 10_000 * MS), None);
+            assert_eq!(r.next_timeout(), None);
+            assert!(r.recovering(), "R3: still recovering");
+            assert_eq!(d.counters.recovery.holes_lost, 0);
+            assert_eq!(d.applied, [(1, MS)]);
+            assert_eq!(d.counters.recovery.requests_sent, 4);
+            // Spin Finished with S = 6: 2-5 are skipped, the hole (7) is
+            // asked for from its arrival (R5c step 3).
+            d.channel.set_next(7);
+            let end = 10_001 * MS;
+            r.snapshot_applied(&mut d, 7, end);
+            assert!(r.recovering());
+            assert_eq!(ask(&mut r, &mut d, end + MS), Some((7, 1)));
+            offer(&mut r, &mut d, 1, 7, 1, end + 2 * MS);
+            assert_eq!(d.applied, [(1, MS), (7, end + 2 * MS), (8, end + 2 * MS)]);
+            assert!(!r.recovering());
+        }
+
+        #[test]
+        fn r5c_an_out_of_range_during_a_spin_declares_nothing_and_asks_for_the_next_hole() {
+            let (mut r, mut d) = spinning();
+            offer(&mut r, &mut d, 0, 3, 1, 2 * MS);
+            offer(&mut r, &mut d, 0, 6, 1, 2 * MS);
+            assert_eq!(ask(&mut r, &mut d, 3 * MS), Some((2, 1)));
+            assert_eq!(
+                r.on_response(&mut d, b'O', 4 * MS),
+                RefillAction::DeclareLost
+            );
+            assert_eq!(d.counters.recovery.holes_lost, 0, "not during the spin");
+            assert!(r.recovering());
+            assert_eq!(ask(&mut r, &mut d, 4 * MS), Some((4, 2)), "the next hole");
+            // The spin fails: processed as without one (R1-R2), the hole
+            // at 2 open since the earliest arrival held.
+            r.snapshot_failed(&mut d, SnapshotFailure::Silence, 5 * MS);
+            assert_eq!(d.applied, [(1, MS)]);
+            assert_eq!(r.hole_opened_at(), Some(2 * MS));
         }
     }
 }

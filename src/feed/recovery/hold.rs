@@ -133,6 +133,31 @@ pub struct Hold {
     pause_end: i64,
     /// Entries the store keeps room for (given back to after an image).
     capacity: usize,
+    /// R5c step 1: while an image attempt holds and its holes are asked
+    /// for, where that stands ([`ImageGaps`]); `None` otherwise.
+    gaps: Option<ImageGaps>,
+}
+
+/// R5c step 1: the holes among the datagrams an image attempt holds, as
+/// the refill service is asked for them: the first one at a time. Kept
+/// incrementally (each held datagram is passed over once), so no datagram
+/// costs a walk of the hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ImageGaps {
+    /// The channel's `next` when the attempt started (it does not move
+    /// while the attempt holds), or the end of the last hole given up
+    /// (`skip_image_gap`), if later: below it nothing is asked for again.
+    base: u64,
+    /// The first sequence from `base` that the held datagrams do not cover
+    /// one after another (or that a hole given up skipped): the first hole
+    /// begins here when a datagram is held beyond it. Every held datagram
+    /// whose sequence is at or below it ends at or below it.
+    front: u64,
+    /// The first hole's open time: the arrival of the first datagram held
+    /// beyond it (R2), and its progress (R2: the last arrival that moved
+    /// `front` without closing it).
+    t_open: i64,
+    t_progress: i64,
 }
 
 impl Hold {
@@ -154,6 +179,7 @@ impl Hold {
             window: Window::On,
             pause_end: i64::MIN,
             capacity,
+            gaps: None,
         }
     }
 
@@ -274,18 +300,24 @@ impl Hold {
     /// R2: the open hole's deadline, never more than `max_hole_ms` after
     /// its open time. Meaningful while a hole is open.
     pub fn deadline(&self) -> i64 {
+        self.deadline_of(self.t_open, self.t_progress)
+    }
+
+    /// R2: the deadline of a hole opened at `t_open`, progress last at
+    /// `t_progress`.
+    fn deadline_of(&self, t_open: i64, t_progress: i64) -> i64 {
         let l = &self.limits;
-        let held_until = self.t_open.saturating_add(l.gap_hold_ns);
+        let held_until = t_open.saturating_add(l.gap_hold_ns);
         let deadline = match (l.refill_window_ns, self.window) {
             // R4c: a service out of reach (not logged in, `M`, `D`, `I`).
             (None, _) | (Some(_), Window::Off) => held_until,
             // R4c `S`: at least the pause's end plus the attempts' window.
             (Some(window), Window::On | Window::PausedUntil(_)) => held_until
-                .max(self.t_progress)
+                .max(t_progress)
                 .max(self.pause_end)
                 .saturating_add(window),
         };
-        deadline.min(self.t_open.saturating_add(l.max_hole_ns))
+        deadline.min(t_open.saturating_add(l.max_hole_ns))
     }
 
     /// R4: from when the open hole is asked for: `max(t_open +
@@ -411,6 +443,11 @@ impl Hold {
                     let at = self.conflicted.partition_point(|&c| c < seq);
                     self.conflicted.insert(at, seq);
                 }
+                if let Some(g) = &mut self.gaps {
+                    // R5c step 1: what was covered may not be any more.
+                    g.front = g.base;
+                    self.chain(0);
+                }
                 if self.store.is_empty() {
                     // Nothing held beyond `next`: no hole is open until a
                     // datagram beyond the conflicted sequence arrives.
@@ -425,7 +462,119 @@ impl Hold {
     /// R1: holds `datagram` (after [`Step::Keep`]).
     #[inline]
     pub fn push(&mut self, header: Header, datagram: &[u8], arrival: i64, source: Source) {
+        let before = self.image_gap();
         self.store.push(header, datagram, arrival, source);
+        if let Some(g) = &mut self.gaps {
+            let seq = header.channel.sequence;
+            if seq <= g.front {
+                // R5c step 1: it continues (or overlaps) what is covered.
+                let end = seq.saturating_add(header.channel.count as u64);
+                let from = g.front;
+                g.front = g.front.max(end);
+                self.chain(from);
+            }
+            self.gap_times(before, arrival);
+        }
+    }
+
+    /// R5c step 1: an image attempt holds from the channel's `next`
+    /// (`Some`; the holes among what it holds are asked for) or no longer
+    /// does (`None`).
+    pub fn track_image_gaps(&mut self, next: Option<u64>) {
+        self.gaps = next.map(|base| ImageGaps {
+            base,
+            front: base,
+            t_open: i64::MIN,
+            t_progress: i64::MIN,
+        });
+        if self.gaps.is_some() {
+            self.chain(0);
+            self.gap_times(None, i64::MIN);
+        }
+    }
+
+    /// Moves the front over the held datagrams that continue it, starting
+    /// after those at or below `from` (already covered).
+    fn chain(&mut self, from: u64) {
+        let Some(g) = &mut self.gaps else { return };
+        let mut i = self.store.index_beyond(from);
+        while let Some(h) = self.store.get(i) {
+            if h.sequence() > g.front {
+                break;
+            }
+            g.front = g.front.max(h.end());
+            i += 1;
+        }
+    }
+
+    /// R2's times of the first hole after the front moved from `before`
+    /// (the first hole then, if any) at `now`: a new hole opens at the
+    /// arrival of the first datagram held beyond it; one the front moved
+    /// into progressed.
+    fn gap_times(&mut self, before: Option<(u64, u64)>, now: i64) {
+        let after = self.image_gap();
+        let Some(g) = &mut self.gaps else { return };
+        let Some((front, _)) = after else { return };
+        match before {
+            Some((f0, b0)) if front < b0 => {
+                if front > f0 {
+                    g.t_progress = now;
+                }
+            }
+            _ => {
+                let i = self.store.index_beyond(front);
+                let t = self.store.get(i).map_or(now, |h| h.arrival);
+                g.t_open = t;
+                g.t_progress = t;
+            }
+        }
+    }
+
+    /// R5c step 1: where the first hole among an image attempt's held
+    /// datagrams begins (or would begin); `None` when not tracked.
+    pub fn image_front(&self) -> Option<u64> {
+        self.gaps.map(|g| g.front)
+    }
+
+    /// R5c step 1: the first hole among the datagrams an image attempt
+    /// holds: its first missing sequence, and the sequence of the first
+    /// datagram held beyond it (the hole ends before it). `None`: no hole
+    /// (or the attempt's holes are not asked for).
+    pub fn image_gap(&self) -> Option<(u64, u64)> {
+        let g = self.gaps.as_ref()?;
+        let i = self.store.index_beyond(g.front);
+        self.store.get(i).map(|h| (g.front, h.sequence()))
+    }
+
+    /// R5c step 1: from when the first hole among an image attempt's held
+    /// datagrams is asked for (as R4c: `max(t_open + gap_hold_us,
+    /// t_progress)`), and R2's deadline it would have without the
+    /// attempt: past it the hole is no longer asked for (it is not
+    /// declared: it waits for the attempt's end).
+    pub fn image_gap_times(&self) -> Option<(i64, i64)> {
+        let g = self.gaps.as_ref()?;
+        self.image_gap()?;
+        let ask_from = g
+            .t_open
+            .saturating_add(self.limits.gap_hold_ns)
+            .max(g.t_progress);
+        Some((ask_from, self.deadline_of(g.t_open, g.t_progress)))
+    }
+
+    /// R5c step 1: the first hole among an image attempt's held datagrams
+    /// is no longer asked for (past its deadline, or the service cannot
+    /// fill it): the front moves past it, and the next hole, if any, is
+    /// the one asked for. Returns the new front.
+    pub fn skip_image_gap(&mut self, now: i64) -> Option<u64> {
+        let before = self.image_gap();
+        let (_, beyond) = before?;
+        let g = self.gaps.as_mut()?;
+        let from = g.front;
+        g.front = beyond;
+        g.base = beyond;
+        self.chain(from);
+        self.gap_times(None, now);
+        self.gaps.map(|g| g.front)
     }
 
     /// The first held datagram, its bytes into `out`, if it continues from
@@ -766,5 +915,52 @@ mod tests {
             h.judge(line, &data(5_000, 1), b"x", 5, image, &mut c),
             Step::Process
         );
+    }
+
+    #[test]
+    fn r5c_the_first_hole_among_an_images_held_datagrams_is_kept_as_they_arrive() {
+        let mut h = Hold::new(limits(true), true);
+        let mut c = RecoveryCounters::default();
+        let image = Limit::Image {
+            packets: 100,
+            bytes: 1 << 20,
+        };
+        // The attempt starts with the channel at 5.
+        h.track_image_gaps(Some(5));
+        let mut keep = |h: &mut Hold, seq: u64, count: u16, bytes: &[u8], now: i64| {
+            let hd = data(seq, count);
+            let step = h.judge(Source::Line(0), &hd, bytes, 5, image, &mut c);
+            if step == Step::Keep {
+                h.push(hd, bytes, now, Source::Line(0));
+            }
+            step
+        };
+        assert_eq!(keep(&mut h, 5, 2, b"5", 10 * MS), Step::Keep);
+        assert_eq!((h.image_front(), h.image_gap()), (Some(7), None));
+        // 7 and 8 missing: the hole opens at 9's arrival.
+        keep(&mut h, 9, 1, b"9", 20 * MS);
+        assert_eq!(h.image_gap(), Some((7, 9)));
+        // Asked from t_open + gap_hold_us; R2: + 3 x 50 ms.
+        assert_eq!(h.image_gap_times(), Some((21 * MS, 171 * MS)));
+        // 7 fills part of it: progress.
+        keep(&mut h, 7, 1, b"7", 30 * MS);
+        assert_eq!(h.image_gap(), Some((8, 9)));
+        assert_eq!(h.image_gap_times(), Some((30 * MS, 180 * MS)));
+        keep(&mut h, 12, 1, b"12", 40 * MS);
+        keep(&mut h, 14, 1, b"14", 41 * MS);
+        // 8 closes it: the next hole (10, 11) opened at 12's arrival.
+        keep(&mut h, 8, 1, b"8", 50 * MS);
+        assert_eq!(h.image_gap(), Some((10, 12)));
+        assert_eq!(h.image_gap_times().map(|t| t.0), Some(41 * MS));
+        // Given up: the next one (13) is the first, opened at 14's arrival.
+        assert_eq!(h.skip_image_gap(60 * MS), Some(13));
+        assert_eq!(h.image_gap(), Some((13, 14)));
+        assert_eq!(h.image_gap_times().map(|t| t.0), Some(42 * MS));
+        // A conflict removes 12: the hole given up is not asked for again.
+        assert_eq!(keep(&mut h, 12, 1, b"XX", 70 * MS), Step::Ignored);
+        assert_eq!(h.image_gap(), Some((12, 14)));
+        // Not tracked once the attempt ends.
+        h.track_image_gaps(None);
+        assert_eq!((h.image_front(), h.image_gap()), (None, None));
     }
 }

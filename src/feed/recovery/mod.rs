@@ -10,9 +10,9 @@
 //!
 //! | machine | rules | states |
 //! |---|---|---|
-//! | [`units::Units`] (over [`units::UnitRules`]) | per channel (unit): selection, `gap_hold_packets` over the feed, R2 per channel, R4c 100/s and earliest deadline first, the feed's reach and count limit, R5c which unit's image starts | the selected channel |
-//! | [`driver::Recovery`] | R1-R6: routing, fill, release, declare, requests, the image's join | the machines' |
-//! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2 | `Live`, `Open` |
+//! | [`units::Units`] (over [`units::UnitRules`]) | per channel (unit): selection, `gap_hold_packets` over the feed, R2 per channel, R4c 100/s and earliest deadline first, the feed's reach and count limit, R5c which units' images start (several at once, one per unit) | the selected channel |
+//! | [`driver::Recovery`] | R1-R6: routing, fill, release, declare, requests, the image's join; R5c step 1: requests during an image, none declared | the machines' |
+//! | [`hold::Hold`] (datagrams in [`store::Store`]) | R1, R2; R5c step 1: the first hole among an image attempt's held datagrams | `Live`, `Open` |
 //! | [`refill::Refill`] (a venue's `RefillCodec`) | R4 (R3 with the hold) | `Idle`, `Asked` |
 //! | [`image::Image`] | R5: when, pace, bounds, plausible end | `Idle`, `Wanted`, `Running` |
 //! | [`loops::Loops`] (a venue's adapter tells it what it saw) | venues.md `cme-mdp3`, Snapshots | per instrument `Unknown`, `Live`, `Waiting` |

@@ -187,6 +187,17 @@ impl<C: RefillCodec> Refill<C> {
         }
     }
 
+    /// R5c step 1: the first hole among an image attempt's held datagrams
+    /// now begins at `front`: a request, taken or not, for what is
+    /// already covered (or no longer asked for) ends, and the rest is
+    /// asked for at once.
+    pub fn covered(&mut self, front: u64) {
+        let asked = self.outstanding.is_some() || self.queued.is_some();
+        if asked && front >= self.asked_end {
+            self.end_request();
+        }
+    }
+
     /// The venue's codec (a driver tells it what the service's answers
     /// say, e.g. a lower count limit).
     pub fn codec_mut(&mut self) -> &mut C {

@@ -115,6 +115,19 @@ impl Store {
         }
     }
 
+    /// The index of the first held datagram whose sequence is beyond
+    /// `seq` (`len()` if none).
+    #[inline]
+    pub fn index_beyond(&self, seq: u64) -> usize {
+        self.entries.partition_point(|e| e.sequence() <= seq)
+    }
+
+    /// The held datagram at `index` in sequence order.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<&Held> {
+        self.entries.get(index)
+    }
+
     /// Earliest arrival among the held datagrams (R2: the open time of a
     /// hole left when the previous one closed). O(held).
     pub fn earliest_arrival(&self) -> Option<i64> {

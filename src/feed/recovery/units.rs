@@ -266,8 +266,10 @@ impl<C: RefillCodec + Clone, D: UnitRules> Driving<'_, C, D> {
             Some(r) => r,
             None => u.new_recovery(ch),
         };
-        u.parked_held += u.recovery.held();
-        u.parked_held = u.parked_held.saturating_sub(incoming.held());
+        // R5c step 1: what an image attempt holds counts only against its
+        // own bounds.
+        u.parked_held += u.recovery.held_against_limit();
+        u.parked_held = u.parked_held.saturating_sub(incoming.held_against_limit());
         let outgoing = std::mem::replace(&mut u.recovery, incoming);
         u.parked[old] = Some(outgoing);
         u.recovery.set_others_held(u.parked_held);
@@ -370,20 +372,37 @@ impl<C: RefillCodec + Clone, D: UnitRules> Driving<'_, C, D> {
     /// image attempt starts now, selected or parked, and its `next` then
     /// (`n0`, the first message it has not applied). The I/O shell then
     /// connects to that unit's server; until `on_image` or
-    /// `on_image_failed`, the unit's datagrams are held. One a call.
+    /// `on_image_failed`, the unit's datagrams are held. One a call: R5c's
+    /// attempts of different units are independent and may run at the
+    /// same time, so the shell calls again until `None` to start every
+    /// unit that is due.
     pub fn poll_image_start(&mut self, now: i64) -> Option<(u8, u64)> {
+        self.poll_image_start_except(now, |_| false)
+    }
+
+    /// [`Driving::poll_image_start`], passing over the units for which
+    /// `busy` says the I/O shell still runs an attempt (one the core
+    /// already ended, by a session change): they stay wanted, and start
+    /// once the shell is free for them.
+    pub fn poll_image_start_except(
+        &mut self,
+        now: i64,
+        busy: impl Fn(u8) -> bool,
+    ) -> Option<(u8, u64)> {
         // The unit that has waited longest goes first (then the lowest id).
-        let due = |r: &Recovery<C>| match r.snapshot_phase().0 {
-            SnapshotPhase::Wanted { not_before } if now >= not_before => Some(not_before),
+        let due = |r: &Recovery<C>, ch: u8| match r.snapshot_phase().0 {
+            SnapshotPhase::Wanted { not_before } if now >= not_before && !busy(ch) => {
+                Some(not_before)
+            }
             _ => None,
         };
         let u = &*self.units;
-        let here = due(&u.recovery).map(|t| (t, u.cur));
+        let here = due(&u.recovery, u.cur).map(|t| (t, u.cur));
         let parked = u
             .parked
             .iter()
             .enumerate()
-            .filter_map(|(ch, r)| Some((due(r.as_ref()?)?, ch as u8)));
+            .filter_map(|(ch, r)| Some((due(r.as_ref()?, ch as u8)?, ch as u8)));
         let (_, ch) = parked.chain(here).min()?;
         self.select(ch);
         if !self.units.recovery.poll_snapshot_start(self.rules, now) {
@@ -584,6 +603,8 @@ mod tests {
         state: u8,
         /// (channel, sequence, `now`) of each data packet applied.
         applied: Vec<(usize, u64, i64)>,
+        /// R5c: an image the rules want (a late join), taken once.
+        want_image: Option<i64>,
     }
 
     impl Deliver for Rules {
@@ -599,7 +620,7 @@ mod tests {
             }
         }
         fn take_image_wanted(&mut self) -> Option<i64> {
-            None
+            self.want_image.take()
         }
         fn channel(&self) -> &Channel {
             &self.channels[self.cur]
@@ -647,6 +668,7 @@ mod tests {
             counters: FeedCounters::new(1),
             state: 0,
             applied: Vec::new(),
+            want_image: None,
         };
         let codec = GapRequestCodec::new(100);
         (Units::new(&settings, codec, channels), rules)
@@ -778,5 +800,106 @@ mod tests {
         );
         assert_eq!(r.responses_by_status[2], 2, "C");
         assert_eq!(r.responses_dropped, 2);
+    }
+
+    /// `units(channels, 100)` where every channel has an image server
+    /// (R5c: a Spin Server per unit).
+    fn spun(channels: usize) -> (Units<GapRequestCodec>, Rules) {
+        spun_holding(channels, 100)
+    }
+
+    /// `spun(channels)`, the feed holding at most `hold_packets`.
+    fn spun_holding(channels: usize, hold_packets: usize) -> (Units<GapRequestCodec>, Rules) {
+        let (u, d) = units(channels, hold_packets);
+        let mut settings = u.settings;
+        settings.recovery.spin_units = (0..channels as u8).collect();
+        (
+            Units::new(&settings, GapRequestCodec::new(100), channels),
+            d,
+        )
+    }
+
+    /// Channel `ch` joins at `seq` at `now` and its rules want an image.
+    fn join_wanting(u: &mut Units<GapRequestCodec>, d: &mut Rules, ch: u8, seq: u64, now: i64) {
+        let mut units = u.drive(d);
+        units.select(ch);
+        let h = header(seq, 1, PacketKind::Data);
+        units.on_datagram(Source::Line(0), &seq.to_be_bytes(), &h, now);
+        d.want_image = Some(now);
+        u.recovery.take_image_wanted(d);
+    }
+
+    #[test]
+    fn attempts_of_different_units_run_at_the_same_time() {
+        // R5c: attempts of different units are independent.
+        let (mut u, mut d) = spun(3);
+        join_wanting(&mut u, &mut d, 1, 100, MS);
+        join_wanting(&mut u, &mut d, 2, 500, 2 * MS);
+        let t = 3 * MS;
+        let mut units = u.drive(&mut d);
+        assert_eq!(units.poll_image_start(t), Some((1, 101)), "waited longest");
+        assert_eq!(
+            units.poll_image_start(t),
+            Some((2, 501)),
+            "while unit 1's runs"
+        );
+        assert_eq!(units.poll_image_start(t), None, "each once");
+        let running = |u: &Units<GapRequestCodec>, ch| {
+            matches!(u.image_phase(ch).0, SnapshotPhase::Running { .. })
+        };
+        assert!(running(&u, 1) && running(&u, 2));
+        // Each unit holds its own datagrams meanwhile.
+        assert_eq!(offer(&mut u, &mut d, 1, 101, 4 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut u, &mut d, 2, 501, 4 * MS), DatagramOutcome::Held);
+        // Unit 2's ends first; unit 1's still runs, and unit 2 continues.
+        let mut units = u.drive(&mut d);
+        units.on_image_failed(2, SnapshotFailure::Refused, 5 * MS);
+        assert!(running(&u, 1) && !running(&u, 2));
+        assert_eq!(d.applied.last().map(|a| (a.0, a.1)), Some((2, 501)));
+        assert!(u.of(1).is_some_and(|r| r.held() == 1));
+        assert_eq!(d.counters.recovery.snapshots_started, 2);
+    }
+
+    #[test]
+    fn a_unit_the_shell_still_spins_waits_for_it() {
+        let (mut u, mut d) = spun(3);
+        join_wanting(&mut u, &mut d, 1, 100, MS);
+        join_wanting(&mut u, &mut d, 2, 500, 2 * MS);
+        let t = 3 * MS;
+        let mut units = u.drive(&mut d);
+        // The shell still runs unit 1's (ended) attempt: unit 2 goes, unit
+        // 1 stays wanted until the shell is free for it.
+        assert_eq!(
+            units.poll_image_start_except(t, |ch| ch == 1),
+            Some((2, 501))
+        );
+        assert_eq!(units.poll_image_start_except(t, |ch| ch == 1), None);
+        assert!(matches!(u.image_phase(1).0, SnapshotPhase::Wanted { .. }));
+        assert_eq!(u.drive(&mut d).poll_image_start(t), Some((1, 101)));
+    }
+
+    #[test]
+    fn what_an_attempt_holds_counts_only_against_its_own_bounds() {
+        // R5c step 1: not against `gap_hold_packets` (2 here).
+        let (mut u, mut d) = spun_holding(3, 2);
+        join_wanting(&mut u, &mut d, 1, 100, MS);
+        assert_eq!(u.drive(&mut d).poll_image_start(MS), Some((1, 101)));
+        for seq in [101, 103, 104] {
+            assert_eq!(offer(&mut u, &mut d, 1, seq, 2 * MS), DatagramOutcome::Held);
+        }
+        offer(&mut u, &mut d, 2, 1, 3 * MS);
+        assert_eq!(offer(&mut u, &mut d, 2, 3, 3 * MS), DatagramOutcome::Held);
+        assert_eq!(offer(&mut u, &mut d, 2, 4, 3 * MS), DatagramOutcome::Held);
+        assert_eq!(d.counters.recovery.hold_overflows, 0);
+        // One more of unit 2 exceeds the bound: its own hole goes, never
+        // one among the attempt's held datagrams.
+        assert_eq!(offer(&mut u, &mut d, 2, 6, 4 * MS), DatagramOutcome::Held);
+        assert_eq!(d.counters.recovery.hold_overflows, 1);
+        let ch2: Vec<u64> = d.applied.iter().filter(|a| a.0 == 2).map(|a| a.1).collect();
+        assert_eq!(ch2, [1, 3, 4]);
+        assert!(matches!(u.image_phase(1).0, SnapshotPhase::Running { .. }));
+        assert_eq!(u.of(1).map(|r| r.held()), Some(3));
+        let ch1: Vec<u64> = d.applied.iter().filter(|a| a.0 == 1).map(|a| a.1).collect();
+        assert_eq!(ch1, [100], "the join only");
     }
 }

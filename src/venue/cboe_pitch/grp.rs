@@ -96,6 +96,12 @@ impl RefillCodec for GapRequestCodec {
         true
     }
 
+    /// R5c step 1: Gap Requests for holes among a spin's held datagrams
+    /// go out as usual.
+    fn asks_during_image(&self) -> bool {
+        true
+    }
+
     /// R4c's table of statuses, as the refill machine carries it out.
     fn on_response(&mut self, status: u8, now: i64) -> RefillAction {
         match on_gap_response(GapStatus::from_byte(status), self) {
