@@ -4,145 +4,18 @@
 //! client spins each unit from the simulator's Spin Server of that unit
 //! and every symbol is then trusted. Waits are bounded safety nets.
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[path = "common/daemon.rs"]
 mod daemon;
+#[path = "common/pitch_daemon.rs"]
+mod pitch_daemon;
 
-use daemon::{bin, free_port, serial, terminate, wait_for, wait_within};
-
-struct Stop(Child);
-
-impl Drop for Stop {
-    fn drop(&mut self) {
-        terminate(&mut self.0);
-    }
-}
-
-/// Collects a child's standard error into a shared string.
-fn collect(child: &mut Child) -> Arc<Mutex<String>> {
-    let log = Arc::new(Mutex::new(String::new()));
-    let stderr = child.stderr.take().unwrap();
-    let l = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let mut l = l.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
-    log
-}
-
-/// The address standard error names after `prefix`.
-fn named(log: &Mutex<String>, prefix: &str) -> Option<SocketAddr> {
-    log.lock().unwrap().lines().find_map(|l| {
-        l.strip_prefix(prefix)?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    })
-}
-
-/// `tickgate run` with feed `px` on `group` (line A), unit 1's Spin Server
-/// at `servers[0]` and unit 2's at `servers[1]`: the process, its
-/// standard error, its directory (the gate socket is `gate.sock` in it)
-/// and its metrics address, once the gate answers.
-fn run_daemon(
-    group: &str,
-    servers: [SocketAddr; 2],
-) -> (Stop, Arc<Mutex<String>>, tempfile::TempDir, SocketAddr) {
-    let dir = tempfile::tempdir().unwrap();
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (ip, port) = group.split_once(':').unwrap();
-    let cfg = dir.path().join("tickgate.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[[feed]]
-name = "px"
-venue = "cboe-pitch"
-stale_ms = 600000
-source_max_age_ms = 600000
-clock_offset = "off"
-spin = {{ session_sub_id = "0006", username = "MKDA", password = "secret", servers = {{ "1" = "{}", "2" = "{}" }} }}
-[[feed.line]]
-name = "A"
-group = "{ip}"
-port = {port}
-interface = "127.0.0.1"
-
-[gate]
-socket = "{}"
-
-[metrics]
-listen = "{metrics}"
-"#,
-            servers[0],
-            servers[1],
-            dir.path().join("gate.sock").display()
-        ),
-    )
-    .unwrap();
-    let mut run = Command::new(bin())
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("NOTIFY_SOCKET")
-        .env("RUST_LOG", "warn,tickgate::daemon=info,tickgate::net=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = collect(&mut run);
-    let run = Stop(run);
-    daemon::wait_for_gate(&dir.path().join("gate.sock"));
-    (run, log, dir, metrics)
-}
-
-/// The gate's `STATUS` lines, through `tickgate status --raw`.
-fn status_raw(socket: &std::path::Path) -> String {
-    let out = Command::new(bin())
-        .args(["status", "--raw", "--socket"])
-        .arg(socket)
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The simulator: `units` units under way on `group` (line A only), each
-/// with its Spin Server; standard error collected.
-fn simulate(group: &str, units: u8) -> (Stop, Arc<Mutex<String>>) {
-    let mut sim = Command::new(bin())
-        .args([
-            "simulate",
-            "--live",
-            "--venue",
-            "cboe-pitch",
-            "--units",
-            &units.to_string(),
-        ])
-        .args(["--symbols", "8", "--orders", "200", "--rate", "1000"])
-        .args(["--batch", "3", "--duration", "60", "--lines", "A"])
-        .args(["--group-a", group, "--interface", "127.0.0.1"])
-        .args(["--spin-listen", "127.0.0.1:0"])
-        .args(["--pitch-sub-id", "0006", "--pitch-user", "MKDA"])
-        .args(["--pitch-password", "secret"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = collect(&mut sim);
-    (Stop(sim), log)
-}
+use daemon::{free_port, serial, wait_for, wait_within};
+use pitch_daemon::{delayed, named, relay, run_daemon, simulate, status_raw};
 
 #[test]
 fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
@@ -221,9 +94,14 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
         unit2.is_some()
     });
     let (silent, accepted) = silent_server();
+    // Unit 2's spin takes at least 2 s: unit 1's attempt, wanted at the
+    // same join, has started by the time it is applied, whichever unit
+    // the feed started first. One spin at a time would apply unit 2's
+    // before unit 1's started, or 15 s after.
+    let unit2 = delayed(unit2.unwrap(), Duration::from_secs(2));
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (_run, log, dir, metrics) = run_daemon(&group, [silent, unit2.unwrap()]);
+    let (_run, log, dir, metrics) = run_daemon(&group, [silent, unit2]);
     let socket = dir.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
     // Unit 1 has the odd symbols, unit 2 the even ones.
@@ -359,19 +237,7 @@ fn refusing_once(upstream: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
                 let _ = std::io::copy(&mut client, &mut std::io::sink());
                 continue;
             }
-            let Ok(server) = std::net::TcpStream::connect(upstream) else {
-                continue;
-            };
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (mut c1, mut s1) = (client, server);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c1, &mut s1);
-                let _ = s1.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Write);
-            });
+            relay(client, upstream);
         }
     });
     (addr, accepted)

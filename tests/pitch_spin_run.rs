@@ -10,7 +10,7 @@
 //! trusted in the end. Waits are bounded safety nets.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ mod pitch_daemon;
 
 use daemon::{free_port, serial, wait_for, wait_within};
 use pitch::add;
-use pitch_daemon::{named, run_daemon, simulate, simulate_with};
+use pitch_daemon::{named, relay, run_daemon, simulate, simulate_with};
 use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage, SpinStatus};
 
 const USD: i64 = 1_000_000_000;
@@ -53,19 +53,7 @@ fn hostile_once(upstream: SocketAddr, script: Vec<u8>) -> (SocketAddr, Arc<Atomi
                 });
                 continue;
             }
-            let Ok(server) = TcpStream::connect(upstream) else {
-                continue;
-            };
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (mut c1, mut s1) = (client, server);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c1, &mut s1);
-                let _ = s1.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Write);
-            });
+            relay(client, upstream);
         }
     });
     (addr, accepted)

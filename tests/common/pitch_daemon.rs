@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -144,4 +144,39 @@ pub fn simulate_with(group: &str, units: u8, extra: &[&str]) -> (Stop, Arc<Mutex
         .unwrap();
     let log = collect(&mut sim);
     (Stop(sim), log)
+}
+
+/// Relays `client` to a new connection to `upstream`, both ways, each
+/// direction on a thread of its own, until either side closes.
+pub fn relay(client: TcpStream, upstream: SocketAddr) {
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let (mut c1, mut s1) = (client, server);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c1, &mut s1);
+        let _ = s1.shutdown(std::net::Shutdown::Write);
+    });
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut s2, &mut c2);
+        let _ = c2.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+/// A Spin Server in front of `upstream` that holds each connection for
+/// `delay` before relaying it: a spin that takes at least that long.
+pub fn delayed(upstream: SocketAddr, delay: std::time::Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(client) = stream else { break };
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                relay(client, upstream);
+            });
+        }
+    });
+    addr
 }
