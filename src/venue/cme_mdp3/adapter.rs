@@ -12,7 +12,7 @@
 //! one of the feed's `max_symbols` (the table has two slots for each);
 //! beyond them a new SecurityID is not kept at all, counted once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 use super::book::Level;
@@ -40,31 +40,40 @@ fn symbol_of(name: &[u8]) -> Option<Symbol> {
     Symbol::parse(std::str::from_utf8(name).ok()?)
 }
 
-/// Messages of a packet kept in its plan at most; a packet of more is
-/// decoded again to apply (a real channel's packets hold a few).
-const PLAN_MESSAGES: usize = 32;
+/// The largest datagram that reaches the adapter: a UDP payload over IPv4
+/// (65,535 bytes less the 20-byte IPv4 and 8-byte UDP headers). The live
+/// receiver takes at most its `max_datagram` (1,536 bytes) and drops a
+/// longer one; replay takes any whole, unfragmented IPv4 UDP datagram of a
+/// capture, hence this bound rather than the receiver's.
+const MAX_DATAGRAM: usize = 65_507;
+
+/// Messages a packet the adapter can be given holds at most: its 12-byte
+/// header, then messages of at least 10 bytes each (MsgSize and the SBE
+/// header, `sbe::MIN_MSG_SIZE`, the smallest MsgSize the framing accepts):
+/// 6,549. The plan holds that many, so every packet is decoded once.
+const PLAN_MESSAGES: usize = (MAX_DATAGRAM - sbe::PACKET_HEADER_LEN) / sbe::MIN_MSG_SIZE;
 
 /// What validating the last datagram left for applying it: each message
 /// as decoded and checked ([`Step`]), so that `apply` reads its fields
-/// without decoding or checking the packet again. A fixed buffer reused
-/// for every packet; `parse` takes `&self`, hence the cells (the adapter
-/// is one feed's, on one thread).
+/// without decoding or checking the packet again. `parse` takes `&self`,
+/// hence the cells (the adapter is one feed's, on one thread).
 #[derive(Debug)]
 struct Plan {
     /// The datagram the steps are of: its address, its length and its
     /// packet header; `None` when no complete plan is held.
     of: Cell<Option<(usize, usize, sbe::PacketHeader)>>,
-    /// How many steps hold the packet's messages.
-    len: Cell<usize>,
-    steps: [Cell<Step>; PLAN_MESSAGES],
+    /// The packet's messages, in order: a buffer reused for every packet,
+    /// its capacity (`PLAN_MESSAGES`) reserved once and never grown, so
+    /// that no message allocates. Only the pages a packet's steps use are
+    /// ever touched (a packet of a 1,500-byte MTU uses the first few).
+    steps: RefCell<Vec<Step>>,
 }
 
 impl Default for Plan {
     fn default() -> Plan {
         Plan {
             of: Cell::new(None),
-            len: Cell::new(0),
-            steps: std::array::from_fn(|_| Cell::new(Step::NONE)),
+            steps: RefCell::new(Vec::with_capacity(PLAN_MESSAGES)),
         }
     }
 }
@@ -72,18 +81,23 @@ impl Default for Plan {
 impl Plan {
     /// Validates `datagram` whole (`messages::validate`), keeping each
     /// message's step; the plan is then of this datagram, if it is valid
-    /// and its messages fit.
+    /// (and its messages fit: any datagram of at most `MAX_DATAGRAM`
+    /// bytes; a longer slice, which no socket or capture gives, is
+    /// decoded again to apply).
     fn validate(&self, datagram: &[u8]) -> Result<PacketSummary, sbe::SbeError> {
         self.of.set(None);
-        let mut n = 0;
+        let mut steps = self.steps.borrow_mut();
+        steps.clear();
+        let mut fits = true;
         let summary = messages::validate_with(datagram, |item| {
-            if let Some(step) = self.steps.get(n) {
-                step.set(Step::of(datagram, item));
+            // Within the capacity reserved: never reallocates.
+            if steps.len() < PLAN_MESSAGES {
+                steps.push(Step::of(datagram, item));
+            } else {
+                fits = false;
             }
-            n += 1;
         })?;
-        if n <= PLAN_MESSAGES {
-            self.len.set(n);
+        if fits {
             self.of.set(Some((
                 datagram.as_ptr() as usize,
                 datagram.len(),
@@ -93,17 +107,19 @@ impl Plan {
         Ok(summary)
     }
 
-    /// How many steps hold `datagram`'s messages, if the plan is of it
-    /// (the same bytes, where `parse` read them: the engine applies a
-    /// datagram straight after validating it; one held and applied later
-    /// is a copy elsewhere, decoded again). Used once: taken, if of it.
+    /// Whether the steps hold `datagram`'s messages (the same bytes, where
+    /// `parse` read them: the engine applies a datagram straight after
+    /// validating it, or sets it aside as a session candidate, whose copy
+    /// takes the steps with it; a datagram held by recovery and applied
+    /// later is a copy elsewhere, decoded again). Used once: taken, if of
+    /// it.
     #[inline]
-    fn take(&self, datagram: &[u8], header: sbe::PacketHeader) -> Option<usize> {
-        if self.of.get()? != (datagram.as_ptr() as usize, datagram.len(), header) {
-            return None;
+    fn take(&self, datagram: &[u8], header: sbe::PacketHeader) -> bool {
+        if self.of.get() != Some((datagram.as_ptr() as usize, datagram.len(), header)) {
+            return false;
         }
         self.of.set(None);
-        Some(self.len.get())
+        true
     }
 }
 
@@ -150,6 +166,12 @@ pub struct CmeMdp3 {
     /// The session candidate's datagram, while one waits (venues.md
     /// `cme-mdp3`, Channel rules).
     candidate: Vec<u8>,
+    /// The candidate's messages, as its validation left them (the plan's
+    /// buffer, taken with the datagram: the two swap, nothing is copied),
+    /// so that applying it later does not decode it again.
+    candidate_steps: Vec<Step>,
+    /// `candidate_steps` holds the candidate's messages.
+    candidate_planned: bool,
     /// Instruments kept at most (the feed's `max_symbols`).
     max_instruments: usize,
     /// SecurityIDs not kept because the table was full, each counted once.
@@ -179,6 +201,8 @@ impl CmeMdp3 {
             halts: Vec::new(),
             message_types: [0; 256],
             candidate: Vec::new(),
+            candidate_steps: Vec::with_capacity(PLAN_MESSAGES),
+            candidate_planned: false,
             max_instruments: usize::MAX,
             overflowed: HashSet::new(),
             plan: Plan::default(),
@@ -542,19 +566,18 @@ impl CmeMdp3 {
     }
 
     /// The messages of a validated packet, in order: from the plan its
-    /// validation left, or decoded again when the plan is of another.
+    /// validation left, or decoded again when the plan is of another (a
+    /// copy held by recovery).
     fn messages<R: Rules>(&mut self, datagram: &[u8], kind: LineKind, rules: &mut R) {
         let Ok((ph, msgs)) = sbe::packet(datagram) else {
             return;
         };
-        if let Some(n) = self.plan.take(datagram, ph) {
-            for k in 0..n {
-                let step = self.plan.steps[k].get();
-                let Some(item) = step.item(datagram) else {
-                    return;
-                };
-                self.message(item, ph, kind, rules);
-            }
+        if self.plan.take(datagram, ph) {
+            // Out of its cell while the messages apply (nothing validates
+            // meanwhile), then back: no allocation either way.
+            let steps = std::mem::take(self.plan.steps.get_mut());
+            self.planned(datagram, ph, &steps, kind, rules);
+            *self.plan.steps.get_mut() = steps;
             return;
         }
         for raw in msgs {
@@ -564,6 +587,47 @@ impl CmeMdp3 {
             };
             self.message(item, ph, kind, rules);
         }
+    }
+
+    /// The messages of `datagram` from its steps, in order.
+    fn planned<R: Rules>(
+        &mut self,
+        datagram: &[u8],
+        ph: sbe::PacketHeader,
+        steps: &[Step],
+        kind: LineKind,
+        rules: &mut R,
+    ) {
+        for step in steps {
+            let Some(item) = step.item(datagram) else {
+                return;
+            };
+            self.message(item, ph, kind, rules);
+        }
+    }
+
+    /// The session candidate's messages (C5): from the steps its
+    /// validation left, which `set_aside` kept with its bytes.
+    fn candidate_messages<R: Rules>(&mut self, rules: &mut R) {
+        let candidate = std::mem::take(&mut self.candidate);
+        let steps = std::mem::take(&mut self.candidate_steps);
+        if self.candidate_planned {
+            if let Ok((ph, _)) = sbe::packet(&candidate) {
+                self.planned(&candidate, ph, &steps, LineKind::Incremental, rules);
+            }
+        } else {
+            self.messages(&candidate, LineKind::Incremental, rules);
+        }
+        self.candidate = candidate;
+        self.candidate_steps = steps;
+        self.drop_candidate();
+    }
+
+    /// No candidate waits (its buffers kept for the next).
+    fn drop_candidate(&mut self) {
+        self.candidate.clear();
+        self.candidate_steps.clear();
+        self.candidate_planned = false;
     }
 
     /// One message of a validated packet.
@@ -656,9 +720,16 @@ impl Venue for CmeMdp3 {
         if class != PacketClass::Candidate {
             return false;
         }
-        // At most one candidate: a later one replaces it.
+        // At most one candidate: a later one replaces it. Its steps go
+        // with it: the plan `parse` left of this datagram and the
+        // candidate's buffer swap (the old candidate's steps are the
+        // plan's buffer now, to be overwritten).
         self.candidate.clear();
         self.candidate.extend_from_slice(datagram);
+        self.candidate_planned = self.plan.take(datagram, ph);
+        if self.candidate_planned {
+            std::mem::swap(self.plan.steps.get_mut(), &mut self.candidate_steps);
+        }
         self.sequence
             .process(ph.msg_seq_num, ph.sending_time, PacketClass::Candidate);
         true
@@ -697,15 +768,12 @@ impl Venue for CmeMdp3 {
                 // C5 then C1: the candidate is the new session's first
                 // packet, processed now, then this one.
                 self.sessions += 1;
-                let candidate = std::mem::take(&mut self.candidate);
                 if let Some(c) = self.sequence.candidate() {
                     rules.loops().session_began(c.sent);
                 }
                 self.sequence.process(seq, sent, class);
-                self.messages(&candidate, LineKind::Incremental, rules);
+                self.candidate_messages(rules);
                 self.finish_packet(rules);
-                self.candidate = candidate;
-                self.candidate.clear();
                 self.messages(datagram, LineKind::Incremental, rules);
                 self.finish_packet(rules);
                 return Applied::default();
@@ -723,7 +791,7 @@ impl Venue for CmeMdp3 {
         if self.sequence.candidate().is_none() {
             // Discarded by this packet of the current session, if one
             // waited.
-            self.candidate.clear();
+            self.drop_candidate();
         }
         self.messages(datagram, LineKind::Incremental, rules);
         self.finish_packet(rules);
@@ -780,7 +848,9 @@ fn levels_in_order(entries: super::messages::SnapshotEntries<'_>, depth: u8) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feed::{Feed, FeedSettings};
     use crate::venue::cme_mdp3::encode;
+    use crate::venue::VenueKind;
 
     /// A packet of `heartbeats` heartbeats and one ChannelReset.
     fn packet(seq: u32, heartbeats: usize) -> Vec<u8> {
@@ -803,15 +873,16 @@ mod tests {
         // The same bytes elsewhere are not the datagram validated: decoded
         // again, and the plan stays for the datagram.
         let copy = d.clone();
-        assert_eq!(plan.take(&copy, ph), None);
-        assert_eq!(plan.take(&d[..d.len() - 10], ph), None);
+        assert!(!plan.take(&copy, ph));
+        assert!(!plan.take(&d[..d.len() - 10], ph));
         let other = sbe::PacketHeader {
             msg_seq_num: 8,
             ..ph
         };
-        assert_eq!(plan.take(&d, other), None);
-        assert_eq!(plan.take(&d, ph), Some(3));
-        let reset = plan.steps[2].get().item(&d);
+        assert!(!plan.take(&d, other));
+        assert!(plan.take(&d, ph));
+        assert_eq!(plan.steps.borrow().len(), 3);
+        let reset = plan.steps.borrow()[2].item(&d);
         assert!(matches!(
             reset,
             Some(Item::Known {
@@ -819,25 +890,139 @@ mod tests {
                 ..
             })
         ));
-        assert_eq!(plan.take(&d, ph), None, "taken");
+        assert!(!plan.take(&d, ph), "taken");
         // A datagram that fails validation leaves no plan, even of the one
         // before it.
         plan.validate(&d).unwrap();
         assert!(plan.validate(&d[..d.len() - 1]).is_err());
-        assert_eq!(plan.take(&d, ph), None);
-        assert_eq!(plan.take(&d[..d.len() - 1], ph), None);
+        assert!(!plan.take(&d, ph));
+        assert!(!plan.take(&d[..d.len() - 1], ph));
+    }
+
+    /// A packet of `n` heartbeats, the smallest message.
+    fn heartbeats(seq: u32, n: usize) -> Vec<u8> {
+        let mut d = Vec::new();
+        encode::start_packet(&mut d, seq, 1_000);
+        for _ in 0..n {
+            encode::heartbeat(&mut d);
+        }
+        d
     }
 
     #[test]
-    fn a_packet_of_more_messages_than_a_plan_holds_is_valid_and_unplanned() {
+    fn the_largest_udp_datagram_of_the_smallest_messages_fits_the_plan() {
         let plan = Plan::default();
-        let d = packet(7, PLAN_MESSAGES - 1);
+        let d = heartbeats(7, PLAN_MESSAGES);
+        assert_eq!(
+            d.len() - sbe::PACKET_HEADER_LEN,
+            PLAN_MESSAGES * sbe::MIN_MSG_SIZE
+        );
+        assert!(d.len() <= MAX_DATAGRAM);
         let ph = sbe::packet(&d).unwrap().0;
+        let capacity = plan.steps.borrow().capacity();
         plan.validate(&d).unwrap();
-        assert_eq!(plan.take(&d, ph), Some(PLAN_MESSAGES));
-        let d = packet(7, PLAN_MESSAGES);
+        assert!(plan.take(&d, ph));
+        assert_eq!(plan.steps.borrow().len(), PLAN_MESSAGES);
+        // One message more is longer than any UDP datagram: valid, not
+        // planned (decoded again), and the buffer did not grow.
+        let d = heartbeats(7, PLAN_MESSAGES + 1);
+        assert!(d.len() > MAX_DATAGRAM);
         let s = plan.validate(&d).unwrap();
         assert_eq!(s.messages as usize, PLAN_MESSAGES + 1);
-        assert_eq!(plan.take(&d, ph), None);
+        assert!(!plan.take(&d, ph));
+        assert_eq!(plan.steps.borrow().capacity(), capacity);
+    }
+
+    const T0: u64 = 1_700_000_000_000_000_000;
+
+    /// A packet of `n` book messages, one bid entry each, of instruments
+    /// `first..first + n` at RptSeq `rpt`, the price telling each apart.
+    fn books(seq: u32, sent: u64, first: i32, n: usize, rpt: u32) -> Vec<u8> {
+        let mut d = Vec::new();
+        encode::start_packet(&mut d, seq, sent);
+        for k in 0..n as i32 {
+            let e = encode::BookEntry {
+                px: Some(i64::from(1_000 + first + k) * 1_000_000_000),
+                size: Some(10 + k),
+                security_id: first + k,
+                rpt_seq: rpt,
+                orders: None,
+                level: 1,
+                action: 0,
+                entry_type: b'0',
+            };
+            encode::book(&mut d, sent, &[e]);
+        }
+        d
+    }
+
+    fn decodes() -> u64 {
+        messages::DECODES.with(|n| n.get())
+    }
+
+    /// The bid each instrument of `first..first + n` shows.
+    fn bids(feed: &Feed, first: i32, n: usize) -> Vec<(i64, u64)> {
+        (first..first + n as i32)
+            .map(|id| {
+                let sym = Symbol::parse(&format!("#{id}")).unwrap();
+                let (_, v) = feed.symbol_view(sym).expect("known");
+                (v.bid_px, v.bid_qty)
+            })
+            .collect()
+    }
+
+    fn expected(first: i32, n: usize) -> Vec<(i64, u64)> {
+        (0..n as i32)
+            .map(|k| {
+                (
+                    i64::from(1_000 + first + k) * 1_000_000_000,
+                    (10 + k) as u64,
+                )
+            })
+            .collect()
+    }
+
+    /// More messages than the old plan's 32: each decoded once (when
+    /// validated), applied from the plan, every instrument's bid shown.
+    #[test]
+    fn a_packet_of_more_than_32_messages_is_applied_from_its_plan() {
+        let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 1);
+        let n = 40;
+        let d = books(1, T0, 100, n, 1);
+        let before = decodes();
+        feed.on_datagram(0, &d, T0 as i64);
+        assert_eq!(decodes() - before, n as u64, "each message decoded once");
+        assert_eq!(bids(&feed, 100, n), expected(100, n));
+    }
+
+    /// C5 by candidate: the candidate's datagram is applied at the
+    /// confirming packet's arrival from the steps its validation left,
+    /// not decoded again.
+    #[test]
+    fn a_session_candidate_is_applied_from_its_plan() {
+        let mut feed = Feed::new(FeedSettings::for_venue(VenueKind::CmeMdp3), 1);
+        let n = 40;
+        for seq in 1..=5 {
+            let d = books(seq, T0 + u64::from(seq), 100, 2, seq);
+            feed.on_datagram(0, &d, (T0 + u64::from(seq)) as i64);
+        }
+        // A new session: MsgSeqNum 1 sent later (the candidate), then 2.
+        let t1 = T0 + 1_000_000_000;
+        let candidate = books(1, t1, 200, n, 1);
+        let confirming = books(2, t1 + 1, 300, n, 1);
+        let before = decodes();
+        feed.on_datagram(0, &candidate, t1 as i64);
+        // Set aside: nothing applied yet.
+        assert!(Symbol::parse("#200")
+            .and_then(|s| feed.symbol_view(s))
+            .is_none());
+        feed.on_datagram(0, &confirming, (t1 + 1) as i64);
+        assert_eq!(
+            decodes() - before,
+            2 * n as u64,
+            "candidate and confirming packet each decoded once"
+        );
+        assert_eq!(bids(&feed, 200, n), expected(200, n));
+        assert_eq!(bids(&feed, 300, n), expected(300, n));
     }
 }

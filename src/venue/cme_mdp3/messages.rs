@@ -493,6 +493,13 @@ macro_rules! snapshot {
     }};
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Messages [`decode`] decoded on this thread (unit tests: a packet is
+    /// decoded once, the adapter's plan).
+    pub(crate) static DECODES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Decodes one framed message. An unknown schema or template is
 /// [`Item::Unknown`]; a known one whose root or groups run past it, or
 /// whose root or entries are shorter than the fields the contract uses at
@@ -500,6 +507,8 @@ macro_rules! snapshot {
 /// uses are then present: the `unwrap_or` defaults below are never taken.
 #[inline]
 pub fn decode<'a>(raw: &RawMessage<'a>) -> Result<Item<'a>, SbeError> {
+    #[cfg(test)]
+    DECODES.with(|n| n.set(n.get() + 1));
     let header = raw.header;
     let Some(m) = t::decode(raw) else {
         return Ok(Item::Unknown { header });
