@@ -15,23 +15,18 @@ mod daemon;
 mod pitch_daemon;
 
 use daemon::{free_port, serial, wait_for, wait_within};
-use pitch_daemon::{delayed, named, relay, run_daemon, simulate, status_raw};
+use pitch_daemon::{delayed, hostile_once, named, run_daemon, simulate, spin_servers, status_raw};
 
 #[test]
 fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
     let _serial = serial();
     let group = format!("239.255.96.61:{}", free_port());
     let (_sim, sim_log) = simulate(&group, 2);
-    let mut servers = [None, None];
-    wait_for("the Spin Servers' addresses", || {
-        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
-        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
-        servers.iter().all(Option::is_some)
-    });
+    let servers = spin_servers(&sim_log);
     // Both units are well under way before the daemon joins.
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (_run, log, dir, metrics) = run_daemon(&group, [servers[0].unwrap(), servers[1].unwrap()]);
+    let (_run, log, dir, metrics) = run_daemon(&group, [servers[0], servers[1]]);
     let socket = dir.path().join("gate.sock");
 
     let trusted = |s: &str| {
@@ -206,41 +201,17 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
     assert!(!raw.contains("\nGRP "), "no GRP line without grp: {raw}");
 }
 
-/// A Spin Server in front of `upstream` that refuses its first connection
-/// (Login Response `N` once the Login is read, then closes) and relays
-/// every later one to `upstream`; counts the connections.
-fn refusing_once(upstream: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
-    use std::io::{Read, Write};
+/// Login Response `N` (not authorized), as a refusing Spin Server sends
+/// it once the Login is read.
+fn refusal() -> Vec<u8> {
     use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage};
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let n = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut client) = stream else { break };
-            if n.fetch_add(1, Ordering::SeqCst) == 0 {
-                // The Login block (8 + 22 bytes), then the refusal.
-                let mut login = [0u8; 30];
-                client
-                    .set_read_timeout(Some(Duration::from_secs(5)))
-                    .unwrap();
-                let _ = client.read_exact(&mut login);
-                let mut out = Vec::new();
-                encode_block(
-                    &[SessionMessage::LoginResponse(LoginStatus::NotAuthorized)],
-                    &mut out,
-                )
-                .unwrap();
-                let _ = client.write_all(&out);
-                let _ = client.shutdown(std::net::Shutdown::Write);
-                let _ = std::io::copy(&mut client, &mut std::io::sink());
-                continue;
-            }
-            relay(client, upstream);
-        }
-    });
-    (addr, accepted)
+    let mut out = Vec::new();
+    encode_block(
+        &[SessionMessage::LoginResponse(LoginStatus::NotAuthorized)],
+        &mut out,
+    )
+    .unwrap();
+    out
 }
 
 /// R5c: a spin refused at login (Login Response `N`) fails the attempt
@@ -252,16 +223,11 @@ fn a_refused_spin_is_retried_at_the_pace_and_then_applied() {
     let _serial = serial();
     let group = format!("239.255.96.65:{}", free_port());
     let (_sim, sim_log) = simulate(&group, 2);
-    let mut servers = [None, None];
-    wait_for("the Spin Servers' addresses", || {
-        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
-        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
-        servers.iter().all(Option::is_some)
-    });
-    let (relay, accepted) = refusing_once(servers[0].unwrap());
+    let servers = spin_servers(&sim_log);
+    let (relay, accepted) = hostile_once(servers[0], refusal());
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (_run, log, dir, metrics) = run_daemon(&group, [relay, servers[1].unwrap()]);
+    let (_run, log, dir, metrics) = run_daemon(&group, [relay, servers[1]]);
     let socket = dir.path().join("gate.sock");
     let trusted = |s: &str| {
         let a = daemon::ask(&socket, &format!("CHECK {s}"));

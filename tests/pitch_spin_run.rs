@@ -9,10 +9,7 @@
 //! at its pace, reaches the simulator's real server: every symbol is
 //! trusted in the end. Waits are bounded safety nets.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[path = "common/daemon.rs"]
@@ -22,42 +19,12 @@ mod pitch;
 #[path = "common/pitch_daemon.rs"]
 mod pitch_daemon;
 
-use daemon::{free_port, serial, wait_for, wait_within};
+use daemon::{free_port, serial, wait_within};
 use pitch::add;
-use pitch_daemon::{named, relay, run_daemon, simulate, simulate_with};
+use pitch_daemon::{hostile_once, run_daemon, simulate, simulate_with, spin_servers};
 use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage, SpinStatus};
 
 const USD: i64 = 1_000_000_000;
-
-/// A Spin Server in front of `upstream` whose first connection gets
-/// `script` once the Login is read (and is kept open until the client
-/// closes it); every later connection is relayed to `upstream`. Counts
-/// the connections.
-fn hostile_once(upstream: SocketAddr, script: Vec<u8>) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let n = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut client) = stream else { break };
-            if n.fetch_add(1, Ordering::SeqCst) == 0 {
-                let script = script.clone();
-                std::thread::spawn(move || {
-                    // The Login block (8 + 22 bytes), then the script.
-                    let mut login = [0u8; 30];
-                    let _ = client.set_read_timeout(Some(Duration::from_secs(20)));
-                    let _ = client.read_exact(&mut login);
-                    let _ = client.write_all(&script);
-                    let _ = std::io::copy(&mut client, &mut std::io::sink());
-                });
-                continue;
-            }
-            relay(client, upstream);
-        }
-    });
-    (addr, accepted)
-}
 
 fn block(msgs: &[SessionMessage], out: &mut Vec<u8>) {
     encode_block(msgs, out).unwrap();
@@ -119,16 +86,11 @@ fn a_hostile_first_spin_fails_and_the_next_is_applied(name: &str, script: Vec<u8
     let _serial = serial();
     let group = format!("239.255.96.{port}:{}", free_port());
     let (_sim, sim_log) = simulate(&group, 2);
-    let mut servers = [None, None];
-    wait_for("the Spin Servers' addresses", || {
-        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
-        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
-        servers.iter().all(Option::is_some)
-    });
-    let (hostile, accepted) = hostile_once(servers[0].unwrap(), script);
+    let servers = spin_servers(&sim_log);
+    let (hostile, accepted) = hostile_once(servers[0], script);
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (_run, log, dir, metrics) = run_daemon(&group, [hostile, servers[1].unwrap()]);
+    let (_run, log, dir, metrics) = run_daemon(&group, [hostile, servers[1]]);
     let socket = dir.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
     let trusted = |s: &str| {
@@ -185,16 +147,10 @@ fn after_the_spins_every_book_equals_the_simulators() {
     let group = format!("239.255.96.71:{}", free_port());
     let truth_arg = truth_path.to_str().unwrap();
     let (mut sim, sim_log) = simulate_with(&group, 2, &["--duration", "8", "--truth", truth_arg]);
-    let mut servers = [None, None];
-    wait_for("the Spin Servers' addresses", || {
-        servers[0] = named(&sim_log, "Spin Server of unit 1 on ");
-        servers[1] = named(&sim_log, "Spin Server of unit 2 on ");
-        servers.iter().all(Option::is_some)
-    });
+    let servers = spin_servers(&sim_log);
     // Both units are well under way before the daemon joins.
     std::thread::sleep(Duration::from_millis(1500));
-    let (_run, log, dir2, _metrics) =
-        run_daemon(&group, [servers[0].unwrap(), servers[1].unwrap()]);
+    let (_run, log, dir2, _metrics) = run_daemon(&group, [servers[0], servers[1]]);
     let socket = dir2.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
     wait_within(

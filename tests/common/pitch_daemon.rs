@@ -5,10 +5,12 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::daemon::{self, bin, free_port, terminate};
 
@@ -179,4 +181,46 @@ pub fn delayed(upstream: SocketAddr, delay: std::time::Duration) -> SocketAddr {
         }
     });
     addr
+}
+
+/// A Spin Server in front of `upstream` whose first connection gets
+/// `script` once the Login is read (and is kept open until the client
+/// closes it); every later connection is relayed to `upstream`. Counts
+/// the connections.
+pub fn hostile_once(upstream: SocketAddr, script: Vec<u8>) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { break };
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                let script = script.clone();
+                std::thread::spawn(move || {
+                    // The Login block (8 + 22 bytes), then the script.
+                    let mut login = [0u8; 30];
+                    let _ = client.set_read_timeout(Some(Duration::from_secs(20)));
+                    let _ = client.read_exact(&mut login);
+                    let _ = client.write_all(&script);
+                    let _ = std::io::copy(&mut client, &mut std::io::sink());
+                });
+                continue;
+            }
+            relay(client, upstream);
+        }
+    });
+    (addr, accepted)
+}
+
+/// Both units' Spin Server addresses, as the simulator's standard error
+/// names them, once it has.
+pub fn spin_servers(sim_log: &Mutex<String>) -> [SocketAddr; 2] {
+    let mut servers = [None, None];
+    daemon::wait_for("the Spin Servers' addresses", || {
+        servers[0] = named(sim_log, "Spin Server of unit 1 on ");
+        servers[1] = named(sim_log, "Spin Server of unit 2 on ");
+        servers.iter().all(Option::is_some)
+    });
+    servers.map(Option::unwrap)
 }
