@@ -15,7 +15,10 @@ mod daemon;
 mod pitch_daemon;
 
 use daemon::{free_port, serial, wait_for, wait_within};
-use pitch_daemon::{delayed, hostile_once, named, run_daemon, simulate, spin_servers, status_raw};
+use pitch_daemon::{
+    delayed, hostile_once, named, run_daemon, simulate, spin_servers, status_raw, trusted,
+    wait_all_trusted,
+};
 
 #[test]
 fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
@@ -29,15 +32,7 @@ fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
     let (_run, log, dir, metrics) = run_daemon(&group, [servers[0], servers[1]]);
     let socket = dir.path().join("gate.sock");
 
-    let trusted = |s: &str| {
-        let a = daemon::ask(&socket, &format!("CHECK {s}"));
-        a.starts_with(&format!("OK {s} seq=")) || a.starts_with(&format!("REJECT {s} halted seq="))
-    };
-    wait_within(
-        Duration::from_secs(30),
-        "every symbol trusted after both units' spins",
-        &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
-    );
+    wait_all_trusted(&socket, "every symbol trusted after both units' spins");
     // The metrics and the log follow within moments.
     wait_for("two spins applied in /metrics", || {
         let m = daemon::metrics(metrics);
@@ -105,13 +100,7 @@ fn a_silent_spin_server_fails_by_silence_and_is_retried_while_other_units_spin()
     // R5c: attempts of different units run at the same time: unit 2 is
     // spun and trusted while unit 1's first attempt, on its own
     // connection, still waits for a silent server.
-    let unit2_trusted = || {
-        unit2_symbols.iter().all(|s| {
-            let a = check(s);
-            a.starts_with(&format!("OK {s} seq="))
-                || a.starts_with(&format!("REJECT {s} halted seq="))
-        })
-    };
+    let unit2_trusted = || unit2_symbols.iter().all(|s| trusted(&socket, s));
     wait_within(
         Duration::from_secs(40),
         "unit 2's symbols trusted after its spin",
@@ -229,14 +218,9 @@ fn a_refused_spin_is_retried_at_the_pace_and_then_applied() {
 
     let (_run, log, dir, metrics) = run_daemon(&group, [relay, servers[1]]);
     let socket = dir.path().join("gate.sock");
-    let trusted = |s: &str| {
-        let a = daemon::ask(&socket, &format!("CHECK {s}"));
-        a.starts_with(&format!("OK {s} seq=")) || a.starts_with(&format!("REJECT {s} halted seq="))
-    };
-    wait_within(
-        Duration::from_secs(30),
+    wait_all_trusted(
+        &socket,
         "every symbol trusted after unit 1's second attempt",
-        &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
     );
     assert!(accepted.load(Ordering::SeqCst) >= 2);
     wait_for("unit 1's refusal and its spin in the log", || {

@@ -21,7 +21,9 @@ mod pitch_daemon;
 
 use daemon::{free_port, serial, wait_within};
 use pitch::add;
-use pitch_daemon::{hostile_once, run_daemon, simulate, simulate_with, spin_servers};
+use pitch_daemon::{
+    hostile_once, run_daemon, simulate, simulate_with, spin_servers, wait_all_trusted,
+};
 use tickgate::venue::cboe_pitch::session::{encode_block, LoginStatus, SessionMessage, SpinStatus};
 
 const USD: i64 = 1_000_000_000;
@@ -93,14 +95,9 @@ fn a_hostile_first_spin_fails_and_the_next_is_applied(name: &str, script: Vec<u8
     let (_run, log, dir, metrics) = run_daemon(&group, [hostile, servers[1]]);
     let socket = dir.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
-    let trusted = |s: &str| {
-        let a = check(s);
-        a.starts_with(&format!("OK {s} seq=")) || a.starts_with(&format!("REJECT {s} halted seq="))
-    };
-    wait_within(
-        Duration::from_secs(30),
+    wait_all_trusted(
+        &socket,
         "every symbol trusted after unit 1's second attempt",
-        &mut || (1..=8).all(|i| trusted(&format!("S{i:05}"))),
     );
     let text = log.lock().unwrap().clone();
     assert!(accepted.load(Ordering::SeqCst) >= 2, "{name}: {text}");
@@ -153,18 +150,7 @@ fn after_the_spins_every_book_equals_the_simulators() {
     let (_run, log, dir2, _metrics) = run_daemon(&group, [servers[0], servers[1]]);
     let socket = dir2.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
-    wait_within(
-        Duration::from_secs(30),
-        "every symbol trusted after both units' spins",
-        &mut || {
-            (1..=8).all(|i| {
-                let s = format!("S{i:05}");
-                let a = check(&s);
-                a.starts_with(&format!("OK {s} seq="))
-                    || a.starts_with(&format!("REJECT {s} halted seq="))
-            })
-        },
-    );
+    wait_all_trusted(&socket, "every symbol trusted after both units' spins");
     wait_within(Duration::from_secs(30), "the simulator's end", &mut || {
         sim.0.try_wait().unwrap().is_some()
     });

@@ -836,7 +836,6 @@ impl Simulator {
         (unit, sequence, count): (u8, u64, u8),
     ) {
         let u = self.truth.unit_mut(unit);
-        let before = (u.expected_channel_lost, u.expected_duplicate_packets);
         let (s, next, ended) = match u.rx {
             Some((s, _, _)) if session < s => return,
             Some(rx) if rx.0 == session => rx,
@@ -844,16 +843,17 @@ impl Simulator {
         };
         let end = sequence + count as u64;
         let mut rx = (s, next, ended);
+        let (mut lost, mut duplicates) = (0, 0);
         if count == 0 {
             if !ended && sequence > next {
-                u.expected_channel_lost += sequence - next;
+                lost = sequence - next;
                 rx.1 = sequence;
             }
         } else if end <= next {
-            u.expected_duplicate_packets += 1;
+            duplicates = 1;
         } else if !ended {
             if sequence > next {
-                u.expected_channel_lost += sequence - next;
+                lost = sequence - next;
             }
             rx.1 = end;
             if u.end_sequence.is_some_and(|e| e >= sequence && e < end) {
@@ -861,10 +861,8 @@ impl Simulator {
             }
         }
         u.rx = Some(rx);
-        let (lost, duplicates) = (
-            u.expected_channel_lost - before.0,
-            u.expected_duplicate_packets - before.1,
-        );
+        u.expected_channel_lost += lost;
+        u.expected_duplicate_packets += duplicates;
         self.truth.expected_channel_lost += lost;
         self.truth.expected_duplicate_packets += duplicates;
         self.truth.lines[line].expected_duplicate_packets += duplicates;

@@ -224,3 +224,19 @@ pub fn spin_servers(sim_log: &Mutex<String>) -> [SocketAddr; 2] {
     });
     servers.map(Option::unwrap)
 }
+
+/// Whether the gate at `socket` trusts `symbol`: OK, or rejected only for
+/// a halt (the simulated flow halts symbols now and then).
+pub fn trusted(socket: &std::path::Path, symbol: &str) -> bool {
+    let a = daemon::ask(socket, &format!("CHECK {symbol}"));
+    a.starts_with(&format!("OK {symbol} seq="))
+        || a.starts_with(&format!("REJECT {symbol} halted seq="))
+}
+
+/// Waits up to 30 s until the gate at `socket` trusts every simulated
+/// symbol (S00001 to S00008).
+pub fn wait_all_trusted(socket: &std::path::Path, what: &str) {
+    daemon::wait_within(Duration::from_secs(30), what, &mut || {
+        (1..=8).all(|i| trusted(socket, &format!("S{i:05}")))
+    });
+}
