@@ -254,6 +254,13 @@ impl<E: Copy> Loops<E> {
     }
 
     fn clear(&mut self, instrument: u32) {
+        self.drain(instrument, |_| {});
+    }
+
+    /// Empties the instrument's list in one walk, handing each node to
+    /// `each` in order before it goes back to the free list.
+    #[inline]
+    fn drain(&mut self, instrument: u32, mut each: impl FnMut(&Node<E>)) {
         let l = &mut self.lists[instrument as usize];
         let (mut at, n) = (l.head, l.len);
         if n > 0 {
@@ -265,8 +272,10 @@ impl<E: Copy> Loops<E> {
         l.tail = NONE;
         l.len = 0;
         while at != NONE {
-            let next = self.slab[at as usize].next;
-            self.slab[at as usize].next = self.free;
+            let node = &mut self.slab[at as usize];
+            each(node);
+            let next = node.next;
+            node.next = self.free;
             self.free = at;
             at = next;
         }
@@ -386,15 +395,11 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
 
     fn take_after(&mut self, instrument: u32, rank: u32, out: &mut Vec<E>) {
         if (instrument as usize) < self.lists.len() {
-            let mut at = self.lists[instrument as usize].head;
-            while at != NONE {
-                let n = self.slab[at as usize];
+            self.drain(instrument, |n| {
                 if n.rank > rank {
                     out.push(n.entry);
                 }
-                at = n.next;
-            }
-            self.clear(instrument);
+            });
         }
         self.stop_waiting(instrument);
     }

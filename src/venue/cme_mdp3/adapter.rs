@@ -161,6 +161,9 @@ pub struct CmeMdp3 {
     sessions: u64,
     touched: Vec<Touched>,
     drained: Vec<KeptEntry>,
+    /// A snapshot's book levels, decoded once to be checked and then
+    /// applied (`snapshot_levels`).
+    levels: Vec<(bool, u8, Level)>,
     halts: Vec<HaltChange>,
     message_types: [u64; 256],
     /// The session candidate's datagram, while one waits (venues.md
@@ -198,6 +201,7 @@ impl CmeMdp3 {
             sessions: 0,
             touched: Vec::new(),
             drained: Vec::new(),
+            levels: Vec::new(),
             halts: Vec::new(),
             message_types: [0; 256],
             candidate: Vec::new(),
@@ -510,9 +514,10 @@ impl CmeMdp3 {
             .sequence
             .next()
             .is_some_and(|next| u64::from(s.last_msg_seq_num_processed) < next);
+        let mut levels = std::mem::take(&mut self.levels);
         let usable = rules.waits(slot)
             && seen
-            && levels_in_order(s.entries, depth)
+            && snapshot_levels(s.entries, depth, &mut levels)
             && rules.loops().snapshot_usable(
                 instrument,
                 sent,
@@ -521,25 +526,18 @@ impl CmeMdp3 {
                 last,
                 !unbelieved,
             );
-        if !usable {
-            rules.count(Count::SnapshotIgnored);
-            return;
-        }
-        let Some(inst) = self.instruments.get_mut(instrument) else {
-            return;
+        let inst = match self.instruments.get_mut(instrument) {
+            Some(inst) if usable => inst,
+            _ => {
+                self.levels = levels;
+                if !usable {
+                    rules.count(Count::SnapshotIgnored);
+                }
+                return;
+            }
         };
-        inst.book.replace(s.entries.filter_map(|e| {
-            let bid = match e.entry_type {
-                ty::BID => true,
-                ty::OFFER => false,
-                _ => return None,
-            };
-            let level = Level {
-                price: e.price?.to_nanos()?,
-                size: e.size?,
-            };
-            Some((bid, e.level?, level))
-        }));
+        inst.book.replace(levels.iter().copied());
+        self.levels = levels;
         let (bid, ask) = inst.book.top();
         rules.use_snapshot(slot, u64::from(r), s.transact_time as i64, bid, ask);
         self.names[instrument as usize].unbelieved = false;
@@ -819,27 +817,34 @@ impl Venue for CmeMdp3 {
 /// Snapshots: each side's levels within `depth` are 1, 2, … without a
 /// repeat (in any order); entries that are not bid or offer levels within
 /// `depth`, or whose price or size the book cannot take, are not counted
-/// (the book ignores them too).
-fn levels_in_order(entries: super::messages::SnapshotEntries<'_>, depth: u8) -> bool {
+/// (the book ignores them too). The counted levels are left in `out`, in
+/// the snapshot's order, for `Book::replace`: each entry is decoded once.
+fn snapshot_levels(
+    entries: super::messages::SnapshotEntries<'_>,
+    depth: u8,
+    out: &mut Vec<(bool, u8, Level)>,
+) -> bool {
+    out.clear();
     // Bit `l - 1` for level `l` (depth is at most 127).
     let (mut bids, mut asks) = (0u128, 0u128);
     for e in entries {
-        let side = match e.entry_type {
-            ty::BID => &mut bids,
-            ty::OFFER => &mut asks,
+        let (bid, side) = match e.entry_type {
+            ty::BID => (true, &mut bids),
+            ty::OFFER => (false, &mut asks),
             _ => continue,
         };
         let Some(level) = e.level.filter(|&l| l >= 1 && l <= depth) else {
             continue;
         };
-        if e.price.and_then(|p| p.to_nanos()).is_none() || e.size.is_none() {
+        let (Some(price), Some(size)) = (e.price.and_then(|p| p.to_nanos()), e.size) else {
             continue;
-        }
+        };
         let bit = 1u128 << (level - 1);
         if *side & bit != 0 {
             return false;
         }
         *side |= bit;
+        out.push((bid, level, Level { price, size }));
     }
     // Levels 1..k without a hole: the set bits are the lowest ones.
     bids & bids.wrapping_add(1) == 0 && asks & asks.wrapping_add(1) == 0
