@@ -29,7 +29,7 @@ fn the_daemon_spins_each_late_unit_and_trusts_every_symbol() {
     // Both units are well under way before the daemon joins.
     std::thread::sleep(Duration::from_millis(1500));
 
-    let (_run, log, dir, metrics) = run_daemon(&group, [servers[0], servers[1]]);
+    let (_run, log, dir, metrics) = run_daemon(&group, servers);
     let socket = dir.path().join("gate.sock");
 
     wait_all_trusted(&socket, "every symbol trusted after both units' spins");

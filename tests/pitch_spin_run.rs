@@ -147,7 +147,7 @@ fn after_the_spins_every_book_equals_the_simulators() {
     let servers = spin_servers(&sim_log);
     // Both units are well under way before the daemon joins.
     std::thread::sleep(Duration::from_millis(1500));
-    let (_run, log, dir2, _metrics) = run_daemon(&group, [servers[0], servers[1]]);
+    let (_run, log, dir2, _metrics) = run_daemon(&group, servers);
     let socket = dir2.path().join("gate.sock");
     let check = |s: &str| daemon::ask(&socket, &format!("CHECK {s}"));
     wait_all_trusted(&socket, "every symbol trusted after both units' spins");

@@ -514,10 +514,9 @@ impl CmeMdp3 {
             .sequence
             .next()
             .is_some_and(|next| u64::from(s.last_msg_seq_num_processed) < next);
-        let mut levels = std::mem::take(&mut self.levels);
         let usable = rules.waits(slot)
             && seen
-            && snapshot_levels(s.entries, depth, &mut levels)
+            && snapshot_levels(s.entries, depth, &mut self.levels)
             && rules.loops().snapshot_usable(
                 instrument,
                 sent,
@@ -526,18 +525,14 @@ impl CmeMdp3 {
                 last,
                 !unbelieved,
             );
-        let inst = match self.instruments.get_mut(instrument) {
-            Some(inst) if usable => inst,
-            _ => {
-                self.levels = levels;
-                if !usable {
-                    rules.count(Count::SnapshotIgnored);
-                }
-                return;
-            }
+        if !usable {
+            rules.count(Count::SnapshotIgnored);
+            return;
+        }
+        let Some(inst) = self.instruments.get_mut(instrument) else {
+            return;
         };
-        inst.book.replace(levels.iter().copied());
-        self.levels = levels;
+        inst.book.replace(self.levels.iter().copied());
         let (bid, ask) = inst.book.top();
         rules.use_snapshot(slot, u64::from(r), s.transact_time as i64, bid, ask);
         self.names[instrument as usize].unbelieved = false;
