@@ -11,6 +11,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/daemon.rs"]
+mod common_daemon;
+use common_daemon::free_port;
+
 use axum::routing::{get, post};
 use axum::Router;
 use tickgate::http_limits::{self, HttpLimits, LimitStats};
@@ -334,14 +338,6 @@ impl Drop for Daemon {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn gate_ping(path: &Path) -> bool {

@@ -249,7 +249,7 @@ impl<'a> Shell<'a> {
             std::thread::sleep(self.opts.poll);
             return;
         }
-        let tcp = match TcpStream::connect_timeout(&self.opts.address, self.opts.connect_timeout) {
+        let tcp = match super::connect::connect(&self.opts.address, self.opts.connect_timeout) {
             Ok(tcp) => tcp,
             Err(e) => {
                 self.conn.connect_failed(self.clock.now());

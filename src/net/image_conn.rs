@@ -42,7 +42,7 @@ pub fn attempt<C: ImageCodec>(
     stop: &AtomicBool,
     end: &str,
 ) -> Result<(SessionOutcome, i64, Option<ImageSession<C>>), Broken> {
-    let mut tcp = TcpStream::connect_timeout(&address, connect_timeout)
+    let mut tcp = super::connect::connect(&address, connect_timeout)
         .map_err(|e| (SnapshotFailure::Refused, format!("connecting: {e}")))?;
     let _ = tcp.set_nodelay(true);
     tcp.set_read_timeout(Some(Duration::from_millis(50)))

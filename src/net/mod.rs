@@ -3,6 +3,7 @@
 //! the GLIMPSE client (R5), the Gap Request Proxy client (R4c) and the
 //! Spin client (R5c): bytes in, bytes out, nothing decided here.
 
+pub mod connect;
 pub mod glimpse;
 pub mod grp;
 pub mod image_conn;

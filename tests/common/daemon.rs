@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::process::Child;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,13 +29,39 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A TCP port free on 127.0.0.1 now.
+/// A port free on 127.0.0.1 now, for TCP and UDP, from below the
+/// kernel's ephemeral range. A port that `bind(0)` handed out and the test
+/// let go of is the kernel's again: between this call and the child's own
+/// bind, any `connect` or `bind(0)` on the machine (the daemon's, the
+/// test's scrapes, another process's) may take it. Below the range
+/// nothing takes a port unasked; a process-unique walk keeps the tests of
+/// one binary, which run in threads, off each other's ports.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if first_ephemeral <= LOWEST + 1_000 {
+        // A machine whose range starts low: no quiet ports to pick from.
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let span = first_ephemeral - LOWEST;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let port = (LOWEST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 from {LOWEST} to {first_ephemeral}");
 }
 
 /// Polls `cond` until it holds; fails after [`PATIENCE`].
