@@ -17,7 +17,8 @@
 //!
 //! One `Loops` serves one channel: instruments are the channel's indices.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::venue::codec::LoopMachine;
 use crate::venue::{LineKind, VenueRecovery};
@@ -98,6 +99,43 @@ struct Definitions {
 
 const NONE: u32 = u32::MAX;
 
+/// The waiting instruments that hold entries, by when they started waiting:
+/// a min-heap of (wait order, instrument). An item is current while its
+/// instrument still waits with that order and holds entries; one that is
+/// not is stale and skipped when it comes to the top. So an instrument
+/// leaves the order without a search (the snapshot path), and the stale
+/// items are swept out whenever they outnumber the current ones.
+#[derive(Debug, Default)]
+struct DropOrder {
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Current items: the waiting instruments that hold entries.
+    holders: usize,
+}
+
+/// Sweep when the heap holds more than this many stale items beyond the
+/// current ones (a constant, so that a few holders never sweep often).
+const STALE_SLACK: usize = 64;
+
+impl DropOrder {
+    /// `instrument`, waiting with `order`, gained its first entry.
+    fn push(&mut self, order: u64, instrument: u32, lists: &[List]) {
+        self.holders += 1;
+        if self.heap.len() >= 2 * self.holders + STALE_SLACK {
+            self.heap.retain(|&Reverse((o, i))| holds(lists, o, i));
+        }
+        self.heap.push(Reverse((order, instrument)));
+    }
+}
+
+/// Whether `instrument` waits with the wait order `order` and holds entries
+/// (its drop order item is current).
+#[inline]
+fn holds(lists: &[List], order: u64, instrument: u32) -> bool {
+    lists
+        .get(instrument as usize)
+        .is_some_and(|l| l.len > 0 && l.since.is_some_and(|(o, _)| o == order))
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Node<E> {
     entry: E,
@@ -133,22 +171,21 @@ const EMPTY: List = List {
 /// only when the slab grows.
 ///
 /// Cost and memory: the instruments holding entries are ordered by when
-/// they started waiting (`holders`), so the one to drop is found at once,
-/// whatever the number of waiting instruments without entries; an
-/// instrument enters or leaves that order only when it gains its first
-/// entry or loses them all (O(log h) for h holders), every other entry is
-/// O(1). The bookkeeping is one record per instrument, one node per kept
-/// entry and one order item per holder: nothing grows with the number of
-/// gaps or waits.
+/// they started waiting (`DropOrder`), so the one to drop is found at
+/// once, whatever the number of waiting instruments without entries; an
+/// instrument enters that order when it gains its first entry (O(log h)
+/// for h holders) and leaves it for free when it loses them all (a
+/// snapshot used, a wait ended); every other entry is O(1). The
+/// bookkeeping is one record per instrument, one node per kept entry and
+/// at most two order items per holder of the most held at once (plus a
+/// constant): nothing grows with the number of gaps or waits.
 #[derive(Debug)]
 pub struct Loops<E> {
     cap: usize,
     slab: Vec<Node<E>>,
     free: u32,
     lists: Vec<List>,
-    /// The waiting instruments that hold entries, by when they started
-    /// waiting: (wait order, instrument).
-    holders: BTreeSet<(u64, u32)>,
+    order: DropOrder,
     clock: u64,
     kept: usize,
     waiting: usize,
@@ -164,7 +201,7 @@ impl<E: Copy> Loops<E> {
             slab: Vec::new(),
             free: NONE,
             lists: Vec::new(),
-            holders: BTreeSet::new(),
+            order: DropOrder::default(),
             clock: 0,
             kept: 0,
             waiting: 0,
@@ -263,10 +300,9 @@ impl<E: Copy> Loops<E> {
     fn drain(&mut self, instrument: u32, mut each: impl FnMut(&Node<E>)) {
         let l = &mut self.lists[instrument as usize];
         let (mut at, n) = (l.head, l.len);
-        if n > 0 {
-            if let Some((order, _)) = l.since {
-                self.holders.remove(&(order, instrument));
-            }
+        if n > 0 && l.since.is_some() {
+            // Its item in the drop order is stale from now on.
+            self.order.holders -= 1;
         }
         l.head = NONE;
         l.tail = NONE;
@@ -285,12 +321,19 @@ impl<E: Copy> Loops<E> {
     /// At the bound: the kept entries of the longest waiter holding some
     /// are dropped (false: nobody holds any).
     fn drop_longest_waiting(&mut self) -> bool {
-        let Some(&(_, i)) = self.holders.first() else {
-            return false;
-        };
-        self.dropped += u64::from(self.lists[i as usize].len);
-        self.clear(i);
-        true
+        while let Some(Reverse((order, i))) = self.order.heap.pop() {
+            if holds(&self.lists, order, i) {
+                self.dropped += u64::from(self.lists[i as usize].len);
+                self.clear(i);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The waiting instruments that hold entries now.
+    pub fn holders(&self) -> usize {
+        self.order.holders
     }
 
     /// Whether an entry ranked `rank` is kept for `instrument`.
@@ -350,8 +393,8 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
         for i in 0..self.lists.len() as u32 {
             self.stop_waiting(i);
         }
-        debug_assert!(self.holders.is_empty());
-        self.holders.clear();
+        debug_assert_eq!(self.order.holders, 0);
+        self.order.heap.clear();
     }
 
     fn keep(&mut self, instrument: u32, rank: u32, entry: E) {
@@ -387,7 +430,7 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
         l.len += 1;
         if l.len == 1 {
             if let Some((order, _)) = l.since {
-                self.holders.insert((order, instrument));
+                self.order.push(order, instrument, &self.lists);
             }
         }
         self.kept += 1;
@@ -601,18 +644,51 @@ mod tests {
                 k.stop_waiting(i);
             }
         }
-        assert_eq!((k.waiting(), k.holders.len()), (0, 0));
+        assert_eq!((k.waiting(), k.holders(), k.order.heap.len()), (0, 0, 0));
         // Quiet waiters ahead of the holders are not in the drop order.
         for i in 0..50 {
             k.start_waiting(i, 0);
         }
         keep(&mut k, 49, 1);
         keep(&mut k, 48, 1);
-        assert_eq!(k.holders.len(), 2);
+        assert_eq!(k.holders(), 2);
         keep(&mut k, 49, 2);
         assert_eq!(rpts(&k, 48), Vec::<u32>::new(), "48 waited longest");
         assert_eq!(rpts(&k, 49), [1, 2]);
-        assert_eq!(k.holders.len(), 1);
+        assert_eq!(k.holders(), 1);
+    }
+
+    /// Snapshots taken while others hold entries leave stale items behind;
+    /// they are swept, so the order stays within twice the holders plus
+    /// the slack, and the drop still picks the longest waiter.
+    #[test]
+    fn the_drop_order_stays_bounded_as_snapshots_come_and_go() {
+        let mut k = Loops::<u32>::new(1_000);
+        k.start_waiting(0, 0);
+        keep(&mut k, 0, 1);
+        for round in 0..10_000u32 {
+            let i = 1 + round % 7;
+            k.start_waiting(i, 0);
+            keep(&mut k, i, round);
+            k.take_after(i, 0, &mut Vec::new());
+            // At most twice the holders at the last push (one more than now).
+            assert!(k.order.heap.len() <= 2 * (k.holders() + 1) + STALE_SLACK);
+        }
+        assert_eq!(k.holders(), 1);
+        // Instrument 0 waited longest of all; a full bound drops its entry.
+        let mut k2 = Loops::<u32>::new(2);
+        k2.start_waiting(5, 0);
+        k2.start_waiting(6, 0);
+        keep(&mut k2, 6, 1);
+        keep(&mut k2, 5, 1);
+        k2.take_after(6, 0, &mut Vec::new());
+        k2.start_waiting(6, 0);
+        keep(&mut k2, 6, 2);
+        keep(&mut k2, 6, 3);
+        assert_eq!(rpts(&k2, 5), Vec::<u32>::new(), "5 waited longest");
+        assert_eq!(rpts(&k2, 6), [2, 3]);
+        assert_eq!((k2.holders(), k2.dropped()), (1, 1));
+        assert_eq!(rpts(&k, 0), [1]);
     }
 
     #[test]
