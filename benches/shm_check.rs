@@ -4,6 +4,11 @@
 //! seqlock reads, verdict), not the cache lines a writer takes away
 //! (`gate_rtt` measures that, and the other-process latency).
 //!
+//! `SHM_CHECK_WRITER_RATE=<n>` adds a writer thread publishing n datagrams
+//! a second into every feed, as `gate_rtt`'s (EURUSD every fourth, the
+//! other symbols in turn): then the cache lines it takes away are timed
+//! too.
+//!
 //! `cargo bench --bench shm_check`: `SHM_CHECK_CALLS` calls (default
 //! 10,000,000) timed `SHM_CHECK_ROUNDS` times (default 5), after a tenth as
 //! many untimed; prints ns per call for each round. `SHM_CHECK_FEEDS=3`
@@ -13,11 +18,13 @@
 //! counts its instructions (with `SHM_CHECK_CALLS=100000
 //! SHM_CHECK_ROUNDS=1`: 110,001 calls).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tickgate::client::Client;
 use tickgate::daemon::shm::{publish, DEFAULT_MODE};
-use tickgate::feed::reader::feed_table_in;
+use tickgate::feed::reader::{feed_table_in, TablePublisher};
 use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::unix_now;
@@ -48,6 +55,7 @@ fn main() {
     };
     let rounds = if smoke { 1 } else { env("SHM_CHECK_ROUNDS", 5) };
     let feed_count = env("SHM_CHECK_FEEDS", 1).max(1);
+    let writer_rate = env("SHM_CHECK_WRITER_RATE", 0);
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.shm");
@@ -94,6 +102,16 @@ fn main() {
         feeds.push(feed);
     }
 
+    let stop = Arc::new(AtomicBool::new(false));
+    // Without a writer the feeds stay here, alive, until the end.
+    let (writer, _kept) = if writer_rate > 0 {
+        let stop = stop.clone();
+        let w = std::thread::spawn(move || write(feeds, writer_rate, now, &stop));
+        (Some(w), Vec::new())
+    } else {
+        (None, feeds)
+    };
+
     let mut c = Client::open(&path).unwrap();
     let at = now + 1_000_000;
     assert!(one(&mut c, at), "EURUSD is OK on every feed");
@@ -115,5 +133,55 @@ fn main() {
         "shm_check: {feed_count} feed(s), Client::check in process, ns per call by round: {}",
         shown.join(" ")
     );
-    drop(feeds);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(w) = writer {
+        let sent = w.join().unwrap();
+        println!("shm_check: the writer sent {sent} datagrams");
+    }
+}
+
+/// Publishes `rate` datagrams a second into every feed until `stop`:
+/// EURUSD every fourth, the other symbols in turn. Its clock stays `now`
+/// (the checks' `now` is fixed too), so every answer stays OK.
+fn write(mut feeds: Vec<Feed<TablePublisher>>, rate: u64, now: i64, stop: &AtomicBool) -> u64 {
+    let session = SessionId::parse("BENCH").unwrap();
+    let eur = Symbol::parse("EURUSD").unwrap();
+    let names: Vec<Symbol> = (0..SYMBOLS)
+        .map(|i| Symbol::parse(&format!("S{i:06}")).unwrap())
+        .collect();
+    let mut sym_seq = vec![1u64; names.len() + 1];
+    let mut b = PacketBuilder::new();
+    let start = Instant::now();
+    let mut seq = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        let due = (start.elapsed().as_nanos() as u64).saturating_mul(rate) / 1_000_000_000;
+        if seq >= due {
+            std::hint::spin_loop();
+            continue;
+        }
+        seq += 1;
+        let (sym, k) = if seq.is_multiple_of(4) {
+            (eur, names.len())
+        } else {
+            let i = (seq as usize) % names.len();
+            (names[i], i)
+        };
+        sym_seq[k] += 1;
+        let px = 1_085_120_000 + (seq % 100) as i64 * 10_000;
+        let q = Quote::new(
+            sym,
+            sym_seq[k],
+            now as u64,
+            Some(Side { px, qty: 1_000_000 }),
+            Some(Side {
+                px: px + 30_000,
+                qty: 2_000_000,
+            }),
+        );
+        b.start(session, seq).quote(&q);
+        for feed in &mut feeds {
+            feed.on_datagram(0, b.bytes(), now);
+        }
+    }
+    seq
 }

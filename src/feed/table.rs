@@ -442,8 +442,11 @@ impl<T: Plain> Inner<T> {
         crate::wire::hash_words(*key) >> self.bucket_shift
     }
 
-    /// Probes for `key`, at most once around the index.
-    #[inline]
+    /// Probes for `key`, at most once around the index. Always inlined:
+    /// left to LLVM, whether the check inlined it changed with the code
+    /// around the call, about 30 instructions a check either way
+    /// (BENCHMARKS.md, "The one-feed check without the feeds' loop").
+    #[inline(always)]
     fn probe(&self, key: &Key) -> Probe {
         let b = self.buckets.slice();
         let mut i = self.home(key);
