@@ -181,14 +181,23 @@ fn main() {
         loop_packets.push(buf);
     }
     let waiting = late.venue_recovery().waiting;
+    let faults = || {
+        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_THREAD is the
+        // calling thread.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        ru.ru_minflt + ru.ru_majflt
+    };
+    let f0 = faults();
     let c0 = thread_cpu_now();
     for p in &loop_packets {
         late.on_datagram(1, black_box(p), t);
     }
     let cpu = thread_cpu_now() - c0;
+    let faulted = faults() - f0;
     let applied = late.counters().snapshots_applied;
     println!(
-        "snapshot loop: {waiting} instruments waiting, {} packets, {applied} snapshots used in {:.2} ms thread CPU ({:.0} ns a snapshot); waiting after: {}",
+        "snapshot loop: {waiting} instruments waiting, {} packets, {applied} snapshots used in {:.2} ms thread CPU ({:.0} ns a snapshot, {faulted} page faults); waiting after: {}",
         loop_packets.len(),
         cpu.as_secs_f64() * 1e3,
         cpu.as_nanos() as f64 / applied.max(1) as f64,
