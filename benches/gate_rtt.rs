@@ -40,6 +40,9 @@
 //! thread's small share is counted there; for Redis: redis-server's
 //! `/proc/<pid>/schedstat`), and the clients' context switches per request.
 
+#[path = "common/quote_writer.rs"]
+mod quote_writer;
+use quote_writer::write_quotes;
 #[path = "common/cpu.rs"]
 mod cpu;
 
@@ -58,7 +61,7 @@ use tickgate::feed::reader::feed_table_in;
 use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::{serve, unix_now, Backend, Gate, IoMode, ServerConfig};
-use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+use tickgate::wire::Symbol;
 
 const REQUEST: &[u8] = b"CHECK EURUSD\n";
 const SYMBOLS: u32 = 100_000;
@@ -197,53 +200,10 @@ fn market(
         rss_kib().saturating_sub(before),
         rss_kib()
     );
-    let eur = Symbol::parse("EURUSD").unwrap();
-    let session = SessionId::parse("BENCH").unwrap();
     let rate = writer_rate();
     let feeder = std::thread::spawn(move || {
-        let mut seq = 0u64;
-        let mut sym_seq = vec![0u64; names.len() + 1];
-        let mut b = PacketBuilder::new();
-        let start = Instant::now();
-        let mut now = unix_now();
-        while !stop.load(Ordering::Relaxed) {
-            // Paced: as many datagrams as the rate allows so far, then spin.
-            let due = (start.elapsed().as_nanos() as u64).saturating_mul(rate) / 1_000_000_000;
-            if seq >= due {
-                std::hint::spin_loop();
-                continue;
-            }
-            seq += 1;
-            if seq.is_multiple_of(64) {
-                now = unix_now();
-            }
-            let (sym, k) = if seq.is_multiple_of(4) {
-                (eur, names.len())
-            } else {
-                let i = (seq as usize) % names.len();
-                (names[i], i)
-            };
-            sym_seq[k] += 1;
-            let px = 1_085_120_000 + (seq % 100) as i64 * 10_000;
-            let q = Quote::new(
-                sym,
-                sym_seq[k],
-                now as u64,
-                Some(Side { px, qty: 1_000_000 }),
-                Some(Side {
-                    px: px + 30_000,
-                    qty: 2_000_000,
-                }),
-            );
-            b.start(session, seq).quote(&q);
-            for feed in &mut feeds {
-                feed.on_datagram(0, b.bytes(), now);
-            }
-        }
-        WriterStats {
-            datagrams: seq,
-            elapsed: start.elapsed(),
-        }
+        let (datagrams, elapsed) = write_quotes(&mut feeds, &names, rate, 0, &stop, unix_now);
+        WriterStats { datagrams, elapsed }
     });
     (Gate::new(readers), published, feeder)
 }

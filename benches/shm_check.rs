@@ -22,9 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "common/quote_writer.rs"]
+mod quote_writer;
+use quote_writer::write_quotes;
+
 use tickgate::client::Client;
 use tickgate::daemon::shm::{publish, DEFAULT_MODE};
-use tickgate::feed::reader::{feed_table_in, TablePublisher};
+use tickgate::feed::reader::feed_table_in;
 use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::unix_now;
@@ -106,7 +110,14 @@ fn main() {
     // Without a writer the feeds stay here, alive, until the end.
     let (writer, _kept) = if writer_rate > 0 {
         let stop = stop.clone();
-        let w = std::thread::spawn(move || write(feeds, writer_rate, now, &stop));
+        let names: Vec<Symbol> = (0..SYMBOLS)
+            .map(|i| Symbol::parse(&format!("S{i:06}")).unwrap())
+            .collect();
+        // The writer's clock stays `now`, as the checks' does: every
+        // answer stays OK.
+        let w = std::thread::spawn(move || {
+            write_quotes(&mut feeds, &names, writer_rate, 1, &stop, || now).0
+        });
         (Some(w), Vec::new())
     } else {
         (None, feeds)
@@ -138,50 +149,4 @@ fn main() {
         let sent = w.join().unwrap();
         println!("shm_check: the writer sent {sent} datagrams");
     }
-}
-
-/// Publishes `rate` datagrams a second into every feed until `stop`:
-/// EURUSD every fourth, the other symbols in turn. Its clock stays `now`
-/// (the checks' `now` is fixed too), so every answer stays OK.
-fn write(mut feeds: Vec<Feed<TablePublisher>>, rate: u64, now: i64, stop: &AtomicBool) -> u64 {
-    let session = SessionId::parse("BENCH").unwrap();
-    let eur = Symbol::parse("EURUSD").unwrap();
-    let names: Vec<Symbol> = (0..SYMBOLS)
-        .map(|i| Symbol::parse(&format!("S{i:06}")).unwrap())
-        .collect();
-    let mut sym_seq = vec![1u64; names.len() + 1];
-    let mut b = PacketBuilder::new();
-    let start = Instant::now();
-    let mut seq = 1u64;
-    while !stop.load(Ordering::Relaxed) {
-        let due = (start.elapsed().as_nanos() as u64).saturating_mul(rate) / 1_000_000_000;
-        if seq >= due {
-            std::hint::spin_loop();
-            continue;
-        }
-        seq += 1;
-        let (sym, k) = if seq.is_multiple_of(4) {
-            (eur, names.len())
-        } else {
-            let i = (seq as usize) % names.len();
-            (names[i], i)
-        };
-        sym_seq[k] += 1;
-        let px = 1_085_120_000 + (seq % 100) as i64 * 10_000;
-        let q = Quote::new(
-            sym,
-            sym_seq[k],
-            now as u64,
-            Some(Side { px, qty: 1_000_000 }),
-            Some(Side {
-                px: px + 30_000,
-                qty: 2_000_000,
-            }),
-        );
-        b.start(session, seq).quote(&q);
-        for feed in &mut feeds {
-            feed.on_datagram(0, b.bytes(), now);
-        }
-    }
-    seq
 }
