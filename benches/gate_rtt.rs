@@ -40,9 +40,9 @@
 //! thread's small share is counted there; for Redis: redis-server's
 //! `/proc/<pid>/schedstat`), and the clients' context switches per request.
 
-#[path = "common/quote_writer.rs"]
-mod quote_writer;
-use quote_writer::write_quotes;
+#[path = "common/check_market.rs"]
+mod check_market;
+use check_market::{feed_specs, write_quotes};
 #[path = "common/cpu.rs"]
 mod cpu;
 
@@ -58,7 +58,6 @@ use hdrhistogram::Histogram;
 use tickgate::client::Client;
 use tickgate::daemon::shm::{publish, Published, DEFAULT_MODE};
 use tickgate::feed::reader::feed_table_in;
-use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::{serve, unix_now, Backend, Gate, IoMode, ServerConfig};
 use tickgate::wire::Symbol;
@@ -167,15 +166,7 @@ fn market(
         ..FeedSettings::default()
     };
     let before = rss_kib();
-    let specs: Vec<FeedSpec> = (1..=feed_count())
-        .map(|i| FeedSpec {
-            name: format!("md{i}"),
-            capacity: SYMBOLS + 1,
-            stale_ms: settings.stale_ms,
-            source_max_age_ms: settings.source_max_age_ms,
-            units: 0,
-        })
-        .collect();
+    let specs = feed_specs(feed_count() as u64, SYMBOLS + 1, &settings);
     let (published, regions) = publish(shm, DEFAULT_MODE, &specs).unwrap();
     let mut feeds = Vec::new();
     let mut readers = Vec::new();

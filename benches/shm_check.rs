@@ -22,14 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-#[path = "common/quote_writer.rs"]
-mod quote_writer;
-use quote_writer::write_quotes;
+#[path = "common/check_market.rs"]
+mod check_market;
+use check_market::{feed_specs, write_quotes};
 
 use tickgate::client::Client;
 use tickgate::daemon::shm::{publish, DEFAULT_MODE};
 use tickgate::feed::reader::feed_table_in;
-use tickgate::feed::shm::FeedSpec;
 use tickgate::feed::{ClockOffset, Feed, FeedSettings};
 use tickgate::gate::server::unix_now;
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
@@ -68,15 +67,7 @@ fn main() {
         max_symbols: SYMBOLS as usize + 1,
         ..FeedSettings::default()
     };
-    let specs: Vec<FeedSpec> = (1..=feed_count)
-        .map(|i| FeedSpec {
-            name: format!("md{i}"),
-            capacity: SYMBOLS + 1,
-            stale_ms: settings.stale_ms,
-            source_max_age_ms: settings.source_max_age_ms,
-            units: 0,
-        })
-        .collect();
+    let specs = feed_specs(feed_count, SYMBOLS + 1, &settings);
     let (_published, regions) = publish(&path, DEFAULT_MODE, &specs).unwrap();
     let now = unix_now();
     let eur = Symbol::parse("EURUSD").unwrap();

@@ -1,13 +1,29 @@
-//! The writer that the check benches run beside the check: quotes into
-//! every feed's table at a paced rate, so that the check's rows include
-//! the cache lines and seqlock retries of a live writer.
+//! The market the check benches read: the state file's feeds, and the
+//! writer they run beside the check, quotes into every feed's table at a
+//! paced rate, so that the check's rows include the cache lines and
+//! seqlock retries of a live writer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tickgate::feed::reader::TablePublisher;
-use tickgate::feed::Feed;
+use tickgate::feed::shm::FeedSpec;
+use tickgate::feed::{Feed, FeedSettings};
 use tickgate::wire::{PacketBuilder, Quote, SessionId, Side, Symbol};
+
+/// `count` feeds, `md1` to `md<count>`, of `capacity` symbols each, with
+/// the thresholds of `settings`.
+pub fn feed_specs(count: u64, capacity: u32, settings: &FeedSettings) -> Vec<FeedSpec> {
+    (1..=count)
+        .map(|i| FeedSpec {
+            name: format!("md{i}"),
+            capacity,
+            stale_ms: settings.stale_ms,
+            source_max_age_ms: settings.source_max_age_ms,
+            units: 0,
+        })
+        .collect()
+}
 
 /// Publishes `rate` datagrams a second into every feed until `stop`, one
 /// quote each: EURUSD every fourth, `names` in turn otherwise. Datagram
