@@ -675,20 +675,21 @@ mod tests {
             assert!(k.order.heap.len() <= 2 * (k.holders() + 1) + STALE_SLACK);
         }
         assert_eq!(k.holders(), 1);
-        // Instrument 0 waited longest of all; a full bound drops its entry.
+        assert_eq!(rpts(&k, 0), [1], "instrument 0 kept its entry throughout");
+        // At a full bound the longest waiter holding entries loses them:
+        // 6's first wait, stale at the top of the order, is passed over.
         let mut k2 = Loops::<u32>::new(2);
-        k2.start_waiting(5, 0);
         k2.start_waiting(6, 0);
+        k2.start_waiting(5, 0);
         keep(&mut k2, 6, 1);
         keep(&mut k2, 5, 1);
         k2.take_after(6, 0, &mut Vec::new());
         k2.start_waiting(6, 0);
         keep(&mut k2, 6, 2);
         keep(&mut k2, 6, 3);
-        assert_eq!(rpts(&k2, 5), Vec::<u32>::new(), "5 waited longest");
+        assert_eq!(rpts(&k2, 5), Vec::<u32>::new(), "5 waits longest now");
         assert_eq!(rpts(&k2, 6), [2, 3]);
         assert_eq!((k2.holders(), k2.dropped()), (1, 1));
-        assert_eq!(rpts(&k, 0), [1]);
     }
 
     #[test]
