@@ -23,6 +23,8 @@
 //!   median is printed last. (For callgrind's count of one loop, set
 //!   `CME_DAY_LATE_PASSES=1`.)
 
+#[path = "common/cpu.rs"]
+mod cpu;
 #[path = "common/thread_cpu.rs"]
 mod thread_cpu;
 use thread_cpu::thread_cpu_now;
@@ -182,10 +184,7 @@ fn main() {
         loop_packets.push(buf);
     }
     let faults = || {
-        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_THREAD is the
-        // calling thread.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        let ru = cpu::rusage(libc::RUSAGE_THREAD);
         ru.ru_minflt + ru.ru_majflt
     };
     let late_passes: usize = std::env::var("CME_DAY_LATE_PASSES")
@@ -217,9 +216,8 @@ fn main() {
             late.venue_recovery().waiting
         );
     }
-    per_snapshot.sort_by(f64::total_cmp);
     println!(
         "snapshot loop: median {:.0} ns a snapshot over {late_passes} late joiners",
-        per_snapshot[late_passes / 2]
+        median(per_snapshot)
     );
 }
