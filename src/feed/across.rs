@@ -263,9 +263,9 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
     }
     // The first feed that knows the symbol; most symbols stop there (one
     // feed knows them). Each lookup is matched where it lies, not moved out
-    // of its `Result` (a view copied per feed looked at); this is the one
-    // lookup of the hot path, so that it is inlined here as a lone feed's
-    // was, and the other feeds are looked up out of line.
+    // of its `Result` (a view copied per feed looked at); the first
+    // lookup is inlined here (once for a host of one feed, once in the
+    // loop), and the other feeds are looked up out of line.
     let n = feeds.count().min(MAX_FEEDS);
     if n == 1 {
         // A host of one feed: its lookup and verdict with no loop around
@@ -293,9 +293,8 @@ pub fn check_across_then<F: Feeds + ?Sized, R>(
             }
         }
         // One feed knows it: exactly that feed's verdict line.
-        let (view, feed, t) = first;
-        let t = tighten(*t, opts.stale_ms, opts.source_ms).map_err(CheckError::Proto)?;
-        return Ok(then(Checked::One(&judge(Some(view), feed, now, &t))));
+        let v = feed_verdict(first, opts, now).map_err(CheckError::Proto)?;
+        return Ok(then(Checked::One(&v)));
     }
     Ok(then(Checked::One(&UNKNOWN)))
 }
