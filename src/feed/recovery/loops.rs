@@ -148,6 +148,13 @@ struct List {
     head: u32,
     tail: u32,
     len: u32,
+    /// The first and last entry's ranks, and whether every entry's rank is
+    /// the one before it plus one (so the ranks kept are exactly
+    /// `first..=last`: `has` answers without a walk, as on a feed that lost
+    /// nothing while the instrument waited).
+    first: u32,
+    last: u32,
+    dense: bool,
     /// Given a slot: `all_wait` makes it wait.
     known: bool,
     /// Set while the instrument waits: its place in the wait order, and
@@ -159,6 +166,9 @@ const EMPTY: List = List {
     head: NONE,
     tail: NONE,
     len: 0,
+    first: 0,
+    last: 0,
+    dense: false,
     known: false,
     since: None,
 };
@@ -336,9 +346,15 @@ impl<E: Copy> Loops<E> {
         self.order.holders
     }
 
-    /// Whether an entry ranked `rank` is kept for `instrument`.
+    /// Whether an entry ranked `rank` is kept for `instrument`: a walk of
+    /// its entries only when their ranks are not consecutive (each is a
+    /// cache miss on a slab shared by every instrument).
     pub fn has(&self, instrument: u32, rank: u32) -> bool {
-        self.ranked(instrument).any(|(r, _)| r == rank)
+        match self.lists.get(instrument as usize) {
+            None => false,
+            Some(l) if l.dense => l.len > 0 && l.first <= rank && rank <= l.last,
+            Some(_) => self.ranked(instrument).any(|(r, _)| r == rank),
+        }
     }
 
     /// The kept entries of `instrument`, in order.
@@ -428,6 +444,12 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
         let l = &mut self.lists[instrument as usize];
         l.tail = at;
         l.len += 1;
+        if l.len == 1 {
+            (l.first, l.dense) = (rank, true);
+        } else {
+            l.dense &= l.last.checked_add(1) == Some(rank);
+        }
+        l.last = rank;
         if l.len == 1 {
             if let Some((order, _)) = l.since {
                 self.order.push(order, instrument, &self.lists);
@@ -593,6 +615,44 @@ mod tests {
         assert_eq!(k.state(1), Instrument::Live);
         keep(&mut k, 1, 8);
         assert_eq!((k.kept(), k.len(1)), (0, 0), "live: nothing kept");
+    }
+
+    #[test]
+    fn has_answers_as_a_walk_of_the_entries_whatever_their_ranks() {
+        // Consecutive ranks (answered without a walk), then a gap, a
+        // repeat, a step back, entries dropped at the bound and drained
+        // lists: `has` always equals a look at the entries kept.
+        let mut k = Loops::<u32>::new(12);
+        let mut x = 0x2545_f491_u32;
+        for step in 0..4_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let i = x % 3;
+            k.start_waiting(i, step);
+            let last = k.entries(i).last().unwrap_or(x % 50);
+            let rank = match x % 16 {
+                0 => last.wrapping_add(2),
+                1 => last,
+                2 => last.saturating_sub(3),
+                3 => u32::MAX,
+                _ => last.wrapping_add(1),
+            };
+            if x.is_multiple_of(97) {
+                k.take_after(i, rank, &mut Vec::new());
+            } else {
+                keep(&mut k, i, rank);
+            }
+            for i in 0..4 {
+                let kept = rpts(&k, i);
+                for r in kept
+                    .iter()
+                    .flat_map(|&r| [r.wrapping_sub(1), r, r.wrapping_add(1)])
+                {
+                    assert_eq!(k.has(i, r), kept.contains(&r), "{i} {r} of {kept:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
-use super::book::Level;
+use super::book::{Level, MAX_DEPTH};
 use super::channel::{PacketClass, Sequence};
 use super::instruments::{naming, HaltChange, Instruments};
 use super::messages::{
@@ -163,7 +163,7 @@ pub struct CmeMdp3 {
     drained: Vec<KeptEntry>,
     /// A snapshot's book levels, decoded once to be checked and then
     /// applied (`snapshot_levels`).
-    levels: Vec<(bool, u8, Level)>,
+    levels: Box<SnapshotLevels>,
     halts: Vec<HaltChange>,
     message_types: [u64; 256],
     /// The session candidate's datagram, while one waits (venues.md
@@ -201,7 +201,7 @@ impl CmeMdp3 {
             sessions: 0,
             touched: Vec::new(),
             drained: Vec::new(),
-            levels: Vec::new(),
+            levels: Box::new(SnapshotLevels::default()),
             halts: Vec::new(),
             message_types: [0; 256],
             candidate: Vec::new(),
@@ -532,7 +532,8 @@ impl CmeMdp3 {
         let Some(inst) = self.instruments.get_mut(instrument) else {
             return;
         };
-        inst.book.replace(self.levels.iter().copied());
+        let [bids, asks] = self.levels.sides();
+        inst.book.replace_sides(bids, asks);
         let (bid, ask) = inst.book.top();
         rules.use_snapshot(slot, u64::from(r), s.transact_time as i64, bid, ask);
         self.names[instrument as usize].unbelieved = false;
@@ -809,40 +810,77 @@ impl Venue for CmeMdp3 {
     }
 }
 
+/// Both sides of a snapshot's book as `snapshot_levels` found them: side
+/// `s` (0 bids, 1 offers) has level `l` at `levels[s][l - 1]`, for levels
+/// 1 to `counts[s]`.
+#[derive(Debug)]
+struct SnapshotLevels {
+    levels: [[Level; MAX_DEPTH as usize]; 2],
+    counts: [usize; 2],
+}
+
+impl Default for SnapshotLevels {
+    fn default() -> Self {
+        SnapshotLevels {
+            levels: [[Level { price: 0, size: 0 }; MAX_DEPTH as usize]; 2],
+            counts: [0; 2],
+        }
+    }
+}
+
+impl SnapshotLevels {
+    /// Bids and offers, each best first.
+    fn sides(&self) -> [&[Level]; 2] {
+        [0, 1].map(|s| &self.levels[s][..self.counts[s]])
+    }
+}
+
 /// Snapshots: each side's levels within `depth` are 1, 2, … without a
 /// repeat (in any order); entries that are not bid or offer levels within
 /// `depth`, or whose price or size the book cannot take, are not counted
-/// (the book ignores them too). The counted levels are left in `out`, in
-/// the snapshot's order, for `Book::replace`: each entry is decoded once.
+/// (the book ignores them too). The counted levels are left in `out`,
+/// each at its level's place, for `Book::replace_sides`: each entry is
+/// decoded once, and a side in any order is applied best first.
 fn snapshot_levels(
     entries: super::messages::SnapshotEntries<'_>,
     depth: u8,
-    out: &mut Vec<(bool, u8, Level)>,
+    out: &mut SnapshotLevels,
 ) -> bool {
-    out.clear();
-    // Bit `l - 1` for level `l` (depth is at most 127).
-    let (mut bids, mut asks) = (0u128, 0u128);
+    let depth = depth.min(MAX_DEPTH);
+    // Per side, level `l` is bit `(l - 1) % 64` of word `(l - 1) / 64`
+    // (depth is at most 127: two words; a u128 costs more a shift).
+    let mut seen = [[0u64; 2]; 2];
     for e in entries {
-        let (bid, side) = match e.entry_type {
-            ty::BID => (true, &mut bids),
-            ty::OFFER => (false, &mut asks),
+        let s = match e.entry_type {
+            ty::BID => 0,
+            ty::OFFER => 1,
             _ => continue,
         };
-        let Some(level) = e.level.filter(|&l| l >= 1 && l <= depth) else {
+        // Levels 1 to `depth`, as the index `l - 1`.
+        let Some(i) = e.level.map(|l| l.wrapping_sub(1)).filter(|&i| i < depth) else {
             continue;
         };
         let (Some(price), Some(size)) = (e.price.and_then(|p| p.to_nanos()), e.size) else {
             continue;
         };
-        let bit = 1u128 << (level - 1);
-        if *side & bit != 0 {
+        let i = usize::from(i);
+        let (word, bit) = (&mut seen[s][(i >> 6) & 1], 1u64 << (i & 63));
+        if *word & bit != 0 {
             return false;
         }
-        *side |= bit;
-        out.push((bid, level, Level { price, size }));
+        *word |= bit;
+        out.levels[s][i] = Level { price, size };
     }
-    // Levels 1..k without a hole: the set bits are the lowest ones.
-    bids & bids.wrapping_add(1) == 0 && asks & asks.wrapping_add(1) == 0
+    // Levels 1..k without a hole: the set bits are the lowest ones, the
+    // second word's only once the first is full.
+    for (s, [low, high]) in seen.into_iter().enumerate() {
+        let lowest = |w: u64| w & w.wrapping_add(1) == 0;
+        if !lowest(low) || (high != 0 && (low != u64::MAX || !lowest(high))) {
+            return false;
+        }
+        out.counts[s] = (low.count_ones() + high.count_ones()) as usize;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -851,6 +889,104 @@ mod tests {
     use crate::feed::{Feed, FeedSettings};
     use crate::venue::cme_mdp3::encode;
     use crate::venue::VenueKind;
+
+    /// `snapshot_levels` over a snapshot of `levels` (entry type, level,
+    /// price in ticks of 1.0) at `depth`: whether usable, and its sides'
+    /// prices.
+    fn levels_at(depth: u8, levels: &[(u8, u8, i64)]) -> (bool, [Vec<i64>; 2]) {
+        let levels: Vec<_> = levels
+            .iter()
+            .map(|&(entry_type, level, px)| encode::SnapshotLevel {
+                px: px * 1_000_000_000,
+                size: 1,
+                orders: None,
+                level,
+                entry_type,
+            })
+            .collect();
+        let mut d = Vec::new();
+        encode::start_packet(&mut d, 1, 1_000);
+        encode::snapshot(
+            &mut d,
+            &encode::Snapshot {
+                last_msg_seq_num: 0,
+                tot_num_reports: 1,
+                security_id: 1,
+                rpt_seq: 1,
+                transact_time: 1,
+                trading_status: None,
+                levels: &levels,
+            },
+        );
+        let raw = sbe::packet(&d).unwrap().1.next().unwrap().unwrap();
+        let Ok(Item::Known {
+            body: Body::Snapshot(s),
+            ..
+        }) = super::super::messages::decode(&raw)
+        else {
+            panic!("a snapshot")
+        };
+        let mut out = SnapshotLevels::default();
+        let usable = snapshot_levels(s.entries, depth, &mut out);
+        let prices = out
+            .sides()
+            .map(|l| l.iter().map(|l| l.price / 1_000_000_000).collect());
+        (usable, prices)
+    }
+
+    fn levels_of(levels: &[(u8, u8, i64)]) -> (bool, [Vec<i64>; 2]) {
+        levels_at(3, levels)
+    }
+
+    #[test]
+    fn snapshot_levels_are_placed_by_level_and_checked_whole() {
+        let (bid, offer) = (ty::BID, ty::OFFER);
+        // In any order, each side best first; beyond the depth and other
+        // entry types are no levels.
+        assert_eq!(
+            levels_of(&[
+                (bid, 3, 97),
+                (offer, 2, 102),
+                (bid, 2, 98),
+                (b'E', 1, 99),
+                (bid, 4, 96),
+                (bid, 1, 99),
+                (offer, 1, 101)
+            ]),
+            (true, [vec![99, 98, 97], vec![101, 102]])
+        );
+        assert_eq!(levels_of(&[]), (true, [vec![], vec![]]));
+        // A repeated level, or a hole, and the snapshot is not usable.
+        assert!(!levels_of(&[(bid, 1, 99), (bid, 1, 98)]).0);
+        assert!(!levels_of(&[(bid, 1, 99), (offer, 2, 102)]).0);
+        // The deepest books: levels past 64, in reverse order.
+        let deep = |levels: Vec<u8>| {
+            let l: Vec<_> = levels
+                .into_iter()
+                .map(|l| (offer, l, 1000 + i64::from(l)))
+                .collect();
+            levels_at(MAX_DEPTH, &l)
+        };
+        // (MDPriceLevel 127 is Int8NULL's null: no level.)
+        let (usable, [bids, offers]) = deep((1..=MAX_DEPTH).rev().collect());
+        assert!(usable && bids.is_empty());
+        assert_eq!(offers, (1001..=1126).collect::<Vec<_>>());
+        assert_eq!(deep((1..=65u8).rev().collect()).1[1].len(), 65);
+        for holed in [
+            (1..=64u8).chain([66]).collect(),
+            (1..=63u8).chain([65]).collect(),
+            vec![65u8],
+            (1..=100u8).chain([100]).collect(),
+            (1..=64u8).chain([1]).collect::<Vec<_>>(),
+        ] {
+            assert!(!deep(holed).0);
+        }
+        // Beyond the depth is no level, not a hole.
+        assert_eq!(
+            levels_at(64, &[(bid, 1, 9), (bid, 65, 8)]),
+            (true, [vec![9], vec![]])
+        );
+    }
 
     /// A packet of `heartbeats` heartbeats and one ChannelReset.
     fn packet(seq: u32, heartbeats: usize) -> Vec<u8> {

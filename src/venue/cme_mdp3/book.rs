@@ -13,6 +13,9 @@ use crate::wire::Side;
 /// The depth of a book whose instrument has no definition (venues.md).
 pub const DEFAULT_DEPTH: u8 = 10;
 
+/// The deepest book: GBXMarketDepth is an `Int8`.
+pub const MAX_DEPTH: u8 = i8::MAX as u8;
+
 /// One price level: price in wire.md's 10^-9, size in contracts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Level {
@@ -217,21 +220,18 @@ impl Book {
         Ok(Effect::Outright)
     }
 
-    /// Replaces the book by a snapshot's levels: (is bid, level, price,
-    /// size) for entries of types `0` and `1` at levels 1 to `depth`
-    /// (others ignored). Levels missing in between leave no hole: the
-    /// levels are kept in level order.
-    pub fn replace<I: IntoIterator<Item = (bool, u8, Level)>>(&mut self, levels: I) {
-        self.clear();
-        for (bid, level, l) in levels {
-            if level == 0 || level > self.depth {
-                continue;
-            }
-            let side = if bid { &mut self.bids } else { &mut self.asks };
-            // Snapshot entries come in level order; place by level anyway.
-            let at = side.levels.len().min(level as usize - 1);
-            side.levels.insert(at, l);
-        }
+    /// Replaces the book by a snapshot's levels, each side given best
+    /// first (level 1 at index 0) and within the depth, as
+    /// `adapter::snapshot_levels` leaves them checked: the sides are copied
+    /// whole (within their capacity, so nothing allocates).
+    pub fn replace_sides(&mut self, bids: &[Level], asks: &[Level]) {
+        debug_assert!(
+            bids.len() <= usize::from(self.depth) && asks.len() <= usize::from(self.depth)
+        );
+        self.bids.levels.clear();
+        self.bids.levels.extend_from_slice(bids);
+        self.asks.levels.clear();
+        self.asks.levels.extend_from_slice(asks);
     }
 }
 
@@ -386,18 +386,16 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_replaces_the_book_within_the_depth() {
+    fn snapshot_replaces_both_sides_whole() {
         let mut b = Book::new(2);
         b.apply(&bid(act::NEW, 1, 4, 3)).unwrap();
         let l = |p| Level { price: p, size: 1 };
-        b.replace([
-            (true, 1, l(10)),
-            (true, 2, l(9)),
-            (true, 3, l(8)),
-            (false, 1, l(11)),
-            (false, 0, l(1)),
-        ]);
+        b.replace_sides(&[l(10), l(9)], &[l(11)]);
         assert_eq!(b.bids.levels(), [l(10), l(9)]);
         assert_eq!(b.asks.levels(), [l(11)]);
+        b.replace_sides(&[], &[l(12)]);
+        assert_eq!(b.bids.levels(), []);
+        assert_eq!(b.asks.levels(), [l(12)]);
+        assert_eq!(b.bids.levels.capacity(), 2, "never grows");
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::book::{Book, DEFAULT_DEPTH};
+use super::book::{Book, DEFAULT_DEPTH, MAX_DEPTH};
 use super::messages::{trim, Definition, SecurityStatus};
 use super::templates::enums::security_trading_status as st;
 
@@ -232,7 +232,7 @@ impl Instruments {
         inst.defined = true;
         inst.group = group;
         if let Some(depth) = d.gbx_depth {
-            inst.book.set_depth(depth.clamp(1, i8::MAX) as u8);
+            inst.book.set_depth(depth.clamp(1, MAX_DEPTH as i8) as u8);
         }
         let before = inst.halted;
         if let Some(&(status, at)) = group.and_then(|g| self.group_status.get(&g)) {
