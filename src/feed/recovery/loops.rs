@@ -99,6 +99,12 @@ struct Definitions {
 
 const NONE: u32 = u32::MAX;
 
+/// Nodes of the slab taken at once by an instrument: its entries lie in
+/// runs of this many neighbours, so that a walk of them (a snapshot's
+/// drain) reads whole lines in turn instead of missing the cache on every
+/// entry, as nodes interleaved with other instruments' would.
+const BLOCK: u32 = 4;
+
 /// The waiting instruments that hold entries, by when they started waiting:
 /// a min-heap of (wait order, instrument). An item is current while its
 /// instrument still waits with that order and holds entries; one that is
@@ -176,9 +182,11 @@ const EMPTY: List = List {
 /// The loops of one channel. Kept entries (`E`, the venue's, each with its
 /// instrument sequence as `rank`) are at most `cap` in all: beyond it, the
 /// kept entries of the instrument that has waited longest (among those
-/// that hold some) are dropped. Entries live in one slab that grows to the
-/// largest number kept at once and is reused; keeping an entry allocates
-/// only when the slab grows.
+/// that hold some) are dropped. Entries live in one slab, in blocks of
+/// `BLOCK` nodes that an instrument takes one at a time; the slab grows to
+/// the most blocks held at once (at most one per entry kept, and at most
+/// the entries kept plus one block per holder) and is reused; keeping an
+/// entry allocates only when the slab grows.
 ///
 /// Cost and memory: the instruments holding entries are ordered by when
 /// they started waiting (`DropOrder`), so the one to drop is found at
@@ -305,7 +313,9 @@ impl<E: Copy> Loops<E> {
     }
 
     /// Empties the instrument's list in one walk, handing each node to
-    /// `each` in order before it goes back to the free list.
+    /// `each` in order; its blocks go back to the free list (each list
+    /// begins its blocks at their first node, so a node at a block's start
+    /// stands for its block).
     #[inline]
     fn drain(&mut self, instrument: u32, mut each: impl FnMut(&Node<E>)) {
         let l = &mut self.lists[instrument as usize];
@@ -321,8 +331,10 @@ impl<E: Copy> Loops<E> {
             let node = &mut self.slab[at as usize];
             each(node);
             let next = node.next;
-            node.next = self.free;
-            self.free = at;
+            if at.is_multiple_of(BLOCK) {
+                node.next = self.free;
+                self.free = at;
+            }
             at = next;
         }
         self.kept -= n as usize;
@@ -426,16 +438,21 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
             rank,
             next: NONE,
         };
-        let at = if self.free != NONE {
+        let tail = self.lists[instrument as usize].tail;
+        // The next node of the tail's block, or the first of a new block.
+        let at = if tail != NONE && !(tail + 1).is_multiple_of(BLOCK) {
+            tail + 1
+        } else if self.free != NONE {
             let at = self.free;
             self.free = self.slab[at as usize].next;
-            self.slab[at as usize] = node;
             at
         } else {
-            self.slab.push(node);
-            (self.slab.len() - 1) as u32
+            let at = self.slab.len() as u32;
+            // The block's other nodes hold copies until used.
+            self.slab.extend(std::iter::repeat_n(node, BLOCK as usize));
+            at
         };
-        let tail = self.lists[instrument as usize].tail;
+        self.slab[at as usize] = node;
         if tail == NONE {
             self.lists[instrument as usize].head = at;
         } else {
@@ -656,6 +673,54 @@ mod tests {
     }
 
     #[test]
+    fn an_instruments_entries_lie_in_blocks_of_neighbours_and_blocks_are_reused() {
+        // Entries of many instruments interleaved, snapshots taken and
+        // entries dropped at the bound: each instrument's entries are its
+        // own, in order, in runs of neighbouring nodes, and the slab holds
+        // no more blocks than the most entries kept at once.
+        let mut k = Loops::<u32>::new(40);
+        let mut model: Vec<Vec<u32>> = vec![Vec::new(); 9];
+        let (mut x, mut peak) = (0x9e37_79b9_u32, 0);
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let i = x % 9;
+            k.start_waiting(i, i64::from(step));
+            if x % 23 == 0 {
+                let mut taken = Vec::new();
+                k.take_after(i, 0, &mut taken);
+                assert_eq!(taken, std::mem::take(&mut model[i as usize]));
+            } else {
+                keep(&mut k, i, step + 1);
+                model[i as usize].push(step + 1);
+            }
+            peak = peak.max(k.kept());
+            for (i, m) in model.iter_mut().enumerate() {
+                let kept = rpts(&k, i as u32);
+                // Dropped at the bound: all its entries (then, if it was
+                // the one keeping, the new entry alone is kept).
+                if kept.len() < m.len() {
+                    assert!(kept.is_empty() || kept[..] == m[m.len() - 1..]);
+                    m.clone_from(&kept);
+                }
+                assert_eq!(&kept, m);
+                let l = k.lists.get(i).copied().unwrap_or(EMPTY);
+                let mut at = l.head;
+                while at != NONE {
+                    let next = k.slab[at as usize].next;
+                    if next != NONE && !(at + 1).is_multiple_of(BLOCK) {
+                        assert_eq!(next, at + 1, "within a block, the next node");
+                    }
+                    at = next;
+                }
+            }
+            assert!(k.slab.len() <= BLOCK as usize * peak);
+        }
+        assert!(k.dropped() > 0, "the bound was reached");
+    }
+
+    #[test]
     fn the_longest_waiter_loses_its_entries_at_the_bound() {
         let mut k = Loops::<u32>::new(4);
         k.start_waiting(3, 0);
@@ -682,8 +747,8 @@ mod tests {
         assert_eq!(rpts(&k, 1), Vec::<u32>::new());
         assert_eq!(rpts(&k, 2), [20, 21, 22, 23]);
         assert_eq!((k.kept(), k.dropped()), (4, 4));
-        // The slab is reused: it never grew past the bound.
-        assert!(k.slab.len() <= 4);
+        // The slab is reused: never more blocks than entries at the bound.
+        assert!(k.slab.len() <= 4 * BLOCK as usize);
         let mut none = Loops::<u32>::new(0);
         none.start_waiting(0, 0);
         keep(&mut none, 0, 1);
