@@ -359,8 +359,7 @@ impl<E: Copy> Loops<E> {
     }
 
     /// Whether an entry ranked `rank` is kept for `instrument`: a walk of
-    /// its entries only when their ranks are not consecutive (each is a
-    /// cache miss on a slab shared by every instrument).
+    /// its entries only when their ranks are not consecutive.
     pub fn has(&self, instrument: u32, rank: u32) -> bool {
         match self.lists.get(instrument as usize) {
             None => false,
@@ -462,15 +461,13 @@ impl<E: Copy> LoopMachine<E> for Loops<E> {
         l.tail = at;
         l.len += 1;
         if l.len == 1 {
-            (l.first, l.dense) = (rank, true);
-        } else {
-            l.dense &= l.last.checked_add(1) == Some(rank);
-        }
-        l.last = rank;
-        if l.len == 1 {
+            (l.first, l.last, l.dense) = (rank, rank, true);
             if let Some((order, _)) = l.since {
                 self.order.push(order, instrument, &self.lists);
             }
+        } else {
+            l.dense &= l.last.checked_add(1) == Some(rank);
+            l.last = rank;
         }
         self.kept += 1;
     }
