@@ -43,7 +43,7 @@
 //! prices arrive.
 
 use super::messages::Side;
-use super::orders::{Order, OrderTable, Sequential};
+use super::orders::{Order, OrderTable, Sequential, MAX_LEVEL};
 use crate::util::prefetch::{prefetch, prefetch_prefix};
 
 /// Stock locates are u16: one book per value.
@@ -317,7 +317,8 @@ pub struct Found {
 impl Books {
     /// Books holding at most `max_orders` live orders across all locates
     /// (configuration `max_orders`, default 10,000,000). `max_orders` must
-    /// be below 2^32 (level indices are u32).
+    /// be below 2^31 (level indices share a u32 with a flag of the order
+    /// table's).
     pub fn new(max_orders: usize) -> Books {
         Books::with_tables(max_orders, false)
     }
@@ -328,7 +329,8 @@ impl Books {
     /// of its inserts asked to be made resident ([`Books::take_populate`];
     /// docs/venues.md, "Tables in replay").
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> Books {
-        assert!(max_orders < u32::MAX as usize, "max_orders too large");
+        // A level index is at most `max_orders` (node 0 is the null link).
+        assert!(max_orders <= MAX_LEVEL as usize, "max_orders too large");
         let level_cache_bits = max_orders
             .next_power_of_two()
             .trailing_zeros()

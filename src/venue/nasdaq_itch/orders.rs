@@ -1,11 +1,32 @@
 //! The per-feed order table: order reference -> (live shares, price level).
 //!
-//! Fixed-capacity open addressing: linear probing in Robin Hood order
-//! (within a run of occupied slots, entries are ordered by home slot) with
+//! Fixed-capacity open addressing: probing in Robin Hood order (within a
+//! run of occupied slots, entries are ordered by home slot) with
 //! backward-shift deletion (no tombstones, so a long day of adds and
 //! deletes never degrades probes; see [`OrderTable::remove_at`] for why
 //! Robin Hood). All storage is one zeroed allocation made in `new`
 //! (`vec![[0u64; 2]; n]` is a calloc: untouched pages are never resident).
+//!
+//! A probe steps half the table plus one slot at a time (`step`), not one:
+//! the probe sequence from slot `h` is `h`, `h + step`, `h + 2`, `h + 2 +
+//! step`, ... (mod capacity; `step` is odd, so it visits every slot, and
+//! it is its own inverse, so a slot's distance from a home is one
+//! multiplication). Why: once references wrap around the table (a day of
+//! more adds than slots, as every real Nasdaq day is), a new reference's
+//! home can hold an order that has lived a whole lap. With a step of one,
+//! the new order took the next slot, which is the home of the next
+//! reference, which then took the one after: every later add probed two
+//! slots and every removal in that train shifted the rest of it back, until
+//! the train broke. With the long step the displaced order lands half the
+//! table away, on the home of a reference half a lap old or half a lap to
+//! come, and the next references find their homes free (BENCHMARKS.md,
+//! "Order references past the table's size").
+//!
+//! The next probe of a slot is half the table away, so a removal must not
+//! read it to learn whether the run goes on: each slot carries a flag
+//! ([`NEXT_DISPLACED`]) saying whether its next probe holds an entry away
+//! from its home, kept by every insert and removal that displaces or moves
+//! one (rare: only those read or write the far slot).
 //!
 //! Slot: 16 bytes, `[order ref, shares | level << 32]`; `level == 0` marks
 //! an empty slot (level 0 is the book's null node). The capacity is the
@@ -69,6 +90,9 @@ pub struct Order {
 pub struct OrderTable<H: RefHash = Sequential> {
     slots: Vec<[u64; 2]>,
     bits: u32,
+    /// Slots between two probes: half the capacity plus one (odd, and its
+    /// own inverse modulo the capacity).
+    step: usize,
     len: usize,
     /// Whether the slots are laid out for a replay (`with_tables`).
     replay_tables: bool,
@@ -111,8 +135,19 @@ impl Ahead {
 /// uses (docs/venues.md, "Tables in replay").
 pub const AHEAD_BYTES: usize = 32 << 20;
 
+/// In a slot's second word: the slot one probe on (`i + step`) holds an
+/// entry away from its home, so a removal here must shift the run back.
+/// Never set on an empty slot (an entry's probe path is all occupied).
+/// Levels are below 2^31 ([`MAX_LEVEL`]), so the bit is free.
+const NEXT_DISPLACED: u64 = 1 << 63;
+
+/// The largest level index a slot can hold (the top bit of the level's
+/// half is [`NEXT_DISPLACED`]).
+pub const MAX_LEVEL: u32 = (1 << 31) - 1;
+
 #[inline(always)]
 fn pack(o: Order) -> u64 {
+    debug_assert!(o.level <= MAX_LEVEL);
     o.shares as u64 | (o.level as u64) << 32
 }
 
@@ -120,7 +155,7 @@ fn pack(o: Order) -> u64 {
 fn unpack(w: u64) -> Order {
     Order {
         shares: w as u32,
-        level: (w >> 32) as u32,
+        level: (w >> 32) as u32 & MAX_LEVEL,
     }
 }
 
@@ -136,9 +171,11 @@ impl<H: RefHash> OrderTable<H> {
     /// huge pages, with the pages ahead of the inserts asked to be made
     /// resident (see [`AHEAD_BYTES`]).
     pub fn with_tables(max_orders: usize, replay_tables: bool) -> OrderTable<H> {
-        let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(2);
-        let cap = want.next_power_of_two().max(2);
+        let want = max_orders.saturating_add(max_orders.div_ceil(2)).max(4);
+        // At least 4 slots: with 2, the step (2) would not be odd.
+        let cap = want.next_power_of_two().max(4);
         OrderTable {
+            step: cap / 2 + 1,
             slots: crate::util::pages::filled([0u64; 2], cap, replay_tables),
             replay_tables,
             ahead: Ahead::new(replay_tables),
@@ -166,10 +203,13 @@ impl<H: RefHash> OrderTable<H> {
         self.slots.len() - 1
     }
 
-    /// How far the entry in slot `i` sits from its home.
+    /// How many probes the entry in slot `i` sits from its home: `i` is
+    /// `home + dist * step`, and `step * step` is 1 modulo the capacity.
     #[inline(always)]
     fn dist(&self, i: usize, order_ref: u64) -> usize {
-        i.wrapping_sub(H::home(order_ref, self.bits)) & self.mask()
+        i.wrapping_sub(H::home(order_ref, self.bits))
+            .wrapping_mul(self.step)
+            & self.mask()
     }
 
     /// `Ok(slot)` where `order_ref` is, or `Err(slot)`: where it would be
@@ -192,7 +232,13 @@ impl<H: RefHash> OrderTable<H> {
             if self.dist(i, s[0]) < d {
                 return Err(i);
             }
-            i = (i + 1) & mask;
+            i = (i + self.step) & mask;
+            if s[1] & NEXT_DISPLACED == 0 {
+                // Nothing displaced one probe on: `order_ref` is not
+                // there, and an insert goes there (empty, or an entry at
+                // its home, closer than `order_ref` would be).
+                return Err(i);
+            }
             d += 1;
         }
     }
@@ -230,23 +276,39 @@ impl<H: RefHash> OrderTable<H> {
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
         debug_assert!(self.len + 1 < self.slots.len());
-        if slot >= self.ahead.ask_at {
-            self.ask_ahead(slot);
+        // The sweep follows the homes: an order displaced half the table
+        // away must not move the stretch asked for past the slots between.
+        let home = H::home(order_ref, self.bits);
+        if home >= self.ahead.ask_at {
+            self.ask_ahead(home);
         }
         let mask = self.mask();
         let mut cur = [order_ref, pack(order)];
+        let mut d = self.dist(slot, order_ref);
         let mut i = slot;
         loop {
             let s = self.slots[i];
             if s[1] >> 32 == 0 {
+                // An empty slot's next probe holds nothing displaced.
                 self.slots[i] = cur;
+                if d > 0 {
+                    self.mark_displaced_at(i);
+                }
                 break;
             }
-            if self.dist(i, cur[0]) > self.dist(i, s[0]) {
-                self.slots[i] = cur;
-                cur = s;
+            let ds = self.dist(i, s[0]);
+            if d > ds {
+                // The slot's own flag (about its next probe) stays; the
+                // entry pushed on leaves its flag behind.
+                self.slots[i] = [cur[0], cur[1] | s[1] & NEXT_DISPLACED];
+                if ds == 0 {
+                    self.mark_displaced_at(i);
+                }
+                cur = [s[0], s[1] & !NEXT_DISPLACED];
+                d = ds;
             }
-            i = (i + 1) & mask;
+            i = (i + self.step) & mask;
+            d += 1;
         }
         self.len += 1;
     }
@@ -284,30 +346,84 @@ impl<H: RefHash> OrderTable<H> {
     }
 
     /// Empties an occupied slot, then moves the rest of its run back one
-    /// slot up to the first entry that is at its home (backward shift, no
+    /// probe up to the first entry that is at its home (backward shift, no
     /// tombstones).
     ///
-    /// Why Robin Hood order: sequential refs make the live orders one long
-    /// run of occupied slots, each at its home. Plain linear probing must
-    /// then scan to the end of the run on every removal to be sure no later
-    /// entry belongs in the hole (measured: about 0.9 us per operation with
-    /// 1M live orders); with Robin Hood order the next entry being at home
-    /// ends the shift at once.
+    /// Why Robin Hood order: sequential refs make long runs of occupied
+    /// slots, each entry at its home. Plain linear probing must then scan
+    /// to the end of the run on every removal to be sure no later entry
+    /// belongs in the hole (measured, with a step of one: about 0.9 us per
+    /// operation with 1M live orders); with Robin Hood order the next entry
+    /// being at home ends the shift at once.
+    ///
+    /// The slot's [`NEXT_DISPLACED`] flag says whether there is a run to
+    /// shift: the next probe, half the table away, is read only then.
     #[inline]
     pub fn remove_at(&mut self, slot: usize) {
-        let mask = self.mask();
-        let mut hole = slot;
-        loop {
-            let j = (hole + 1) & mask;
-            let s = self.slots[j];
-            if s[1] >> 32 == 0 || self.dist(j, s[0]) == 0 {
-                break;
+        let first = self.slots[slot];
+        if first[1] & NEXT_DISPLACED == 0 {
+            self.slots[slot] = [0, 0];
+            if self.dist(slot, first[0]) > 0 {
+                self.clear_displaced_at(slot);
             }
-            self.slots[hole] = s;
+        } else {
+            self.shift_back(slot, first);
+        }
+        self.len -= 1;
+    }
+
+    /// `remove_at` of a slot whose next probe holds a displaced entry:
+    /// each displaced entry of the run moves back one probe, and each
+    /// slot's flag is set again from the distance of the entry now one
+    /// probe on.
+    #[cold]
+    #[inline(never)]
+    fn shift_back(&mut self, slot: usize, removed: [u64; 2]) {
+        let mask = self.mask();
+        let removed_dist = self.dist(slot, removed[0]);
+        let mut hole = slot;
+        let mut more = removed[1] & NEXT_DISPLACED != 0;
+        let mut first_moved_dist = 0;
+        let mut prev: Option<usize> = None;
+        while more {
+            let j = (hole + self.step) & mask;
+            let s = self.slots[j];
+            let d = self.dist(j, s[0]) - 1;
+            more = s[1] & NEXT_DISPLACED != 0;
+            // The hole's flag is about j, which the next entry may fill:
+            // set below, when that entry stays displaced.
+            self.slots[hole] = [s[0], s[1] & !NEXT_DISPLACED];
+            match prev {
+                None => first_moved_dist = d,
+                Some(p) if d > 0 => self.slots[p][1] |= NEXT_DISPLACED,
+                Some(_) => {}
+            }
+            prev = Some(hole);
             hole = j;
         }
         self.slots[hole] = [0, 0];
-        self.len -= 1;
+        // The probe before the removed slot pointed at a displaced entry
+        // (the removed one) and now at the first moved.
+        if removed_dist > 0 && first_moved_dist == 0 {
+            self.clear_displaced_at(slot);
+        }
+    }
+
+    /// Slot `i` now holds an entry away from its home: its previous probe
+    /// says so.
+    #[inline(never)]
+    #[cold]
+    fn mark_displaced_at(&mut self, i: usize) {
+        let prev = i.wrapping_sub(self.step) & self.mask();
+        self.slots[prev][1] |= NEXT_DISPLACED;
+    }
+
+    /// Slot `i` no longer holds an entry away from its home.
+    #[inline(never)]
+    #[cold]
+    fn clear_displaced_at(&mut self, i: usize) {
+        let prev = i.wrapping_sub(self.step) & self.mask();
+        self.slots[prev][1] &= !NEXT_DISPLACED;
     }
 
     /// Empties the table by replacing its storage with a fresh zeroed
@@ -337,12 +453,11 @@ impl<H: RefHash> OrderTable<H> {
     /// Length of the probe from each live order's home to its slot, summed
     /// (diagnostics and benches: 0 means no collision at all).
     pub fn total_displacement(&self) -> u64 {
-        let mask = self.mask();
         self.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s[1] >> 32 != 0)
-            .map(|(i, s)| (i.wrapping_sub(H::home(s[0], self.bits)) & mask) as u64)
+            .map(|(i, s)| self.dist(i, s[0]) as u64)
             .sum()
     }
 }
@@ -358,8 +473,8 @@ mod tests {
 
     #[test]
     fn capacity_leaves_room() {
-        assert_eq!(OrderTable::<Sequential>::new(0).capacity(), 2);
-        assert_eq!(OrderTable::<Sequential>::new(1).capacity(), 2);
+        assert_eq!(OrderTable::<Sequential>::new(0).capacity(), 4);
+        assert_eq!(OrderTable::<Sequential>::new(1).capacity(), 4);
         assert_eq!(OrderTable::<Sequential>::new(3).capacity(), 8);
         assert_eq!(
             OrderTable::<Sequential>::new(10_000_000).capacity(),
@@ -472,18 +587,93 @@ mod tests {
         colliding_run::<Scattered>();
     }
 
-    /// Within a run, an entry is at most one slot further from its home
-    /// than the one before it (what lets lookups and deletions stop early).
+    /// Within a run (along the probe sequence), an entry is at most one
+    /// probe further from its home than the one before it (what lets
+    /// lookups and deletions stop early).
     fn robin_hood_order<H: RefHash>(t: &OrderTable<H>) {
         let n = t.slots.len();
         for i in 0..n {
-            let (a, b) = (t.slots[i], t.slots[(i + 1) % n]);
+            let j = (i + t.step) % n;
+            let (a, b) = (t.slots[i], t.slots[j]);
             if a[1] >> 32 != 0 && b[1] >> 32 != 0 {
-                assert!(t.dist((i + 1) % n, b[0]) <= t.dist(i, a[0]) + 1, "slot {i}");
+                assert!(t.dist(j, b[0]) <= t.dist(i, a[0]) + 1, "slot {i}");
             } else if b[1] >> 32 != 0 {
-                assert_eq!(t.dist((i + 1) % n, b[0]), 0, "run starts away from home");
+                assert_eq!(t.dist(j, b[0]), 0, "run starts away from home");
+            }
+            if a[1] >> 32 == 0 {
+                assert_eq!(a, [0, 0], "an empty slot is all zeros");
+            }
+            let displaced = b[1] >> 32 != 0 && t.dist(j, b[0]) > 0;
+            assert_eq!(a[1] & NEXT_DISPLACED != 0, displaced, "flag of slot {i}");
+        }
+    }
+
+    /// The step visits every slot once per lap, and a slot's distance is
+    /// the number of steps from the home to it.
+    #[test]
+    fn the_step_visits_every_slot_and_dist_counts_steps() {
+        for max in [1usize, 3, 5, 40, 700] {
+            let t = OrderTable::<Sequential>::new(max);
+            let n = t.capacity();
+            assert_eq!(t.step % 2, 1, "odd step for {n} slots");
+            let home = 3 % n;
+            let mut seen = vec![false; n];
+            let mut i = home;
+            for d in 0..n {
+                assert!(!seen[i], "slot {i} visited twice");
+                seen[i] = true;
+                assert_eq!(t.dist(i, home as u64), d);
+                i = (i + t.step) % n;
             }
         }
+    }
+
+    /// References that wrap around the table many times, a few orders
+    /// living several laps and the rest briefly, as on a day of more adds
+    /// than slots: each long-lived order displaces at most the reference
+    /// that meets it once a lap, instead of starting a train in which every
+    /// later add is displaced and every removal shifts the train's rest.
+    /// (With a step of one slot this test counts thousands of probes; with
+    /// the long step, at most a few per long-lived order.)
+    #[test]
+    fn wrapped_references_do_not_displace_the_orders_after_them() {
+        let mut t = OrderTable::<Sequential>::new(700); // 2048 slots
+        let n = t.capacity() as u64;
+        let mut model: HashMap<u64, Order> = HashMap::new();
+        let mut recent = std::collections::VecDeque::new();
+        let mut probes = 0u64;
+        let mut long_lived = 0u64;
+        for r in 1..20 * n {
+            let slot = t.probe(r).unwrap_err();
+            t.insert_at(slot, r, o(r as u32, 1));
+            model.insert(r, o(r as u32, 1));
+            if r % 97 == 0 && long_lived < 400 {
+                long_lived += 1; // never removed
+                continue;
+            }
+            recent.push_back(r);
+            if recent.len() > 300 {
+                let old = recent.pop_front().expect("not empty");
+                t.remove_at(t.probe(old).expect("live"));
+                model.remove(&old);
+            }
+            probes += t.total_displacement();
+            if r % 1024 == 0 {
+                robin_hood_order(&t);
+            }
+        }
+        assert_eq!(t.len(), model.len());
+        for (r, v) in &model {
+            assert_eq!(t.get(*r), Some(*v));
+        }
+        assert_eq!(long_lived, 400, "orders live for laps");
+        // Summed over every add: on average at most one displaced order
+        // per two long-lived ones at any moment.
+        let per_add = probes as f64 / (20 * n) as f64;
+        assert!(
+            per_add < long_lived as f64 / 2.0,
+            "{per_add} probes of displacement on average, {long_lived} long-lived orders"
+        );
     }
 
     /// A deterministic random walk against a HashMap, on a small table so
