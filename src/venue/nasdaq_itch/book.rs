@@ -578,6 +578,12 @@ impl Books {
         prefetch_prefix(&self.mem.sides[book_id(locate, Side::Sell)], 64);
     }
 
+    /// `locate`'s top (both bests) alone.
+    #[inline(always)]
+    pub fn prefetch_top(&self, locate: u16) {
+        prefetch(&self.mem.tops[locate as usize]);
+    }
+
     /// `locate`'s top and the whole ladder of one side of its book (ahead
     /// of an add).
     #[inline(always)]

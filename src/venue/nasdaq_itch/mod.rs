@@ -174,7 +174,14 @@ impl NasdaqItch {
                     self.books.prefetch_order(u64::from_be_bytes(r));
                 }
                 prefetch(&self.locates[locate as usize]);
-                self.books.prefetch_book(locate);
+                // A replace adds on its order's side (unknown here): both
+                // sides. A reduce or delete needs a side only when its
+                // level empties: its top alone.
+                if kind == messages::TYPE_REPLACE {
+                    self.books.prefetch_book(locate);
+                } else {
+                    self.books.prefetch_top(locate);
+                }
             }
             _ => {}
         }
