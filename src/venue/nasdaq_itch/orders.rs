@@ -28,8 +28,10 @@
 //! from its home, kept by every insert and removal that displaces or moves
 //! one (rare: only those read or write the far slot).
 //!
-//! Slot: 16 bytes, `[order ref, shares | level << 32]`; `level == 0` marks
-//! an empty slot (level 0 is the book's null node). The capacity is the
+//! Slot: 16 bytes, `[order ref, shares | level << 32]`, the level's top
+//! bit being the slot's [`NEXT_DISPLACED`] flag; `level == 0` marks an
+//! empty slot (level 0 is the book's null node; an empty slot is all
+//! zeros). The capacity is the
 //! power of two at or above 1.5 x `max_orders` (load at most 2/3; 10M
 //! orders: 2^24 slots, 256 MiB of virtual memory).
 //!
