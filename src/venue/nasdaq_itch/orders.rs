@@ -24,12 +24,12 @@
 //!
 //! The next probe of a slot is half the table away, so a removal must not
 //! read it to learn whether the run goes on: each slot carries a flag
-//! ([`NEXT_DISPLACED`]) saying whether its next probe holds an entry away
+//! (`NEXT_DISPLACED`) saying whether its next probe holds an entry away
 //! from its home, kept by every insert and removal that displaces or moves
 //! one (rare: only those read or write the far slot).
 //!
 //! Slot: 16 bytes, `[order ref, shares | level << 32]`, the level's top
-//! bit being the slot's [`NEXT_DISPLACED`] flag; `level == 0` marks an
+//! bit being the slot's `NEXT_DISPLACED` flag; `level == 0` marks an
 //! empty slot (level 0 is the book's null node; an empty slot is all
 //! zeros). The capacity is the
 //! power of two at or above 1.5 x `max_orders` (load at most 2/3; 10M
@@ -144,7 +144,7 @@ pub const AHEAD_BYTES: usize = 32 << 20;
 const NEXT_DISPLACED: u64 = 1 << 63;
 
 /// The largest level index a slot can hold (the top bit of the level's
-/// half is [`NEXT_DISPLACED`]).
+/// half is `NEXT_DISPLACED`).
 pub const MAX_LEVEL: u32 = (1 << 31) - 1;
 
 #[inline(always)]
@@ -358,7 +358,7 @@ impl<H: RefHash> OrderTable<H> {
     /// operation with 1M live orders); with Robin Hood order the next entry
     /// being at home ends the shift at once.
     ///
-    /// The slot's [`NEXT_DISPLACED`] flag says whether there is a run to
+    /// The slot's `NEXT_DISPLACED` flag says whether there is a run to
     /// shift: the next probe, half the table away, is read only then.
     #[inline]
     pub fn remove_at(&mut self, slot: usize) {
