@@ -294,7 +294,7 @@ impl<H: RefHash> OrderTable<H> {
                 // An empty slot's next probe holds nothing displaced.
                 self.slots[i] = cur;
                 if d > 0 {
-                    self.mark_displaced_at(i);
+                    self.set_displaced_at(i, true);
                 }
                 break;
             }
@@ -304,7 +304,7 @@ impl<H: RefHash> OrderTable<H> {
                 // entry pushed on leaves its flag behind.
                 self.slots[i] = [cur[0], cur[1] | s[1] & NEXT_DISPLACED];
                 if ds == 0 {
-                    self.mark_displaced_at(i);
+                    self.set_displaced_at(i, true);
                 }
                 cur = [s[0], s[1] & !NEXT_DISPLACED];
                 d = ds;
@@ -366,7 +366,7 @@ impl<H: RefHash> OrderTable<H> {
         if first[1] & NEXT_DISPLACED == 0 {
             self.slots[slot] = [0, 0];
             if self.dist(slot, first[0]) > 0 {
-                self.clear_displaced_at(slot);
+                self.set_displaced_at(slot, false);
             }
         } else {
             self.shift_back(slot, first);
@@ -375,57 +375,47 @@ impl<H: RefHash> OrderTable<H> {
     }
 
     /// `remove_at` of a slot whose next probe holds a displaced entry:
-    /// each displaced entry of the run moves back one probe, and each
-    /// slot's flag is set again from the distance of the entry now one
-    /// probe on.
+    /// each displaced entry of the run moves back one probe, and the flag
+    /// of the probe before each slot filled follows the distance of the
+    /// entry now in it.
     #[cold]
     #[inline(never)]
     fn shift_back(&mut self, slot: usize, removed: [u64; 2]) {
         let mask = self.mask();
-        let removed_dist = self.dist(slot, removed[0]);
+        // Whether the probe before the hole flags it (as the removed entry
+        // displaced; each moved entry's own slot is written unflagged).
+        let mut flagged = self.dist(slot, removed[0]) > 0;
         let mut hole = slot;
         let mut more = removed[1] & NEXT_DISPLACED != 0;
-        let mut first_moved_dist = 0;
-        let mut prev: Option<usize> = None;
         while more {
             let j = (hole + self.step) & mask;
             let s = self.slots[j];
-            let d = self.dist(j, s[0]) - 1;
+            let displaced = self.dist(j, s[0]) > 1;
             more = s[1] & NEXT_DISPLACED != 0;
-            // The hole's flag is about j, which the next entry may fill:
-            // set below, when that entry stays displaced.
             self.slots[hole] = [s[0], s[1] & !NEXT_DISPLACED];
-            match prev {
-                None => first_moved_dist = d,
-                Some(p) if d > 0 => self.slots[p][1] |= NEXT_DISPLACED,
-                Some(_) => {}
+            if displaced != flagged {
+                self.set_displaced_at(hole, displaced);
             }
-            prev = Some(hole);
+            flagged = false;
             hole = j;
         }
         self.slots[hole] = [0, 0];
-        // The probe before the removed slot pointed at a displaced entry
-        // (the removed one) and now at the first moved.
-        if removed_dist > 0 && first_moved_dist == 0 {
-            self.clear_displaced_at(slot);
+        if flagged {
+            self.set_displaced_at(hole, false);
         }
     }
 
-    /// Slot `i` now holds an entry away from its home: its previous probe
-    /// says so.
+    /// Slot `i` now holds an entry away from its home (`displaced`) or
+    /// not: its previous probe's flag says so.
     #[inline(never)]
     #[cold]
-    fn mark_displaced_at(&mut self, i: usize) {
+    fn set_displaced_at(&mut self, i: usize, displaced: bool) {
         let prev = i.wrapping_sub(self.step) & self.mask();
-        self.slots[prev][1] |= NEXT_DISPLACED;
-    }
-
-    /// Slot `i` no longer holds an entry away from its home.
-    #[inline(never)]
-    #[cold]
-    fn clear_displaced_at(&mut self, i: usize) {
-        let prev = i.wrapping_sub(self.step) & self.mask();
-        self.slots[prev][1] &= !NEXT_DISPLACED;
+        if displaced {
+            self.slots[prev][1] |= NEXT_DISPLACED;
+        } else {
+            self.slots[prev][1] &= !NEXT_DISPLACED;
+        }
     }
 
     /// Empties the table by replacing its storage with a fresh zeroed
