@@ -150,8 +150,14 @@ const LADDER: u32 = 64;
 const HEADROOM: u32 = 16;
 
 /// One side of one book: its best, its price ladder (a direct-indexed
-/// window of `LADDER` ticks: level indices by `price / TICK - base`) and,
-/// for the levels off the window (or off the cent grid), a treap.
+/// window of `LADDER` ticks from `base`: the level of tick `t` in slot
+/// `t % LADDER`) and, for the levels off the window (or off the cent
+/// grid), a treap.
+///
+/// The slot of a tick does not depend on where the window starts, so a
+/// message's price alone names the line of the ladder it needs: the
+/// first stage of an add's cache hints asks for that line and the
+/// side's first, not the whole side (`Books::prefetch_add`).
 ///
 /// Invariants: a level whose price is a multiple of `TICK` inside the
 /// window is on the ladder, never in the treap; `bits` has bit `i` set
@@ -165,10 +171,20 @@ struct SideBook {
     best: u32,
     root: u32,
     tree_best: u32,
-    /// Tick (`price / TICK`) of `slots[0]`.
+    /// First tick (`price / TICK`) of the window.
     base: u32,
     bits: u64,
     slots: [u32; LADDER as usize],
+}
+
+/// Bytes of a [`SideBook`] before its ladder's slots: what every add
+/// reads whatever its price.
+const SIDE_HEAD: usize = std::mem::offset_of!(SideBook, slots);
+
+/// The ladder slot of `tick` in any window that holds it.
+#[inline(always)]
+fn slot_of_tick(tick: u32) -> usize {
+    (tick % LADDER) as usize
 }
 
 impl SideBook {
@@ -179,8 +195,14 @@ impl SideBook {
         if !price.is_multiple_of(TICK) {
             return None;
         }
-        let off = (price / TICK).wrapping_sub(self.base);
-        (off < LADDER).then_some(off as usize)
+        let tick = price / TICK;
+        (tick.wrapping_sub(self.base) < LADDER).then_some(slot_of_tick(tick))
+    }
+
+    /// The tick of slot `i` in the window (whether or not it holds a level).
+    #[cfg(test)]
+    fn tick_of_slot(&self, i: usize) -> u32 {
+        self.base + (i as u32).wrapping_sub(self.base) % LADDER
     }
 
     /// The ladder's extreme level (highest bid, lowest ask), 0 if none.
@@ -189,12 +211,14 @@ impl SideBook {
         if self.bits == 0 {
             return 0;
         }
+        // Bit `i` of `window` is tick `base + i`: the window's order.
+        let window = self.bits.rotate_right(self.base % LADDER);
         let i = if buy {
-            63 - self.bits.leading_zeros()
+            63 - window.leading_zeros()
         } else {
-            self.bits.trailing_zeros()
+            window.trailing_zeros()
         };
-        self.slots[i as usize]
+        self.slots[slot_of_tick(self.base + i)]
     }
 
     #[inline(always)]
@@ -585,11 +609,26 @@ impl Books {
     }
 
     /// `locate`'s top and the whole ladder of one side of its book (ahead
-    /// of an add).
+    /// of an add whose price is not known yet).
     #[inline(always)]
     pub fn prefetch_side(&self, locate: u16, side: Side) {
         prefetch(&self.mem.tops[locate as usize]);
         prefetch(&self.mem.sides[book_id(locate, side)]);
+    }
+
+    /// What an add at `price` reads of its book: `locate`'s top, the
+    /// first bytes of its side and, for a price on the grid, the ladder
+    /// slot the price would take (a tick's slot does not depend on the
+    /// window, so a price outside the window only asks for a line it will
+    /// not use).
+    #[inline(always)]
+    pub fn prefetch_add(&self, locate: u16, side: Side, price: u32) {
+        prefetch(&self.mem.tops[locate as usize]);
+        let s = &self.mem.sides[book_id(locate, side)];
+        prefetch_prefix(s, SIDE_HEAD);
+        if price.is_multiple_of(TICK) {
+            prefetch(&s.slots[slot_of_tick(price / TICK)]);
+        }
     }
 
     /// The level node of live order `order_ref` (second stage: reads the
@@ -1078,6 +1117,21 @@ impl Books {
         out
     }
 
+    /// The levels in the treap of book side `b`. Tests only.
+    #[cfg(test)]
+    fn treap_levels(&self, b: usize) -> usize {
+        let mut count = 0;
+        let mut stack = vec![self.mem.sides[b].root];
+        while let Some(t) = stack.pop() {
+            if t != 0 {
+                count += 1;
+                stack.push(self.nodes[t as usize].left);
+                stack.push(self.nodes[t as usize].right);
+            }
+        }
+        count
+    }
+
     /// Full consistency check, O(everything): every treap is ordered by
     /// price and heap-ordered by priority, holds only its own book's
     /// levels and none that belong on its ladder; every ladder slot holds
@@ -1131,7 +1185,7 @@ impl Books {
                 let node = self.nodes[n as usize];
                 seen_levels += 1;
                 assert_eq!(node.book as usize, b, "ladder level in the wrong book");
-                assert_eq!(node.price, (s.base + i as u32) * TICK, "ladder slot price");
+                assert_eq!(node.price, s.tick_of_slot(i) * TICK, "ladder slot price");
                 assert!(node.shares > 0, "empty level kept");
                 assert_eq!(sum[n as usize], node.shares, "level shares != its orders'");
                 consider(n, &mut extreme);
@@ -1298,6 +1352,50 @@ mod tests {
         assert_eq!(b.best(0), Bbo::default());
         assert_eq!(b.live_levels(), 0);
         b.check();
+    }
+
+    #[test]
+    fn a_window_across_the_end_of_the_slots_keeps_price_order() {
+        // A tick's slot is `tick % 64`: a window from tick 1,000 (slot 40)
+        // holds ticks 1,024-1,063 in slots 0-39, after 1,000-1,023 in
+        // slots 40-63. The best must follow price, not slot, order.
+        let mut b = Books::new(1000);
+        let (bid, ask) = (book_id(0, Side::Buy), book_id(0, Side::Sell));
+        b.add(0, 1, Side::Buy, 10, 1_047 * TICK).unwrap();
+        b.add(0, 2, Side::Sell, 10, 1_050 * TICK).unwrap();
+        // Both windows were centred by their first price: 47 ticks below
+        // the bid (at 1,000: slot 40), 16 below the ask (at 1,034).
+        assert_eq!(b.mem.sides[bid].base, 1_000);
+        assert_eq!(b.mem.sides[ask].base, 1_034);
+        let mut r = 3;
+        for tick in [1_000, 1_010, 1_023, 1_024, 1_030, 1_040] {
+            b.add(0, r, Side::Buy, 1, tick * TICK).unwrap();
+            r += 1;
+        }
+        for tick in [1_063, 1_064, 1_090, 1_097] {
+            b.add(0, r, Side::Sell, 1, tick * TICK).unwrap();
+            r += 1;
+        }
+        assert_eq!(b.treap_levels(bid) + b.treap_levels(ask), 0);
+        b.check();
+        // Bids fall through the slots' end: 1,047 (slot 23), 1,040,
+        // 1,030, 1,024 (slot 0), then 1,023 (slot 63).
+        let mut bids = vec![b.best(0).bid.unwrap().price / TICK];
+        for order in [1, 8, 7, 6] {
+            b.delete(order).unwrap();
+            bids.push(b.best(0).bid.unwrap().price / TICK);
+            b.check();
+        }
+        assert_eq!(bids, [1_047, 1_040, 1_030, 1_024, 1_023]);
+        // Asks rise through it: 1,050 (slot 26), 1,063 (slot 39), 1,064
+        // (slot 40), 1,090, 1,097 (slot 9: the window's last tick).
+        let mut asks = vec![b.best(0).ask.unwrap().price / TICK];
+        for order in [2, 9, 10, 11] {
+            b.delete(order).unwrap();
+            asks.push(b.best(0).ask.unwrap().price / TICK);
+            b.check();
+        }
+        assert_eq!(asks, [1_050, 1_063, 1_064, 1_090, 1_097]);
     }
 
     #[test]

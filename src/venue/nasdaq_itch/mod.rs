@@ -147,8 +147,8 @@ impl NasdaqItch {
 
     /// Cache hints for the state `block` (a message not yet applied) will
     /// touch, read from its raw bytes (ITCH: locate at 1, order reference
-    /// at 11, an add's side at 19). A hint changes nothing, so a short or
-    /// unknown block just gets none.
+    /// at 11, an add's side at 19 and price at 32). A hint changes
+    /// nothing, so a short or unknown block just gets none.
     #[inline(always)]
     fn prefetch(&self, block: &[u8]) {
         let (Some(&kind), Some(&[hi, lo])) = (block.first(), block.get(1..3)) else {
@@ -162,7 +162,13 @@ impl NasdaqItch {
                     Some(b'S') => messages::Side::Sell,
                     _ => messages::Side::Buy,
                 };
-                self.books.prefetch_side(locate, side);
+                match block.get(32..36) {
+                    Some(&[a, b, c, d]) => {
+                        let price = u32::from_be_bytes([a, b, c, d]);
+                        self.books.prefetch_add(locate, side, price);
+                    }
+                    _ => self.books.prefetch_side(locate, side),
+                }
             }
             messages::TYPE_EXECUTED
             | messages::TYPE_EXECUTED_PRICE
