@@ -45,35 +45,47 @@ const SNAPSHOT_PACKET_BYTES: usize = 20 + SNAPSHOT_CHUNK as usize * 52;
 /// prefetched before its first message).
 const LEVEL_AHEAD: usize = 4;
 
-/// What the adapter keeps per stock locate: one cache line. Integers
-/// only, and all zeros is a locate never seen: the array (4 MiB) is a
-/// fresh zeroed mapping of its own (`util::pages::Zeroed`, aligned to the
-/// line), so nothing is written per locate and only the pages of locates
-/// in use become resident.
+/// What the adapter keeps per stock locate, read by every message: 16
+/// bytes, four locates to a line (what a packet needs only while it is
+/// applied is in its [`Touched`] list). Integers only, and all zeros is a
+/// locate never seen: the array (1 MiB) is a fresh zeroed mapping of its
+/// own (`util::pages::Zeroed`, aligned to the line), so nothing is
+/// written per locate and only the pages of locates in use become
+/// resident.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(64))]
+#[repr(C, align(16))]
 struct Locate {
     /// The feed's symbol slot the locate names, plus one (0: none yet, or
     /// the symbol table was full).
     slot1: u32,
-    /// In the dirty list of the packet being applied.
-    dirty: bool,
+    /// While the packet being applied has touched the locate: its place
+    /// in that packet's [`Touched`] list, plus one (0: untouched).
+    touched1: u32,
     /// The stock it names: an ITCH name is 8 bytes (`Symbol::from_wire`),
     /// so its first word is all of it.
     stock: u64,
-    /// The book's best as of the end of the last packet that touched it:
-    /// what the symbol's quote was last set from.
-    published: BestKey,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Locate>() == 16,
+    "four locates to a cache line"
+);
+
+/// A locate the packet being applied touched, in the order first touched.
+#[derive(Clone, Copy, Debug)]
+struct Touched {
+    locate: u16,
+    /// Whether its symbol's state was hinted for the quote to come.
+    hinted: bool,
+    /// The book's best before the packet's first message on it, which is
+    /// its best as of the end of the last packet that touched it: what the
+    /// symbol's quote was last set from (V1).
+    before: BestKey,
     /// The last message of this packet whose own effect changed the best:
     /// its channel sequence and time (the quote's `seq` and `source_ts`).
     change_seq: u64,
     change_ts: i64,
 }
-
-const _: () = assert!(
-    std::mem::size_of::<Locate>() == 64,
-    "a locate is one cache line"
-);
 
 /// `LOCATES` never-seen locates from one zeroed mapping. A fixed-size
 /// array, so that indexing it by a `u16` locate needs no bounds check.
@@ -89,7 +101,7 @@ pub struct NasdaqItch {
     locates: Zeroed<[Locate; LOCATES]>,
     /// Locates touched by the packet being applied (capacity: every locate,
     /// so pushing never allocates).
-    dirty: Vec<u16>,
+    touched: Vec<Touched>,
     /// Unix ns of New York midnight of the session's date.
     midnight_ns: i64,
     new_york: TimeZone,
@@ -108,7 +120,7 @@ impl NasdaqItch {
         NasdaqItch {
             books: Books::with_tables(max_orders, replay_tables),
             locates: zeroed_locates(),
-            dirty: Vec::with_capacity(LOCATES),
+            touched: Vec::with_capacity(LOCATES),
             midnight_ns: 0,
             new_york: new_york(),
             types: Box::new([0; 256]),
@@ -230,22 +242,39 @@ impl NasdaqItch {
         }
     }
 
-    /// After a book operation on `locate` whose best was `before`: note the
-    /// message if its own effect changed the best, and mark the locate for
-    /// the end of the packet, where its symbol's state is written: hinted
-    /// now, it is in cache by then.
+    /// After a book operation on `locate` whose best was `before`: list
+    /// the locate for the end of the packet (its first operation in the
+    /// packet gives the best the packet started from), and note the
+    /// message if its own effect changed the best. A change will likely
+    /// be quoted at the end of the packet, where its symbol's state is
+    /// written: hinted now, it is in cache by then (a packet that leaves
+    /// a book's best alone does not touch its symbol's state).
     #[inline]
     fn touched<R: Rules>(&mut self, locate: u16, before: BestKey, seq: u64, ts: i64, rules: &R) {
         let l = &mut self.locates[locate as usize];
+        let i = match l.touched1.checked_sub(1) {
+            Some(i) => i as usize,
+            None => {
+                self.touched.push(Touched {
+                    locate,
+                    hinted: false,
+                    before,
+                    change_seq: 0,
+                    change_ts: 0,
+                });
+                l.touched1 = self.touched.len() as u32;
+                self.touched.len() - 1
+            }
+        };
         if self.books.best_key(locate) != before {
-            l.change_seq = seq;
-            l.change_ts = ts;
-        }
-        if !l.dirty {
-            l.dirty = true;
-            self.dirty.push(locate);
-            if let Some(slot) = l.slot1.checked_sub(1) {
-                rules.prefetch_symbol(slot);
+            let t = &mut self.touched[i];
+            t.change_seq = seq;
+            t.change_ts = ts;
+            if !t.hinted {
+                t.hinted = true;
+                if let Some(slot) = l.slot1.checked_sub(1) {
+                    rules.prefetch_symbol(slot);
+                }
             }
         }
     }
@@ -341,7 +370,7 @@ impl Venue for NasdaqItch {
     fn rebuild<R: Rules>(&mut self, blocks: &[u8], count: usize, next: u64, rules: &mut R) -> i64 {
         self.books.clear();
         self.locates = zeroed_locates();
-        self.dirty.clear();
+        self.touched.clear();
         // The messages as packets of at most SNAPSHOT_CHUNK blocks, so
         // that they take exactly the path of live ones.
         let mut packet = Vec::with_capacity(SNAPSHOT_PACKET_BYTES);
@@ -395,7 +424,6 @@ impl Venue for NasdaqItch {
                 continue;
             }
             let locate = locate as u16;
-            l.published = self.books.best_key(locate);
             let best = self.books.best(locate);
             rules.venue_quote(
                 self.locates[locate as usize].slot1 - 1,
@@ -655,26 +683,24 @@ impl Venue for NasdaqItch {
         }
         // V1: a book whose best changed over the packet quotes anew; one
         // that changed and came back does not.
-        for &locate in &self.dirty {
-            let l = &mut self.locates[locate as usize];
-            l.dirty = false;
-            let published = self.books.best_key(locate);
-            if published == l.published {
+        for t in &self.touched {
+            let l = &mut self.locates[t.locate as usize];
+            l.touched1 = 0;
+            if self.books.best_key(t.locate) == t.before {
                 continue;
             }
-            l.published = published;
-            let best = self.books.best(locate);
+            let best = self.books.best(t.locate);
             if let Some(slot) = l.slot1.checked_sub(1) {
                 rules.venue_quote(
                     slot,
-                    l.change_seq,
-                    l.change_ts,
+                    t.change_seq,
+                    t.change_ts,
                     side(best.bid),
                     side(best.ask),
                 );
             }
         }
-        self.dirty.clear();
+        self.touched.clear();
         out
     }
 
