@@ -5,17 +5,19 @@
 //! Structure, all allocated in [`Books::new`] and [`Books::clear`], nothing
 //! per message:
 //! - the order table: 16 bytes per slot, at most 2/3 full (see `orders`);
-//! - one pool of level nodes (24 bytes each: price, two children, book id,
-//!   aggregate shares) with a free list. A level exists while it has live
-//!   shares; there are never more levels than live orders, so the pool
-//!   holds `max_orders + 1` nodes (node 0 is the null link). The pool is
-//!   reserved but filled by `push` as levels are first needed, so its pages
-//!   become resident only when used;
+//! - one pool of level nodes (16 bytes each, four to a line: price, book
+//!   id, aggregate shares) with a free list, and beside it, by the same
+//!   index, each node's two treap children (8 bytes, read only off the
+//!   ladder). A level exists while it has live shares; there are never
+//!   more levels than live orders, so the pool holds `max_orders + 1`
+//!   nodes (node 0 is the null link). The pool is reserved but filled by
+//!   `push` as levels are first needed, so its pages become resident only
+//!   when used;
 //! - per locate and side (2 x 65,536, 280 bytes each): the best level, a
 //!   price ladder (a window of 64 cent ticks holding level indices
-//!   directly by `price / 100 - base`, with a bitmap of the occupied
-//!   ticks) and the root of a treap, keyed by price, of the levels off the
-//!   window or off the cent grid;
+//!   directly, tick `price / 100` in slot `tick % 64`, with a bitmap of the
+//!   occupied slots) and the root of a treap, keyed by price, of the
+//!   levels off the window or off the cent grid;
 //! - per locate (65,536 x 32 bytes): its top, both sides' best level
 //!   index, price and shares, which is all `best` reads; with the sides,
 //!   one zeroed allocation of about 39 MiB (see `PerLocate`);
@@ -39,7 +41,7 @@
 //! between ladder and treap (rare: only when the best leaves the window).
 //!
 //! The treap's heap priority is a hash of the node's index (not stored:
-//! nodes stay 24 bytes), so its shape does not depend on the order in which
+//! nodes stay 16 bytes), so its shape does not depend on the order in which
 //! prices arrive.
 
 use super::messages::Side;
@@ -128,17 +130,27 @@ pub struct LiveOrder {
 }
 
 /// A price level: a node in the shared pool, on its side's ladder or in its
-/// side's treap.
+/// side's treap. 16 bytes, aligned, so that a node never spans two cache
+/// lines; its treap children are apart (`Links`, same index), read only
+/// off the ladder.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(16))]
 struct Node {
     price: u32,
-    /// Treap children (0 while on the ladder; `left` links the free list).
-    left: u32,
-    right: u32,
-    /// `locate << 1 | side` (0 buy, 1 sell).
+    /// `locate << 1 | side` (0 buy, 1 sell); while the node is free, the
+    /// next free node (0: none).
     book: u32,
     /// Live shares at this price; 0 only while the node is free.
     shares: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Node>() == 16, "four nodes to a line");
+
+/// A level's treap children (meaningful only while it is in a treap).
+#[derive(Clone, Copy, Debug, Default)]
+struct Links {
+    left: u32,
+    right: u32,
 }
 
 /// The ladder's grid: one slot per $0.01 (V4: 4 implied decimals, so 100).
@@ -266,14 +278,15 @@ fn zeroed_per_locate(replay_tables: bool) -> Box<PerLocate> {
     m
 }
 
-/// The level pool: room for `max_orders` levels and the null node 0,
-/// reserved (its pages become resident as levels are pushed).
-fn level_pool(max_orders: usize, replay_tables: bool) -> Vec<Node> {
+/// The level pool (nodes, or their links): room for `max_orders` levels
+/// and the null node 0, reserved (its pages become resident as levels are
+/// pushed).
+fn level_pool<T: Default>(max_orders: usize, replay_tables: bool) -> Vec<T> {
     let mut nodes = Vec::with_capacity(max_orders + 1);
     if replay_tables {
         crate::util::pages::advise_huge_reserved(nodes.as_ptr(), nodes.capacity());
     }
-    nodes.push(Node::default());
+    nodes.push(T::default());
     nodes
 }
 
@@ -313,7 +326,9 @@ fn prio(i: u32) -> u32 {
 pub struct Books {
     orders: OrderTable<Sequential>,
     nodes: Vec<Node>,
-    /// Head of the free list of nodes (linked through `left`), 0: empty.
+    /// Each node's treap children, by the node's index.
+    links: Vec<Links>,
+    /// Head of the free list of nodes (linked through `book`), 0: empty.
     free: u32,
     /// Tops per locate, sides per `book_id`.
     mem: Box<PerLocate>,
@@ -362,6 +377,7 @@ impl Books {
         Books {
             orders: OrderTable::with_tables(max_orders, replay_tables),
             nodes: level_pool(max_orders, replay_tables),
+            links: level_pool(max_orders, replay_tables),
             free: 0,
             mem: zeroed_per_locate(replay_tables),
             level_cache: crate::util::pages::filled(0u32, 1 << level_cache_bits, replay_tables),
@@ -374,7 +390,9 @@ impl Books {
     fn reset_levels(&mut self) {
         // Free the old storage before the new one is reserved.
         self.nodes = Vec::new();
+        self.links = Vec::new();
         self.nodes = level_pool(self.max_orders, self.replay_tables);
+        self.links = level_pool(self.max_orders, self.replay_tables);
         self.free = 0;
         // (The new mapping exists for a moment beside the old one: virtual
         // memory only, none of its pages is touched before the old goes.)
@@ -411,7 +429,7 @@ impl Books {
         let mut f = self.free;
         while f != 0 {
             free += 1;
-            f = self.nodes[f as usize].left;
+            f = self.nodes[f as usize].book;
         }
         self.nodes.len() - 1 - free
     }
@@ -872,9 +890,7 @@ impl Books {
             self.tree_unlink(b, n);
             let price = self.nodes[n as usize].price;
             let i = self.mem.sides[b].slot(price).expect("collected inside");
-            let node = &mut self.nodes[n as usize];
-            node.left = 0;
-            node.right = 0;
+            self.links[n as usize] = Links::default();
             self.mem.sides[b].put(i, n);
         }
     }
@@ -892,49 +908,50 @@ impl Books {
         if t == 0 {
             return;
         }
-        let n = self.nodes[t as usize];
-        let p = n.price as u64;
+        let price = self.nodes[t as usize].price;
+        let Links { left, right } = self.links[t as usize];
+        let p = price as u64;
         if p >= lo {
-            self.collect_range(n.left, lo, hi, out, count);
+            self.collect_range(left, lo, hi, out, count);
         }
-        if p >= lo && p < hi && n.price.is_multiple_of(TICK) {
+        if p >= lo && p < hi && price.is_multiple_of(TICK) {
             out[*count] = t;
             *count += 1;
         }
         if p < hi {
-            self.collect_range(n.right, lo, hi, out, count);
+            self.collect_range(right, lo, hi, out, count);
         }
     }
 
     fn alloc(&mut self, price: u32, book: u32) -> u32 {
         let node = Node {
             price,
-            left: 0,
-            right: 0,
             book,
             shares: 0,
         };
         if self.free != 0 {
             let n = self.free;
-            self.free = self.nodes[n as usize].left;
+            self.free = self.nodes[n as usize].book;
             self.nodes[n as usize] = node;
             n
         } else {
             // Levels never outnumber live orders, which stay under
-            // `max_orders`: this push stays within the reservation.
+            // `max_orders`: these pushes stay within the reservations.
             debug_assert!(self.nodes.len() < self.nodes.capacity());
             self.nodes.push(node);
+            self.links.push(Links::default());
             (self.nodes.len() - 1) as u32
         }
     }
 
     fn find(&self, mut t: u32, price: u32) -> u32 {
         while t != 0 {
-            let n = &self.nodes[t as usize];
-            if price == n.price {
+            let p = self.nodes[t as usize].price;
+            if price == p {
                 return t;
             }
-            t = if price < n.price { n.left } else { n.right };
+            let l = self.links[t as usize];
+            t = if price < p { l.left } else { l.right };
         }
         0
     }
@@ -946,8 +963,8 @@ impl Books {
             return 0;
         }
         loop {
-            let node = &self.nodes[t as usize];
-            let next = if is_buy(b) { node.right } else { node.left };
+            let l = self.links[t as usize];
+            let next = if is_buy(b) { l.right } else { l.left };
             if next == 0 {
                 return t;
             }
@@ -961,14 +978,14 @@ impl Books {
         if t == 0 {
             return (0, 0);
         }
-        let n = self.nodes[t as usize];
-        if n.price < price {
-            let (l, r) = self.split(n.right, price);
-            self.nodes[t as usize].right = l;
+        let links = self.links[t as usize];
+        if self.nodes[t as usize].price < price {
+            let (l, r) = self.split(links.right, price);
+            self.links[t as usize].right = l;
             (t, r)
         } else {
-            let (l, r) = self.split(n.left, price);
-            self.nodes[t as usize].left = r;
+            let (l, r) = self.split(links.left, price);
+            self.links[t as usize].left = r;
             (l, t)
         }
     }
@@ -982,12 +999,12 @@ impl Books {
             return a;
         }
         if prio(a) > prio(b) {
-            let r = self.merge(self.nodes[a as usize].right, b);
-            self.nodes[a as usize].right = r;
+            let r = self.merge(self.links[a as usize].right, b);
+            self.links[a as usize].right = r;
             a
         } else {
-            let l = self.merge(a, self.nodes[b as usize].left);
-            self.nodes[b as usize].left = l;
+            let l = self.merge(a, self.links[b as usize].left);
+            self.links[b as usize].left = l;
             b
         }
     }
@@ -1002,15 +1019,13 @@ impl Books {
         let (mut parent, mut left) = (0u32, false);
         let mut t = self.mem.sides[b].root;
         while t != 0 && prio(t) > pn {
-            let node = &self.nodes[t as usize];
             parent = t;
-            left = price < node.price;
-            t = if left { node.left } else { node.right };
+            left = price < self.nodes[t as usize].price;
+            let l = self.links[t as usize];
+            t = if left { l.left } else { l.right };
         }
         let (l, r) = self.split(t, price);
-        let node = &mut self.nodes[n as usize];
-        node.left = l;
-        node.right = r;
+        self.links[n as usize] = Links { left: l, right: r };
         self.set_link(b, parent, left, n);
         let tb = self.mem.sides[b].tree_best;
         if tb == 0 || better(b, price, self.nodes[tb as usize].price) {
@@ -1020,19 +1035,18 @@ impl Books {
 
     /// Unlinks node `n` from the treap of side `b`. Keeps `tree_best`.
     fn tree_unlink(&mut self, b: usize, n: u32) {
-        let Node {
-            price,
+        let price = self.nodes[n as usize].price;
+        let Links {
             left: nl,
             right: nr,
-            ..
-        } = self.nodes[n as usize];
+        } = self.links[n as usize];
         let (mut parent, mut left) = (0u32, false);
         let mut t = self.mem.sides[b].root;
         while t != n {
-            let node = &self.nodes[t as usize];
             parent = t;
-            left = price < node.price;
-            t = if left { node.left } else { node.right };
+            left = price < self.nodes[t as usize].price;
+            let l = self.links[t as usize];
+            t = if left { l.left } else { l.right };
         }
         let m = self.merge(nl, nr);
         self.set_link(b, parent, left, m);
@@ -1045,9 +1059,9 @@ impl Books {
         if parent == 0 {
             self.mem.sides[b].root = to;
         } else if left {
-            self.nodes[parent as usize].left = to;
+            self.links[parent as usize].left = to;
         } else {
-            self.nodes[parent as usize].right = to;
+            self.links[parent as usize].right = to;
         }
     }
 
@@ -1087,8 +1101,7 @@ impl Books {
         }
         let node = &mut self.nodes[n as usize];
         node.shares = 0;
-        node.left = self.free;
-        node.right = 0;
+        node.book = self.free;
         self.free = n;
     }
 
@@ -1109,8 +1122,8 @@ impl Books {
             if t != 0 {
                 let n = self.nodes[t as usize];
                 out.push((n.price, n.shares));
-                stack.push(n.left);
-                stack.push(n.right);
+                stack.push(self.links[t as usize].left);
+                stack.push(self.links[t as usize].right);
             }
         }
         out.sort_unstable();
@@ -1125,8 +1138,8 @@ impl Books {
         while let Some(t) = stack.pop() {
             if t != 0 {
                 count += 1;
-                stack.push(self.nodes[t as usize].left);
-                stack.push(self.nodes[t as usize].right);
+                stack.push(self.links[t as usize].left);
+                stack.push(self.links[t as usize].right);
             }
         }
         count
@@ -1210,11 +1223,12 @@ impl Books {
                 );
                 consider(t, &mut tree_extreme);
                 consider(t, &mut extreme);
+                let links = self.links[t as usize];
                 if n.price > 0 {
-                    stack.push((n.left, lo, n.price - 1, prio(t)));
+                    stack.push((links.left, lo, n.price - 1, prio(t)));
                 }
                 if n.price < u32::MAX {
-                    stack.push((n.right, n.price + 1, hi, prio(t)));
+                    stack.push((links.right, n.price + 1, hi, prio(t)));
                 }
             }
             assert_eq!(s.tree_best, tree_extreme, "tree_best of book {b}");
