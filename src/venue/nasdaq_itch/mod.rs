@@ -414,7 +414,7 @@ impl Venue for NasdaqItch {
         let quote_seq = next.saturating_sub(1);
         let mut quoted = std::collections::HashSet::new();
         for locate in 0..LOCATES {
-            let l = &mut self.locates[locate];
+            let l = &self.locates[locate];
             if l.slot1 == 0 {
                 continue;
             }
