@@ -1316,6 +1316,17 @@ impl Receiver {
                 }
             }
         }
+        self.deliver_held(handler);
+    }
+
+    /// On stopping: what was read but held back (for a line that had more
+    /// queued, see `deliver`) goes to the handler, in arrival order, rather
+    /// than being dropped after it was counted as received. No read
+    /// follows, so nothing older can arrive to go before it.
+    fn deliver_held<H: DatagramHandler + ?Sized>(&mut self, handler: &mut H) {
+        self.more.fill(false);
+        self.round_start = i64::MAX;
+        self.deliver(handler);
     }
 }
 
