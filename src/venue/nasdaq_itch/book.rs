@@ -1130,21 +1130,6 @@ impl Books {
         out
     }
 
-    /// The levels in the treap of book side `b`. Tests only.
-    #[cfg(test)]
-    fn treap_levels(&self, b: usize) -> usize {
-        let mut count = 0;
-        let mut stack = vec![self.mem.sides[b].root];
-        while let Some(t) = stack.pop() {
-            if t != 0 {
-                count += 1;
-                stack.push(self.links[t as usize].left);
-                stack.push(self.links[t as usize].right);
-            }
-        }
-        count
-    }
-
     /// Full consistency check, O(everything): every treap is ordered by
     /// price and heap-ordered by priority, holds only its own book's
     /// levels and none that belong on its ladder; every ladder slot holds
@@ -1390,26 +1375,31 @@ mod tests {
             b.add(0, r, Side::Sell, 1, tick * TICK).unwrap();
             r += 1;
         }
-        assert_eq!(b.treap_levels(bid) + b.treap_levels(ask), 0);
+        // Every level is on a ladder: no treap holds one.
+        assert_eq!((b.mem.sides[bid].root, b.mem.sides[ask].root), (0, 0));
         b.check();
+        // The best tick of one side, then after each delete in turn.
+        let bests = |b: &mut Books, deletes: [u64; 4], side: fn(Bbo) -> Option<Level>| {
+            let mut ticks = vec![side(b.best(0)).unwrap().price / TICK];
+            for order in deletes {
+                b.delete(order).unwrap();
+                ticks.push(side(b.best(0)).unwrap().price / TICK);
+                b.check();
+            }
+            ticks
+        };
         // Bids fall through the slots' end: 1,047 (slot 23), 1,040,
         // 1,030, 1,024 (slot 0), then 1,023 (slot 63).
-        let mut bids = vec![b.best(0).bid.unwrap().price / TICK];
-        for order in [1, 8, 7, 6] {
-            b.delete(order).unwrap();
-            bids.push(b.best(0).bid.unwrap().price / TICK);
-            b.check();
-        }
-        assert_eq!(bids, [1_047, 1_040, 1_030, 1_024, 1_023]);
+        assert_eq!(
+            bests(&mut b, [1, 8, 7, 6], |q| q.bid),
+            [1_047, 1_040, 1_030, 1_024, 1_023]
+        );
         // Asks rise through it: 1,050 (slot 26), 1,063 (slot 39), 1,064
         // (slot 40), 1,090, 1,097 (slot 9: the window's last tick).
-        let mut asks = vec![b.best(0).ask.unwrap().price / TICK];
-        for order in [2, 9, 10, 11] {
-            b.delete(order).unwrap();
-            asks.push(b.best(0).ask.unwrap().price / TICK);
-            b.check();
-        }
-        assert_eq!(asks, [1_050, 1_063, 1_064, 1_090, 1_097]);
+        assert_eq!(
+            bests(&mut b, [2, 9, 10, 11], |q| q.ask),
+            [1_050, 1_063, 1_064, 1_090, 1_097]
+        );
     }
 
     #[test]

@@ -174,12 +174,10 @@ impl NasdaqItch {
                     Some(b'S') => messages::Side::Sell,
                     _ => messages::Side::Buy,
                 };
-                match block.get(32..36) {
-                    Some(&[a, b, c, d]) => {
-                        let price = u32::from_be_bytes([a, b, c, d]);
-                        self.books.prefetch_add(locate, side, price);
-                    }
-                    _ => self.books.prefetch_side(locate, side),
+                // A block too short for its price is no add: no hint.
+                if let Some(&[a, b, c, d]) = block.get(32..36) {
+                    let price = u32::from_be_bytes([a, b, c, d]);
+                    self.books.prefetch_add(locate, side, price);
                 }
             }
             messages::TYPE_EXECUTED
