@@ -129,10 +129,11 @@ pub fn check_message(msg: &[u8]) -> Result<bool, MessageError> {
 /// to hold one (every known type is).
 #[inline]
 pub fn message_ts(msg: &[u8]) -> Option<u64> {
-    let b = msg.get(TS_AT..TS_AT + TS_LEN)?;
-    Some(u64::from_be_bytes([
-        0, 0, b[0], b[1], b[2], b[3], b[4], b[5],
-    ]))
+    // One 8-byte load ending at the timestamp's last byte, its first two
+    // bytes (the tracking number) masked off.
+    let b = msg.get(TS_AT + TS_LEN - 8..TS_AT + TS_LEN)?;
+    let w = u64::from_be_bytes(b.try_into().expect("8 bytes"));
+    Some(w & ((1 << (8 * TS_LEN)) - 1))
 }
 
 /// Whether a file starting with `head` is a BinaryFILE: a first message of
@@ -191,13 +192,25 @@ pub fn midnight_ns(date: Date) -> i64 {
 #[inline]
 fn count_message(stats: &mut BinaryFileStats, known: bool, kind: u8, len: usize) {
     if !known {
-        stats.unknown_types += 1;
-        if stats.first_unknown.is_none() {
-            stats.first_unknown = Some((stats.messages + 1, stats.bytes, kind));
-        }
+        count_unknown(stats, 0, 0, kind);
     }
     stats.messages += 1;
     stats.bytes += 2 + len as u64;
+}
+
+/// A message of a type the venue does not know, `messages` and `bytes`
+/// past those `stats` has counted so far.
+#[cold]
+#[inline(never)]
+fn count_unknown(stats: &mut BinaryFileStats, messages: u64, bytes: usize, kind: u8) {
+    stats.unknown_types += 1;
+    if stats.first_unknown.is_none() {
+        stats.first_unknown = Some((
+            stats.messages + messages + 1,
+            stats.bytes + bytes as u64,
+            kind,
+        ));
+    }
 }
 
 /// What a reader has seen so far.
@@ -362,25 +375,36 @@ impl<R: BufRead> BinaryFileReader<R> {
             let mut at = 0usize;
             let mut full = false;
             let mut bad = None;
+            // What the datagram can still take past the blocks in `buf`
+            // (nothing once a message longer than a datagram is in it).
+            let room = MAX_DATAGRAM.saturating_sub(size(buf));
+            // Messages and bytes are counted once the walk ends.
+            let mut taken = 0u64;
+            let mut last_ts = self.last_ts;
             while let Frame::Message { len } = frame(&avail[at..]) {
                 let msg = &avail[at + 2..at + 2 + len];
-                let t = message_ts(msg).unwrap_or(self.last_ts);
-                if count > 0 && (t != ts || size(buf) + at + 2 + len > MAX_DATAGRAM) {
+                let t = message_ts(msg).unwrap_or(last_ts);
+                if count > 0 && (t != ts || at + 2 + len > room) {
                     full = true;
                     break;
                 }
                 match check_message(msg) {
-                    Ok(known) => count_message(&mut self.stats, known, msg[0], len),
+                    Ok(true) => {}
+                    Ok(false) => count_unknown(&mut self.stats, taken, at, msg[0]),
                     Err(e) => {
                         bad = Some(e);
                         break;
                     }
                 }
-                self.last_ts = t;
+                last_ts = t;
                 ts = t;
                 count += 1;
+                taken += 1;
                 at += 2 + len;
             }
+            self.last_ts = last_ts;
+            self.stats.messages += taken;
+            self.stats.bytes += at as u64;
             buf.extend_from_slice(&avail[..at]);
             self.r.consume(at);
             if let Some(e) = bad {

@@ -1184,10 +1184,6 @@ impl<P: Publish> Core<P> {
                 // C5: every wait and kept entry of the loops is forgotten.
                 self.loops.new_session(now);
             }
-            if !first_session {
-                // C5: every wait and kept entry of the loops is forgotten.
-                self.loops.new_session(now);
-            }
         }
         if ev.lost > 0 {
             self.venue.on_loss();
@@ -1256,14 +1252,15 @@ impl<P: Publish> Core<P> {
             // packet share `now`: only the smallest matters).
             match header.send_time {
                 Some(sent) => self.clock.sample_delays(now, now.saturating_sub(sent), 1),
-                None => self
-                    .clock
-                    .sample_delays(now, applied.min_delay, applied.samples as u64),
+                None => {
+                    self.clock
+                        .sample_delays(now, applied.min_delay(now), applied.samples as u64)
+                }
             }
             self.view.offset_ns = self.clock.offset_ns();
             if ev.alive {
                 // V3: the send time, else the latest message time.
-                if let Some(t) = header.send_time.or(applied.max_ts) {
+                if let Some(t) = header.send_time.or(applied.max_ts()) {
                     self.view.channel_source_ts = t;
                 }
             }

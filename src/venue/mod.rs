@@ -210,12 +210,10 @@ pub struct Header {
 /// source time (V3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Applied {
-    /// Smallest `now - timestamp` of the processed timestamped messages
-    /// (`i64::MAX` when none), and how many there were.
-    pub min_delay: i64,
+    /// How many timestamped messages were processed.
     pub samples: u32,
-    /// Largest message timestamp processed (Unix ns), if any.
-    pub max_ts: Option<i64>,
+    /// Their largest timestamp (Unix ns); meaningful when `samples > 0`.
+    latest: i64,
     /// C6 signalled by a message (IEX System Event `C`), to be applied
     /// after the packet's other messages.
     pub end_of_session: bool,
@@ -228,9 +226,8 @@ pub struct Applied {
 impl Default for Applied {
     fn default() -> Applied {
         Applied {
-            min_delay: i64::MAX,
             samples: 0,
-            max_ts: None,
+            latest: i64::MIN,
             end_of_session: false,
             image_wanted: false,
         }
@@ -238,12 +235,28 @@ impl Default for Applied {
 }
 
 impl Applied {
-    /// One processed message stamped `ts` (Unix ns), seen at `now`.
-    #[inline]
-    pub fn stamp(&mut self, now: i64, ts: i64) {
-        self.min_delay = self.min_delay.min(now.saturating_sub(ts));
+    /// One processed message stamped `ts` (Unix ns). Every message of a
+    /// packet is seen at the same `now`, so the packet's smallest delay is
+    /// that of its latest message ([`Applied::min_delay`]): only the
+    /// latest is kept.
+    #[inline(always)]
+    pub fn stamp(&mut self, ts: i64) {
         self.samples += 1;
-        self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
+        self.latest = self.latest.max(ts);
+    }
+
+    /// Largest message timestamp processed (Unix ns), if any.
+    pub fn max_ts(&self) -> Option<i64> {
+        (self.samples > 0).then_some(self.latest)
+    }
+
+    /// Smallest `now - timestamp` of the processed messages seen at `now`
+    /// (`i64::MAX` when none).
+    pub fn min_delay(&self, now: i64) -> i64 {
+        match self.max_ts() {
+            Some(t) => now.saturating_sub(t),
+            None => i64::MAX,
+        }
     }
 }
 

@@ -43,7 +43,6 @@ impl Venue for Tickgate {
         skip: u16,
         rules: &mut R,
     ) -> Applied {
-        let now = rules.now();
         let mut out = Applied::default();
         for payload in Packet::validated(datagram).blocks().skip(skip as usize) {
             let msg = decode_block(payload);
@@ -62,7 +61,7 @@ impl Venue for Tickgate {
                 continue;
             }
             // A sample about the provider's clock, whatever the rules decide.
-            out.stamp(now, ts_i64(ts));
+            out.stamp(ts_i64(ts));
             match &msg {
                 Message::Quote(q) => rules.quote(q),
                 Message::Snapshot(s) => rules.snapshot(s),

@@ -668,7 +668,7 @@ impl CboePitch {
         match timed {
             Some(t) => {
                 // V3, V5: timed messages only.
-                out.stamp(now, t);
+                out.stamp(t);
                 t
             }
             None => *untimed.get_or_insert_with(|| self.u().clock.untimed_ts(now)),

@@ -400,7 +400,7 @@ impl Venue for NasdaqItch {
                 send_time: None,
             };
             let applied = self.apply(&packet, &header, 0, rules);
-            if let Some(t) = applied.max_ts {
+            if let Some(t) = applied.max_ts() {
                 latest = latest.max(t);
             }
             seq = seq.saturating_add(n as u64);
@@ -494,7 +494,6 @@ impl Venue for NasdaqItch {
         skip: u16,
         rules: &mut R,
     ) -> Applied {
-        let now = rules.now();
         let mut out = Applied::default();
         let first = header.channel.sequence;
         let ch = &header.channel;
@@ -529,7 +528,7 @@ impl Venue for NasdaqItch {
                     };
                     if let Some(m) = m {
                         let add = messages::add_fields(m);
-                        let ts = self.stamp(&mut out, now, add.header.timestamp);
+                        let ts = self.stamp(&mut out, add.header.timestamp);
                         let side = match add.side {
                             b'B' => messages::Side::Buy,
                             b'S' => messages::Side::Sell,
@@ -555,7 +554,7 @@ impl Venue for NasdaqItch {
                         _ => block.first_chunk::<{ messages::SIZE_CANCEL }>(),
                     };
                     if let Some(m) = m {
-                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let ts = self.stamp(&mut out, stamp_of(m));
                         let (order_ref, shares) = messages::reduce_fields(m);
                         self.on_order(self_reduce(order_ref, shares), seq, ts, rules);
                         continue;
@@ -563,7 +562,7 @@ impl Venue for NasdaqItch {
                 }
                 messages::TYPE_DELETE => {
                     if let Some(m) = block.first_chunk::<{ messages::SIZE_DELETE }>() {
-                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let ts = self.stamp(&mut out, stamp_of(m));
                         let order_ref = messages::order_ref_of(m);
                         self.on_order(OrderOp::Delete(order_ref), seq, ts, rules);
                         continue;
@@ -571,7 +570,7 @@ impl Venue for NasdaqItch {
                 }
                 messages::TYPE_REPLACE => {
                     if let Some(m) = block.first_chunk::<{ messages::SIZE_REPLACE }>() {
-                        let ts = self.stamp(&mut out, now, stamp_of(m));
+                        let ts = self.stamp(&mut out, stamp_of(m));
                         let (original, new_ref, shares, price) = messages::replace_fields(m);
                         let op = OrderOp::Replace {
                             original,
@@ -589,7 +588,7 @@ impl Venue for NasdaqItch {
                 rules.count(Count::UnknownMessage);
                 continue;
             };
-            let ts = self.stamp(&mut out, now, msg.timestamp());
+            let ts = self.stamp(&mut out, msg.timestamp());
             match msg {
                 Message::StockDirectory { header, stock } => {
                     self.name(header.locate, stock, rules);
@@ -746,9 +745,9 @@ impl NasdaqItch {
     /// The message's time (ns since midnight on the wire) as Unix ns,
     /// noted in the packet's outcome.
     #[inline(always)]
-    fn stamp(&self, out: &mut Applied, now: i64, timestamp: u64) -> i64 {
+    fn stamp(&self, out: &mut Applied, timestamp: u64) -> i64 {
         let ts = self.midnight_ns.saturating_add(timestamp as i64);
-        out.stamp(now, ts);
+        out.stamp(ts);
         ts
     }
 

@@ -53,9 +53,11 @@ use std::marker::PhantomData;
 use crate::util::pages::MemRange;
 use crate::util::prefetch::prefetch;
 
-/// Maps an order reference to its home slot in a table of `1 << bits`.
+/// Maps an order reference to its home slot in a table of `1 << bits`
+/// slots (`mask`: `(1 << bits) - 1`, kept by the table so that no probe
+/// computes it).
 pub trait RefHash {
-    fn home(order_ref: u64, bits: u32) -> usize;
+    fn home(order_ref: u64, bits: u32, mask: usize) -> usize;
 }
 
 /// `ref & mask`: keeps sequential refs in sequential slots.
@@ -64,8 +66,8 @@ pub struct Sequential;
 
 impl RefHash for Sequential {
     #[inline(always)]
-    fn home(order_ref: u64, bits: u32) -> usize {
-        (order_ref & ((1u64 << bits) - 1)) as usize
+    fn home(order_ref: u64, _bits: u32, mask: usize) -> usize {
+        order_ref as usize & mask
     }
 }
 
@@ -75,7 +77,7 @@ pub struct Scattered;
 
 impl RefHash for Scattered {
     #[inline(always)]
-    fn home(order_ref: u64, bits: u32) -> usize {
+    fn home(order_ref: u64, bits: u32, _mask: usize) -> usize {
         (order_ref.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
     }
 }
@@ -92,6 +94,8 @@ pub struct Order {
 pub struct OrderTable<H: RefHash = Sequential> {
     slots: Vec<[u64; 2]>,
     bits: u32,
+    /// `slots.len() - 1`.
+    mask: usize,
     /// Slots between two probes: half the capacity plus one (odd, and its
     /// own inverse modulo the capacity).
     step: usize,
@@ -182,6 +186,7 @@ impl<H: RefHash> OrderTable<H> {
             replay_tables,
             ahead: Ahead::new(replay_tables),
             bits: cap.trailing_zeros(),
+            mask: cap - 1,
             len: 0,
             _hash: PhantomData,
         }
@@ -202,16 +207,19 @@ impl<H: RefHash> OrderTable<H> {
 
     #[inline(always)]
     fn mask(&self) -> usize {
-        self.slots.len() - 1
+        self.mask
+    }
+
+    #[inline(always)]
+    fn home(&self, order_ref: u64) -> usize {
+        H::home(order_ref, self.bits, self.mask)
     }
 
     /// How many probes the entry in slot `i` sits from its home: `i` is
     /// `home + dist * step`, and `step * step` is 1 modulo the capacity.
     #[inline(always)]
     fn dist(&self, i: usize, order_ref: u64) -> usize {
-        i.wrapping_sub(H::home(order_ref, self.bits))
-            .wrapping_mul(self.step)
-            & self.mask()
+        i.wrapping_sub(self.home(order_ref)).wrapping_mul(self.step) & self.mask()
     }
 
     /// `Ok(slot)` where `order_ref` is, or `Err(slot)`: where it would be
@@ -221,7 +229,7 @@ impl<H: RefHash> OrderTable<H> {
     #[inline]
     pub fn probe(&self, order_ref: u64) -> Result<usize, usize> {
         let mask = self.mask();
-        let mut i = H::home(order_ref, self.bits);
+        let mut i = self.home(order_ref);
         let mut d = 0;
         loop {
             let s = self.slots[i];
@@ -249,7 +257,7 @@ impl<H: RefHash> OrderTable<H> {
     /// of a probe (a hint: changes nothing).
     #[inline(always)]
     pub fn prefetch(&self, order_ref: u64) {
-        prefetch(&self.slots[H::home(order_ref, self.bits)]);
+        prefetch(&self.slots[self.home(order_ref)]);
     }
 
     #[inline]
@@ -274,13 +282,26 @@ impl<H: RefHash> OrderTable<H> {
     /// it, with no other change in between. `order.level` must not be 0.
     /// An entry closer to its home is pushed on along the run (Robin Hood),
     /// so entries stay ordered by home within a run.
-    #[inline]
+    #[inline(always)]
     pub fn insert_at(&mut self, slot: usize, order_ref: u64, order: Order) {
         debug_assert!(order.level != 0);
         debug_assert!(self.len + 1 < self.slots.len());
+        // Most inserts: an empty home slot, inside what was asked for.
+        let home = self.home(order_ref);
+        if slot == home && home < self.ahead.ask_at && self.slots[slot][1] >> 32 == 0 {
+            self.slots[slot] = [order_ref, pack(order)];
+            self.len += 1;
+            return;
+        }
+        self.insert_displacing(slot, order_ref, order);
+    }
+
+    /// [`OrderTable::insert_at`] past an empty home slot.
+    #[inline(never)]
+    fn insert_displacing(&mut self, slot: usize, order_ref: u64, order: Order) {
         // The sweep follows the homes: an order displaced half the table
         // away must not move the stretch asked for past the slots between.
-        let home = H::home(order_ref, self.bits);
+        let home = self.home(order_ref);
         if home >= self.ahead.ask_at {
             self.ask_ahead(home);
         }
