@@ -745,7 +745,7 @@ impl Books {
     }
 
     /// Removes a live order whole, and its level when that empties.
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, slot: usize, order: Order) {
         self.orders.remove_at(slot);
         let n = &mut self.nodes[order.level as usize];
