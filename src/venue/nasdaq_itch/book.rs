@@ -661,7 +661,7 @@ impl Books {
     }
 
     /// The level node an add at `price` would join, when it is on the
-    /// ladder (second stage: reads the side, which `prefetch_side` asked
+    /// ladder (second stage: reads the side, which `prefetch_add` asked
     /// for earlier).
     #[inline(always)]
     pub fn prefetch_add_level(&self, locate: u16, side: Side, price: u32) {
@@ -778,10 +778,8 @@ impl Books {
     fn new_level_for(&mut self, b: usize, price: u32) -> u32 {
         let s = &self.mem.sides[b];
         if let Some(i) = s.slot(price) {
-            let n = s.slots[i];
-            if n != 0 {
-                return n;
-            }
+            // `level_for` found no level in that slot.
+            debug_assert_eq!(s.slots[i], 0);
             return self.new_ladder_level(b, i, price);
         }
         if price.is_multiple_of(TICK) && {

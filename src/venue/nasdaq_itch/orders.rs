@@ -295,15 +295,15 @@ impl<H: RefHash> OrderTable<H> {
             self.len += 1;
             return;
         }
-        self.insert_displacing(slot, order_ref, order);
+        self.insert_displacing(slot, home, order_ref, order);
     }
 
-    /// [`OrderTable::insert_at`] past an empty home slot.
+    /// [`OrderTable::insert_at`] past an empty home slot (`home`:
+    /// `order_ref`'s).
     #[inline(never)]
-    fn insert_displacing(&mut self, slot: usize, order_ref: u64, order: Order) {
+    fn insert_displacing(&mut self, slot: usize, home: usize, order_ref: u64, order: Order) {
         // The sweep follows the homes: an order displaced half the table
         // away must not move the stretch asked for past the slots between.
-        let home = self.home(order_ref);
         if home >= self.ahead.ask_at {
             self.ask_ahead(home);
         }
