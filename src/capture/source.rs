@@ -7,6 +7,7 @@
 use std::net::SocketAddrV4;
 
 use super::pcap::CaptureError;
+use crate::venue::BlocksChecked;
 use crate::wire::{mold_header_bytes, SessionId};
 
 /// One datagram's facts; its payload is in the buffer given to
@@ -76,6 +77,9 @@ pub struct DatagramRun {
     pub datagrams: Vec<RunDatagram>,
     /// Every datagram's message blocks, one datagram after the other.
     pub blocks: Vec<u8>,
+    /// What the source checked of every datagram's blocks as it framed
+    /// them (the venue does not check it again).
+    pub checked: BlocksChecked,
 }
 
 /// One datagram of a [`DatagramRun`].
@@ -108,6 +112,7 @@ impl Default for DatagramRun {
             first_sequence: 0,
             datagrams: Vec::new(),
             blocks: Vec::new(),
+            checked: BlocksChecked::No,
         }
     }
 }

@@ -34,8 +34,8 @@ use crate::venue::refill::{AnyRefill, AnyRequest};
 use crate::venue::rerequest::Request;
 use crate::venue::ChannelSet;
 use crate::venue::{
-    AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, Placement, Policy,
-    Rules, Venue, VenueKind, VenueRecovery,
+    AnyVenue, ChannelHeader, Count, EntryOutcome, Header, LineKind, LoopEntry, MoldParts,
+    Placement, Policy, Rules, Venue, VenueKind, VenueRecovery,
 };
 use crate::wire::{Heartbeat, PacketKind, Quote, SessionId, Side, Symbol};
 
@@ -542,10 +542,9 @@ impl<P: Publish> Feed<P> {
             .on_datagram(Source::Line(line), datagram, &header, now)
     }
 
-    /// [`Feed::on_datagram`] of the MoldUDP64 datagram made of `session`,
-    /// `sequence`, `count` and `blocks` (the message blocks after its
-    /// header), without building it: a reader that holds messages apart
-    /// from any datagram (a Nasdaq BinaryFILE) hands them over as they are.
+    /// [`Feed::on_datagram`] of the MoldUDP64 datagram `parts` make,
+    /// without building it: a reader that holds messages apart from any
+    /// datagram (a Nasdaq BinaryFILE) hands them over as they are.
     /// `None`, with nothing changed, when only the datagram will do: a
     /// venue framed otherwise, a line that is not incremental, or a feed
     /// whose recovery rules have something to do with it (they may hold
@@ -556,10 +555,7 @@ impl<P: Publish> Feed<P> {
     pub fn on_blocks(
         &mut self,
         line: usize,
-        session: SessionId,
-        sequence: u64,
-        count: u16,
-        blocks: &[u8],
+        parts: &MoldParts<'_>,
         now: i64,
     ) -> Option<DatagramOutcome> {
         let c = &mut self.core;
@@ -569,7 +565,7 @@ impl<P: Publish> Feed<P> {
         if c.line_kinds[line] != LineKind::Incremental {
             return None;
         }
-        let header = match c.venue.parse_blocks(session, sequence, count, blocks)? {
+        let header = match c.venue.parse_blocks(parts)? {
             Ok(h) => h,
             Err(e) => {
                 c.counters.invalid_packets += 1;
@@ -587,7 +583,12 @@ impl<P: Publish> Feed<P> {
         let lc = &mut c.counters.lines[line];
         lc.packets += 1;
         lc.messages += header.channel.count as u64;
-        Some(c.process_payload(Source::Line(line), Payload::Blocks(blocks), &header, now))
+        Some(c.process_payload(
+            Source::Line(line),
+            Payload::Blocks(parts.blocks),
+            &header,
+            now,
+        ))
     }
 
     /// What `line` carries (venues.md `cme-mdp3`, Lines; every line is

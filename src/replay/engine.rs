@@ -15,7 +15,7 @@ use crate::feed::check::{answer_over, SymbolLookup};
 use crate::feed::reader::Found;
 use crate::feed::{DatagramOutcome, Feed, FeedSettings, Mode};
 use crate::util::pages::MemRange;
-use crate::venue::{ChannelHeader, LineKind};
+use crate::venue::{ChannelHeader, LineKind, MoldParts};
 use crate::wire::PacketKind;
 use crate::wire::Symbol;
 
@@ -245,10 +245,14 @@ impl Replay {
                     f.feed.prefetch_levels(next.blocks);
                 }
             }
-            let out = match f
-                .feed
-                .on_blocks(li, run.session, d.sequence, d.count, d.blocks, d.ts)
-            {
+            let parts = MoldParts {
+                session: run.session,
+                sequence: d.sequence,
+                count: d.count,
+                blocks: d.blocks,
+                checked: run.checked,
+            };
+            let out = match f.feed.on_blocks(li, &parts, d.ts) {
                 Some(out) => out,
                 None => {
                     run.datagram(&d, &mut self.scratch);

@@ -197,6 +197,34 @@ impl fmt::Display for DatagramError {
 
 impl std::error::Error for DatagramError {}
 
+/// A MoldUDP64 datagram held apart from its framing: its header's fields
+/// and its message blocks (what follows the 20-byte header), as a reader
+/// holding messages rather than datagrams (a Nasdaq BinaryFILE's) hands
+/// it over (`Venue::parse_blocks`).
+#[derive(Clone, Copy, Debug)]
+pub struct MoldParts<'a> {
+    pub session: SessionId,
+    pub sequence: u64,
+    pub count: u16,
+    pub blocks: &'a [u8],
+    pub checked: BlocksChecked,
+}
+
+/// What the reader of message blocks handed over apart from any datagram
+/// (`Venue::parse_blocks`) already checked of them, so that the venue
+/// whose rule that is need not walk them again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlocksChecked {
+    /// Nothing: the venue validates them as a datagram's.
+    #[default]
+    No,
+    /// MoldUDP64 framing with ITCH 5.0 sizes: exactly the datagram's
+    /// count of blocks, no byte after them, none empty, each at least its
+    /// known type's size (`nasdaq_itch::messages::message_size`): the
+    /// Nasdaq BinaryFILE reader's check of every message.
+    Itch50,
+}
+
 /// A valid datagram's header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -625,18 +653,11 @@ pub trait Venue {
         rules: &mut R,
     ) -> Applied;
 
-    /// MoldUDP64 venues: `parse` of the datagram made of these header
-    /// fields and `blocks` (the message blocks after its 20-byte header),
-    /// without building it (a reader holding the messages apart, such as a
-    /// Nasdaq BinaryFILE's). `None` where datagrams are framed otherwise:
-    /// the caller builds the datagram.
-    fn parse_blocks(
-        &self,
-        _session: SessionId,
-        _sequence: u64,
-        _count: u16,
-        _blocks: &[u8],
-    ) -> Option<Result<Header, DatagramError>> {
+    /// MoldUDP64 venues: `parse` of the datagram `parts` make, without
+    /// building it. `None` where datagrams are framed otherwise: the
+    /// caller builds the datagram. Blocks `checked` by the venue's own
+    /// rule are not walked again.
+    fn parse_blocks(&self, _parts: &MoldParts<'_>) -> Option<Result<Header, DatagramError>> {
         None
     }
 
@@ -923,14 +944,8 @@ impl Venue for AnyVenue {
     }
 
     #[inline]
-    fn parse_blocks(
-        &self,
-        session: SessionId,
-        sequence: u64,
-        count: u16,
-        blocks: &[u8],
-    ) -> Option<Result<Header, DatagramError>> {
-        each_venue!(self, v => v.parse_blocks(session, sequence, count, blocks))
+    fn parse_blocks(&self, parts: &MoldParts<'_>) -> Option<Result<Header, DatagramError>> {
+        each_venue!(self, v => v.parse_blocks(parts))
     }
 
     #[inline]

@@ -58,33 +58,53 @@ pub const TIMESTAMP_MAX: u64 = (1 << 48) - 1;
 /// datagram invalid; bytes past it are ignored (wire.md).
 #[inline]
 pub fn message_size(kind: u8) -> Option<usize> {
-    Some(match kind {
-        TYPE_SYSTEM_EVENT => SIZE_SYSTEM_EVENT,
-        TYPE_STOCK_DIRECTORY => SIZE_STOCK_DIRECTORY,
-        TYPE_TRADING_ACTION => SIZE_TRADING_ACTION,
-        b'Y' => 20,
-        b'L' => 26,
-        b'V' => 35,
-        b'W' => 12,
-        b'K' => 28,
-        b'J' => 35,
-        TYPE_OPERATIONAL_HALT => SIZE_OPERATIONAL_HALT,
-        TYPE_ADD => SIZE_ADD,
-        TYPE_ADD_MPID => SIZE_ADD_MPID,
-        TYPE_EXECUTED => SIZE_EXECUTED,
-        TYPE_EXECUTED_PRICE => SIZE_EXECUTED_PRICE,
-        TYPE_CANCEL => SIZE_CANCEL,
-        TYPE_DELETE => SIZE_DELETE,
-        TYPE_REPLACE => SIZE_REPLACE,
-        b'P' => 44,
-        b'Q' => 40,
-        b'B' => 19,
-        b'I' => 50,
-        b'N' => 20,
-        b'O' => 48,
-        _ => return None,
-    })
+    // A table: every block of a day is sized by it (by the BinaryFILE
+    // reader and by the datagram's validation), where a `match` of 22
+    // arms compiles to a jump table and a branch a block.
+    match SIZES[kind as usize] {
+        0 => None,
+        size => Some(size as usize),
+    }
 }
+
+/// [`message_size`] of each type, 0 for an unknown one.
+const SIZES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let known: [(u8, usize); 23] = [
+        (TYPE_SYSTEM_EVENT, SIZE_SYSTEM_EVENT),
+        (TYPE_STOCK_DIRECTORY, SIZE_STOCK_DIRECTORY),
+        (TYPE_TRADING_ACTION, SIZE_TRADING_ACTION),
+        (b'Y', 20),
+        (b'L', 26),
+        (b'V', 35),
+        (b'W', 12),
+        (b'K', 28),
+        (b'J', 35),
+        (TYPE_OPERATIONAL_HALT, SIZE_OPERATIONAL_HALT),
+        (TYPE_ADD, SIZE_ADD),
+        (TYPE_ADD_MPID, SIZE_ADD_MPID),
+        (TYPE_EXECUTED, SIZE_EXECUTED),
+        (TYPE_EXECUTED_PRICE, SIZE_EXECUTED_PRICE),
+        (TYPE_CANCEL, SIZE_CANCEL),
+        (TYPE_DELETE, SIZE_DELETE),
+        (TYPE_REPLACE, SIZE_REPLACE),
+        (b'P', 44),
+        (b'Q', 40),
+        (b'B', 19),
+        (b'I', 50),
+        (b'N', 20),
+        (b'O', 48),
+    ];
+    let mut i = 0;
+    while i < known.len() {
+        let (kind, size) = known[i];
+        assert!(t[kind as usize] == 0, "a type listed twice");
+        assert!(size > 0 && size < 256);
+        t[kind as usize] = size as u8;
+        i += 1;
+    }
+    t
+};
 
 /// Order side: `B` buy, `S` sell on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

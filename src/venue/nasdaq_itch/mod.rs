@@ -20,11 +20,12 @@ use self::book::{BestKey, Books, Level, OrderError};
 use self::messages::{message_size, Message};
 use super::tickgate::mold_header;
 use super::{
-    Applied, ChannelHeader, Count, DatagramError, Header, Policy, Rules, SnapshotError, Venue,
+    Applied, BlocksChecked, ChannelHeader, Count, DatagramError, Header, MoldParts, Policy, Rules,
+    SnapshotError, Venue,
 };
 use crate::util::pages::{MemRange, Zeroed};
 use crate::util::prefetch::prefetch;
-use crate::wire::{Blocks, Packet, SessionId, Side, Symbol, HEADER_LEN};
+use crate::wire::{Blocks, Packet, Side, Symbol, HEADER_LEN};
 
 /// V4: 4 implied decimals to the 10^-9 fixed point of wire.md.
 pub const PRICE_SCALE: i64 = 100_000;
@@ -455,13 +456,24 @@ impl Venue for NasdaqItch {
     }
 
     #[inline]
-    fn parse_blocks(
-        &self,
-        session: SessionId,
-        sequence: u64,
-        count: u16,
-        blocks: &[u8],
-    ) -> Option<Result<Header, DatagramError>> {
+    fn parse_blocks(&self, parts: &MoldParts<'_>) -> Option<Result<Header, DatagramError>> {
+        let &MoldParts {
+            session,
+            sequence,
+            count,
+            blocks,
+            checked,
+        } = parts;
+        if checked == BlocksChecked::Itch50 {
+            // Exactly `parse`'s checks, made by the reader as it framed
+            // the blocks: not a second walk of every block.
+            debug_assert!(
+                Packet::from_parts(session, sequence, count, blocks, itch_min_len).is_ok(),
+                "blocks checked by ITCH 5.0 sizes"
+            );
+            let p = Packet::validated_parts(session, sequence, count, blocks);
+            return Some(Ok(mold_header(&p)));
+        }
         // `parse`'s checks, on the datagram these parts make.
         Some(
             Packet::from_parts(session, sequence, count, blocks, itch_min_len)
@@ -502,15 +514,23 @@ impl Venue for NasdaqItch {
         // the reader's `prefetch_blocks` a datagram ahead). The second,
         // `LEVEL_AHEAD` messages ahead of the one applied: through the
         // slots now in cache, the level nodes.
-        let mut ahead = packet.blocks().skip(skip as usize);
+        // The blocks already applied skipped once here, not by adapters
+        // asked at every message.
+        let mut blocks = packet.blocks();
+        for _ in 0..skip {
+            blocks.next();
+        }
+        let mut ahead = blocks.clone();
         for block in ahead.by_ref().take(LEVEL_AHEAD) {
             self.prefetch_level(block);
         }
-        for (i, block) in packet.blocks().enumerate().skip(skip as usize) {
+        let mut next_seq = first.saturating_add(skip as u64);
+        for block in blocks {
             if let Some(next) = ahead.next() {
                 self.prefetch_level(next);
             }
-            let seq = first.saturating_add(i as u64);
+            let seq = next_seq;
+            next_seq = seq.saturating_add(1);
             let kind = block[0];
             self.types[kind as usize] += 1;
             // The book's own messages, most of a day, straight from their
