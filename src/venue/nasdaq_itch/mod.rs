@@ -138,8 +138,11 @@ impl NasdaqItch {
     fn name<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
         let l = &self.locates[locate as usize];
         debug_assert!(stock.fits_wire());
-        if l.slot1 == 0 || l.stock != stock.words()[0] {
-            return self.rename(locate, stock, rules);
+        // The wire's 8 bytes only (the symbol's other words are padding):
+        // no whole symbol is made for a locate that names it already.
+        let wire = stock.words()[0];
+        if l.slot1 == 0 || l.stock != wire {
+            return self.rename(locate, wire, rules);
         }
         Some(l.slot1 - 1)
     }
@@ -148,13 +151,13 @@ impl NasdaqItch {
     /// yet: once per locate and session, kept out of the message loop.
     #[cold]
     #[inline(never)]
-    fn rename<R: Rules>(&mut self, locate: u16, stock: Symbol, rules: &mut R) -> Option<u32> {
+    fn rename<R: Rules>(&mut self, locate: u16, wire: u64, rules: &mut R) -> Option<u32> {
         let l = &mut self.locates[locate as usize];
         l.slot1 = rules
-            .symbol(stock)
+            .symbol(Symbol::from_wire(wire.to_be_bytes()))
             .and_then(|s| s.checked_add(1))
             .unwrap_or(0);
-        l.stock = stock.words()[0];
+        l.stock = wire;
         l.slot1.checked_sub(1)
     }
 
