@@ -534,40 +534,42 @@ impl<R: BufRead> BinaryFileReader<R> {
             return false;
         };
         let base = run.blocks.len();
-        // Bytes walked; where the open datagram starts; its messages and
-        // ITCH timestamp.
+        // Bytes walked and where the open datagram starts; messages walked
+        // and those of closed datagrams (the open one's count is the
+        // difference); the open datagram's ITCH timestamp.
         let mut at = 0usize;
         let mut start = 0usize;
-        let mut count = 0u16;
-        let mut ts = 0u64;
         let mut messages = 0u64;
         let mut closed = 0u64;
+        let mut ts = 0u64;
         let mut closed_ts = self.last_ts;
-        while let Frame::Message { len } = frame(&avail[at..]) {
-            let msg = &avail[at + 2..at + 2 + len];
+        // `frame`'s test, as two slices of the buffer.
+        while let Some(&[hi, lo]) = avail.get(at..at + 2) {
+            let len = u16::from_be_bytes([hi, lo]) as usize;
+            let Some(msg) = avail.get(at + 2..at + 2 + len) else {
+                break;
+            };
             // Known types only: `build` counts an unknown one and reports
             // a bad one.
             if check_message(msg) != Ok(true) {
                 break;
             }
             let t = message_ts(msg).expect("a known type holds its timestamp");
-            if count > 0 && (t != ts || HEADER_LEN + at - start + 2 + len > MAX_DATAGRAM) {
+            if at > start && (t != ts || HEADER_LEN + at - start + 2 + len > MAX_DATAGRAM) {
                 let ts_ns = stamp_at(self.midnight_ns, &mut self.last_stamp, &mut self.stats, ts);
                 run.datagrams.push(RunDatagram {
                     ts_ns,
-                    count,
+                    count: (messages - closed) as u16,
                     len: (at - start) as u32,
                 });
                 start = at;
                 closed = messages;
                 closed_ts = ts;
-                count = 0;
                 if base + start + MAX_DATAGRAM > RUN_BYTES {
                     break;
                 }
             }
             ts = t;
-            count += 1;
             messages += 1;
             at += 2 + len;
         }
