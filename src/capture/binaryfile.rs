@@ -482,7 +482,8 @@ impl<R: BufRead> BinaryFileReader<R> {
         run.dst = DESTINATION;
         run.session = self.session;
         run.first_sequence = self.stats.messages + 1;
-        // `build` framed every block and checked it by `check_message`.
+        // `walk` and `build` frame every block and check it by
+        // `check_message`.
         run.checked = BlocksChecked::Itch50;
         if let Some(e) = self.deferred.take() {
             self.done = true;
