@@ -214,6 +214,18 @@ fn count_unknown(stats: &mut BinaryFileStats, messages: u64, bytes: usize, kind:
     }
 }
 
+/// Whether a message of ITCH timestamp `t`, `len` bytes long, at `at`
+/// starts a new datagram after the open one at `start` (its blocks
+/// `start..at`, of timestamp `ts`): a datagram holds messages of one
+/// timestamp in at most [`MAX_DATAGRAM`] bytes with its header, and always
+/// takes its first message, however long (every block takes bytes: the
+/// open datagram is empty only before its first). The one rule `walk` and
+/// `build` both frame by.
+#[inline(always)]
+fn closes_datagram(start: usize, at: usize, ts: u64, t: u64, len: usize) -> bool {
+    at > start && (t != ts || HEADER_LEN + at - start + 2 + len > MAX_DATAGRAM)
+}
+
 /// The stamp of a datagram of ITCH timestamp `ts` on a day starting at
 /// `midnight_ns`, after a datagram stamped `last_stamp`; counted as handed
 /// out.
@@ -363,9 +375,8 @@ impl<R: BufRead> BinaryFileReader<R> {
     /// its header, or the datagrams of a run before it); its ITCH
     /// timestamp and count.
     fn build(&mut self, buf: &mut Vec<u8>) -> Result<Option<(u64, u16)>, CaptureError> {
-        // The datagram's size is its header and what `buf` gains.
+        // The datagram's blocks are what `buf` gains.
         let base = buf.len();
-        let size = |buf: &Vec<u8>| HEADER_LEN + buf.len() - base;
         let mut count = 0u16;
         let mut ts = 0u64;
         if self.has_pending {
@@ -393,16 +404,15 @@ impl<R: BufRead> BinaryFileReader<R> {
             let mut at = 0usize;
             let mut full = false;
             let mut bad = None;
-            // What the datagram can still take past the blocks in `buf`
-            // (nothing once a message longer than a datagram is in it).
-            let room = MAX_DATAGRAM.saturating_sub(size(buf));
+            // The blocks the datagram holds before this walk's.
+            let held = buf.len() - base;
             // Messages and bytes are counted once the walk ends.
             let mut taken = 0u64;
             let mut last_ts = self.last_ts;
             while let Frame::Message { len } = frame(&avail[at..]) {
                 let msg = &avail[at + 2..at + 2 + len];
                 let t = message_ts(msg).unwrap_or(last_ts);
-                if count > 0 && (t != ts || at + 2 + len > room) {
+                if closes_datagram(0, held + at, ts, t, len) {
                     full = true;
                     break;
                 }
@@ -442,7 +452,7 @@ impl<R: BufRead> BinaryFileReader<R> {
                 Err(e) => return self.stop(count, ts, e),
             }
             let t = message_ts(&self.pending).unwrap_or(self.last_ts);
-            if count > 0 && (t != ts || size(buf) + 2 + self.pending.len() > MAX_DATAGRAM) {
+            if closes_datagram(base, buf.len(), ts, t, self.pending.len()) {
                 self.has_pending = true;
                 break;
             }
@@ -556,7 +566,7 @@ impl<R: BufRead> BinaryFileReader<R> {
                 break;
             }
             let t = message_ts(msg).expect("a known type holds its timestamp");
-            if at > start && (t != ts || HEADER_LEN + at - start + 2 + len > MAX_DATAGRAM) {
+            if closes_datagram(start, at, ts, t, len) {
                 let ts_ns = stamp_at(self.midnight_ns, &mut self.last_stamp, &mut self.stats, ts);
                 run.datagrams.push(RunDatagram {
                     ts_ns,
