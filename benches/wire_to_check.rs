@@ -18,11 +18,15 @@
 //!           every new price it sees, (n, CLOCK_MONOTONIC when first seen,
 //!           when the reader last came back from a break off its CPU).
 //!   floor   --proto tickgate|itch --group G:P --shm PATH [--busy] [--cpu C]
+//!           [--epoll] [--timestamps]
 //!           The floor receiver: one socket set up as the daemon's line
 //!           socket, recvmmsg into a buffer (blocking, or spinning with
 //!           --busy), and for each datagram its sequence and price written
 //!           to a shared-memory slot under a seqlock. Nothing else. Runs
-//!           until killed.
+//!           until killed. --epoll: woken as the daemon's feed thread is
+//!           (epoll_wait, then non-blocking recvmmsg until empty), to part
+//!           the wake from the daemon's own work; --timestamps: the
+//!           socket asks for kernel receive stamps, as the daemon's does.
 //!   analyze --stamps F --seen F [--warmup N]
 //!           Joins the two files by n and prints one line: p50, p99,
 //!           p99.9 and max of visible - sent (ns) over every datagram (one
@@ -426,7 +430,7 @@ fn floor(a: &Args) {
     // The line socket exactly as the daemon opens it (bind, join, 8 MiB
     // SO_RCVBUF), without kernel timestamps: the floor reads no clock.
     let line = LineSpec::new("A", group, InterfaceSpec::Addr(Ipv4Addr::LOCALHOST));
-    let sock = open_line_socket(&line, false).expect("floor socket");
+    let sock = open_line_socket(&line, a.flag("--timestamps")).expect("floor socket");
     if !busy {
         sock.set_nonblocking(false).expect("blocking socket");
     }
@@ -460,6 +464,9 @@ fn floor(a: &Args) {
         "floor receiving on {group} ({})",
         if busy { "spinning" } else { "blocking" }
     );
+    if a.flag("--epoll") {
+        floor_epoll(proto, &sock, &slot, &mut hdrs, &bufs);
+    }
     loop {
         // SAFETY: hdrs point at iov and bufs, which outlive the call.
         let got = unsafe {
@@ -481,6 +488,57 @@ fn floor(a: &Args) {
                 .get(10..18)
                 .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
             slot.write(seq, floor_price(proto, d));
+        }
+    }
+}
+
+/// The floor woken as the daemon's feed thread is: `epoll_wait`, then
+/// non-blocking `recvmmsg` until the socket is empty.
+fn floor_epoll(
+    proto: Proto,
+    sock: &socket2::Socket,
+    slot: &FloorSlot,
+    hdrs: &mut [libc::mmsghdr],
+    bufs: &[[u8; FLOOR_BUF]],
+) -> ! {
+    sock.set_nonblocking(true).expect("non-blocking socket");
+    let fd = sock.as_raw_fd();
+    // SAFETY: plain epoll calls on descriptors this function owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0, "epoll_create1");
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 0,
+    };
+    assert_eq!(
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+        0
+    );
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    loop {
+        // SAFETY: events has room for 4.
+        unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 4, 100) };
+        loop {
+            // SAFETY: hdrs point at iov and bufs, which outlive the call.
+            let got = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    hdrs.as_mut_ptr(),
+                    hdrs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if got <= 0 {
+                break;
+            }
+            for (h, b) in hdrs.iter().zip(bufs).take(got as usize) {
+                let d = &b[..h.msg_len as usize];
+                let seq = d
+                    .get(10..18)
+                    .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
+                slot.write(seq, floor_price(proto, d));
+            }
         }
     }
 }

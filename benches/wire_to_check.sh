@@ -28,6 +28,9 @@
 # blocking in recvmmsg, on no particular CPU; the kernel may then wake it on
 # the reader's CPU), "-pinned" the same pinned to FEED_CPU beside the
 # sender (`cpu = FEED_CPU`), "-busy" spinning there (`busy_poll = true`).
+# "floor-epoll" (not in the default VARIANTS) is the floor woken as the
+# daemon's feed thread is, by `epoll_wait` and then non-blocking
+# `recvmmsg`: the part of the daemon's figure that is the wake alone.
 #
 # With RT=1 (the default) every thread on the path runs SCHED_FIFO, the
 # sender above the receiver above the reader (30, 20, 10): the daemon's
@@ -114,6 +117,7 @@ measure() { # proto rate variant round
   rm -f "$DIR/state.shm" "$DIR/floor.shm" "$DIR/gate.sock"
   case $variant in
     daemon*) "$T" run --config "$DIR/$proto-$variant.toml" 2>>"$DIR/daemon.log" & RX=$!; shm=$DIR/state.shm; mode=daemon ;;
+    floor-epoll) $RX_RT "$B" floor --epoll --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
     floor) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
     floor-pinned) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
     floor-busy) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --busy --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
