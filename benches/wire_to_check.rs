@@ -18,7 +18,7 @@
 //!           every new price it sees, (n, CLOCK_MONOTONIC when first seen,
 //!           when the reader last came back from a break off its CPU).
 //!   floor   --proto tickgate|itch --group G:P --shm PATH [--busy] [--cpu C]
-//!           [--epoll] [--timestamps]
+//!           [--epoll] [--timestamps] [--work-ns N]
 //!           The floor receiver: one socket set up as the daemon's line
 //!           socket, recvmmsg into a buffer (blocking, or spinning with
 //!           --busy), and for each datagram its sequence and price written
@@ -26,7 +26,9 @@
 //!           until killed. --epoll: woken as the daemon's feed thread is
 //!           (epoll_wait, then non-blocking recvmmsg until empty), to part
 //!           the wake from the daemon's own work; --timestamps: the
-//!           socket asks for kernel receive stamps, as the daemon's does.
+//!           socket asks for kernel receive stamps, as the daemon's does;
+//!           --work-ns: N ns of spinning before each datagram's write, a
+//!           receiver's own work stood in for.
 //!   analyze --stamps F --seen F [--warmup N]
 //!           Joins the two files by n and prints one line: p50, p99,
 //!           p99.9 and max of visible - sent (ns) over every datagram (one
@@ -464,8 +466,9 @@ fn floor(a: &Args) {
         "floor receiving on {group} ({})",
         if busy { "spinning" } else { "blocking" }
     );
+    let work_ns: i64 = a.num("--work-ns").unwrap_or(0);
     if a.flag("--epoll") {
-        floor_epoll(proto, &sock, &slot, &mut hdrs, &bufs);
+        floor_epoll(proto, &sock, &slot, &mut hdrs, &bufs, work_ns);
     }
     loop {
         // SAFETY: hdrs point at iov and bufs, which outlive the call.
@@ -483,6 +486,7 @@ fn floor(a: &Args) {
             continue;
         }
         for (h, b) in hdrs.iter().zip(&bufs).take(got as usize) {
+            spin_for(work_ns);
             let d = &b[..h.msg_len as usize];
             let seq = d
                 .get(10..18)
@@ -500,6 +504,7 @@ fn floor_epoll(
     slot: &FloorSlot,
     hdrs: &mut [libc::mmsghdr],
     bufs: &[[u8; FLOOR_BUF]],
+    work_ns: i64,
 ) -> ! {
     sock.set_nonblocking(true).expect("non-blocking socket");
     let fd = sock.as_raw_fd();
@@ -533,12 +538,25 @@ fn floor_epoll(
                 break;
             }
             for (h, b) in hdrs.iter().zip(bufs).take(got as usize) {
+                spin_for(work_ns);
                 let d = &b[..h.msg_len as usize];
                 let seq = d
                     .get(10..18)
                     .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
                 slot.write(seq, floor_price(proto, d));
             }
+        }
+    }
+}
+
+/// `--work-ns`: a receiver's own work per datagram, stood in for by
+/// spinning on the clock (0: none, no clock read).
+#[inline]
+fn spin_for(ns: i64) {
+    if ns > 0 {
+        let until = realtime_ns() + ns;
+        while realtime_ns() < until {
+            std::hint::spin_loop();
         }
     }
 }

@@ -17,6 +17,7 @@
 #   RT=1                                   (SCHED_FIFO, below; RT=0: none)
 #   TICK_US=50                             (the sender wakes at most this often)
 #   PORT=47971                             (the group is 239.255.91.1:PORT)
+#   FLOOR_ARGS=                            (more floor options: --work-ns N, --timestamps)
 #   LOG=<file for every measurement>       (default: in the work directory)
 #   TABLE=<a LOG of one run>                (only print that run's table)
 #
@@ -72,6 +73,7 @@ if [ -z "${T:-}" ] && [ -z "${TABLE:-}" ]; then
   T=target/release/tickgate
 fi
 RT=${RT:-1}
+FLOOR_ARGS=${FLOOR_ARGS:-}
 if [ "$RT" = 1 ]; then
   TX_RT="chrt -f 30"; RX_RT="chrt -f 20"; RD_RT="chrt -f 10"; FEED_FIFO=20
 else
@@ -117,10 +119,10 @@ measure() { # proto rate variant round
   rm -f "$DIR/state.shm" "$DIR/floor.shm" "$DIR/gate.sock"
   case $variant in
     daemon*) "$T" run --config "$DIR/$proto-$variant.toml" 2>>"$DIR/daemon.log" & RX=$!; shm=$DIR/state.shm; mode=daemon ;;
-    floor-epoll) $RX_RT "$B" floor --epoll --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
-    floor) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
-    floor-pinned) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
-    floor-busy) $RX_RT "$B" floor --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --busy --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
+    floor-epoll) $RX_RT "$B" floor $FLOOR_ARGS --epoll --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
+    floor) $RX_RT "$B" floor $FLOOR_ARGS --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
+    floor-pinned) $RX_RT "$B" floor $FLOOR_ARGS --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
+    floor-busy) $RX_RT "$B" floor $FLOOR_ARGS --proto "$proto" --group "$GROUP" --shm "$DIR/floor.shm" --busy --cpu "$FEED_CPU" >/dev/null & RX=$!; shm=$DIR/floor.shm; mode=floor ;;
     *) echo "unknown variant $variant" >&2; exit 2 ;;
   esac
   for _ in $(seq 400); do [ -e "$shm" ] && break; sleep 0.05; done
