@@ -485,14 +485,7 @@ fn floor(a: &Args) {
             std::hint::spin_loop();
             continue;
         }
-        for (h, b) in hdrs.iter().zip(&bufs).take(got as usize) {
-            spin_for(work_ns);
-            let d = &b[..h.msg_len as usize];
-            let seq = d
-                .get(10..18)
-                .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
-            slot.write(seq, floor_price(proto, d));
-        }
+        floor_write(proto, &slot, &hdrs[..got as usize], &bufs, work_ns);
     }
 }
 
@@ -537,15 +530,28 @@ fn floor_epoll(
             if got <= 0 {
                 break;
             }
-            for (h, b) in hdrs.iter().zip(bufs).take(got as usize) {
-                spin_for(work_ns);
-                let d = &b[..h.msg_len as usize];
-                let seq = d
-                    .get(10..18)
-                    .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
-                slot.write(seq, floor_price(proto, d));
-            }
+            floor_write(proto, slot, &hdrs[..got as usize], bufs, work_ns);
         }
+    }
+}
+
+/// The floor's whole work for the datagrams read: each one's sequence and
+/// price into the slot, after `work_ns` of stand-in work.
+#[inline]
+fn floor_write(
+    proto: Proto,
+    slot: &FloorSlot,
+    read: &[libc::mmsghdr],
+    bufs: &[[u8; FLOOR_BUF]],
+    work_ns: i64,
+) {
+    for (h, b) in read.iter().zip(bufs) {
+        spin_for(work_ns);
+        let d = &b[..h.msg_len as usize];
+        let seq = d
+            .get(10..18)
+            .map_or(0, |s| u64::from_be_bytes(s.try_into().unwrap()));
+        slot.write(seq, floor_price(proto, d));
     }
 }
 
