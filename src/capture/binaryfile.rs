@@ -25,7 +25,7 @@
 //! they are rather than building datagrams for it to parse again.
 //!
 //! The date comes from the file name (`MMDDYYYY.` prefix, [`date_from_name`])
-//! or is given (`replay --date`). The framing ([`frame`], [`check_message`],
+//! or is given (`replay --date`). The framing ([`message_at`], [`check_message`],
 //! [`message_ts`]) is pure; [`BinaryFileReader`] is the thin shell over a
 //! buffered reader (plain, gzip or zstd: `compress`), [`BinaryFileWriter`]
 //! writes the format. Lengths are `u16`, so no buffer grows past 64 KiB
@@ -64,29 +64,16 @@ const TS_LEN: usize = 6;
 
 // ------------------------------------------------------------ framing
 
-/// What the bytes at the start of a buffer hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Frame {
-    /// A whole message of `len` bytes after its 2-byte length.
-    Message { len: usize },
-    /// More bytes are needed (`len`: the message's length, once known).
-    Incomplete { len: Option<usize> },
-}
-
-/// The block at the start of `buf`.
-#[inline]
-pub fn frame(buf: &[u8]) -> Frame {
-    match buf {
-        [a, b, rest @ ..] => {
-            let len = u16::from_be_bytes([*a, *b]) as usize;
-            if rest.len() >= len {
-                Frame::Message { len }
-            } else {
-                Frame::Incomplete { len: Some(len) }
-            }
-        }
-        _ => Frame::Incomplete { len: None },
-    }
+/// The whole message whose 2-byte length is at `at` in `buf`, when every
+/// byte of it is there (`None`: more bytes are needed). The framing both
+/// of the reader's walks (`walk` and `build`) read by.
+#[inline(always)]
+pub fn message_at(buf: &[u8], at: usize) -> Option<&[u8]> {
+    let Some(&[hi, lo]) = buf.get(at..at + 2) else {
+        return None;
+    };
+    let len = u16::from_be_bytes([hi, lo]) as usize;
+    buf.get(at + 2..at + 2 + len)
 }
 
 /// A message the venue could not take.
@@ -409,8 +396,8 @@ impl<R: BufRead> BinaryFileReader<R> {
             // Messages and bytes are counted once the walk ends.
             let mut taken = 0u64;
             let mut last_ts = self.last_ts;
-            while let Frame::Message { len } = frame(&avail[at..]) {
-                let msg = &avail[at + 2..at + 2 + len];
+            while let Some(msg) = message_at(avail, at) {
+                let len = msg.len();
                 let t = message_ts(msg).unwrap_or(last_ts);
                 if closes_datagram(0, held + at, ts, t, len) {
                     full = true;
@@ -554,12 +541,8 @@ impl<R: BufRead> BinaryFileReader<R> {
         let mut closed = 0u64;
         let mut ts = 0u64;
         let mut closed_ts = self.last_ts;
-        // `frame`'s test, as two slices of the buffer.
-        while let Some(&[hi, lo]) = avail.get(at..at + 2) {
-            let len = u16::from_be_bytes([hi, lo]) as usize;
-            let Some(msg) = avail.get(at + 2..at + 2 + len) else {
-                break;
-            };
+        while let Some(msg) = message_at(avail, at) {
+            let len = msg.len();
             // Known types only: `build` counts an unknown one and reports
             // a bad one.
             if check_message(msg) != Ok(true) {
@@ -747,9 +730,12 @@ mod tests {
 
     #[test]
     fn frames_and_checks() {
-        assert_eq!(frame(&[0]), Frame::Incomplete { len: None });
-        assert_eq!(frame(&[0, 3, 1, 2]), Frame::Incomplete { len: Some(3) });
-        assert_eq!(frame(&[0, 2, 1, 2, 9]), Frame::Message { len: 2 });
+        assert_eq!(message_at(&[0], 0), None);
+        assert_eq!(message_at(&[0, 3, 1, 2], 0), None);
+        assert_eq!(message_at(&[0, 2, 1, 2, 9], 0), Some(&[1u8, 2][..]));
+        assert_eq!(message_at(&[9, 0, 2, 1, 2], 1), Some(&[1u8, 2][..]));
+        assert_eq!(message_at(&[9, 0, 3, 1, 2], 1), None);
+        assert_eq!(message_at(&[0, 0], 0), Some(&[][..]));
         assert_eq!(check_message(&[]), Err(MessageError::Empty));
         assert_eq!(check_message(&system_event(0, b'O')), Ok(true));
         assert_eq!(check_message(&[b'z', 1, 2]), Ok(false));
